@@ -1,0 +1,39 @@
+# RL Studio — set up, start, test.
+#   make studio   create .venv, install, start the desktop app
+#   make test     create .venv, install, run the test suite (offscreen)
+#   make bench    run the benchmarks in tests/benchmarks and print the figures
+# Override the torch wheel with e.g. `make studio TORCH_SPEC="torch==2.5.1"`.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.rl-studio-installed
+
+.PHONY: studio test bench lint setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip setuptools wheel
+	# torch first, from an overridable spec, so nothing else pulls a CUDA build
+	$(BIN)/python -m pip install "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -e ".[dev]"
+	touch $(STAMP)
+
+studio: $(STAMP)
+	$(BIN)/rl-studio
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests
+
+bench: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests/benchmarks -p no:cacheprovider -s -q -o addopts="" 
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

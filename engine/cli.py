@@ -1,0 +1,61 @@
+"""``rl-studio-engine`` — everything the studio does, headless.
+
+Each subcommand lives with its capability as a module exposing
+``configure(parser)`` and ``run(args) -> int``; they are listed in
+``SUBCOMMANDS`` and imported when the command line is built, so those modules
+must import heavy libraries inside ``run`` only. Every command exits non-zero
+with one clear sentence on bad input (an ``EngineError``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from engine.errors import EngineError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, one-line help)
+    "serve": (
+        "engine.server",
+        "speak the studio protocol (JSON Lines) on stdin/stdout",
+    ),
+    "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
+    "env": (
+        "engine.envs.cli",
+        "designed environments: `env check FILE` validates a spec",
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rl-studio-engine",
+        description="RL Studio engine: train, evaluate and export agents headless.",
+    )
+    subs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub = subs.add_parser(name, help=help_text, description=help_text)
+        module.configure(sub)
+        sub.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args._module.run(args)
+    except EngineError as exc:
+        print(f"rl-studio-engine {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"rl-studio-engine {args.command}: interrupted.", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

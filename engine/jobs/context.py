@@ -1,0 +1,170 @@
+"""What a job sees of the world while it runs in its own process.
+
+A job is a function ``run(ctx: JobContext) -> dict`` (the dict is its summary)
+registered in ``engine.jobs.registry``. It reports through the context only:
+
+* ``ctx.metrics(step, {...})`` — buffered, flushed about 10 times a second to
+  ``runs/<id>/metrics.jsonl`` (fsync'ed) and to the supervisor as one
+  ``run.metrics`` event per flush;
+* ``ctx.progress(done, total)`` — rate and ETA are derived here;
+* ``ctx.log(text)`` — to ``log.txt`` (through the supervisor) and the GUI;
+* ``ctx.should_stop`` — becomes True when the user presses Stop (or the
+  supervisor disappears); the job then saves what it needs and returns.
+
+Events travel to the supervisor as protocol lines on a private copy of the
+original stdout; ``sys.stdout`` and fd 1 are pointed at stderr so stray
+prints from libraries land in the log instead of corrupting the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from engine import protocol
+from engine.store.metrics import MetricsWriter, clean_row
+
+FLUSH_INTERVAL_S = 0.1
+
+
+class JobContext:
+    """The job's handle on its run folder, its metrics and its stop flag."""
+
+    def __init__(
+        self,
+        run_id: str,
+        run_dir: Path,
+        kind: str,
+        config: dict[str, Any],
+        *,
+        resume: bool = False,
+        events: TextIO | None = None,
+        time_offset: float = 0.0,
+    ) -> None:
+        self.run_id = run_id
+        self.run_dir = Path(run_dir)
+        self.kind = kind
+        self.config = config
+        self.resume = resume
+        self.checkpoint_dir = self.run_dir / "checkpoints"
+        # runs live at <project>/runs/<run-id>/
+        self.project_dir = self.run_dir.parent.parent
+        self._events = events
+        self._events_lock = threading.Lock()
+        self._metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
+        self._stop = threading.Event()
+        # On resume, wall time continues from where the run left off so that
+        # curves drawn against time stay continuous.
+        self._t0 = time.monotonic() - time_offset
+        self._progress_last: tuple[float, float] | None = None
+        self._rate = 0.0
+        self._pending_progress: protocol.RunProgress | None = None
+        self._closed = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True)
+        self._flusher.start()
+
+    # ---------------------------------------------------------------- stop
+    @property
+    def should_stop(self) -> bool:
+        return self._stop.is_set()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def wait_for_stop(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds, waking early on a stop request."""
+        return self._stop.wait(timeout)
+
+    # ------------------------------------------------------------- reports
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def metrics(self, step: int, values: Mapping[str, Any]) -> None:
+        row = clean_row(values)
+        if not row:
+            return
+        row["step"] = int(step)
+        row["time"] = round(self.elapsed, 4)
+        self._metrics.append(row)
+
+    def progress(self, done: float, total: float, message: str = "") -> None:
+        now = time.monotonic()
+        if self._progress_last is not None:
+            t_prev, d_prev = self._progress_last
+            if now - t_prev >= 0.5 and done > d_prev:
+                inst = (done - d_prev) / (now - t_prev)
+                # Exponential smoothing keeps the ETA from jumping around.
+                self._rate = inst if self._rate == 0 else 0.7 * self._rate + 0.3 * inst
+                self._progress_last = (now, done)
+        else:
+            self._progress_last = (now, done)
+        eta = (total - done) / self._rate if self._rate > 0 and total > 0 else None
+        self._pending_progress = protocol.RunProgress(
+            run_id=self.run_id,
+            done=float(done),
+            total=float(total),
+            rate=round(self._rate, 3),
+            eta_s=None if eta is None else round(max(eta, 0.0), 1),
+            message=message,
+        )
+
+    def log(self, text: str) -> None:
+        """A line for the run's log (also printed to stderr, captured there)."""
+        print(text, file=sys.stderr, flush=True)
+
+    def emit(self, msg: protocol.Message) -> None:
+        """Send one protocol message to the supervisor."""
+        if self._events is None:
+            return
+        line = protocol.encode(msg)
+        with self._events_lock:
+            try:
+                self._events.write(line + "\n")
+                self._events.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                # The supervisor is gone; stop instead of dying on a write.
+                self._stop.set()
+
+    # --------------------------------------------------------------- flush
+    def flush(self) -> None:
+        rows = self._metrics.flush()
+        if rows:
+            self.emit(protocol.RunMetrics(run_id=self.run_id, rows=rows))
+        progress, self._pending_progress = self._pending_progress, None
+        if progress is not None:
+            self.emit(progress)
+
+    def close(self) -> None:
+        self._closed.set()
+        self._flusher.join(timeout=2)
+        self.flush()
+
+    def _flush_loop(self) -> None:
+        while not self._closed.wait(FLUSH_INTERVAL_S):
+            try:
+                self.flush()
+            except OSError as exc:  # disk full: tell the log, keep training
+                print(f"could not write metrics: {exc}", file=sys.stderr, flush=True)
+
+
+def read_run_config(run_dir: Path) -> dict[str, Any]:
+    with open(run_dir / "config.json", encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data
+
+
+def private_event_stream() -> TextIO:
+    """Keep the real stdout for events and point fd 1 and ``sys.stdout`` at
+    stderr, so nothing else can write into the event stream."""
+    sys.stdout.flush()
+    events_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(events_fd, "w", encoding="utf-8", buffering=1)

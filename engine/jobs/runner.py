@@ -1,0 +1,83 @@
+"""Entry point of a job process: ``python -m engine.jobs.runner RUN_DIR``.
+
+Reads ``RUN_DIR/config.json`` (written by the supervisor), runs the job
+function of its kind, and reports through the protocol on the private event
+stream. Stop requests arrive as ``run.stop`` lines on stdin; end of stdin
+(the supervisor vanished) is treated as a stop too, so an orphaned job saves
+its checkpoint and exits instead of training forever.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+from engine import protocol
+from engine.jobs.context import JobContext, private_event_stream, read_run_config
+from engine.jobs.registry import get_kind, load
+from engine.store.atomic import atomic_write_json
+from engine.store.metrics import iter_metrics
+
+
+def _watch_stdin(ctx: JobContext) -> None:
+    for line in sys.stdin:
+        try:
+            msg = protocol.decode(line)
+        except protocol.ProtocolError:
+            continue
+        if isinstance(msg, protocol.StopRun):
+            ctx.request_stop()
+    ctx.request_stop()
+
+
+def _resume_time_offset(run_dir: Path) -> float:
+    last = 0.0
+    for row in iter_metrics(run_dir / "metrics.jsonl"):
+        t = row.get("time")
+        if isinstance(t, int | float):
+            last = max(last, float(t))
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="engine.jobs.runner")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    events = private_event_stream()
+    run_dir: Path = args.run_dir
+    record = read_run_config(run_dir)
+    kind = get_kind(record["kind"])
+    ctx = JobContext(
+        run_id=record["run_id"],
+        run_dir=run_dir,
+        kind=kind.name,
+        config=record["config"],
+        resume=args.resume,
+        events=events,
+        time_offset=_resume_time_offset(run_dir) if args.resume else 0.0,
+    )
+    threading.Thread(target=_watch_stdin, args=(ctx,), daemon=True).start()
+    try:
+        summary = load(kind.entry)(ctx) or {}
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        ctx.close()
+        atomic_write_json(
+            run_dir / "result.json",
+            {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"},
+        )
+        sys.stderr.flush()
+        return 1
+    status = "stopped" if ctx.should_stop else "completed"
+    ctx.close()
+    atomic_write_json(run_dir / "result.json", {"status": status, "summary": summary})
+    ctx.emit(protocol.RunFinished(run_id=ctx.run_id, status=status, summary=summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

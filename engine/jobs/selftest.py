@@ -1,0 +1,70 @@
+"""A diagnostic job: exercises progress, metrics, logs, checkpoints and stop
+without any machine-learning library, so a user (Help ▸ Engine self-test) and
+the tests can check the whole pipeline in a second."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.jobs.context import JobContext
+from engine.store.atomic import atomic_write_json
+
+DEFAULTS: dict[str, Any] = {
+    "steps": 200,
+    "step_seconds": 0.01,
+    "seed": None,
+    "fail_at_step": None,
+    "ignore_stop": False,
+}
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(config) - set(DEFAULTS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(name, f"Unknown setting {name!r} for the self-test job.")
+    out = {**DEFAULTS, **config}
+    if not isinstance(out["steps"], int) or out["steps"] <= 0:
+        raise ConfigError("steps", "steps must be a positive whole number.")
+    if not isinstance(out["step_seconds"], int | float) or out["step_seconds"] < 0:
+        raise ConfigError("step_seconds", "step_seconds must be zero or more.")
+    if out["seed"] is None:
+        out["seed"] = random.randrange(2**31)
+    return out
+
+
+def run(ctx: JobContext) -> dict[str, Any]:
+    cfg = ctx.config
+    steps: int = cfg["steps"]
+    ignore_stop: bool = cfg["ignore_stop"]
+    rng = random.Random(cfg["seed"])
+    ckpt = ctx.checkpoint_dir / "state.json"
+    done = 0
+    if ctx.resume and ckpt.exists():
+        done = json.loads(ckpt.read_text())["step"]
+        ctx.log(f"resuming self-test at step {done}")
+    ctx.log(f"self-test: {steps} steps, seed {cfg['seed']}")
+    for step in range(done, steps):
+        if ctx.should_stop and not ignore_stop:
+            break
+        if cfg["fail_at_step"] is not None and step == cfg["fail_at_step"]:
+            raise RuntimeError(f"self-test failure requested at step {step}")
+        value = math.sin(step / 20.0) + rng.gauss(0, 0.1)
+        done = step + 1
+        ctx.metrics(done, {"selftest/value": value, "selftest/steps_done": done})
+        ctx.progress(done, steps)
+        if done % 50 == 0:
+            atomic_write_json(ckpt, {"step": done})
+            ctx.log(f"checkpoint at step {done}")
+        if cfg["step_seconds"]:
+            if ignore_stop:  # simulates a job that never looks at the flag
+                time.sleep(cfg["step_seconds"])
+            else:
+                ctx.wait_for_stop(cfg["step_seconds"])
+    atomic_write_json(ckpt, {"step": done})
+    return {"steps": done}

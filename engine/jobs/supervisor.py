@@ -1,0 +1,422 @@
+"""The supervisor: one job process per run, watched from the engine process.
+
+For each run it spawns ``python -m engine.jobs.runner RUN_DIR`` in its own
+session, forwards the job's protocol events, appends its stderr to
+``log.txt`` and forwards it as batched ``run.log`` events, and turns the
+process's end into ``run.finished`` or ``run.failed`` (with the exit code or
+signal and the last log lines). Stopping is cooperative first (a ``run.stop``
+line on the job's stdin), then the job's whole process tree is terminated
+and, if it still lingers, killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal as signal_module
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from engine import protocol
+from engine.errors import EngineError, ProjectError, UnknownRunError
+from engine.jobs import registry
+from engine.store.project import Project
+
+log = logging.getLogger("engine.supervisor")
+
+LOG_TAIL_LINES = 40
+TICK_S = 0.2
+KILL_GRACE_S = 3.0
+
+Emit = Callable[[protocol.Message], None]
+
+
+@dataclass
+class _Job:
+    run_id: str
+    run_dir: Path
+    proc: subprocess.Popen[bytes]
+    log_file: IO[str]
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_TAIL_LINES))
+    pending_log: list[str] = field(default_factory=list)
+    finished: protocol.RunFinished | None = None
+    progress: tuple[float, float] = (0.0, 0.0)
+    stop_requested: bool = False
+    forced: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    readers: list[threading.Thread] = field(default_factory=list)
+
+
+def _engine_pythonpath() -> str:
+    # The job must import the same engine as the supervisor, installed or not.
+    root = str(Path(__file__).resolve().parents[2])
+    existing = os.environ.get("PYTHONPATH", "")
+    return root + (os.pathsep + existing if existing else "")
+
+
+def terminate_tree(pid: int, grace_s: float = KILL_GRACE_S) -> None:
+    """Terminate a process and all its descendants; kill what survives."""
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    procs = [*parent.children(recursive=True), parent]
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+class Supervisor:
+    def __init__(self, emit: Emit, examples: Path | None = None) -> None:
+        self._emit = emit
+        self._examples = examples
+        self.project: Project | None = None
+        self._jobs: dict[str, _Job] = {}
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        self._ticker = threading.Thread(target=self._tick_loop, daemon=True)
+        self._ticker.start()
+
+    # ------------------------------------------------------------ project
+    def open_project(self, path: str, create: bool, with_examples: bool) -> Project:
+        with self._lock:
+            if self._jobs:
+                raise EngineError(
+                    f"Stop the {len(self._jobs)} active run(s) before opening "
+                    "another project."
+                )
+            examples = self._examples if with_examples else None
+            project = Project.open(path, create=create, examples=examples)
+            if self.project is not None:
+                self.project.close()
+            self.project = project
+            project.reconcile_runs(self._jobs)
+            return project
+
+    def require_project(self) -> Project:
+        if self.project is None:
+            raise ProjectError("No project is open; open or create one first.")
+        return self.project
+
+    # --------------------------------------------------------------- runs
+    def start_run(self, kind: str, config: dict[str, Any], name: str = "") -> str:
+        project = self.require_project()
+        config = registry.validate_config(kind, config)
+        record = project.create_run(kind, config, name)
+        self._spawn(project, record.id, kind, resume=False)
+        return record.id
+
+    def resume_run(self, run_id: str) -> str:
+        project = self.require_project()
+        run = project.get_run(run_id)
+        if run_id in self._jobs:
+            raise EngineError(f"The run {run_id} is still running.")
+        if not registry.get_kind(run.kind).resumable:
+            raise EngineError(f"Runs of kind {run.kind!r} cannot be resumed.")
+        if run.status == "completed":
+            raise EngineError(
+                f"The run {run_id} already completed; duplicate it instead."
+            )
+        (Path(run.run_dir) / "result.json").unlink(missing_ok=True)
+        self._spawn(project, run_id, run.kind, resume=True)
+        return run_id
+
+    def stop_run(self, run_id: str, timeout_s: float = 10.0) -> None:
+        with self._lock:
+            job = self._jobs.get(run_id)
+        if job is None:
+            self.require_project().get_run(run_id)  # unknown id -> clear error
+            raise EngineError(f"The run {run_id} is not running.")
+        job.stop_requested = True
+        stop_line = protocol.encode(protocol.StopRun(run_id=run_id)) + "\n"
+        try:
+            assert job.proc.stdin is not None
+            job.proc.stdin.write(stop_line.encode())
+            job.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass  # already exiting; the waiter reports it
+        threading.Thread(
+            target=self._enforce_stop, args=(job, timeout_s), daemon=True
+        ).start()
+
+    def active_runs(self) -> list[str]:
+        with self._lock:
+            return list(self._jobs)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Stop every run (cooperatively, then by force) and close the project."""
+        for run_id in self.active_runs():
+            with contextlib.suppress(EngineError):
+                self.stop_run(run_id, timeout_s)
+        deadline = time.monotonic() + timeout_s + KILL_GRACE_S * 2 + 2
+        while self.active_runs() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._closed.set()
+        if self.project is not None:
+            self.project.close()
+
+    # ------------------------------------------------------------ process
+    def _spawn(self, project: Project, run_id: str, kind: str, resume: bool) -> None:
+        run_dir = project.run_dir(run_id)
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": _engine_pythonpath(),
+        }
+        cmd = [sys.executable, "-m", "engine.jobs.runner", str(run_dir)]
+        if resume:
+            cmd.append("--resume")
+        log_file = open(run_dir / "log.txt", "a", encoding="utf-8")  # noqa: SIM115
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=run_dir,
+                env=env,
+                # Own session: a Ctrl-C in a terminal that started the studio
+                # does not hit the jobs; they stop through the supervisor.
+                start_new_session=True,
+            )
+        except OSError as exc:
+            log_file.close()
+            project.update_run(run_id, status="failed", reason=str(exc))
+            raise EngineError(f"The job process could not start ({exc}).") from None
+        job = _Job(run_id=run_id, run_dir=run_dir, proc=proc, log_file=log_file)
+        with self._lock:
+            self._jobs[run_id] = job
+        project.update_run(
+            run_id,
+            status="running",
+            started=time.time(),
+            pid=proc.pid,
+            ended=None,
+            exit_code=None,
+            signal=None,
+            reason="",
+        )
+        run = project.get_run(run_id)
+        self._emit(
+            protocol.RunStarted(
+                run_id=run_id,
+                kind=kind,
+                name=run.name,
+                pid=proc.pid,
+                run_dir=str(run_dir),
+            )
+        )
+        job.readers = [
+            threading.Thread(target=self._read_events, args=(job,), daemon=True),
+            threading.Thread(target=self._read_stderr, args=(job,), daemon=True),
+        ]
+        for t in job.readers:
+            t.start()
+        threading.Thread(target=self._wait, args=(job, project), daemon=True).start()
+
+    def _read_events(self, job: _Job) -> None:
+        assert job.proc.stdout is not None
+        for raw in job.proc.stdout:
+            try:
+                msg = protocol.decode(raw)
+            except protocol.ProtocolError:
+                self._add_log(job, raw.decode("utf-8", "replace").rstrip("\n"))
+                continue
+            if isinstance(msg, protocol.RunFinished):
+                job.finished = msg  # reported by the waiter, after the exit
+            elif isinstance(msg, protocol.RunProgress):
+                job.progress = (msg.done, msg.total)
+                self._emit(msg)
+            else:
+                self._emit(msg)
+
+    def _read_stderr(self, job: _Job) -> None:
+        assert job.proc.stderr is not None
+        for raw in job.proc.stderr:
+            self._add_log(job, raw.decode("utf-8", "replace").rstrip("\n"))
+
+    def _add_log(self, job: _Job, line: str) -> None:
+        with job.lock:
+            job.tail.append(line)
+            job.pending_log.append(line)
+            with contextlib.suppress(OSError, ValueError):
+                job.log_file.write(line + "\n")
+
+    def _flush_log(self, job: _Job) -> None:
+        with job.lock:
+            lines, job.pending_log = job.pending_log, []
+            with contextlib.suppress(OSError, ValueError):
+                job.log_file.flush()
+        if lines:
+            self._emit(protocol.RunLog(run_id=job.run_id, lines=lines))
+
+    def _tick_loop(self) -> None:
+        last_progress_save = 0.0
+        while not self._closed.wait(TICK_S):
+            with self._lock:
+                jobs = list(self._jobs.values())
+            for job in jobs:
+                self._flush_log(job)
+            now = time.monotonic()
+            if self.project is not None and now - last_progress_save > 2.0:
+                last_progress_save = now
+                for job in jobs:
+                    with contextlib.suppress(Exception):
+                        self.project.update_run(
+                            job.run_id,
+                            progress_done=job.progress[0],
+                            progress_total=job.progress[1],
+                        )
+
+    def _enforce_stop(self, job: _Job, timeout_s: float) -> None:
+        try:
+            job.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "run %s ignored stop for %.0f s; terminating", job.run_id, timeout_s
+            )
+            job.forced = True
+            terminate_tree(job.proc.pid)
+
+    def _wait(self, job: _Job, project: Project) -> None:
+        code = job.proc.wait()
+        for t in job.readers:
+            t.join(timeout=5)
+        self._flush_log(job)
+        with contextlib.suppress(OSError):
+            job.log_file.close()
+        with contextlib.suppress(OSError):
+            if job.proc.stdin:
+                job.proc.stdin.close()
+        try:
+            self._report_end(job, project, code)
+        except UnknownRunError:
+            pass  # project closed or replaced meanwhile
+        finally:
+            with self._lock:
+                self._jobs.pop(job.run_id, None)
+            self._emit(protocol.ProjectChanged(what="runs"))
+
+    def _report_end(self, job: _Job, project: Project, code: int) -> None:
+        now = time.time()
+        done, total = job.progress
+        if code == 0 and job.finished is not None:
+            summary = dict(job.finished.summary)
+            registered = self._register_models(project, job.run_id, summary)
+            if registered:
+                summary["registered_models"] = registered
+            project.update_run(
+                job.run_id,
+                status=job.finished.status,
+                ended=now,
+                exit_code=0,
+                summary=summary,
+                progress_done=done,
+                progress_total=total,
+            )
+            self._emit(
+                protocol.RunFinished(
+                    run_id=job.run_id, status=job.finished.status, summary=summary
+                )
+            )
+            return
+        if job.stop_requested and (job.forced or code != 0):
+            reason = "Stopped by force: the run did not stop in time."
+            project.update_run(
+                job.run_id,
+                status="stopped",
+                ended=now,
+                reason=reason,
+                progress_done=done,
+                progress_total=total,
+            )
+            self._emit(
+                protocol.RunFinished(
+                    run_id=job.run_id, status="stopped", summary={"forced": True}
+                )
+            )
+            return
+        exit_code = code if code >= 0 else None
+        sig = -code if code < 0 else None
+        reason = _failure_reason(code, list(job.tail))
+        project.update_run(
+            job.run_id,
+            status="failed",
+            ended=now,
+            exit_code=exit_code,
+            signal=sig,
+            reason=reason,
+            progress_done=done,
+            progress_total=total,
+        )
+        self._emit(
+            protocol.RunFailed(
+                run_id=job.run_id,
+                reason=reason,
+                exit_code=exit_code,
+                signal=sig,
+                last_log_lines=list(job.tail)[-20:],
+            )
+        )
+
+    def _register_models(
+        self, project: Project, run_id: str, summary: dict[str, Any]
+    ) -> list[str]:
+        ids = []
+        for entry in summary.get("models", []) or []:
+            try:
+                files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
+                record = project.register_model(
+                    name=str(entry.get("name", run_id)),
+                    kind=str(entry.get("kind", "model")),
+                    files=files,
+                    source_run=run_id,
+                    env=str(entry.get("env", "")),
+                    algo=str(entry.get("algo", "")),
+                    base=str(entry.get("base", "")),
+                    metrics=dict(entry.get("metrics", {})),
+                    parents=list(entry.get("parents", [])),
+                )
+                ids.append(record.id)
+            except (KeyError, TypeError, OSError, EngineError) as exc:
+                self._emit(
+                    protocol.EngineLog(
+                        level="error",
+                        text=f"Could not register a model of run {run_id}: {exc}",
+                    )
+                )
+        return ids
+
+
+def _failure_reason(code: int, tail: list[str]) -> str:
+    if code < 0:
+        try:
+            name = signal_module.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"The run's process was killed by {name} (signal {-code})."
+    # A Python traceback ends with "ExceptionType: message"; that is the reason.
+    for line in reversed(tail):
+        stripped = line.strip()
+        if (
+            stripped
+            and not stripped.startswith(("File ", "^", "~"))
+            and ":" in stripped
+        ):
+            return f"The run failed: {stripped}"
+    return f"The run's process exited with code {code}."

@@ -1,0 +1,405 @@
+"""The JSON Lines protocol between the studio (GUI) and the engine.
+
+Standard library only: the GUI imports this module, and so do job processes.
+
+Every message is one JSON object on one line::
+
+    {"v": 1, "type": "run.start", "id": "c12", ...fields}
+
+* Requests (commands, verbs: ``run.start``) carry an ``id``.
+* Replies carry ``reply_to`` with the request's id; a failed request is
+  answered with an ``error`` message instead (type, message, traceback) —
+  errors are data, never an exception that crosses the boundary.
+* Events (past tense or nouns: ``run.started``, ``run.metrics``) carry
+  neither and may arrive at any time.
+
+Each message is a frozen dataclass registered under its ``type``; ``encode``
+and ``decode`` convert between dataclasses and lines. Unknown fields are
+ignored on decode so that either side may be newer; an unknown ``type``
+raises :class:`ProtocolError`, which the engine answers with an ``error``
+and the GUI logs and ignores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+PROTOCOL_VERSION = 1
+"""Bumped on any incompatible change; ``hello`` refuses a mismatch."""
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid message of this protocol."""
+
+
+class UnknownMessageType(ProtocolError):
+    """A well-formed message whose ``type`` this side does not know (it may be
+    newer): the engine answers it with an error, the GUI ignores it."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """Base of every message; subclasses set ``TYPE``."""
+
+    TYPE: ClassVar[str] = ""
+
+
+@dataclass(frozen=True)
+class Request(Message):
+    """A command that expects exactly one ``Reply`` or ``Error``."""
+
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class Event(Message):
+    """A notification; nobody answers it."""
+
+
+_REGISTRY: dict[str, type[Message]] = {}
+M = TypeVar("M", bound=type[Message])
+
+
+def message(type_name: str) -> typing.Callable[[M], M]:
+    """Class decorator: register a frozen dataclass under ``type_name``."""
+
+    def wrap(cls: M) -> M:
+        if type_name in _REGISTRY:
+            raise RuntimeError(f"message type {type_name!r} registered twice")
+        cls.TYPE = type_name
+        _REGISTRY[type_name] = cls
+        return cls
+
+    return wrap
+
+
+def message_types() -> dict[str, type[Message]]:
+    """All registered message classes by type name (a copy)."""
+    return dict(_REGISTRY)
+
+
+# --------------------------------------------------------------------------
+# Session and generic replies
+# --------------------------------------------------------------------------
+
+
+@message("hello")
+@dataclass(frozen=True)
+class Hello(Request):
+    """Opens a session. Reply result: ``HelloResult`` fields."""
+
+    protocol_version: int = PROTOCOL_VERSION
+    client: str = ""
+
+
+@message("reply")
+@dataclass(frozen=True)
+class Reply(Message):
+    """Successful answer to the request whose id is ``reply_to``."""
+
+    reply_to: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+@message("error")
+@dataclass(frozen=True)
+class Error(Message):
+    """A failed request (``reply_to`` set) or a failure no request caused.
+
+    ``message`` is one sentence a user can read; ``traceback`` is for the log.
+    """
+
+    reply_to: str | None = None
+    error_type: str = "Error"
+    message: str = ""
+    traceback: str = ""
+
+
+@message("ping")
+@dataclass(frozen=True)
+class Ping(Request):
+    """Liveness and latency probe. Reply result: ``{"payload": payload}``."""
+
+    payload: str = ""
+
+
+@message("shutdown")
+@dataclass(frozen=True)
+class Shutdown(Request):
+    """Stop every run cooperatively, reply, and exit."""
+
+
+# --------------------------------------------------------------------------
+# Project
+# --------------------------------------------------------------------------
+
+
+@message("project.open")
+@dataclass(frozen=True)
+class OpenProject(Request):
+    """Open (or with ``create`` make) the project folder at ``path``.
+
+    Reply result: a project snapshot (see ``engine.store.project``):
+    ``path``, ``name``, ``envs``, ``flows``, ``runs``, ``models``.
+    """
+
+    path: str = ""
+    create: bool = False
+    with_examples: bool = True
+
+
+@message("project.snapshot")
+@dataclass(frozen=True)
+class GetProjectSnapshot(Request):
+    """Re-read the open project. Reply result: as ``project.open``."""
+
+
+@message("project.changed")
+@dataclass(frozen=True)
+class ProjectChanged(Event):
+    """Something in the open project changed on disk (a run, a model)."""
+
+    what: str = ""
+
+
+# --------------------------------------------------------------------------
+# Runs
+# --------------------------------------------------------------------------
+
+
+@message("run.start")
+@dataclass(frozen=True)
+class StartRun(Request):
+    """Start a job of ``kind`` with ``config`` in its own process.
+
+    Reply result: ``{"run_id": ...}``. The config is validated before the
+    process starts; a bad config is an ``error`` reply naming the field.
+    """
+
+    kind: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+
+@message("run.stop")
+@dataclass(frozen=True)
+class StopRun(Request):
+    """Ask a run to stop (cooperatively, then by force after ``timeout_s``)."""
+
+    run_id: str = ""
+    timeout_s: float = 10.0
+
+
+@message("run.resume")
+@dataclass(frozen=True)
+class ResumeRun(Request):
+    """Continue a stopped, failed or interrupted run from its last checkpoint."""
+
+    run_id: str = ""
+
+
+@message("run.list")
+@dataclass(frozen=True)
+class ListRuns(Request):
+    """Reply result: ``{"runs": [run record, ...]}``."""
+
+
+@message("run.started")
+@dataclass(frozen=True)
+class RunStarted(Event):
+    run_id: str = ""
+    kind: str = ""
+    name: str = ""
+    pid: int = 0
+    run_dir: str = ""
+
+
+@message("run.progress")
+@dataclass(frozen=True)
+class RunProgress(Event):
+    """``done`` of ``total`` units (steps); ``rate`` in units per second."""
+
+    run_id: str = ""
+    done: float = 0.0
+    total: float = 0.0
+    rate: float = 0.0
+    eta_s: float | None = None
+    message: str = ""
+
+
+@message("run.metrics")
+@dataclass(frozen=True)
+class RunMetrics(Event):
+    """A batch of metric rows, each ``{"step": int, "time": float, key: value}``.
+
+    Keys are slash-namespaced (``rollout/ep_rew_mean``); ``time`` is seconds
+    since the run started.
+    """
+
+    run_id: str = ""
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+@message("run.log")
+@dataclass(frozen=True)
+class RunLog(Event):
+    """Lines the job printed (stderr, warnings, its own log calls)."""
+
+    run_id: str = ""
+    lines: list[str] = field(default_factory=list)
+
+
+@message("run.finished")
+@dataclass(frozen=True)
+class RunFinished(Event):
+    """The run ended on its own (``completed``) or because it was ``stopped``."""
+
+    run_id: str = ""
+    status: str = "completed"
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@message("run.failed")
+@dataclass(frozen=True)
+class RunFailed(Event):
+    """The run's process ended badly.
+
+    ``exit_code`` is the process's exit status, ``signal`` the signal number
+    that killed it (``None`` if none); ``reason`` is one readable sentence.
+    """
+
+    run_id: str = ""
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    last_log_lines: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------
+# Machine
+# --------------------------------------------------------------------------
+
+
+@message("hardware.detect")
+@dataclass(frozen=True)
+class DetectHardware(Request):
+    """Reply result: ``engine.hardware.HardwareInfo`` as a dict."""
+
+
+@message("engine.log")
+@dataclass(frozen=True)
+class EngineLog(Event):
+    """A line from the supervisor itself (not from a run)."""
+
+    level: str = "info"
+    text: str = ""
+
+
+# --------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------
+
+_ids = itertools.count(1)
+
+
+def next_id(prefix: str = "r") -> str:
+    """A request id unique within this process."""
+    return f"{prefix}{next(_ids)}"
+
+
+def to_dict(msg: Message) -> dict[str, Any]:
+    """The message as a JSON-ready dict, envelope included."""
+    body: dict[str, Any] = {"v": PROTOCOL_VERSION, "type": msg.TYPE}
+    for f in dataclasses.fields(msg):
+        body[f.name] = getattr(msg, f.name)
+    return body
+
+
+def encode(msg: Message) -> str:
+    """One line of JSON (no trailing newline). Raises ``TypeError`` on values
+    that JSON cannot carry: the protocol never pickles."""
+    return json.dumps(to_dict(msg), separators=(",", ":"), allow_nan=False)
+
+
+def from_dict(data: Any) -> Message:
+    """Build the registered message for ``data``; ``ProtocolError`` if invalid."""
+    if not isinstance(data, dict):
+        raise ProtocolError("a message must be a JSON object")
+    type_name = data.get("type")
+    if not isinstance(type_name, str) or not type_name:
+        raise ProtocolError("the message has no 'type'")
+    cls = _REGISTRY.get(type_name)
+    if cls is None:
+        raise UnknownMessageType(f"unknown message type {type_name!r}")
+    kwargs: dict[str, Any] = {}
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            value = data[f.name]
+            _check_type(type_name, f.name, value, hints[f.name])
+            kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def decode(line: str | bytes) -> Message:
+    """Parse one line into its message; ``ProtocolError`` if it is not one."""
+    try:
+        data = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"the line is not valid JSON ({exc.msg})") from None
+    return from_dict(data)
+
+
+def request_id_of(line: str | bytes) -> str | None:
+    """Best effort: the ``id`` of a line that failed to decode, to reply to."""
+    try:
+        data = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if isinstance(data, dict) and isinstance(data.get("id"), str):
+        return str(data["id"])
+    return None
+
+
+_hint_cache: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _hint_cache:
+        _hint_cache[cls] = typing.get_type_hints(cls)
+    return _hint_cache[cls]
+
+
+def _check_type(type_name: str, name: str, value: Any, hint: Any) -> None:
+    if not _matches(value, hint):
+        raise ProtocolError(
+            f"field {name!r} of {type_name!r} has the wrong type "
+            f"({type(value).__name__})"
+        )
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return value is None
+    if origin is list:
+        return isinstance(value, list)
+    if origin is dict:
+        return isinstance(value, dict)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(hint, type):
+        return isinstance(value, hint)
+    return True

@@ -1,0 +1,233 @@
+"""``rl-studio-engine serve``: the protocol on stdin/stdout.
+
+The main thread reads requests line by line; each is answered by a handler
+on a small thread pool so that a slow request (hardware detection imports
+torch) never delays a ``ping`` or a ``run.stop``. Every handler's failure is
+turned into an ``error`` reply; nothing escapes, and the engine keeps
+serving. The real stdout is reserved for protocol lines: ``sys.stdout`` and
+fd 1 point at stderr, which the studio shows in its log panel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TextIO
+
+from engine import protocol
+from engine.errors import EngineError
+from engine.jobs.context import private_event_stream
+from engine.jobs.registry import JOB_KINDS
+from engine.jobs.supervisor import Supervisor
+from resources import resource_path
+
+ENGINE_VERSION = "0.1.0"
+log = logging.getLogger("engine.server")
+
+Handler = Callable[[Any], dict[str, Any]]
+
+
+def examples_dir() -> Path:
+    """Bundled examples, laid out like a project, copied into new projects."""
+    return resource_path("examples")
+
+
+class Server:
+    def __init__(self, out: TextIO, stop_timeout_s: float = 10.0) -> None:
+        self._out = out
+        self._write_lock = threading.Lock()
+        # Requests that touch project or run state are answered in the order
+        # they came (a run.start right after project.open must see it); slow
+        # read-only ones run beside them.
+        self._ordered = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ordered")
+        self._parallel = ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="parallel"
+        )
+        self._stop_timeout_s = stop_timeout_s
+        self._done = threading.Event()
+        self.supervisor = Supervisor(self.send, examples=examples_dir())
+        self._handlers: dict[type[protocol.Message], Handler] = {
+            protocol.Hello: self._on_hello,
+            protocol.Ping: self._on_ping,
+            protocol.Shutdown: self._on_shutdown,
+            protocol.OpenProject: self._on_open_project,
+            protocol.GetProjectSnapshot: self._on_snapshot,
+            protocol.StartRun: self._on_start_run,
+            protocol.StopRun: self._on_stop_run,
+            protocol.ResumeRun: self._on_resume_run,
+            protocol.ListRuns: self._on_list_runs,
+            protocol.DetectHardware: self._on_detect_hardware,
+        }
+        # Answered on the reading thread: cheap, and latency matters.
+        self._inline = {protocol.Ping, protocol.Hello}
+        self._slow_readonly = {protocol.DetectHardware}
+
+    # ------------------------------------------------------------ output
+    def send(self, msg: protocol.Message) -> None:
+        line = protocol.encode(msg) + "\n"
+        with self._write_lock:
+            try:
+                self._out.write(line)
+                self._out.flush()
+            except (BrokenPipeError, ValueError):
+                self._done.set()  # the studio is gone
+
+    # ------------------------------------------------------------- input
+    def serve(self, lines: TextIO) -> int:
+        for line in lines:
+            if line.strip():
+                self.handle_line(line)
+            if self._done.is_set():
+                break
+        self.supervisor.shutdown(self._stop_timeout_s)
+        self._ordered.shutdown(wait=True, cancel_futures=True)
+        self._parallel.shutdown(wait=False, cancel_futures=True)
+        return 0
+
+    def handle_line(self, line: str) -> None:
+        try:
+            msg = protocol.decode(line)
+        except protocol.UnknownMessageType as exc:
+            self.send(
+                protocol.Error(
+                    reply_to=protocol.request_id_of(line),
+                    error_type="UnknownRequest",
+                    message=f"The engine does not know this request ({exc}).",
+                )
+            )
+            return
+        except protocol.ProtocolError as exc:
+            self.send(
+                protocol.Error(
+                    reply_to=protocol.request_id_of(line),
+                    error_type="ProtocolError",
+                    message=f"Malformed message: {exc}.",
+                )
+            )
+            return
+        if not isinstance(msg, protocol.Request):
+            self.send(
+                protocol.Error(
+                    error_type="ProtocolError",
+                    message=f"{msg.TYPE!r} is not a request the engine answers.",
+                )
+            )
+            return
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            self.send(
+                protocol.Error(
+                    reply_to=msg.id,
+                    error_type="UnknownRequest",
+                    message=f"The engine has no handler for {msg.TYPE!r}.",
+                )
+            )
+            return
+        if type(msg) in self._inline:
+            self._answer(handler, msg)
+        elif type(msg) in self._slow_readonly:
+            self._parallel.submit(self._answer, handler, msg)
+        else:
+            self._ordered.submit(self._answer, handler, msg)
+
+    def _answer(self, handler: Handler, msg: protocol.Request) -> None:
+        try:
+            result = handler(msg)
+        except EngineError as exc:
+            self.send(
+                protocol.Error(
+                    reply_to=msg.id,
+                    error_type=type(exc).__name__,
+                    message=str(exc),
+                    traceback=traceback.format_exc(),
+                )
+            )
+            return
+        except Exception as exc:
+            log.exception("handler for %s failed", msg.TYPE)
+            self.send(
+                protocol.Error(
+                    reply_to=msg.id,
+                    error_type=type(exc).__name__,
+                    message=f"The engine failed on {msg.TYPE!r}: {exc}",
+                    traceback=traceback.format_exc(),
+                )
+            )
+            return
+        self.send(protocol.Reply(reply_to=msg.id, result=result))
+
+    # ---------------------------------------------------------- handlers
+    def _on_hello(self, msg: protocol.Hello) -> dict[str, Any]:
+        if msg.protocol_version != protocol.PROTOCOL_VERSION:
+            raise EngineError(
+                f"The studio speaks protocol {msg.protocol_version} but this engine "
+                f"speaks {protocol.PROTOCOL_VERSION}; reinstall so both match."
+            )
+        return {
+            "protocol_version": protocol.PROTOCOL_VERSION,
+            "engine_version": ENGINE_VERSION,
+            "pid": os.getpid(),
+            "python": sys.version.split()[0],
+            "job_kinds": {k.name: k.description for k in JOB_KINDS.values()},
+        }
+
+    def _on_ping(self, msg: protocol.Ping) -> dict[str, Any]:
+        return {"payload": msg.payload}
+
+    def _on_shutdown(self, msg: protocol.Shutdown) -> dict[str, Any]:
+        self._done.set()
+        return {}
+
+    def _on_open_project(self, msg: protocol.OpenProject) -> dict[str, Any]:
+        project = self.supervisor.open_project(msg.path, msg.create, msg.with_examples)
+        return project.snapshot()
+
+    def _on_snapshot(self, msg: protocol.GetProjectSnapshot) -> dict[str, Any]:
+        return self.supervisor.require_project().snapshot()
+
+    def _on_start_run(self, msg: protocol.StartRun) -> dict[str, Any]:
+        return {"run_id": self.supervisor.start_run(msg.kind, msg.config, msg.name)}
+
+    def _on_stop_run(self, msg: protocol.StopRun) -> dict[str, Any]:
+        self.supervisor.stop_run(msg.run_id, msg.timeout_s)
+        return {"run_id": msg.run_id}
+
+    def _on_resume_run(self, msg: protocol.ResumeRun) -> dict[str, Any]:
+        return {"run_id": self.supervisor.resume_run(msg.run_id)}
+
+    def _on_list_runs(self, msg: protocol.ListRuns) -> dict[str, Any]:
+        runs = self.supervisor.require_project().list_runs()
+        return {"runs": [r.to_dict() for r in runs]}
+
+    def _on_detect_hardware(self, msg: protocol.DetectHardware) -> dict[str, Any]:
+        from engine.hardware import detect
+
+        return detect().to_dict()
+
+
+# ---------------------------------------------------------------- CLI
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a run gets to stop by itself at shutdown (default 10)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="engine %(levelname)s: %(message)s",
+    )
+    out = private_event_stream()
+    server = Server(out, stop_timeout_s=args.stop_timeout)
+    return server.serve(sys.stdin)

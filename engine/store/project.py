@@ -1,0 +1,486 @@
+"""A studio project on disk: a folder, with its SQLite catalog.
+
+```
+project/
+  studio.sqlite            runs, models, lineage (SQLite, WAL)
+  envs/<name>.env.json     designed environments
+  flows/<name>.flow.json   workflow graphs
+  runs/<run-id>/           config.json, metrics.jsonl, log.txt, result.json, ...
+  models/<model-id>/       registered model files
+  data/                    trajectories, datasets
+```
+
+Only the supervisor writes the database; job processes write their own run
+folder. The database is the index; the run folders are the truth: a run whose
+row says ``running`` but whose process is gone is reconciled from its
+``result.json`` or marked ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ProjectError, UnknownRunError
+from engine.store.atomic import atomic_write_json, remove_stale_temp_files
+
+SCHEMA_VERSION = 1
+FOLDERS = ("envs", "flows", "runs", "models", "data")
+ACTIVE_STATUSES = ("queued", "running")
+FINAL_STATUSES = ("completed", "stopped", "failed", "interrupted")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    started REAL,
+    ended REAL,
+    pid INTEGER,
+    exit_code INTEGER,
+    signal INTEGER,
+    reason TEXT NOT NULL DEFAULT '',
+    config TEXT NOT NULL DEFAULT '{}',
+    summary TEXT NOT NULL DEFAULT '{}',
+    progress_done REAL NOT NULL DEFAULT 0,
+    progress_total REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS models (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    path TEXT NOT NULL,
+    created REAL NOT NULL,
+    source_run TEXT,
+    env TEXT NOT NULL DEFAULT '',
+    algo TEXT NOT NULL DEFAULT '',
+    base TEXT NOT NULL DEFAULT '',
+    metrics TEXT NOT NULL DEFAULT '{}',
+    size_bytes INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS lineage (
+    parent TEXT NOT NULL,
+    child TEXT NOT NULL,
+    relation TEXT NOT NULL,
+    PRIMARY KEY (parent, child, relation)
+);
+"""
+
+
+@dataclass
+class RunRecord:
+    id: str
+    name: str
+    kind: str
+    status: str
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    progress_done: float = 0.0
+    progress_total: float = 0.0
+    run_dir: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ModelRecord:
+    id: str
+    name: str
+    kind: str
+    path: str
+    created: float
+    source_run: str | None = None
+    env: str = ""
+    algo: str = ""
+    base: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    size_bytes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def new_id(prefix: str = "") -> str:
+    """Sortable, readable and unique: ``20261123-091502-3fa2``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
+    return f"{prefix}{stamp}-{secrets.token_hex(2)}"
+
+
+def check_writable(path: Path) -> None:
+    """Refuse a folder we cannot (or must not) write to, with one sentence."""
+    # Root ignores permission bits, so honour the read-only mark explicitly:
+    # a user who made the folder read-only means it.
+    mode = path.stat().st_mode
+    if not os.access(path, os.W_OK) or mode & 0o222 == 0:
+        raise ProjectError(
+            f"The project folder {path} is read-only; choose a folder you can write to."
+        )
+    probe = path / f".write-probe-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ProjectError(
+            f"The project folder {path} cannot be written to ({exc.strerror})."
+        ) from None
+
+
+class Project:
+    """An open project folder. Thread-safe: one connection behind a lock."""
+
+    def __init__(self, path: Path, db: sqlite3.Connection) -> None:
+        self.path = path
+        self._db = db
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------- opening
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = False,
+        examples: Path | None = None,
+    ) -> Project:
+        """Open the project at ``path``; with ``create`` make it if missing,
+        copying ``examples`` (a folder laid out like a project) into it."""
+        root = Path(path).expanduser()
+        if not str(path).strip():
+            raise ProjectError("No project folder was given.")
+        fresh = not (root / "studio.sqlite").exists()
+        if not root.exists():
+            if not create:
+                raise ProjectError(f"The project folder {root} does not exist.")
+            try:
+                root.mkdir(parents=True)
+            except OSError as exc:
+                raise ProjectError(
+                    f"The project folder {root} cannot be created ({exc.strerror})."
+                ) from None
+        if not root.is_dir():
+            raise ProjectError(f"{root} is a file, not a project folder.")
+        if fresh and not create and any(root.iterdir()):
+            raise ProjectError(
+                f"{root} is not an RL Studio project (it has no studio.sqlite)."
+            )
+        check_writable(root)
+        for name in FOLDERS:
+            (root / name).mkdir(exist_ok=True)
+        remove_stale_temp_files(root)
+        try:
+            db = sqlite3.connect(
+                root / "studio.sqlite", check_same_thread=False, timeout=10
+            )
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+            db.commit()
+        except sqlite3.DatabaseError as exc:
+            raise ProjectError(
+                f"The project database {root / 'studio.sqlite'} is damaged ({exc})."
+            ) from None
+        project = cls(root, db)
+        if fresh and examples is not None and examples.is_dir():
+            project.copy_examples(examples)
+        return project
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def copy_examples(self, examples: Path) -> list[Path]:
+        """Copy bundled examples (laid out like a project) without overwriting."""
+        copied = []
+        for src in sorted(examples.rglob("*")):
+            if not src.is_file() or src.name.startswith((".", "__")):
+                continue
+            dst = self.path / src.relative_to(examples)
+            if dst.exists():
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            copied.append(dst)
+        return copied
+
+    # --------------------------------------------------------------- runs
+    def run_dir(self, run_id: str) -> Path:
+        return self.path / "runs" / run_id
+
+    def create_run(
+        self, kind: str, config: dict[str, Any], name: str = ""
+    ) -> RunRecord:
+        """Make the run folder with its ``config.json`` and a ``queued`` row."""
+        run_id = new_id()
+        run_dir = self.run_dir(run_id)
+        run_dir.mkdir(parents=True)
+        record = RunRecord(
+            id=run_id,
+            name=name or f"{kind} {run_id}",
+            kind=kind,
+            status="queued",
+            created=time.time(),
+            config=config,
+            run_dir=str(run_dir),
+        )
+        atomic_write_json(
+            run_dir / "config.json",
+            {"run_id": run_id, "kind": kind, "name": record.name, "config": config},
+        )
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO runs (id, name, kind, status, created, config)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    record.name,
+                    kind,
+                    "queued",
+                    record.created,
+                    json.dumps(config),
+                ),
+            )
+        return record
+
+    _RUN_FIELDS = frozenset(RunRecord.__dataclass_fields__) - {"id", "run_dir"}
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        bad = set(fields) - self._RUN_FIELDS
+        if bad:
+            raise ValueError(f"unknown run fields: {sorted(bad)}")
+        values = [
+            json.dumps(v) if k in ("config", "summary") else v
+            for k, v in fields.items()
+        ]
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        with self._lock, self._db:
+            cur = self._db.execute(
+                f"UPDATE runs SET {sets} WHERE id = ?", (*values, run_id)
+            )
+        if cur.rowcount == 0:
+            raise UnknownRunError(f"There is no run {run_id!r} in this project.")
+
+    def get_run(self, run_id: str) -> RunRecord:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+            cols = self._columns("runs")
+        if row is None:
+            raise UnknownRunError(f"There is no run {run_id!r} in this project.")
+        return self._run_from_row(dict(zip(cols, row, strict=True)))
+
+    def list_runs(self) -> list[RunRecord]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM runs ORDER BY created").fetchall()
+            cols = self._columns("runs")
+        return [self._run_from_row(dict(zip(cols, r, strict=True))) for r in rows]
+
+    def reconcile_runs(self, live_run_ids: Iterable[str] = ()) -> list[str]:
+        """Settle runs the database thinks are active but no live process owns.
+
+        A run that finished while nobody watched left a ``result.json``; a run
+        without one was interrupted (engine killed, machine rebooted). Returns
+        the ids whose status changed.
+        """
+        live = set(live_run_ids)
+        changed = []
+        for run in self.list_runs():
+            if run.status not in ACTIVE_STATUSES or run.id in live:
+                continue
+            result = _read_json(self.run_dir(run.id) / "result.json")
+            if result and result.get("status") in FINAL_STATUSES:
+                self.update_run(
+                    run.id,
+                    status=result["status"],
+                    summary=result.get("summary", {}),
+                    reason=result.get("reason", ""),
+                    ended=run.ended or time.time(),
+                )
+            else:
+                self.update_run(
+                    run.id,
+                    status="interrupted",
+                    reason="The run's process ended without reporting a result.",
+                    ended=run.ended or time.time(),
+                )
+            changed.append(run.id)
+        return changed
+
+    def _run_from_row(self, row: dict[str, Any]) -> RunRecord:
+        row["config"] = json.loads(row["config"] or "{}")
+        row["summary"] = json.loads(row["summary"] or "{}")
+        return RunRecord(**row, run_dir=str(self.run_dir(row["id"])))
+
+    def _columns(self, table: str) -> list[str]:
+        return [r[1] for r in self._db.execute(f"PRAGMA table_info({table})")]
+
+    # ------------------------------------------------------------- models
+    def register_model(
+        self,
+        *,
+        name: str,
+        kind: str,
+        files: list[Path],
+        source_run: str | None = None,
+        env: str = "",
+        algo: str = "",
+        base: str = "",
+        metrics: dict[str, Any] | None = None,
+        parents: Iterable[str] = (),
+    ) -> ModelRecord:
+        """Copy ``files`` (files or folders) into ``models/<id>/`` and index them.
+
+        The first file is the model's main path. Lineage links the source run
+        and ``parents`` (other model ids) to the new model.
+        """
+        if not files:
+            raise ValueError("a model needs at least one file")
+        for f in files:
+            if not Path(f).exists():
+                raise ProjectError(f"The model file {f} does not exist.")
+        model_id = new_id("m-")
+        folder = self.path / "models" / model_id
+        tmp = folder.with_name(folder.name + ".tmp-copy")
+        tmp.mkdir(parents=True)
+        for f in files:
+            src = Path(f)
+            if src.is_dir():
+                shutil.copytree(src, tmp / src.name)
+            else:
+                shutil.copy2(src, tmp / src.name)
+        tmp.rename(folder)  # the model appears whole or not at all
+        main_path = folder / Path(files[0]).name
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+        record = ModelRecord(
+            id=model_id,
+            name=name,
+            kind=kind,
+            path=str(main_path),
+            created=time.time(),
+            source_run=source_run,
+            env=env,
+            algo=algo,
+            base=base,
+            metrics=metrics or {},
+            size_bytes=size,
+        )
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO models (id, name, kind, path, created, source_run, env,"
+                " algo, base, metrics, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    record.id,
+                    name,
+                    kind,
+                    str(main_path.relative_to(self.path)),
+                    record.created,
+                    source_run,
+                    env,
+                    algo,
+                    base,
+                    json.dumps(record.metrics),
+                    size,
+                ),
+            )
+            links = [(p, model_id, "derived") for p in parents]
+            if source_run:
+                links.append((source_run, model_id, "trained"))
+            self._db.executemany(
+                "INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", links
+            )
+        return record
+
+    def list_models(self) -> list[ModelRecord]:
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM models ORDER BY created").fetchall()
+            cols = self._columns("models")
+        out = []
+        for r in rows:
+            row = dict(zip(cols, r, strict=True))
+            row["metrics"] = json.loads(row["metrics"] or "{}")
+            row["path"] = str(self.path / row["path"])
+            out.append(ModelRecord(**row))
+        return out
+
+    def lineage(self, node_id: str) -> list[tuple[str, str, str]]:
+        """Every (parent, child, relation) link touching ``node_id``'s ancestry."""
+        with self._lock:
+            rows = self._db.execute(
+                """
+                WITH RECURSIVE up(id) AS (
+                    SELECT ? UNION SELECT parent FROM lineage JOIN up ON child = up.id
+                )
+                SELECT parent, child, relation FROM lineage
+                WHERE child IN (SELECT id FROM up)
+                """,
+                (node_id,),
+            ).fetchall()
+        return [tuple(r) for r in rows]
+
+    # ------------------------------------------------------- documents
+    def list_documents(self, folder: str, suffix: str) -> list[dict[str, Any]]:
+        """Env specs or flows: name, path, modified time, and the JSON's
+        ``kind``/``description`` when it parses (a broken file is listed with
+        its error, so the user can find and fix it)."""
+        docs = []
+        for p in sorted((self.path / folder).glob(f"*{suffix}")):
+            entry: dict[str, Any] = {
+                "name": p.name[: -len(suffix)],
+                "path": str(p),
+                "modified": p.stat().st_mtime,
+            }
+            data = _read_json(p)
+            if data is None:
+                entry["error"] = "The file is not valid JSON."
+            else:
+                entry["kind"] = str(data.get("kind", ""))
+                entry["description"] = str(data.get("description", ""))
+            docs.append(entry)
+        return docs
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "name": self.name,
+            "envs": self.list_documents("envs", ".env.json"),
+            "flows": self.list_documents("flows", ".flow.json"),
+            "runs": [r.to_dict() for r in self.list_runs()],
+            "models": [m.to_dict() for m in self.list_models()],
+        }
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return data
+    return None

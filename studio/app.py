@@ -1,0 +1,125 @@
+"""``rl-studio``: start the desktop app (or render a screenshot and exit)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+_T0 = time.perf_counter()
+
+WORKSPACE_CHOICES = ("environments", "workflows", "training", "models")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rl-studio", description="RL Studio: train agents with RL and ship them."
+    )
+    parser.add_argument(
+        "--project", type=Path, help="project folder to open (created if missing)"
+    )
+    parser.add_argument(
+        "--screenshot",
+        type=Path,
+        metavar="FILE.png",
+        help="render the window offscreen to FILE.png and exit",
+    )
+    parser.add_argument(
+        "--workspace", choices=WORKSPACE_CHOICES, help="workspace to show"
+    )
+    parser.add_argument("--open", type=Path, dest="open_file", help="a file to open")
+    parser.add_argument(
+        "--install-desktop",
+        action="store_true",
+        help="install the launcher and icon for the current user, then exit",
+    )
+    parser.add_argument(
+        "--exit-when-shown",
+        action="store_true",
+        help="print the seconds from launch to window shown, then exit (benchmark)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.install_desktop:
+        from studio.desktop import install_desktop_entry
+
+        print(install_desktop_entry())
+        return 0
+    if args.screenshot or args.exit_when_shown:
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from PySide6.QtWidgets import QApplication
+
+    from studio.engine_client import EngineClient
+    from studio.main_window import MainWindow, app_icon
+    from studio.models.project_state import ProjectState
+    from studio.session import Session
+    from studio.settings import Settings
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("RL Studio")
+    app.setOrganizationName("RLStudio")
+    app.setDesktopFileName("rl-studio")
+    app.setWindowIcon(app_icon())
+
+    settings = Settings()
+    if args.project is not None:
+        project, create = str(args.project.expanduser().resolve()), True
+    elif settings.last_project:
+        project, create = settings.last_project, False
+    else:
+        project, create = str(settings.default_project), True
+
+    client = EngineClient()
+    state = ProjectState()
+    session = Session(client, state, settings)
+    window = MainWindow(session, settings)
+    if args.workspace:
+        window.set_workspace(args.workspace)
+    client.start()
+    session.open_project(project, create=create)
+
+    if args.exit_when_shown:
+        window.show()
+        app.processEvents()
+        print(f'{{"shown_s": {time.perf_counter() - _T0:.4f}}}', flush=True)
+        client.stop()
+        return 0
+    if args.screenshot:
+        return _screenshot(app, window, session, args.screenshot)
+
+    window.show()
+    code = app.exec()
+    client.stop()
+    return int(code)
+
+
+def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-untyped-def]
+    """Show the window once the project is loaded (or failed), grab it."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    session.project_opened.connect(lambda *_: QTimer.singleShot(300, loop.quit))
+    session.project_failed.connect(lambda *_: QTimer.singleShot(300, loop.quit))
+    QTimer.singleShot(30_000, loop.quit)
+    window.confirm_quit = False
+    window.show()
+    loop.exec()
+    app.processEvents()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ok = window.grab().save(str(path))
+    session.client.stop()
+    if not ok:
+        print(f"rl-studio: could not write the screenshot {path}.", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

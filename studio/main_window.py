@@ -1,0 +1,342 @@
+"""The main window: navigation between the four workspaces, the engine and
+project status, the log console, and the application menus."""
+
+from __future__ import annotations
+
+import platform
+
+import psutil
+from PySide6.QtCore import QSize, Qt, QTimer, qVersion
+from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QDockWidget,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QStackedWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import protocol
+from resources import resource_path
+from studio.engine_client import CRASHED, FAILED, READY, STARTING
+from studio.session import Session
+from studio.settings import Settings, SettingsDialog
+from studio.workspaces.documents import DocumentsWorkspace
+from studio.workspaces.models import ModelsWorkspace
+from studio.workspaces.training import TrainingWorkspace
+from widgets.banner import Banner
+from widgets.hardware_meter import HardwareMeter, Usage
+from widgets.log_console import LogConsole
+
+WORKSPACES = ("environments", "workflows", "training", "models")
+ENGINE_STATE_TEXT = {
+    STARTING: ("#b8860b", "Engine starting…"),
+    READY: ("#2ca02c", "Engine ready"),
+    CRASHED: ("#d62728", "Engine crashed — restarting"),
+    FAILED: ("#d62728", "Engine stopped"),
+    "stopped": ("#7f7f7f", "Engine stopped"),
+}
+SELFTEST_CONFIG = {"steps": 300, "step_seconds": 0.01}
+
+
+def app_icon() -> QIcon:
+    return QIcon(str(resource_path("icons", "rl-studio.svg")))
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, session: Session, settings: Settings) -> None:
+        super().__init__()
+        self.session = session
+        self.settings = settings
+        self.setWindowTitle("RL Studio")
+        self.setWindowIcon(app_icon())
+        self.resize(1280, 800)
+        self._restarting = False
+        self.confirm_quit = True
+        """Ask before quitting while runs train (off for scripted use)."""
+
+        state = session.state
+        self.workspaces: dict[str, QWidget] = {
+            "environments": DocumentsWorkspace(state, "envs", "Environments", "envs"),
+            "workflows": DocumentsWorkspace(state, "flows", "Workflows", "flows"),
+            "training": TrainingWorkspace(session),
+            "models": ModelsWorkspace(state),
+        }
+        self.nav = QListWidget()
+        self.nav.setIconSize(QSize(28, 28))
+        self.nav.setFixedWidth(170)
+        self.nav.setSpacing(2)
+        self.stack = QStackedWidget()
+        for name, widget in self.workspaces.items():
+            item = QListWidgetItem(
+                QIcon(str(resource_path("icons", f"{name}.svg"))), name.title()
+            )
+            item.setData(Qt.ItemDataRole.UserRole, name)
+            item.setSizeHint(QSize(160, 44))
+            self.nav.addItem(item)
+            self.stack.addWidget(widget)
+        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+
+        self.banner = Banner()
+        self.banner.action_requested.connect(self._on_banner_action_requested)
+        self._banner_action = ""
+        content = QWidget()
+        column = QVBoxLayout(content)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.banner)
+        column.addWidget(self.stack, 1)
+        central = QWidget()
+        row = QHBoxLayout(central)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(0)
+        row.addWidget(self.nav)
+        row.addWidget(content, 1)
+        self.setCentralWidget(central)
+
+        self.log_console = LogConsole(max_lines=settings.log_max_lines)
+        self.log_dock = QDockWidget("Log", self)
+        self.log_dock.setObjectName("log_dock")
+        self.log_dock.setWidget(self.log_console)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_dock)
+        self.resizeDocks([self.log_dock], [160], Qt.Orientation.Vertical)
+
+        self.engine_label = QLabel()
+        self.project_label = QLabel()
+        self.hardware_meter = HardwareMeter()
+        bar = self.statusBar()
+        bar.addWidget(self.engine_label)
+        bar.addWidget(self.project_label, 1)
+        bar.addPermanentWidget(self.hardware_meter)
+        self._gpu: dict = {}
+        self._usage_timer = QTimer(self, interval=1500)
+        self._usage_timer.timeout.connect(self._on_usage_timer_timeout)
+        self._usage_timer.start()
+        psutil.cpu_percent(None)  # prime the counter; the first reading is 0
+        self._on_usage_timer_timeout()
+
+        self._build_menus()
+        client = session.client
+        client.state_changed.connect(self._on_client_state_changed)
+        client.crashed.connect(self._on_client_crashed)
+        session.project_opened.connect(self._on_session_project_opened)
+        session.project_failed.connect(self._on_session_project_failed)
+        session.message_posted.connect(self._on_session_message_posted)
+        session.run_log_received.connect(self._on_session_run_log_received)
+        session.hardware_changed.connect(self._on_session_hardware_changed)
+        self._on_client_state_changed(client.state)
+        self.set_workspace("environments")
+
+    # --------------------------------------------------------------- API
+    def set_workspace(self, name: str) -> None:
+        if name not in self.workspaces:
+            raise ValueError(
+                f"Unknown workspace {name!r}; choose one of {', '.join(WORKSPACES)}."
+            )
+        self.nav.setCurrentRow(WORKSPACES.index(name))
+
+    def current_workspace(self) -> str:
+        return WORKSPACES[self.stack.currentIndex()]
+
+    # ------------------------------------------------------------- menus
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self._add_action(
+            file_menu,
+            "&New Project…",
+            self._on_new_project,
+            QKeySequence.StandardKey.New,
+        )
+        self._add_action(
+            file_menu,
+            "&Open Project…",
+            self._on_open_project,
+            QKeySequence.StandardKey.Open,
+        )
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
+        file_menu.addSeparator()
+        self._add_action(
+            file_menu,
+            "&Settings…",
+            self._on_settings,
+            QKeySequence.StandardKey.Preferences,
+        )
+        file_menu.addSeparator()
+        self._add_action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+
+        view_menu = self.menuBar().addMenu("&View")
+        for i, name in enumerate(WORKSPACES):
+            self._add_action(
+                view_menu,
+                name.title(),
+                lambda n=name: self.set_workspace(n),
+                f"Ctrl+{i + 1}",
+            )
+        view_menu.addSeparator()
+        view_menu.addAction(self.log_dock.toggleViewAction())
+
+        engine_menu = self.menuBar().addMenu("&Engine")
+        self._add_action(engine_menu, "Run &self-test", self._on_run_selftest)
+        self._add_action(engine_menu, "&Restart engine", self._on_restart_engine)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        self._add_action(help_menu, "&About RL Studio", self._on_about)
+
+    def _add_action(self, menu, text, slot, shortcut=None) -> QAction:  # type: ignore[no-untyped-def]
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(lambda *_: slot())
+        menu.addAction(action)
+        return action
+
+    def _on_new_project(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "New project folder", str(self.settings.projects_root / "untitled")
+        )
+        if path:
+            self.session.open_project(path, create=True)
+
+    def _on_open_project(self) -> None:
+        path = QFileDialog.getExistingDirectory(
+            self, "Open project folder", str(self.settings.projects_root)
+        )
+        if path:
+            self.session.open_project(path)
+
+    def _on_recent_menu_about_to_show(self) -> None:
+        self.recent_menu.clear()
+        recent = self.settings.recent_projects
+        for path in recent:
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda *_, p=path: self.session.open_project(p))
+        if not recent:
+            self.recent_menu.addAction("No recent projects").setEnabled(False)
+
+    def _on_settings(self) -> None:
+        SettingsDialog(self.settings, self).exec()
+
+    def _on_run_selftest(self) -> None:
+        self.session.start_run(
+            "selftest", dict(SELFTEST_CONFIG), name="Engine self-test"
+        )
+        self.set_workspace("training")
+
+    def _on_restart_engine(self) -> None:
+        self.session.client.restart()
+
+    def _on_about(self) -> None:
+        info = self.session.client.engine_info
+        hw = self.session.hardware
+        gpus = ", ".join(g["name"] for g in hw.get("gpus", [])) or "none"
+        QMessageBox.about(
+            self,
+            "About RL Studio",
+            "<h3>RL Studio 0.1.0</h3>"
+            "<p>Design environments, train agents with reinforcement learning, "
+            "and ship them.</p>"
+            f"<p>Python {platform.python_version()} · Qt {qVersion()}<br>"
+            f"Engine {info.get('engine_version', '?')} (protocol "
+            f"{info.get('protocol_version', protocol.PROTOCOL_VERSION)}, "
+            f"pid {info.get('pid', '?')})<br>"
+            f"CPU: {hw.get('cpu_model', '?')}<br>GPUs: {gpus}</p>",
+        )
+
+    # ------------------------------------------------------------ engine
+    def _on_client_state_changed(self, state: str) -> None:
+        color, text = ENGINE_STATE_TEXT.get(state, ("#7f7f7f", state))
+        self.engine_label.setText(f"<span style='color:{color}'>●</span> {text}")
+        if state == READY and self._restarting:
+            self._restarting = False
+            self._show_banner(
+                "The engine was restarted. Runs that were active are shown as "
+                "interrupted and can be resumed.",
+                "success",
+                auto_hide_ms=10_000,
+            )
+        elif state == FAILED:
+            self._show_banner(
+                "The engine is not running and could not be restarted "
+                "automatically; see the log for why.",
+                "error",
+                action="restart",
+            )
+
+    def _on_client_crashed(self, reason: str) -> None:
+        self._restarting = self.session.client.auto_restart
+        self.log_console.append_line(reason, "engine", "error")
+        self._show_banner(f"{reason} Restarting the engine…", "warning")
+
+    def _show_banner(
+        self, text: str, level: str, action: str = "", auto_hide_ms: int = 0
+    ) -> None:
+        self._banner_action = action
+        labels = {"restart": "Restart engine", "open": "Open project…"}
+        self.banner.show_message(text, level, labels.get(action, ""), auto_hide_ms)
+
+    def _on_banner_action_requested(self) -> None:
+        if self._banner_action == "restart":
+            self.session.client.restart()
+        elif self._banner_action == "open":
+            self._on_open_project()
+        self.banner.dismiss()
+
+    # ----------------------------------------------------------- project
+    def _on_session_project_opened(self, path: str) -> None:
+        state = self.session.state
+        self.setWindowTitle(f"{state.name} — RL Studio")
+        self.project_label.setText(f"Project: {path}")
+        self.project_label.setToolTip(path)
+        if self.banner.level == "error" and self._banner_action == "open":
+            self.banner.dismiss()
+
+    def _on_session_project_failed(self, message: str) -> None:
+        self._show_banner(message, "error", action="open")
+
+    def _on_session_message_posted(self, level: str, source: str, text: str) -> None:
+        self.log_console.append_line(text, source, level)
+
+    def _on_session_run_log_received(self, run_id: str, lines: list[str]) -> None:
+        self.log_console.append_lines(lines, run_id[-4:])
+
+    # ----------------------------------------------------------- hardware
+    def _on_session_hardware_changed(self, info: dict) -> None:
+        gpus = info.get("gpus") or []
+        self._gpu = gpus[0] if gpus else {}
+        self._on_usage_timer_timeout()
+
+    def _on_usage_timer_timeout(self) -> None:
+        mem = psutil.virtual_memory()
+        self.hardware_meter.set_usage(
+            Usage(
+                cpu_percent=psutil.cpu_percent(None),
+                ram_used_bytes=int(mem.total - mem.available),
+                ram_total_bytes=int(mem.total),
+                gpu_name=self._gpu.get("name", ""),
+                gpu_memory_total_bytes=self._gpu.get("memory_total_bytes"),
+            )
+        )
+
+    # ------------------------------------------------------------- close
+    def closeEvent(self, event: QCloseEvent) -> None:
+        active = [
+            r for r in self.session.state.runs.values() if r.get("status") == "running"
+        ]
+        if active and self.confirm_quit and self.isVisible():
+            answer = QMessageBox.question(
+                self,
+                "Quit RL Studio",
+                f"{len(active)} run(s) are still training. Quitting stops them "
+                "(they save a checkpoint and can be resumed). Quit anyway?",
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                event.ignore()
+                return
+        self._usage_timer.stop()
+        event.accept()

@@ -1,0 +1,177 @@
+"""The session: the one place where engine messages meet the studio's models.
+
+It turns engine events into model updates (``ProjectState``) and user
+intents (open a project, start or stop a run) into engine requests. Panels
+call the session's methods and observe the models; they never build
+protocol messages themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from engine import protocol
+from studio.engine_client import READY, EngineClient
+from studio.models.project_state import ProjectState
+from studio.settings import Settings
+
+
+class Session(QObject):
+    project_opened = Signal(str)
+    """The project at this path is open and loaded into ``state``."""
+    project_failed = Signal(str)
+    """Opening a project failed; the argument is one readable sentence."""
+    run_metrics_received = Signal(str, list)
+    run_log_received = Signal(str, list)
+    run_ended = Signal(str, str, str)
+    """run id, final status, reason (empty when it completed)."""
+    message_posted = Signal(str, str, str)
+    """level, source, text — for the log console."""
+    hardware_changed = Signal(dict)
+    request_failed = Signal(str)
+    """A request the user made failed; one sentence for a message box."""
+
+    def __init__(
+        self,
+        client: EngineClient,
+        state: ProjectState,
+        settings: Settings,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.client = client
+        self.state = state
+        self.settings = settings
+        self.hardware: dict[str, Any] = {}
+        self._wanted_project: tuple[str, bool] | None = None
+        client.state_changed.connect(self._on_client_state_changed)
+        client.event_received.connect(self._on_client_event_received)
+        client.stderr_received.connect(self._on_client_stderr_received)
+
+    # ---------------------------------------------------------- project
+    def open_project(self, path: str, create: bool = False) -> None:
+        """Open (or create) a project; ``project_opened`` or ``project_failed``
+        follows. Re-sent automatically after an engine restart."""
+        self._wanted_project = (path, create)
+        self.client.request(
+            protocol.OpenProject(path=path, create=create),
+            on_reply=self._on_project_snapshot,
+            on_error=self._on_project_error,
+        )
+
+    def refresh_project(self) -> None:
+        if self.state.is_open:
+            self.client.request(
+                protocol.GetProjectSnapshot(), on_reply=self.state.load_snapshot
+            )
+
+    def _on_project_snapshot(self, snap: dict[str, Any]) -> None:
+        self.state.load_snapshot(snap)
+        self.settings.last_project = self.state.path
+        self.settings.add_recent_project(self.state.path)
+        # After a restart the project must be re-opened as it exists now,
+        # never re-created.
+        self._wanted_project = (self.state.path, False)
+        self.project_opened.emit(self.state.path)
+
+    def _on_project_error(self, error: protocol.Error) -> None:
+        if error.error_type == "EngineGone":
+            return  # re-sent when the engine is back
+        self._wanted_project = (self.state.path, False) if self.state.is_open else None
+        self.message_posted.emit("error", "project", error.message)
+        self.project_failed.emit(error.message)
+
+    # ------------------------------------------------------------- runs
+    def start_run(
+        self,
+        kind: str,
+        config: dict[str, Any],
+        name: str = "",
+        on_started: Callable[[str], None] | None = None,
+    ) -> None:
+        self.client.request(
+            protocol.StartRun(kind=kind, config=config, name=name),
+            on_reply=lambda r: on_started(r["run_id"]) if on_started else None,
+            on_error=self._on_request_error,
+        )
+
+    def stop_run(self, run_id: str) -> None:
+        self.client.request(
+            protocol.StopRun(run_id=run_id, timeout_s=self.settings.stop_timeout_s),
+            on_error=self._on_request_error,
+        )
+
+    def resume_run(self, run_id: str) -> None:
+        self.client.request(
+            protocol.ResumeRun(run_id=run_id), on_error=self._on_request_error
+        )
+
+    def detect_hardware(self) -> None:
+        self.client.request(protocol.DetectHardware(), on_reply=self._on_hardware_reply)
+
+    def _on_hardware_reply(self, info: dict[str, Any]) -> None:
+        self.hardware = info
+        self.hardware_changed.emit(info)
+
+    def _on_request_error(self, error: protocol.Error) -> None:
+        self.message_posted.emit("error", "engine", error.message)
+        self.request_failed.emit(error.message)
+
+    # ----------------------------------------------------------- engine
+    def _on_client_state_changed(self, state: str) -> None:
+        if state == READY:
+            if self._wanted_project is not None and not self._project_request_pending():
+                path, create = self._wanted_project
+                self.open_project(path, create)
+            if not self.hardware:
+                self.detect_hardware()
+
+    def _project_request_pending(self) -> bool:
+        # A request made before the handshake is still queued in the client.
+        return any(
+            isinstance(p.msg, protocol.OpenProject)
+            for p in self.client._pending.values()
+        )
+
+    def _on_client_stderr_received(self, line: str) -> None:
+        level = "error" if "Traceback" in line or "ERROR" in line else "info"
+        self.message_posted.emit(level, "engine", line)
+
+    def _on_client_event_received(self, msg: protocol.Message) -> None:
+        match msg:
+            case protocol.RunMetrics(run_id=run_id, rows=rows):
+                self.run_metrics_received.emit(run_id, rows)
+            case protocol.RunProgress():
+                self.state.on_run_progress(
+                    msg.run_id, msg.done, msg.total, msg.rate, msg.eta_s
+                )
+            case protocol.RunLog(run_id=run_id, lines=lines):
+                self.run_log_received.emit(run_id, lines)
+            case protocol.RunStarted():
+                self.state.on_run_started(msg.run_id, msg.kind, msg.name, msg.run_dir)
+                self.message_posted.emit(
+                    "info", "run", f"{msg.name} started (pid {msg.pid})"
+                )
+            case protocol.RunFinished():
+                self.state.on_run_ended(msg.run_id, msg.status, summary=msg.summary)
+                self.message_posted.emit(
+                    "info", "run", f"run {msg.run_id} {msg.status}"
+                )
+                self.run_ended.emit(msg.run_id, msg.status, "")
+            case protocol.RunFailed():
+                self.state.on_run_ended(msg.run_id, "failed", reason=msg.reason)
+                self.message_posted.emit(
+                    "error", "run", f"run {msg.run_id}: {msg.reason}"
+                )
+                self.run_ended.emit(msg.run_id, "failed", msg.reason)
+            case protocol.ProjectChanged():
+                self.refresh_project()
+            case protocol.EngineLog(level=level, text=text):
+                self.message_posted.emit(level, "engine", text)
+            case protocol.Error():
+                self.message_posted.emit("error", "engine", msg.message)
+            case _:
+                pass  # an event this studio has no use for

@@ -1,0 +1,136 @@
+"""User settings (QSettings) and the Settings dialog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
+
+MAX_RECENT = 8
+
+
+class Settings:
+    """Typed access to the studio's persistent settings."""
+
+    def __init__(self, qsettings: QSettings | None = None) -> None:
+        self._s = qsettings or QSettings("RLStudio", "RL Studio")
+
+    def _get(self, key: str, default: object, kind: type) -> object:
+        value = self._s.value(key, default)
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            return default
+
+    @property
+    def projects_root(self) -> Path:
+        return Path(str(self._get("projects_root", str(Path.home() / "RLStudio"), str)))
+
+    @projects_root.setter
+    def projects_root(self, value: Path) -> None:
+        self._s.setValue("projects_root", str(value))
+
+    @property
+    def default_project(self) -> Path:
+        return self.projects_root / "default"
+
+    @property
+    def last_project(self) -> str:
+        return str(self._get("last_project", "", str))
+
+    @last_project.setter
+    def last_project(self, value: str) -> None:
+        self._s.setValue("last_project", value)
+
+    @property
+    def recent_projects(self) -> list[str]:
+        value = self._s.value("recent_projects", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def add_recent_project(self, path: str) -> None:
+        recent = [p for p in self.recent_projects if p != path]
+        self._s.setValue("recent_projects", [path, *recent][:MAX_RECENT])
+
+    def remove_recent_project(self, path: str) -> None:
+        self._s.setValue(
+            "recent_projects", [p for p in self.recent_projects if p != path]
+        )
+
+    @property
+    def stop_timeout_s(self) -> float:
+        return float(self._get("stop_timeout_s", 10.0, float))  # type: ignore[arg-type]
+
+    @stop_timeout_s.setter
+    def stop_timeout_s(self, value: float) -> None:
+        self._s.setValue("stop_timeout_s", float(value))
+
+    @property
+    def log_max_lines(self) -> int:
+        return int(self._get("log_max_lines", 5000, int))  # type: ignore[call-overload]
+
+    @log_max_lines.setter
+    def log_max_lines(self, value: int) -> None:
+        self._s.setValue("log_max_lines", int(value))
+
+    def sync(self) -> None:
+        self._s.sync()
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self._settings = settings
+        self.projects_root = QLineEdit(str(settings.projects_root))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._on_browse_clicked)
+        row = QHBoxLayout()
+        row.addWidget(self.projects_root, 1)
+        row.addWidget(browse)
+        self.stop_timeout = QDoubleSpinBox(
+            minimum=1, maximum=600, decimals=0, suffix=" s"
+        )
+        self.stop_timeout.setValue(settings.stop_timeout_s)
+        self.stop_timeout.setToolTip(
+            "How long a run may take to stop by itself before it is terminated."
+        )
+        self.log_lines = QSpinBox(minimum=500, maximum=200_000, singleStep=500)
+        self.log_lines.setValue(settings.log_max_lines)
+        form = QFormLayout(self)
+        form.addRow("Projects folder", row)
+        form.addRow("Stop timeout", self.stop_timeout)
+        form.addRow("Log lines kept", self.log_lines)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def _on_browse_clicked(self) -> None:
+        folder = QFileDialog.getExistingDirectory(
+            self, "Projects folder", self.projects_root.text()
+        )
+        if folder:
+            self.projects_root.setText(folder)
+
+    def accept(self) -> None:
+        self._settings.projects_root = Path(self.projects_root.text()).expanduser()
+        self._settings.stop_timeout_s = self.stop_timeout.value()
+        self._settings.log_max_lines = self.log_lines.value()
+        self._settings.sync()
+        super().accept()

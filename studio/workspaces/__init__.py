@@ -1,0 +1,1 @@
+"""The four workspaces of the main window, one module each."""

@@ -1,0 +1,86 @@
+"""Formatting helpers and a JSON file preview shared by the workspaces."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QUrl
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import QPlainTextEdit, QWidget
+
+STATUS_COLORS = {
+    "running": "#1f77b4",
+    "queued": "#7f7f7f",
+    "completed": "#2ca02c",
+    "stopped": "#b8860b",
+    "failed": "#d62728",
+    "interrupted": "#9467bd",
+}
+
+
+def fmt_time(ts: float | None) -> str:
+    if not ts:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return ""
+    seconds = int(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def fmt_bytes(n: int | None) -> str:
+    if not n:
+        return ""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def run_duration(run: dict[str, Any]) -> float | None:
+    started = run.get("started")
+    if not started:
+        return None
+    end = run.get("ended") or (time.time() if run.get("status") == "running" else None)
+    return None if end is None else end - started
+
+
+def open_folder(path: str | Path) -> None:
+    QDesktopServices.openUrl(QUrl.fromLocalFile(str(path)))
+
+
+class JsonPreview(QPlainTextEdit):
+    """Read-only, pretty-printed view of a JSON file or value."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setReadOnly(True)
+        font = self.font()
+        font.setFamily("monospace")
+        font.setStyleHint(font.StyleHint.Monospace)
+        self.setFont(font)
+
+    def show_file(self, path: str | Path) -> None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            self.setPlainText(f"Cannot read {path}: {exc.strerror}")
+            return
+        try:
+            text = json.dumps(json.loads(text), indent=2)
+        except ValueError as exc:
+            text = f"# This file is not valid JSON: {exc}\n\n{text}"
+        self.setPlainText(text)
+
+    def show_value(self, value: Any) -> None:
+        self.setPlainText(json.dumps(value, indent=2, default=str))

@@ -1,0 +1,30 @@
+"""Test settings shared by every test: offscreen Qt, no user files touched."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+# Before anything imports Qt: render offscreen, and keep settings, launchers
+# and default projects inside a throwaway home.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+_HOME = Path(tempfile.mkdtemp(prefix="rl-studio-test-home-"))
+os.environ["XDG_CONFIG_HOME"] = str(_HOME / ".config")
+os.environ["XDG_DATA_HOME"] = str(_HOME / ".local" / "share")
+os.environ["HOME"] = str(_HOME)
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
+from PySide6.QtCore import QStandardPaths  # noqa: E402
+
+QStandardPaths.setTestModeEnabled(True)
+
+
+@pytest.fixture
+def project_dir(tmp_path: Path) -> Path:
+    """A path where a fresh project may be created."""
+    return tmp_path / "project"

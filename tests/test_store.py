@@ -1,0 +1,212 @@
+"""The project store: folders, SQLite, atomic writes, metrics, bad folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from engine.errors import ProjectError, UnknownRunError
+from engine.store.atomic import atomic_write_json
+from engine.store.metrics import MetricsWriter, read_metrics
+from engine.store.project import Project
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_create_lays_out_the_folder_and_wal_database(project_dir: Path) -> None:
+    project = Project.open(project_dir, create=True)
+    for name in ("envs", "flows", "runs", "models", "data"):
+        assert (project_dir / name).is_dir()
+    mode = project._db.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+    project.close()
+
+
+def test_examples_are_copied_into_a_new_project_only(
+    project_dir: Path, tmp_path: Path
+) -> None:
+    examples = tmp_path / "examples"
+    (examples / "envs").mkdir(parents=True)
+    (examples / "envs" / "demo.env.json").write_text(
+        '{"kind": "grid", "description": "d"}'
+    )
+    project = Project.open(project_dir, create=True, examples=examples)
+    assert (project_dir / "envs" / "demo.env.json").exists()
+    envs = project.snapshot()["envs"]
+    assert envs[0]["name"] == "demo" and envs[0]["kind"] == "grid"
+    project.close()
+    # A user's edit survives reopening: examples are never copied twice.
+    (project_dir / "envs" / "demo.env.json").write_text('{"kind": "edited"}')
+    Project.open(project_dir, examples=examples).close()
+    assert (
+        json.loads((project_dir / "envs" / "demo.env.json").read_text())["kind"]
+        == "edited"
+    )
+
+
+def test_runs_round_trip_and_unknown_ids_are_clear(project_dir: Path) -> None:
+    project = Project.open(project_dir, create=True)
+    run = project.create_run("selftest", {"steps": 3}, name="first")
+    assert json.loads((project.run_dir(run.id) / "config.json").read_text())[
+        "config"
+    ] == {"steps": 3}
+    project.update_run(run.id, status="running", pid=123, summary={"a": 1})
+    again = project.get_run(run.id)
+    assert (again.status, again.pid, again.summary, again.name) == (
+        "running",
+        123,
+        {"a": 1},
+        "first",
+    )
+    with pytest.raises(UnknownRunError, match="no run 'nope'"):
+        project.get_run("nope")
+    with pytest.raises(UnknownRunError):
+        project.update_run("nope", status="failed")
+    project.close()
+
+
+def test_reconcile_marks_vanished_runs_interrupted_and_reads_results(
+    project_dir: Path,
+) -> None:
+    project = Project.open(project_dir, create=True)
+    lost = project.create_run("selftest", {})
+    done = project.create_run("selftest", {})
+    live = project.create_run("selftest", {})
+    for r in (lost, done, live):
+        project.update_run(r.id, status="running")
+    atomic_write_json(
+        project.run_dir(done.id) / "result.json",
+        {"status": "completed", "summary": {"steps": 9}},
+    )
+    changed = project.reconcile_runs(live_run_ids=[live.id])
+    assert set(changed) == {lost.id, done.id}
+    assert project.get_run(lost.id).status == "interrupted"
+    assert project.get_run(done.id).status == "completed"
+    assert project.get_run(done.id).summary == {"steps": 9}
+    assert project.get_run(live.id).status == "running"
+    project.close()
+
+
+def test_register_model_copies_files_and_records_lineage(
+    project_dir: Path, tmp_path: Path
+) -> None:
+    project = Project.open(project_dir, create=True)
+    run = project.create_run("selftest", {})
+    src = tmp_path / "policy.zip"
+    src.write_bytes(b"x" * 100)
+    model = project.register_model(
+        name="best",
+        kind="sb3-policy",
+        files=[src],
+        source_run=run.id,
+        env="CartPole-v1",
+        algo="PPO",
+        metrics={"eval/mean_reward": 500.0},
+    )
+    assert Path(model.path).read_bytes() == b"x" * 100
+    listed = project.list_models()
+    assert [m.id for m in listed] == [model.id]
+    assert listed[0].size_bytes == 100 and listed[0].metrics == {
+        "eval/mean_reward": 500.0
+    }
+    assert (run.id, model.id, "trained") in project.lineage(model.id)
+    with pytest.raises(ProjectError, match="does not exist"):
+        project.register_model(name="x", kind="k", files=[tmp_path / "missing.zip"])
+    project.close()
+
+
+def test_missing_folder_is_one_clear_sentence(tmp_path: Path) -> None:
+    with pytest.raises(
+        ProjectError, match=r"^The project folder .*missing does not exist\.$"
+    ):
+        Project.open(tmp_path / "missing")
+
+
+def test_read_only_folder_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    Project.open(folder, create=True).close()
+    folder.chmod(0o555)
+    try:
+        with pytest.raises(
+            ProjectError, match=r"is read-only; choose a folder you can write to\.$"
+        ):
+            Project.open(folder)
+    finally:
+        folder.chmod(0o755)
+
+
+def test_a_foreign_non_empty_folder_is_not_taken_over(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("hello")
+    with pytest.raises(ProjectError, match="not an RL Studio project"):
+        Project.open(tmp_path)
+
+
+def test_a_damaged_database_is_reported(project_dir: Path) -> None:
+    Project.open(project_dir, create=True).close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{project_dir}/studio.sqlite{suffix}").unlink(missing_ok=True)
+    (project_dir / "studio.sqlite").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ProjectError, match="damaged"):
+        Project.open(project_dir)
+
+
+def test_metrics_writer_is_durable_and_survives_a_torn_line(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    writer = MetricsWriter(path)
+    writer.append({"step": 1, "x": 1.0})
+    writer.append({"step": 2, "x": 2.0})
+    assert writer.flush() == [{"step": 1, "x": 1.0}, {"step": 2, "x": 2.0}]
+    with open(path, "a") as fh:
+        fh.write('{"step": 3, "x"')  # a crash mid-line
+    assert [r["step"] for r in read_metrics(path)] == [1, 2]
+    resumed = MetricsWriter(path)  # a resumed run cuts the torn tail first
+    resumed.append({"step": 3, "x": 3.0})
+    resumed.flush()
+    assert [r["step"] for r in read_metrics(path)] == [1, 2, 3]
+
+
+WRITER = r"""
+import sys, json
+from engine.store.atomic import atomic_write_json
+folder = sys.argv[1]
+big = "x" * 200_000
+i = 0
+print("ready", flush=True)
+while True:
+    for name in ("a", "b", "c"):
+        atomic_write_json(f"{folder}/{name}.json", {"generation": i, "pad": big})
+    i += 1
+"""
+
+
+def test_killing_the_writer_mid_save_leaves_old_or_new_never_truncated(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    for name in ("a", "b", "c"):
+        atomic_write_json(folder / f"{name}.json", {"generation": -1, "pad": ""})
+    for kill_after in (0.05, 0.13, 0.21, 0.34, 0.5):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(folder)],
+            stdout=subprocess.PIPE,
+            cwd=ROOT,
+            text=True,
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(kill_after)  # a random moment inside the write loop, not a wait
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for name in ("a", "b", "c"):
+            data = json.loads((folder / f"{name}.json").read_text())  # never truncated
+            assert data["generation"] >= -1
+    # Whatever the kill left behind is only temporary files, which opening sweeps.
+    Project.open(folder, create=True).close()
+    assert not [p for p in folder.iterdir() if ".tmp-" in p.name]
