@@ -1,0 +1,309 @@
+"""LivePlotPanel and RunProgressBar, driven through their public API and signals."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6 import QtCore, QtGui
+
+from studio.models.metric_store import MetricStore
+from widgets.live_plot import (
+    DEFAULT_GROUPS,
+    OTHER_GROUP,
+    LivePlotPanel,
+    ema_smooth,
+    group_for_key,
+)
+from widgets.run_progress import RunProgressBar, format_eta, format_progress
+
+PPO_KEYS = [
+    "rollout/ep_rew_mean",
+    "rollout/ep_len_mean",
+    "eval/mean_reward",
+    "train/value_loss",
+    "train/policy_gradient_loss",
+    "train/entropy_loss",
+    "train/approx_kl",
+    "train/learning_rate",
+    "time/fps",
+    "time/iterations",
+]
+
+
+def fill(
+    store: MetricStore, run_id: str, keys: list[str], n: int, seed: int = 0
+) -> None:
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1, dtype=float) * 100
+    for key in keys:
+        store.append_arrays(
+            run_id, key, steps, steps / 50.0, rng.normal(size=n).cumsum()
+        )
+
+
+@pytest.fixture
+def store() -> MetricStore:
+    return MetricStore()
+
+
+@pytest.fixture
+def panel(qtbot, store: MetricStore) -> LivePlotPanel:
+    widget = LivePlotPanel(columns=2)
+    qtbot.addWidget(widget)
+    widget.set_source(store.series)
+    store.add_keys_listener(widget.add_keys)
+    store.add_append_listener(widget.mark_dirty)
+    widget.resize(1000, 800)
+    widget.show()
+    return widget
+
+
+def test_group_rules_are_data_with_exact_keys_beating_globs() -> None:
+    assert group_for_key("rollout/ep_rew_mean") == "Rewards"
+    assert group_for_key("eval/mean_reward") == "Rewards"
+    assert group_for_key("train/value_loss") == "Losses"
+    assert group_for_key("train/entropy_loss") == "Policy"  # exact beats train/*loss*
+    assert group_for_key("rollout/exploration_rate") == "Schedule"
+    assert group_for_key("custom/thing") == OTHER_GROUP
+    assert group_for_key("time/iterations") is None
+    assert group_for_key("x/y", rules=[("Mine", ("x/*",))], ignored=()) == "Mine"
+    assert [t for t, _ in DEFAULT_GROUPS][:3] == ["Rewards", "Episode length", "Losses"]
+
+
+def test_panel_shows_groups_for_the_keys_given_and_hides_empty_ones(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    assert panel.group_titles() == []
+    with qtbot.waitSignal(panel.visible_groups_changed, timeout=2000) as sig:
+        fill(
+            store, "run-a", ["rollout/ep_rew_mean", "train/value_loss", "my/custom"], 50
+        )
+    assert sig.args[0] == ["Rewards", "Losses", OTHER_GROUP]
+    for title in ("Rewards", "Losses", OTHER_GROUP):
+        assert panel.group_widget(title).isVisible()
+    # Keys declared without data do not show a group.
+    panel.add_keys("run-a", ["time/fps"])
+    panel.redraw_all()
+    assert "Throughput" not in panel.group_titles()
+    assert not panel.group_widget("Throughput").isVisible()
+    # Ignored bookkeeping keys never make a curve.
+    fill(store, "run-a", ["time/iterations"], 5)
+    panel.redraw_all()
+    assert all(k != "time/iterations" for _, k in panel.curve_keys(OTHER_GROUP))
+
+
+def test_two_runs_overlay_with_distinct_colors_and_a_legend(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    fill(store, "run-a", ["rollout/ep_rew_mean", "eval/mean_reward"], 40, seed=1)
+    fill(store, "run-b", ["rollout/ep_rew_mean", "eval/mean_reward"], 30, seed=2)
+    panel.set_run_label("run-b", "PPO tuned")
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert panel.curve_keys("Rewards") == [
+        ("run-a", "rollout/ep_rew_mean"),
+        ("run-a", "eval/mean_reward"),
+        ("run-b", "rollout/ep_rew_mean"),
+        ("run-b", "eval/mean_reward"),
+    ]
+    assert panel.run_color("run-a") != panel.run_color("run-b")
+    x, y = panel.curve_data("run-b", "rollout/ep_rew_mean")
+    assert len(x) == 30 and np.array_equal(
+        y, store.series("run-b", "rollout/ep_rew_mean")[2]
+    )
+    legend = panel.legend_text("Rewards")
+    assert "run-a" in legend and "PPO tuned" in legend
+    assert "rollout/ep_rew_mean" in legend and "eval/mean_reward" in legend
+    panel.remove_run("run-a")
+    assert panel.curve_keys("Rewards") == [
+        ("run-b", "rollout/ep_rew_mean"),
+        ("run-b", "eval/mean_reward"),
+    ]
+    assert "run-a" not in panel.legend_text("Rewards")
+
+
+def test_smoothing_changes_curve_data_like_tensorboard(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    fill(store, "r", ["rollout/ep_rew_mean"], 500)
+    panel.redraw_all()
+    raw = store.series("r", "rollout/ep_rew_mean")[2]
+    assert np.array_equal(panel.curve_data("r", "rollout/ep_rew_mean")[1], raw)
+    with qtbot.waitSignal(panel.smoothing_changed, timeout=1000) as sig:
+        panel._smooth_slider.setValue(90)  # as a user drag ends
+    assert sig.args == [0.9]
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    y = panel.curve_data("r", "rollout/ep_rew_mean")[1]
+    last, out = 0.0, []
+    for i, v in enumerate(raw):  # TensorBoard's loop
+        last = last * 0.9 + 0.1 * v
+        out.append(last / (1 - 0.9 ** (i + 1)))
+    np.testing.assert_allclose(y, out, rtol=1e-10, atol=1e-10)
+    assert np.std(np.diff(y)) < np.std(np.diff(raw))
+    # Appending continues the EMA incrementally with the same result.
+    more = np.array([5.0, -3.0, 8.0])
+    store.append_arrays(
+        "r", "rollout/ep_rew_mean", np.array([1e6, 2e6, 3e6]), np.zeros(3), more
+    )
+    panel.redraw_all()
+    full = ema_smooth(np.concatenate([raw, more]), 0.9)[0]
+    np.testing.assert_allclose(panel.curve_data("r", "rollout/ep_rew_mean")[1], full)
+
+
+def test_x_axis_switch_to_wall_time(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    fill(store, "r", ["time/fps"], 20)
+    panel.redraw_all()
+    assert panel.curve_data("r", "time/fps")[0][-1] == 2000.0
+    with qtbot.waitSignal(panel.x_axis_changed, timeout=1000) as sig:
+        panel._x_combo.setCurrentIndex(1)
+    assert sig.args == ["time"] and panel.x_axis() == "time"
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert panel.curve_data("r", "time/fps")[0][-1] == 40.0
+    with pytest.raises(ValueError, match="x axis must be"):
+        panel.set_x_axis("epochs")
+
+
+def test_hover_label_shows_nearest_point_per_curve(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    steps = np.array([100.0, 200.0, 300.0])
+    store.append_arrays(
+        "a", "rollout/ep_rew_mean", steps, steps / 10, np.array([1.0, 2.0, 3.0])
+    )
+    store.append_arrays(
+        "b", "rollout/ep_rew_mean", steps, steps / 10, np.array([10.0, 20.0, 30.0])
+    )
+    panel.redraw_all()
+    qtbot.waitUntil(lambda: panel.group_widget("Rewards").isVisible(), timeout=2000)
+    text = panel.hover_text("Rewards", 190.0)
+    assert "step 190" in text
+    assert "a 2 @ 200" in text and "b 20 @ 200" in text
+    # Through the scene: a mouse move over the plot updates the readout.
+    group = panel.group_widget("Rewards")
+    qtbot.waitUntil(lambda: group.view.viewRange()[0][1] >= 300, timeout=2000)
+    scene_pos = group.view.mapViewToScene(QtCore.QPointF(290.0, 15.0))
+    group.plot.scene().sigMouseMoved.emit(scene_pos)
+    assert "a 3 @ 300" in panel.legend_text("Rewards")
+    assert group.crosshair.isVisible()
+    group.plot.scene().sigMouseMoved.emit(QtCore.QPointF(-1000.0, -1000.0))
+    assert not group.crosshair.isVisible()
+    assert "@" not in panel.legend_text("Rewards")
+
+
+def test_csv_export_writes_the_visible_curves(
+    qtbot, panel: LivePlotPanel, store: MetricStore, tmp_path: Path
+) -> None:
+    fill(store, "a", ["rollout/ep_rew_mean", "train/value_loss"], 10)
+    fill(store, "b", ["rollout/ep_rew_mean"], 5)
+    panel.set_smoothing(0.5)
+    with qtbot.waitSignal(panel.export_requested, timeout=1000) as sig:
+        qtbot.mouseClick(panel._csv_button, QtCore.Qt.MouseButton.LeftButton)
+    assert sig.args == ["csv"]
+    path = tmp_path / "metrics.csv"
+    assert panel.export_csv(path) == 25
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["run", "key", "step", "time", "value", "smoothed"]
+    body = rows[1:]
+    assert len(body) == 25
+    a_rew = [r for r in body if r[0] == "a" and r[1] == "rollout/ep_rew_mean"]
+    steps, times, values = store.series("a", "rollout/ep_rew_mean")
+    assert [float(r[2]) for r in a_rew] == steps.tolist()
+    assert [float(r[3]) for r in a_rew] == times.tolist()
+    assert [float(r[4]) for r in a_rew] == values.tolist()
+    np.testing.assert_allclose([float(r[5]) for r in a_rew], ema_smooth(values, 0.5)[0])
+    assert {(r[0], r[1]) for r in body} == {
+        ("a", "rollout/ep_rew_mean"),
+        ("a", "train/value_loss"),
+        ("b", "rollout/ep_rew_mean"),
+    }
+
+
+def test_png_export_is_a_real_non_blank_image(
+    qtbot, panel: LivePlotPanel, store: MetricStore, tmp_path: Path
+) -> None:
+    fill(store, "a", ["rollout/ep_rew_mean", "train/value_loss"], 200)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    path = panel.export_png(tmp_path / "plots.png")
+    image = QtGui.QImage(str(path))
+    assert image.width() > 300 and image.height() > 150
+    colors = {
+        image.pixel(x, y)
+        for x in range(0, image.width(), 7)
+        for y in range(0, image.height(), 7)
+    }
+    assert len(colors) > 10
+    # The run's color is drawn somewhere in the Rewards plot.
+    one = QtGui.QImage(str(panel.export_png(tmp_path / "rewards.png", group="Rewards")))
+    run_rgb = QtGui.QColor(panel.run_color("a")).rgb() & 0xFFFFFF
+    found = any(
+        (one.pixel(x, y) & 0xFFFFFF) == run_rgb
+        for x in range(0, one.width(), 2)
+        for y in range(0, one.height(), 2)
+    )
+    assert found
+
+
+def test_set_curve_pushes_data_without_a_source(qtbot) -> None:
+    panel = LivePlotPanel(theme="light")
+    qtbot.addWidget(panel)
+    panel.set_curve("r", "eval/mean_reward", np.arange(5.0), np.arange(5.0) * 2)
+    panel.redraw_all()
+    assert panel.group_titles() == ["Rewards"]
+    assert panel.curve_data("r", "eval/mean_reward")[1].tolist() == [0, 2, 4, 6, 8]
+    panel.set_curve("r", "eval/mean_reward", np.arange(3.0), np.ones(3))  # replaces
+    panel.redraw_all()
+    assert panel.curve_data("r", "eval/mean_reward")[1].tolist() == [1, 1, 1]
+    with pytest.raises(ValueError, match="same length"):
+        panel.set_curve("r", "x", np.arange(3.0), np.arange(4.0))
+    with pytest.raises(ValueError, match="theme must be one of"):
+        LivePlotPanel(theme="neon")
+
+
+def test_large_series_is_decimated_to_about_two_points_per_pixel(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    n = 200_000
+    fill(store, "r", ["time/fps"], n)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=3000)
+    group = panel.group_widget("Throughput")
+    x, y = panel.curve_data("r", "time/fps")
+    assert len(x) < 4 * group.view.width() + 64
+    values = store.series("r", "time/fps")[2]
+    assert y.max() == values.max() and y.min() == values.min()  # peaks kept
+    # Zooming in shows the raw points of the visible range.
+    group.view.setXRange(50_000, 51_000, padding=0)
+    qtbot.waitUntil(
+        lambda: len(panel.curve_data("r", "time/fps")[0]) < 30, timeout=2000
+    )
+    x, y = panel.curve_data("r", "time/fps")
+    assert x[0] <= 50_000 and x[-1] >= 51_000
+    assert np.array_equal(y, values[498:511])
+
+
+def test_progress_bar_text_state_and_color(qtbot) -> None:
+    bar = RunProgressBar()
+    qtbot.addWidget(bar)
+    bar.set_state("running")
+    bar.set_progress(12_345, 100_000, 850.0, 102.0)
+    assert bar.text() == "12,345 / 100,000 steps · 850 steps/s · ETA 1:42"
+    assert bar.fraction() == pytest.approx(0.1234, abs=1e-3)
+    with qtbot.waitSignal(bar.state_changed, timeout=1000) as sig:
+        bar.set_state("failed")
+    assert sig.args == ["failed"]
+    assert bar.color() == "#e15759" and "ETA" not in bar.text()
+    assert bar.color() != RunProgressBar().color()
+    bar.set_progress(500, None, None, None)
+    assert bar.text() == "500 steps" and bar.fraction() == 0.0
+    assert format_eta(7509) == "2:05:09"
+    assert format_progress(1, 10, 8.5) == "1 / 10 steps · 8.50 steps/s"
+    with pytest.raises(ValueError, match="state must be one of"):
+        bar.set_state("paused")
