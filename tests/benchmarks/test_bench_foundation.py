@@ -40,7 +40,8 @@ import sys, json
 out = sys.stdout
 for line in sys.stdin:
     msg = json.loads(line)
-    out.write(json.dumps({"type": "reply", "reply_to": msg["id"], "result": {}}) + "\\n")
+    reply = {"type": "reply", "reply_to": msg["id"], "result": {}}
+    out.write(json.dumps(reply) + "\\n")
     out.flush()
 """
 
@@ -83,7 +84,7 @@ def test_bench_launch_to_window_shown(tmp_path: Path) -> None:
     assert s < 15
 
 
-def _round_trips(send, receive) -> list[float]:  # noqa: ANN001
+def _round_trips(send, receive) -> list[float]:
     times = []
     for i in range(MESSAGES):
         start = time.perf_counter()
@@ -138,8 +139,8 @@ def test_bench_protocol_round_trip_latency() -> None:
     med, p99 = _summary(studio_times)
     bmed, bp99 = _summary(bare_times)
     print(
-        f"\nBENCH protocol: {MESSAGES} ping round trips through the engine: median {med:.0f} µs, "
-        f"p99 {p99:.0f} µs; bare JSON-lines echo process: median {bmed:.0f} µs, p99 {bp99:.0f} µs; "
-        f"ratio (median) {med / bmed:.2f}"
+        f"\nBENCH protocol: {MESSAGES} ping round trips through the engine: "
+        f"median {med:.0f} µs, p99 {p99:.0f} µs; bare JSON-lines echo process: "
+        f"median {bmed:.0f} µs, p99 {bp99:.0f} µs; ratio (median) {med / bmed:.2f}"
     )
     assert p99 < 50_000
