@@ -2,8 +2,8 @@
 
 Each subcommand lives with its capability as a module exposing
 ``configure(parser)`` and ``run(args) -> int``; they are listed in
-``SUBCOMMANDS`` and imported when the command line is built, so those modules
-must import heavy libraries inside ``run`` only. Every command exits non-zero
+``SUBCOMMANDS`` and a module is imported only when its command runs (or for
+``--help``), so those modules must import heavy libraries inside ``run`` only. Every command exits non-zero
 with one clear sentence on bad input (an ``EngineError``), never a traceback.
 """
 
@@ -22,30 +22,31 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "speak the studio protocol (JSON Lines) on stdin/stdout",
     ),
     "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
-    "env": (
-        "engine.envs.cli",
-        "designed environments: `env check FILE` validates a spec",
-    ),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser, or with ``only`` one whose other subcommands are
+    listed but not configured, so that running one command imports only
+    its own module (``serve`` starts fast and never depends on the others)."""
     parser = argparse.ArgumentParser(
         prog="rl-studio-engine",
         description="RL Studio engine: train, evaluate and export agents headless.",
     )
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
-        module = importlib.import_module(module_name)
         sub = subs.add_parser(name, help=help_text, description=help_text)
-        module.configure(sub)
-        sub.set_defaults(_module=module)
+        if only is None or name == only:
+            module = importlib.import_module(module_name)
+            module.configure(sub)
+            sub.set_defaults(_module=module)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    args = build_parser(wanted).parse_args(argv)
     try:
         code: int = args._module.run(args)
     except EngineError as exc:
