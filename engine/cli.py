@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "speak the studio protocol (JSON Lines) on stdin/stdout",
     ),
     "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
+    "env": (
+        "engine.envs.cli",
+        "designed environments: `env check FILE` validates a spec",
+    ),
 }
 
 

@@ -1,0 +1,285 @@
+"""Compile specs to gymnasium envs and register them as ``rlstudio/<name>-v0``.
+
+Registration uses a string entry point (``engine.envs.registry:make_from_spec``)
+with the spec document in the kwargs, so gymnasium imports nothing until an
+env is made, and a registered id keeps working if the file changes on disk
+until it is registered again. ``gymnasium`` kind specs register the
+underlying env's own entry point with the merged keyword arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import logging
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from engine.envs.spec import (
+    ENV_NAMESPACE,
+    SPEC_SUFFIX,
+    EnvSpec,
+    SpecError,
+    coerce_spec,
+    load_spec,
+    parse_spec,
+)
+from engine.errors import EngineError
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT = "engine.envs.registry:make_from_spec"
+
+_registered: dict[str, str] = {}
+"""env id -> fingerprint of the spec it was registered from."""
+_project_ids: dict[str, set[str]] = {}
+"""project folder -> ids registered from its envs/ folder."""
+
+
+def make_from_spec(
+    spec: dict[str, Any], source: str | None = None, **kwargs: Any
+) -> Any:
+    """Gymnasium entry point: build the env for a spec document."""
+    built, problems = parse_spec(spec, source=source)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors or built is None:
+        raise SpecError(errors[0].path, errors[0].message)
+    return build_env(built, **kwargs)
+
+
+def build_env(spec: EnvSpec, **kwargs: Any) -> Any:
+    """The raw env (no gymnasium wrappers) for a spec."""
+    if spec.kind == "workflow":
+        from engine.envs.workflow_env import WorkflowEnv
+
+        return WorkflowEnv(spec, **kwargs)
+    if spec.kind == "grid":
+        from engine.envs.grid import GridEnv
+
+        return GridEnv(spec, **kwargs)
+    if spec.kind == "python":
+        cls = load_python_env_class(spec)
+        merged = {**spec.body.get("kwargs", {}), **kwargs}
+        try:
+            return cls(**merged)
+        except Exception as exc:
+            raise SpecError(
+                "python.kwargs",
+                f"{spec.body['class']}(...) failed: {type(exc).__name__}: {exc}",
+            ) from exc
+    if spec.kind == "gymnasium":
+        import gymnasium as gym
+
+        return gym.make(spec.body["id"], **{**spec.body.get("kwargs", {}), **kwargs})
+    raise SpecError("kind", f"Unknown kind {spec.kind!r}.")
+
+
+def load_python_env_class(spec: EnvSpec) -> type:
+    """Import the user's file of a ``python`` spec and return its env class."""
+    import gymnasium as gym
+
+    path = spec.resolve(spec.body["file"])
+    if not path.is_file():
+        raise SpecError("python.file", f"python.file {path} does not exist.")
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    module_name = f"rlstudio_user_env_{digest}"
+    mod_spec = importlib.util.spec_from_file_location(module_name, path)
+    if mod_spec is None or mod_spec.loader is None:
+        raise SpecError("python.file", f"python.file {path} cannot be imported.")
+    module = importlib.util.module_from_spec(mod_spec)
+    sys.modules[module_name] = module
+    try:
+        mod_spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        line = ""
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == str(path):
+                line = f" at line {tb.tb_lineno}"
+            tb = tb.tb_next
+        if isinstance(exc, SyntaxError) and exc.lineno:
+            line = f" at line {exc.lineno}"
+        raise SpecError(
+            "python.file",
+            f"python.file {path.name} failed to import{line}: "
+            f"{type(exc).__name__}: {exc}",
+        ) from exc
+    cls = getattr(module, spec.body["class"], None)
+    if cls is None:
+        raise SpecError(
+            "python.class",
+            f"python.class {spec.body['class']!r} is not defined in {path.name}.",
+        )
+    if not (isinstance(cls, type) and issubclass(cls, gym.Env)):
+        raise SpecError(
+            "python.class",
+            f"python.class {spec.body['class']!r} is not a gymnasium.Env subclass.",
+        )
+    return cls
+
+
+# ---------------------------------------------------------------- registration
+
+
+def register_spec(spec: EnvSpec | dict[str, Any] | str | Path) -> str:
+    """Register (or re-register, when it changed) one spec; returns its id."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import registry
+
+    spec = coerce_spec(spec)
+    env_id = spec.env_id
+    fingerprint = spec.fingerprint()
+    if _registered.get(env_id) == fingerprint and env_id in registry:
+        return env_id
+    registry.pop(env_id, None)
+    if spec.kind == "gymnasium":
+        base_id = spec.body["id"]
+        if ":" in base_id:
+            module, base_id = base_id.split(":", 1)
+            importlib.import_module(module)
+        try:
+            base = gym.spec(base_id)
+        except gym.error.Error as exc:
+            raise SpecError(
+                "gymnasium.id", f"gymnasium.id {base_id!r}: {exc}"
+            ) from None
+        gym.register(
+            id=env_id,
+            entry_point=base.entry_point,
+            kwargs={**base.kwargs, **spec.body.get("kwargs", {})},
+            max_episode_steps=spec.body.get(
+                "max_episode_steps", base.max_episode_steps
+            ),
+            reward_threshold=base.reward_threshold,
+            nondeterministic=base.nondeterministic,
+        )
+    else:
+        gym.register(
+            id=env_id,
+            entry_point=ENTRY_POINT,
+            kwargs={
+                "spec": spec.to_dict(),
+                "source": None if spec.source is None else str(spec.source),
+            },
+            max_episode_steps=spec.body.get("max_episode_steps")
+            if spec.kind == "python"
+            else None,
+        )
+    _registered[env_id] = fingerprint
+    return env_id
+
+
+def register_project_envs(project_dir: str | Path) -> list[str]:
+    """Register every ``<project>/envs/*.env.json``; returns the ids registered.
+
+    Changed specs are registered again; ids registered earlier from this
+    project whose file is gone are removed. A spec with errors is skipped
+    (and logged): ``check_spec`` tells the user why.
+    """
+    from gymnasium.envs.registration import registry
+
+    folder = Path(project_dir).expanduser().resolve()
+    ids: list[str] = []
+    for path in sorted((folder / "envs").glob(f"*{SPEC_SUFFIX}")):
+        try:
+            ids.append(register_spec(load_spec(path)))
+        except EngineError as exc:
+            log.warning("not registering %s: %s", path.name, exc)
+    for gone in _project_ids.get(str(folder), set()) - set(ids):
+        registry.pop(gone, None)
+        _registered.pop(gone, None)
+    _project_ids[str(folder)] = set(ids)
+    return ids
+
+
+def make(spec_or_id: EnvSpec | dict[str, Any] | str | Path, **kwargs: Any) -> Any:
+    """``gym.make`` for an id, a spec, a spec document or a spec file path."""
+    import gymnasium as gym
+
+    if isinstance(spec_or_id, str) and not spec_or_id.endswith(SPEC_SUFFIX):
+        return gym.make(spec_or_id, **kwargs)
+    return gym.make(register_spec(spec_or_id), **kwargs)
+
+
+def autoregister() -> list[str]:
+    """Register the envs of ``$RL_STUDIO_PROJECT`` (or of the current folder if
+    it has an ``envs/`` folder with specs), so ``import engine.envs`` is enough
+    for ``gym.make("rlstudio/<name>-v0")`` in a user's script."""
+    import os
+
+    project = os.environ.get("RL_STUDIO_PROJECT")
+    folder = Path(project) if project else Path.cwd()
+    if not any((folder / "envs").glob(f"*{SPEC_SUFFIX}")):
+        return []
+    try:
+        return register_project_envs(folder)
+    except Exception as exc:  # never break an import
+        log.warning("registering the envs of %s failed: %s", folder, exc)
+        return []
+
+
+# ---------------------------------------------------------------- catalog
+
+
+def catalog(with_spaces: bool = False) -> list[dict[str, Any]]:
+    """Installed gymnasium envs: id, entry point, kwargs, max episode steps,
+    and (``with_spaces``) observation/action spaces.
+
+    Listing is cheap (it reads the registry); spaces need one instance per
+    env, made on demand and cached per process (:func:`describe_env`); envs
+    that cannot be made (missing extras such as mujoco or box2d) get an
+    ``error`` entry instead.
+    """
+    from gymnasium.envs.registration import registry
+
+    out = []
+    for env_id, es in sorted(registry.items()):
+        entry: dict[str, Any] = {
+            "id": env_id,
+            "namespace": es.namespace,
+            "entry_point": es.entry_point
+            if isinstance(es.entry_point, str)
+            else repr(es.entry_point),
+            "kwargs": {k: v for k, v in es.kwargs.items() if _jsonable(v)},
+            "max_episode_steps": es.max_episode_steps,
+            "designed": es.namespace == ENV_NAMESPACE,
+        }
+        if with_spaces:
+            entry.update(describe_env(env_id))
+        out.append(entry)
+    return out
+
+
+def _jsonable(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool, type(None), list, dict))
+
+
+@cache
+def _describe_cached(env_id: str, fingerprint: str) -> tuple[tuple[str, Any], ...]:
+    import warnings
+
+    import gymnasium as gym
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = gym.make(env_id)
+    except Exception as exc:
+        return (("error", f"{type(exc).__name__}: {exc}".splitlines()[0]),)
+    try:
+        return (
+            ("observation_space", str(env.observation_space)),
+            ("action_space", str(env.action_space)),
+            ("render_modes", list(env.metadata.get("render_modes", []))),
+        )
+    finally:
+        env.close()
+
+
+def describe_env(env_id: str) -> dict[str, Any]:
+    """Spaces and render modes of one registered env (made once, then cached)."""
+    return dict(_describe_cached(env_id, _registered.get(env_id, "")))
