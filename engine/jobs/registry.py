@@ -72,3 +72,15 @@ def validate_config(kind_name: str, config: dict[str, Any]) -> dict[str, Any]:
         return dict(config)
     result: dict[str, Any] = load(kind.validator)(dict(config))
     return result
+
+
+register(
+    JobKind(
+        name="rl.train",
+        entry="engine.rl.train:run",
+        validator="engine.rl.config:validate",
+        description="Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
+        "MaskablePPO) on a Gymnasium or designed environment.",
+        resumable=True,
+    )
+)

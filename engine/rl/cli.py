@@ -1,0 +1,231 @@
+"""``rl-studio-engine train``: the ``rl.train`` job, in this process, with a
+progress bar on stderr and the run summary as JSON on stdout.
+
+Example::
+
+    rl-studio-engine train --env CartPole-v1 --algo PPO --steps 20000 \\
+        --seed 1 --set n_envs=4 --set learning_rate=0.001
+
+``--set key=value`` sets a top-level setting (``n_envs``, ``eval_every_steps``,
+...) or else a hyperparameter of the algorithm; values are read as JSON when
+they parse (``1e-3``, ``true``, ``[64,64]``), as text otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from engine.errors import EngineError
+from engine.jobs.context import JobContext
+from engine.store.atomic import atomic_write_json
+
+KIND = "rl.train"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env", required=True, help="Gymnasium id or rlstudio/<name>-v0"
+    )
+    parser.add_argument(
+        "--algo",
+        default="auto",
+        help="PPO, A2C, DQN, SAC, TD3, MaskablePPO or auto (default: auto)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="environment steps (default: the preset's)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="random seed (default: drawn)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="settings",
+        help="a setting or hyperparameter, e.g. n_envs=4 or learning_rate=3e-4 "
+        "(repeatable)",
+    )
+    parser.add_argument(
+        "--project",
+        type=Path,
+        default=None,
+        help="project folder; the run goes to PROJECT/runs/<id> "
+        "(default: a temporary one)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``key=value`` items into (top-level settings, hyperparameters)."""
+    from engine.rl.config import TRAIN_FIELDS
+
+    top: dict[str, Any] = {}
+    hyper: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise EngineError(f"--set takes key=value, not {item!r}.")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        if key in ("env", "algo", "total_steps", "seed", "hyperparameters"):
+            raise EngineError(f"Give {key} with its own option, not with --set.")
+        if key in TRAIN_FIELDS:
+            top[key] = value
+        else:
+            hyper[key] = value
+    return top, hyper
+
+
+def build_config(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]:
+    top, hyper = parse_settings(args.settings)
+    config: dict[str, Any] = {"env": args.env, "algo": args.algo, **top}
+    if args.steps is not None:
+        config["total_steps"] = args.steps
+    if args.seed is not None:
+        config["seed"] = args.seed
+    if hyper:
+        config["hyperparameters"] = hyper
+    config["project_dir"] = str(project_dir)
+    return config
+
+
+class ConsoleContext(JobContext):
+    """A JobContext that also draws a progress bar (steps, steps/s, ETA)."""
+
+    def __init__(self, *args: Any, stream: TextIO | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._stream = stream
+        self._drawn_at = 0.0
+        self._first: tuple[float, float] | None = None
+
+    def progress(self, done: float, total: float, message: str = "") -> None:
+        super().progress(done, total, message)
+        if self._stream is None:
+            return
+        now = time.monotonic()
+        if self._first is None:
+            self._first = (now, done)
+        if now - self._drawn_at < 0.2 and done < total:
+            return
+        self._drawn_at = now
+        t0, d0 = self._first
+        rate = (done - d0) / (now - t0) if now > t0 else 0.0
+        self._stream.write("\r" + progress_line(done, total, rate))
+        self._stream.flush()
+
+    def end_bar(self) -> None:
+        if self._stream is not None and self._first is not None:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def progress_line(done: float, total: float, rate: float, width: int = 30) -> str:
+    """``[#####.....] 1200/20000 steps  850 steps/s  ETA 00:22``"""
+    frac = min(max(done / total, 0.0), 1.0) if total > 0 else 0.0
+    filled = round(frac * width)
+    eta = _clock((total - done) / rate) if rate > 0 and done < total else "--:--"
+    return (
+        f"[{'#' * filled}{'.' * (width - filled)}] {int(done)}/{int(total)} steps"
+        f"  {rate:,.0f} steps/s  ETA {eta}  "
+    )
+
+
+def new_run_id() -> str:
+    return time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.rl.config import validate
+    from engine.rl.train import run as train
+
+    if args.project is not None:
+        project_dir: Path = args.project.expanduser().resolve()
+        if project_dir.exists() and not project_dir.is_dir():
+            raise EngineError(
+                f"--project {str(args.project)!r} is a file, not a folder."
+            )
+    else:
+        project_dir = Path(tempfile.mkdtemp(prefix="rlstudio-train-"))
+    config = validate(build_config(args, project_dir))
+    run_id = new_run_id()
+    run_dir = project_dir / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=False)
+    atomic_write_json(
+        run_dir / "config.json", {"run_id": run_id, "kind": KIND, "config": config}
+    )
+    print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
+    ctx = ConsoleContext(
+        run_id,
+        run_dir,
+        KIND,
+        config,
+        events=None,
+        stream=None if args.quiet else sys.stderr,
+    )
+
+    def on_interrupt(_sig: int, _frame: FrameType | None) -> None:
+        if ctx.should_stop:  # second Ctrl-C: give up at once
+            raise KeyboardInterrupt
+        print(
+            "\nstopping: saving a checkpoint (Ctrl-C again to abort)", file=sys.stderr
+        )
+        ctx.request_stop()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        summary = train(ctx)
+    except Exception as exc:
+        ctx.end_bar()
+        ctx.close()
+        atomic_write_json(
+            run_dir / "result.json",
+            {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"},
+        )
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    ctx.end_bar()
+    status = "stopped" if summary.get("stopped_by") == "user" else "completed"
+    ctx.close()
+    atomic_write_json(run_dir / "result.json", {"status": status, "summary": summary})
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.rl.cli`` — the same as ``rl-studio-engine train``."""
+    parser = argparse.ArgumentParser(prog="rl-studio-engine train")
+    configure(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except EngineError as exc:
+        print(f"rl-studio-engine train: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

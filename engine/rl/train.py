@@ -1,0 +1,785 @@
+"""The ``rl.train`` job: stable-baselines3 training inside a job process.
+
+SB3's own ``learn()`` loop does the training; this module only plugs into its
+hooks:
+
+* a ``KVWriter`` (logger output format) forwards every value SB3 logs to
+  ``ctx.metrics`` under SB3's own keys (``rollout/ep_rew_mean``,
+  ``train/loss``, ``time/fps``, ...), next to SB3's TensorBoard writer;
+* a ``BaseCallback`` reports progress, honours ``ctx.should_stop``, evaluates
+  on a separate environment (``eval/*``), writes checkpoints and applies the
+  stop conditions (target reward, convergence).
+
+Run folder (``ctx.run_dir``)::
+
+    reproduce.json                 resolved config, seed, versions, command
+    tensorboard/                   TensorBoard event files
+    checkpoints/step-0000001024/   model.zip, vecnormalize.pkl, state.json,
+                                   replay_buffer.pkl (newest checkpoint only)
+    checkpoints/best/              best model by eval mean reward
+
+Resume (``ctx.resume``) loads the newest checkpoint with its replay buffer and
+normalization statistics and continues with ``reset_num_timesteps=False``, so
+the step counter, schedules and curves carry on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EngineError
+from engine.jobs.context import JobContext
+from engine.rl.config import (
+    OFF_POLICY,
+    ON_POLICY,
+    TRAIN_FIELDS,
+    TrainConfig,
+    algo_defaults,
+    register_designed_envs,
+    validate,
+)
+from engine.store.atomic import atomic_write_json, atomic_write_text
+from engine.store.metrics import iter_metrics
+
+CHECKPOINT_PREFIX = "step-"
+PROGRESS_INTERVAL_S = 0.1
+EVAL_SEED_OFFSET = 1_000_003
+"""The eval env's seed is the run's seed plus this, so it never replays the
+training envs' episodes."""
+
+
+def run(ctx: JobContext) -> dict[str, Any]:
+    """Job entry point (``engine.rl.train:run``); returns the run summary."""
+    config = dict(ctx.config)
+    if config.get("project_dir") is None:
+        config["project_dir"] = str(ctx.project_dir)
+    register_designed_envs(config["project_dir"])
+    cfg = validate(config)
+    return Trainer(ctx, cfg).train()
+
+
+# --------------------------------------------------------------------------
+# Building SB3 objects
+# --------------------------------------------------------------------------
+
+
+def algo_class(algo: str) -> Any:
+    """The SB3 (or sb3-contrib) algorithm class for ``algo``."""
+    if algo == "MaskablePPO":
+        from sb3_contrib import MaskablePPO
+
+        return MaskablePPO
+    import stable_baselines3
+
+    return getattr(stable_baselines3, algo)
+
+
+def model_kwargs(algo: str, hp: dict[str, Any], action_space: Any) -> dict[str, Any]:
+    """Constructor keyword arguments for ``algo`` from resolved hyperparameters."""
+    import numpy as np
+    from stable_baselines3.common.utils import LinearSchedule
+    from torch import nn
+
+    activations: dict[str, type[nn.Module]] = {
+        "tanh": nn.Tanh,
+        "relu": nn.ReLU,
+        "elu": nn.ELU,
+        "leaky_relu": nn.LeakyReLU,
+    }
+
+    def schedule(value: float, kind: str) -> Any:
+        # LinearSchedule is a plain class, so it pickles into the model zip.
+        return LinearSchedule(value, 0.0, 1.0) if kind == "linear" else value
+
+    policy_kwargs: dict[str, Any] = {
+        "net_arch": list(hp["net_arch"]),
+        "activation_fn": activations[hp["activation"]],
+    }
+    kw: dict[str, Any] = {
+        "learning_rate": schedule(hp["learning_rate"], hp["learning_rate_schedule"]),
+        "gamma": hp["gamma"],
+    }
+    if algo in ON_POLICY:
+        for name in (
+            "n_steps",
+            "gae_lambda",
+            "ent_coef",
+            "vf_coef",
+            "max_grad_norm",
+            "normalize_advantage",
+        ):
+            kw[name] = hp[name]
+        policy_kwargs["ortho_init"] = hp["ortho_init"]
+        if algo != "MaskablePPO":  # no state-dependent exploration there
+            kw["use_sde"] = hp["use_sde"]
+            kw["sde_sample_freq"] = hp["sde_sample_freq"]
+            if hp["use_sde"] or type(action_space).__name__ == "Box":
+                policy_kwargs["log_std_init"] = hp["log_std_init"]
+        if algo == "A2C":
+            kw["use_rms_prop"] = hp["use_rms_prop"]
+        else:
+            kw["batch_size"] = hp["batch_size"]
+            kw["n_epochs"] = hp["n_epochs"]
+            kw["clip_range"] = schedule(hp["clip_range"], hp["clip_range_schedule"])
+            kw["target_kl"] = hp["target_kl"]
+    else:
+        for name in (
+            "buffer_size",
+            "learning_starts",
+            "batch_size",
+            "tau",
+            "train_freq",
+            "gradient_steps",
+        ):
+            kw[name] = hp[name]
+    if algo == "DQN":
+        for name in (
+            "target_update_interval",
+            "exploration_fraction",
+            "exploration_initial_eps",
+            "exploration_final_eps",
+            "max_grad_norm",
+        ):
+            kw[name] = hp[name]
+    elif algo == "SAC":
+        ent = hp["ent_coef"]
+        kw["ent_coef"] = ent if ent.startswith("auto") else float(ent)
+        target = hp["target_entropy"]
+        kw["target_entropy"] = target if target == "auto" else float(target)
+        kw["use_sde"] = hp["use_sde"]
+        kw["sde_sample_freq"] = hp["sde_sample_freq"]
+        if hp["use_sde"]:
+            policy_kwargs["log_std_init"] = hp["log_std_init"]
+    elif algo == "TD3":
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        for name in ("policy_delay", "target_policy_noise", "target_noise_clip"):
+            kw[name] = hp[name]
+        if hp["action_noise_std"] > 0:
+            half_width = (action_space.high - action_space.low) / 2.0
+            kw["action_noise"] = NormalActionNoise(
+                mean=np.zeros(action_space.shape),
+                sigma=hp["action_noise_std"] * half_width,
+            )
+    kw["policy_kwargs"] = policy_kwargs
+    return kw
+
+
+def resolve_device(cfg: dict[str, Any]) -> str:
+    """``auto`` means the CPU for MLP policies (a GPU only slows them down)."""
+    device: str = cfg["device"]
+    if device == "auto" and cfg["policy"] == "MlpPolicy":
+        return "cpu"
+    return device
+
+
+# --------------------------------------------------------------------------
+# Reproducibility record
+# --------------------------------------------------------------------------
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of the packages a run's result depends on."""
+    from importlib import metadata
+
+    versions = {"python": platform.python_version()}
+    for dist in ("torch", "stable-baselines3", "sb3-contrib", "gymnasium", "numpy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+def designed_env_file(env_id: str, project_dir: str | None) -> Path | None:
+    """The spec file of a designed env (``rlstudio/<name>-v0``), if present."""
+    if not env_id.startswith("rlstudio/") or project_dir is None:
+        return None
+    name = env_id.removeprefix("rlstudio/").rsplit("-v", 1)[0]
+    folder = Path(project_dir) / "envs"
+    path = folder / f"{name}.env.json"
+    if path.is_file():
+        return path
+    # The id comes from the spec's "name", which may differ from the file name.
+    for candidate in sorted(folder.glob("*.env.json")):
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(candidate.read_text(encoding="utf-8"))
+            if isinstance(data, dict) and data.get("name") == name:
+                return candidate
+    return None
+
+
+def env_spec_hash(
+    env_id: str, env_kwargs: dict[str, Any], project_dir: str | None
+) -> str:
+    """sha256 of the designed env's spec file, or of the Gymnasium spec
+    (id, entry point, keyword arguments, time limit)."""
+    spec_file = designed_env_file(env_id, project_dir)
+    if spec_file is not None:
+        return "sha256:" + hashlib.sha256(spec_file.read_bytes()).hexdigest()
+    import gymnasium as gym
+
+    spec = gym.spec(env_id)
+    record = {
+        "id": env_id,
+        "entry_point": str(spec.entry_point),
+        "kwargs": {**spec.kwargs, **env_kwargs},
+        "max_episode_steps": spec.max_episode_steps,
+    }
+    text = json.dumps(record, sort_keys=True, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _set_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
+    """The ``rl-studio-engine train`` arguments that rerun ``cfg`` exactly.
+
+    Everything that differs from the dataclass defaults is spelled out, preset
+    values and hardware-derived ones included, so a later change of presets
+    or another machine does not change the run.
+    """
+    argv = [
+        "rl-studio-engine",
+        "train",
+        "--env",
+        cfg["env"],
+        "--algo",
+        cfg["algo"],
+        "--steps",
+        str(cfg["total_steps"]),
+        "--seed",
+        str(cfg["seed"]),
+    ]
+    defaults = TrainConfig()
+    always = ("n_envs", "vec_normalize", "torch_threads")
+    skip = ("env", "algo", "total_steps", "seed", "hyperparameters", "project_dir")
+    for key in TRAIN_FIELDS:
+        if key in skip:
+            continue
+        value = cfg[key]
+        if key in always or value != getattr(defaults, key):
+            argv += ["--set", f"{key}={_set_value(value)}"]
+    hp_defaults = algo_defaults(cfg["algo"])
+    for key, value in cfg["hyperparameters"].items():
+        if value != hp_defaults.get(key):
+            argv += ["--set", f"{key}={_set_value(value)}"]
+    if designed_env_file(cfg["env"], cfg.get("project_dir")) is not None:
+        argv += ["--project", str(cfg["project_dir"])]
+    return argv
+
+
+def write_reproduce(run_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    argv = reproduce_argv(cfg)
+    record = {
+        "kind": "rl.train",
+        "config": cfg,
+        "seed": cfg["seed"],
+        "versions": package_versions(),
+        "env_spec_hash": env_spec_hash(
+            cfg["env"], cfg["env_kwargs"], cfg.get("project_dir")
+        ),
+        "command": shlex.join(argv),
+        "argv": argv,
+    }
+    atomic_write_json(run_dir / "reproduce.json", record)
+    return record
+
+
+# --------------------------------------------------------------------------
+# The trainer
+# --------------------------------------------------------------------------
+
+
+class Trainer:
+    """One training run: builds everything, then lets SB3's ``learn`` drive."""
+
+    def __init__(self, ctx: JobContext, cfg: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.cfg = cfg
+        self.algo: str = cfg["algo"]
+        self.total_steps: int = cfg["total_steps"]
+        self.off_policy = self.algo in OFF_POLICY
+        self.run_dir = ctx.run_dir
+        self.ckpt_dir = ctx.checkpoint_dir
+        self.tb_dir = self.run_dir / "tensorboard"
+        self.model: Any = None
+        self.venv: Any = None
+        self.eval_env: Any = None
+        # evaluation and stop-condition state (saved in each checkpoint)
+        self.eval_history: list[float] = []
+        self.best_eval_reward: float | None = None
+        self.best_eval_metrics: dict[str, float] = {}
+        self.last_eval_reward: float | None = None
+        self.last_eval_step = -1
+        self.best_window_mean = -math.inf
+        self.stale_evals = 0
+        self.next_eval_step = 0
+        self.next_ckpt_step = 0
+        self.stopped_by = "steps"
+        self.last_logged: dict[str, float] = {}
+        self.resumed_from: dict[str, Any] | None = None
+        self._last_progress = 0.0
+
+    # ------------------------------------------------------------- build
+    def _make_env(self, n_envs: int, seed: int) -> Any:
+        from stable_baselines3.common.env_util import make_vec_env
+
+        return make_vec_env(
+            self.cfg["env"],
+            n_envs=n_envs,
+            seed=seed,
+            env_kwargs=dict(self.cfg["env_kwargs"]),
+        )
+
+    def _build(self) -> None:
+        import torch
+        from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        cfg = self.cfg
+        torch.set_num_threads(cfg["torch_threads"])
+        device = resolve_device(cfg)
+        seed: int = cfg["seed"]
+        hp = cfg["hyperparameters"]
+        cls = algo_class(self.algo)
+        venv = self._make_env(cfg["n_envs"], seed)
+        latest = self.latest_checkpoint() if self.ctx.resume else None
+        if self.ctx.resume and latest is None:
+            self.ctx.log("no checkpoint to resume from; starting from scratch")
+        if latest is not None:
+            if cfg["vec_normalize"]:
+                venv = VecNormalize.load(str(latest / "vecnormalize.pkl"), venv)
+                venv.training = True
+            model = cls.load(latest / "model.zip", env=venv, device=device)
+            state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
+            self._restore_state(state)
+            buffer_size = 0
+            replay = latest / "replay_buffer.pkl"
+            if self.off_policy and replay.exists():
+                model.load_replay_buffer(replay)
+                buffer_size = int(model.replay_buffer.size())
+            self.resumed_from = {
+                "step": int(model.num_timesteps),
+                "checkpoint": str(latest),
+                "replay_buffer_transitions": buffer_size,
+            }
+            self._truncate_metrics(int(model.num_timesteps))
+            self.ctx.log(
+                f"resumed from {latest.name} at step {model.num_timesteps}"
+                + (f" with {buffer_size} replay transitions" if self.off_policy else "")
+            )
+        else:
+            if cfg["vec_normalize"]:
+                venv = VecNormalize(venv, gamma=hp["gamma"])
+            model = cls(
+                cfg["policy"],
+                venv,
+                seed=seed,
+                device=device,
+                verbose=0,
+                **model_kwargs(self.algo, hp, venv.action_space),
+            )
+        self.venv = venv
+        self.model = model
+        if cfg["eval_every_steps"] > 0:
+            eval_env = self._make_env(1, seed + EVAL_SEED_OFFSET)
+            if cfg["vec_normalize"]:
+                eval_env = VecNormalize(
+                    eval_env, training=False, norm_reward=False, gamma=hp["gamma"]
+                )
+            self.eval_env = eval_env
+        self.tb_dir.mkdir(parents=True, exist_ok=True)
+        writer_cls = _studio_writer_class()
+        logger = Logger(
+            folder=str(self.tb_dir),
+            output_formats=[
+                writer_cls(self._on_logged),
+                TensorBoardOutputFormat(str(self.tb_dir)),
+            ],
+        )
+        model.set_logger(logger)
+
+    # ------------------------------------------------------------- train
+    def train(self) -> dict[str, Any]:
+        ctx, cfg = self.ctx, self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        write_reproduce(self.run_dir, cfg)
+        self._build()
+        model = self.model
+        start = int(model.num_timesteps)
+        ctx.log(
+            f"{self.algo} on {cfg['env']}: {self.total_steps} steps, "
+            f"{cfg['n_envs']} envs, seed {cfg['seed']}, device {model.device}, "
+            f"{cfg['torch_threads']} torch threads"
+        )
+        if self.resumed_from is None:
+            every = cfg["eval_every_steps"]
+            self.next_eval_step = every if every else 0
+            self.next_ckpt_step = cfg["checkpoint_every_steps"] or 0
+        remaining = self.total_steps - start
+        callback = _studio_callback_class()(self)
+        try:
+            if remaining > 0 and not ctx.should_stop:
+                model.learn(
+                    total_timesteps=remaining,
+                    callback=callback,
+                    log_interval=1,
+                    reset_num_timesteps=self.resumed_from is None,
+                    progress_bar=False,
+                )
+            if ctx.should_stop and self.stopped_by == "steps":
+                self.stopped_by = "user"
+            steps = int(model.num_timesteps)
+            if (
+                self.stopped_by != "user"
+                and self.eval_env is not None
+                # SB3 may overshoot total_steps by part of a rollout; an eval
+                # at total_steps already describes the final policy.
+                and self.last_eval_step < min(steps, self.total_steps)
+            ):
+                self.evaluate()
+            self.save_checkpoint()
+            ctx.progress(min(steps, self.total_steps), self.total_steps)
+        finally:
+            model.logger.close()
+            self.venv.close()
+            if self.eval_env is not None:
+                self.eval_env.close()
+        return self.summary()
+
+    # ------------------------------------------------------- SB3 hooks
+    def _on_logged(self, step: int, values: dict[str, Any]) -> None:
+        """Everything SB3's logger dumps (KVWriter.write) lands here."""
+        numeric: dict[str, Any] = {}
+        for key, value in values.items():
+            if isinstance(value, bool) or not hasattr(value, "__float__"):
+                continue
+            with contextlib.suppress(TypeError, ValueError):
+                numeric[key] = value
+                self.last_logged[key] = float(value)
+        if numeric:
+            self.ctx.metrics(step, numeric)
+
+    def on_step(self, num_timesteps: int) -> bool:
+        """Called after every vectorized step; False stops ``learn``."""
+        now = time.monotonic()
+        if now - self._last_progress >= PROGRESS_INTERVAL_S:
+            self._last_progress = now
+            self.ctx.progress(num_timesteps, self.total_steps)
+        if self.ctx.should_stop:
+            self.stopped_by = "user"
+            return False
+        keep_going = True
+        if self.next_eval_step and num_timesteps >= self.next_eval_step:
+            every = self.cfg["eval_every_steps"]
+            self.next_eval_step = (num_timesteps // every + 1) * every
+            keep_going = self.evaluate()
+        if self.next_ckpt_step and num_timesteps >= self.next_ckpt_step:
+            every = self.cfg["checkpoint_every_steps"]
+            self.next_ckpt_step = (num_timesteps // every + 1) * every
+            self.save_checkpoint()
+        return keep_going
+
+    # -------------------------------------------------------- evaluate
+    def evaluate(self) -> bool:
+        """Evaluate on the eval env, log ``eval/*``, keep the best model and
+        apply the reward and convergence stop conditions; False to stop."""
+        import numpy as np
+        from stable_baselines3.common.vec_env import sync_envs_normalization
+
+        cfg, model = self.cfg, self.model
+        if self.eval_env is None:
+            return True
+        if cfg["vec_normalize"]:
+            sync_envs_normalization(self.venv, self.eval_env)
+        successes: list[bool] = []
+
+        def on_eval_step(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
+            if locals_["done"]:
+                flag = locals_["info"].get("is_success")
+                if flag is not None:
+                    successes.append(bool(flag))
+
+        if self.algo == "MaskablePPO":
+            from sb3_contrib.common.maskable.evaluation import (
+                evaluate_policy as mask_eval,
+            )
+
+            rewards, lengths = mask_eval(
+                model,
+                self.eval_env,
+                n_eval_episodes=cfg["eval_episodes"],
+                deterministic=cfg["eval_deterministic"],
+                return_episode_rewards=True,
+                callback=on_eval_step,
+                warn=False,
+            )
+        else:
+            from stable_baselines3.common.evaluation import evaluate_policy
+
+            rewards, lengths = evaluate_policy(
+                model,
+                self.eval_env,
+                n_eval_episodes=cfg["eval_episodes"],
+                deterministic=cfg["eval_deterministic"],
+                return_episode_rewards=True,
+                callback=on_eval_step,
+                warn=False,
+            )
+        step = int(model.num_timesteps)
+        mean = float(np.mean(rewards))
+        metrics = {
+            "eval/mean_reward": mean,
+            "eval/std_reward": float(np.std(rewards)),
+            "eval/mean_ep_length": float(np.mean(lengths)),
+        }
+        if successes:
+            metrics["eval/success_rate"] = float(np.mean(successes))
+        # Through SB3's logger, so TensorBoard and metrics.jsonl both get it.
+        for key, value in metrics.items():
+            model.logger.record(key, value)
+        model.logger.dump(step)
+        self.last_eval_reward = mean
+        self.last_eval_step = step
+        self.eval_history.append(mean)
+        if self.best_eval_reward is None or mean > self.best_eval_reward:
+            self.best_eval_reward = mean
+            self.best_eval_metrics = {**metrics, "step": step}
+            self._save_best()
+        target = cfg["target_eval_reward"]
+        if target is not None and mean >= target:
+            self.stopped_by = "target"
+            self.ctx.log(f"eval mean reward {mean:.2f} reached the target {target:g}")
+            return False
+        patience = cfg["convergence_patience"]
+        window = cfg["convergence_window"]
+        if patience is not None and len(self.eval_history) >= window:
+            window_mean = float(np.mean(self.eval_history[-window:]))
+            if window_mean > self.best_window_mean + cfg["convergence_min_delta"]:
+                self.best_window_mean = window_mean
+                self.stale_evals = 0
+            else:
+                self.stale_evals += 1
+                if self.stale_evals >= patience:
+                    self.stopped_by = "convergence"
+                    self.ctx.log(
+                        f"converged: eval mean over {window} evaluations has not "
+                        f"improved for {patience} evaluations"
+                    )
+                    return False
+        return True
+
+    # ------------------------------------------------------ checkpoints
+    def _state(self) -> dict[str, Any]:
+        return {
+            "step": int(self.model.num_timesteps),
+            "algo": self.algo,
+            "env": self.cfg["env"],
+            "eval_history": self.eval_history,
+            "best_eval_reward": self.best_eval_reward,
+            "best_eval_metrics": self.best_eval_metrics,
+            "last_eval_reward": self.last_eval_reward,
+            "last_eval_step": self.last_eval_step,
+            "best_window_mean": None
+            if math.isinf(self.best_window_mean)
+            else self.best_window_mean,
+            "stale_evals": self.stale_evals,
+            "next_eval_step": self.next_eval_step,
+            "next_ckpt_step": self.next_ckpt_step,
+            "last_logged": self.last_logged,
+        }
+
+    def _restore_state(self, state: dict[str, Any]) -> None:
+        self.eval_history = [float(x) for x in state.get("eval_history", [])]
+        self.best_eval_reward = state.get("best_eval_reward")
+        self.best_eval_metrics = dict(state.get("best_eval_metrics") or {})
+        self.last_eval_reward = state.get("last_eval_reward")
+        self.last_eval_step = int(state.get("last_eval_step", -1))
+        bwm = state.get("best_window_mean")
+        self.best_window_mean = -math.inf if bwm is None else float(bwm)
+        self.stale_evals = int(state.get("stale_evals", 0))
+        self.next_eval_step = int(state.get("next_eval_step", 0))
+        self.next_ckpt_step = int(state.get("next_ckpt_step", 0))
+        self.last_logged = dict(state.get("last_logged") or {})
+
+    def _write_model_dir(self, folder: Path, *, replay: bool) -> None:
+        """Save model, normalization stats, (replay buffer) and state into a
+        fresh folder; callers rename it into place."""
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        self.model.save(folder / "model.zip")
+        if self.cfg["vec_normalize"]:
+            self.venv.save(str(folder / "vecnormalize.pkl"))
+        if replay and self.off_policy:
+            self.model.save_replay_buffer(folder / "replay_buffer.pkl")
+        atomic_write_json(folder / "state.json", self._state())
+
+    def save_checkpoint(self) -> Path:
+        """A resumable checkpoint at the current step; prunes old ones."""
+        step = int(self.model.num_timesteps)
+        final = self.ckpt_dir / f"{CHECKPOINT_PREFIX}{step:010d}"
+        tmp = self.ckpt_dir / f".tmp-{final.name}"
+        self._write_model_dir(tmp, replay=True)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        checkpoints = self.checkpoints()
+        for old in checkpoints[: -self.cfg["keep_checkpoints"]]:
+            shutil.rmtree(old, ignore_errors=True)
+        # Only the newest checkpoint carries the (large) replay buffer.
+        for old in checkpoints[:-1]:
+            with contextlib.suppress(FileNotFoundError):
+                (old / "replay_buffer.pkl").unlink()
+        return final
+
+    def _save_best(self) -> None:
+        best = self.ckpt_dir / "best"
+        tmp = self.ckpt_dir / ".tmp-best"
+        self._write_model_dir(tmp, replay=False)
+        old = self.ckpt_dir / ".old-best"
+        if best.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(best, old)
+        os.replace(tmp, best)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def checkpoints(self) -> list[Path]:
+        """Complete periodic checkpoints, oldest first."""
+        if not self.ckpt_dir.is_dir():
+            return []
+        found = [
+            p
+            for p in self.ckpt_dir.iterdir()
+            if p.is_dir()
+            and p.name.startswith(CHECKPOINT_PREFIX)
+            and (p / "state.json").exists()
+        ]
+        return sorted(found, key=lambda p: p.name)
+
+    def latest_checkpoint(self) -> Path | None:
+        found = self.checkpoints()
+        return found[-1] if found else None
+
+    def _truncate_metrics(self, step: int) -> None:
+        """Drop rows logged after the checkpoint (a crash between checkpoint
+        and the end leaves some), so that the resumed curves stay monotonic."""
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        rows = list(iter_metrics(path))
+        kept = [r for r in rows if int(r.get("step", 0)) <= step]
+        if len(kept) != len(rows):
+            text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept)
+            atomic_write_text(path, text)
+
+    # ---------------------------------------------------------- summary
+    def summary(self) -> dict[str, Any]:
+        cfg = self.cfg
+        best_dir = self.ckpt_dir / "best"
+        if (best_dir / "model.zip").exists():
+            model_dir = best_dir
+            metrics = {k: v for k, v in self.best_eval_metrics.items() if k != "step"}
+        else:
+            latest = self.latest_checkpoint()
+            if latest is None:
+                raise EngineError("Training ended without saving a model.")
+            model_dir = latest
+            metrics = {}
+        for key in ("rollout/ep_rew_mean", "rollout/ep_len_mean"):
+            if key in self.last_logged:
+                metrics[key] = self.last_logged[key]
+        extra = (
+            [str((model_dir / "vecnormalize.pkl").resolve())]
+            if cfg["vec_normalize"]
+            else []
+        )
+        name = cfg["name"] or f"{self.algo} {cfg['env']}"
+        out: dict[str, Any] = {
+            "total_steps": int(self.model.num_timesteps),
+            "best_eval_reward": self.best_eval_reward,
+            "last_eval_reward": self.last_eval_reward,
+            "stopped_by": self.stopped_by,
+            "algo": self.algo,
+            "env": cfg["env"],
+            "seed": cfg["seed"],
+            "models": [
+                {
+                    "name": name,
+                    "kind": "sb3-policy",
+                    "file": str((model_dir / "model.zip").resolve()),
+                    "extra_files": extra,
+                    "env": cfg["env"],
+                    "algo": self.algo,
+                    "metrics": metrics,
+                }
+            ],
+        }
+        if self.resumed_from is not None:
+            out["resumed_from"] = self.resumed_from
+        return out
+
+
+# --------------------------------------------------------------------------
+# SB3 subclasses, defined on first use so that importing this module does
+# not import SB3 or torch.
+# --------------------------------------------------------------------------
+
+_classes: dict[str, type] = {}
+
+
+def _studio_writer_class() -> type:
+    if "writer" not in _classes:
+        from stable_baselines3.common.logger import KVWriter
+
+        class StudioWriter(KVWriter):
+            """Forwards every dumped key/value to the job's metrics."""
+
+            def __init__(self, sink: Callable[[int, dict[str, Any]], None]) -> None:
+                self.sink = sink
+
+            def write(
+                self,
+                key_values: dict[str, Any],
+                key_excluded: dict[str, tuple[str, ...]],
+                step: int = 0,
+            ) -> None:
+                self.sink(int(step), key_values)
+
+            def close(self) -> None:
+                pass
+
+        _classes["writer"] = StudioWriter
+    return _classes["writer"]
+
+
+def _studio_callback_class() -> type:
+    if "callback" not in _classes:
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class StudioCallback(BaseCallback):
+            """Progress, stop, evaluation and checkpoints, after every step."""
+
+            def __init__(self, trainer: Trainer) -> None:
+                super().__init__(verbose=0)
+                self.trainer = trainer
+
+            def _on_step(self) -> bool:
+                return self.trainer.on_step(self.num_timesteps)
+
+        _classes["callback"] = StudioCallback
+    return _classes["callback"]

@@ -1,0 +1,277 @@
+"""Validation of ``rl.train`` configs: defaults, presets and every refusal."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from engine.errors import ConfigError
+from engine.jobs.registry import get_kind, validate_config
+from engine.rl import config as rlconfig
+from engine.rl.cli import build_config, configure
+from engine.rl.config import ALGO_CONFIGS, TrainConfig, field_docs, validate
+from engine.rl.train import reproduce_argv
+
+
+class MaskedEnv(gym.Env[np.ndarray, int]):
+    """Four actions, of which only two are allowed in each state."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0.0, 1.0, shape=(4,), dtype=np.float32)
+        self.action_space = spaces.Discrete(4)
+        self.state = 0
+
+    def _obs(self) -> np.ndarray:
+        obs = np.zeros(4, dtype=np.float32)
+        obs[self.state] = 1.0
+        return obs
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):  # type: ignore[override]
+        super().reset(seed=seed)
+        self.state = 0
+        return self._obs(), {}
+
+    def step(self, action: int):  # type: ignore[override]
+        self.state = (self.state + 1) % 4
+        return self._obs(), 1.0, False, False, {}
+
+    def action_masks(self) -> np.ndarray:
+        mask = np.zeros(4, dtype=bool)
+        mask[[self.state, (self.state + 1) % 4]] = True
+        return mask
+
+
+gym.register("RLStudioTestMaskedCfg-v0", entry_point=MaskedEnv, max_episode_steps=8)
+
+
+@pytest.mark.parametrize(
+    ("config", "field", "words"),
+    [
+        (
+            {"env": "CartPole-v1", "hyperparameters": {"learning_rate": -0.1}},
+            "hyperparameters.learning_rate",
+            "greater than 0",
+        ),
+        (
+            {"env": "CartPole-v1", "hyperparameters": {"learning_rate": 0}},
+            "hyperparameters.learning_rate",
+            "greater than 0",
+        ),
+        (
+            {
+                "env": "CartPole-v1",
+                "algo": "PPO",
+                "n_envs": 2,
+                "hyperparameters": {"n_steps": 16, "batch_size": 64},
+            },
+            "hyperparameters.batch_size",
+            "larger than the rollout",
+        ),
+        ({"env": "Pendulum-v1", "algo": "DQN"}, "algo", "discrete action space"),
+        ({"env": "CartPole-v1", "algo": "SAC"}, "algo", "continuous action space"),
+        ({"env": "CartPole-v1", "algo": "TD3"}, "algo", "continuous action space"),
+        ({"env": "CartPol-v1"}, "env", "'CartPole-v1'"),
+        ({"env": ""}, "env", "Choose an environment"),
+        ({"env": "CartPole-v1", "algo": "XPO"}, "algo", "Unknown algorithm"),
+        (
+            {"env": "CartPole-v1", "hyperparameters": {"learnin_rate": 0.1}},
+            "hyperparameters.learnin_rate",
+            "did you mean 'learning_rate'",
+        ),
+        (
+            {"env": "CartPole-v1", "algo": "DQN", "hyperparameters": {"n_steps": 5}},
+            "hyperparameters.n_steps",
+            "Unknown hyperparameter",
+        ),
+        ({"env": "CartPole-v1", "total_steps": 0}, "total_steps", "at least 1"),
+        ({"env": "CartPole-v1", "n_envs": 0}, "n_envs", "at least 1"),
+        ({"env": "CartPole-v1", "seed": -3}, "seed", "at least 0"),
+        ({"env": "CartPole-v1", "gamma": 0.9}, "gamma", "Unknown setting"),
+        (
+            {"env": "CartPole-v1", "hyperparameters": {"gamma": 1.5}},
+            "hyperparameters.gamma",
+            "at most 1",
+        ),
+        ({"env": "CartPole-v1", "algo": "MaskablePPO"}, "algo", "action_masks()"),
+        (
+            {"env": "CartPole-v1", "target_eval_reward": 400, "eval_every_steps": 0},
+            "eval_every_steps",
+            "needs evaluations",
+        ),
+        (
+            {"env": "CartPole-v1", "hyperparameters": {"net_arch": [64, -1]}},
+            "hyperparameters.net_arch",
+            "positive layer widths",
+        ),
+        (
+            {"env": "CartPole-v1", "hyperparameters": {"n_epochs": "ten"}},
+            "hyperparameters.n_epochs",
+            "whole number",
+        ),
+        (
+            {
+                "env": "CartPole-v1",
+                "algo": "DQN",
+                "hyperparameters": {"gradient_steps": 0},
+            },
+            "hyperparameters.gradient_steps",
+            "-1 or at least 1",
+        ),
+        (
+            {
+                "env": "Pendulum-v1",
+                "algo": "SAC",
+                "hyperparameters": {"ent_coef": "lots"},
+            },
+            "hyperparameters.ent_coef",
+            "'auto'",
+        ),
+        (
+            {"env": "CartPole-v1", "env_kwargs": {"no_such_arg": 1}},
+            "env_kwargs",
+            "arguments",
+        ),
+        ({"env": "CartPole-v1", "device": "tpu"}, "device", "auto, cpu"),
+        (
+            {"env": "CartPole-v1", "hyperparameters": {"use_sde": True}},
+            "hyperparameters.use_sde",
+            "continuous",
+        ),
+    ],
+)
+def test_impossible_settings_are_refused_naming_the_field(
+    config: dict, field: str, words: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(config)
+    assert info.value.field == field
+    message = str(info.value)
+    assert words in message
+    # one sentence: ends with a full stop or a question mark, no line breaks
+    assert message[-1] in ".?" and "\n" not in message
+
+
+def test_unknown_env_suggests_close_names() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate({"env": "Pendulum-v2"})
+    assert "did you mean" in str(info.value) and "'Pendulum-v1'" in str(info.value)
+
+
+def test_defaults_come_from_the_preset_and_hardware() -> None:
+    cfg = validate({"env": "CartPole-v1", "algo": "ppo"})
+    assert cfg["algo"] == "PPO"
+    hp = cfg["hyperparameters"]
+    assert hp["n_steps"] == 32 and hp["n_epochs"] == 20 and hp["gamma"] == 0.98
+    assert cfg["n_envs"] == 8 and cfg["total_steps"] == 100_000
+    assert isinstance(cfg["seed"], int) and cfg["seed"] >= 0
+    assert cfg["torch_threads"] >= 1
+    assert set(hp) == {f.name for f in dataclasses.fields(ALGO_CONFIGS["PPO"])}
+    # an env without a preset gets dataclass defaults and hardware n_envs
+    other = validate({"env": "MountainCarContinuous-v0", "algo": "SAC", "seed": 4})
+    assert other["seed"] == 4 and other["n_envs"] == 1
+    assert other["hyperparameters"]["learning_rate"] == 3e-4
+
+
+def test_validate_is_idempotent_and_json_clean() -> None:
+    import json
+
+    cfg = validate({"env": "Pendulum-v1", "algo": "TD3", "seed": 5})
+    assert validate(json.loads(json.dumps(cfg))) == cfg
+
+
+def test_user_values_override_the_preset_and_ints_become_floats() -> None:
+    cfg = validate(
+        {
+            "env": "CartPole-v1",
+            "algo": "PPO",
+            "hyperparameters": {"learning_rate": 1, "n_epochs": 3},
+        }
+    )
+    assert cfg["hyperparameters"]["learning_rate"] == 1.0
+    assert isinstance(cfg["hyperparameters"]["learning_rate"], float)
+    assert cfg["hyperparameters"]["n_epochs"] == 3
+
+
+def test_preset_batch_shrinks_to_a_small_rollout_but_a_user_batch_is_refused() -> None:
+    cfg = validate({"env": "CartPole-v1", "algo": "PPO", "n_envs": 2})
+    assert cfg["hyperparameters"]["batch_size"] == 64  # 32 steps * 2 envs
+    with pytest.raises(ConfigError):
+        validate(
+            {
+                "env": "CartPole-v1",
+                "algo": "PPO",
+                "n_envs": 2,
+                "hyperparameters": {"batch_size": 256},
+            }
+        )
+
+
+def test_masked_env_gets_maskable_ppo() -> None:
+    assert validate({"env": "RLStudioTestMaskedCfg-v0"})["algo"] == "MaskablePPO"
+    assert (
+        validate({"env": "RLStudioTestMaskedCfg-v0", "algo": "PPO"})["algo"]
+        == "MaskablePPO"
+    )
+    assert validate({"env": "RLStudioTestMaskedCfg-v0", "algo": "DQN"})["algo"] == "DQN"
+    assert validate({"env": "CartPole-v1", "algo": "auto"})["algo"] == "PPO"
+
+
+def test_every_field_has_a_docstring() -> None:
+    for cls in (TrainConfig, *ALGO_CONFIGS.values()):
+        docs = field_docs(cls)
+        missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
+        assert not missing, f"{cls.__name__} lacks docs for {missing}"
+    assert "steps" in field_docs(rlconfig.PPOConfig)["n_steps"]
+
+
+def test_registered_as_a_resumable_job_kind() -> None:
+    kind = get_kind("rl.train")
+    assert kind.resumable and kind.entry == "engine.rl.train:run"
+    cfg = validate_config("rl.train", {"env": "Acrobot-v1", "algo": "DQN", "seed": 1})
+    assert cfg["hyperparameters"]["target_update_interval"] == 250
+
+
+def test_reproduce_command_rebuilds_the_same_config(tmp_path) -> None:
+    import argparse
+
+    cfg = validate(
+        {
+            "env": "Pendulum-v1",
+            "algo": "SAC",
+            "total_steps": 1234,
+            "seed": 9,
+            "env_kwargs": {"g": 9.0},
+            "target_eval_reward": -200,
+            "project_dir": str(tmp_path),
+            "hyperparameters": {"net_arch": [32, 32], "ent_coef": "auto_0.5"},
+        }
+    )
+    argv = reproduce_argv(cfg)
+    assert shlex.join(argv).startswith(
+        "rl-studio-engine train --env Pendulum-v1 --algo SAC --steps 1234 --seed 9"
+    )
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(argv[2:])
+    again = validate(build_config(args, tmp_path))
+    assert again == cfg
+
+
+def test_engine_modules_import_without_heavy_libraries() -> None:
+    import subprocess
+
+    code = (
+        "import sys, engine.rl.config, engine.rl.train, engine.rl.cli;"
+        "heavy = [m for m in ('torch', 'stable_baselines3', 'gymnasium', 'sb3_contrib')"
+        " if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
