@@ -100,6 +100,7 @@ _THEMES = {
         "fg": "#c9ccd1",
         "dim": "#8a8f98",
         "frame": "#2b2e34",
+        "gridline": "#33373e",
         "grid": "#141619",
     },
     "light": {
@@ -107,10 +108,14 @@ _THEMES = {
         "fg": "#2b2e34",
         "dim": "#6b7079",
         "frame": "#d8dbe0",
+        "gridline": "#e3e6ea",
         "grid": "#eef0f3",
     },
 }
 X_AXES = ("step", "time")
+#: Above this many drawn points a curve uses a 1 px pen: Qt draws wide pens
+#: about 10x slower (measured: 3 curves x 2,800 points, 4 ms vs 45 ms a paint).
+_WIDE_PEN_MAX_POINTS = 1500
 
 
 # --------------------------------------------------------------------- numerics
@@ -131,9 +136,11 @@ def ema_smooth(
     if n == 0 or w <= 0.0:
         return b, (float(b[-1]) if n else prev)
     b[0] += w * prev
+    tmp = np.empty(n)  # one scratch buffer: a fresh temporary per pass costs more
     k, a, tail = 1, w, 1.0 / (1.0 - w)
     while k < n and a * tail > 1e-16:
-        b[k:] += a * b[:-k]
+        shifted = np.multiply(b[:-k], a, out=tmp[: n - k])
+        b[k:] += shifted
         a *= a
         k *= 2
     last = float(b[-1])
@@ -223,6 +230,42 @@ class _PeakPyramid:
         return xs, ys
 
 
+class _Display:
+    """What a curve draws: raw or EMA-smoothed values plus their peak pyramid.
+
+    Built incrementally, a bounded number of points per call, so smoothing a
+    million points never blocks one redraw tick.
+    """
+
+    __slots__ = ("last", "n", "pyramid", "smooth", "weight")
+
+    def __init__(self, weight: float) -> None:
+        self.weight = weight
+        self.smooth = _Growable(1) if weight > 0 else None
+        self.last = 0.0
+        self.pyramid = _PeakPyramid()
+        self.n = 0
+
+    def y(self, values: np.ndarray) -> np.ndarray:
+        if self.smooth is None:
+            return values[: self.n]
+        return self.smooth.data[0, : self.n]
+
+    def advance(self, values: np.ndarray, limit: int | None) -> bool:
+        """Take in up to ``limit`` new points; True when all of ``values`` are in."""
+        n = len(values)
+        m = n if limit is None else min(n, self.n + limit)
+        if m > self.n:
+            if self.smooth is not None:
+                out, self.last = ema_smooth(
+                    values[self.n : m], self.weight, prev=self.last, start=self.n
+                )
+                self.smooth.extend(out)
+            self.n = m
+            self.pyramid.update(self.y(values))
+        return m == n
+
+
 # ------------------------------------------------------------------ grouping
 def group_for_key(
     key: str,
@@ -295,22 +338,21 @@ class _Curve:
     times: np.ndarray = field(default_factory=lambda: np.empty(0))
     values: np.ndarray = field(default_factory=lambda: np.empty(0))
     explicit: bool = False  # data pushed with set_curve (not fetched)
-    smooth: _Growable | None = None
-    smooth_weight: float = 0.0
-    smooth_last: float = 0.0
-    pyramid: _PeakPyramid = field(default_factory=_PeakPyramid)
+    display: _Display | None = None  # what is drawn
+    building: _Display | None = None  # replacing it (new smoothing), in chunks
     needs_fetch: bool = True
     needs_reset: bool = True
     last_request: tuple[object, ...] | None = None
     drawn: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
+    wide: bool = True  # 2 px pen while few points are drawn (1 px is much faster)
 
     def x(self, mode: str) -> np.ndarray:
         return self.steps if mode == "step" else self.times
 
     def display_y(self) -> np.ndarray:
-        if self.smooth is None:
-            return self.values
-        return self.smooth.data[0, : self.smooth.n]
+        if self.display is None:
+            return self.values[:0]
+        return self.display.y(self.values)
 
 
 class _Group(QtWidgets.QFrame):
@@ -328,7 +370,9 @@ class _Group(QtWidgets.QFrame):
         item = self.plot.getPlotItem()
         item.setClipToView(True)
         item.setDownsampling(auto=True, mode="peak")
-        item.showGrid(x=True, y=True, alpha=0.15)
+        # Opaque grid lines in a dark tone: alpha-blended ones cost ~40% more
+        # paint time on every range change.
+        item.showGrid(x=True, y=True, alpha=1.0)
         item.setMenuEnabled(False)
         item.hideButtons()
         self.view: pg.ViewBox = item.getViewBox()
@@ -357,7 +401,7 @@ class _Group(QtWidgets.QFrame):
         self.plot.setBackground(theme["bg"])
         for name in ("left", "bottom"):
             ax = self.plot.getPlotItem().getAxis(name)
-            ax.setPen(pg.mkPen(theme["dim"]))
+            ax.setPen(pg.mkPen(theme["gridline"]))
             ax.setTextPen(pg.mkPen(theme["fg"]))
         self.crosshair.setPen(
             pg.mkPen(theme["dim"], width=1, style=QtCore.Qt.PenStyle.DashLine)
@@ -423,6 +467,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._visible: list[str] = []
         #: Time budget of one redraw tick in seconds; leftovers wait a tick.
         self.redraw_budget_s = 0.020
+        #: Most new points a curve takes in (smooths, indexes) per redraw step.
+        self.chunk_points = 262_144
         #: Duration of the last redraw tick in seconds (for diagnostics).
         self.last_redraw_s = 0.0
 
@@ -677,15 +723,20 @@ class LivePlotPanel(QtWidgets.QWidget):
     def redraw_dirty(self) -> int:
         """Redraw dirty curves (the timer's slot); return how many were drawn.
 
-        Stops after :attr:`redraw_budget_s` (at least one curve per tick) so
-        the event loop stays responsive; the rest is drawn on the next tick.
+        Stops after :attr:`redraw_budget_s` (at least one step per tick) and
+        takes in at most :attr:`chunk_points` new points per curve and step,
+        so the event loop stays responsive; the rest waits for the next tick.
         """
         t0 = time.perf_counter()
+        unbounded = math.isinf(self.redraw_budget_s)
+        limit = None if unbounded else self.chunk_points
         drawn = 0
         for curve in list(self._dirty):
             del self._dirty[curve]
-            self._refresh(curve)
-            drawn += 1
+            if self._refresh(curve, limit):
+                drawn += 1
+            else:
+                self._dirty[curve] = None  # more to take in: next tick
             if time.perf_counter() - t0 > self.redraw_budget_s:
                 break
         self._update_visibility()
@@ -695,29 +746,45 @@ class LivePlotPanel(QtWidgets.QWidget):
         return drawn
 
     def redraw_all(self) -> None:
-        """Draw every dirty curve now, ignoring the budget (tests, export)."""
+        """Draw every dirty curve now, ignoring budgets (tests, export)."""
         budget = self.redraw_budget_s
         self.redraw_budget_s = math.inf
         try:
-            self.redraw_dirty()
+            while self._dirty:
+                self.redraw_dirty()
         finally:
             self.redraw_budget_s = budget
 
-    def _refresh(self, curve: _Curve) -> None:
+    def _refresh(self, curve: _Curve, limit: int | None) -> bool:
+        """Bring a curve's display up to date and draw it; False if unfinished."""
         if curve.needs_fetch and not curve.explicit and self._source is not None:
             steps, times, values = self._source(curve.run_id, curve.key)
             if len(values) < len(curve.values):
                 curve.needs_reset = True
             curve.steps, curve.times, curve.values = steps, times, values
         curve.needs_fetch = False
-        self._update_smoothing(curve)
-        y = curve.display_y()
-        if curve.needs_reset or len(y) < curve.pyramid.n:
-            curve.pyramid = _PeakPyramid()
-            curve.needs_reset = False
-        curve.pyramid.update(y)
-        x = curve.x(self._x_axis)
+        w = self._smoothing
+        disp = curve.display
+        if disp is None or disp.weight != w or curve.needs_reset:
+            new = curve.building
+            if new is None or new.weight != w or curve.needs_reset:
+                new = curve.building = _Display(w)
+                curve.needs_reset = False
+            if not new.advance(curve.values, limit):
+                return False  # keep drawing the old display meanwhile
+            curve.display, curve.building = new, None
+            complete = True
+        else:
+            complete = disp.advance(curve.values, limit)
+        self._draw(curve)
+        return complete
+
+    def _draw(self, curve: _Curve) -> None:
+        disp = curve.display
+        assert disp is not None
+        y = disp.y(curve.values)
         n = len(y)
+        x = curve.x(self._x_axis)[:n]
         view = curve.group.view
         width = max(100, int(view.width()))
         if view.autoRangeEnabled()[0] or n == 0:
@@ -726,36 +793,19 @@ class LivePlotPanel(QtWidgets.QWidget):
             lo, hi = view.viewRange()[0]
             i0 = max(0, int(np.searchsorted(x, lo, "left")) - 1)
             i1 = min(n, int(np.searchsorted(x, hi, "right")) + 1)
-        request = (n, i0, i1, width, self._x_axis, curve.smooth_weight)
+        request = (id(disp), n, i0, i1, width, self._x_axis)
         if request == curve.last_request:
             return
         curve.last_request = request
-        xd, yd = curve.pyramid.decimate(x, y, i0, i1, width)
+        xd, yd = disp.pyramid.decimate(x, y, i0, i1, width)
+        wide = len(xd) <= _WIDE_PEN_MAX_POINTS
+        if wide != curve.wide:
+            curve.wide = wide
+            self._style(curve)
         curve.item.setData(xd, yd)
         curve.drawn = (xd, yd)
         if curve.group.hover_x is not None:
             self._set_hover(curve.group, curve.group.hover_x)
-
-    def _update_smoothing(self, curve: _Curve) -> None:
-        w = self._smoothing
-        n = len(curve.values)
-        if w <= 0.0:
-            if curve.smooth is not None:
-                curve.smooth = None
-                curve.needs_reset = True
-            curve.smooth_weight = 0.0
-            return
-        s = curve.smooth
-        if s is None or curve.smooth_weight != w or n < s.n or curve.needs_reset:
-            s = curve.smooth = _Growable(1)
-            curve.smooth_weight = w
-            curve.smooth_last = 0.0
-            curve.needs_reset = True
-        if n > s.n:
-            out, curve.smooth_last = ema_smooth(
-                curve.values[s.n : n], w, prev=curve.smooth_last, start=s.n
-            )
-            s.extend(out)
 
     # ------------------------------------------------------------ hover
     def hover_text(self, title: str, x: float) -> str:
@@ -893,7 +943,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         if title is None:
             return None
         group = self._group(title)
-        item = pg.PlotDataItem(skipFiniteCheck=True)
+        item = pg.PlotDataItem(skipFiniteCheck=True, antialias=True)
         group.plot.getPlotItem().addItem(item)
         curve = _Curve(run_id=run_id, key=key, group=group, item=item)
         if key not in group.keys:
@@ -932,7 +982,7 @@ class LivePlotPanel(QtWidgets.QWidget):
     def _style(self, curve: _Curve) -> None:
         color = self._runs[curve.run_id]["color"]
         style = _LINE_STYLES[curve.group.keys.index(curve.key) % len(_LINE_STYLES)]
-        curve.item.setPen(pg.mkPen(color, width=2, style=style))
+        curve.item.setPen(pg.mkPen(color, width=2 if curve.wide else 1, style=style))
         if curve.key.startswith("eval/"):
             curve.item.setSymbol("o")
             curve.item.setSymbolSize(5)

@@ -51,7 +51,9 @@ class _Buffer:
         need = self.n + m
         cap = self._data.shape[1]
         if need > cap:
-            new_cap = max(need, 2 * cap)
+            # Doubling keeps appends amortized O(1); the extra quarter leaves room
+            # after a bulk load so live rows do not trigger a copy right away.
+            new_cap = max(need + need // 4, 2 * cap)
             grown = np.empty((3, new_cap), dtype=np.float64)
             grown[:, : self.n] = self._data[:, : self.n]
             self._data = grown
