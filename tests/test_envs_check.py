@@ -166,7 +166,12 @@ def test_python_import_failure_and_wrong_class(project: Path) -> None:
 
 
 def test_unknown_gymnasium_id(project: Path) -> None:
-    doc = {"format": 1, "name": "g", "kind": "gymnasium", "gymnasium": {"id": "Nope-v9"}}
+    doc = {
+        "format": 1,
+        "name": "g",
+        "kind": "gymnasium",
+        "gymnasium": {"id": "Nope-v9"},
+    }
     (err,) = check_spec(_save(project, doc, "g")).errors
     assert err.path == "gymnasium.id" and "'Nope-v9'" in err.message
 
@@ -182,7 +187,9 @@ def test_cli_exit_codes(project: Path, capsys: pytest.CaptureFixture[str]) -> No
     good = project / "envs" / "jira_comment_management.env.json"
     assert cli_main(["env", "check", str(good)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("jira_comment_management (rlstudio/jira_comment_management-v0")
+    assert out.startswith(
+        "jira_comment_management (rlstudio/jira_comment_management-v0"
+    )
     assert "OK, 0 error(s)" in out
 
     doc = _doc(project, "jira_issue_resolution")

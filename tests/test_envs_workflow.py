@@ -255,6 +255,28 @@ def test_get_state_set_state_replays_a_completion(project: Path) -> None:
         other.set_state({"status": "Nope"})
 
 
+def test_replay_scores_language_model_completions(project: Path) -> None:
+    """A GRPO-style reward: one saved prompt state, several completions."""
+    env = make(project / "envs" / "jira_issue_resolution.env.json").unwrapped
+    env.reset(seed=0, options={"task": 0})
+    env.step(env.model.tool_index["start_progress"])
+    prompt_state = json.loads(json.dumps(env.get_state()))
+    completions = [
+        "I will submit_for_review now.",
+        "Let's merge it.",  # not valid in In Progress
+        "Hmm, no idea.",  # names no tool
+    ]
+    results = [env.replay(prompt_state, c) for c in completions]
+    rewards = [r[1] for r in results]
+    assert results[0][4]["status"] == "In Review"
+    assert rewards[0] == pytest.approx(-0.02 + 0.2)
+    assert rewards[1] == pytest.approx(-0.12) and results[1][4]["tool"] == "merge"
+    assert rewards[2] == pytest.approx(-0.12) and results[2][4]["tool"] is None
+    assert results[2][4]["status"] == "In Progress"
+    # the same completion from the same state always scores the same
+    assert env.replay(prompt_state, completions[0])[1] == rewards[0]
+
+
 @pytest.fixture
 def one_torch_thread():
     """Tiny networks train faster on one thread, and far faster on a busy machine."""
@@ -304,6 +326,7 @@ def test_maskable_ppo_trains_on_issue_resolution(
             model.predict(obs, action_masks=mask, deterministic=True)[0]
         )
     )
+    print(f"MaskablePPO success rate {trained_rate:.2f}, random {random_rate:.2f}")
     assert trained_rate >= 0.9 and trained_rate > random_rate + 0.3, (
         trained_rate,
         random_rate,
@@ -378,3 +401,36 @@ def test_catalog_lists_gymnasium_envs_cheaply() -> None:
     d = describe_env("CartPole-v1")
     assert d["action_space"] == "Discrete(2)" and "Box" in d["observation_space"]
     assert describe_env("CartPole-v1") is not d  # a fresh dict from the cache
+
+
+def test_gymnasium_vector_env_by_make_vec(project: Path) -> None:
+    register_project_envs(project)
+    env_id = "rlstudio/jira_comment_management-v0"
+
+    def run() -> tuple[list[np.ndarray], int]:
+        vec = gym.make_vec(env_id, num_envs=16, vectorization_mode="vector_entry_point")
+        assert vec.single_action_space == gym.spaces.Discrete(8)
+        obs, _ = vec.reset(seed=11)
+        assert obs.shape == (16, *vec.single_observation_space.shape)
+        rng = np.random.default_rng(0)
+        record, finals = [obs], 0
+        for _ in range(60):
+            masks = vec.unwrapped.action_masks()
+            actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
+            obs, reward, term, trunc, infos = vec.step(actions)
+            record += [obs, reward]
+            assert infos["is_success"].shape == (16,)
+            if "final_obs" in infos:
+                done = term | trunc
+                assert np.array_equal(infos["_final_obs"], done)
+                for i in np.flatnonzero(done):
+                    assert infos["final_obs"][i][1] == 1.0  # the done flag
+                    assert vec.single_observation_space.contains(infos["final_obs"][i])
+                finals += int(done.sum())
+        vec.close()
+        return record, finals
+
+    first, finals = run()
+    second, _ = run()
+    assert finals > 20
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))

@@ -32,6 +32,7 @@ from engine.errors import EngineError
 log = logging.getLogger(__name__)
 
 ENTRY_POINT = "engine.envs.registry:make_from_spec"
+VECTOR_ENTRY_POINT = "engine.envs.workflow_env:make_vector_from_spec"
 
 _registered: dict[str, str] = {}
 """env id -> fingerprint of the spec it was registered from."""
@@ -168,6 +169,7 @@ def register_spec(spec: EnvSpec | dict[str, Any] | str | Path) -> str:
             max_episode_steps=spec.body.get("max_episode_steps")
             if spec.kind == "python"
             else None,
+            vector_entry_point=VECTOR_ENTRY_POINT if spec.kind == "workflow" else None,
         )
     _registered[env_id] = fingerprint
     return env_id

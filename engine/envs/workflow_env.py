@@ -21,9 +21,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 from engine.envs.spec import EnvSpec, coerce_spec, parse_spec
-from engine.envs.workflow_model import REWARD_RULES, Task, WorkflowModel
+from engine.envs.workflow_model import REWARD_RULES, Task, WorkflowBatch, WorkflowModel
 
 
 def _as_spec(spec: EnvSpec | dict[str, Any] | str, source: str | None) -> EnvSpec:
@@ -291,6 +293,54 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
         match = self._tool_pattern.search(text)
         return None if match is None else self.model.tool_index[match.group(1)]
 
+    def step_text(
+        self, text: str
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Step with the tool a language model named in ``text``.
+
+        Text that names no tool counts as an invalid tool (the status stays,
+        ``rewards.invalid_tool`` applies) with ``info["tool"] = None``.
+        """
+        action = self.action_from_text(text)
+        if action is not None:
+            return self.step(action)
+        m = self.model
+        bd = dict.fromkeys(REWARD_RULES, 0.0)
+        bd["step"], bd["invalid_tool"] = m.per_step, m.invalid_penalty
+        self._steps += 1
+        self._valid = False
+        self._last_tool = -1
+        truncated = self._steps >= m.max_steps
+        self._done = truncated
+        self._resolved = False
+        info = {
+            "reward_breakdown": bd,
+            "is_success": False,
+            "valid": False,
+            "status": m.statuses[self._status],
+            "tool": None,
+            "task_id": self._task.id,
+        }
+        if self.text_in_info:
+            info["text"] = self.render_text()
+        return (
+            self._observation(),
+            m.per_step + m.invalid_penalty,
+            False,
+            truncated,
+            info,
+        )
+
+    def replay(
+        self, state: dict[str, Any], text_or_action: str | int
+    ) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Restore ``state`` and take one step: how a language-model reward
+        function scores a completion against the prompt's saved state."""
+        self.set_state(state)
+        if isinstance(text_or_action, str):
+            return self.step_text(text_or_action)
+        return self.step(text_or_action)
+
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue this episode exactly, as JSON data."""
         m = self.model
@@ -336,3 +386,82 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
         self.np_random = rng
         self._rng = rng
         return self._observation()
+
+
+class WorkflowVectorEnv(VectorEnv):
+    """``num_envs`` copies of a workflow env as a gymnasium ``VectorEnv``,
+    stepped together with numpy (:class:`WorkflowBatch`).
+
+    Autoreset is ``SAME_STEP``: an ended episode's last observation is in
+    ``infos["final_obs"]`` (masked by ``infos["_final_obs"]``) and the
+    returned row already starts the next episode. ``infos["is_success"]``
+    and ``infos["valid"]`` are arrays. ``action_masks()`` gives
+    ``(num_envs, n_tools)``. Also made by ``gym.make_vec("rlstudio/<name>-v0",
+    num_envs, vectorization_mode="vector_entry_point")``.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(
+        self,
+        spec: EnvSpec | dict[str, Any] | str,
+        num_envs: int,
+        source: str | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.spec_doc = _as_spec(spec, source)
+        self.batch = WorkflowBatch(WorkflowModel(self.spec_doc), num_envs, seed)
+        m = self.batch.model
+        self.num_envs = num_envs
+        self.single_observation_space = spaces.Box(0.0, 1.0, (m.obs_size,), np.float32)
+        self.single_action_space = spaces.Discrete(m.n_tools)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._all = np.ones(num_envs, dtype=bool)
+
+    def reset(
+        self,
+        *,
+        seed: int | list[int] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        if isinstance(seed, list):
+            seed = seed[0]
+        if seed is not None:
+            self._np_random_seed = seed
+        return self.batch.reset(seed), {}
+
+    def step(
+        self, actions: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.batch.step(actions)
+        infos: dict[str, Any] = {
+            "is_success": info["is_success"],
+            "_is_success": self._all,
+            "valid": info["valid"],
+            "_valid": self._all,
+        }
+        done = terminated | truncated
+        if done.any():
+            final = np.full(self.num_envs, None, dtype=object)
+            for row, i in zip(
+                info["final_observation"], np.flatnonzero(done), strict=True
+            ):
+                final[i] = row
+            infos["final_obs"] = final
+            infos["_final_obs"] = done
+        return obs, reward, terminated, truncated, infos
+
+    def action_masks(self) -> np.ndarray:
+        return self.batch.action_masks()
+
+
+def make_vector_from_spec(
+    num_envs: int,
+    spec: dict[str, Any],
+    source: str | None = None,
+    seed: int | None = None,
+    **_: Any,
+) -> WorkflowVectorEnv:
+    """Gymnasium ``vector_entry_point`` of workflow specs."""
+    return WorkflowVectorEnv(spec, num_envs, source=source, seed=seed)
