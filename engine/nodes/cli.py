@@ -1,0 +1,329 @@
+"""``rl-studio-engine run FLOW.json``: run a workflow headless, in this
+process, with per-node progress on stderr and the run summary as JSON on
+stdout.
+
+Example::
+
+    rl-studio-engine run project/flows/cartpole_ppo.flow.json \\
+        --set train.total_steps=2048 --set evaluate.episodes=5
+
+The run is recorded in the project like a run started from the studio
+(``runs/<run-id>/``, a row in the project's run list), and the models that
+Register nodes produce are registered when it ends. The project is
+``--project DIR``, else the project whose ``flows/`` folder holds the file,
+else a temporary folder.
+
+Exit status: 0 when every node is done or cached; 1 when the flow does not
+validate (problems printed per node) or a node fails; 2 when the file is
+missing or not a flow (one sentence); 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from engine import flow
+from engine.errors import EngineError
+from engine.jobs.context import JobContext
+from engine.store.atomic import atomic_write_json
+
+KIND = "flow.run"
+LINE_INTERVAL_S = 2.0
+"""Without a terminal, a running node prints a progress line at most this often."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("flow", type=Path, help="the .flow.json file to run")
+    parser.add_argument(
+        "--project",
+        type=Path,
+        default=None,
+        help="project folder for runs, cache and models (default: the project "
+        "holding the file, else a temporary one)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NODE.PARAM=VALUE",
+        dest="settings",
+        help="override a node's parameter, e.g. train.total_steps=2048 "
+        "(repeatable; VALUE is read as JSON when it parses)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="run every node, even those whose cached outputs are still valid",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="run only this node and what it needs (repeatable)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``node.param=value`` items as an overrides dict."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        node, dot, param = key.partition(".")
+        if not sep or not dot or not node or not param:
+            raise EngineError(f"--set takes node.param=value, not {item!r}.")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+def find_project(flow_path: Path) -> Path | None:
+    """The project whose ``flows/`` folder holds ``flow_path``, if any."""
+    parent = flow_path.resolve().parent
+    if parent.name == "flows" and (parent.parent / "studio.sqlite").exists():
+        return parent.parent
+    return None
+
+
+def _bar(frac: float, width: int = 24) -> str:
+    filled = round(min(max(frac, 0.0), 1.0) * width)
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+class ConsoleReport:
+    """Per-node lines and progress bars on a stream."""
+
+    def __init__(self, stream: TextIO, labels: dict[str, str], bars: bool) -> None:
+        self.stream = stream
+        self.labels = labels
+        self.bars = bars
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._bar_open = False
+        self._last_line: dict[str, float] = {}
+        self._width = max([len(k) for k in labels] + [4])
+
+    def _close_bar(self) -> None:
+        if self._bar_open:
+            self.stream.write("\n")
+            self._bar_open = False
+
+    def line(self, text: str) -> None:
+        self._close_bar()
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def on_state(
+        self,
+        node_id: str,
+        state: str,
+        progress: float,
+        message: str,
+        outputs: dict[str, Any],
+    ) -> None:
+        label = self.labels.get(node_id, node_id)
+        head = f"{node_id:<{self._width}}  {label}"
+        if state == "running" and progress > 0:
+            if not self.bars:
+                return
+            text = f"{head}  {_bar(progress)} {progress * 100:5.1f}%  {message}"
+            if self.tty:
+                self.stream.write("\r" + text[:160].ljust(100))
+                self.stream.flush()
+                self._bar_open = True
+                return
+            now = time.monotonic()
+            if (
+                now - self._last_line.get(node_id, 0.0) >= LINE_INTERVAL_S
+                or progress >= 1
+            ):
+                self._last_line[node_id] = now
+                self.line(text)
+            return
+        if state == "queued":
+            return
+        self.line(f"{head}  {state}{': ' + message if message else ''}")
+
+    def final(self, summary: dict[str, Any]) -> None:
+        self._close_bar()
+        self.line(f"flow {summary['flow']!r}: {summary['status']}")
+        for node_id in summary["order"]:
+            st = summary["nodes"][node_id]
+            label = self.labels.get(node_id, node_id)
+            self.line(
+                f"  {node_id:<{self._width}}  {st['state']:<8} {label}  {st['message']}"
+            )
+        for model_id in summary.get("registered_models", []):
+            self.line(f"  registered model {model_id}")
+        if summary.get("reason"):
+            self.line(summary["reason"])
+
+
+class ConsoleFlowContext(JobContext):
+    """A JobContext whose log lines go through the console report."""
+
+    report: ConsoleReport | None = None
+
+    def log(self, text: str) -> None:
+        if self.report is None:
+            super().log(text)
+        else:
+            self.report.line(text)
+
+
+def _register_models(project: Any, run_id: str, summary: dict[str, Any]) -> list[str]:
+    """What the supervisor does for a flow.run job: register its models."""
+    ids = []
+    for entry in summary.get("models", []) or []:
+        try:
+            files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
+            record = project.register_model(
+                name=str(entry.get("name", run_id)),
+                kind=str(entry.get("kind", "model")),
+                files=files,
+                source_run=run_id,
+                env=str(entry.get("env", "")),
+                algo=str(entry.get("algo", "")),
+                base=str(entry.get("base", "")),
+                metrics=dict(entry.get("metrics", {})),
+                parents=list(entry.get("parents", [])),
+            )
+            ids.append(record.id)
+        except (KeyError, TypeError, OSError, EngineError) as exc:
+            print(f"could not register a model: {exc}", file=sys.stderr)
+    return ids
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.nodes.executor import (
+        FlowInvalid,
+        apply_overrides,
+        run_flow,
+        validate_document,
+    )
+    from engine.nodes.executor import validate as validate_config
+    from engine.nodes.registry import specs
+    from engine.store.project import Project
+
+    path: Path = args.flow.expanduser()
+    try:
+        doc = flow.load(path)
+    except flow.FlowFormatError as exc:
+        raise EngineError(str(exc)) from None
+    overrides = parse_overrides(args.settings)
+    apply_overrides(doc, overrides)
+    for target in args.only:
+        if doc.node(target) is None:
+            raise EngineError(f"--only {target!r}: there is no such node in the flow.")
+    catalog = specs()
+    errors = validate_document(doc)
+    if errors:
+        print(f"{path.name}: the flow cannot run:", file=sys.stderr)
+        for key, messages in errors.items():
+            node = doc.node(key)
+            where = f"{key} ({flow.display_name(node, catalog)})" if node else "(flow)"
+            for m in messages:
+                print(f"  {where}: {m}", file=sys.stderr)
+        return 1
+    config = validate_config(
+        {
+            "flow_path": str(path),
+            "document": doc.to_dict(),
+            "only_stale": not args.all,
+            "targets": list(args.only),
+        }
+    )
+    name = config["flow_name"]
+
+    if args.project is not None:
+        project_dir = args.project.expanduser().resolve()
+    else:
+        project_dir = find_project(path) or Path(
+            tempfile.mkdtemp(prefix="rlstudio-flow-")
+        )
+    from resources import resource_path
+
+    # A fresh project gets the bundled examples (envs, data), as in the studio.
+    project = Project.open(project_dir, create=True, examples=resource_path("examples"))
+    try:
+        record = project.create_run(KIND, config, name=f"flow {name}")
+        run_dir = Path(record.run_dir)
+        project.update_run(record.id, status="running", started=time.time())
+        print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
+        labels = {n.id: flow.display_name(n, catalog) for n in doc.nodes}
+        report = ConsoleReport(sys.stderr, labels, bars=not args.quiet)
+        ctx = ConsoleFlowContext(record.id, run_dir, KIND, config, events=None)
+        ctx.report = report
+
+        def on_interrupt(_sig: int, _frame: FrameType | None) -> None:
+            if ctx.should_stop:
+                raise KeyboardInterrupt
+            report.line(
+                "stopping after the current node's checkpoint (Ctrl-C again to abort)"
+            )
+            ctx.request_stop()
+
+        previous = signal.signal(signal.SIGINT, on_interrupt)
+        try:
+            summary = run_flow(
+                ctx,
+                doc,
+                flow_name=name,
+                only_stale=config["only_stale"],
+                targets=config["targets"],
+                on_state=report.on_state,
+            )
+        except FlowInvalid as exc:  # validated above; kept for safety
+            ctx.close()
+            project.update_run(
+                record.id, status="failed", ended=time.time(), reason=str(exc)
+            )
+            raise EngineError(str(exc)) from None
+        except BaseException as exc:
+            ctx.close()
+            reason = f"{type(exc).__name__}: {exc}"
+            atomic_write_json(
+                run_dir / "result.json", {"status": "failed", "reason": reason}
+            )
+            project.update_run(
+                record.id, status="failed", ended=time.time(), reason=reason
+            )
+            raise
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        ctx.close()
+        status = summary["status"]
+        if status == "completed":
+            registered = _register_models(project, record.id, summary)
+            if registered:
+                summary["registered_models"] = registered
+        atomic_write_json(
+            run_dir / "result.json", {"status": status, "summary": summary}
+        )
+        project.update_run(
+            record.id,
+            status=status,
+            ended=time.time(),
+            exit_code=0,
+            summary=summary,
+            reason=summary.get("reason", ""),
+            progress_done=len(summary["order"]),
+            progress_total=len(summary["order"]),
+        )
+    finally:
+        project.close()
+    report.final(summary)
+    print(json.dumps(summary, indent=2))
+    return {"completed": 0, "failed": 1}.get(status, 130)

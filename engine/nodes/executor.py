@@ -1,0 +1,557 @@
+"""Running a flow: the ``flow.run`` job kind, and the executor it shares with
+``rl-studio-engine run``.
+
+Nodes run one after another in topological order, in the job's process.
+Each reports its state (``engine.flow.NODE_STATES``) as a ``flow.node_state``
+event and in ``runs/<run-id>/flow_state.json`` (so a restarted GUI can show
+the last states). A node's outputs are cached in
+``<project>/data/flow-cache/<flow-name>/<node-id>.json`` under a key hashed
+from its type, implementation version, parameters and input values; a later
+run whose key matches (and whose output files still exist) reuses them and
+reports the node ``cached``. A failing node marks everything downstream
+``skipped``; independent branches still run; the run then fails naming the
+node. Stop is cooperative: the running node sees ``should_stop``, the nodes
+after it are ``skipped``.
+
+Job config (``flow.run``)::
+
+    {"flow_path": "<project>/flows/x.flow.json",   # or "document": {...}
+     "only_stale": true,        # false: run every node, ignoring the cache
+     "targets": [],             # node ids: run only these and their upstream
+     "overrides": {"train.total_steps": 256}}      # node_id.param -> value
+
+The validator loads the file, applies the overrides, validates the graph and
+stores the resulting document in the config, so the run uses exactly what
+was validated (and ``config.json`` reproduces it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine import flow, protocol
+from engine.errors import ConfigError, EngineError
+from engine.jobs.context import JobContext
+from engine.nodes.base import NodeResult, NodeRun
+from engine.nodes.registry import node_types, specs
+from engine.store.atomic import atomic_write_json
+
+KIND = "flow.run"
+STATE_FILE = "flow_state.json"
+PROGRESS_INTERVAL_S = 0.25
+"""Running-state events per node are at most this often."""
+
+StateSink = Callable[[str, str, float, str, dict[str, Any]], None]
+"""``on_state(node_id, state, progress, message, outputs)``."""
+
+CONFIG_KEYS = (
+    "flow_path",
+    "document",
+    "only_stale",
+    "targets",
+    "overrides",
+    "flow_name",
+)
+
+
+class FlowInvalid(EngineError):
+    """The graph cannot run; ``errors`` holds the problems by node id."""
+
+    def __init__(self, message: str, errors: dict[str, list[str]]) -> None:
+        super().__init__(message)
+        self.errors = errors
+
+
+class FlowFailed(EngineError):
+    """A node failed; the message names it."""
+
+
+# --------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------
+
+
+def validate_document(doc: flow.FlowDocument) -> dict[str, list[str]]:
+    """:func:`engine.flow.validate` against the registry, plus each node
+    type's own quick parameter checks (JSON text parameters, ...)."""
+    errors = flow.validate(doc, specs())
+    types = node_types()
+    for node in doc.nodes:
+        t = types.get(node.type)
+        if t is None or t.check is None or errors.get(node.id):
+            continue
+        for problem in t.check(flow.resolved_params(node.params, t.spec)):
+            errors.setdefault(node.id, []).append(problem)
+    return errors
+
+
+def describe_errors(doc: flow.FlowDocument, errors: dict[str, list[str]]) -> str:
+    """One sentence for a log or a ConfigError: the first problem, and how
+    many more there are."""
+    items = [(k, m) for k, msgs in errors.items() for m in msgs]
+    if not items:
+        return "The flow has no problems."
+    key, message = items[0]
+    cat = specs()
+    node = doc.node(key)
+    where = (
+        f"node {key!r} ({flow.display_name(node, cat)})"
+        if node is not None
+        else "the flow"
+    )
+    body = message.strip()
+    if len(items) > 1:
+        plural = "s" if len(items) > 2 else ""
+        body = f"{body.rstrip('.')} ({len(items) - 1} more problem{plural})"
+    return end_sentence(f"The flow cannot run: {where}: {body}")
+
+
+def apply_overrides(doc: flow.FlowDocument, overrides: dict[str, Any]) -> None:
+    """Set ``node_id.param`` values in place; ConfigError for a missing node."""
+    for key, value in overrides.items():
+        node_id, sep, param = str(key).partition(".")
+        if not sep or not param:
+            raise ConfigError(
+                "overrides", f"An override is written node_id.param, not {key!r}."
+            )
+        node = doc.node(node_id)
+        if node is None:
+            raise ConfigError("overrides", f"There is no node {node_id!r} in the flow.")
+        node.params[param] = value
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``flow.run`` validator: the normalized config, or ConfigError."""
+    if not isinstance(config, dict):
+        raise ConfigError("config", "The flow run's config must be a JSON object.")
+    for key in config:
+        if key not in CONFIG_KEYS:
+            raise ConfigError(key, f"Unknown setting {key!r} for a flow run.")
+    path = config.get("flow_path")
+    document = config.get("document")
+    if path is not None and not isinstance(path, str):
+        raise ConfigError(
+            "flow_path", "flow_path must be the path of a .flow.json file."
+        )
+    if document is not None:
+        try:
+            doc = flow.FlowDocument.from_dict(document)
+        except flow.FlowFormatError as exc:
+            raise ConfigError("document", str(exc)) from None
+    elif path:
+        try:
+            doc = flow.load(path)
+        except flow.FlowFormatError as exc:
+            raise ConfigError("flow_path", str(exc)) from None
+    else:
+        raise ConfigError("flow_path", "Give the flow to run (flow_path or document).")
+    only_stale = config.get("only_stale", True)
+    if not isinstance(only_stale, bool):
+        raise ConfigError("only_stale", "only_stale must be true or false.")
+    targets = config.get("targets") or []
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise ConfigError("targets", "targets must be a list of node ids.")
+    for t in targets:
+        if doc.node(t) is None:
+            raise ConfigError("targets", f"There is no node {t!r} in the flow.")
+    overrides = config.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise ConfigError("overrides", "overrides must map node_id.param to values.")
+    apply_overrides(doc, overrides)
+    errors = validate_document(doc)
+    if errors:
+        raise ConfigError("document", describe_errors(doc, errors))
+    name = config.get("flow_name") or flow.flow_name(doc, path)
+    return {
+        "flow_path": str(Path(path).expanduser().resolve()) if path else None,
+        "document": doc.to_dict(),
+        "flow_name": str(name),
+        "only_stale": only_stale,
+        "targets": list(targets),
+        "overrides": dict(overrides),
+    }
+
+
+# --------------------------------------------------------------------------
+# Cache
+# --------------------------------------------------------------------------
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def cache_dir(project_dir: Path, flow_name: str) -> Path:
+    safe = _SAFE.sub("_", flow_name).strip("._") or "flow"
+    return project_dir / "data" / "flow-cache" / safe
+
+
+def cache_key(node_type: str, version: int, params: dict[str, Any], inputs: Any) -> str:
+    record = {"type": node_type, "version": version, "params": params, "inputs": inputs}
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_cache(folder: Path, node_id: str, key: str) -> dict[str, Any] | None:
+    """The cached entry for ``node_id`` if its key matches and its files exist."""
+    path = folder / f"{node_id}.json"
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    if not all(Path(f).exists() for f in entry.get("files", [])):
+        return None
+    if not isinstance(entry.get("outputs"), dict):
+        return None
+    return entry
+
+
+# --------------------------------------------------------------------------
+# Execution
+# --------------------------------------------------------------------------
+
+
+def end_sentence(text: str) -> str:
+    """``text`` ending with exactly one full stop (or its own ? or !)."""
+    text = text.rstrip()
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+def _message_of(exc: BaseException) -> str:
+    if isinstance(exc, EngineError):
+        return str(exc)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class FlowExecution:
+    """One run of a flow document inside a job context."""
+
+    def __init__(
+        self,
+        ctx: JobContext,
+        doc: flow.FlowDocument,
+        *,
+        flow_name: str,
+        only_stale: bool = True,
+        targets: list[str] | None = None,
+        on_state: StateSink | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.doc = doc
+        self.flow_name = flow_name
+        self.only_stale = only_stale
+        self.targets = list(targets or [])
+        self.on_state = on_state or self._emit_event
+        self.cache = cache_dir(ctx.project_dir, flow_name)
+        self.types = node_types()
+        self.catalog = specs()
+        self.states: dict[str, dict[str, Any]] = {}
+        self.outputs: dict[str, dict[str, Any]] = {}
+        self.models: list[dict[str, Any]] = []
+        self._last_emit: dict[str, float] = {}
+        self._done_count = 0
+
+    # ----------------------------------------------------------- reports
+    def _emit_event(
+        self,
+        node_id: str,
+        state: str,
+        progress: float,
+        message: str,
+        outputs: dict[str, Any],
+    ) -> None:
+        self.ctx.emit(
+            protocol.FlowNodeState(
+                run_id=self.ctx.run_id,
+                node_id=node_id,
+                state=state,
+                progress=progress,
+                message=message,
+                outputs=outputs,
+            )
+        )
+
+    def _set(
+        self,
+        node_id: str,
+        state: str,
+        *,
+        progress: float = 0.0,
+        message: str = "",
+        outputs: dict[str, Any] | None = None,
+        summary: dict[str, Any] | None = None,
+    ) -> None:
+        record = self.states.setdefault(node_id, {})
+        record.update(state=state, progress=progress, message=message)
+        if outputs is not None:
+            record["outputs"] = outputs
+        if summary is not None:
+            record["summary"] = summary
+        self.on_state(node_id, state, progress, message, outputs or {})
+        self._write_state_file()
+
+    def _write_state_file(self) -> None:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            atomic_write_json(
+                self.ctx.run_dir / STATE_FILE,
+                {"flow": self.flow_name, "nodes": self.states},
+            )
+
+    def _node_progress(
+        self, node_id: str, label: str
+    ) -> Callable[[float, float, str], None]:
+        total_nodes = max(len(self.states), 1)
+
+        def report(done: float, total: float, message: str) -> None:
+            frac = min(max(done / total, 0.0), 1.0) if total > 0 else 0.0
+            self.ctx.progress(
+                self._done_count + frac,
+                total_nodes,
+                f"{label}: {message}" if message else label,
+            )
+            now = time.monotonic()
+            if (
+                now - self._last_emit.get(node_id, 0.0) < PROGRESS_INTERVAL_S
+                and frac < 1
+            ):
+                return
+            self._last_emit[node_id] = now
+            record = self.states[node_id]
+            record.update(progress=frac, message=message)
+            self.on_state(node_id, "running", frac, message, {})
+
+        return report
+
+    # --------------------------------------------------------------- run
+    def plan(self) -> list[str]:
+        order = flow.topological_order(self.doc)
+        if not self.targets:
+            return order
+        wanted = set(self.targets)
+        for t in self.targets:
+            wanted |= flow.upstream(self.doc, t)
+        return [n for n in order if n in wanted]
+
+    def run(self) -> dict[str, Any]:
+        errors = validate_document(self.doc)
+        if errors:
+            raise FlowInvalid(describe_errors(self.doc, errors), errors)
+        order = self.plan()
+        for node_id in order:
+            self.states[node_id] = {"state": "queued", "progress": 0.0, "message": ""}
+        for node_id in order:
+            self.on_state(node_id, "queued", 0.0, "", {})
+        self._write_state_file()
+        self.ctx.progress(0, len(order), "starting")
+        culprit: dict[str, str] = {}
+        stopped = False
+        for node_id in order:
+            node = self.doc.node(node_id)
+            assert node is not None
+            label = flow.display_name(node, self.catalog)
+            sources = {lk.from_node for lk in self.doc.links_into(node_id)}
+            bad = [
+                s
+                for s in sources
+                if s in culprit or self.states[s]["state"] not in ("done", "cached")
+            ]
+            if stopped or self.ctx.should_stop:
+                stopped = True
+                culprit[node_id] = node_id
+                self._set(node_id, "skipped", message="The run was stopped.")
+                continue
+            if bad:
+                root = culprit.get(bad[0], bad[0])
+                culprit[node_id] = root
+                root_node = self.doc.node(root)
+                root_label = (
+                    flow.display_name(root_node, self.catalog) if root_node else root
+                )
+                why = {"failed": "failed", "stopped": "was stopped"}.get(
+                    self.states[root]["state"], "did not run"
+                )
+                self._set(
+                    node_id,
+                    "skipped",
+                    message=f"Not run: {root_label!r} ({root}) {why}.",
+                )
+                continue
+            state = self._run_node(node, label)
+            self._done_count += 1
+            if state in ("failed", "stopped"):
+                culprit[node_id] = node_id
+            if state == "stopped":
+                stopped = True
+        self.ctx.progress(len(order), len(order), "finished")
+        return self.summary(order)
+
+    def _inputs(self, node: flow.Node, spec: flow.NodeTypeSpec) -> dict[str, Any]:
+        inputs: dict[str, Any] = {}
+        for port in spec.inputs:
+            values = [
+                self.outputs[lk.from_node].get(lk.from_port)
+                for lk in self.doc.links_into(node.id, port.name)
+            ]
+            if not values:
+                continue
+            inputs[port.name] = values if port.multiple else values[0]
+        return inputs
+
+    def _run_node(self, node: flow.Node, label: str) -> str:
+        t = self.types[node.type]
+        params = flow.resolved_params(node.params, t.spec)
+        inputs = self._inputs(node, t.spec)
+        key = cache_key(node.type, t.spec.version, params, inputs)
+        if t.cacheable and self.only_stale:
+            entry = read_cache(self.cache, node.id, key)
+            if entry is not None:
+                self.outputs[node.id] = entry["outputs"]
+                when = time.strftime(
+                    "%Y-%m-%d %H:%M", time.localtime(entry.get("finished", 0))
+                )
+                self._set(
+                    node.id,
+                    "cached",
+                    progress=1.0,
+                    message=f"Unchanged since run {entry.get('run_id', '?')} ({when}).",
+                    outputs=entry["outputs"],
+                    summary=entry.get("summary", {}),
+                )
+                return "cached"
+        self._set(node.id, "running", message="starting")
+        started = time.monotonic()
+        run = NodeRun(
+            node_id=node.id,
+            node_type=node.type,
+            params=params,
+            inputs=inputs,
+            parent=self.ctx,
+            work_dir=self.ctx.run_dir / "nodes" / node.id,
+            on_progress=self._node_progress(node.id, label),
+            title=label,
+        )
+        try:
+            result = t.run(run)
+            if isinstance(result, dict):
+                result = NodeResult(outputs=result)
+            if not result.stopped:
+                missing = [
+                    p.name for p in t.spec.outputs if p.name not in result.outputs
+                ]
+                if missing:
+                    raise EngineError(f"The node produced no {missing[0]!r} output.")
+            json.dumps([result.outputs, result.summary, result.models], allow_nan=False)
+        except Exception as exc:
+            message = _message_of(exc)
+            self.ctx.log(f"node {node.id} ({label}) failed: {message}")
+            if not isinstance(exc, EngineError):
+                self.ctx.log(traceback.format_exc().rstrip())
+            self._set(node.id, "failed", message=message)
+            return "failed"
+        seconds = round(time.monotonic() - started, 3)
+        if result.stopped:
+            self._set(node.id, "stopped", message="Stopped before the end.")
+            return "stopped"
+        self.outputs[node.id] = result.outputs
+        self.models.extend(result.models)
+        summary = {**result.summary, "seconds": seconds}
+        if t.cacheable:
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                atomic_write_json(
+                    self.cache / f"{node.id}.json",
+                    {
+                        "key": key,
+                        "type": node.type,
+                        "version": t.spec.version,
+                        "outputs": result.outputs,
+                        "summary": summary,
+                        "files": list(result.files),
+                        "run_id": self.ctx.run_id,
+                        "finished": time.time(),
+                    },
+                )
+        self._set(
+            node.id,
+            "done",
+            progress=1.0,
+            message=f"Done in {seconds:.1f} s.",
+            outputs=result.outputs,
+            summary=summary,
+        )
+        return "done"
+
+    def summary(self, order: list[str]) -> dict[str, Any]:
+        failed = [n for n in order if self.states[n]["state"] == "failed"]
+        stopped = any(self.states[n]["state"] == "stopped" for n in order) or (
+            self.ctx.should_stop
+            and any(self.states[n]["state"] == "skipped" for n in order)
+        )
+        status = "failed" if failed else "stopped" if stopped else "completed"
+        out: dict[str, Any] = {
+            "flow": self.flow_name,
+            "status": status,
+            "order": order,
+            "nodes": {n: dict(self.states[n]) for n in order},
+            "ran": [n for n in order if self.states[n]["state"] == "done"],
+            "cached": [n for n in order if self.states[n]["state"] == "cached"],
+            "failed": failed,
+            "models": self.models,
+        }
+        if failed:
+            first = failed[0]
+            node = self.doc.node(first)
+            label = flow.display_name(node, self.catalog) if node else first
+            reason = self.states[first]["message"].strip()
+            if len(failed) > 1:
+                reason = f"{reason.rstrip('.')} ({len(failed) - 1} more node(s) failed)"
+            out["reason"] = end_sentence(
+                f"The node {first!r} ({label}) failed: {reason}"
+            )
+        return out
+
+
+def run_flow(
+    ctx: JobContext,
+    doc: flow.FlowDocument,
+    *,
+    flow_name: str,
+    only_stale: bool = True,
+    targets: list[str] | None = None,
+    on_state: StateSink | None = None,
+) -> dict[str, Any]:
+    """Execute ``doc`` in ``ctx``; the summary (``status`` is ``completed``,
+    ``stopped`` or ``failed``, with ``reason`` naming the failed node).
+    Raises :class:`FlowInvalid` when the graph does not validate."""
+    return FlowExecution(
+        ctx,
+        doc,
+        flow_name=flow_name,
+        only_stale=only_stale,
+        targets=targets,
+        on_state=on_state,
+    ).run()
+
+
+def run(ctx: JobContext) -> dict[str, Any]:
+    """Job entry point (``engine.nodes.executor:run``)."""
+    cfg = ctx.config
+    doc = flow.FlowDocument.from_dict(cfg["document"])
+    summary = run_flow(
+        ctx,
+        doc,
+        flow_name=cfg["flow_name"],
+        only_stale=cfg.get("only_stale", True),
+        targets=cfg.get("targets") or [],
+    )
+    if summary["status"] == "failed":
+        raise FlowFailed(summary["reason"])
+    return summary

@@ -1,0 +1,372 @@
+"""Reinforcement-learning nodes: train a stable-baselines3 agent, evaluate a
+policy.
+
+The ``policy`` value that travels along links::
+
+    {"file": ".../runs/<flow-run>/nodes/train/checkpoints/step-.../model.zip",
+     "extra_files": [".../vecnormalize.pkl"], "algo": "PPO", "name": "PPO CartPole-v1",
+     "env": {<the env reference it was trained on>}, "vec_normalize": false,
+     "total_steps": 20000, "seed": 0, "metrics": {...}, "run_dir": "..."}
+
+The ``report`` of Evaluate::
+
+    {"env": "CartPole-v1", "episodes": 10, "deterministic": true,
+     "mean_reward": 212.4, "std_reward": 31.0, "min_reward": ..., "max_reward": ...,
+     "mean_length": 212.4, "success_rate": null, "rewards": [...]}
+
+``success_rate`` is the fraction of episodes whose last ``info`` says
+``is_success`` (designed workflow envs do); ``null`` when the env never
+reports it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from engine.flow import ParamSpec, PortSpec
+from engine.nodes.base import (
+    NodeError,
+    NodeResult,
+    NodeRun,
+    json_object_check,
+    parse_json_object,
+)
+from engine.nodes.registry import node_type
+
+ALGOS = ("auto", "PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
+SEED_MAX = 2**32 - 1
+
+# Settings the Train node sets from its own parameters or inputs; the
+# "settings" JSON may carry any other rl.train setting.
+_OWN_SETTINGS = (
+    "env",
+    "env_kwargs",
+    "algo",
+    "total_steps",
+    "seed",
+    "n_envs",
+    "eval_every_steps",
+    "eval_episodes",
+    "checkpoint_every_steps",
+    "hyperparameters",
+    "name",
+    "project_dir",
+)
+
+
+def train_config(node: NodeRun) -> dict[str, Any]:
+    """The ``rl.train`` config for this node (not yet validated)."""
+    p = node.params
+    env = node.input("env")
+    settings = parse_json_object(p["settings"], "settings")
+    for key in settings:
+        if key in _OWN_SETTINGS:
+            raise NodeError(
+                f"settings must not set {key!r}; it has its own parameter or input."
+            )
+    return {
+        **settings,
+        "env": env["id"],
+        "env_kwargs": dict(env.get("kwargs", {})),
+        "algo": p["algo"],
+        "total_steps": p["total_steps"],
+        "seed": p["seed"],
+        "n_envs": p["n_envs"] or None,
+        "eval_every_steps": p["eval_every_steps"],
+        "eval_episodes": p["eval_episodes"],
+        "checkpoint_every_steps": p["checkpoint_every_steps"],
+        "hyperparameters": parse_json_object(p["hyperparameters"], "hyperparameters"),
+        "name": p["name"],
+        "project_dir": str(node.project_dir),
+    }
+
+
+@node_type(
+    "rl.train",
+    title="Train (SB3)",
+    category="Reinforcement learning",
+    inputs=(PortSpec("env", "env", help="The environment to train on."),),
+    outputs=(PortSpec("policy", "policy", help="The trained policy (model.zip)."),),
+    params=(
+        ParamSpec(
+            "algo",
+            "choice",
+            "auto",
+            choices=ALGOS,
+            help="stable-baselines3 algorithm; auto: MaskablePPO for envs with "
+            "action masks, else PPO.",
+            label="Algorithm",
+        ),
+        ParamSpec(
+            "total_steps",
+            "int",
+            50_000,
+            min=1,
+            max=10**10,
+            help="Training length in environment steps (summed over env copies).",
+        ),
+        ParamSpec(
+            "seed",
+            "int",
+            0,
+            min=0,
+            max=SEED_MAX,
+            help="Random seed of the run (same seed, same result).",
+        ),
+        ParamSpec(
+            "n_envs",
+            "int",
+            0,
+            min=0,
+            max=1024,
+            help="Environment copies stepped together; 0: the preset's or one "
+            "chosen from the hardware.",
+            label="Parallel envs",
+        ),
+        ParamSpec(
+            "eval_every_steps",
+            "int",
+            0,
+            min=0,
+            help="Evaluate on a separate env every this many steps and keep the "
+            "best model; 0: never (the last model is the output).",
+        ),
+        ParamSpec(
+            "eval_episodes",
+            "int",
+            10,
+            min=1,
+            max=10_000,
+            help="Episodes per periodic evaluation.",
+        ),
+        ParamSpec(
+            "checkpoint_every_steps",
+            "int",
+            0,
+            min=0,
+            help="Save a checkpoint every this many steps; 0: only at the end.",
+        ),
+        ParamSpec(
+            "hyperparameters",
+            "str",
+            "{}",
+            help='Algorithm hyperparameters as a JSON object, e.g. {"n_steps": 128, '
+            '"learning_rate": 0.001}; missing ones come from the preset.',
+            label="Hyperparameters (JSON)",
+        ),
+        ParamSpec(
+            "settings",
+            "str",
+            "{}",
+            help='Other training settings as a JSON object, e.g. {"vec_normalize": '
+            'true, "target_eval_reward": 475}.',
+            label="Settings (JSON)",
+        ),
+        ParamSpec(
+            "name",
+            "str",
+            "",
+            help="Name of the trained model; empty: '<algorithm> <env>'.",
+            label="Model name",
+        ),
+    ),
+    check=json_object_check("hyperparameters", "settings"),
+)
+def train(node: NodeRun) -> NodeResult:
+    """Train a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, MaskablePPO)
+    on the linked environment; live curves go to the flow run's metrics."""
+    from engine.rl.config import validate
+    from engine.rl.train import run as run_training
+
+    env = node.input("env")
+    cfg = validate(train_config(node))
+    ctx = node.job_context("rl.train", cfg)
+    try:
+        summary = run_training(ctx)
+    finally:
+        ctx.close()
+    models = summary.get("models") or []
+    if not models:
+        raise NodeError("Training ended without a model.")
+    model = models[0]
+    policy = {
+        "file": model["file"],
+        "extra_files": list(model.get("extra_files", [])),
+        "algo": summary.get("algo", cfg["algo"]),
+        "name": model.get("name", ""),
+        "env": env,
+        "vec_normalize": bool(cfg.get("vec_normalize")),
+        "total_steps": summary.get("total_steps"),
+        "seed": cfg["seed"],
+        "metrics": dict(model.get("metrics", {})),
+        "run_dir": str(node.work_dir),
+    }
+    return NodeResult(
+        outputs={"policy": policy},
+        summary={
+            k: summary.get(k)
+            for k in (
+                "total_steps",
+                "best_eval_reward",
+                "last_eval_reward",
+                "stopped_by",
+            )
+        },
+        files=[policy["file"], *policy["extra_files"]],
+        stopped=summary.get("stopped_by") == "user",
+    )
+
+
+@node_type(
+    "rl.evaluate",
+    title="Evaluate policy",
+    category="Reinforcement learning",
+    inputs=(
+        PortSpec("policy", "policy", help="The policy to evaluate."),
+        PortSpec(
+            "env",
+            "env",
+            required=False,
+            help="Evaluate on this environment instead of the training one.",
+        ),
+    ),
+    outputs=(
+        PortSpec(
+            "report", "report", help="Mean reward, success rate, episode lengths."
+        ),
+    ),
+    params=(
+        ParamSpec("episodes", "int", 10, min=1, max=100_000, help="Episodes to play."),
+        ParamSpec(
+            "deterministic",
+            "bool",
+            True,
+            help="Take the most likely action instead of sampling.",
+        ),
+        ParamSpec(
+            "seed",
+            "int",
+            0,
+            min=0,
+            max=SEED_MAX,
+            help="Seed of the evaluation environment.",
+        ),
+        ParamSpec(
+            "max_episode_steps",
+            "int",
+            0,
+            min=0,
+            help="End an episode after this many steps; 0: the env's own limit.",
+        ),
+    ),
+)
+def evaluate(node: NodeRun) -> NodeResult:
+    """Play the policy for a number of episodes and report mean reward and
+    success rate."""
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from engine.rl.config import register_designed_envs
+    from engine.rl.train import algo_class
+
+    policy = node.input("policy")
+    env_ref = node.inputs.get("env") or policy["env"]
+    p = node.params
+    episodes: int = p["episodes"]
+    register_designed_envs(node.project_dir)
+    env_id, kwargs = env_ref["id"], dict(env_ref.get("kwargs", {}))
+    max_steps: int = p["max_episode_steps"]
+
+    def make() -> Any:
+        env = gym.make(env_id, **kwargs)
+        if max_steps:
+            env = gym.wrappers.TimeLimit(env, max_episode_steps=max_steps)
+        return Monitor(env)
+
+    try:
+        model = algo_class(policy["algo"]).load(policy["file"], device="cpu")
+    except FileNotFoundError:
+        raise NodeError(f"The policy file {policy['file']} does not exist.") from None
+    venv: Any = DummyVecEnv([make])
+    if venv.observation_space != model.observation_space:
+        raise NodeError(
+            f"The policy expects observations {model.observation_space} but "
+            f"{env_id!r} gives {venv.observation_space}."
+        )
+    if venv.action_space != model.action_space:
+        raise NodeError(
+            f"The policy acts in {model.action_space} but {env_id!r} expects "
+            f"{venv.action_space}."
+        )
+    vecnorm = next(
+        (f for f in policy.get("extra_files", []) if f.endswith("vecnormalize.pkl")),
+        None,
+    )
+    if vecnorm:
+        venv = VecNormalize.load(vecnorm, venv)
+        venv.training = False
+        venv.norm_reward = False
+    masked = policy["algo"] == "MaskablePPO"
+    if masked:
+        from sb3_contrib.common.maskable.utils import get_action_masks
+
+    venv.seed(p["seed"])
+    obs = venv.reset()
+    rewards: list[float] = []
+    lengths: list[int] = []
+    successes: list[bool] = []
+    node.progress(0, episodes, "playing")
+    try:
+        while len(rewards) < episodes:
+            if node.should_stop:
+                return NodeResult(outputs={}, stopped=True)
+            if masked:
+                action, _ = model.predict(
+                    obs,
+                    deterministic=p["deterministic"],
+                    action_masks=get_action_masks(venv),
+                )
+            else:
+                action, _ = model.predict(obs, deterministic=p["deterministic"])
+            obs, _rew, dones, infos = venv.step(action)
+            if dones[0]:
+                info = infos[0]
+                episode = info.get("episode", {})
+                rewards.append(float(episode.get("r", 0.0)))
+                lengths.append(int(episode.get("l", 0)))
+                if "is_success" in info:
+                    successes.append(bool(info["is_success"]))
+                node.metrics(len(rewards), {"eval/episode_reward": rewards[-1]})
+                node.progress(len(rewards), episodes, f"episode {len(rewards)}")
+    finally:
+        venv.close()
+    arr = np.asarray(rewards, dtype=float)
+    report = {
+        "env": env_id,
+        "policy_file": policy["file"],
+        "episodes": episodes,
+        "deterministic": p["deterministic"],
+        "mean_reward": _finite(arr.mean()),
+        "std_reward": _finite(arr.std()),
+        "min_reward": _finite(arr.min()),
+        "max_reward": _finite(arr.max()),
+        "mean_length": _finite(float(np.mean(lengths))),
+        "success_rate": (sum(successes) / len(successes)) if successes else None,
+        "rewards": [_finite(r) for r in rewards],
+    }
+    return NodeResult(
+        outputs={"report": report},
+        summary={
+            "mean_reward": report["mean_reward"],
+            "std_reward": report["std_reward"],
+            "success_rate": report["success_rate"],
+        },
+    )
+
+
+def _finite(value: Any) -> float | None:
+    v = float(value)
+    return round(v, 6) if math.isfinite(v) else None
