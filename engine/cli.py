@@ -27,6 +27,16 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "engine.envs.cli",
         "designed environments: `env check FILE` validates a spec",
     ),
+    "export-gguf": (
+        "engine.export.cli_gguf",
+        "convert a HF model or LoRA adapter to GGUF",
+    ),
+    "deploy-ollama": ("engine.export.cli_ollama", "create an Ollama model from a GGUF"),
+    "export-onnx": ("engine.export.cli_onnx", "export an SB3 policy to ONNX"),
+    "run": (
+        "engine.nodes.cli",
+        "run a workflow (.flow.json) headless with per-node progress",
+    ),
 }
 
 

@@ -119,6 +119,8 @@ class Error(Message):
     error_type: str = "Error"
     message: str = ""
     traceback: str = ""
+    field: str = ""
+    """The configuration field at fault (``hyperparameters.batch_size``), if any."""
 
 
 @message("ping")
@@ -202,6 +204,21 @@ class ResumeRun(Request):
     """Continue a stopped, failed or interrupted run from its last checkpoint."""
 
     run_id: str = ""
+
+
+@message("run.schema")
+@dataclass(frozen=True)
+class GetRunSchema(Request):
+    """The parameter form of a job kind, for ``values`` entered so far (the
+    fields may depend on them: the algorithm decides the hyperparameters).
+
+    Reply result: ``{"fields": [schema, ...]}``, each schema as
+    ``widgets.param_form`` reads it (name, type, default, min, max, choices,
+    optional, help, title, group).
+    """
+
+    kind: str = ""
+    values: dict[str, Any] = field(default_factory=dict)
 
 
 @message("run.list")
@@ -299,6 +316,95 @@ class EngineLog(Event):
 
     level: str = "info"
     text: str = ""
+
+
+# --------------------------------------------------------------------------
+# Flows
+# --------------------------------------------------------------------------
+
+
+@message("flow.catalog")
+@dataclass(frozen=True)
+class GetFlowCatalog(Request):
+    """Reply result: ``{"node_types": [...], "port_types": [...],
+    "format_version": int}``; each node type as ``NodeTypeSpec.to_dict()``
+    of ``engine.flow`` (build specs with ``engine.flow.catalog_from_dicts``)."""
+
+
+@message("flow.validate")
+@dataclass(frozen=True)
+class ValidateFlow(Request):
+    """Validate a flow given as a file ``path`` or as a ``document`` dict.
+
+    Reply result: ``{"errors": {node_id: [sentence, ...]}}`` (empty when the
+    flow can run; key ``""`` for problems that belong to no node). A file
+    that is not a flow is an ``error`` reply.
+    """
+
+    path: str = ""
+    document: dict[str, Any] | None = None
+
+
+@message("flow.node_state")
+@dataclass(frozen=True)
+class FlowNodeState(Event):
+    """A node of a ``flow.run`` run changed state or progressed.
+
+    ``state`` is one of ``engine.flow.NODE_STATES`` (queued, running, done,
+    cached, failed, skipped, stopped); ``progress`` is in [0, 1];
+    ``message`` is one sentence (the error for ``failed``); ``outputs``
+    (for ``done`` and ``cached``) holds the node's outputs by port.
+    """
+
+    run_id: str = ""
+    node_id: str = ""
+    state: str = ""
+    progress: float = 0.0
+    message: str = ""
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------
+# Environments
+# --------------------------------------------------------------------------
+
+
+@message("env.check")
+@dataclass(frozen=True)
+class CheckEnv(Request):
+    """Check a designed env given as a ``spec`` document or a file ``path``.
+
+    With both, the document is checked and ``path`` only says where it lives
+    (relative files such as mock data resolve against its project).
+    ``steps`` is the length of the determinism test in env steps;
+    ``env_checks`` False runs the static checks only (fast, no env made).
+
+    Reply result: ``{"ok": bool, "name", "kind", "env_id", "problems":
+    [{"path": "workflow.transitions[3].to", "severity": "error" | "warning",
+    "message": sentence, "check": name}, ...], "stats": {...}}``. A missing
+    or malformed file is an ``error`` reply.
+    """
+
+    spec: dict[str, Any] | None = None
+    path: str = ""
+    steps: int = 200
+    env_checks: bool = True
+
+
+@message("env.catalog")
+@dataclass(frozen=True)
+class GetEnvCatalog(Request):
+    """Installed gymnasium envs. ``ids`` limits the list to those ids;
+    ``with_spaces`` adds observation/action spaces and render modes (this
+    makes one instance of each listed env, so ask for a few ids).
+
+    Reply result: ``{"envs": [{"id", "namespace", "entry_point", "kwargs",
+    "max_episode_steps", "designed", ["observation_space", "action_space",
+    "render_modes" | "error"]}, ...]}``.
+    """
+
+    ids: list[str] = field(default_factory=list)
+    with_spaces: bool = False
 
 
 # --------------------------------------------------------------------------

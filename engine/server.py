@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from engine import protocol
 from engine.errors import EngineError
 from engine.jobs.context import private_event_stream
-from engine.jobs.registry import JOB_KINDS
+from engine.jobs.registry import JOB_KINDS, run_schema
 from engine.jobs.supervisor import Supervisor
 from resources import resource_path
 
@@ -63,11 +63,21 @@ class Server:
             protocol.StopRun: self._on_stop_run,
             protocol.ResumeRun: self._on_resume_run,
             protocol.ListRuns: self._on_list_runs,
+            protocol.GetRunSchema: self._on_run_schema,
             protocol.DetectHardware: self._on_detect_hardware,
+            protocol.CheckEnv: self._on_check_env,
+            protocol.GetEnvCatalog: self._on_env_catalog,
+            protocol.GetFlowCatalog: self._on_flow_catalog,
+            protocol.ValidateFlow: self._on_validate_flow,
         }
         # Answered on the reading thread: cheap, and latency matters.
         self._inline = {protocol.Ping, protocol.Hello}
-        self._slow_readonly = {protocol.DetectHardware}
+        self._slow_readonly = {
+            protocol.CheckEnv,
+            protocol.GetEnvCatalog,
+            protocol.DetectHardware,
+            protocol.GetRunSchema,
+        }
 
     # ------------------------------------------------------------ output
     def send(self, msg: protocol.Message) -> None:
@@ -147,6 +157,7 @@ class Server:
                     error_type=type(exc).__name__,
                     message=str(exc),
                     traceback=traceback.format_exc(),
+                    field=getattr(exc, "field", ""),
                 )
             )
             return
@@ -205,6 +216,53 @@ class Server:
     def _on_list_runs(self, msg: protocol.ListRuns) -> dict[str, Any]:
         runs = self.supervisor.require_project().list_runs()
         return {"runs": [r.to_dict() for r in runs]}
+
+    def _on_run_schema(self, msg: protocol.GetRunSchema) -> dict[str, Any]:
+        return {"fields": run_schema(msg.kind, msg.values)}
+
+    def _on_flow_catalog(self, msg: protocol.GetFlowCatalog) -> dict[str, Any]:
+        from engine import flow
+        from engine.nodes import catalog
+
+        return {
+            "node_types": catalog(),
+            "port_types": list(flow.PORT_TYPES),
+            "format_version": flow.FORMAT_VERSION,
+        }
+
+    def _on_validate_flow(self, msg: protocol.ValidateFlow) -> dict[str, Any]:
+        from engine.nodes import validate_flow
+
+        return {"errors": validate_flow(path=msg.path, document=msg.document)}
+
+    def _on_check_env(self, msg: protocol.CheckEnv) -> dict[str, Any]:
+        from engine.envs import check_spec
+        from engine.envs.spec import parse_spec
+
+        if msg.spec is not None:
+            # Parse with the file's place so relative paths (mock data, a
+            # python file) resolve against its project.
+            built, _ = parse_spec(msg.spec, source=msg.path or None)
+            target: Any = built if built is not None else msg.spec
+        elif msg.path:
+            target = msg.path
+        else:
+            raise EngineError("env.check needs a spec or a path.")
+        report = check_spec(target, steps=msg.steps, env_checks=msg.env_checks)
+        return report.to_dict()
+
+    def _on_env_catalog(self, msg: protocol.GetEnvCatalog) -> dict[str, Any]:
+        from engine.envs import catalog
+        from engine.envs.registry import describe_env
+
+        envs = catalog(with_spaces=False)
+        if msg.ids:
+            wanted = set(msg.ids)
+            envs = [e for e in envs if e["id"] in wanted]
+        if msg.with_spaces:
+            for entry in envs:
+                entry.update(describe_env(entry["id"]))
+        return {"envs": envs}
 
     def _on_detect_hardware(self, msg: protocol.DetectHardware) -> dict[str, Any]:
         from engine.hardware import detect

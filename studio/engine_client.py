@@ -162,6 +162,10 @@ class EngineClient(QObject):
                 self._fail_pending_queued("The engine is not running.")
         return msg.id
 
+    def has_pending(self, message_type: type[protocol.Request]) -> bool:
+        """Whether a request of this type waits for its answer (or to be sent)."""
+        return any(isinstance(p.msg, message_type) for p in self._pending.values())
+
     def _write(self, msg: protocol.Message) -> None:
         if self._proc is None:
             return

@@ -30,6 +30,7 @@ from studio.settings import Settings, SettingsDialog
 from studio.workspaces.documents import DocumentsWorkspace
 from studio.workspaces.models import ModelsWorkspace
 from studio.workspaces.training import TrainingWorkspace
+from studio.workspaces.workflows import WorkflowsWorkspace
 from widgets.banner import Banner
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
@@ -64,7 +65,7 @@ class MainWindow(QMainWindow):
         state = session.state
         self.workspaces: dict[str, QWidget] = {
             "environments": DocumentsWorkspace(state, "envs", "Environments", "envs"),
-            "workflows": DocumentsWorkspace(state, "flows", "Workflows", "flows"),
+            "workflows": WorkflowsWorkspace(session),
             "training": TrainingWorkspace(session),
             "models": ModelsWorkspace(state),
         }
@@ -104,7 +105,7 @@ class MainWindow(QMainWindow):
         self.log_dock.setObjectName("log_dock")
         self.log_dock.setWidget(self.log_console)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_dock)
-        self.resizeDocks([self.log_dock], [160], Qt.Orientation.Vertical)
+        self.resizeDocks([self.log_dock], [110], Qt.Orientation.Vertical)
 
         self.engine_label = QLabel()
         self.project_label = QLabel()

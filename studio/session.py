@@ -8,13 +8,17 @@ protocol messages themselves.
 
 from __future__ import annotations
 
+import math
+from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from engine import protocol
 from studio.engine_client import READY, EngineClient
+from studio.models.metric_store import MetricStore
 from studio.models.project_state import ProjectState
 from studio.settings import Settings
 
@@ -46,6 +50,11 @@ class Session(QObject):
         self.state = state
         self.settings = settings
         self.hardware: dict[str, Any] = {}
+        self.metrics = MetricStore()
+        # Runs whose metrics.jsonl has been read into the store (or that
+        # started fresh in this session): only those take live rows, each
+        # newer than the last time already held, so nothing is doubled.
+        self._metrics_last_time: dict[str, float] = {}
         self._wanted_project: tuple[str, bool] | None = None
         client.state_changed.connect(self._on_client_state_changed)
         client.event_received.connect(self._on_client_event_received)
@@ -69,6 +78,9 @@ class Session(QObject):
             )
 
     def _on_project_snapshot(self, snap: dict[str, Any]) -> None:
+        if snap.get("path") != self.state.path:
+            self.metrics.clear()
+            self._metrics_last_time.clear()
         self.state.load_snapshot(snap)
         self.settings.last_project = self.state.path
         self.settings.add_recent_project(self.state.path)
@@ -91,12 +103,68 @@ class Session(QObject):
         config: dict[str, Any],
         name: str = "",
         on_started: Callable[[str], None] | None = None,
+        on_error: Callable[[protocol.Error], None] | None = None,
     ) -> None:
+        """Start a run; a refused config goes to ``on_error`` when given
+        (a dialog shows it on the field), else to the log and ``request_failed``."""
         self.client.request(
             protocol.StartRun(kind=kind, config=config, name=name),
             on_reply=lambda r: on_started(r["run_id"]) if on_started else None,
-            on_error=self._on_request_error,
+            on_error=on_error or self._on_request_error,
         )
+
+    def request_run_schema(
+        self,
+        kind: str,
+        values: dict[str, Any],
+        on_fields: Callable[[list[dict[str, Any]]], None],
+        on_error: Callable[[protocol.Error], None] | None = None,
+    ) -> None:
+        self.client.request(
+            protocol.GetRunSchema(kind=kind, values=values),
+            on_reply=lambda r: on_fields(list(r.get("fields", []))),
+            on_error=on_error or self._on_request_error,
+        )
+
+    # ---------------------------------------------------------- metrics
+    def ensure_metrics_loaded(self, run_id: str) -> None:
+        """Read a run's ``metrics.jsonl`` into the store once."""
+        if run_id in self._metrics_last_time:
+            return
+        run = self.state.run(run_id)
+        if run and run.get("run_dir"):
+            path = Path(run["run_dir"]) / "metrics.jsonl"
+            self.metrics.load_jsonl(run_id, path, replace=True)
+        self._metrics_last_time[run_id] = self._last_time(run_id)
+
+    def _last_time(self, run_id: str) -> float:
+        times = [
+            last[1]
+            for key in self.metrics.keys(run_id)
+            if (last := self.metrics.last(run_id, key))
+        ]
+        return max(times, default=-math.inf)
+
+    def read_run_log(self, run_id: str, max_lines: int = 500) -> list[str]:
+        run = self.state.run(run_id)
+        if not run or not run.get("run_dir"):
+            return []
+        try:
+            with open(
+                Path(run["run_dir"]) / "log.txt", encoding="utf-8", errors="replace"
+            ) as fh:
+                return [line.rstrip("\n") for line in deque(fh, maxlen=max_lines)]
+        except OSError:
+            return []
+
+    def _on_run_metrics(self, run_id: str, rows: list[dict[str, Any]]) -> None:
+        last = self._metrics_last_time.get(run_id)
+        if last is None:
+            return  # not shown yet; read from disk when it is
+        fresh = [r for r in rows if float(r.get("time", math.inf)) > last]
+        if fresh:
+            self.metrics.append_rows(run_id, fresh)
+            self._metrics_last_time[run_id] = float(fresh[-1].get("time", last))
 
     def stop_run(self, run_id: str) -> None:
         self.client.request(
@@ -143,6 +211,7 @@ class Session(QObject):
     def _on_client_event_received(self, msg: protocol.Message) -> None:
         match msg:
             case protocol.RunMetrics(run_id=run_id, rows=rows):
+                self._on_run_metrics(run_id, rows)
                 self.run_metrics_received.emit(run_id, rows)
             case protocol.RunProgress():
                 self.state.on_run_progress(
@@ -151,6 +220,10 @@ class Session(QObject):
             case protocol.RunLog(run_id=run_id, lines=lines):
                 self.run_log_received.emit(run_id, lines)
             case protocol.RunStarted():
+                if self.state.run(msg.run_id) is None:
+                    # A new run: every row it sends is live, none on disk yet.
+                    self.metrics.remove_run(msg.run_id)
+                    self._metrics_last_time[msg.run_id] = -math.inf
                 self.state.on_run_started(msg.run_id, msg.kind, msg.name, msg.run_dir)
                 self.message_posted.emit(
                     "info", "run", f"{msg.name} started (pid {msg.pid})"

@@ -7,7 +7,8 @@ A schema is a dict (the engine's catalog sends them as JSON)::
 
 Types: ``int``, ``float``, ``str``, ``bool``, ``choice`` (with ``choices``),
 ``path``. ``min``/``max`` are inclusive; ``exclusive_min`` makes ``min``
-strict; ``optional`` allows an empty value (``None``).
+strict; ``optional`` allows an empty value (``None``); ``suggestions`` offers
+common values for free text; ``group`` starts a titled section.
 """
 
 from __future__ import annotations
@@ -100,8 +101,14 @@ class ParamForm(QWidget):
         self._error_labels.clear()
         values = dict(values or {})
         self._values = {}
+        group = None
         for schema in self._schemas:
             name = schema["name"]
+            if schema.get("group") and schema["group"] != group:
+                group = schema["group"]
+                heading = QLabel(f"<b>{group}</b>")
+                heading.setContentsMargins(0, 8, 0, 2)
+                self._layout.addRow(heading)
             value = values.get(name, schema.get("default"))
             self._values[name] = value
             editor = self._make_editor(schema, value)
@@ -160,6 +167,17 @@ class ParamForm(QWidget):
             combo.currentIndexChanged.connect(
                 lambda i, n=name, c=combo: self._accept(n, c.itemData(i))
             )
+            return combo
+        if schema.get("suggestions"):
+            # Free text with a list of common answers (env ids, model names).
+            combo = QComboBox(toolTip=tip, editable=True)
+            combo.addItems([str(x) for x in schema["suggestions"]])
+            combo.setCurrentText("" if value is None else str(value))
+            line = combo.lineEdit()
+            line.textChanged.connect(
+                lambda text, s=schema, e=line: self._on_text_changed(s, e, text)
+            )
+            combo.setProperty("line_edit", line)
             return combo
         edit = QLineEdit("" if value is None else str(value), toolTip=tip)
         edit.setPlaceholderText("optional" if schema.get("optional") else "")

@@ -30,6 +30,8 @@ class JobKind:
     """``module:function`` run in the supervisor before the process starts."""
     description: str = ""
     resumable: bool = False
+    schema: str | None = None
+    """``module:function`` giving the parameter form: ``schema(values) -> list``."""
 
 
 JOB_KINDS: dict[str, JobKind] = {}
@@ -66,6 +68,14 @@ def load(ref: str) -> Callable[..., Any]:
     return fn
 
 
+def run_schema(kind_name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
+    kind = get_kind(kind_name)
+    if kind.schema is None:
+        return []
+    fields: list[dict[str, Any]] = load(kind.schema)(dict(values))
+    return fields
+
+
 def validate_config(kind_name: str, config: dict[str, Any]) -> dict[str, Any]:
     kind = get_kind(kind_name)
     if kind.validator is None:
@@ -79,8 +89,92 @@ register(
         name="rl.train",
         entry="engine.rl.train:run",
         validator="engine.rl.config:validate",
+        schema="engine.rl.schema:schema",
         description="Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
         "MaskablePPO) on a Gymnasium or designed environment.",
         resumable=True,
+    )
+)
+
+
+register(
+    JobKind(
+        name="flow.run",
+        entry="engine.nodes.executor:run",
+        validator="engine.nodes.executor:validate",
+        description="Runs a workflow graph (.flow.json): its nodes in order, "
+        "reusing the outputs of unchanged nodes.",
+    )
+)
+
+
+# Language-model agents (engine/llm/).
+for _name, _entry, _validator, _description, _resumable in (
+    (
+        "llm.collect",
+        "engine.llm.rollouts:run_collect",
+        "engine.llm.rollouts:validate_collect",
+        "Records episodes of a language-model (or rule-based) policy in an env "
+        "as JSONL traces in the project's data/traces/.",
+        True,
+    ),
+    (
+        "llm.dataset",
+        "engine.llm.datasets:run_dataset",
+        "engine.llm.datasets:validate_dataset",
+        "Builds an SFT, KTO, DPO or GRPO dataset (JSONL + parquet) from traces.",
+        False,
+    ),
+    (
+        "llm.train",
+        "engine.llm.train:run",
+        "engine.llm.train:validate",
+        "Fine-tunes a language model with a LoRA adapter through TRL "
+        "(GRPO, KTO, DPO or SFT).",
+        True,
+    ),
+    (
+        "llm.merge",
+        "engine.llm.merge:run",
+        "engine.llm.merge:validate",
+        "Merges a LoRA adapter into its base model as a new HF folder.",
+        False,
+    ),
+    (
+        "llm.evaluate",
+        "engine.llm.evaluate:run",
+        "engine.llm.evaluate:validate",
+        "Runs language-model policies in an env: success rate, return, "
+        "invalid actions, before/after report.",
+        False,
+    ),
+):
+    register(JobKind(_name, _entry, _validator, _description, _resumable))
+
+
+register(
+    JobKind(
+        name="export.gguf",
+        entry="engine.export.jobs:run_gguf",
+        validator="engine.export.jobs:validate_gguf",
+        description="Converts a Hugging Face model or LoRA adapter to GGUF and "
+        "verifies the file.",
+    )
+)
+register(
+    JobKind(
+        name="deploy.ollama",
+        entry="engine.export.jobs:run_ollama",
+        validator="engine.export.jobs:validate_ollama",
+        description="Creates an Ollama model from a GGUF, or writes an import bundle.",
+    )
+)
+register(
+    JobKind(
+        name="export.onnx",
+        entry="engine.export.jobs:run_onnx",
+        validator="engine.export.jobs:validate_onnx",
+        description="Exports a stable-baselines3 policy to ONNX, checked with "
+        "onnxruntime.",
     )
 )

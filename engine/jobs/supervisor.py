@@ -303,16 +303,22 @@ class Supervisor:
         with contextlib.suppress(OSError):
             if job.proc.stdin:
                 job.proc.stdin.close()
+        final: protocol.Message | None = None
         try:
-            self._report_end(job, project, code)
+            final = self._report_end(job, project, code)
         except UnknownRunError:
             pass  # project closed or replaced meanwhile
         finally:
+            # Forget the job before telling anyone it ended, so that a resume
+            # sent in reply to the final event is not refused as "running".
             with self._lock:
                 self._jobs.pop(job.run_id, None)
-            self._emit(protocol.ProjectChanged(what="runs"))
+        if final is not None:
+            self._emit(final)
+        self._emit(protocol.ProjectChanged(what="runs"))
 
-    def _report_end(self, job: _Job, project: Project, code: int) -> None:
+    def _report_end(self, job: _Job, project: Project, code: int) -> protocol.Message:
+        """Record how the run ended; return the event that says so."""
         now = time.time()
         done, total = job.progress
         if code == 0 and job.finished is not None:
@@ -329,12 +335,9 @@ class Supervisor:
                 progress_done=done,
                 progress_total=total,
             )
-            self._emit(
-                protocol.RunFinished(
-                    run_id=job.run_id, status=job.finished.status, summary=summary
-                )
+            return protocol.RunFinished(
+                run_id=job.run_id, status=job.finished.status, summary=summary
             )
-            return
         if job.stop_requested and (job.forced or code != 0):
             reason = "Stopped by force: the run did not stop in time."
             project.update_run(
@@ -345,12 +348,9 @@ class Supervisor:
                 progress_done=done,
                 progress_total=total,
             )
-            self._emit(
-                protocol.RunFinished(
-                    run_id=job.run_id, status="stopped", summary={"forced": True}
-                )
+            return protocol.RunFinished(
+                run_id=job.run_id, status="stopped", summary={"forced": True}
             )
-            return
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
         reason = _failure_reason(code, list(job.tail))
@@ -364,14 +364,12 @@ class Supervisor:
             progress_done=done,
             progress_total=total,
         )
-        self._emit(
-            protocol.RunFailed(
-                run_id=job.run_id,
-                reason=reason,
-                exit_code=exit_code,
-                signal=sig,
-                last_log_lines=list(job.tail)[-20:],
-            )
+        return protocol.RunFailed(
+            run_id=job.run_id,
+            reason=reason,
+            exit_code=exit_code,
+            signal=sig,
+            last_log_lines=list(job.tail)[-20:],
         )
 
     def _register_models(

@@ -1,4 +1,11 @@
-"""Training: the runs of the project, their progress, and their controls."""
+"""Training: the dashboard of the project's runs.
+
+The run list on the left; the selected runs' live plots on the right (several
+selected runs are overlaid for comparison); progress, ETA and the controls
+above; the run's log and full config below. Plots read from the session's
+``MetricStore`` and redraw on the panel's own timer; this workspace only marks
+series dirty when the store grows.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.models.project_state import ProjectState
+from studio.run_dialog import RunDialog
 from studio.session import Session
 from studio.workspaces.common import (
     STATUS_COLORS,
@@ -26,37 +34,55 @@ from studio.workspaces.common import (
     open_folder,
     run_duration,
 )
+from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
 from widgets.record_table import Column, RecordTable
+from widgets.run_progress import RunProgressBar
+
+RESUMABLE = ("stopped", "failed", "interrupted")
 
 
-def progress_text(run: dict[str, Any]) -> str:
-    done = run.get("progress_done") or 0
-    total = run.get("progress_total") or 0
-    if not total:
-        return ""
-    return f"{done:,.0f} / {total:,.0f} ({100 * done / total:.0f}%)"
+def _config(run: dict[str, Any]) -> dict[str, Any]:
+    config = run.get("config")
+    return config if isinstance(config, dict) else {}
 
 
-def eta_text(run: dict[str, Any]) -> str:
-    eta = run.get("eta_s")
-    return (
-        fmt_duration(eta) if run.get("status") == "running" and eta is not None else ""
-    )
+def run_algo(run: dict[str, Any]) -> str:
+    summary = run.get("summary") or {}
+    return str(summary.get("algo") or _config(run).get("algo") or "")
+
+
+def run_env(run: dict[str, Any]) -> str:
+    return str(_config(run).get("env") or "")
+
+
+def run_steps(run: dict[str, Any]) -> float:
+    summary = run.get("summary") or {}
+    steps = summary.get("total_steps") or summary.get("steps")
+    return float(steps if steps is not None else run.get("progress_done") or 0)
+
+
+def best_reward(run: dict[str, Any]) -> float | None:
+    value = (run.get("summary") or {}).get("best_eval_reward")
+    return float(value) if isinstance(value, int | float) else None
 
 
 RUN_COLUMNS = [
     Column("Name", lambda r: r.get("name", r["id"])),
-    Column("Kind", lambda r: r.get("kind", "")),
     Column(
         "Status",
         lambda r: r.get("status", ""),
         color=lambda r: STATUS_COLORS.get(r.get("status", "")),
         tooltip=lambda r: r.get("reason", ""),
     ),
-    Column("Progress", lambda r: r.get("progress_done") or 0, display=progress_text),
-    Column("Rate", lambda r: r.get("rate") or 0, lambda v: f"{v:,.0f}/s" if v else ""),
-    Column("ETA", lambda r: r.get("eta_s") or 0, display=eta_text),
+    Column("Algorithm", run_algo),
+    Column("Env", run_env),
+    Column("Steps", run_steps, lambda v: f"{v:,.0f}" if v else ""),
+    Column(
+        "Best reward",
+        lambda r: best_reward(r) if best_reward(r) is not None else float("-inf"),
+        display=lambda r: "" if best_reward(r) is None else f"{best_reward(r):.4g}",
+    ),
     Column("Started", lambda r: r.get("started") or 0, fmt_time),
     Column(
         "Duration",
@@ -71,40 +97,76 @@ class TrainingWorkspace(QWidget):
         super().__init__(parent)
         self._session = session
         self._state: ProjectState = session.state
+        self._store = session.metrics
+
         self.table = RecordTable(
             RUN_COLUMNS,
-            empty_text="No runs in this project yet. Start one from a workflow, "
-            "or check the engine with Engine ▸ Run self-test.",
+            empty_text="No runs in this project yet. Press New run to train an "
+            "agent, or check the engine with Engine ▸ Run self-test.",
+        )
+        self.table.view.setSelectionMode(
+            self.table.view.SelectionMode.ExtendedSelection
         )
         self.table.selection_changed.connect(self._on_table_selection_changed)
+
+        self.new_button = QPushButton("New run…")
         self.stop_button = QPushButton("Stop")
         self.resume_button = QPushButton("Resume")
+        self.duplicate_button = QPushButton("Duplicate with changes…")
         self.folder_button = QPushButton("Open run folder")
+        self.new_button.clicked.connect(self._on_new_clicked)
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.resume_button.clicked.connect(self._on_resume_clicked)
+        self.duplicate_button.clicked.connect(self._on_duplicate_clicked)
         self.folder_button.clicked.connect(self._on_folder_clicked)
-        self.status_label = QLabel()
         buttons = QHBoxLayout()
-        for b in (self.stop_button, self.resume_button, self.folder_button):
+        for b in (
+            self.new_button,
+            self.stop_button,
+            self.resume_button,
+            self.duplicate_button,
+            self.folder_button,
+        ):
             buttons.addWidget(b)
         buttons.addStretch(1)
-        buttons.addWidget(self.status_label)
+
+        self.progress = RunProgressBar()
+        self.reason_label = QLabel(wordWrap=True)
+        self.plots = LivePlotPanel(theme="light", columns=2)
+        self.plots.set_source(self._store.series)
+        self.plots.export_requested.connect(self.plots.choose_and_export)
+        self._store.add_append_listener(self._on_store_appended)
+        self._store.add_keys_listener(self._on_store_appended)
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.progress)
+        right_layout.addWidget(self.reason_label)
+        right_layout.addWidget(self.plots, 1)
+
+        top = QSplitter(Qt.Orientation.Horizontal)
+        top.addWidget(self.table)
+        top.addWidget(right)
+        top.setStretchFactor(1, 1)
+        top.setSizes([430, 850])
+
         self.details = JsonPreview()
         self.run_log = LogConsole(max_lines=2000)
-        tabs = QTabWidget()
-        tabs.addTab(self.run_log, "Log")
-        tabs.addTab(self.details, "Details")
-        self.tabs = tabs
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.run_log, "Log")
+        self.tabs.addTab(self.details, "Details")
         split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(self.table)
-        split.addWidget(tabs)
-        split.setSizes([320, 280])
+        split.addWidget(top)
+        split.addWidget(self.tabs)
+        split.setStretchFactor(0, 1)
+        split.setSizes([600, 130])
+
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("<h2>Training</h2>"))
         layout.addLayout(buttons)
         layout.addWidget(split, 1)
-        state = self._state
-        state.subscribe(self._on_state_changed)
+
+        self._state.subscribe(self._on_state_changed)
         session.run_log_received.connect(self._on_session_run_log_received)
         # Durations of running runs tick even without events.
         self._tick = QTimer(self, interval=1000)
@@ -112,60 +174,116 @@ class TrainingWorkspace(QWidget):
         self._tick.start()
         self._on_state_changed("reset", "")
 
-    def selected_run(self) -> dict[str, Any] | None:
-        keys = self.table.selected_keys()
-        return self._state.run(keys[0]) if keys else None
+    # ------------------------------------------------------------ queries
+    def selected_runs(self) -> list[dict[str, Any]]:
+        runs = (self._state.run(k) for k in self.table.selected_keys())
+        return [r for r in runs if r is not None]
 
+    def selected_run(self) -> dict[str, Any] | None:
+        runs = self.selected_runs()
+        return runs[0] if runs else None
+
+    # ------------------------------------------------------------- model
     def _on_state_changed(self, what: str, key: str) -> None:
         if what == "reset":
             self.table.set_records(list(self._state.runs.values()))
-            self._update_buttons()
+            if not self.table.selected_keys() and self._state.runs:
+                self.table.select_keys([list(self._state.runs)[-1]])
+            self._show_selection()
         elif what == "run":
             run = self._state.run(key)
-            if run is not None:
-                self.table.update_record(run)
-                if key in self.table.selected_keys():
-                    self._update_buttons()
+            if run is None:
+                return
+            self.table.update_record(run)
+            if not self.table.selected_keys():
+                self.table.select_keys([key])  # follow a run the user just started
+            elif key == (self.selected_run() or {}).get("id"):
+                self._update_controls()
 
-    def _update_buttons(self) -> None:
-        run = self.selected_run()
-        status = run.get("status") if run else None
-        self.stop_button.setEnabled(status == "running")
-        self.resume_button.setEnabled(status in ("stopped", "failed", "interrupted"))
-        self.folder_button.setEnabled(run is not None)
-        if run is None:
-            self.status_label.clear()
-            return
-        color = STATUS_COLORS.get(status or "", "#000")
-        reason = html.escape(run.get("reason", ""))
-        text = f"<span style='color:{color}'>{status}</span> {reason}"
-        self.status_label.setText(text)
+    def _on_store_appended(self, run_id: str, keys: list[str]) -> None:
+        if run_id in self.plots.runs():
+            self.plots.mark_dirty(run_id, keys)
 
+    # --------------------------------------------------------- selection
     def _on_table_selection_changed(self, keys: list[str]) -> None:
-        run = self.selected_run()
-        self._update_buttons()
+        self._show_selection()
+
+    def _show_selection(self) -> None:
+        runs = self.selected_runs()
+        wanted = {r["id"] for r in runs}
+        for run_id in self.plots.runs():
+            if run_id not in wanted:
+                self.plots.remove_run(run_id)
+        for run in runs:
+            self._session.ensure_metrics_loaded(run["id"])
+            self.plots.add_run(run["id"], run.get("name") or run["id"])
+            self.plots.add_keys(run["id"], self._store.keys(run["id"]))
+        self._update_controls()
         self.run_log.clear()
+        run = self.selected_run()
         if run is None:
             self.details.clear()
             return
         self.details.show_value(run)
-        log_path = f"{run.get('run_dir', '')}/log.txt"
-        try:
-            with open(log_path, encoding="utf-8", errors="replace") as fh:
-                lines = fh.read().splitlines()[-500:]
-        except OSError:
-            lines = []
-        self.run_log.append_lines(lines)
+        self.run_log.append_lines(self._session.read_run_log(run["id"]))
 
-    def _on_session_run_log_received(self, run_id: str, lines: list[str]) -> None:
-        if run_id in self.table.selected_keys():
-            self.run_log.append_lines(lines)
+    def _update_controls(self) -> None:
+        run = self.selected_run()
+        status = run.get("status") if run else None
+        self.stop_button.setEnabled(status == "running")
+        self.resume_button.setEnabled(status in RESUMABLE)
+        self.duplicate_button.setEnabled(run is not None and bool(_config(run)))
+        self.folder_button.setEnabled(run is not None)
+        if run is None:
+            self.progress.set_state("queued")
+            self.progress.set_progress(0, None)
+            self.reason_label.clear()
+            return
+        if status in (
+            "queued",
+            "running",
+            "completed",
+            "stopped",
+            "failed",
+            "interrupted",
+        ):
+            self.progress.set_state(str(status))
+        done = int(run.get("progress_done") or 0)
+        total = int(run.get("progress_total") or 0) or None
+        self.progress.set_progress(
+            done, total, run.get("rate") or None, run.get("eta_s")
+        )
+        reason = run.get("reason") or ""
+        self.reason_label.setText(
+            f"<span style='color:{STATUS_COLORS.get(str(status), '#000')}'>"
+            f"{html.escape(reason)}</span>"
+        )
+        self.reason_label.setVisible(bool(reason))
 
-    def _on_stop_clicked(self) -> None:
+    # ----------------------------------------------------------- actions
+    def open_run_dialog(self, initial: dict[str, Any] | None = None) -> RunDialog:
+        dialog = RunDialog(self._session, "rl.train", initial, parent=self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self.table.select_keys([dialog.started_run_id]))
+        dialog.open()
+        return dialog
+
+    def _on_new_clicked(self) -> None:
+        self.open_run_dialog()
+
+    def _on_duplicate_clicked(self) -> None:
         run = self.selected_run()
         if run:
-            self.stop_button.setEnabled(False)
-            self._session.stop_run(run["id"])
+            config = dict(_config(run))
+            config.pop("seed", None)  # a duplicate draws its own seed unless set
+            config.pop("project_dir", None)
+            self.open_run_dialog(config)
+
+    def _on_stop_clicked(self) -> None:
+        for run in self.selected_runs():
+            if run.get("status") == "running":
+                self._session.stop_run(run["id"])
+        self.stop_button.setEnabled(False)
 
     def _on_resume_clicked(self) -> None:
         run = self.selected_run()
@@ -177,6 +295,11 @@ class TrainingWorkspace(QWidget):
         run = self.selected_run()
         if run and run.get("run_dir"):
             open_folder(run["run_dir"])
+
+    def _on_session_run_log_received(self, run_id: str, lines: list[str]) -> None:
+        run = self.selected_run()
+        if run and run["id"] == run_id:
+            self.run_log.append_lines(lines)
 
     def _on_tick_timeout(self) -> None:
         for run in self._state.runs.values():

@@ -1,0 +1,167 @@
+"""New run / Duplicate with changes: a form from the engine's schema.
+
+The engine publishes the form (``run.schema``), so the fields, defaults,
+presets and help always match what its validator accepts. The dialog stays
+open until the engine accepts the config; a refused config shows the
+engine's sentence on the field it names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QLabel,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import protocol
+from studio.session import Session
+from widgets.param_form import ParamForm
+
+HP_PREFIX = "hyperparameters."
+# Changing these changes which fields exist and their presets.
+SHAPING_FIELDS = ("env", "algo")
+
+
+def flatten_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A run config as form values (``hyperparameters.x`` keys)."""
+    values = {k: v for k, v in config.items() if k != "hyperparameters"}
+    for name, value in (config.get("hyperparameters") or {}).items():
+        values[HP_PREFIX + name] = value
+    return values
+
+
+def nest_values(values: dict[str, Any]) -> dict[str, Any]:
+    """Form values as a run config; empty optional fields are left out so the
+    engine fills in its own default (a preset, the hardware's choice)."""
+    config: dict[str, Any] = {}
+    hyper: dict[str, Any] = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key.startswith(HP_PREFIX):
+            hyper[key[len(HP_PREFIX) :]] = value
+        else:
+            config[key] = value
+    if hyper:
+        config["hyperparameters"] = hyper
+    return config
+
+
+class RunDialog(QDialog):
+    def __init__(
+        self,
+        session: Session,
+        kind: str = "rl.train",
+        initial: dict[str, Any] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(
+            "Duplicate run with changes" if initial else "New training run"
+        )
+        self.resize(560, 720)
+        self._session = session
+        self._kind = kind
+        self._values = flatten_config(initial or {})
+        self._shape = self._shaping(self._values)
+        self.started_run_id = ""
+        self.form = ParamForm()
+        self.form.values_changed.connect(self._on_form_values_changed)
+        self.form.validity_changed.connect(self._on_form_validity_changed)
+        scroll = QScrollArea(widgetResizable=True)
+        scroll.setWidget(self.form)
+        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        self.message.hide()
+        self.buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Train")
+        self.buttons.accepted.connect(self._on_buttons_accepted)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(scroll, 1)
+        layout.addWidget(self.message)
+        layout.addWidget(self.buttons)
+        self._reshape_timer = QTimer(self, singleShot=True, interval=400)
+        self._reshape_timer.timeout.connect(self._request_schema)
+        self._set_busy(True)
+        self._request_schema()
+
+    # ------------------------------------------------------------ schema
+    @staticmethod
+    def _shaping(values: dict[str, Any]) -> tuple[Any, ...]:
+        return tuple(values.get(k) for k in SHAPING_FIELDS)
+
+    def _request_schema(self) -> None:
+        self._session.request_run_schema(
+            self._kind, nest_values(self._values), self._on_schema, self._on_error
+        )
+
+    def _on_schema(self, fields: list[dict[str, Any]]) -> None:
+        for f in fields:
+            if f["name"] == "env":
+                designed = [
+                    f"rlstudio/{e['name']}-v0"
+                    for e in self._session.state.envs
+                    if e.get("kind") in ("workflow", "grid", "python")
+                ]
+                f["suggestions"] = [*f.get("suggestions", []), *designed]
+        # Keep what the user typed; fields new to this shape start at their preset.
+        keep = {k: v for k, v in self._values.items() if k in SHAPING_FIELDS}
+        if not self._fields_loaded():
+            keep = dict(self._values)
+        self.form.set_schema(fields, keep)
+        self._values = self.form.values()
+        self._shape = self._shaping(self._values)
+        self._set_busy(False)
+
+    def _fields_loaded(self) -> bool:
+        return bool(self.form.values())
+
+    # ------------------------------------------------------------- input
+    def _on_form_values_changed(self, values: dict[str, Any]) -> None:
+        self._values = values
+        self.message.hide()
+        if self._shaping(values) != self._shape:
+            self._reshape_timer.start()
+
+    def _on_form_validity_changed(self, valid: bool) -> None:
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(valid)
+
+    def _set_busy(self, busy: bool) -> None:
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(
+            not busy and self.form.is_valid()
+        )
+
+    # ------------------------------------------------------------ submit
+    def config(self) -> dict[str, Any]:
+        return nest_values(self._values)
+
+    def _on_buttons_accepted(self) -> None:
+        self._set_busy(True)
+        config = self.config()
+        self._session.start_run(
+            self._kind,
+            config,
+            name=str(config.get("name") or ""),
+            on_started=self._on_started,
+            on_error=self._on_error,
+        )
+
+    def _on_started(self, run_id: str) -> None:
+        self.started_run_id = run_id
+        self.accept()
+
+    def _on_error(self, error: protocol.Error) -> None:
+        self._set_busy(False)
+        self.message.setText(error.message)
+        self.message.show()
+        if error.field:
+            self.form.set_external_errors({error.field: error.message})

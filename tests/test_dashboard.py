@@ -1,0 +1,120 @@
+"""The Training dashboard driven like a user: New run, live plots, a refused
+config, duplicate with changes — against the real engine and real SB3."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QComboBox, QLineEdit
+
+from studio.engine_client import EngineClient
+from studio.main_window import MainWindow
+from studio.models.project_state import ProjectState
+from studio.run_dialog import RunDialog, flatten_config, nest_values
+from studio.session import Session
+from studio.settings import Settings
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    client = EngineClient()
+    session = Session(client, ProjectState(), settings)
+    win = MainWindow(session, settings)
+    win.confirm_quit = False
+    qtbot.addWidget(win)
+    with qtbot.waitSignal(session.project_opened, timeout=30_000):
+        client.start()
+        session.open_project(str(tmp_path / "project"), create=True)
+    win.show()
+    win.set_workspace("training")
+    yield win
+    client.stop()
+
+
+def type_into(qtbot, dialog: RunDialog, name: str, text: str) -> None:
+    editor = dialog.form.editor(name)
+    line = editor.property("line_edit") if not isinstance(editor, QLineEdit) else editor
+    assert isinstance(line, QLineEdit)
+    line.selectAll()
+    qtbot.keyClicks(line, text)
+
+
+def open_dialog(qtbot, win: MainWindow, initial: dict | None = None) -> RunDialog:
+    dialog = win.workspaces["training"].open_run_dialog(initial)
+    qtbot.waitUntil(
+        lambda: "hyperparameters.learning_rate" in dialog.form.values(), timeout=30_000
+    )
+    return dialog
+
+
+def test_values_round_trip_between_config_and_form() -> None:
+    config = {"env": "CartPole-v1", "seed": None, "hyperparameters": {"n_steps": 64}}
+    assert nest_values(flatten_config(config)) == {
+        "env": "CartPole-v1",
+        "hyperparameters": {"n_steps": 64},
+    }
+
+
+def test_new_run_trains_and_plots_live(qtbot, window: MainWindow) -> None:
+    training = window.workspaces["training"]
+    dialog = open_dialog(qtbot, window)
+    algo = dialog.form.editor("algo")
+    assert isinstance(algo, QComboBox)
+    algo.setCurrentText("PPO")
+    type_into(qtbot, dialog, "total_steps", "512")
+    type_into(qtbot, dialog, "eval_every_steps", "256")
+    type_into(qtbot, dialog, "eval_episodes", "2")
+    type_into(qtbot, dialog, "n_envs", "1")
+    type_into(qtbot, dialog, "hyperparameters.n_steps", "128")
+    type_into(qtbot, dialog, "hyperparameters.batch_size", "64")
+    assert dialog.form.is_valid(), dialog.form.errors()
+    with qtbot.waitSignal(dialog.accepted, timeout=30_000):
+        dialog.buttons.accepted.emit()
+    run_id = dialog.started_run_id
+    assert run_id
+    state = window.session.state
+    qtbot.waitUntil(
+        lambda: (state.run(run_id) or {}).get("status") == "completed", timeout=180_000
+    )
+    store = window.session.metrics
+    assert "rollout/ep_rew_mean" in store.keys(run_id)
+    assert "eval/mean_reward" in store.keys(run_id)
+    training.table.select_keys([run_id])
+    assert any(k.startswith("train/") and "loss" in k for k in store.keys(run_id))
+    groups = training.plots.group_titles
+    qtbot.waitUntil(lambda: {"Rewards", "Losses"} <= set(groups()), timeout=10_000)
+    assert training.progress.state() == "completed"
+    record = next(r for r in training.table.model.records if r["id"] == run_id)
+    assert record["summary"]["total_steps"] >= 512
+    qtbot.waitUntil(lambda: len(window.session.state.models) == 1, timeout=10_000)
+    assert window.session.state.models[0]["algo"] == "PPO"
+
+
+def test_a_refused_config_is_shown_on_its_field(qtbot, window: MainWindow) -> None:
+    dialog = open_dialog(qtbot, window)
+    type_into(qtbot, dialog, "hyperparameters.learning_rate", "-1")
+    dialog.buttons.accepted.emit()
+    qtbot.waitUntil(lambda: dialog.message.isVisible(), timeout=30_000)
+    assert "learning_rate" in dialog.message.text()
+    assert dialog.isVisible() and not window.session.state.runs
+
+
+def test_duplicate_prefills_the_dialog(qtbot, window: MainWindow) -> None:
+    dialog = open_dialog(
+        qtbot,
+        window,
+        {
+            "env": "CartPole-v1",
+            "algo": "A2C",
+            "total_steps": 777,
+            "hyperparameters": {"gamma": 0.9},
+        },
+    )
+    values = dialog.form.values()
+    assert values["algo"] == "A2C" and values["total_steps"] == 777
+    assert values["hyperparameters.gamma"] == 0.9
+    dialog.reject()
