@@ -30,7 +30,6 @@ from studio.settings import Settings, SettingsDialog
 from studio.workspaces.documents import DocumentsWorkspace
 from studio.workspaces.models import ModelsWorkspace
 from studio.workspaces.training import TrainingWorkspace
-from studio.workspaces.workflows import WorkflowsWorkspace
 from widgets.banner import Banner
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
@@ -65,7 +64,7 @@ class MainWindow(QMainWindow):
         state = session.state
         self.workspaces: dict[str, QWidget] = {
             "environments": DocumentsWorkspace(state, "envs", "Environments", "envs"),
-            "workflows": WorkflowsWorkspace(session),
+            "workflows": DocumentsWorkspace(state, "flows", "Workflows", "flows"),
             "training": TrainingWorkspace(session),
             "models": ModelsWorkspace(state),
         }
