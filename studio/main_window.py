@@ -27,9 +27,10 @@ from resources import resource_path
 from studio.engine_client import CRASHED, FAILED, READY, STARTING
 from studio.session import Session
 from studio.settings import Settings, SettingsDialog
-from studio.workspaces.documents import DocumentsWorkspace
+from studio.workspaces.environments import EnvironmentsWorkspace
 from studio.workspaces.models import ModelsWorkspace
 from studio.workspaces.training import TrainingWorkspace
+from studio.workspaces.workflows import WorkflowsWorkspace
 from widgets.banner import Banner
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
@@ -63,8 +64,8 @@ class MainWindow(QMainWindow):
 
         state = session.state
         self.workspaces: dict[str, QWidget] = {
-            "environments": DocumentsWorkspace(state, "envs", "Environments", "envs"),
-            "workflows": DocumentsWorkspace(state, "flows", "Workflows", "flows"),
+            "environments": EnvironmentsWorkspace(session),
+            "workflows": WorkflowsWorkspace(session),
             "training": TrainingWorkspace(session),
             "models": ModelsWorkspace(state),
         }

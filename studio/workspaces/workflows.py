@@ -1,0 +1,1134 @@
+"""Workflows: the node-graph editor.
+
+Palette (node types from the engine's catalog) | canvas | inspector (the
+selected node's parameters) and details (the clicked node's last output and
+log). Every edit is an undo command on ``undo_stack``; the model
+(``FlowDocumentModel``) notifies the canvas, the inspector and the autosave.
+The engine is reached only through ``FlowController``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QMimeData, QPointF, Qt, Signal
+from PySide6.QtGui import QAction, QKeySequence, QUndoStack
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QLabel,
+    QLineEdit,
+    QMenu,
+    QMessageBox,
+    QPlainTextEdit,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QToolBar,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from engine import flow
+from engine.flow import FlowDocument, Link, NodeTypeSpec, ParamSpec
+from studio.flow_commands import (
+    AddLinkCommand,
+    AddNodeCommand,
+    MoveNodesCommand,
+    PasteCommand,
+    RemoveLinksCommand,
+    RemoveNodesCommand,
+    SetParamsCommand,
+    SetTitleCommand,
+    clipboard_payload,
+    pasted_items,
+)
+from studio.flow_controller import FlowController
+from studio.models.flow_document import FlowDocumentModel, link_from_key
+from studio.session import Session
+from studio.workspaces.common import JsonPreview, fmt_time
+from widgets.node_graph import GRID, HEADER_HEIGHT, NODE_WIDTH, NodeGraphView, Port
+from widgets.node_palette import NodePalette
+from widgets.param_form import ParamForm
+from widgets.record_table import Column, RecordTable
+
+FLOW_FRAGMENT_MIME = "application/x-rlstudio-flow-fragment"
+AUTOSAVE_FOLDER = ".autosave"
+UNTITLED = "untitled"
+
+PORT_COLORS = {
+    "env": "#59b36b",
+    "policy": "#4c9be8",
+    "hf_model": "#e68a3a",
+    "adapter": "#d4b22c",
+    "dataset": "#3fb5b0",
+    "trajectories": "#9c755f",
+    "reward_fn": "#e15759",
+    "gguf": "#b07aa1",
+    "report": "#7f8ba3",
+}
+CATEGORY_COLORS = {
+    "Environments": "#3f7d4e",
+    "Reinforcement learning": "#3a6ea5",
+    "Models": "#7d4f94",
+    "Language models": "#b0652a",
+    "Datasets": "#2f8080",
+    "Export": "#9e3d3d",
+}
+_OTHER_COLORS = ("#4a5668", "#5b6b3a", "#6a4a5e", "#3d5f73")
+
+
+def param_label(spec: ParamSpec) -> str:
+    return spec.label or spec.name.replace("_", " ").capitalize()
+
+
+def param_schema(spec: ParamSpec) -> dict[str, Any]:
+    """An ``engine.flow.ParamSpec`` as ``widgets.param_form`` reads it."""
+    schema: dict[str, Any] = {
+        "name": spec.name,
+        "type": spec.type,
+        "default": spec.default,
+        "help": spec.help,
+        "title": param_label(spec),
+    }
+    if spec.min is not None:
+        schema["min"] = spec.min
+    if spec.max is not None:
+        schema["max"] = spec.max
+    if spec.type == "choice":
+        schema["choices"] = list(spec.choices)
+    return schema
+
+
+def category_color(category: str) -> str:
+    if category in CATEGORY_COLORS:
+        return CATEGORY_COLORS[category]
+    return _OTHER_COLORS[sum(category.encode()) % len(_OTHER_COLORS)]
+
+
+def autosave_path(project_dir: str | Path | None, path: Path | None) -> Path | None:
+    """Where the autosave copy of ``path`` (None: an untitled flow) lives."""
+    if project_dir:
+        folder = Path(project_dir) / "flows" / AUTOSAVE_FOLDER
+    elif path is not None:
+        folder = path.parent / AUTOSAVE_FOLDER
+    else:
+        return None
+    name = path.name if path is not None else UNTITLED + flow.FLOW_SUFFIX
+    if not name.endswith(flow.FLOW_SUFFIX):
+        name += flow.FLOW_SUFFIX
+    return folder / name
+
+
+class WorkflowsWorkspace(QWidget):
+    """The editor. Signals: ``run_finished(status, reason)``,
+    ``document_saved(path)``."""
+
+    run_finished = Signal(str, str)
+    document_saved = Signal(str)
+
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._session = session
+        self._state = session.state
+        self.model = FlowDocumentModel()
+        self.undo_stack = QUndoStack(self)
+        self.controller = FlowController(session, self)
+        self.catalog: dict[str, NodeTypeSpec] = {}
+        self.errors: dict[str, list[str]] = {}
+        self._errors_shown = False
+        self._engine_errors: dict[str, list[str]] = {}
+        self.run_id: str | None = None
+        self._run_pending = False
+        self._early_events: list[tuple[str, tuple[Any, ...]]] = []
+        self.node_results: dict[str, dict[str, Any]] = {}
+        self.node_logs: dict[str, list[str]] = {}
+        self.run_log: list[str] = []
+        self._running_nodes: set[str] = set()
+        self._inspected: str | None = None
+        self._details_node: str | None = None
+        self._paste_count = 0
+
+        # Decisions a user makes in dialogs; tests replace them.
+        self.ask_restore: Callable[[Path | None, Path], bool] = self._ask_restore
+        self.ask_save_path: Callable[[str], str | None] = self._ask_save_path
+        self.ask_open_path: Callable[[], str | None] = self._ask_open_path
+        self.ask_unsaved: Callable[[], str] = self._ask_unsaved
+        """Returns ``save``, ``discard`` or ``cancel``."""
+        self.show_error: Callable[[str], None] = self._show_error
+
+        self._build_ui()
+        self._build_actions()
+
+        self.model.subscribe(self._on_model_changed)
+        self.undo_stack.cleanChanged.connect(self._on_undo_stack_clean_changed)
+        self.controller.catalog_received.connect(self.set_catalog)
+        self.controller.catalog_failed.connect(self._on_controller_catalog_failed)
+        self.controller.validation_received.connect(self._on_engine_validation)
+        self.controller.run_started.connect(self._on_controller_run_started)
+        self.controller.run_refused.connect(self._on_controller_run_refused)
+        self.controller.node_state_received.connect(self._on_node_state)
+        self.controller.run_log_received.connect(self._on_run_log)
+        self.controller.run_ended.connect(self._on_run_ended)
+        self._state.subscribe(self._on_state_changed)
+        session.project_opened.connect(self._on_session_project_opened)
+        self._on_state_changed("reset", "")
+        self._update_title()
+        self._update_actions()
+
+    # ------------------------------------------------------------- UI
+    def _build_ui(self) -> None:
+        self.palette = NodePalette()
+        self.palette.set_empty_text("Waiting for the engine's node catalog…")
+        self.palette.node_type_activated.connect(self._on_palette_node_type_activated)
+        self.table = RecordTable(
+            [
+                Column("Name", lambda d: d["name"]),
+                Column("Modified", lambda d: d.get("modified", 0), fmt_time),
+            ],
+            key="path",
+            empty_text="No flows in this project yet.",
+        )
+        self.table.activation_requested.connect(self._on_table_activation_requested)
+        self.left_tabs = QTabWidget()
+        self.left_tabs.addTab(self.palette, "Nodes")
+        self.left_tabs.addTab(self.table, "Flows")
+
+        self.canvas = NodeGraphView()
+        self.canvas.set_port_colors(PORT_COLORS)
+        self.canvas.set_empty_text(
+            "Drag a node from the palette onto the canvas, then drag from an "
+            "output port to an input port to link them."
+        )
+        self.canvas.node_drop_requested.connect(self._on_canvas_node_drop_requested)
+        self.canvas.link_requested.connect(self._on_canvas_link_requested)
+        self.canvas.nodes_moved.connect(self._on_canvas_nodes_moved)
+        self.canvas.delete_requested.connect(self._on_canvas_delete_requested)
+        self.canvas.links_delete_requested.connect(self._on_canvas_delete_requested)
+        self.canvas.selection_changed.connect(self._on_canvas_selection_changed)
+        self.canvas.node_clicked.connect(self.show_node_details)
+
+        self.toolbar = QToolBar()
+        self.toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.title_label = QLabel()
+        self.status_label = QLabel(wordWrap=True)
+        self.status_label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        center = QWidget()
+        column = QVBoxLayout(center)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.title_label)
+        column.addWidget(self.canvas, 1)
+        column.addWidget(self.status_label)
+
+        # Inspector
+        self.inspector_heading = QLabel("<b>No node selected</b>", wordWrap=True)
+        self.inspector_help = QLabel(wordWrap=True)
+        self.inspector_help.setStyleSheet("color: palette(mid);")
+        self.title_edit = QLineEdit(placeholderText="Node title")
+        self.title_edit.editingFinished.connect(self._on_title_edit_finished)
+        self.param_form = ParamForm()
+        self.param_form.values_changed.connect(self._on_param_form_values_changed)
+        self.node_errors_label = QLabel(wordWrap=True)
+        self.node_errors_label.setStyleSheet("color: #d62728;")
+        inspector = QWidget()
+        ilayout = QVBoxLayout(inspector)
+        ilayout.addWidget(self.inspector_heading)
+        ilayout.addWidget(self.inspector_help)
+        ilayout.addWidget(self.title_edit)
+        ilayout.addWidget(self.param_form)
+        ilayout.addWidget(self.node_errors_label)
+        ilayout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(inspector)
+
+        self.output_view = JsonPreview()
+        self.log_view = QPlainTextEdit(readOnly=True)
+        self.log_view.setMaximumBlockCount(5000)
+        self.details_tabs = QTabWidget()
+        self.details_tabs.addTab(self.output_view, "Output")
+        self.details_tabs.addTab(self.log_view, "Log")
+        right = QSplitter(Qt.Orientation.Vertical)
+        right.addWidget(scroll)
+        right.addWidget(self.details_tabs)
+        right.setSizes([420, 260])
+
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.left_tabs)
+        split.addWidget(center)
+        split.addWidget(right)
+        split.setStretchFactor(1, 1)
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(2, 0)
+        split.setSizes([200, 760, 320])
+        self.left_tabs.setMinimumWidth(160)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.toolbar)
+        layout.addWidget(split, 1)
+        self._show_inspector(None)
+
+    def _build_actions(self) -> None:
+        ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
+        self.actions: dict[str, QAction] = {}
+
+        def add(
+            name: str,
+            text: str,
+            slot: Callable[[], object],
+            shortcut: QKeySequence | str | None = None,
+            owner: QWidget | None = None,
+            tip: str = "",
+        ) -> QAction:
+            action = QAction(text, self)
+            action.setToolTip(tip or text)
+            if shortcut is not None:
+                action.setShortcut(QKeySequence(shortcut))
+                action.setShortcutContext(ctx)
+                (owner or self).addAction(action)
+            action.triggered.connect(lambda *_: slot())
+            self.toolbar.addAction(action)
+            self.actions[name] = action
+            return action
+
+        add("new", "New", self.new_document, tip="Start an empty flow")
+        add("open", "Open…", self._on_open_triggered, tip="Open a flow file")
+        add("save", "Save", self.save, QKeySequence.StandardKey.Save)
+        add("save_as", "Save as…", self.save_as, "Ctrl+Shift+S")
+        self.recent_menu = QMenu(self)
+        self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
+        recent = QToolButton(text="Recent")
+        recent.setMenu(self.recent_menu)
+        recent.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.toolbar.addWidget(recent)
+        self.recent_button = recent
+        self.toolbar.addSeparator()
+        undo = self.undo_stack.createUndoAction(self, "Undo")
+        redo = self.undo_stack.createRedoAction(self, "Redo")
+        for name, action, key in (
+            ("undo", undo, QKeySequence.StandardKey.Undo),
+            ("redo", redo, QKeySequence.StandardKey.Redo),
+        ):
+            action.setShortcut(QKeySequence(key))
+            action.setShortcutContext(ctx)
+            self.addAction(action)
+            self.toolbar.addAction(action)
+            self.actions[name] = action
+        add("delete", "Delete", self.delete_selected, tip="Delete the selection (Del)")
+        add(
+            "copy",
+            "Copy",
+            self.copy_selected,
+            QKeySequence.StandardKey.Copy,
+            self.canvas,
+        )
+        add("paste", "Paste", self.paste, QKeySequence.StandardKey.Paste, self.canvas)
+        add("duplicate", "Duplicate", self.duplicate_selected, "Ctrl+D", self.canvas)
+        add("fit", "Fit", self.canvas.fit_view, "F", self.canvas, "Show the whole flow")
+        self.toolbar.addSeparator()
+        add("validate", "Validate", self.validate, tip="Check the flow")
+        add("run", "Run", self.run_flow, "Ctrl+R", tip="Save and run the flow")
+        add("cancel", "Cancel", self.cancel_run, tip="Stop the running flow")
+
+    # ------------------------------------------------------ catalog
+    def set_catalog(self, node_types: list[dict[str, Any]]) -> None:
+        """Node types from the engine (``flow.catalog``'s ``node_types``)."""
+        self.catalog = flow.catalog_from_dicts(node_types)
+        self.palette.set_node_types(
+            [
+                {
+                    "type": t.type,
+                    "title": t.title,
+                    "category": t.category,
+                    "help": t.description,
+                }
+                for t in self.catalog.values()
+            ]
+        )
+        self.palette.set_empty_text("The engine offers no node types.")
+        selected = self.canvas.selected_nodes()
+        self._rebuild_canvas()
+        self.canvas.select_nodes(selected)
+        if self._errors_shown or self._has_structural_problems():
+            self._refresh_errors()
+        self._update_actions()
+
+    def _on_controller_catalog_failed(self, message: str) -> None:
+        self.palette.set_empty_text(f"The engine could not list node types: {message}")
+
+    # --------------------------------------------------------- canvas
+    def _canvas_node_args(self, node: flow.Node) -> dict[str, Any]:
+        spec = self.catalog.get(node.type)
+        if spec is None:
+            return {
+                "title": flow.display_name(node),
+                "color": "#7a7a7a",
+                "subtitle": f"unknown type {node.type}",
+            }
+        return {
+            "title": flow.display_name(node, self.catalog),
+            "inputs": [Port(p.name, p.type, p.help, p.required) for p in spec.inputs],
+            "outputs": [Port(p.name, p.type, p.help) for p in spec.outputs],
+            "color": category_color(spec.category),
+            "subtitle": self._subtitle(node, spec),
+        }
+
+    @staticmethod
+    def _subtitle(node: flow.Node, spec: NodeTypeSpec) -> str:
+        params = flow.resolved_params(node.params, spec)
+        for p in spec.params:
+            value = params.get(p.name)
+            if isinstance(value, str) and (not value or value.startswith(("{", "["))):
+                continue
+            if value is None:
+                continue
+            return f"{param_label(p)}: {value}"
+        return ""
+
+    def _add_canvas_node(self, node: flow.Node) -> None:
+        self.canvas.add_node(
+            node.id, pos=(node.x, node.y), **self._canvas_node_args(node)
+        )
+        if self._errors_shown:
+            self.canvas.set_node_errors(node.id, self.errors.get(node.id, []))
+        result = self.node_results.get(node.id)
+        if result:
+            self.canvas.set_node_state(
+                node.id, result["state"], result["progress"], result["message"]
+            )
+
+    def _rebuild_canvas(self) -> None:
+        self.canvas.clear()
+        for node in self.model.doc.nodes:
+            self._add_canvas_node(node)
+        for lk in self.model.doc.links:
+            self.canvas.add_link(lk.from_node, lk.from_port, lk.to_node, lk.to_port)
+
+    # ---------------------------------------------------------- model
+    def _on_model_changed(self, what: str, key: str) -> None:
+        canvas = self.canvas
+        if what == "reset":
+            self._rebuild_canvas()
+            self._show_inspector(None)
+            self._update_title()
+            return
+        if what == "path":
+            self._update_title()
+            return
+        if what == "node_added":
+            self._add_canvas_node(self.model.node(key))
+        elif what == "node_removed":
+            canvas.remove_node(key)
+            self.node_results.pop(key, None)
+            if self._inspected == key:
+                self._show_inspector(None)
+        elif what == "node_moved":
+            node = self.model.node(key)
+            canvas.move_node(key, (node.x, node.y))
+        elif what == "link_added":
+            lk = link_from_key(key)
+            canvas.add_link(lk.from_node, lk.from_port, lk.to_node, lk.to_port)
+            self._mark_stale(lk.to_node)
+        elif what == "link_removed":
+            lk = link_from_key(key)
+            canvas.remove_link(lk.from_node, lk.from_port, lk.to_node, lk.to_port)
+            if self.model.has_node(lk.to_node):
+                self._mark_stale(lk.to_node)
+        elif what in ("params", "title"):
+            node = self.model.node(key)
+            args = self._canvas_node_args(node)
+            canvas.set_node_title(key, args["title"], args["subtitle"])
+            if what == "params":
+                self._mark_stale(key)
+                if self._inspected == key:
+                    self._sync_form(node)
+            elif self._inspected == key and self.title_edit.text() != node.title:
+                self.title_edit.setText(node.title)
+        self._write_autosave()
+        if self._errors_shown:
+            self._refresh_errors()
+
+    def _mark_stale(self, node_id: str) -> None:
+        """An edit invalidates the node's and its downstream's last results."""
+        if self.run_id is not None:
+            return
+        for stale in flow.stale_nodes(self.model.doc, node_id):
+            if stale in self.node_results:
+                self.node_results.pop(stale)
+                self.canvas.set_node_state(stale, "")
+
+    def _on_undo_stack_clean_changed(self, clean: bool) -> None:
+        self._update_title()
+
+    def is_modified(self) -> bool:
+        return not self.undo_stack.isClean()
+
+    def _update_title(self) -> None:
+        path = self.model.path
+        name = flow.flow_name(self.model.doc, path) if path else UNTITLED
+        mark = " •" if self.is_modified() else ""
+        self.title_label.setText(f"<b>{name}</b>{mark}")
+        self.title_label.setToolTip(str(path) if path else "Not saved yet")
+
+    # -------------------------------------------------------- editing
+    def add_node_of_type(
+        self, type_name: str, pos: tuple[float, float] | None = None
+    ) -> str | None:
+        """Add a node of a catalog type (its top-left at ``pos``, snapped);
+        returns its id, or None when the type is unknown."""
+        spec = self.catalog.get(type_name)
+        if spec is None:
+            self._set_status(f"The engine has no node type {type_name!r}.", "error")
+            return None
+        if pos is None:
+            center = self.canvas.mapToScene(self.canvas.viewport().rect().center())
+            pos = (center.x() - NODE_WIDTH / 2, center.y() - HEADER_HEIGHT)
+            while any(
+                (n.x, n.y) == (round(pos[0] / GRID) * GRID, round(pos[1] / GRID) * GRID)
+                for n in self.model.doc.nodes
+            ):
+                pos = (pos[0] + 2 * GRID, pos[1] + 2 * GRID)
+        x, y = (round(v / GRID) * GRID for v in pos)
+        node = flow.new_node(spec, self.model.doc.new_node_id(type_name), x, y)
+        self.undo_stack.push(AddNodeCommand(self.model, node, f"Add {spec.title}"))
+        self.canvas.select_nodes([node.id])
+        return node.id
+
+    def request_link(
+        self, from_node: str, from_port: str, to_node: str, to_port: str
+    ) -> tuple[bool, str]:
+        """Link two ports if the flow allows it; a refusal's reason shows
+        as a tooltip and on the status line."""
+        ok, reason = flow.can_link(
+            self.model.doc,
+            self.catalog,
+            (from_node, from_port),
+            (to_node, to_port),
+            replace=True,
+        )
+        if not ok:
+            self.canvas.show_link_refused(reason)
+            self._set_status(reason, "error")
+            return False, reason
+        replaces: list[Link] = []
+        spec = self.catalog[self.model.node(to_node).type]
+        port = spec.input(to_port)
+        if port is not None and not port.multiple:
+            replaces = self.model.doc.links_into(to_node, to_port)
+        link = Link(from_node, from_port, to_node, to_port)
+        self.undo_stack.push(AddLinkCommand(self.model, link, replaces))
+        self._set_status("")
+        return True, ""
+
+    def delete_selected(self) -> None:
+        nodes = self.canvas.selected_nodes()
+        links = [Link(*k) for k in self.canvas.selected_links()]
+        links = [lk for lk in links if not ({lk.from_node, lk.to_node} & set(nodes))]
+        if not nodes and not links:
+            return
+        self.undo_stack.beginMacro("Delete")
+        if links:
+            self.undo_stack.push(RemoveLinksCommand(self.model, links))
+        if nodes:
+            self.undo_stack.push(RemoveNodesCommand(self.model, nodes))
+        self.undo_stack.endMacro()
+
+    def copy_selected(self) -> bool:
+        nodes = self.canvas.selected_nodes()
+        if not nodes:
+            return False
+        payload = clipboard_payload(self.model, nodes)
+        text = json.dumps(payload, indent=2)
+        mime = QMimeData()
+        mime.setData(FLOW_FRAGMENT_MIME, text.encode("utf-8"))
+        mime.setText(text)
+        QApplication.clipboard().setMimeData(mime)
+        self._paste_count = 0
+        return True
+
+    def paste(self) -> list[str]:
+        mime = QApplication.clipboard().mimeData()
+        if mime is None:
+            return []
+        if mime.hasFormat(FLOW_FRAGMENT_MIME):
+            raw = bytes(mime.data(FLOW_FRAGMENT_MIME).data()).decode("utf-8")
+        else:
+            raw = mime.text()
+        try:
+            payload = json.loads(raw)
+            if not isinstance(payload, dict) or payload.get("kind") != "flow-fragment":
+                return []
+            self._paste_count += 1
+            offset = 2 * GRID * self._paste_count
+            nodes, links = pasted_items(self.model, payload, (offset, offset))
+        except ValueError as exc:
+            self._set_status(f"The clipboard holds no nodes that can be pasted: {exc}")
+            return []
+        return self._insert(nodes, links, "Paste")
+
+    def duplicate_selected(self) -> list[str]:
+        nodes = self.canvas.selected_nodes()
+        if not nodes:
+            return []
+        payload = clipboard_payload(self.model, nodes)
+        new_nodes, links = pasted_items(self.model, payload, (2 * GRID, 2 * GRID))
+        return self._insert(new_nodes, links, "Duplicate")
+
+    def _insert(
+        self, nodes: list[flow.Node], links: list[Link], text: str
+    ) -> list[str]:
+        if not nodes:
+            return []
+        self.undo_stack.push(PasteCommand(self.model, nodes, links, text))
+        ids = [n.id for n in nodes]
+        self.canvas.select_nodes(ids)
+        return ids
+
+    # -------------------------------------------------- canvas events
+    def _on_canvas_node_drop_requested(self, type_name: str, pos: QPointF) -> None:
+        self.add_node_of_type(
+            type_name, (pos.x() - NODE_WIDTH / 2, pos.y() - HEADER_HEIGHT / 2)
+        )
+        self.canvas.setFocus()
+
+    def _on_palette_node_type_activated(self, type_name: str) -> None:
+        self.add_node_of_type(type_name)
+
+    def _on_canvas_link_requested(self, a: str, ap: str, b: str, bp: str) -> None:
+        self.request_link(a, ap, b, bp)
+
+    def _on_canvas_nodes_moved(self, moves: dict) -> None:
+        moves = {k: v for k, v in moves.items() if self.model.has_node(k)}
+        if moves:
+            self.undo_stack.push(MoveNodesCommand(self.model, moves))
+
+    def _on_canvas_delete_requested(self, _ids: list) -> None:
+        self.delete_selected()
+
+    def _on_canvas_selection_changed(self, ids: list) -> None:
+        self._show_inspector(ids[0] if len(ids) == 1 else None)
+        self._update_actions()
+
+    # ------------------------------------------------------- inspector
+    def _show_inspector(self, node_id: str | None) -> None:
+        self._inspected = node_id
+        node = self.model.doc.node(node_id) if node_id else None
+        if node is None:
+            self._inspected = None
+            self.inspector_heading.setText(
+                "<b>No node selected</b>"
+                if not self.model.doc.nodes
+                else "<b>Select a node to edit its parameters</b>"
+            )
+            self.inspector_help.clear()
+            self.title_edit.hide()
+            self.param_form.set_schema([])
+            self.param_form.hide()
+            self.node_errors_label.clear()
+            return
+        spec = self.catalog.get(node.type)
+        self.title_edit.show()
+        self.title_edit.setText(node.title)
+        self.title_edit.setPlaceholderText(spec.title if spec else node.type)
+        if spec is None:
+            self.inspector_heading.setText(f"<b>{node.id}</b> — unknown type")
+            self.inspector_help.setText(
+                f"This engine does not know the node type {node.type!r}; its "
+                "parameters are kept as they are in the file."
+            )
+            self.param_form.set_schema([])
+            self.param_form.hide()
+        else:
+            self.inspector_heading.setText(f"<b>{spec.title}</b> · {node.id}")
+            self.inspector_help.setText(spec.description)
+            self.param_form.set_schema(
+                [param_schema(p) for p in spec.params],
+                flow.resolved_params(node.params, spec),
+            )
+            self.param_form.show()
+        self._show_node_errors()
+
+    def _sync_form(self, node: flow.Node) -> None:
+        spec = self.catalog.get(node.type)
+        if spec is None:
+            return
+        values = flow.resolved_params(node.params, spec)
+        if self.param_form.values() != values:  # an undo, not the user typing
+            self.param_form.set_schema([param_schema(p) for p in spec.params], values)
+            self._show_node_errors()
+
+    def _show_node_errors(self) -> None:
+        node_id = self._inspected
+        errors = (
+            self.errors.get(node_id, []) if (node_id and self._errors_shown) else []
+        )
+        self.node_errors_label.setText("\n".join(f"• {e}" for e in errors))
+        spec = self.catalog.get(self.model.node(node_id).type) if node_id else None
+        if spec is not None:
+            by_field = {}
+            for p in spec.params:
+                match = [e for e in errors if e.startswith(f"{p.name} ")]
+                if match:
+                    by_field[p.name] = match[0]
+            self.param_form.set_external_errors(by_field)
+
+    def _on_param_form_values_changed(self, values: dict) -> None:
+        node_id = self._inspected
+        if node_id is None or not self.model.has_node(node_id):
+            return
+        node = self.model.node(node_id)
+        spec = self.catalog.get(node.type)
+        if spec is None:
+            return
+        old = dict(node.params)
+        new = {**flow.resolved_params(old, spec), **values}
+        if new == flow.resolved_params(old, spec) and set(old) >= set(new):
+            return
+        self.undo_stack.push(SetParamsCommand(self.model, node_id, old, new))
+
+    def _on_title_edit_finished(self) -> None:
+        node_id = self._inspected
+        if node_id is None or not self.model.has_node(node_id):
+            return
+        title = self.title_edit.text().strip()
+        if title != self.model.node(node_id).title:
+            self.undo_stack.push(SetTitleCommand(self.model, node_id, title))
+
+    # ------------------------------------------------------ validation
+    def _has_structural_problems(self) -> bool:
+        doc = self.model.doc
+        ids = set(doc.node_ids())
+        if self.catalog and any(n.type not in self.catalog for n in doc.nodes):
+            return True
+        return any(not {lk.from_node, lk.to_node} <= ids for lk in doc.links)
+
+    def validate(self) -> dict[str, list[str]]:
+        """Check the flow here and on the engine; problems show on the nodes.
+        Returns the local result."""
+        self._errors_shown = True
+        self._engine_errors = {}
+        errors = self._refresh_errors()
+        self.controller.validate(self.model.doc.to_dict())
+        return errors
+
+    def _refresh_errors(self) -> dict[str, list[str]]:
+        if not self.catalog:
+            return {}
+        errors = flow.validate(self.model.doc, self.catalog)
+        for node_id, extra in self._engine_errors.items():
+            bucket = errors.setdefault(node_id, [])
+            bucket += [e for e in extra if e not in bucket]
+        self.errors = errors
+        self._errors_shown = True
+        for node_id in self.model.doc.node_ids():
+            self.canvas.set_node_errors(node_id, errors.get(node_id, []))
+        count = sum(len(v) for k, v in errors.items())
+        if count:
+            general = errors.get(flow.DOCUMENT_KEY, [])
+            nodes = len([k for k in errors if k != flow.DOCUMENT_KEY])
+            text = f"{count} problem{'s' if count != 1 else ''}"
+            if nodes:
+                text += f" in {nodes} node{'s' if nodes != 1 else ''} (red marks)"
+            if general:
+                text += ": " + " ".join(general)
+            self._set_status(text + ".", "error")
+        else:
+            self._set_status("The flow is valid.", "ok")
+        if self._inspected:
+            self._show_node_errors()
+        return errors
+
+    def _on_engine_validation(self, errors: dict) -> None:
+        doc_ids = set(self.model.doc.node_ids()) | {flow.DOCUMENT_KEY}
+        self._engine_errors = {k: list(v) for k, v in errors.items() if k in doc_ids}
+        self._refresh_errors()
+
+    # ------------------------------------------------------------- files
+    def project_flows_dir(self) -> Path | None:
+        return Path(self._state.path) / "flows" if self._state.is_open else None
+
+    def autosave_file(self) -> Path | None:
+        return autosave_path(self._state.path or None, self.model.path)
+
+    def _write_autosave(self) -> None:
+        target = self.autosave_file()
+        if target is None:
+            return
+        try:
+            flow.save(self.model.doc, target)
+        except OSError as exc:
+            self._set_status(f"Autosave failed: {exc.strerror}.", "error")
+
+    def _remove_autosave(self) -> None:
+        target = self.autosave_file()
+        if target is not None:
+            try:
+                target.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self._set_status(f"Could not remove the autosave copy: {exc}", "error")
+
+    def new_document(self) -> bool:
+        if not self._maybe_save_changes():
+            return False
+        self._load(FlowDocument(), None, restored=False)
+        return True
+
+    def open_file(self, path: str | os.PathLike[str]) -> bool:
+        """Open a flow file; a file that cannot be read leaves the current
+        flow as it was and says why."""
+        path = Path(path)
+        if not self._maybe_save_changes():
+            return False
+        try:
+            doc = flow.load(path)
+        except flow.FlowError as exc:
+            self.show_error(str(exc))
+            self._set_status(str(exc), "error")
+            return False
+        restored = False
+        auto = autosave_path(self._state.path or None, path)
+        if auto is not None and auto.exists():
+            newer = auto.stat().st_mtime >= path.stat().st_mtime
+            try:
+                saved = flow.load(auto)
+            except flow.FlowError:
+                saved = None
+            if (
+                newer
+                and saved is not None
+                and flow.dumps(saved) != flow.dumps(doc)
+                and self.ask_restore(path, auto)
+            ):
+                doc, restored = saved, True
+        self._load(doc, path, restored)
+        return True
+
+    def _load(self, doc: FlowDocument, path: Path | None, restored: bool) -> None:
+        self._clear_run_results()
+        self._errors_shown = False
+        self.errors = {}
+        self._engine_errors = {}
+        self.model.replace(doc, path)
+        self.undo_stack.clear()
+        if restored:
+            self.undo_stack.resetClean()  # restored edits are not saved yet
+            self._write_autosave()
+        else:
+            self.undo_stack.setClean()
+        self._update_title()
+        self.canvas.fit_view()
+        message = ""
+        if path is not None:
+            message = (
+                f"Restored unsaved changes of {path.name}."
+                if restored
+                else (f"Opened {path.name}.")
+            )
+        elif restored:
+            message = "Restored an unsaved flow."
+        self._set_status(message)
+        if self.catalog and (self._has_structural_problems() or path is not None):
+            errors = self._refresh_errors()
+            if not errors:
+                self._set_status(message)
+        self._update_actions()
+
+    def save(self) -> bool:
+        if self.model.path is None:
+            return self.save_as()
+        return self._save_to(self.model.path)
+
+    def save_as(self) -> bool:
+        suggested = (
+            self.model.path.name if self.model.path else UNTITLED + flow.FLOW_SUFFIX
+        )
+        chosen = self.ask_save_path(suggested)
+        if not chosen:
+            return False
+        path = Path(chosen)
+        if not path.name.endswith(flow.FLOW_SUFFIX):
+            path = path.with_name(path.name.removesuffix(".json") + flow.FLOW_SUFFIX)
+        return self._save_to(path)
+
+    def _save_to(self, path: Path) -> bool:
+        old_autosave = self.autosave_file()
+        try:
+            flow.save(self.model.doc, path)
+        except OSError as exc:
+            self.show_error(f"Could not save {path}: {exc.strerror or exc}.")
+            return False
+        if old_autosave is not None and old_autosave.exists():
+            old_autosave.unlink(missing_ok=True)
+        if self.model.path != path:
+            self.model.set_path(path)
+        self._remove_autosave()
+        self.undo_stack.setClean()
+        self._update_title()
+        self._set_status(f"Saved {path.name}.", "ok")
+        self.document_saved.emit(str(path))
+        self._session.refresh_project()
+        return True
+
+    def _maybe_save_changes(self) -> bool:
+        if not self.is_modified():
+            return True
+        choice = self.ask_unsaved()
+        if choice == "save":
+            return self.save()
+        return choice == "discard"
+
+    def _on_open_triggered(self) -> None:
+        path = self.ask_open_path()
+        if path:
+            self.open_file(path)
+
+    def _on_table_activation_requested(self, path: str) -> None:
+        self.open_file(path)
+
+    def _on_recent_menu_about_to_show(self) -> None:
+        self.recent_menu.clear()
+        flows = sorted(self._state.flows, key=lambda d: -float(d.get("modified", 0)))
+        for doc in flows:
+            action = self.recent_menu.addAction(doc["name"])
+            action.setToolTip(doc["path"])
+            action.triggered.connect(lambda *_, p=doc["path"]: self.open_file(p))
+        if not flows:
+            self.recent_menu.addAction("No flows in this project").setEnabled(False)
+
+    def _on_state_changed(self, what: str, key: str) -> None:
+        if what == "reset":
+            self.table.set_records(self._state.flows)
+
+    def _on_session_project_opened(self, path: str) -> None:
+        # A new flow of a crashed session may wait in the autosave folder.
+        if self.model.path is not None or self.model.doc.nodes or self.is_modified():
+            return
+        auto = self.autosave_file()
+        if auto is None or not auto.exists():
+            return
+        try:
+            doc = flow.load(auto)
+        except flow.FlowError:
+            return
+        if doc.nodes and self.ask_restore(None, auto):
+            self._load(doc, None, restored=True)
+
+    # ------------------------------------------------------ dialogs
+    def _ask_restore(self, path: Path | None, autosave: Path) -> bool:
+        what = path.name if path is not None else "an unsaved flow"
+        answer = QMessageBox.question(
+            self,
+            "Restore unsaved changes?",
+            f"RL Studio found changes to {what} that were not saved (autosaved "
+            f"{fmt_time(autosave.stat().st_mtime)}), probably because the app "
+            "closed unexpectedly. Restore them?",
+        )
+        return answer == QMessageBox.StandardButton.Yes
+
+    def _ask_save_path(self, suggested: str) -> str | None:
+        folder = self.project_flows_dir() or Path.home()
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save flow", str(folder / suggested), "Flows (*.flow.json)"
+        )
+        return path or None
+
+    def _ask_open_path(self) -> str | None:
+        folder = self.project_flows_dir() or Path.home()
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open flow", str(folder), "Flows (*.flow.json);;JSON (*.json)"
+        )
+        return path or None
+
+    def _ask_unsaved(self) -> str:
+        answer = QMessageBox.question(
+            self,
+            "Unsaved changes",
+            "The flow has unsaved changes. Save them first?",
+            QMessageBox.StandardButton.Save
+            | QMessageBox.StandardButton.Discard
+            | QMessageBox.StandardButton.Cancel,
+        )
+        return {
+            QMessageBox.StandardButton.Save: "save",
+            QMessageBox.StandardButton.Discard: "discard",
+        }.get(answer, "cancel")
+
+    def _show_error(self, text: str) -> None:
+        QMessageBox.warning(self, "Workflows", text)
+
+    # ------------------------------------------------------------- run
+    def run_flow(self) -> bool:
+        """Validate, save, and start the flow on the engine."""
+        if self.run_id is not None or self._run_pending:
+            return False
+        if not self.catalog:
+            self._set_status("The engine's node catalog has not arrived yet.", "error")
+            return False
+        if not self.model.doc.nodes:
+            self._set_status("The flow is empty: add nodes first.", "error")
+            return False
+        errors = self.validate()
+        if errors:
+            self._set_status(
+                "The flow cannot run yet: " + self.status_label.text(), "error"
+            )
+            return False
+        if (self.is_modified() or self.model.path is None) and not self.save():
+            return False
+        assert self.model.path is not None
+        self._clear_run_results()
+        for node_id in self.model.doc.node_ids():
+            self.canvas.set_node_state(node_id, "queued")
+        self._run_pending = True
+        self._early_events = []
+        name = flow.flow_name(self.model.doc, self.model.path)
+        self.controller.start_run(str(self.model.path), True, f"Flow {name}")
+        self._set_status(f"Starting {name}…")
+        self._update_actions()
+        return True
+
+    def cancel_run(self) -> None:
+        if self.run_id is not None:
+            self.controller.stop_run(self.run_id)
+            self._set_status("Stopping the run…")
+
+    def _clear_run_results(self) -> None:
+        self.node_results = {}
+        self.node_logs = {}
+        self.run_log = []
+        self._running_nodes = set()
+        self.canvas.clear_node_states()
+        self._details_node = None
+        self.output_view.clear()
+        self.log_view.clear()
+
+    def _on_controller_run_started(self, run_id: str) -> None:
+        if not self._run_pending:
+            return
+        self._run_pending = False
+        self.run_id = run_id
+        self._set_status("Running…")
+        early, self._early_events = self._early_events, []
+        for kind, args in early:
+            if args[0] != run_id:
+                continue
+            if kind == "state":
+                self._on_node_state(*args)
+            elif kind == "log":
+                self._on_run_log(*args)
+            else:
+                self._on_run_ended(*args)
+        self._update_actions()
+
+    def _on_controller_run_refused(self, message: str) -> None:
+        if self._run_pending:
+            self._run_pending = False
+            self.canvas.clear_node_states()
+            self._update_actions()
+        self._set_status(message, "error")
+
+    def _on_node_state(
+        self,
+        run_id: str,
+        node_id: str,
+        state: str,
+        progress: float,
+        message: str,
+        outputs: dict,
+    ) -> None:
+        if run_id != self.run_id:
+            if self._run_pending:
+                self._early_events.append(
+                    ("state", (run_id, node_id, state, progress, message, outputs))
+                )
+            return
+        previous = self.node_results.get(node_id, {})
+        if state in ("done", "cached"):
+            progress = 1.0
+        self.node_results[node_id] = {
+            "state": state,
+            "progress": progress,
+            "message": message,
+            "outputs": outputs or previous.get("outputs", {}),
+        }
+        if state == "running":
+            self._running_nodes.add(node_id)
+        else:
+            self._running_nodes.discard(node_id)
+        self.canvas.set_node_state(node_id, state, progress, message)
+        if self._details_node == node_id:
+            self.show_node_details(node_id)
+
+    def _on_run_log(self, run_id: str, lines: list) -> None:
+        if run_id != self.run_id:
+            if self._run_pending:
+                self._early_events.append(("log", (run_id, lines)))
+            return
+        self.run_log.extend(lines)
+        for node_id in self._running_nodes:
+            self.node_logs.setdefault(node_id, []).extend(lines)
+        if self._details_node is None or self._details_node in self._running_nodes:
+            self.log_view.appendPlainText("\n".join(lines))
+
+    def _on_run_ended(self, run_id: str, status: str, reason: str) -> None:
+        if run_id != self.run_id:
+            if self._run_pending:
+                self._early_events.append(("end", (run_id, status, reason)))
+            return
+        self.run_id = None
+        self._running_nodes = set()
+        if status == "completed":
+            self._set_status("The run completed.", "ok")
+        else:
+            self._set_status(
+                f"The run {status}" + (f": {reason}" if reason else "."), "error"
+            )
+        self._update_actions()
+        self.run_finished.emit(status, reason)
+
+    def show_node_details(self, node_id: str) -> None:
+        """Show the node's last result and log in the details pane."""
+        if not self.model.has_node(node_id):
+            return
+        self._details_node = node_id
+        result = self.node_results.get(node_id)
+        if result is None:
+            self.output_view.setPlainText(
+                f"{node_id} has no result yet: run the flow to see its outputs."
+            )
+        else:
+            self.output_view.show_value({"node": node_id, **result})
+        lines = self.node_logs.get(node_id) or []
+        self.log_view.setPlainText("\n".join(lines))
+
+    # ---------------------------------------------------------- helpers
+    def _set_status(self, text: str, level: str = "info") -> None:
+        color = {"error": "#d62728", "ok": "#2ca02c"}.get(level, "")
+        self.status_label.setStyleSheet(f"color: {color};" if color else "")
+        self.status_label.setText(text)
+
+    def _update_actions(self) -> None:
+        has_selection = bool(self.canvas.selected_nodes())
+        running = self.run_id is not None or self._run_pending
+        self.actions["delete"].setEnabled(
+            has_selection or bool(self.canvas.selected_links())
+        )
+        self.actions["copy"].setEnabled(has_selection)
+        self.actions["duplicate"].setEnabled(has_selection)
+        self.actions["run"].setEnabled(bool(self.catalog) and not running)
+        self.actions["cancel"].setEnabled(self.run_id is not None)
+        self.actions["validate"].setEnabled(bool(self.catalog))
+
+    def node_ids(self) -> list[str]:
+        return self.model.doc.node_ids()
+
+    def links(self) -> Iterable[Link]:
+        return list(self.model.doc.links)

@@ -1,0 +1,364 @@
+"""The Workflows workspace as a user drives it: drop nodes, link ports, edit
+parameters, undo, save, reopen, paste, recover an autosave. The engine is
+not started here (the editor works without one); the catalog is the
+engine's own, handed over as the ``flow.catalog`` reply would."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QSettings, Qt
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication, QLineEdit
+
+from engine import flow
+from engine.nodes import catalog
+from studio.engine_client import EngineClient
+from studio.models.project_state import ProjectState
+from studio.session import Session
+from studio.settings import Settings
+from studio.workspaces.workflows import WorkflowsWorkspace
+from widgets.node_graph import NODE_TYPE_MIME
+
+PASS_THROUGH = {
+    "type": "test.pass",
+    "title": "Pass",
+    "category": "Test",
+    "inputs": [{"name": "env", "type": "env"}],
+    "outputs": [{"name": "env", "type": "env"}],
+    "params": [],
+}
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    (path / "flows").mkdir(parents=True)
+    return path
+
+
+@pytest.fixture
+def make_workspace(qtbot, tmp_path: Path, project: Path):
+    def make() -> WorkflowsWorkspace:
+        settings = Settings(
+            QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+        )
+        state = ProjectState()
+        # Never started: editing needs no engine.
+        session = Session(EngineClient(), state, settings)
+        ws = WorkflowsWorkspace(session)
+        qtbot.addWidget(ws)
+        state.load_snapshot({"path": str(project), "name": "project", "flows": []})
+        ws.set_catalog([*catalog(), PASS_THROUGH])
+        ws.ask_save_path = lambda suggested: str(project / "flows" / "cart.flow.json")
+        ws.errors_shown_to_user = []
+        ws.show_error = ws.errors_shown_to_user.append
+        ws.ask_unsaved = lambda: "discard"
+        ws.resize(1280, 800)
+        ws.show()
+        qtbot.waitExposed(ws)
+        return ws
+
+    return make
+
+
+@pytest.fixture
+def ws(make_workspace) -> WorkflowsWorkspace:
+    return make_workspace()
+
+
+def drop(ws: WorkflowsWorkspace, type_name: str, view_pos: QPoint) -> None:
+    """What a drag from the palette delivers to the canvas."""
+    mime = QMimeData()
+    mime.setData(NODE_TYPE_MIME, type_name.encode())
+    target = ws.canvas.viewport()
+    args = (Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+            Qt.KeyboardModifier.NoModifier)  # fmt: skip
+    enter = QDragEnterEvent(view_pos, *args)
+    QApplication.sendEvent(target, enter)
+    assert enter.isAccepted()
+    QApplication.sendEvent(target, QDropEvent(QPointF(view_pos), *args))
+
+
+def mouse_drag(qtbot, ws: WorkflowsWorkspace, start: QPointF, end: QPointF) -> None:
+    view = ws.canvas
+    a, b = view.mapFromScene(start), view.mapFromScene(end)
+    qtbot.mousePress(view.viewport(), Qt.MouseButton.LeftButton, pos=a)
+    for i in range(1, 6):
+        qtbot.mouseMove(view.viewport(), a + (b - a) * (i / 5))
+    qtbot.mouseRelease(view.viewport(), Qt.MouseButton.LeftButton, pos=b)
+
+
+def link_by_mouse(qtbot, ws, a: str, ap: str, b: str, bp: str) -> None:
+    canvas = ws.canvas
+    mouse_drag(
+        qtbot,
+        ws,
+        canvas.port_scene_pos(a, ap, output=True),
+        canvas.port_scene_pos(b, bp, output=False),
+    )
+
+
+def type_into(qtbot, ws: WorkflowsWorkspace, name: str, text: str) -> None:
+    editor = ws.param_form.editor(name)
+    assert isinstance(editor, QLineEdit)
+    editor.setFocus()
+    editor.selectAll()
+    qtbot.keyClicks(editor, text)
+
+
+def build_cartpole(qtbot, ws: WorkflowsWorkspace) -> None:
+    drop(ws, "env.environment", QPoint(150, 200))
+    drop(ws, "rl.train", QPoint(420, 200))
+    drop(ws, "rl.evaluate", QPoint(690, 200))
+    assert ws.node_ids() == ["environment", "train", "evaluate"]
+    link_by_mouse(qtbot, ws, "environment", "env", "train", "env")
+    ws.canvas.link_requested.emit("train", "policy", "evaluate", "policy")
+    assert {(lk.from_node, lk.to_node) for lk in ws.links()} == {
+        ("environment", "train"),
+        ("train", "evaluate"),
+    }
+    ws.canvas.select_nodes(["train"])
+    type_into(qtbot, ws, "total_steps", "256")
+    ws.canvas.select_nodes(["evaluate"])
+    type_into(qtbot, ws, "episodes", "2")
+
+
+def test_build_undo_redo_save_and_reopen_identical(qtbot, ws, project) -> None:
+    build_cartpole(qtbot, ws)
+    model = ws.model
+    assert model.node("train").params["total_steps"] == 256
+    assert model.node("evaluate").params["episodes"] == 2
+    assert ws.is_modified() and "•" in ws.title_label.text()
+    # 3 drops + 2 links + 2 typed values, each typed value one step.
+    assert ws.undo_stack.count() == 7
+
+    ws.canvas.select_nodes(["train"])
+    ws.actions["undo"].trigger()  # the evaluate edit
+    ws.actions["undo"].trigger()  # the train edit
+    assert model.node("train").params["total_steps"] == 50_000
+    assert model.node("evaluate").params["episodes"] == 10
+    assert ws.param_form.editor("total_steps").text() == "50000"
+    ws.actions["undo"].trigger()  # the second link
+    assert len(ws.links()) == 1 and len(ws.canvas.links) == 1
+    for _ in range(3):
+        ws.actions["redo"].trigger()
+    assert model.node("train").params["total_steps"] == 256
+    assert ws.param_form.editor("total_steps").text() == "256"
+    assert len(ws.canvas.links) == 2
+
+    with qtbot.waitSignal(ws.document_saved):
+        ws.actions["save"].trigger()
+    path = project / "flows" / "cart.flow.json"
+    assert not ws.is_modified() and "•" not in ws.title_label.text()
+    saved_text = path.read_text()
+    assert not ws.autosave_file().exists()  # a save clears the autosave copy
+
+    ws.actions["new"].trigger()
+    assert ws.node_ids() == [] and not ws.canvas.nodes
+    assert ws.open_file(path)
+    assert flow.dumps(ws.model.doc) == saved_text
+    assert sorted(ws.canvas.nodes) == ["environment", "evaluate", "train"]
+    assert len(ws.canvas.links) == 2
+    assert not ws.is_modified()
+    assert ws.errors == {}  # a complete flow: no red marks
+
+
+def test_refused_links_say_why(qtbot, ws) -> None:
+    drop(ws, "env.environment", QPoint(150, 150))
+    drop(ws, "rl.evaluate", QPoint(450, 150))
+    drop(ws, "test.pass", QPoint(150, 400))
+    drop(ws, "test.pass", QPoint(450, 400))
+    canvas = ws.canvas
+    # A type mismatch, dragged with the mouse: env output -> policy input.
+    mouse_drag(
+        qtbot,
+        ws,
+        canvas.port_scene_pos("environment", "env", output=True),
+        canvas.port_scene_pos("evaluate", "policy", output=False),
+    )
+    reason = "A env output cannot feed the policy input 'policy' of 'Evaluate policy'."
+    assert canvas.last_refusal == reason
+    assert canvas.refusal_label.isVisible() and canvas.refusal_label.text() == reason
+    assert ws.status_label.text() == reason
+    assert ws.links() == []
+    # A cycle: pass -> pass_2 -> pass.
+    assert ws.request_link("pass", "env", "pass_2", "env") == (True, "")
+    ok, reason = ws.request_link("pass_2", "env", "pass", "env")
+    assert not ok
+    assert reason == "The link would close a cycle: 'Pass' already feeds 'Pass'."
+    assert canvas.last_refusal == reason
+    ok, reason = ws.request_link("pass", "env", "pass", "env")
+    assert (ok, reason) == (False, "A node cannot feed itself.")
+    assert len(ws.links()) == 1
+
+
+def test_a_move_is_one_undo_step_and_delete_takes_links(qtbot, ws) -> None:
+    build_cartpole(qtbot, ws)
+    canvas = ws.canvas
+    count = ws.undo_stack.count()
+    before = (ws.model.node("train").x, ws.model.node("train").y)
+    rect = canvas.node_scene_rect("train")
+    grab = rect.topLeft() + QPointF(50, 10)
+    mouse_drag(qtbot, ws, grab, grab + QPointF(100, 160))
+    assert ws.undo_stack.count() == count + 1
+    after = (ws.model.node("train").x, ws.model.node("train").y)
+    assert after != before and canvas.node_pos("train") == after
+    ws.undo_stack.undo()
+    assert (ws.model.node("train").x, ws.model.node("train").y) == before
+    assert canvas.node_pos("train") == before
+
+    canvas.select_nodes(["train"])
+    canvas.setFocus()
+    qtbot.keyClick(canvas, Qt.Key.Key_Delete)
+    assert ws.node_ids() == ["environment", "evaluate"] and ws.links() == []
+    assert "train" not in canvas.nodes and not canvas.links
+    ws.undo_stack.undo()
+    assert ws.node_ids() == ["environment", "train", "evaluate"]
+    assert len(ws.links()) == 2 and len(canvas.links) == 2
+
+
+def test_copy_paste_and_duplicate(qtbot, ws) -> None:
+    build_cartpole(qtbot, ws)
+    ws.canvas.select_nodes(["environment", "train"])
+    assert ws.actions["copy"].isEnabled()
+    ws.actions["copy"].trigger()
+    pasted = ws.paste()
+    assert pasted == ["environment_2", "train_2"]
+    assert ws.canvas.selected_nodes() == pasted
+    new = ws.model.node("train_2")
+    assert new.params["total_steps"] == 256
+    assert (new.x, new.y) == (
+        ws.model.node("train").x + 40,
+        ws.model.node("train").y + 40,
+    )
+    assert flow.Link("environment_2", "env", "train_2", "env") in ws.links()
+    duplicated = ws.duplicate_selected()
+    assert duplicated == ["environment_3", "train_3"]
+    assert len(ws.links()) == 4 and len(ws.canvas.links) == 4
+    ws.undo_stack.undo()
+    ws.undo_stack.undo()
+    assert ws.node_ids() == ["environment", "train", "evaluate"]
+    # The clipboard holds readable JSON for other programs too.
+    text = QApplication.clipboard().text()
+    assert json.loads(text)["kind"] == "flow-fragment"
+
+
+def test_autosave_is_offered_after_a_crash(qtbot, make_workspace, project) -> None:
+    first = make_workspace()
+    build_cartpole(qtbot, first)
+    assert first.save()
+    path = first.model.path
+    first.canvas.select_nodes(["train"])
+    type_into(qtbot, first, "seed", "7")
+    autosave = project / "flows" / ".autosave" / "cart.flow.json"
+    assert flow.load(autosave).node("train").params["seed"] == 7
+    assert flow.load(path).node("train").params["seed"] == 0
+    # The app dies here: no save, no clean-up. A new session opens the file.
+    asked = []
+    second = make_workspace()
+    second.ask_restore = lambda p, a: asked.append((p, a)) or False
+    assert second.open_file(path)
+    assert asked == [(path, autosave)]
+    assert second.model.node("train").params["seed"] == 0
+    third = make_workspace()
+    third.ask_restore = lambda p, a: True
+    assert third.open_file(path)
+    assert third.model.node("train").params["seed"] == 7
+    assert third.is_modified()  # restored, not yet saved
+    assert third.save()
+    assert flow.load(path).node("train").params["seed"] == 7
+    assert not autosave.exists()
+
+
+def test_bad_files_open_with_a_clear_message_and_lose_nothing(
+    qtbot, ws, project
+) -> None:
+    build_cartpole(qtbot, ws)
+    before = flow.dumps(ws.model.doc)
+    flows = project / "flows"
+    garbage = flows / "garbage.flow.json"
+    garbage.write_bytes(b"\x00\xff not json")
+    future = flows / "future.flow.json"
+    future.write_text(json.dumps({"format": 99, "nodes": []}))
+    for path, message in (
+        (garbage, "The flow file garbage.flow.json is not UTF-8 text."),
+        (
+            future,
+            "The flow is in format 99, written by a newer RL Studio; this one "
+            "reads formats up to 1.",
+        ),
+    ):
+        assert not ws.open_file(path)
+        assert ws.errors_shown_to_user[-1] == message
+        assert flow.dumps(ws.model.doc) == before  # the open flow is untouched
+
+    odd = flows / "odd.flow.json"
+    odd.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "kind": "flow",
+                "name": "odd",
+                "comment": "kept",
+                "nodes": [
+                    {"id": "env", "type": "env.environment", "params": {}},
+                    {
+                        "id": "lab",
+                        "type": "lab.mystery",
+                        "params": {"knob": 3},
+                        "color": "teal",
+                    },
+                ],
+                "links": [
+                    {
+                        "from": {"node": "env", "port": "env"},
+                        "to": {"node": "gone", "port": "env"},
+                    },
+                ],
+            }
+        )
+    )
+    ws.ask_unsaved = lambda: "discard"
+    assert ws.open_file(odd)
+    assert "Unknown node type 'lab.mystery'" in ws.canvas.node_errors("lab")[0]
+    assert ws.canvas.node_errors("env") == [
+        "Output 'env' is linked to a missing node 'gone'."
+    ]
+    assert "problems in 2 nodes" in ws.status_label.text()
+    ws.canvas.select_nodes(["lab"])
+    assert "does not know the node type 'lab.mystery'" in ws.inspector_help.text()
+    # Editing and saving keeps what this version does not understand.
+    ws.canvas.select_nodes(["env"])
+    type_into(qtbot, ws, "env", "Acrobot-v1")
+    ws.ask_save_path = lambda s: str(flows / "odd.flow.json")
+    assert ws.save()
+    data = json.loads(odd.read_text())
+    assert data["comment"] == "kept"
+    assert data["nodes"][1] == {
+        "id": "lab",
+        "type": "lab.mystery",
+        "position": {"x": 0.0, "y": 0.0},
+        "params": {"knob": 3},
+        "color": "teal",
+    }
+    assert data["links"][0]["to"]["node"] == "gone"
+    assert data["nodes"][0]["params"]["env"] == "Acrobot-v1"
+
+
+def test_validate_marks_nodes_and_form_fields(qtbot, ws) -> None:
+    drop(ws, "rl.train", QPoint(300, 200))
+    errors = ws.validate()
+    assert errors["train"] == ["The required input 'env' (env) is not linked."]
+    assert ws.canvas.node_errors("train") == errors["train"]
+    assert "1 problem in 1 node" in ws.status_label.text()
+    ws.canvas.select_nodes(["train"])
+    type_into(qtbot, ws, "total_steps", "0")  # below the minimum: the form refuses
+    assert ws.param_form.errors() == {"total_steps": "Total steps must be at least 1."}
+    assert ws.model.node("train").params["total_steps"] == 50_000
+    assert not ws.run_flow()  # invalid flows do not run
+    assert "cannot run yet" in ws.status_label.text()
+    assert os.listdir(ws.project_flows_dir()) == [".autosave"]  # nothing saved
