@@ -165,7 +165,8 @@ class ParamSpec:
     default: Any
     help: str = ""
     label: str = ""
-    """Form label; empty: derived from ``name``."""
+    """Form label; empty: derived from ``name`` (``total_steps`` -> ``Total
+    steps``)."""
     min: float | None = None
     """``int`` / ``float``: smallest allowed value (inclusive)."""
     max: float | None = None
@@ -173,9 +174,9 @@ class ParamSpec:
     choices: tuple[str, ...] = ()
     """``choice``: the allowed values."""
 
-    @property
-    def display_label(self) -> str:
-        return self.label or self.name.replace("_", " ").capitalize()
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.name.replace("_", " ").capitalize())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -183,7 +184,7 @@ class ParamSpec:
             "type": self.type,
             "default": self.default,
             "help": self.help,
-            "label": self.display_label,
+            "label": self.label,
             "min": self.min,
             "max": self.max,
             "choices": list(self.choices),
@@ -384,6 +385,10 @@ class Node:
     """User's name for the node; empty: the node type's title."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys of the node's JSON this version does not know, kept as they were."""
+
+    def __post_init__(self) -> None:
+        self.x = float(self.x)
+        self.y = float(self.y)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "type": self.type}

@@ -73,15 +73,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``node.param=value`` items as an overrides dict."""
+def parse_overrides(
+    items: list[str], doc: flow.FlowDocument | None = None
+) -> dict[str, Any]:
+    """``node.param=value`` items as an overrides dict. Values are read as
+    JSON when they parse, except for text and path parameters of ``doc``'s
+    nodes, which take the text as it is (``train.hyperparameters={...}``)."""
+    from engine.nodes.registry import specs
+
+    catalog = specs()
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
-        node, dot, param = key.partition(".")
-        if not sep or not dot or not node or not param:
+        node_id, dot, param = key.partition(".")
+        if not sep or not dot or not node_id or not param:
             raise EngineError(f"--set takes node.param=value, not {item!r}.")
+        node = doc.node(node_id) if doc is not None else None
+        spec = catalog.get(node.type) if node is not None else None
+        pspec = spec.param(param) if spec is not None else None
+        if pspec is not None and pspec.type in ("str", "path"):
+            out[key] = raw
+            continue
         try:
             value: Any = json.loads(raw)
         except json.JSONDecodeError:
@@ -222,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         doc = flow.load(path)
     except flow.FlowFormatError as exc:
         raise EngineError(str(exc)) from None
-    overrides = parse_overrides(args.settings)
+    overrides = parse_overrides(args.settings, doc)
     apply_overrides(doc, overrides)
     for target in args.only:
         if doc.node(target) is None:

@@ -1,0 +1,207 @@
+"""``rl-studio-engine run FLOW.json``: real headless runs of the bundled
+CartPole flow (PPO, 256 steps) in a subprocess: node states, a registered
+model, the cache on a re-run, a failing node, and bad files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import flow
+from engine.store.project import Project
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "resources" / "examples" / "flows" / "cartpole_ppo.flow.json"
+QUICK = ["--set", "train.total_steps=256", "--set", "evaluate.episodes=3"]
+
+
+def engine_run(
+    *args: str | Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "run", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def summary_of(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(proc.stdout)
+    return data
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project holding the example flow, after one real run of it."""
+    root = tmp_path_factory.mktemp("flowrun") / "project"
+    (root / "flows").mkdir(parents=True)
+    shutil.copy(EXAMPLE, root / "flows" / EXAMPLE.name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def first_run(project: Path) -> subprocess.CompletedProcess[str]:
+    return engine_run(project / "flows" / EXAMPLE.name, "--project", project, *QUICK)
+
+
+def test_a_headless_run_trains_evaluates_and_registers(
+    first_run: subprocess.CompletedProcess[str], project: Path
+) -> None:
+    assert first_run.returncode == 0, first_run.stderr[-3000:]
+    summary = summary_of(first_run)
+    assert summary["status"] == "completed"
+    assert summary["order"] == ["env", "train", "evaluate", "register"]
+    assert summary["ran"] == summary["order"]
+    policy = summary["nodes"]["train"]["outputs"]["policy"]
+    assert policy["algo"] == "PPO" and policy["total_steps"] == 256
+    assert Path(policy["file"]).is_file()
+    report = summary["nodes"]["evaluate"]["outputs"]["report"]
+    assert report["episodes"] == 3 and len(report["rewards"]) == 3
+    assert report["mean_reward"] > 0
+    # the model is in the summary, and registered in the project
+    (model,) = summary["models"]
+    assert model["kind"] == "sb3-policy" and model["name"] == "PPO CartPole"
+    assert model["metrics"]["eval/mean_reward"] == report["mean_reward"]
+    (model_id,) = summary["registered_models"]
+    with_project = Project.open(project)
+    try:
+        (record,) = with_project.list_models()
+        (run,) = with_project.list_runs()
+    finally:
+        with_project.close()
+    assert record.id == model_id and record.source_run == run.id
+    assert Path(record.path).is_file()
+    assert run.kind == "flow.run" and run.status == "completed"
+    # per-node progress lines on stderr, then the final table
+    err = first_run.stderr
+    assert "train     Train (SB3)  done: Done in" in err
+    assert "%" in err  # progress lines
+    assert f"registered model {model_id}" in err
+    state = json.loads((Path(run.run_dir) / "flow_state.json").read_text())
+    assert {n: s["state"] for n, s in state["nodes"].items()} == dict.fromkeys(
+        summary["order"], "done"
+    )
+    # the training node's own folder holds its config and metrics
+    train_dir = Path(run.run_dir) / "nodes" / "train"
+    assert json.loads((train_dir / "config.json").read_text())["kind"] == "rl.train"
+    assert (train_dir / "metrics.jsonl").stat().st_size > 0
+    assert (
+        "train/rollout/ep_rew_mean" in (Path(run.run_dir) / "metrics.jsonl").read_text()
+    )
+
+
+def test_a_rerun_skips_unchanged_nodes_and_a_param_change_reruns_downstream(
+    first_run: subprocess.CompletedProcess[str], project: Path
+) -> None:
+    assert first_run.returncode == 0, first_run.stderr[-3000:]
+    path = project / "flows" / EXAMPLE.name
+    again = engine_run(path, "--project", project, *QUICK, "--quiet")
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = summary_of(again)
+    assert summary["cached"] == ["train", "evaluate", "register"]
+    assert summary["ran"] == ["env"]  # cheap, and always checked
+    assert summary["models"] == [] and "registered_models" not in summary
+    first_policy = summary_of(first_run)["nodes"]["train"]["outputs"]["policy"]
+    assert summary["nodes"]["train"]["outputs"]["policy"] == first_policy
+    assert "train     Train (SB3)  cached: Unchanged since run" in again.stderr
+
+    # a new model name: only the Register node runs again
+    renamed = engine_run(
+        path, "--project", project, *QUICK, "--set", "register.name=Renamed", "--quiet"
+    )
+    assert renamed.returncode == 0, renamed.stderr[-3000:]
+    summary = summary_of(renamed)
+    assert summary["ran"] == ["env", "register"]
+    assert summary["cached"] == ["train", "evaluate"]
+    assert [m["name"] for m in summary["models"]] == ["Renamed"]
+
+
+def test_a_failing_node_skips_downstream_and_names_the_node(
+    first_run: subprocess.CompletedProcess[str], project: Path
+) -> None:
+    proc = engine_run(
+        project / "flows" / EXAMPLE.name,
+        "--project",
+        project,
+        "--set",
+        "env.env=CartPol-v1",
+        "--quiet",
+    )
+    assert proc.returncode == 1
+    summary = summary_of(proc)
+    assert summary["status"] == "failed" and summary["failed"] == ["env"]
+    assert summary["nodes"]["env"]["message"].startswith(
+        "Unknown environment 'CartPol-v1'; did you mean 'CartPole-v1'"
+    )
+    for node in ("train", "evaluate", "register"):
+        assert summary["nodes"][node]["state"] == "skipped"
+        assert (
+            summary["nodes"][node]["message"] == "Not run: 'Environment' (env) failed."
+        )
+    assert summary["reason"].startswith("The node 'env' (Environment) failed: Unknown")
+    assert proc.stderr.rstrip().splitlines()[-1] == summary["reason"]
+
+
+def test_validation_errors_are_printed_per_node(tmp_path: Path) -> None:
+    proc = engine_run(
+        EXAMPLE,
+        "--project",
+        tmp_path / "p",
+        "--set",
+        "train.total_steps=0",
+        "--set",
+        "evaluate.bogus=1",
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "cartpole_ppo.flow.json: the flow cannot run:",
+        "  train (Train (SB3)): total_steps must be at least 1, not 0.",
+        "  evaluate (Evaluate policy): Unknown parameter 'bogus' for Evaluate policy.",
+    ]
+    assert not (tmp_path / "p").exists()  # nothing ran, nothing was created
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00garbage", "is not UTF-8 text."),
+        (b'{"format": 1, "nodes": [', "is not valid JSON (Expecting value at line 1"),
+        (b'{"format": 7, "nodes": []}', "written by a newer RL Studio"),
+        (None, "does not exist."),
+    ],
+)
+def test_a_bad_file_is_one_sentence_and_exit_2(
+    tmp_path: Path, content: bytes | None, expected: str
+) -> None:
+    path = tmp_path / "bad.flow.json"
+    if content is not None:
+        path.write_bytes(content)
+    proc = engine_run(path, "--project", tmp_path / "p")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("rl-studio-engine run: ") and expected in line
+    assert proc.stdout == ""
+
+
+def test_overrides_are_checked(tmp_path: Path) -> None:
+    proc = engine_run(EXAMPLE, "--set", "nonsense")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "rl-studio-engine run: --set takes node.param=value, not 'nonsense'."
+    )
+    proc = engine_run(EXAMPLE, "--set", "ghost.steps=3")
+    assert proc.returncode == 2
+    assert "There is no node 'ghost' in the flow." in proc.stderr
+    doc = flow.load(EXAMPLE)
+    assert doc.node("train") is not None
