@@ -277,62 +277,6 @@ def test_replay_scores_language_model_completions(project: Path) -> None:
     assert env.replay(prompt_state, completions[0])[1] == rewards[0]
 
 
-@pytest.fixture
-def one_torch_thread():
-    """Tiny networks train faster on one thread, and far faster on a busy machine."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.mark.slow
-def test_maskable_ppo_trains_on_issue_resolution(
-    project: Path, one_torch_thread
-) -> None:
-    from sb3_contrib import MaskablePPO
-    from sb3_contrib.common.maskable.utils import get_action_masks
-    from stable_baselines3.common.env_util import make_vec_env
-
-    register_project_envs(project)
-    env_id = "rlstudio/jira_issue_resolution-v0"
-
-    def success_rate(policy, episodes: int = 100) -> float:
-        env = gym.make(env_id)
-        wins = 0
-        for ep in range(episodes):
-            obs, _ = env.reset(seed=1000 + ep)
-            done = False
-            while not done:
-                a = policy(obs, env.unwrapped.action_masks())
-                obs, _, term, trunc, info = env.step(a)
-                done = term or trunc
-            wins += info["is_success"]
-        return wins / episodes
-
-    rng = np.random.default_rng(0)
-    random_rate = success_rate(lambda obs, mask: int(rng.choice(np.flatnonzero(mask))))
-    vec = make_vec_env(env_id, n_envs=4, seed=0)
-    model = MaskablePPO(
-        "MlpPolicy", vec, n_steps=128, batch_size=128, n_epochs=6, learning_rate=3e-3,
-        seed=0, device="cpu",
-    )  # fmt: skip
-    assert get_action_masks(vec).shape == (4, 8)
-    model.learn(3072)
-    trained_rate = success_rate(
-        lambda obs, mask: int(
-            model.predict(obs, action_masks=mask, deterministic=True)[0]
-        )
-    )
-    print(f"MaskablePPO success rate {trained_rate:.2f}, random {random_rate:.2f}")
-    assert trained_rate >= 0.9 and trained_rate > random_rate + 0.3, (
-        trained_rate,
-        random_rate,
-    )
-
-
 def test_batch_matches_the_tables_and_resets(project: Path) -> None:
     spec = load_spec(project / "envs" / "jira_issue_resolution.env.json")
     batch = workflow_batch(spec, 64, seed=0)
@@ -341,7 +285,7 @@ def test_batch_matches_the_tables_and_resets(project: Path) -> None:
     assert obs.shape == (64, single.observation_space.shape[0])
     rng = np.random.default_rng(0)
     episodes = successes = 0
-    for _ in range(300):
+    for _ in range(150):
         masks = batch.action_masks()
         actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
         before = batch.status.copy()
@@ -360,7 +304,7 @@ def test_batch_matches_the_tables_and_resets(project: Path) -> None:
         if done.any():
             assert info["final_observation"].shape == (int(done.sum()), obs.shape[1])
             assert np.all(obs[done, 0] == 0.0)  # auto-reset rows start over
-    assert episodes > 100 and 0 < successes < episodes
+    assert episodes > 50 and 0 < successes < episodes
     # same seed and actions -> same batch trajectory
     runs = []
     for _ in range(2):

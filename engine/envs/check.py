@@ -200,7 +200,17 @@ def _static_workflow(spec: EnvSpec, report: Report) -> None:
             )
     if m.use_task_target:
         for t in m.tasks:
-            if t.target is not None and not reachable(m, [m.start_of(t)])[t.target]:
+            if t.target is not None and t.target == m.start_of(t):
+                add(
+                    Problem(
+                        "warning",
+                        "workflow.tasks",
+                        f"Task {t.id} starts in its target status "
+                        f"'{m.statuses[t.target]}'; it succeeds on its first step.",
+                        "reachability",
+                    )
+                )
+            elif t.target is not None and not reachable(m, [m.start_of(t)])[t.target]:
                 add(
                     Problem(
                         "warning",
