@@ -1,0 +1,57 @@
+"""``rl-studio-engine export-gguf MODEL_DIR --out FILE.gguf --type q8_0``.
+
+Converts a Hugging Face causal-LM folder (or, with ``--adapter``, a PEFT LoRA
+folder) to GGUF with a progress bar on stderr, then prints the verification
+report (and ``--json`` the report as JSON on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from engine.errors import EngineError
+
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "model_dir", type=Path, help="HF model folder (or PEFT adapter folder)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="output .gguf file")
+    parser.add_argument(
+        "--type",
+        default="f16",
+        type=str.lower,
+        choices=TYPES,
+        help="tensor type (default f16; adapters: f32, f16, bf16, q8_0)",
+    )
+    parser.add_argument(
+        "--adapter", action="store_true", help="MODEL_DIR is a PEFT LoRA adapter folder"
+    )
+    parser.add_argument(
+        "--base", type=Path, default=None, help="base model folder of the adapter"
+    )
+    parser.add_argument("--name", default=None, help="general.name in the file")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.export.cli import ProgressBar
+    from engine.export.gguf import export_gguf, export_lora_gguf
+
+    if not str(args.out).endswith(".gguf"):
+        raise EngineError(f"--out must name a .gguf file, not {args.out}.")
+    bar = ProgressBar("export-gguf", quiet=args.quiet)
+    if args.adapter:
+        report = export_lora_gguf(args.model_dir, args.out, args.type, args.base, bar)
+    else:
+        report = export_gguf(args.model_dir, args.out, args.type, bar, name=args.name)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary())
+    return 0 if report.verified else 1

@@ -1,0 +1,1265 @@
+"""Hugging Face causal LMs and PEFT LoRA adapters to GGUF, in pure Python.
+
+The conversion follows llama.cpp's ``convert_hf_to_gguf.py`` for the
+architectures it supports here (Llama 2/3, Mistral-style and SmolLM, which are
+all ``LlamaForCausalLM`` / ``MistralForCausalLM``; Qwen2/Qwen2.5; Qwen3), using
+the ``gguf`` package for names, quantization and the file format.
+
+Tensors are read from memory-mapped safetensors files (a small header parser
+plus ``numpy.memmap``, so no torch is needed) and written one tensor at a time,
+large tensors in row chunks: peak memory stays a few tens of MB above the
+interpreter whatever the model size. Every tensor's info is declared before any
+data is written (GGUF needs the whole header first). The file is written under
+a temporary name beside the target and renamed only once complete and read
+back with ``gguf.GGUFReader``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.store.atomic import TMP_MARK
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[int, int, str], None]
+"""``progress(done, total, message)``; ``done`` and ``total`` in source bytes."""
+
+SUPPORTED_ARCHITECTURES: dict[str, str] = {
+    # HF ``architectures[0]``: GGUF architecture name
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+}
+"""Llama-architecture models (Llama 2/3, Mistral-style, SmolLM), Qwen2/2.5, Qwen3."""
+
+GGUF_TYPES: tuple[str, ...] = (
+    "f32",
+    "f16",
+    "bf16",
+    "q8_0",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+)
+
+#: Chunk of rows converted at once, in source elements (about 32 MB as float32).
+_CHUNK_ELEMENTS = 8 * 1024 * 1024
+
+
+@dataclass
+class ExportReport:
+    """What an export wrote and what reading it back found."""
+
+    path: str
+    kind: str
+    """``model`` or ``adapter``."""
+    architecture: str
+    file_type: str
+    tensor_count: int
+    size_bytes: int
+    source_bytes: int
+    seconds: float
+    tokenizer_model: str = ""
+    tokenizer_pre: str = ""
+    vocab_size: int = 0
+    tensor_types: dict[str, int] = field(default_factory=dict)
+    """Count of tensors per GGML type actually written."""
+    fallbacks: list[str] = field(default_factory=list)
+    """Tensors written as F16 because their rows do not fit the block size."""
+    warnings: list[str] = field(default_factory=list)
+    verified: bool = False
+    checks: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        mb = self.size_bytes / 1e6
+        lines = [
+            f"Wrote {self.path} ({mb:.1f} MB, {self.file_type.upper()}, "
+            f"{self.architecture}, {self.tensor_count} tensors) in "
+            f"{self.seconds:.1f} s.",
+        ]
+        if self.tokenizer_model:
+            lines.append(
+                f"Tokenizer: {self.tokenizer_model}"
+                + (
+                    f" (pre-tokenizer {self.tokenizer_pre})"
+                    if self.tokenizer_pre
+                    else ""
+                )
+                + f", {self.vocab_size} tokens."
+            )
+        types = ", ".join(f"{k} x{v}" for k, v in sorted(self.tensor_types.items()))
+        lines.append(f"Tensor types: {types}.")
+        if self.fallbacks:
+            lines.append(f"{len(self.fallbacks)} tensor(s) kept as F16 (row length).")
+        lines.append(
+            "Verified: "
+            + ("yes" if self.verified else "NO")
+            + " — "
+            + "; ".join(self.checks)
+        )
+        lines.extend(f"Warning: {w}" for w in self.warnings)
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# safetensors, memory-mapped
+
+
+_ST_DTYPES = {
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype("<u2"),
+    "F64": np.dtype("<f8"),
+}
+
+
+@dataclass(frozen=True)
+class _StTensor:
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    """Absolute byte offset of the data in ``file``."""
+    nbytes: int
+
+
+def _read_safetensors_header(path: Path) -> dict[str, _StTensor]:
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise ValueError("too short")
+            (n,) = struct.unpack("<Q", raw)
+            if n <= 0 or n > min(size - 8, 100_000_000):
+                raise ValueError("bad header length")
+            header = json.loads(f.read(n))
+        base = 8 + n
+        out: dict[str, _StTensor] = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            begin, end = (int(x) for x in info["data_offsets"])
+            shape = tuple(int(x) for x in info["shape"])
+            dtype = str(info["dtype"])
+            if end < begin or base + end > size:
+                raise ValueError(f"tensor {name} lies past the end of the file")
+            if (
+                dtype in _ST_DTYPES
+                and (end - begin) != math.prod(shape) * _ST_DTYPES[dtype].itemsize
+            ):
+                raise ValueError(f"tensor {name} has the wrong byte size")
+            out[name] = _StTensor(path, dtype, shape, base + begin, end - begin)
+        return out
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, struct.error) as exc:
+        raise EngineError(
+            f"{path} is not a valid safetensors file ({exc}); re-save or "
+            "re-download it."
+        ) from None
+
+
+def _load_safetensors_index(model_dir: Path) -> dict[str, _StTensor]:
+    index = model_dir / "model.safetensors.index.json"
+    files: list[Path]
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError) as exc:
+            raise EngineError(
+                f"{index} is not a valid safetensors index ({exc})."
+            ) from None
+        files = sorted({model_dir / f for f in weight_map.values()})
+    else:
+        files = sorted(model_dir.glob("*.safetensors"))
+        files = [f for f in files if f.name != "adapter_model.safetensors"]
+    if not files:
+        raise EngineError(
+            f"{model_dir} has no .safetensors weights; save the model with "
+            "save_pretrained(safe_serialization=True) first."
+        )
+    tensors: dict[str, _StTensor] = {}
+    for f in files:
+        if not f.is_file():
+            raise EngineError(
+                f"The safetensors shard {f} listed in the index is missing."
+            )
+        tensors.update(_read_safetensors_header(f))
+    return tensors
+
+
+class _MemmapPool:
+    """One read-only memory map per file, opened on first use."""
+
+    def __init__(self) -> None:
+        self._maps: dict[Path, np.memmap] = {}
+
+    def array(self, t: _StTensor) -> np.ndarray:
+        """The tensor as float32 (BF16 widened), a view where the dtype allows."""
+        mm = self._maps.get(t.file)
+        if mm is None:
+            mm = np.memmap(t.file, dtype=np.uint8, mode="r")
+            self._maps[t.file] = mm
+        if t.dtype not in _ST_DTYPES:
+            raise EngineError(
+                f"Tensor dtype {t.dtype} in {t.file.name} is not supported; "
+                "export from a float32, float16 or bfloat16 checkpoint."
+            )
+        raw = (
+            mm[t.start : t.start + t.nbytes].view(_ST_DTYPES[t.dtype]).reshape(t.shape)
+        )
+        return raw
+
+    def close(self) -> None:
+        for mm in self._maps.values():
+            mm._mmap.close()  # type: ignore[attr-defined]
+        self._maps.clear()
+
+
+def _to_f32(raw: np.ndarray, st_dtype: str) -> np.ndarray:
+    if st_dtype == "BF16":
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.astype(np.float32, copy=False)
+
+
+# --------------------------------------------------------------------------
+# model config
+
+
+@dataclass(frozen=True)
+class _Hparams:
+    hf_arch: str
+    arch: str
+    n_layers: int
+    hidden: int
+    ffn: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    head_dim_explicit: bool
+    eps: float
+    ctx: int
+    vocab_size: int
+    tie: bool
+    rope_theta: float
+    rope: dict[str, Any]
+
+
+def _read_config(model_dir: Path) -> dict[str, Any]:
+    model_dir = Path(model_dir)
+    if not model_dir.exists():
+        raise EngineError(f"The model folder {model_dir} does not exist.")
+    if not model_dir.is_dir():
+        raise EngineError(
+            f"{model_dir} is not a folder; point at a Hugging Face model folder."
+        )
+    cfg_path = model_dir / "config.json"
+    if not cfg_path.is_file():
+        raise EngineError(
+            f"{model_dir} has no config.json, so it is not a Hugging Face model folder."
+        )
+    try:
+        cfg: dict[str, Any] = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EngineError(f"{cfg_path} is not valid JSON ({exc}).") from None
+    return cfg
+
+
+def _supported_text() -> str:
+    return ", ".join(SUPPORTED_ARCHITECTURES)
+
+
+def _hparams(cfg: dict[str, Any], model_dir: Path) -> _Hparams:
+    archs = cfg.get("architectures") or []
+    hf_arch = archs[0] if archs else ""
+    if hf_arch not in SUPPORTED_ARCHITECTURES:
+        what = hf_arch or f"model_type {cfg.get('model_type')!r}"
+        raise EngineError(
+            f"Cannot export {what} from {model_dir} to GGUF; supported architectures: "
+            f"{_supported_text()}."
+        )
+    arch = SUPPORTED_ARCHITECTURES[hf_arch]
+    hidden = int(cfg["hidden_size"])
+    n_head = int(cfg["num_attention_heads"])
+    head_dim_cfg = cfg.get("head_dim")
+    head_dim = int(head_dim_cfg) if head_dim_cfg else hidden // n_head
+    # transformers 5 moved rope settings into rope_parameters; older configs keep
+    # rope_theta at the top level and scaling in rope_scaling.
+    rope: dict[str, Any] = dict(cfg.get("rope_scaling") or {})
+    rope.update(cfg.get("rope_parameters") or {})
+    theta = rope.get("rope_theta", cfg.get("rope_theta"))
+    if theta is None:
+        theta = 10000.0
+    tie = cfg.get("tie_word_embeddings")
+    return _Hparams(
+        hf_arch=hf_arch,
+        arch=arch,
+        n_layers=int(cfg["num_hidden_layers"]),
+        hidden=hidden,
+        ffn=int(cfg["intermediate_size"]),
+        n_head=n_head,
+        n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
+        head_dim=head_dim,
+        head_dim_explicit=bool(head_dim_cfg),
+        eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        ctx=int(cfg.get("max_position_embeddings", 4096)),
+        vocab_size=int(cfg["vocab_size"]),
+        tie=bool(tie) if tie is not None else False,
+        rope_theta=float(theta),
+        rope=rope,
+    )
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF rotary layout to GGML's (llama.cpp ``LlamaModel.permute``)."""
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def _llama3_rope_factors(hp: _Hparams) -> np.ndarray | None:
+    rope = hp.rope
+    if str(rope.get("rope_type", rope.get("type", ""))).lower() != "llama3":
+        return None
+    base = hp.rope_theta
+    dim = hp.head_dim
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    factor = float(rope.get("factor", 8.0))
+    low = float(rope.get("low_freq_factor", 1.0))
+    high = float(rope.get("high_freq_factor", 4.0))
+    old_ctx = float(rope.get("original_max_position_embeddings", 8192))
+    low_wl, high_wl = old_ctx / low, old_ctx / high
+    out = []
+    for f in freqs:
+        wl = 2 * math.pi / f
+        if wl < high_wl:
+            out.append(1.0)
+        elif wl > low_wl:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wl - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------
+# tokenizer
+
+
+QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def pre_tokenizer_signature(pre: dict[str, Any] | None) -> list[list[Any]]:
+    """The parts of a ``tokenizer.json`` pre-tokenizer that decide the split."""
+    if not pre:
+        return []
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    sig: list[list[Any]] = []
+    for p in parts:
+        kind = p.get("type")
+        if kind == "Split":
+            pattern = p.get("pattern", {})
+            sig.append(["Split", pattern.get("Regex", pattern.get("String"))])
+        elif kind == "ByteLevel":
+            sig.append(["ByteLevel", bool(p.get("use_regex", True))])
+        elif kind == "Digits":
+            sig.append(["Digits", bool(p.get("individual_digits", False))])
+        else:
+            sig.append([kind])
+    return sig
+
+
+def pre_tokenizer_hash(pre: dict[str, Any] | None) -> str:
+    text = json.dumps(pre_tokenizer_signature(pre), separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _known_pre_hashes() -> dict[str, str]:
+    def seq(*parts: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "Sequence", "pretokenizers": list(parts)}
+
+    def split(regex: str) -> dict[str, Any]:
+        return {"type": "Split", "pattern": {"Regex": regex}}
+
+    byte_level_no_regex = {"type": "ByteLevel", "use_regex": False}
+    known = {
+        "qwen2": seq(split(QWEN2_SPLIT), byte_level_no_regex),
+        "llama-bpe": seq(split(LLAMA3_SPLIT), byte_level_no_regex),
+        "smollm": seq(
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "use_regex": True},
+        ),
+        "gpt-2": {"type": "ByteLevel", "use_regex": True},
+    }
+    return {pre_tokenizer_hash(v): k for k, v in known.items()}
+
+
+KNOWN_PRE_TOKENIZERS = _known_pre_hashes()
+"""sha256 of a pre-tokenizer signature -> llama.cpp ``tokenizer.ggml.pre`` name."""
+
+
+@dataclass
+class _Vocab:
+    model: str
+    """``gpt2`` (byte-level BPE) or ``llama`` (SentencePiece)."""
+    pre: str
+    tokens: list[str]
+    types: list[int]
+    scores: list[float] | None
+    add_bos_default: bool
+    warnings: list[str]
+
+
+def _read_sentencepiece_model(path: Path) -> list[tuple[str, float, int]]:
+    """Pieces of a SentencePiece ``tokenizer.model`` (protobuf field 1), parsed
+    without the sentencepiece package: (piece, score, type)."""
+    data = path.read_bytes()
+
+    def varint(buf: bytes, i: int) -> tuple[int, int]:
+        shift = result = 0
+        while True:
+            b = buf[i]
+            i += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result, i
+            shift += 7
+
+    def fields(buf: bytes) -> Iterator[tuple[int, int, Any]]:
+        i = 0
+        while i < len(buf):
+            key, i = varint(buf, i)
+            num, wire = key >> 3, key & 7
+            if wire == 0:
+                val, i = varint(buf, i)
+            elif wire == 1:
+                val, i = buf[i : i + 8], i + 8
+            elif wire == 2:
+                n, i = varint(buf, i)
+                val, i = buf[i : i + n], i + n
+            elif wire == 5:
+                val, i = buf[i : i + 4], i + 4
+            else:
+                raise ValueError(f"unsupported wire type {wire}")
+            yield num, wire, val
+
+    pieces: list[tuple[str, float, int]] = []
+    try:
+        for num, wire, val in fields(data):
+            if num != 1 or wire != 2:
+                continue
+            piece, score, kind = "", 0.0, 1
+            for n2, w2, v2 in fields(val):
+                if n2 == 1 and w2 == 2:
+                    piece = v2.decode("utf-8")
+                elif n2 == 2 and w2 == 5:
+                    (score,) = struct.unpack("<f", v2)
+                elif n2 == 3 and w2 == 0:
+                    kind = int(v2)
+            pieces.append((piece, float(score), kind))
+    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise EngineError(
+            f"{path} is not a valid SentencePiece model ({exc})."
+        ) from None
+    if not pieces:
+        raise EngineError(f"{path} holds no SentencePiece vocabulary.")
+    return pieces
+
+
+def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
+    import gguf
+
+    T = gguf.TokenType
+    warnings: list[str] = []
+    tj_path = model_dir / "tokenizer.json"
+    tj: dict[str, Any] | None = None
+    if tj_path.is_file():
+        try:
+            tj = json.loads(tj_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise EngineError(f"{tj_path} is not valid JSON ({exc}).") from None
+    model = (tj or {}).get("model", {})
+    byte_level_bpe = model.get("type") == "BPE" and not model.get(
+        "byte_fallback", False
+    )
+
+    tokens: dict[int, str] = {}
+    types: dict[int, int] = {}
+    scores: dict[int, float] = {}
+    if tj is not None and byte_level_bpe:
+        kind = "gpt2"
+        for tok, idx in model.get("vocab", {}).items():
+            tokens[int(idx)] = tok
+            types[int(idx)] = int(T.NORMAL)
+        h = pre_tokenizer_hash(tj.get("pre_tokenizer"))
+        pre = KNOWN_PRE_TOKENIZERS.get(h, "")
+        if not pre:
+            pre = "default"
+            warnings.append(
+                "The pre-tokenizer in tokenizer.json is not one llama.cpp names "
+                f"(hash {h[:12]}); wrote 'default', which may split text differently."
+            )
+    elif (model_dir / "tokenizer.model").is_file() and not (
+        tj is not None and model.get("type") == "BPE"
+    ):
+        kind, pre = "llama", ""
+        for idx, (piece, score, ptype) in enumerate(
+            _read_sentencepiece_model(model_dir / "tokenizer.model")
+        ):
+            tokens[idx] = piece
+            scores[idx] = score
+            types[idx] = ptype if 1 <= ptype <= 6 else int(T.NORMAL)
+        added = model_dir / "added_tokens.json"
+        if added.is_file():
+            for tok, idx in json.loads(added.read_text()).items():
+                if int(idx) >= len(tokens):
+                    tokens[int(idx)] = tok
+                    scores[int(idx)] = -1000.0
+                    types[int(idx)] = int(T.USER_DEFINED)
+    elif tj is not None and model.get("type") == "BPE":
+        # SentencePiece-style BPE with byte fallback saved as tokenizer.json
+        # (Llama 2, Mistral): write it as a llama vocabulary, scores by rank.
+        kind, pre = "llama", ""
+        for tok, idx in model.get("vocab", {}).items():
+            idx = int(idx)
+            tokens[idx] = tok
+            scores[idx] = -float(idx)
+            is_byte = len(tok) == 6 and tok.startswith("<0x") and tok.endswith(">")
+            types[idx] = int(T.BYTE if is_byte else T.NORMAL)
+        unk = model.get("unk_token")
+        if unk is not None and unk in model.get("vocab", {}):
+            types[int(model["vocab"][unk])] = int(T.UNKNOWN)
+    else:
+        raise EngineError(
+            f"{model_dir} has no usable tokenizer (tokenizer.json with a BPE model, "
+            "or tokenizer.model); save the tokenizer beside the model."
+        )
+
+    for added_tok in (tj or {}).get("added_tokens", []):
+        idx = int(added_tok["id"])
+        tokens[idx] = added_tok["content"]
+        types[idx] = int(T.CONTROL if added_tok.get("special") else T.USER_DEFINED)
+        scores.setdefault(idx, -1000.0)
+
+    n = max(vocab_size, max(tokens) + 1 if tokens else 0)
+    if n > vocab_size:
+        warnings.append(
+            f"The tokenizer has {n} tokens but the model only {vocab_size} embedding "
+            "rows; llama.cpp may refuse the file."
+        )
+    out_tokens, out_types, out_scores = [], [], []
+    for i in range(n):
+        if i in tokens:
+            out_tokens.append(tokens[i])
+            out_types.append(types[i])
+        else:
+            out_tokens.append(f"[PAD{i}]")
+            out_types.append(int(T.UNUSED))
+        out_scores.append(scores.get(i, -1000.0 if i not in tokens else 0.0))
+    return _Vocab(
+        model=kind,
+        pre=pre,
+        tokens=out_tokens,
+        types=out_types,
+        scores=out_scores if kind == "llama" else None,
+        add_bos_default=kind == "llama",
+        warnings=warnings,
+    )
+
+
+# --------------------------------------------------------------------------
+# writing
+
+
+@dataclass
+class _Planned:
+    name: str
+    """GGUF tensor name."""
+    source: _StTensor | None
+    qtype: Any
+    """gguf.GGMLQuantizationType to write."""
+    shape: tuple[int, ...]
+    """numpy-order shape of the values."""
+    nbytes: int
+    transform: Callable[[np.ndarray], np.ndarray] | None = None
+    """Whole-tensor transform applied before conversion (Q/K permutation)."""
+    data: np.ndarray | None = None
+    """Values computed here rather than read (rope factors)."""
+
+
+def _qtype(name: str) -> Any:
+    import gguf
+
+    key = name.lower()
+    if key not in GGUF_TYPES:
+        raise EngineError(
+            f"Unknown GGUF type {name!r}; choose one of {', '.join(GGUF_TYPES)}."
+        )
+    return gguf.GGMLQuantizationType[key.upper()]
+
+
+def _file_type(name: str) -> int:
+    import gguf
+
+    ft = gguf.LlamaFileType
+    return int(
+        {
+            "f32": ft.ALL_F32,
+            "f16": ft.MOSTLY_F16,
+            "bf16": ft.MOSTLY_BF16,
+            "q8_0": ft.MOSTLY_Q8_0,
+            "q4_0": ft.MOSTLY_Q4_0,
+            "q4_1": ft.MOSTLY_Q4_1,
+            "q5_0": ft.MOSTLY_Q5_0,
+            "q5_1": ft.MOSTLY_Q5_1,
+        }[name]
+    )
+
+
+def _plan_type(
+    name: str, shape: tuple[int, ...], want: Any, fallbacks: list[str]
+) -> tuple[Any, int]:
+    """The GGML type and byte size for one tensor."""
+    import gguf
+
+    Q = gguf.GGMLQuantizationType
+    n = math.prod(shape)
+    if len(shape) <= 1 or name.endswith("_norm.weight") or name.endswith(".bias"):
+        return Q.F32, n * 4
+    if want in (Q.F32, Q.F16):
+        return want, n * (4 if want == Q.F32 else 2)
+    block, type_size = gguf.GGML_QUANT_SIZES[want]
+    if shape[-1] % block != 0:
+        fallbacks.append(name)
+        return Q.F16, n * 2
+    return want, n // block * type_size
+
+
+def _convert_chunk(values: np.ndarray, qtype: Any) -> np.ndarray:
+    import gguf
+
+    Q = gguf.GGMLQuantizationType
+    if qtype == Q.F32:
+        return np.ascontiguousarray(values, dtype=np.float32)
+    if qtype == Q.F16:
+        return np.ascontiguousarray(values, dtype=np.float16)
+    return gguf.quants.quantize(np.ascontiguousarray(values, dtype=np.float32), qtype)
+
+
+def _check_free_space(target_dir: Path, needed: int) -> None:
+    try:
+        free = shutil.disk_usage(target_dir).free
+    except OSError:
+        return
+    if free < needed + 16 * 1024 * 1024:
+        raise EngineError(
+            f"Not enough disk space in {target_dir}: the export needs about "
+            f"{needed / 1e6:.0f} MB and {free / 1e6:.0f} MB are free."
+        )
+
+
+def _write_gguf(
+    out_path: Path,
+    writer_setup: Callable[[Any], None],
+    arch: str,
+    planned: list[_Planned],
+    pool: _MemmapPool,
+    progress: ProgressFn | None,
+) -> None:
+    """Declare everything, then stream tensor data into a temporary file and
+    rename it over ``out_path``. Removes the temporary file on any failure."""
+    import gguf
+
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    needed = sum(p.nbytes for p in planned) + 1024 * 1024
+    _check_free_space(out_path.parent, needed)
+    tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
+    total = sum(p.source.nbytes if p.source else p.nbytes for p in planned) or 1
+    done = 0
+    writer = gguf.GGUFWriter(tmp, arch)
+    try:
+        writer_setup(writer)
+        for p in planned:
+            if p.qtype in (
+                gguf.GGMLQuantizationType.F32,
+                gguf.GGMLQuantizationType.F16,
+            ):
+                dt = (
+                    np.float32
+                    if p.qtype == gguf.GGMLQuantizationType.F32
+                    else np.float16
+                )
+                writer.add_tensor_info(p.name, p.shape, np.dtype(dt), p.nbytes)
+            else:
+                byte_shape = gguf.quant_shape_to_byte_shape(p.shape, p.qtype)
+                writer.add_tensor_info(
+                    p.name, byte_shape, np.dtype(np.uint8), p.nbytes, raw_dtype=p.qtype
+                )
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_ti_data_to_file()
+        assert writer.fout is not None
+        fout = writer.fout[0]
+        for p in planned:
+            writer.write_padding(fout, fout.tell())
+            written = 0
+            if p.data is not None:
+                values = p.data
+                src_dtype = "F32"
+            else:
+                assert p.source is not None
+                values = pool.array(p.source)
+                src_dtype = p.source.dtype
+                if p.transform is not None:
+                    values = p.transform(_to_f32(values, src_dtype))
+                    src_dtype = "F32"
+            rows = (
+                values.reshape(-1, values.shape[-1])
+                if values.ndim > 1
+                else values[None]
+            )
+            step = max(1, _CHUNK_ELEMENTS // max(1, rows.shape[-1]))
+            done_before = done
+            n_rows = rows.shape[0]
+            weight = p.source.nbytes if p.source is not None else p.nbytes
+            for r0 in range(0, n_rows, step):
+                chunk = _to_f32(np.asarray(rows[r0 : r0 + step]), src_dtype)
+                data = _convert_chunk(chunk, p.qtype)
+                data.tofile(fout)
+                written += data.nbytes
+                done = done_before + weight * min(r0 + step, n_rows) // n_rows
+                if progress is not None:
+                    progress(min(done, total), total, p.name)
+            if written != p.nbytes:
+                raise RuntimeError(
+                    f"{p.name}: wrote {written} bytes, declared {p.nbytes}"
+                )
+            writer.write_padding(fout, written)
+        fout.flush()
+        os.fsync(fout.fileno())
+        writer.close()
+        os.replace(tmp, out_path)
+        with contextlib.suppress(OSError):
+            dir_fd = os.open(out_path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        if progress is not None:
+            progress(total, total, "done")
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise EngineError(
+                f"The disk holding {out_path.parent} is full; free about "
+                f"{needed / 1e6:.0f} MB and export again."
+            ) from None
+        raise EngineError(
+            f"Could not write {out_path}: {exc.strerror or exc}."
+        ) from None
+    finally:
+        writer.close()
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+# --------------------------------------------------------------------------
+# verification
+
+
+def verify_gguf(
+    path: Path, required_keys: list[str], tensors: dict[str, tuple[int, ...]]
+) -> tuple[bool, list[str]]:
+    """Read ``path`` back: every key in ``required_keys`` present, the tensor
+    count, names and numpy-order shapes as declared. Returns (ok, checks)."""
+    import gguf
+
+    checks: list[str] = []
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as exc:  # a damaged file can raise anything
+        return False, [f"unreadable by gguf.GGUFReader: {exc}"]
+    missing = [k for k in required_keys if k not in reader.fields]
+    checks.append(
+        f"{len(required_keys) - len(missing)}/{len(required_keys)} required keys"
+        + (f" (missing {', '.join(missing)})" if missing else "")
+    )
+    count_ok = len(reader.tensors) == len(tensors)
+    checks.append(f"{len(reader.tensors)}/{len(tensors)} tensors")
+    bad: list[str] = []
+    for t in reader.tensors:
+        want = tensors.get(t.name)
+        got = tuple(int(x) for x in reversed(t.shape.tolist()))
+        if want is None or tuple(want) != got:
+            bad.append(f"{t.name} {got} != {want}")
+    checks.append(
+        "all shapes match" if not bad else f"shape mismatch: {'; '.join(bad[:3])}"
+    )
+    return (not missing and count_ok and not bad), checks
+
+
+# --------------------------------------------------------------------------
+# public API
+
+
+def export_gguf(
+    model_dir: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    gguf_type: str = "f16",
+    progress: ProgressFn | None = None,
+    name: str | None = None,
+) -> ExportReport:
+    """Convert a Hugging Face causal-LM folder to one GGUF file.
+
+    ``gguf_type`` is one of ``GGUF_TYPES``. Raises ``EngineError`` with one
+    sentence for anything that cannot be exported, before any file is written.
+    """
+    import gguf
+
+    t0 = time.perf_counter()
+    model_dir = Path(model_dir)
+    out_path = Path(out_path)
+    gguf_type = gguf_type.lower()
+    want = _qtype(gguf_type)
+    cfg = _read_config(model_dir)
+    hp = _hparams(cfg, model_dir)
+    st = _load_safetensors_index(model_dir)
+    vocab = _read_vocab(model_dir, hp.vocab_size)
+    warnings = list(vocab.warnings)
+
+    arch_enum = {
+        "llama": gguf.MODEL_ARCH.LLAMA,
+        "qwen2": gguf.MODEL_ARCH.QWEN2,
+        "qwen3": gguf.MODEL_ARCH.QWEN3,
+    }[hp.arch]
+    name_map = gguf.get_tensor_name_map(arch_enum, hp.n_layers)
+    fallbacks: list[str] = []
+    planned: list[_Planned] = []
+    has_lm_head = "lm_head.weight" in st
+    tie = hp.tie or not has_lm_head
+    for hf_name in st:
+        if hf_name.endswith("rotary_emb.inv_freq"):
+            continue
+        if hf_name == "lm_head.weight" and tie:
+            continue
+        gname = name_map.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if gname is None:
+            raise EngineError(
+                f"Tensor {hf_name} of {model_dir} has no GGUF name for {hp.arch}; "
+                "this checkpoint is not a plain "
+                f"{hp.hf_arch} and cannot be exported."
+            )
+        src = st[hf_name]
+        transform: Callable[[np.ndarray], np.ndarray] | None = None
+        if hp.arch == "llama" and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
+
+            def transform(w: np.ndarray, n: int = hp.n_head) -> np.ndarray:
+                return _permute(w, n)
+
+        elif hp.arch == "llama" and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
+
+            def transform(w: np.ndarray, n: int = hp.n_head_kv) -> np.ndarray:
+                return _permute(w, n)
+
+        qt, nbytes = _plan_type(gname, src.shape, want, fallbacks)
+        planned.append(_Planned(gname, src, qt, src.shape, nbytes, transform))
+
+    factors = _llama3_rope_factors(hp) if hp.arch == "llama" else None
+    if factors is not None:
+        planned.append(
+            _Planned(
+                gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
+                None,
+                gguf.GGMLQuantizationType.F32,
+                factors.shape,
+                factors.nbytes,
+                data=factors,
+            )
+        )
+
+    # llama.cpp's order: token embedding first, blocks by index, output last.
+    def order(p: _Planned) -> tuple[int, int, str]:
+        if p.name.startswith("blk."):
+            return (1, int(p.name.split(".")[1]), p.name)
+        return (0 if p.name.startswith(("token_embd", "rope_freqs")) else 2, 0, p.name)
+
+    planned.sort(key=order)
+
+    emb = st.get("model.embed_tokens.weight")
+    if emb is not None and emb.shape[0] != hp.vocab_size:
+        warnings.append(
+            f"config vocab_size {hp.vocab_size} differs from the embedding's "
+            f"{emb.shape[0]} rows; used the embedding."
+        )
+    n_vocab = emb.shape[0] if emb is not None else hp.vocab_size
+    if len(vocab.tokens) < n_vocab:
+        vocab = _read_vocab(model_dir, n_vocab)
+
+    special = gguf.SpecialVocab(
+        model_dir, load_merges=vocab.model == "gpt2", n_vocab=len(vocab.tokens)
+    )
+    tk_cfg_path = model_dir / "tokenizer_config.json"
+    tk_cfg: dict[str, Any] = {}
+    if tk_cfg_path.is_file():
+        with contextlib.suppress(ValueError):
+            tk_cfg = json.loads(tk_cfg_path.read_text(encoding="utf-8"))
+    add_bos = special.add_special_token.get("bos")
+    if add_bos is None:
+        add_bos = tk_cfg.get("add_bos_token")
+    if not isinstance(add_bos, bool):
+        add_bos = vocab.add_bos_default
+    special.add_special_token["bos"] = add_bos
+    if special.chat_template is None:
+        warnings.append("The tokenizer has no chat template; Ollama needs a TEMPLATE.")
+
+    model_name = name or cfg.get("_name_or_path") or model_dir.name
+    if "/" in str(model_name) or os.sep in str(model_name):
+        model_name = Path(str(model_name)).name or model_dir.name
+
+    def setup(w: Any) -> None:
+        w.add_type("model")
+        w.add_name(str(model_name))
+        w.add_context_length(hp.ctx)
+        w.add_embedding_length(hp.hidden)
+        w.add_block_count(hp.n_layers)
+        w.add_feed_forward_length(hp.ffn)
+        w.add_head_count(hp.n_head)
+        w.add_head_count_kv(hp.n_head_kv)
+        w.add_layer_norm_rms_eps(hp.eps)
+        w.add_rope_freq_base(hp.rope_theta)
+        w.add_vocab_size(len(vocab.tokens))
+        if hp.arch == "llama":
+            w.add_rope_dimension_count(hp.head_dim)
+        if hp.head_dim_explicit:
+            w.add_key_length(hp.head_dim)
+            w.add_value_length(hp.head_dim)
+        rope_type = str(
+            hp.rope.get("rope_type", hp.rope.get("type", "default"))
+        ).lower()
+        if rope_type == "linear":
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(float(hp.rope["factor"]))
+        elif rope_type == "yarn":
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(float(hp.rope["factor"]))
+            orig = hp.rope.get("original_max_position_embeddings")
+            if orig:
+                w.add_rope_scaling_orig_ctx_len(int(orig))
+        w.add_file_type(_file_type(gguf_type))
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        w.add_tokenizer_model(vocab.model)
+        if vocab.pre:
+            w.add_tokenizer_pre(vocab.pre)
+        w.add_token_list(vocab.tokens)
+        w.add_token_types(vocab.types)
+        if vocab.scores is not None:
+            w.add_token_scores(vocab.scores)
+        special.add_to_gguf(w, quiet=True)
+
+    pool = _MemmapPool()
+    try:
+        _write_gguf(out_path, setup, hp.arch, planned, pool, progress)
+    finally:
+        pool.close()
+
+    a = hp.arch
+    required = [
+        "general.architecture",
+        "general.file_type",
+        "general.quantization_version",
+        f"{a}.context_length",
+        f"{a}.embedding_length",
+        f"{a}.block_count",
+        f"{a}.feed_forward_length",
+        f"{a}.attention.head_count",
+        f"{a}.attention.head_count_kv",
+        f"{a}.rope.freq_base",
+        f"{a}.attention.layer_norm_rms_epsilon",
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.add_bos_token",
+    ]
+    if hp.head_dim_explicit:
+        required += [f"{a}.attention.key_length", f"{a}.attention.value_length"]
+    if vocab.model == "gpt2":
+        required += ["tokenizer.ggml.pre", "tokenizer.ggml.merges"]
+    ok, checks = verify_gguf(out_path, required, {p.name: p.shape for p in planned})
+    if not ok:
+        warnings.append("Reading the file back found problems: " + "; ".join(checks))
+    types: dict[str, int] = {}
+    for p in planned:
+        types[p.qtype.name] = types.get(p.qtype.name, 0) + 1
+    for w in warnings:
+        log.warning(w)
+    return ExportReport(
+        path=str(out_path),
+        kind="model",
+        architecture=hp.arch,
+        file_type=gguf_type,
+        tensor_count=len(planned),
+        size_bytes=out_path.stat().st_size,
+        source_bytes=sum(p.source.nbytes for p in planned if p.source),
+        seconds=time.perf_counter() - t0,
+        tokenizer_model=vocab.model,
+        tokenizer_pre=vocab.pre,
+        vocab_size=len(vocab.tokens),
+        tensor_types=types,
+        fallbacks=fallbacks,
+        warnings=warnings,
+        verified=ok,
+        checks=checks,
+    )
+
+
+ADAPTER_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0")
+"""Types for adapter tensors (rank-sized rows rarely fit 4/5-bit blocks)."""
+
+
+def _find_base_dir(
+    adapter_dir: Path, adapter_cfg: dict[str, Any], base: Path | None
+) -> Path:
+    if base is not None:
+        return Path(base)
+    ref = adapter_cfg.get("base_model_name_or_path")
+    if ref:
+        for cand in (Path(ref), adapter_dir / ref, adapter_dir.parent / ref):
+            if (cand / "config.json").is_file():
+                return cand
+    raise EngineError(
+        f"The base model of the adapter in {adapter_dir} ({ref or 'unknown'}) is not a "
+        "local folder; pass the base model folder."
+    )
+
+
+def export_lora_gguf(
+    adapter_dir: str | os.PathLike[str],
+    out_path: str | os.PathLike[str],
+    gguf_type: str = "f16",
+    base_model_dir: str | os.PathLike[str] | None = None,
+    progress: ProgressFn | None = None,
+) -> ExportReport:
+    """Convert a PEFT LoRA folder (``adapter_config.json`` +
+    ``adapter_model.safetensors``) to a GGUF LoRA adapter for llama.cpp's
+    ``--lora`` and Ollama's ``ADAPTER``.
+
+    The base model's config (architecture, heads, layers) comes from
+    ``base_model_dir`` or from ``base_model_name_or_path`` when it is a local
+    folder.
+    """
+    import gguf
+
+    t0 = time.perf_counter()
+    adapter_dir = Path(adapter_dir)
+    out_path = Path(out_path)
+    gguf_type = gguf_type.lower()
+    if gguf_type not in ADAPTER_TYPES:
+        raise EngineError(
+            f"Unknown adapter GGUF type {gguf_type!r}; choose one of "
+            f"{', '.join(ADAPTER_TYPES)}."
+        )
+    want = _qtype(gguf_type)
+    if not adapter_dir.is_dir():
+        raise EngineError(f"The adapter folder {adapter_dir} does not exist.")
+    cfg_path = adapter_dir / "adapter_config.json"
+    weights = adapter_dir / "adapter_model.safetensors"
+    if not cfg_path.is_file():
+        raise EngineError(
+            f"{adapter_dir} has no adapter_config.json, so it is not a PEFT adapter."
+        )
+    if not weights.is_file():
+        raise EngineError(f"{adapter_dir} has no adapter_model.safetensors.")
+    try:
+        acfg: dict[str, Any] = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EngineError(f"{cfg_path} is not valid JSON ({exc}).") from None
+    if str(acfg.get("peft_type", "LORA")).upper() != "LORA":
+        raise EngineError(
+            f"Only LoRA adapters can be exported, not {acfg.get('peft_type')}."
+        )
+    if acfg.get("use_dora"):
+        raise EngineError(
+            "DoRA adapters cannot be written as GGUF; merge the adapter instead."
+        )
+    base_dir = _find_base_dir(
+        adapter_dir, acfg, Path(base_model_dir) if base_model_dir else None
+    )
+    hp = _hparams(_read_config(base_dir), base_dir)
+    rank = int(acfg.get("r", 8))
+    alpha = float(acfg.get("lora_alpha", rank))
+    if acfg.get("use_rslora"):
+        # PEFT scales by alpha / sqrt(r); llama.cpp by alpha / r.
+        alpha = alpha * math.sqrt(rank)
+    if acfg.get("rank_pattern") or acfg.get("alpha_pattern"):
+        raise EngineError(
+            "Adapters with per-module rank_pattern/alpha_pattern cannot be "
+            "written as one "
+            "GGUF adapter; merge the adapter instead."
+        )
+    st = _read_safetensors_header(weights)
+    arch_enum = {
+        "llama": gguf.MODEL_ARCH.LLAMA,
+        "qwen2": gguf.MODEL_ARCH.QWEN2,
+        "qwen3": gguf.MODEL_ARCH.QWEN3,
+    }[hp.arch]
+    name_map = gguf.get_tensor_name_map(arch_enum, hp.n_layers)
+    planned: list[_Planned] = []
+    fallbacks: list[str] = []
+    pairs: dict[str, dict[str, str]] = {}
+    for key in st:
+        if ".lora_A." in key or ".lora_B." in key:
+            which = "a" if ".lora_A." in key else "b"
+            base_key = key.replace(".lora_A", "").replace(".lora_B", "")
+            base_key = base_key.removeprefix("base_model.model.")
+            pairs.setdefault(base_key, {})[which] = key
+        else:
+            raise EngineError(
+                f"The adapter holds a full tensor {key} (modules_to_save or "
+                "embeddings); "
+                "only LoRA pairs can be written as a GGUF adapter, merge it instead."
+            )
+    for base_key, pair in sorted(pairs.items()):
+        if set(pair) != {"a", "b"}:
+            raise EngineError(f"The adapter tensor {base_key} has only one LoRA half.")
+        if "embed_tokens" in base_key:
+            raise EngineError(
+                "LoRA on embed_tokens cannot be written as a GGUF adapter; merge "
+                "it instead."
+            )
+        gname = name_map.get_name(base_key, try_suffixes=(".weight", ".bias"))
+        if gname is None:
+            raise EngineError(
+                f"The adapter targets {base_key}, which has no GGUF name."
+            )
+        a_src, b_src = st[pair["a"]], st[pair["b"]]
+        b_transform = None
+        if hp.arch == "llama" and "q_proj" in base_key:
+
+            def b_transform(w: np.ndarray, n: int = hp.n_head) -> np.ndarray:
+                return _permute(w, n)
+
+        elif hp.arch == "llama" and "k_proj" in base_key:
+
+            def b_transform(w: np.ndarray, n: int = hp.n_head_kv) -> np.ndarray:
+                return _permute(w, n)
+
+        for suffix, src, tr in (
+            (".lora_a", a_src, None),
+            (".lora_b", b_src, b_transform),
+        ):
+            nm = gname + suffix
+            qt, nbytes = _plan_type(nm, src.shape, want, fallbacks)
+            planned.append(_Planned(nm, src, qt, src.shape, nbytes, tr))
+    if not planned:
+        raise EngineError(f"The adapter in {adapter_dir} holds no LoRA tensors.")
+
+    def setup(w: Any) -> None:
+        w.add_type(gguf.GGUFType.ADAPTER)
+        w.add_name(adapter_dir.name)
+        w.add_string(gguf.Keys.Adapter.TYPE, "lora")
+        w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
+        w.add_file_type(_file_type(gguf_type))
+        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    pool = _MemmapPool()
+    try:
+        _write_gguf(out_path, setup, hp.arch, planned, pool, progress)
+    finally:
+        pool.close()
+    required = [
+        "general.architecture",
+        "general.type",
+        "adapter.type",
+        "adapter.lora.alpha",
+    ]
+    ok, checks = verify_gguf(out_path, required, {p.name: p.shape for p in planned})
+    types: dict[str, int] = {}
+    for p in planned:
+        types[p.qtype.name] = types.get(p.qtype.name, 0) + 1
+    return ExportReport(
+        path=str(out_path),
+        kind="adapter",
+        architecture=hp.arch,
+        file_type=gguf_type,
+        tensor_count=len(planned),
+        size_bytes=out_path.stat().st_size,
+        source_bytes=sum(p.source.nbytes for p in planned if p.source),
+        seconds=time.perf_counter() - t0,
+        tensor_types=types,
+        fallbacks=fallbacks,
+        warnings=[]
+        if ok
+        else ["Reading the file back found problems: " + "; ".join(checks)],
+        verified=ok,
+        checks=checks,
+    )
+
+
+def read_gguf_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A few facts about a GGUF file (architecture, type, chat template, tensor
+    count) for the Modelfile and the model manager."""
+    import gguf
+
+    path = Path(path)
+    if not path.is_file():
+        raise EngineError(f"The GGUF file {path} does not exist.")
+    try:
+        reader = gguf.GGUFReader(path)
+    except Exception as exc:
+        raise EngineError(f"{path} is not a readable GGUF file ({exc}).") from None
+
+    def field_value(key: str) -> Any:
+        f = reader.fields.get(key)
+        if f is None:
+            return None
+        try:
+            return f.contents()
+        except Exception:
+            return None
+
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    special_tokens: list[str] = []
+    if tokens is not None:
+        types = field_value("tokenizer.ggml.token_type") or []
+        toks = field_value("tokenizer.ggml.tokens") or []
+        special_tokens = [t for t, ty in zip(toks, types, strict=False) if ty == 3]
+    return {
+        "path": str(path),
+        "architecture": field_value("general.architecture"),
+        "type": field_value("general.type") or "model",
+        "name": field_value("general.name"),
+        "file_type": field_value("general.file_type"),
+        "chat_template": field_value("tokenizer.chat_template"),
+        "special_tokens": special_tokens,
+        "tensor_count": len(reader.tensors),
+        "size_bytes": path.stat().st_size,
+    }

@@ -1,0 +1,267 @@
+"""Job kinds ``export.gguf``, ``deploy.ollama`` and ``export.onnx``.
+
+Validators run in the supervisor (cheap checks: fields, files, architecture);
+job functions run in the job process and report progress through the
+context. Each summary lists the files it made under ``models`` so the
+supervisor registers them with their lineage (``parents``: model ids).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, EngineError
+from engine.jobs.context import JobContext
+
+GGUF_DEFAULTS: dict[str, Any] = {
+    "model_dir": None,
+    "out": None,
+    "type": "f16",
+    "adapter": False,
+    "base_model_dir": None,
+    "name": None,
+    "parents": [],
+}
+OLLAMA_DEFAULTS: dict[str, Any] = {
+    "gguf": None,
+    "name": None,
+    "host": "http://127.0.0.1:11434",
+    "system": None,
+    "parameters": {},
+    "quantize": None,
+    "adapter_gguf": None,
+    "family": None,
+    "bundle_dir": None,
+    "verify_prompt": "Hello",
+    "parents": [],
+}
+ONNX_DEFAULTS: dict[str, Any] = {
+    "policy": None,
+    "out": None,
+    "samples": 64,
+    "parents": [],
+}
+
+
+def _common(
+    config: dict[str, Any], defaults: dict[str, Any], what: str
+) -> dict[str, Any]:
+    unknown = set(config) - set(defaults)
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(key, f"Unknown setting {key!r} for {what}.")
+    out = {**defaults, **config}
+    if not isinstance(out["parents"], list) or not all(
+        isinstance(p, str) for p in out["parents"]
+    ):
+        raise ConfigError("parents", "parents must be a list of model ids.")
+    return out
+
+
+def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
+    value = out.get(key)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"{key} is required: the {what}.")
+    path = Path(value).expanduser()
+    if folder and not path.is_dir():
+        raise ConfigError(key, f"The {what} {path} does not exist.")
+    if not folder and not path.is_file():
+        raise ConfigError(key, f"The {what} {path} does not exist.")
+    return path
+
+
+def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
+    from engine.export.gguf import ADAPTER_TYPES, GGUF_TYPES, SUPPORTED_ARCHITECTURES
+
+    out = _common(config, GGUF_DEFAULTS, "a GGUF export")
+    adapter = bool(out["adapter"])
+    out["adapter"] = adapter
+    src = _existing(
+        out, "model_dir", "adapter folder" if adapter else "model folder", folder=True
+    )
+    out["model_dir"] = str(src)
+    types = ADAPTER_TYPES if adapter else GGUF_TYPES
+    if not isinstance(out["type"], str) or out["type"].lower() not in types:
+        raise ConfigError("type", f"type must be one of {', '.join(types)}.")
+    out["type"] = out["type"].lower()
+    if adapter:
+        if not (src / "adapter_config.json").is_file():
+            raise ConfigError("model_dir", f"{src} has no adapter_config.json.")
+        if out["base_model_dir"] is not None:
+            out["base_model_dir"] = str(
+                _existing(out, "base_model_dir", "base model folder", folder=True)
+            )
+    else:
+        cfg_path = src / "config.json"
+        if not cfg_path.is_file():
+            raise ConfigError(
+                "model_dir", f"{src} has no config.json, so it is not a model folder."
+            )
+        try:
+            arch = (json.loads(cfg_path.read_text()).get("architectures") or [""])[0]
+        except ValueError:
+            raise ConfigError("model_dir", f"{cfg_path} is not valid JSON.") from None
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ConfigError(
+                "model_dir",
+                f"Cannot export {arch or 'this model'} to GGUF; supported "
+                "architectures: "
+                f"{', '.join(SUPPORTED_ARCHITECTURES)}.",
+            )
+    if out["out"] is not None and not str(out["out"]).endswith(".gguf"):
+        raise ConfigError("out", "out must be a file name ending in .gguf.")
+    return out
+
+
+def run_gguf(ctx: JobContext) -> dict[str, Any]:
+    from engine.export.gguf import export_gguf, export_lora_gguf
+
+    cfg = ctx.config
+    src = Path(cfg["model_dir"])
+    name = cfg["name"] or src.name
+    out = (
+        Path(cfg["out"])
+        if cfg["out"]
+        else ctx.run_dir / "output" / f"{name}-{cfg['type']}.gguf"
+    )
+
+    def progress(done: int, total: int, message: str) -> None:
+        ctx.progress(done, total, message)
+
+    ctx.log(f"Exporting {src} to {out} ({cfg['type'].upper()})")
+    if cfg["adapter"]:
+        report = export_lora_gguf(
+            src, out, cfg["type"], cfg["base_model_dir"], progress
+        )
+    else:
+        report = export_gguf(src, out, cfg["type"], progress, name=cfg["name"])
+    ctx.log(report.summary())
+    return {
+        "report": report.to_dict(),
+        "models": [
+            {
+                "name": out.stem,
+                "kind": "gguf",
+                "file": str(out.resolve()),
+                "base": str(src),
+                "parents": cfg["parents"],
+                "metrics": {
+                    "size_mb": round(report.size_bytes / 1e6, 3),
+                    "type": report.file_type,
+                    "verified": report.verified,
+                    "gguf_kind": report.kind,
+                },
+            }
+        ],
+    }
+
+
+def validate_ollama(config: dict[str, Any]) -> dict[str, Any]:
+    from engine.export.modelfile import FAMILIES
+    from engine.export.ollama import K_QUANTS, check_model_name
+
+    out = _common(config, OLLAMA_DEFAULTS, "an Ollama deployment")
+    out["gguf"] = str(_existing(out, "gguf", "GGUF file", folder=False))
+    if not isinstance(out["name"], str):
+        raise ConfigError("name", "name is required: the Ollama model name.")
+    try:
+        out["name"] = check_model_name(out["name"])
+    except EngineError as exc:
+        raise ConfigError("name", str(exc)) from None
+    if not isinstance(out["host"], str) or not re.match(
+        r"^(https?://)?[\w.\-\[\]:]+(:\d+)?/?$", out["host"].strip()
+    ):
+        raise ConfigError("host", "host must be a URL like http://127.0.0.1:11434.")
+    if out["quantize"] is not None and out["quantize"] not in K_QUANTS:
+        raise ConfigError("quantize", f"quantize must be one of {', '.join(K_QUANTS)}.")
+    if out["family"] is not None and out["family"] not in FAMILIES:
+        raise ConfigError("family", f"family must be one of {', '.join(FAMILIES)}.")
+    if not isinstance(out["parameters"], dict):
+        raise ConfigError(
+            "parameters", "parameters must be a mapping of name to value."
+        )
+    if out["adapter_gguf"] is not None:
+        out["adapter_gguf"] = str(
+            _existing(out, "adapter_gguf", "adapter GGUF file", folder=False)
+        )
+    return out
+
+
+def run_ollama(ctx: JobContext) -> dict[str, Any]:
+    from engine.export.ollama import deploy_gguf
+
+    cfg = ctx.config
+    gguf_path = Path(cfg["gguf"])
+    bundle_dir = cfg["bundle_dir"]
+    result = deploy_gguf(
+        gguf_path,
+        cfg["name"],
+        host=cfg["host"],
+        system=cfg["system"],
+        parameters=cfg["parameters"],
+        quantize=cfg["quantize"],
+        adapter_path=cfg["adapter_gguf"],
+        family=cfg["family"],
+        # Without a server the bundle goes to the run folder unless named.
+        bundle_dir=bundle_dir or ctx.run_dir / "output" / "ollama-bundle",
+        always_bundle=bundle_dir is not None,
+        verify_prompt=cfg["verify_prompt"],
+        progress=lambda d, t, m: ctx.progress(d, t, m),
+    )
+    ctx.log(result.message)
+    for w in result.warnings:
+        ctx.log(f"Warning: {w}")
+    models = []
+    if result.bundle_dir and not result.deployed:
+        models.append(
+            {
+                "name": cfg["name"],
+                "kind": "ollama-bundle",
+                "file": result.bundle_dir,
+                "parents": cfg["parents"],
+                "metrics": {"family": result.family or "unknown"},
+            }
+        )
+    return {"deploy": result.to_dict(), "models": models}
+
+
+def validate_onnx(config: dict[str, Any]) -> dict[str, Any]:
+    out = _common(config, ONNX_DEFAULTS, "an ONNX export")
+    out["policy"] = str(_existing(out, "policy", "policy file", folder=False))
+    if not isinstance(out["samples"], int) or out["samples"] <= 0:
+        raise ConfigError("samples", "samples must be a positive whole number.")
+    if out["out"] is not None and not str(out["out"]).endswith(".onnx"):
+        raise ConfigError("out", "out must be a file name ending in .onnx.")
+    return out
+
+
+def run_onnx(ctx: JobContext) -> dict[str, Any]:
+    from engine.export.onnx_export import export_onnx
+
+    cfg = ctx.config
+    src = Path(cfg["policy"])
+    out = (
+        Path(cfg["out"]) if cfg["out"] else ctx.run_dir / "output" / f"{src.stem}.onnx"
+    )
+    ctx.progress(0, 2, "exporting")
+    report = export_onnx(src, out, samples=cfg["samples"])
+    ctx.progress(2, 2, "verified")
+    ctx.log(report.summary())
+    return {
+        "report": report.to_dict(),
+        "models": [
+            {
+                "name": out.stem,
+                "kind": "onnx",
+                "file": str(out.resolve()),
+                "parents": cfg["parents"],
+                "metrics": {
+                    "max_abs_diff": report.max_abs_diff,
+                    "verified": report.verified,
+                },
+            }
+        ],
+    }
