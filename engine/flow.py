@@ -232,7 +232,7 @@ class NodeTypeSpec:
 
     def defaults(self) -> dict[str, Any]:
         """Every parameter's default value (a fresh copy)."""
-        return {p.name: copy.deepcopy(p.default) for p in self.params}
+        return {p.name: json_copy(p.default) for p in self.params}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -290,6 +290,16 @@ def as_catalog(catalog: CatalogLike) -> Catalog:
     return out
 
 
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value (dicts, lists, scalars); much faster than
+    ``copy.deepcopy`` for the small parameter dicts of many nodes."""
+    if isinstance(value, dict):
+        return {k: json_copy(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_copy(v) for v in value]
+    return value
+
+
 # --------------------------------------------------------------------------
 # Parameter checks
 # --------------------------------------------------------------------------
@@ -339,7 +349,7 @@ def check_param(spec: ParamSpec, value: Any) -> str | None:
 def resolved_params(params: Mapping[str, Any], spec: NodeTypeSpec) -> dict[str, Any]:
     """The node's parameters with every missing one set to its default."""
     out = spec.defaults()
-    out.update(copy.deepcopy(dict(params)))
+    out.update(json_copy(dict(params)))
     return out
 
 
@@ -395,9 +405,9 @@ class Node:
         if self.title:
             out["title"] = self.title
         out["position"] = {"x": self.x, "y": self.y}
-        out["params"] = copy.deepcopy(self.params)
+        out["params"] = json_copy(self.params)
         for key, value in self.extra.items():
-            out.setdefault(key, copy.deepcopy(value))
+            out.setdefault(key, json_copy(value))
         return out
 
 
@@ -486,7 +496,7 @@ class FlowDocument:
             "links": [lk.to_dict() for lk in self.links],
         }
         for key, value in self.extra.items():
-            out.setdefault(key, copy.deepcopy(value))
+            out.setdefault(key, json_copy(value))
         return out
 
     @classmethod
@@ -510,9 +520,11 @@ class FlowDocument:
                 raise FlowFormatError(f"Two nodes of the flow have the id {n.id!r}.")
             seen.add(n.id)
         links: list[Link] = []
+        seen_links: set[Link] = set()
         for i, raw in enumerate(links_raw):
             link = _link_from_dict(i, raw)
-            if link not in links:  # an exact duplicate carries nothing
+            if link not in seen_links:  # an exact duplicate carries nothing
+                seen_links.add(link)
                 links.append(link)
         name = data.get("name", "")
         description = data.get("description", "")
@@ -523,7 +535,7 @@ class FlowDocument:
             name=name if isinstance(name, str) else str(name),
             description=description if isinstance(description, str) else "",
             format=original,
-            extra={k: v for k, v in data.items() if k not in known},
+            extra={k: json_copy(v) for k, v in data.items() if k not in known},
         )
 
     def copy(self) -> FlowDocument:
@@ -562,11 +574,11 @@ def _node_from_dict(index: int, raw: Any) -> Node:
     return Node(
         id=node_id,
         type=node_type,
-        params=dict(params),
+        params=json_copy(params),
         x=_number(pos.get("x", 0.0), f"The x position of node {node_id!r}"),
         y=_number(pos.get("y", 0.0), f"The y position of node {node_id!r}"),
         title=title if isinstance(title, str) else str(title),
-        extra={k: v for k, v in raw.items() if k not in known},
+        extra={k: json_copy(v) for k, v in raw.items() if k not in known},
     )
 
 
@@ -658,7 +670,7 @@ def migrate(data: Any) -> tuple[dict[str, Any], int]:
             f"The flow is in format {version}, written by a newer RL Studio; "
             f"this one reads formats up to {FORMAT_VERSION}."
         )
-    out = copy.deepcopy(data)
+    out = data  # migrations build new dicts; from_dict copies what it keeps
     while version < FORMAT_VERSION:
         out = MIGRATIONS[version](out)
         version += 1
@@ -1059,14 +1071,16 @@ def validate(doc: FlowDocument, catalog: CatalogLike) -> dict[str, list[str]]:
                 f"{display_name(a, cat)!r}.",
             )
 
+    incoming: dict[tuple[str, str], list[Link]] = {}
+    for lk in doc.links:
+        if lk.from_node in nodes:
+            incoming.setdefault((lk.to_node, lk.to_port), []).append(lk)
     for n in doc.nodes:
         spec = cat.get(n.type)
         if spec is None:
             continue
         for port in spec.inputs:
-            linked = [
-                lk for lk in doc.links_into(n.id, port.name) if lk.from_node in nodes
-            ]
+            linked = incoming.get((n.id, port.name), [])
             if port.required and not linked:
                 add(
                     n.id,

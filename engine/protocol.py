@@ -353,7 +353,9 @@ class FlowNodeState(Event):
     ``state`` is one of ``engine.flow.NODE_STATES`` (queued, running, done,
     cached, failed, skipped, stopped); ``progress`` is in [0, 1];
     ``message`` is one sentence (the error for ``failed``); ``outputs``
-    (for ``done`` and ``cached``) holds the node's outputs by port.
+    (for ``done`` and ``cached``) holds the node's outputs by port, and
+    ``summary`` facts worth showing on the node (``seconds``,
+    ``mean_reward``, ``total_steps``, ...).
     """
 
     run_id: str = ""
@@ -362,6 +364,7 @@ class FlowNodeState(Event):
     progress: float = 0.0
     message: str = ""
     outputs: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------

@@ -219,6 +219,17 @@ def test_bad_files_raise_one_sentence(tmp_path: Path, text: bytes, needle: str) 
     assert "\n" not in message and message.endswith(".")
 
 
+def test_a_loaded_document_shares_nothing_with_its_source() -> None:
+    data = chain().to_dict()
+    data["nodes"][0]["params"]["nested"] = {"a": [1, 2]}
+    doc = FlowDocument.from_dict(data)
+    doc.nodes[0].params["nested"]["a"].append(3)
+    assert data["nodes"][0]["params"]["nested"] == {"a": [1, 2]}
+    out = doc.to_dict()
+    out["nodes"][0]["params"]["nested"]["a"].clear()
+    assert doc.nodes[0].params["nested"]["a"] == [1, 2, 3]
+
+
 def test_missing_file_and_folder(tmp_path: Path) -> None:
     with pytest.raises(FlowFormatError, match="does not exist"):
         flow.load(tmp_path / "nope.flow.json")

@@ -331,9 +331,9 @@ def test_run_reports_states_and_a_rerun_skips_unchanged_nodes(
     assert summary["cached"] == ["src", "a", "b"] and fake_types == []
     assert summary["models"] == []  # cached nodes do not register again
     cached = next(s for s in states if s.node_id == "a" and s.state == "cached")
-    assert (
-        cached.outputs == done_a.outputs and "Unchanged since run r1" in cached.message
-    )
+    assert cached.outputs == done_a.outputs
+    assert "Unchanged since run r1" in cached.message
+    assert cached.summary == done_a.summary and done_a.summary["written"] is True
 
     # editing b re-runs b only; editing src re-runs everything downstream
     doc.node("b").params["label"] = "changed"

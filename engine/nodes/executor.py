@@ -277,6 +277,9 @@ class FlowExecution:
                 progress=progress,
                 message=message,
                 outputs=outputs,
+                summary=self.states.get(node_id, {}).get("summary", {})
+                if state in ("done", "cached")
+                else {},
             )
         )
 
