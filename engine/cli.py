@@ -41,9 +41,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The full parser, or with ``only`` one whose other subcommands are
-    listed but not configured, so that running one command imports only
-    its own module (``serve`` starts fast and never depends on the others)."""
+    """The full parser (``only`` None), or one where only the subcommand
+    ``only`` is configured and the others are listed by name, so running one
+    command imports only its own module (``serve`` starts fast and never
+    depends on the others)."""
     parser = argparse.ArgumentParser(
         prog="rl-studio-engine",
         description="RL Studio engine: train, evaluate and export agents headless.",
@@ -60,7 +61,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else None
+    # Configure only the command being run; an unknown command or a bare
+    # --help needs no module at all.
+    wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else ""
     args = build_parser(wanted).parse_args(argv)
     try:
         code: int = args._module.run(args)
