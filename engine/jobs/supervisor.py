@@ -375,29 +375,9 @@ class Supervisor:
     def _register_models(
         self, project: Project, run_id: str, summary: dict[str, Any]
     ) -> list[str]:
-        ids = []
-        for entry in summary.get("models", []) or []:
-            try:
-                files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
-                record = project.register_model(
-                    name=str(entry.get("name", run_id)),
-                    kind=str(entry.get("kind", "model")),
-                    files=files,
-                    source_run=run_id,
-                    env=str(entry.get("env", "")),
-                    algo=str(entry.get("algo", "")),
-                    base=str(entry.get("base", "")),
-                    metrics=dict(entry.get("metrics", {})),
-                    parents=list(entry.get("parents", [])),
-                )
-                ids.append(record.id)
-            except (KeyError, TypeError, OSError, EngineError) as exc:
-                self._emit(
-                    protocol.EngineLog(
-                        level="error",
-                        text=f"Could not register a model of run {run_id}: {exc}",
-                    )
-                )
+        ids, problems = project.register_run_models(run_id, summary)
+        for text in problems:
+            self._emit(protocol.EngineLog(level="error", text=text))
         return ids
 
 

@@ -419,6 +419,37 @@ class Project:
             )
         return record
 
+    def register_run_models(
+        self, run_id: str, summary: dict[str, Any]
+    ) -> tuple[list[str], list[str]]:
+        """Register every model a job listed in its summary's ``models``.
+
+        Each entry: ``name``, ``kind``, ``file`` (the main file or folder),
+        optional ``extra_files``, ``env``, ``algo``, ``base``, ``metrics``,
+        ``parents``. Returns the new model ids and one sentence per entry
+        that could not be registered (the others still are).
+        """
+        ids: list[str] = []
+        problems: list[str] = []
+        for entry in summary.get("models", []) or []:
+            try:
+                files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
+                record = self.register_model(
+                    name=str(entry.get("name", run_id)),
+                    kind=str(entry.get("kind", "model")),
+                    files=files,
+                    source_run=run_id,
+                    env=str(entry.get("env", "")),
+                    algo=str(entry.get("algo", "")),
+                    base=str(entry.get("base", "")),
+                    metrics=dict(entry.get("metrics", {})),
+                    parents=list(entry.get("parents", [])),
+                )
+                ids.append(record.id)
+            except (KeyError, TypeError, OSError, ProjectError) as exc:
+                problems.append(f"Could not register a model of run {run_id}: {exc}")
+        return ids, problems
+
     def list_models(self) -> list[ModelRecord]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM models ORDER BY created").fetchall()
