@@ -1,0 +1,410 @@
+"""Training sets built from traces, in TRL's conversational formats.
+
+* ``sft``: ``prompt`` (messages), ``completion`` ([assistant message]) — the
+  steps of successful episodes whose completion named a valid tool.
+* ``kto``: ``prompt``, ``completion``, ``label`` (desirable or not), balanced
+  by downsampling the larger class to ``kto_max_ratio`` times the smaller.
+* ``dpo``: ``prompt``, ``chosen``, ``rejected`` — two different completions
+  recorded at the same state (same prompt), the better step reward preferred.
+* ``grpo``: ``prompt``, ``env`` (spec path or id), ``env_state`` (JSON of
+  ``get_state()``), ``valid_tools``, ``expert_tool`` — what reward functions
+  need to score any completion.
+
+A dataset folder (``<project>/data/datasets/<name>/``) holds
+``train.jsonl``, ``validation.jsonl``, the same as ``.parquet``, and
+``stats.json`` (counts, class balance, lengths).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.llm.rollouts import iter_traces
+from engine.store.atomic import atomic_write_json, atomic_write_text
+
+METHODS = ("sft", "kto", "dpo", "grpo")
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "sft": ("prompt", "completion"),
+    "kto": ("prompt", "completion", "label"),
+    "dpo": ("prompt", "chosen", "rejected"),
+    "grpo": ("prompt", "env", "env_state"),
+}
+
+
+def _assistant(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text}]
+
+
+def _step_rows(episodes: list[dict[str, Any]]):
+    for ep in episodes:
+        for st in ep.get("steps", []):
+            yield ep, st
+
+
+def build_sft(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"prompt": st["messages"], "completion": _assistant(st["completion"])}
+        for ep, st in _step_rows(episodes)
+        if ep.get("success") and st.get("parsed") and st.get("valid")
+    ]
+
+
+def _desirable(ep: dict[str, Any], st: dict[str, Any]) -> bool:
+    if not (st.get("parsed") and st.get("valid")):
+        return False
+    expert = st.get("expert_tool")
+    if expert is not None:
+        return bool(st.get("tool") == expert)
+    return bool(ep.get("success")) or float(st.get("reward", 0.0)) > 0
+
+
+def build_kto(
+    episodes: list[dict[str, Any]], max_ratio: float = 1.0, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Desirable: a parsed, valid step that the expert would take (or, without
+    an expert, one of a successful episode / with positive reward)."""
+    good, bad = [], []
+    for ep, st in _step_rows(episodes):
+        row = {
+            "prompt": st["messages"],
+            "completion": _assistant(st["completion"]),
+            "label": _desirable(ep, st),
+        }
+        (good if row["label"] else bad).append(row)
+    rng = random.Random(seed)
+    if good and bad and max_ratio > 0:
+        small, large = sorted((good, bad), key=len)
+        cap = max(1, round(len(small) * max_ratio))
+        if len(large) > cap:
+            keep = rng.sample(large, cap)
+            if large is good:
+                good = keep
+            else:
+                bad = keep
+    rows = good + bad
+    rng.shuffle(rows)
+    return rows
+
+
+def _state_key(st: dict[str, Any]) -> str:
+    return hashlib.sha1(
+        json.dumps(st["messages"], sort_keys=True).encode("utf-8")
+    ).hexdigest()
+
+
+def _step_score(st: dict[str, Any]) -> float:
+    score = float(st.get("reward", 0.0))
+    if not st.get("parsed"):
+        score -= 1.0
+    if st.get("expert_tool") is not None and st.get("tool") == st["expert_tool"]:
+        score += 0.5
+    return score
+
+
+def build_dpo(
+    episodes: list[dict[str, Any]], min_margin: float = 1e-6
+) -> list[dict[str, Any]]:
+    """Pairs of distinct completions at the same prompt; every better/worse
+    combination of distinct completions whose scores differ by more than
+    ``min_margin`` (score: step reward, -1 when unparsed, +0.5 when it is
+    the expert's tool)."""
+    groups: dict[str, dict[str, tuple[float, dict[str, Any]]]] = defaultdict(dict)
+    for _ep, st in _step_rows(episodes):
+        key = _state_key(st)
+        comp = st["completion"]
+        score = _step_score(st)
+        prev = groups[key].get(comp)
+        if prev is None or score > prev[0]:
+            groups[key][comp] = (score, st)
+    rows = []
+    for by_comp in groups.values():
+        items = sorted(by_comp.items(), key=lambda kv: -kv[1][0])
+        for i, (c_hi, (s_hi, st)) in enumerate(items):
+            for c_lo, (s_lo, _) in items[i + 1 :]:
+                if s_hi - s_lo > min_margin:
+                    rows.append(
+                        {
+                            "prompt": st["messages"],
+                            "chosen": _assistant(c_hi),
+                            "rejected": _assistant(c_lo),
+                        }
+                    )
+    return rows
+
+
+def build_grpo(
+    episodes: list[dict[str, Any]], dedupe: bool = True
+) -> list[dict[str, Any]]:
+    rows, seen = [], set()
+    for ep, st in _step_rows(episodes):
+        if st.get("state") is None:
+            continue
+        key = _state_key(st) + json.dumps(st["state"].get("task"))
+        if dedupe and key in seen:
+            continue
+        seen.add(key)
+        rows.append(
+            {
+                "prompt": st["messages"],
+                "env": ep["env"],
+                "env_state": json.dumps(st["state"]),
+                "valid_tools": list(st.get("valid_tools") or []),
+                "expert_tool": st.get("expert_tool") or "",
+                "task_id": ep.get("task_id", ""),
+            }
+        )
+    return rows
+
+
+def build_rows(
+    method: str, episodes: list[dict[str, Any]], *, seed: int = 0, **kw: Any
+) -> list[dict[str, Any]]:
+    if method == "sft":
+        return build_sft(episodes)
+    if method == "kto":
+        return build_kto(episodes, max_ratio=kw.get("kto_max_ratio", 1.0), seed=seed)
+    if method == "dpo":
+        return build_dpo(episodes)
+    if method == "grpo":
+        return build_grpo(episodes)
+    raise ConfigError("method", f"method must be one of {', '.join(METHODS)}.")
+
+
+def split(
+    rows: list[dict[str, Any]], validation_fraction: float = 0.1, seed: int = 0
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Seeded shuffle, then the last ``validation_fraction`` is validation
+    (at least one row when there are two or more rows and the fraction > 0)."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_val = round(len(rows) * validation_fraction)
+    if validation_fraction > 0 and n_val == 0 and len(rows) >= 2:
+        n_val = 1
+    val_idx = set(order[len(order) - n_val :])
+    train = [rows[i] for i in order if i not in val_idx]
+    val = [rows[i] for i in order if i in val_idx]
+    return train, val
+
+
+def _text_len(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(len(str(m.get("content", ""))) for m in value if isinstance(m, dict))
+    return len(str(value))
+
+
+def statistics(
+    method: str, train: list[dict[str, Any]], val: list[dict[str, Any]]
+) -> dict[str, Any]:
+    rows = train + val
+    out: dict[str, Any] = {
+        "method": method,
+        "rows": len(rows),
+        "train": len(train),
+        "validation": len(val),
+    }
+    if rows:
+        plen = [_text_len(r["prompt"]) for r in rows]
+        out["prompt_chars"] = {"mean": sum(plen) / len(plen), "max": max(plen)}
+        ckey = {"sft": "completion", "kto": "completion", "dpo": "chosen"}.get(method)
+        if ckey:
+            clen = [_text_len(r[ckey]) for r in rows]
+            out["completion_chars"] = {"mean": sum(clen) / len(clen), "max": max(clen)}
+    if method == "kto":
+        pos = sum(bool(r["label"]) for r in rows)
+        out["desirable"] = pos
+        out["undesirable"] = len(rows) - pos
+        out["balance"] = pos / len(rows) if rows else 0.0
+    if method == "grpo":
+        out["states"] = len(rows)
+        out["tasks"] = len({r.get("task_id") for r in rows})
+    return out
+
+
+def save_dataset(
+    folder: Path, method: str, train: list[dict[str, Any]], val: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Write JSONL, parquet (through the datasets library) and stats.json."""
+    from datasets import Dataset
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train", train), ("validation", val)):
+        atomic_write_text(
+            folder / f"{name}.jsonl",
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+        )
+        if rows:
+            tmp = folder / f".{name}.parquet.tmp"
+            Dataset.from_list(rows).to_parquet(str(tmp))
+            tmp.replace(folder / f"{name}.parquet")
+    stats = statistics(method, train, val)
+    atomic_write_json(folder / "stats.json", stats)
+    atomic_write_json(folder / "dataset.json", {"method": method, "format": 1})
+    return stats
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rows.append(json.loads(line))
+    return rows
+
+
+def load_split(
+    folder: str | Path, method: str, field_name: str = "dataset"
+) -> tuple[Any, Any]:
+    """(train, validation or None) as ``datasets.Dataset`` for ``method``;
+    ConfigError naming ``field_name`` when missing or with wrong columns."""
+    from datasets import Dataset
+
+    p = Path(folder)
+    train_file = p / "train.jsonl" if p.is_dir() else p
+    if not train_file.is_file():
+        raise ConfigError(
+            field_name, f"Dataset {p} does not exist; build it with llm.dataset first."
+        )
+    check_columns(train_file, method, field_name)
+    train = Dataset.from_list(load_rows(train_file))
+    val_file = p / "validation.jsonl" if p.is_dir() else None
+    val = None
+    if val_file is not None and val_file.is_file():
+        rows = load_rows(val_file)
+        val = Dataset.from_list(rows) if rows else None
+    return train, val
+
+
+def check_columns(train_file: Path, method: str, field_name: str = "dataset") -> int:
+    """Raise ConfigError unless the first row has the method's columns;
+    returns the number of rows."""
+    n = 0
+    first: dict[str, Any] | None = None
+    with open(train_file, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                if first is None:
+                    try:
+                        first = json.loads(line)
+                    except json.JSONDecodeError:
+                        raise ConfigError(
+                            field_name, f"Dataset {train_file} is not valid JSON Lines."
+                        ) from None
+                n += 1
+    if first is None:
+        raise ConfigError(field_name, f"Dataset {train_file} has no rows.")
+    need = COLUMNS[method]
+    missing = [c for c in need if c not in first]
+    if missing:
+        raise ConfigError(
+            field_name,
+            f"Dataset {train_file.parent.name} lacks the column(s) "
+            f"{', '.join(missing)} that {method.upper()} needs (it has "
+            f"{', '.join(sorted(first))}); build it with method {method!r}.",
+        )
+    return n
+
+
+# ------------------------------------------------------------------ the job
+DATASET_DEFAULTS: dict[str, Any] = {
+    "traces": None,
+    "method": "sft",
+    "validation_fraction": 0.1,
+    "kto_max_ratio": 1.0,
+    "name": None,
+    "seed": None,
+}
+
+
+def _trace_files(value: Any, project_dir: Path | None) -> list[Path]:
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        p = Path(str(item)).expanduser()
+        if not p.is_absolute() and project_dir is not None:
+            for cand in (project_dir / p, project_dir / "data" / "traces" / p):
+                if cand.exists():
+                    p = cand
+                    break
+        out.append(p)
+    return out
+
+
+def validate_dataset(config: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(config) - set(DATASET_DEFAULTS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(name, f"Unknown setting {name!r} for llm.dataset.")
+    out = {**DATASET_DEFAULTS, **config}
+    if out["method"] not in METHODS:
+        raise ConfigError(
+            "method",
+            f"method must be one of {', '.join(METHODS)}, not {out['method']!r}.",
+        )
+    if not out["traces"]:
+        raise ConfigError("traces", "traces must name one or more trace files.")
+    frac = out["validation_fraction"]
+    if not isinstance(frac, int | float) or not 0.0 <= frac < 1.0:
+        raise ConfigError(
+            "validation_fraction", "validation_fraction must be at least 0 and below 1."
+        )
+    if out["seed"] is None:
+        out["seed"] = random.randrange(2**31)
+    return out
+
+
+def build_dataset(
+    trace_files: list[Path],
+    method: str,
+    out_folder: Path,
+    *,
+    validation_fraction: float = 0.1,
+    seed: int = 0,
+    kto_max_ratio: float = 1.0,
+) -> dict[str, Any]:
+    episodes: list[dict[str, Any]] = []
+    for f in trace_files:
+        if not f.is_file():
+            raise ConfigError("traces", f"Trace file {f} does not exist.")
+        episodes.extend(iter_traces(f))
+    rows = build_rows(method, episodes, seed=seed, kto_max_ratio=kto_max_ratio)
+    if not rows:
+        hint = {
+            "sft": "no episode succeeded with valid tools",
+            "dpo": "no state was visited with two different completions",
+            "kto": "the traces have no steps",
+            "grpo": "the traces hold no env states",
+        }[method]
+        raise ConfigError(
+            "traces", f"The traces give no {method.upper()} rows: {hint}."
+        )
+    train, val = split(rows, validation_fraction, seed)
+    stats = save_dataset(out_folder, method, train, val)
+    stats["episodes"] = len(episodes)
+    atomic_write_json(out_folder / "stats.json", stats)
+    return stats
+
+
+def run_dataset(ctx: Any) -> dict[str, Any]:
+    cfg = ctx.config
+    files = _trace_files(cfg["traces"], Path(ctx.project_dir))
+    name = cfg["name"] or f"{cfg['method']}-{ctx.run_id}"
+    folder = Path(ctx.project_dir) / "data" / "datasets" / name
+    stats = build_dataset(
+        files,
+        cfg["method"],
+        folder,
+        validation_fraction=cfg["validation_fraction"],
+        seed=cfg["seed"],
+        kto_max_ratio=cfg["kto_max_ratio"],
+    )
+    ctx.log(
+        f"{cfg['method']} dataset: {stats['train']} train, "
+        f"{stats['validation']} validation rows"
+    )
+    return {"dataset": str(folder), "method": cfg["method"], "stats": stats}

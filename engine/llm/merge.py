@@ -1,0 +1,101 @@
+"""Merge a LoRA adapter into its base weights as a new HF folder (``llm.merge``)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError
+
+DTYPES = ("float32", "float16", "bfloat16")
+MERGE_DEFAULTS: dict[str, Any] = {
+    "adapter": None,
+    "base": None,
+    "dtype": "float32",
+    "name": None,
+    "seed": None,
+}
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    from engine.llm.base import inspect_model
+
+    unknown = set(config) - set(MERGE_DEFAULTS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(name, f"Unknown setting {name!r} for llm.merge.")
+    out = {**MERGE_DEFAULTS, **config}
+    if not out["adapter"]:
+        raise ConfigError("adapter", "adapter must name a LoRA adapter folder.")
+    info = inspect_model(out["adapter"], "adapter")
+    if info.kind != "lora-adapter":
+        raise ConfigError(
+            "adapter",
+            f"{info.path} is not a LoRA adapter folder (no adapter_config.json).",
+        )
+    out["adapter"] = info.path
+    if out["base"]:
+        out["base"] = inspect_model(out["base"], "base").path
+    elif info.base is None:
+        raise ConfigError("base", "The adapter does not name its base model; set base.")
+    else:
+        out["base"] = info.base
+    if out["dtype"] not in DTYPES:
+        raise ConfigError("dtype", f"dtype must be one of {', '.join(DTYPES)}.")
+    if out["seed"] is None:
+        out["seed"] = random.randrange(2**31)
+    return out
+
+
+def merge_adapter(
+    adapter: str, base: str, out_dir: Path, dtype: str = "float32"
+) -> Path:
+    """Load ``base``, apply ``adapter``, fold the LoRA weights in and save the
+    model (safetensors) and the tokenizer to ``out_dir``."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
+    merged = merged.to(torch_dtype)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(str(out_dir), safe_serialization=True)
+    tok_src = adapter if (Path(adapter) / "tokenizer_config.json").is_file() else base
+    AutoTokenizer.from_pretrained(tok_src).save_pretrained(str(out_dir))
+    return out_dir
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    from engine.store.atomic import atomic_write_json
+
+    cfg = ctx.config
+    name = cfg["name"] or f"{Path(cfg['adapter']).name}-merged"
+    out_dir = Path(ctx.project_dir) / "models" / name
+    ctx.progress(0, 1, "merging")
+    merge_adapter(cfg["adapter"], cfg["base"], out_dir, cfg["dtype"])
+    atomic_write_json(
+        out_dir / "rlstudio.json",
+        {
+            "kind": "hf-merged",
+            "base": cfg["base"],
+            "adapter": cfg["adapter"],
+            "dtype": cfg["dtype"],
+            "run_id": ctx.run_id,
+        },
+    )
+    ctx.progress(1, 1, "merged")
+    return {
+        "models": [
+            {
+                "name": name,
+                "kind": "hf-merged",
+                "file": str(out_dir),
+                "base": cfg["base"],
+                "parents": [cfg["adapter"], cfg["base"]],
+                "metrics": {"dtype": cfg["dtype"]},
+            }
+        ]
+    }

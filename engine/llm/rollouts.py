@@ -1,0 +1,447 @@
+"""Episode traces: a recorder API, the rollout loop, and the ``llm.collect`` job.
+
+A trace file is JSON Lines, one episode per line (written when the episode
+ends, so a crash loses at most the episodes in flight)::
+
+    {"episode": 3, "env": "<spec path or env id>", "task_id": "RLHUB-104",
+     "seed": 7, "policy": "llm:/models/x", "steps": [
+        {"t": 0, "messages": [...], "completion": "...", "tool": "merge",
+         "action": 4, "parsed": true, "valid": true, "reward": 0.3,
+         "reward_breakdown": {...}, "state": {... env.get_state() before ...},
+         "valid_tools": [...], "expert_tool": "merge"}, ...],
+     "return": 1.28, "length": 4, "success": true, "truncated": false}
+
+Traces live in ``<project>/data/traces/<name>.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, EngineError
+
+
+class TraceRecorder:
+    """Records episodes step by step and appends each finished one as a line.
+
+    ``start_episode`` returns an episode key; ``record_step`` and
+    ``end_episode`` take it, so many envs can be recorded at once.
+    Thread-safe.
+    """
+
+    def __init__(self, path: str | Path, append: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not append and self.path.exists():
+            self.path.unlink()
+        self._open: dict[int, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._next = sum(1 for _ in iter_traces(self.path)) if append else 0
+        self.episodes_written = 0
+
+    def start_episode(
+        self, env: str, *, task_id: str = "", seed: int | None = None, **meta: Any
+    ) -> int:
+        with self._lock:
+            key = self._next
+            self._next += 1
+            self._open[key] = {
+                "episode": key,
+                "env": env,
+                "task_id": task_id,
+                "seed": seed,
+                **meta,
+                "steps": [],
+            }
+        return key
+
+    def record_step(
+        self,
+        episode: int,
+        *,
+        messages: list[dict[str, str]],
+        completion: str,
+        tool: str | None,
+        action: int,
+        parsed: bool,
+        valid: bool,
+        reward: float,
+        reward_breakdown: dict[str, float] | None = None,
+        state: dict[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
+        ep = self._open[episode]
+        ep["steps"].append(
+            {
+                "t": len(ep["steps"]),
+                "messages": messages,
+                "completion": completion,
+                "tool": tool,
+                "action": int(action),
+                "parsed": bool(parsed),
+                "valid": bool(valid),
+                "reward": float(reward),
+                "reward_breakdown": {
+                    k: float(v) for k, v in (reward_breakdown or {}).items()
+                },
+                "state": state,
+                **extra,
+            }
+        )
+
+    def end_episode(
+        self, episode: int, *, success: bool, truncated: bool = False, **extra: Any
+    ) -> dict[str, Any]:
+        with self._lock:
+            ep = self._open.pop(episode)
+        steps = ep["steps"]
+        ep["return"] = float(sum(s["reward"] for s in steps))
+        ep["length"] = len(steps)
+        ep["success"] = bool(success)
+        ep["truncated"] = bool(truncated)
+        ep.update(extra)
+        line = json.dumps(ep, default=_jsonable) + "\n"
+        with self._lock, open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.episodes_written += 1
+        return ep
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        import numpy as np
+
+        if isinstance(value, np.generic):
+            return value.item()
+        if isinstance(value, np.ndarray):
+            return value.tolist()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(value)
+
+
+def iter_traces(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Episodes of a trace file (a damaged last line is skipped)."""
+    p = Path(path)
+    if not p.is_file():
+        return
+    with open(p, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+
+# --------------------------------------------------------------------- envs
+def resolve_env(ref: str, project_dir: Path | None = None) -> str:
+    """A reference that :func:`make_env` accepts in any process: the spec file
+    path for designed envs (a path, or a name in ``<project>/envs``), else the
+    gymnasium id."""
+    p = Path(ref).expanduser()
+    if p.suffix == ".json" and p.is_file():
+        return str(p.resolve())
+    if project_dir is not None:
+        for cand in (
+            Path(project_dir) / "envs" / f"{ref}.env.json",
+            Path(project_dir)
+            / "envs"
+            / f"{ref.removeprefix('rlstudio/').removesuffix('-v0')}.env.json",
+            Path(project_dir) / ref,
+        ):
+            if cand.is_file():
+                return str(cand.resolve())
+    return ref
+
+
+def make_env(ref: str, **kwargs: Any) -> Any:
+    import engine.envs as envs
+
+    try:
+        return envs.make(ref, **kwargs)
+    except EngineError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            "env",
+            f"The environment {ref!r} cannot be made: {type(exc).__name__}: {exc}",
+        ) from exc
+
+
+# ------------------------------------------------------------------ rollouts
+def collect_rollouts(
+    env_ref: str,
+    policy: Any,
+    *,
+    episodes: int,
+    recorder: TraceRecorder | None = None,
+    num_envs: int = 4,
+    seed: int = 0,
+    tasks: list[int] | None = None,
+    policy_name: str = "",
+    should_stop: Callable[[], bool] | None = None,
+    on_episode: Callable[[dict[str, Any]], None] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run ``policy`` (anything with ``act(envs) -> list[Decision]``) for
+    ``episodes`` episodes on ``num_envs`` envs stepped together, recording
+    every step. ``tasks`` restricts the task indices sampled at reset (in
+    order, cycling). Returns the episodes' summaries."""
+    from engine.llm.policy import env_mask, env_state, env_tools, expert_action
+
+    n = max(1, min(num_envs, episodes))
+    envs = [make_env(env_ref, **(env_kwargs or {})) for _ in range(n)]
+    started = 0
+    finished: list[dict[str, Any]] = []
+    keys: list[int | None] = [None] * n
+    rng = random.Random(seed)
+
+    def reset(i: int) -> None:
+        nonlocal started
+        ep_seed = seed * 100003 + started
+        options = None
+        if tasks:
+            options = {"task": tasks[started % len(tasks)]}
+        _, info = envs[i].reset(seed=ep_seed, options=options)
+        rec_key = -1
+        if recorder is not None:
+            rec_key = recorder.start_episode(
+                env_ref,
+                task_id=str(info.get("task_id", "")),
+                seed=ep_seed,
+                policy=policy_name,
+            )
+        keys[i] = rec_key
+        summaries[i] = {
+            "return": 0.0,
+            "length": 0,
+            "invalid": 0,
+            "unparsed": 0,
+            "task_id": str(info.get("task_id", "")),
+        }
+        started += 1
+
+    summaries: list[dict[str, Any]] = [{} for _ in range(n)]
+    for i in range(n):
+        reset(i)
+    active = list(range(n))
+    while active:
+        if should_stop is not None and should_stop():
+            break
+        batch = [envs[i] for i in active]
+        states = [env_state(e) for e in batch]
+        valid_sets = [
+            [t for t, ok in zip(env_tools(e), env_mask(e), strict=True) if ok]
+            for e in batch
+        ]
+        experts = [env_tools(e)[expert_action(e)] for e in batch]
+        decisions = policy.act(batch)
+        still: list[int] = []
+        for i, env, d, st, vt, ex in zip(
+            active, batch, decisions, states, valid_sets, experts, strict=True
+        ):
+            _, reward, terminated, truncated, info = env.step(d.action)
+            s = summaries[i]
+            s["return"] += float(reward)
+            s["length"] += 1
+            valid = bool(info.get("valid", True)) and d.parsed
+            s["invalid"] += int(not valid)
+            s["unparsed"] += int(not d.parsed)
+            if recorder is not None and keys[i] is not None:
+                recorder.record_step(
+                    keys[i],  # type: ignore[arg-type]
+                    messages=d.messages,
+                    completion=d.completion,
+                    tool=d.tool,
+                    action=d.action,
+                    parsed=d.parsed,
+                    valid=valid,
+                    reward=float(reward),
+                    reward_breakdown=info.get("reward_breakdown"),
+                    state=st,
+                    valid_tools=vt,
+                    expert_tool=ex,
+                    completion_tokens=d.completion_tokens,
+                )
+            if terminated or truncated:
+                s["success"] = bool(info.get("is_success", False))
+                s["truncated"] = bool(truncated and not terminated)
+                if recorder is not None and keys[i] is not None:
+                    recorder.end_episode(
+                        keys[i],  # type: ignore[arg-type]
+                        success=s["success"],
+                        truncated=s["truncated"],
+                    )
+                finished.append(dict(s))
+                if on_episode is not None:
+                    on_episode(dict(s))
+                if started < episodes:
+                    reset(i)
+                    still.append(i)
+            else:
+                still.append(i)
+        active = still
+    for e in envs:
+        e.close()
+    del rng
+    return finished
+
+
+def rollout_stats(episodes: list[dict[str, Any]]) -> dict[str, float]:
+    n = len(episodes)
+    if n == 0:
+        return {"episodes": 0}
+    steps = sum(e["length"] for e in episodes) or 1
+    return {
+        "episodes": n,
+        "success_rate": sum(bool(e.get("success")) for e in episodes) / n,
+        "mean_return": sum(e["return"] for e in episodes) / n,
+        "mean_length": steps / n,
+        "invalid_action_rate": sum(e["invalid"] for e in episodes) / steps,
+        "unparsed_rate": sum(e["unparsed"] for e in episodes) / steps,
+    }
+
+
+# ------------------------------------------------------------------ the job
+COLLECT_DEFAULTS: dict[str, Any] = {
+    "env": None,
+    "policy": "llm",
+    "model": None,
+    "episodes": 16,
+    "num_envs": 4,
+    "noise": 0.2,
+    "max_new_tokens": 16,
+    "greedy": False,
+    "temperature": 1.0,
+    "fallback": "rule",
+    "system_prompt": None,
+    "tasks": None,
+    "max_steps": None,
+    "name": None,
+    "seed": None,
+}
+POLICIES = ("llm", "rule", "expert")
+
+
+def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
+    from engine.llm.base import resolve_model
+
+    unknown = set(config) - set(COLLECT_DEFAULTS)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(name, f"Unknown setting {name!r} for llm.collect.")
+    out = {**COLLECT_DEFAULTS, **config}
+    if not out["env"] or not isinstance(out["env"], str):
+        raise ConfigError("env", "env must name an environment (id or spec file).")
+    if out["policy"] not in POLICIES:
+        raise ConfigError(
+            "policy",
+            f"policy must be one of {', '.join(POLICIES)}, not {out['policy']!r}.",
+        )
+    if out["policy"] == "llm":
+        if not out["model"]:
+            raise ConfigError("model", "model is required when policy is 'llm'.")
+        out["model"] = str(resolve_model(out["model"]))
+    for key in ("episodes", "num_envs", "max_new_tokens"):
+        if not isinstance(out[key], int) or out[key] < 1:
+            raise ConfigError(key, f"{key} must be a whole number of at least 1.")
+    if not 0.0 <= float(out["noise"]) <= 1.0:
+        raise ConfigError("noise", "noise must be between 0 and 1.")
+    if out["fallback"] not in ("rule", "noop"):
+        raise ConfigError("fallback", "fallback must be 'rule' or 'noop'.")
+    check_max_steps(out)
+    if out["seed"] is None:
+        out["seed"] = random.randrange(2**31)
+    return out
+
+
+def check_max_steps(out: dict[str, Any]) -> None:
+    v = out.get("max_steps")
+    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+        raise ConfigError(
+            "max_steps", "max_steps must be empty or a whole number >= 1."
+        )
+
+
+def env_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for the env: ``max_steps`` caps episode length
+    (workflow envs)."""
+    return {} if cfg.get("max_steps") is None else {"max_steps": cfg["max_steps"]}
+
+
+def run_collect(ctx: Any) -> dict[str, Any]:
+    from engine.llm.policy import (
+        ExpertPolicy,
+        GenerationSettings,
+        LLMPolicy,
+        RulePolicy,
+    )
+
+    cfg = ctx.config
+    env_ref = resolve_env(cfg["env"], ctx.project_dir)
+    if cfg["policy"] == "llm":
+        policy: Any = LLMPolicy.from_pretrained(
+            cfg["model"],
+            system_prompt=cfg["system_prompt"],
+            generation=GenerationSettings(
+                max_new_tokens=cfg["max_new_tokens"],
+                greedy=cfg["greedy"],
+                temperature=cfg["temperature"],
+                batch_size=cfg["num_envs"],
+            ),
+            fallback=cfg["fallback"],
+            seed=cfg["seed"],
+        )
+        name = f"llm:{cfg['model']}"
+    elif cfg["policy"] == "expert":
+        policy = ExpertPolicy(cfg["noise"], cfg["seed"], cfg["system_prompt"])
+        name = f"expert(noise={cfg['noise']})"
+    else:
+        policy = RulePolicy(cfg["seed"], cfg["system_prompt"])
+        name = "rule"
+    out_name = cfg["name"] or ctx.run_id
+    path = Path(ctx.project_dir) / "data" / "traces" / f"{out_name}.jsonl"
+    recorder = TraceRecorder(path, append=ctx.resume)
+    done = [0]
+
+    def on_episode(ep: dict[str, Any]) -> None:
+        done[0] += 1
+        ctx.metrics(
+            done[0],
+            {
+                "rollout/ep_rew": ep["return"],
+                "rollout/ep_len": ep["length"],
+                "rollout/success": float(ep.get("success", False)),
+            },
+        )
+        ctx.progress(done[0], cfg["episodes"])
+
+    eps = collect_rollouts(
+        env_ref,
+        policy,
+        episodes=cfg["episodes"],
+        recorder=recorder,
+        num_envs=cfg["num_envs"],
+        seed=cfg["seed"],
+        tasks=cfg["tasks"],
+        policy_name=name,
+        should_stop=lambda: ctx.should_stop,
+        on_episode=on_episode,
+        env_kwargs=env_kwargs(cfg),
+    )
+    stats = rollout_stats(eps)
+    if isinstance(policy, LLMPolicy):
+        stats["tokens_per_s"] = policy.tokens_per_second
+    ctx.log(f"collected {len(eps)} episodes into {path}")
+    return {"traces": str(path), "env": env_ref, "policy": name, "stats": stats}

@@ -1,0 +1,643 @@
+"""Fine-tuning a language model with TRL and a PEFT LoRA adapter.
+
+Methods: ``grpo`` (online RL with the reward functions of
+:mod:`engine.llm.rewards`), ``kto``, ``dpo`` and ``sft`` (offline, from a
+dataset folder of :mod:`engine.llm.datasets`). Defaults for batch size, LoRA
+rank, number of generations, precision and gradient checkpointing come from
+:func:`engine.hardware.detect`; every field of :class:`TrainConfig` can be
+overridden.
+
+Metrics stream to ``ctx.metrics`` through :class:`StudioCallback` (a
+``transformers.TrainerCallback``) under slash-namespaced keys:
+``train/loss``, ``train/learning_rate``, ``train/grad_norm``, ``train/kl``,
+``train/entropy``, ``train/tokens_per_s``, ``reward/mean``, ``reward/std``,
+``reward/<fn>_mean``, ``reward/<fn>_std``, ``completion/mean_length``, and the
+method's own (``dpo/...``, ``kto/...``). Checkpoints go to the run's
+``checkpoints/`` folder (``checkpoint-<step>``); a resumed run continues
+from the latest one. Stop is cooperative: the callback sets
+``control.should_training_stop`` (and ``should_save``) once ``ctx.should_stop``.
+
+With more than one CUDA GPU the job re-launches itself through
+``accelerate launch`` (:func:`accelerate_command`); the worker processes
+write metrics straight to the run's ``metrics.jsonl``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, EngineError
+
+METHODS = ("grpo", "kto", "dpo", "sft")
+WORKER_ENV = "RLSTUDIO_ACCELERATE_WORKER"
+
+
+@dataclass
+class TrainConfig:
+    """Settings of one ``llm.train`` run. ``None`` means "from the hardware"."""
+
+    method: str = "grpo"
+    """``grpo``, ``kto``, ``dpo`` or ``sft``."""
+    model: str = ""
+    """Base model: a local HF folder or a hub id in the local cache."""
+    dataset: str = ""
+    """Dataset folder (``train.jsonl`` inside) built for this method."""
+    name: str | None = None
+    """Folder name of the adapter under ``<project>/models/`` (run id if None)."""
+    max_steps: int = 100
+    """Optimizer steps to train (a step is one batch times accumulation)."""
+    num_epochs: float = 1.0
+    """Passes over the dataset; used only when ``max_steps`` is -1."""
+    learning_rate: float = 5e-5
+    """Peak learning rate (linear decay to zero)."""
+    warmup_ratio: float = 0.0
+    """Fraction of the steps spent warming the learning rate up."""
+    batch_size: int | None = None
+    """Sequences per device per step (GRPO: completions per step)."""
+    gradient_accumulation_steps: int = 1
+    """Batches accumulated per optimizer step."""
+    lora_rank: int | None = None
+    """LoRA rank r (adapter width)."""
+    lora_alpha: float | None = None
+    """LoRA scaling numerator (2 x rank if None)."""
+    lora_dropout: float = 0.0
+    """Dropout on the LoRA input (probability)."""
+    lora_target_modules: str | list[str] = "all-linear"
+    """Modules that get adapters (``all-linear`` or names)."""
+    max_length: int = 512
+    """Tokens per training sequence (prompt + completion) for SFT/KTO/DPO."""
+    max_prompt_length: int | None = None
+    """Prompt tokens kept (left-truncated) for GRPO; None keeps all."""
+    max_completion_length: int = 16
+    """Tokens generated per completion in GRPO."""
+    num_generations: int | None = None
+    """Completions sampled per prompt in GRPO (at least 2)."""
+    temperature: float = 1.0
+    """Sampling temperature of GRPO generations."""
+    beta: float | None = None
+    """KL (GRPO) / preference (DPO, KTO) coefficient; TRL's default if None."""
+    rewards: list[dict[str, Any]] | None = None
+    """GRPO reward functions ``[{"name", "weight", ...params}]``."""
+    desirable_weight: float | None = None
+    """KTO weight of desirable rows (balanced from the dataset if None)."""
+    undesirable_weight: float | None = None
+    """KTO weight of undesirable rows (balanced from the dataset if None)."""
+    precision: str | None = None
+    """``bf16``, ``fp16`` or ``fp32``."""
+    gradient_checkpointing: bool | None = None
+    """Recompute activations in the backward pass to save memory."""
+    logging_steps: int = 1
+    """Steps between metric reports."""
+    save_steps: int = 50
+    """Steps between checkpoints (0: only at the end and on stop)."""
+    save_total_limit: int = 2
+    """Checkpoints kept in the run folder."""
+    seed: int | None = None
+    """Random seed (chosen and saved if None)."""
+    device: str | None = None
+    """``cuda``, ``mps`` or ``cpu`` (the detected best if None)."""
+
+
+_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def hardware_defaults() -> dict[str, Any]:
+    """Defaults for the fields left None, from the detected hardware."""
+    from engine.hardware import detect
+
+    info = detect()
+    rec = info.recommendations
+    assert rec is not None
+    return {
+        "batch_size": rec.batch_size,
+        "lora_rank": rec.lora_rank,
+        "num_generations": rec.grpo_num_generations,
+        "precision": rec.dtype,
+        "gradient_checkpointing": rec.gradient_checkpointing,
+        "device": rec.device,
+        "gpu_count": sum(1 for g in info.gpus if g.backend == "cuda"),
+    }
+
+
+def _positive_int(out: dict[str, Any], key: str, minimum: int = 1) -> None:
+    v = out[key]
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise ConfigError(key, f"{key} must be a whole number of at least {minimum}.")
+
+
+def validate(
+    config: dict[str, Any], hardware: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The normalized ``llm.train`` config (defaults filled) or ConfigError."""
+    from engine.llm.base import check_trainable, inspect_model
+    from engine.llm.datasets import check_columns
+
+    unknown = set(config) - _FIELDS
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(name, f"Unknown setting {name!r} for llm.train.")
+    out = {**dataclasses.asdict(TrainConfig()), **config}
+    if out["method"] not in METHODS:
+        raise ConfigError(
+            "method",
+            f"method must be one of {', '.join(METHODS)}, not {out['method']!r}.",
+        )
+    if not out["model"]:
+        raise ConfigError("model", "model must name a base model folder or hub id.")
+    info = inspect_model(out["model"])
+    check_trainable(info)
+    out["model"] = info.path
+    if not out["dataset"]:
+        raise ConfigError("dataset", "dataset must name a dataset folder.")
+    ds = Path(out["dataset"]).expanduser()
+    train_file = ds / "train.jsonl" if ds.is_dir() else ds
+    if not train_file.is_file():
+        raise ConfigError(
+            "dataset", f"Dataset {ds} does not exist; build it with llm.dataset first."
+        )
+    n_rows = check_columns(train_file, out["method"])
+    out["dataset"] = str(ds.resolve())
+    hw = hardware if hardware is not None else hardware_defaults()
+    for key in (
+        "batch_size",
+        "lora_rank",
+        "num_generations",
+        "precision",
+        "gradient_checkpointing",
+        "device",
+    ):
+        if out[key] is None:
+            out[key] = hw[key]
+    if out["max_steps"] != -1:
+        _positive_int(out, "max_steps")
+    for key in (
+        "batch_size",
+        "gradient_accumulation_steps",
+        "lora_rank",
+        "max_length",
+        "max_completion_length",
+        "logging_steps",
+    ):
+        _positive_int(out, key)
+    _positive_int(out, "save_steps", 0)
+    if out["precision"] not in ("bf16", "fp16", "fp32"):
+        raise ConfigError("precision", "precision must be bf16, fp16 or fp32.")
+    if out["precision"] == "fp16" and out["device"] == "cpu":
+        raise ConfigError(
+            "precision", "fp16 training needs a GPU; use bf16 or fp32 on the CPU."
+        )
+    lr = out["learning_rate"]
+    if not isinstance(lr, int | float) or not 0 < lr < 1:
+        raise ConfigError("learning_rate", "learning_rate must be between 0 and 1.")
+    if out["lora_alpha"] is None:
+        out["lora_alpha"] = 2.0 * out["lora_rank"]
+    if out["method"] == "grpo":
+        _positive_int(out, "num_generations", 2)
+        if (
+            out["batch_size"]
+            * out["gradient_accumulation_steps"]
+            % out["num_generations"]
+        ):
+            raise ConfigError(
+                "num_generations",
+                f"num_generations ({out['num_generations']}) must divide batch_size x "
+                f"gradient_accumulation_steps ({out['batch_size']} x "
+                f"{out['gradient_accumulation_steps']}), as TRL's GRPO requires; "
+                "change one of them.",
+            )
+        from engine.llm.rewards import build_rewards
+
+        build_rewards(out["rewards"])
+        if out["rewards"] is None:
+            from engine.llm.rewards import DEFAULT_REWARDS
+
+            out["rewards"] = [dict(r) for r in DEFAULT_REWARDS]
+    out["dataset_rows"] = n_rows
+    if out["seed"] is None:
+        out["seed"] = random.randrange(2**31)
+    return out
+
+
+# ------------------------------------------------------------------ callback
+_RENAME = {
+    "loss": "train/loss",
+    "learning_rate": "train/learning_rate",
+    "grad_norm": "train/grad_norm",
+    "kl": "train/kl",
+    "entropy": "train/entropy",
+    "reward": "reward/mean",
+    "reward_std": "reward/std",
+    "frac_reward_zero_std": "reward/frac_zero_std",
+    "completions/mean_length": "completion/mean_length",
+    "completions/max_length": "completion/max_length",
+    "completions/clipped_ratio": "completion/clipped_ratio",
+    "mean_token_accuracy": "train/mean_token_accuracy",
+    "epoch": "train/epoch",
+    "num_tokens": "train/num_tokens",
+}
+_SKIP = {
+    "total_flos",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+    "train_loss",
+    "step_time",
+}
+
+
+def studio_metric_keys(logs: dict[str, Any], method: str) -> dict[str, float]:
+    """TRL/transformers log keys -> the studio's slash-namespaced keys."""
+    out: dict[str, float] = {}
+    for key, value in logs.items():
+        if (
+            key in _SKIP
+            or not isinstance(value, int | float)
+            or isinstance(value, bool)
+        ):
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            continue
+        if key in _RENAME:
+            out[_RENAME[key]] = float(value)
+        elif key.startswith("completions/"):
+            out["completion/" + key.removeprefix("completions/").replace("/", "_")] = (
+                float(value)
+            )
+        elif key.startswith("rewards/") and method == "grpo":
+            # rewards/<fn>/mean -> reward/<fn>_mean
+            parts = key.split("/")
+            if len(parts) == 3:
+                out[f"reward/{parts[1]}_{parts[2]}"] = float(value)
+        elif key.startswith("eval_"):
+            out["eval/" + key.removeprefix("eval_").replace("/", "_")] = float(value)
+        else:
+            prefix = method if "/" in key else "train"
+            out[f"{prefix}/{key.replace('/', '_')}"] = float(value)
+    return out
+
+
+def make_callback(ctx: Any, method: str, total_steps: int) -> Any:
+    """A TrainerCallback streaming metrics/progress to ``ctx`` and stopping
+    training when ``ctx.should_stop`` becomes True."""
+    from transformers import TrainerCallback
+
+    class StudioCallback(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.last_tokens: float | None = None
+            self.last_time = time.monotonic()
+            self.stopped = False
+
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any
+        ) -> None:
+            if not logs:
+                return
+            row = studio_metric_keys(dict(logs), method)
+            now = time.monotonic()
+            tokens = logs.get("num_tokens")
+            if isinstance(tokens, int | float):
+                if self.last_tokens is not None and now > self.last_time:
+                    row["train/tokens_per_s"] = (tokens - self.last_tokens) / (
+                        now - self.last_time
+                    )
+                self.last_tokens = float(tokens)
+                self.last_time = now
+            if row:
+                ctx.metrics(state.global_step, row)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+            ctx.progress(state.global_step, total_steps or state.max_steps)
+            if ctx.should_stop:
+                self.stopped = True
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+            if ctx.should_stop:
+                self.stopped = True
+                control.should_training_stop = True
+            return control
+
+    return StudioCallback()
+
+
+# ------------------------------------------------------------------ trainer
+def latest_checkpoint(folder: Path) -> Path | None:
+    cks = [
+        p
+        for p in folder.glob("checkpoint-*")
+        if p.is_dir() and p.name.split("-")[-1].isdigit()
+    ]
+    return max(cks, key=lambda p: int(p.name.split("-")[-1])) if cks else None
+
+
+def kto_weights(train: Any) -> tuple[float, float]:
+    """Desirable/undesirable weights that balance the classes (TRL's advice:
+    ``desirable_weight * n_desirable`` close to ``undesirable_weight *
+    n_undesirable``)."""
+    labels = [bool(x) for x in train["label"]]
+    pos = sum(labels)
+    neg = len(labels) - pos
+    if pos == 0 or neg == 0:
+        return 1.0, 1.0
+    if pos >= neg:
+        return 1.0, pos / neg
+    return neg / pos, 1.0
+
+
+def build_trainer(
+    cfg: dict[str, Any], output_dir: Path, callbacks: list[Any] | None = None
+) -> Any:
+    """The TRL trainer for ``cfg`` (a validated config), not yet trained."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from engine.llm.datasets import load_split
+
+    method = cfg["method"]
+    train, _val = load_split(cfg["dataset"], method)
+    tokenizer = AutoTokenizer.from_pretrained(cfg["model"])
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    use_cpu = cfg["device"] == "cpu"
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
+        cfg["precision"]
+    ]
+    if use_cpu and dtype == torch.bfloat16:
+        # CPU autocast in bf16 is slow without AMX; train in fp32 weights and
+        # let the Trainer's bf16 flag decide autocast.
+        dtype = torch.float32
+    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=dtype)
+    lora = LoraConfig(
+        r=cfg["lora_rank"],
+        lora_alpha=cfg["lora_alpha"],
+        lora_dropout=cfg["lora_dropout"],
+        target_modules=cfg["lora_target_modules"],
+        task_type="CAUSAL_LM",
+    )
+    common: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "use_cpu": use_cpu,
+        "report_to": [],
+        "max_steps": cfg["max_steps"],
+        "num_train_epochs": cfg["num_epochs"],
+        "learning_rate": cfg["learning_rate"],
+        "warmup_steps": float(cfg["warmup_ratio"]),
+        "per_device_train_batch_size": cfg["batch_size"],
+        "gradient_accumulation_steps": cfg["gradient_accumulation_steps"],
+        "logging_steps": cfg["logging_steps"],
+        "save_strategy": "steps" if cfg["save_steps"] else "no",
+        "save_steps": max(1, cfg["save_steps"]),
+        "save_total_limit": cfg["save_total_limit"],
+        "seed": cfg["seed"],
+        "bf16": cfg["precision"] == "bf16" and not use_cpu,
+        "fp16": cfg["precision"] == "fp16",
+        "gradient_checkpointing": bool(cfg["gradient_checkpointing"]),
+        "disable_tqdm": True,
+        "dataloader_num_workers": 0,
+    }
+    beta = {} if cfg["beta"] is None else {"beta": cfg["beta"]}
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "train_dataset": train,
+        "processing_class": tokenizer,
+        "peft_config": lora,
+        "callbacks": callbacks or [],
+    }
+    if method == "grpo":
+        from trl import GRPOConfig, GRPOTrainer
+
+        from engine.llm.rewards import build_rewards
+
+        rewards = build_rewards(cfg["rewards"])
+        args = GRPOConfig(
+            **common,
+            **beta,
+            num_generations=cfg["num_generations"],
+            max_completion_length=cfg["max_completion_length"],
+            temperature=cfg["temperature"],
+            reward_weights=[r.weight for r in rewards],
+        )
+        if cfg["max_prompt_length"] is not None and hasattr(args, "max_prompt_length"):
+            args.max_prompt_length = cfg["max_prompt_length"]
+        return GRPOTrainer(reward_funcs=list(rewards), args=args, **kwargs)
+    if method == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        args = SFTConfig(**common, max_length=cfg["max_length"])
+        return SFTTrainer(args=args, **kwargs)
+    if method == "dpo":
+        from trl import DPOConfig, DPOTrainer
+
+        args = DPOConfig(**common, **beta, max_length=cfg["max_length"])
+        return DPOTrainer(args=args, **kwargs)
+    from trl import KTOConfig, KTOTrainer
+
+    dw, uw = kto_weights(train)
+    args = KTOConfig(
+        **common,
+        **beta,
+        max_length=cfg["max_length"],
+        desirable_weight=cfg["desirable_weight"] or dw,
+        undesirable_weight=cfg["undesirable_weight"] or uw,
+    )
+    return KTOTrainer(args=args, **kwargs)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError | MemoryError)
+        and ("out of memory" in text or isinstance(exc, MemoryError))
+    )
+
+
+def train_model(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Train in this process; returns the summary."""
+    from engine.store.atomic import atomic_write_json
+
+    ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    callback = make_callback(ctx, cfg["method"], cfg["max_steps"])
+    trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback])
+    resume_from = latest_checkpoint(ctx.checkpoint_dir) if ctx.resume else None
+    if resume_from is not None:
+        ctx.log(f"resuming from {resume_from.name}")
+    t0 = time.monotonic()
+    try:
+        result = trainer.train(
+            resume_from_checkpoint=str(resume_from) if resume_from else None
+        )
+    except Exception as exc:
+        if isinstance(exc, ValueError) and "num_samples" in str(exc):
+            raise EngineError(
+                f"No training row of {cfg['dataset']} fits in max_length "
+                f"{cfg['max_length']} tokens; raise max_length or shorten the prompts."
+            ) from exc
+        if _is_oom(exc):
+            step = getattr(trainer.state, "global_step", 0)
+            raise EngineError(
+                f"Training ran out of memory at step {step}; lower batch_size, "
+                "max_length or max_completion_length, or turn on "
+                "gradient_checkpointing."
+            ) from exc
+        raise
+    wall = time.monotonic() - t0
+    name = cfg["name"] or ctx.run_id
+    model_dir = Path(ctx.project_dir) / "models" / name
+    model_dir.mkdir(parents=True, exist_ok=True)
+    trainer.model.save_pretrained(str(model_dir))
+    trainer.processing_class.save_pretrained(str(model_dir))
+    # A user-visible record of where the adapter came from.
+    atomic_write_json(
+        model_dir / "rlstudio.json",
+        {
+            "kind": "lora-adapter",
+            "base": cfg["model"],
+            "method": cfg["method"],
+            "dataset": cfg["dataset"],
+            "run_id": ctx.run_id,
+        },
+    )
+    final = {
+        "global_step": int(trainer.state.global_step),
+        "train_loss": float(getattr(result, "training_loss", float("nan")) or 0.0),
+        "wall_s": round(wall, 3),
+        "steps_per_s": trainer.state.global_step / wall if wall > 0 else 0.0,
+    }
+    for entry in reversed(trainer.state.log_history):
+        if "reward" in entry:
+            final["reward_mean"] = float(entry["reward"])
+            break
+    return {
+        "method": cfg["method"],
+        "stopped": bool(callback.stopped),
+        "metrics": final,
+        "models": [
+            {
+                "name": name,
+                "kind": "lora-adapter",
+                "file": str(model_dir),
+                "base": cfg["model"],
+                "parents": [cfg["model"]],
+                "metrics": final,
+            }
+        ],
+    }
+
+
+def accelerate_command(
+    run_dir: Path,
+    num_processes: int,
+    *,
+    resume: bool = False,
+    mixed_precision: str = "no",
+) -> list[str]:
+    """``accelerate launch`` of the training worker on ``num_processes`` GPUs."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(int(num_processes)),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        mixed_precision,
+        "--dynamo_backend",
+        "no",
+    ]
+    if num_processes > 1:
+        cmd.append("--multi_gpu")
+    cmd += ["-m", "engine.llm.train", str(run_dir)]
+    if resume:
+        cmd.append("--resume")
+    return cmd
+
+
+def _run_accelerate(ctx: Any, cfg: dict[str, Any], gpus: int) -> dict[str, Any]:
+    import json
+
+    mp = {"bf16": "bf16", "fp16": "fp16"}.get(cfg["precision"], "no")
+    cmd = accelerate_command(ctx.run_dir, gpus, resume=ctx.resume, mixed_precision=mp)
+    ctx.log("launching: " + " ".join(cmd))
+    stop_file = ctx.run_dir / "stop.request"
+    stop_file.unlink(missing_ok=True)
+    env = {**os.environ, WORKER_ENV: "1"}
+    proc = subprocess.Popen(cmd, env=env, cwd=os.getcwd())
+    while proc.poll() is None:
+        if ctx.wait_for_stop(1.0):
+            stop_file.touch()
+    if proc.returncode != 0:
+        raise EngineError(
+            "Multi-GPU training (accelerate launch) exited with code "
+            f"{proc.returncode}; see the log for the worker's error."
+        )
+    summary: dict[str, Any] = json.loads(
+        (ctx.run_dir / "worker_summary.json").read_text()
+    )
+    return summary
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    """Job entry of ``llm.train``."""
+    cfg = ctx.config
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus > 1 and cfg["device"] == "cuda" and not os.environ.get(WORKER_ENV):
+        return _run_accelerate(ctx, cfg, gpus)
+    return train_model(ctx, cfg)
+
+
+def _worker_main(argv: list[str]) -> int:
+    """One ``accelerate launch`` process: trains with a context whose stop
+    flag follows ``RUN_DIR/stop.request``; rank 0 writes the summary."""
+    import argparse
+    import threading
+
+    from engine.jobs.context import JobContext, read_run_config
+    from engine.store.atomic import atomic_write_json
+
+    parser = argparse.ArgumentParser(prog="engine.llm.train")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args(argv)
+    record = read_run_config(args.run_dir)
+    rank = int(os.environ.get("RANK", "0"))
+    ctx = JobContext(
+        record["run_id"],
+        args.run_dir,
+        record["kind"],
+        record["config"],
+        resume=args.resume,
+    )
+    if rank != 0:
+        ctx.metrics = lambda *a, **k: None  # type: ignore[method-assign]
+
+    def watch() -> None:
+        while not ctx.should_stop:
+            if (args.run_dir / "stop.request").exists():
+                ctx.request_stop()
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True).start()
+    summary = train_model(ctx, ctx.config)
+    ctx.close()
+    if rank == 0:
+        atomic_write_json(args.run_dir / "worker_summary.json", summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_worker_main(sys.argv[1:]))

@@ -1,0 +1,437 @@
+"""Language-model engine parts that need no model: parsing, chat families,
+model folder checks, rewards (code execution included), datasets from
+rule-based traces, validators, the accelerate command, metric names."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import ConfigError
+from engine.llm import base, datasets, rewards
+from engine.llm.policy import ExpertPolicy, build_messages, format_ok, parse_tool
+from engine.llm.rollouts import (
+    TraceRecorder,
+    collect_rollouts,
+    iter_traces,
+    resolve_env,
+    rollout_stats,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STATUS_ENV = str(ROOT / "resources/examples/envs/jira_status_update.env.json")
+TOOLS = ["move_to_done", "move_to_in_progress", "move_to_in_review", "merge"]
+
+
+# ----------------------------------------------------------------- parsing
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("move_to_done", "move_to_done"),
+        ("  `move_to_done`. ", "move_to_done"),
+        ("MOVE_TO_DONE", "move_to_done"),
+        ("Move To Done", "move_to_done"),
+        ('{"tool": "merge", "arguments": {}}', "merge"),
+        ('I will call {"name": "move_to_in_review"} now', "move_to_in_review"),
+        ("tool: move_to_in_progress", "move_to_in_progress"),
+        ("Action = merge", "merge"),
+        ("First move_to_in_review, then move_to_done.", "move_to_in_review"),
+        ("call Merge please", "merge"),
+        ("move_to_donex and nothing else", None),
+        ("I do not know", None),
+        ("", None),
+    ],
+)
+def test_parse_tool(text: str, expected: str | None) -> None:
+    assert parse_tool(text, TOOLS) == expected
+
+
+def test_parse_tool_prefers_longer_name_at_same_place() -> None:
+    assert parse_tool("use merge_all now", ["merge", "merge_all"]) == "merge_all"
+
+
+def test_format_ok() -> None:
+    assert format_ok("merge", TOOLS)
+    assert format_ok('{"tool": "merge"}', TOOLS)
+    assert format_ok("tool: merge", TOOLS)
+    assert not format_ok("I pick merge", TOOLS)
+
+
+def test_messages_list_tools() -> None:
+    msgs = build_messages("Status: To Do", TOOLS)
+    assert msgs[0]["role"] == "system" and "move_to_done, " in msgs[0]["content"]
+    assert msgs[1] == {"role": "user", "content": "Status: To Do"}
+
+
+# -------------------------------------------------------------- base models
+@pytest.mark.parametrize(
+    ("template", "family"),
+    [
+        ("{{'<|im_start|>' + m['role']}}", "chatml"),
+        ("<|start_header_id|>{{ role }}<|end_header_id|>", "llama3"),
+        ("[INST] {{ content }} [/INST]", "mistral"),
+        ("<|user|>\n{{ c }}<|end|>\n<|assistant|>", "phi3"),
+        ("<start_of_turn>user\n{{ c }}<end_of_turn>", "gemma"),
+        ("{{ messages }}", "unknown"),
+        (None, "unknown"),
+    ],
+)
+def test_chat_family(template: str | None, family: str) -> None:
+    assert base.detect_chat_family(template) == family
+
+
+def _fake_model(
+    folder: Path,
+    *,
+    weights: bool = True,
+    tokenizer: bool = True,
+    arch: str = "Qwen2ForCausalLM",
+) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "qwen2",
+                "architectures": [arch],
+                "num_hidden_layers": 2,
+                "hidden_size": 64,
+            }
+        )
+    )
+    if weights:
+        (folder / "model.safetensors").write_bytes(b"\0" * 8)
+    if tokenizer:
+        (folder / "tokenizer.json").write_text("{}")
+        (folder / "tokenizer_config.json").write_text(
+            json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
+        )
+        (folder / "chat_template.jinja").write_text("<|im_start|>{{ x }}")
+    return folder
+
+
+def test_inspect_model_reads_family_and_tokens(tmp_path: Path) -> None:
+    info = base.inspect_model(_fake_model(tmp_path / "m"))
+    assert info.kind == "hf" and info.model_type == "qwen2"
+    assert info.chat_family == "chatml"
+    assert info.special_tokens["eos"] == "<|im_end|>"
+    assert "<|im_end|>" in info.stop_tokens
+    base.check_trainable(info)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [({"weights": False}, "no weights"), ({"tokenizer": False}, "no tokenizer")],
+)
+def test_incomplete_model_folder(tmp_path: Path, kwargs: dict, words: str) -> None:
+    folder = _fake_model(tmp_path / "m", **kwargs)
+    with pytest.raises(ConfigError, match=words) as err:
+        base.resolve_model(folder)
+    assert err.value.field == "model"
+
+
+def test_missing_model_says_where(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ConfigError, match="not in the local Hugging Face cache"):
+        base.resolve_model("Qwen/Qwen2.5-0.5B-Instruct")
+    with pytest.raises(ConfigError, match="does not exist"):
+        base.resolve_model(tmp_path / "nowhere")
+
+
+def test_hub_id_from_cache(tmp_path: Path, monkeypatch) -> None:
+    cache = tmp_path / "cache"
+    repo = cache / "models--org--tiny"
+    snap = _fake_model(repo / "snapshots" / "abc123")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert base.resolve_model("org/tiny") == snap
+
+
+def test_untrainable_architecture(tmp_path: Path) -> None:
+    info = base.inspect_model(
+        _fake_model(tmp_path / "m", arch="BertForSequenceClassification")
+    )
+    with pytest.raises(ConfigError, match="TRL cannot train"):
+        base.check_trainable(info)
+
+
+# ----------------------------------------------------------------- traces
+@pytest.fixture(scope="module")
+def expert_traces(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("traces") / "expert.jsonl"
+    rec = TraceRecorder(path)
+    eps = collect_rollouts(
+        resolve_env(STATUS_ENV),
+        ExpertPolicy(noise=0.3, seed=1),
+        episodes=24,
+        recorder=rec,
+        num_envs=4,
+        seed=1,
+    )
+    assert len(eps) == 24
+    stats = rollout_stats(eps)
+    assert stats["success_rate"] > 0.8 and stats["invalid_action_rate"] > 0
+    return path
+
+
+def test_recorder_api(tmp_path: Path) -> None:
+    rec = TraceRecorder(tmp_path / "t.jsonl")
+    ep = rec.start_episode("env", task_id="T-1", seed=3)
+    rec.record_step(
+        ep,
+        messages=[{"role": "user", "content": "x"}],
+        completion="a",
+        tool="a",
+        action=0,
+        parsed=True,
+        valid=True,
+        reward=0.5,
+        reward_breakdown={"step": 0.5},
+        state={"s": 1},
+    )
+    rec.end_episode(ep, success=True)
+    (row,) = list(iter_traces(tmp_path / "t.jsonl"))
+    assert (
+        row["return"] == 0.5 and row["success"] and row["steps"][0]["state"] == {"s": 1}
+    )
+
+
+def test_datasets_from_traces(expert_traces: Path, tmp_path: Path) -> None:
+    eps = list(iter_traces(expert_traces))
+    step = eps[0]["steps"][0]
+    assert step["state"]["task"] is not None and step["expert_tool"]
+    for method in datasets.METHODS:
+        stats = datasets.build_dataset(
+            [expert_traces], method, tmp_path / method, validation_fraction=0.1, seed=0
+        )
+        assert stats["train"] > 0 and stats["validation"] >= 1
+        assert (tmp_path / method / "train.parquet").is_file()
+        assert json.loads((tmp_path / method / "stats.json").read_text())["rows"] > 0
+        row = json.loads(
+            (tmp_path / method / "train.jsonl").read_text().splitlines()[0]
+        )
+        assert set(datasets.COLUMNS[method]) <= set(row)
+    kto = json.loads((tmp_path / "kto" / "stats.json").read_text())
+    assert kto["desirable"] == kto["undesirable"]  # balanced
+    dpo = [
+        json.loads(x)
+        for x in (tmp_path / "dpo" / "train.jsonl").read_text().splitlines()
+    ]
+    assert all(r["chosen"] != r["rejected"] for r in dpo)
+
+
+def test_split_is_seeded() -> None:
+    rows = [{"i": i} for i in range(50)]
+    a = datasets.split(rows, 0.1, seed=3)
+    assert a == datasets.split(rows, 0.1, seed=3)
+    assert len(a[1]) == 5 and len(a[0]) == 45
+
+
+def test_wrong_columns_name_the_dataset(expert_traces: Path, tmp_path: Path) -> None:
+    datasets.build_dataset([expert_traces], "sft", tmp_path / "sft", seed=0)
+    with pytest.raises(ConfigError, match="lacks the column") as err:
+        datasets.load_split(tmp_path / "sft", "dpo")
+    assert err.value.field == "dataset"
+
+
+# ----------------------------------------------------------------- rewards
+def _grpo_rows(expert_traces: Path, n: int = 6) -> list[dict]:
+    return datasets.build_grpo(list(iter_traces(expert_traces)))[:n]
+
+
+def test_env_reward_replays_saved_state(expert_traces: Path) -> None:
+    rows = _grpo_rows(expert_traces)
+    cols = {k: [r[k] for r in rows] for k in ("env", "env_state", "valid_tools")}
+    good = [[{"role": "assistant", "content": r["expert_tool"]}] for r in rows]
+    junk = [[{"role": "assistant", "content": "hello"}] for _ in rows]
+    env_r = rewards.EnvReward()
+    g, j = env_r(None, good, **cols), env_r(None, junk, **cols)
+    assert all(x > y for x, y in zip(g, j, strict=True)) and j == [-1.0] * len(rows)
+    assert g == env_r(None, good, **cols)  # deterministic replay
+    valid = rewards.ToolValidityReward()(None, good, **cols)
+    assert valid == [1.0] * len(rows)
+    bad_tool = [[{"role": "assistant", "content": "move_to_to_do"}] for _ in rows]
+    assert min(rewards.ToolValidityReward()(None, bad_tool, **cols)) == 0.0
+
+
+def test_simple_rewards() -> None:
+    fmt = rewards.FormatReward()
+    cols = {"valid_tools": [TOOLS, TOOLS, TOOLS]}
+    assert fmt(None, ["merge", "I pick merge", "nope"], **cols) == [1.0, 0.5, 0.0]
+    eff = rewards.EfficiencyReward(target_chars=10)
+    assert eff(None, ["short", "x" * 20]) == [1.0, 0.5]
+    syn = rewards.PythonSyntaxReward()
+    assert syn(None, ["```python\ndef f(x):\n    return x\n```", "def f(:"]) == [
+        1.0,
+        0.0,
+    ]
+
+
+def test_code_execution_reward_and_limits() -> None:
+    code = rewards.CodeExecutionReward(timeout_s=2)
+    out = code(
+        None,
+        [
+            "```python\ndef add(a, b):\n    return a + b\n```",
+            "def add(a, b):\n    return a - b",
+        ],
+        tests=["assert add(2, 3) == 5", "assert add(2, 3) == 5"],
+    )
+    assert out == [1.0, 0.0]
+    slow = rewards.run_code("while True:\n    pass", timeout_s=1.0)
+    assert slow["timed_out"] and not slow["ok"]
+    net = rewards.run_code("import socket\nsocket.create_connection(('1.1.1.1', 80))")
+    assert not net["ok"] and "network access is disabled" in net["stderr"]
+    mem = rewards.run_code("x = bytearray(2 * 1024**3)", memory_mb=256)
+    assert not mem["ok"] and "MemoryError" in mem["stderr"]
+
+
+def test_build_rewards_errors() -> None:
+    fns = rewards.build_rewards([{"name": "env_reward", "weight": 2}, "format"])
+    assert [f.__name__ for f in fns] == ["env_reward", "format"]
+    assert fns[0].weight == 2.0
+    with pytest.raises(ConfigError, match="Unknown reward") as err:
+        rewards.build_rewards([{"name": "vibes"}])
+    assert err.value.field == "rewards[0]"
+    total = rewards.combined(
+        rewards.build_rewards(
+            [
+                {"name": "efficiency", "weight": 2},
+                {"name": "python_syntax", "weight": 1},
+            ]
+        )
+    )
+    assert total(None, ["x = 1"]) == [3.0]
+
+
+# -------------------------------------------------------------- validators
+@pytest.fixture(scope="module")
+def model_and_data(tmp_path_factory, expert_traces: Path) -> tuple[Path, Path]:
+    tmp_path = tmp_path_factory.mktemp("validators")
+    model = _fake_model(tmp_path / "model")
+    datasets.build_dataset([expert_traces], "grpo", tmp_path / "grpo", seed=0)
+    return model, tmp_path / "grpo"
+
+
+HW = {
+    "batch_size": 4,
+    "lora_rank": 8,
+    "num_generations": 4,
+    "precision": "fp32",
+    "gradient_checkpointing": False,
+    "device": "cpu",
+    "gpu_count": 0,
+}
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "words"),
+    [
+        ({"method": "ppo"}, "method", "method must be one of"),
+        ({"batch_size": 0}, "batch_size", "at least 1"),
+        ({"batch_size": 4, "num_generations": 3}, "num_generations", "must divide"),
+        ({"num_generations": 1, "batch_size": 2}, "num_generations", "at least 2"),
+        ({"model": "/nowhere/model"}, "model", "does not exist"),
+        ({"dataset": "/nowhere/ds"}, "dataset", "does not exist"),
+        ({"method": "dpo"}, "dataset", "lacks the column"),
+        ({"learning_rate": 5}, "learning_rate", "between 0 and 1"),
+        ({"precision": "fp16"}, "precision", "needs a GPU"),
+        ({"rewards": [{"name": "nope"}]}, "rewards[0]", "Unknown reward"),
+        ({"epochs": 3}, "epochs", "Unknown setting"),
+    ],
+)
+def test_train_validator(model_and_data, override, field, words) -> None:
+    from engine.llm.train import validate
+
+    model, data = model_and_data
+    cfg = {"method": "grpo", "model": str(model), "dataset": str(data), **override}
+    with pytest.raises(ConfigError, match=words) as err:
+        validate(cfg, hardware=HW)
+    assert err.value.field == field
+
+
+def test_train_validator_fills_hardware_defaults(model_and_data) -> None:
+    from engine.llm.train import validate
+
+    model, data = model_and_data
+    out = validate({"model": str(model), "dataset": str(data)}, hardware=HW)
+    assert out["batch_size"] == 4 and out["lora_rank"] == 8
+    assert out["lora_alpha"] == 16 and out["num_generations"] == 4
+    assert isinstance(out["seed"], int) and out["rewards"][0]["name"] == "env_reward"
+
+
+def test_other_validators(tmp_path: Path) -> None:
+    from engine.llm import evaluate, merge, rollouts
+
+    with pytest.raises(ConfigError) as err:
+        rollouts.validate_collect({"env": STATUS_ENV, "policy": "llm"})
+    assert err.value.field == "model"
+    with pytest.raises(ConfigError) as err:
+        rollouts.validate_collect({"env": STATUS_ENV, "policy": "rule", "episodes": 0})
+    assert err.value.field == "episodes"
+    with pytest.raises(ConfigError) as err:
+        datasets.validate_dataset({"traces": "x.jsonl", "method": "ppo"})
+    assert err.value.field == "method"
+    with pytest.raises(ConfigError) as err:
+        datasets.validate_dataset({"traces": "x.jsonl", "validation_fraction": 1.5})
+    assert err.value.field == "validation_fraction"
+    with pytest.raises(ConfigError) as err:
+        merge.validate({"adapter": str(_fake_model(tmp_path / "full"))})
+    assert err.value.field == "adapter" and "not a LoRA adapter" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        evaluate.validate(
+            {"model": str(tmp_path / "full"), "env": STATUS_ENV, "episodes": -1}
+        )
+    assert err.value.field == "episodes"
+
+
+# ------------------------------------------------------------------ misc
+def test_accelerate_command() -> None:
+    from engine.llm.train import accelerate_command
+
+    cmd = accelerate_command(Path("/p/runs/r1"), 4, resume=True, mixed_precision="bf16")
+    assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert cmd[cmd.index("--num_processes") + 1] == "4" and "--multi_gpu" in cmd
+    assert cmd[cmd.index("--mixed_precision") + 1] == "bf16"
+    assert cmd[-4:] == ["-m", "engine.llm.train", "/p/runs/r1", "--resume"]
+    assert "--multi_gpu" not in accelerate_command(Path("/r"), 1)
+
+
+def test_metric_names() -> None:
+    from engine.llm.train import studio_metric_keys
+
+    row = studio_metric_keys(
+        {
+            "loss": 0.5,
+            "learning_rate": 1e-5,
+            "rewards/env_reward/mean": 0.3,
+            "rewards/env_reward/std": 0.1,
+            "reward": 0.2,
+            "kl": 0.01,
+            "completions/mean_length": 4.0,
+            "logps/chosen": -3.0,
+            "train_runtime": 3.0,
+            "nan": float("nan"),
+        },
+        "grpo",
+    )
+    assert row == {
+        "train/loss": 0.5,
+        "train/learning_rate": 1e-5,
+        "reward/env_reward_mean": 0.3,
+        "reward/env_reward_std": 0.1,
+        "reward/mean": 0.2,
+        "train/kl": 0.01,
+        "completion/mean_length": 4.0,
+        "grpo/logps_chosen": -3.0,
+    }
+
+
+def test_png_chart_is_a_png() -> None:
+    from engine.llm.evaluate import bar_chart_png
+
+    data = bar_chart_png([{"success_rate": 0.2}, {"success_rate": 0.8}])
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 100
