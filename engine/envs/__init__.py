@@ -8,6 +8,12 @@ only when there are project envs to register or an env is made)::
     make(spec_or_id, **kwargs) -> gymnasium.Env  # id, EnvSpec, dict or file
     check_spec(spec_or_path) -> Report           # every check, problems by field
     catalog(with_spaces=False) -> list[dict]     # installed gymnasium envs
+    preview(spec_or_id, PreviewConfig(...)) -> dict  # episodes, trace, frames
+    workflow_batch(spec, num_envs, seed) -> WorkflowBatch  # numpy, N at once
+    gym.make_vec("rlstudio/<workflow>-v0", n, vectorization_mode="vector_entry_point")
+
+Job functions for the supervisor live in :mod:`engine.envs.job`; the
+``rl-studio-engine env check FILE`` command in :mod:`engine.envs.cli`.
 
 ``import engine.envs`` registers the envs of ``$RL_STUDIO_PROJECT`` (or of the
 current folder when it holds ``envs/*.env.json``), so a user's script can
@@ -58,6 +64,13 @@ def catalog(with_spaces: bool = False) -> list[dict[str, Any]]:
     return _catalog(with_spaces)
 
 
+def preview(spec_or_id: Any, config: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """Run a few episodes and return returns, lengths, success and a trace."""
+    from engine.envs.preview import preview as _preview
+
+    return _preview(spec_or_id, config, **kwargs)
+
+
 def workflow_batch(spec: Any, num_envs: int, seed: int | None = None) -> WorkflowBatch:
     """``num_envs`` copies of a workflow env stepped together with numpy."""
     from engine.envs.spec import coerce_spec
@@ -77,6 +90,7 @@ __all__ = [
     "env_id_for",
     "load_spec",
     "make",
+    "preview",
     "register_project_envs",
     "register_spec",
     "workflow_batch",

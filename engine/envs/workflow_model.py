@@ -497,9 +497,7 @@ class WorkflowBatch:
         if seed is not None:
             self.rng = np.random.default_rng(seed)
         self._reset_rows(self._rows)
-        return self._obs(
-            np.zeros(self.num_envs, dtype=bool), np.zeros(self.num_envs, dtype=bool)
-        )
+        return self._obs()
 
     def _reset_rows(self, rows: np.ndarray) -> None:
         k = self.rng.integers(len(self.model.tasks), size=len(rows))
@@ -522,20 +520,32 @@ class WorkflowBatch:
             return np.where(has, status == self.target, self.model.success[status])
         return self.model.success[status]
 
-    def _obs(self, done: np.ndarray, resolved: np.ndarray) -> np.ndarray:
+    def _obs(
+        self,
+        done: np.ndarray | None = None,
+        resolved: np.ndarray | None = None,
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Observations of ``rows`` (default all); flags default to 0."""
         m = self.model
-        n = self.num_envs
+        rows = self._rows if rows is None else rows
+        n = len(rows)
+        local = np.arange(n)
+        status, last_tool = self.status[rows], self.last_tool[rows]
         obs = np.zeros((n, m.obs_size), dtype=np.float32)
-        obs[:, 0] = self.steps / m.max_steps
-        obs[:, 1] = done
-        has_tool = self.last_tool >= 0
-        obs[self._rows[has_tool], m.obs_tool + self.last_tool[has_tool]] = 1.0
-        obs[:, m.obs_valid] = self.valid_flag
-        obs[:, m.obs_resolved] = resolved
-        obs[self._rows, m.obs_status + self.status] = 1.0
+        obs[:, 0] = self.steps[rows] * (1.0 / m.max_steps)
+        if done is not None:
+            obs[:, 1] = done
+        has_tool = last_tool >= 0
+        obs[local[has_tool], m.obs_tool + last_tool[has_tool]] = 1.0
+        obs[:, m.obs_valid] = self.valid_flag[rows]
+        if resolved is not None:
+            obs[:, m.obs_resolved] = resolved
+        obs[local, m.obs_status + status] = 1.0
         if m.use_task_target:
-            has_t = self.target >= 0
-            obs[self._rows[has_t], m.obs_target + self.target[has_t]] = 1.0
+            target = self.target[rows]
+            has_t = target >= 0
+            obs[local[has_t], m.obs_target + target[has_t]] = 1.0
         return obs
 
     def step(
@@ -561,14 +571,14 @@ class WorkflowBatch:
         terminated = m.terminal[nxt] | success
         truncated = ~terminated & (self.steps >= m.max_steps)
         done = terminated | truncated
-        obs = self._obs(done, success)
         info: dict[str, Any] = {"is_success": success, "valid": self.valid_flag.copy()}
         if done.any():
+            # success always ends the episode, so after the resets below no
+            # row has the done or resolved flag set: one pass builds them all
             rows = self._rows[done]
-            info["final_observation"] = obs[rows].copy()
+            info["final_observation"] = self._obs(done[rows], success[rows], rows)
             self._reset_rows(rows)
-            fresh = self._obs(
-                np.zeros(self.num_envs, dtype=bool), np.zeros(self.num_envs, dtype=bool)
-            )
-            obs[rows] = fresh[rows]
+            obs = self._obs()
+        else:
+            obs = self._obs(done, success)
         return obs, reward, terminated, truncated, info
