@@ -46,7 +46,6 @@ from engine.rl.config import (
     TRAIN_FIELDS,
     TrainConfig,
     algo_defaults,
-    register_designed_envs,
     validate,
 )
 from engine.store.atomic import atomic_write_json, atomic_write_text
@@ -64,8 +63,7 @@ def run(ctx: JobContext) -> dict[str, Any]:
     config = dict(ctx.config)
     if config.get("project_dir") is None:
         config["project_dir"] = str(ctx.project_dir)
-    register_designed_envs(config["project_dir"])
-    cfg = validate(config)
+    cfg = validate(config)  # also registers the project's designed envs
     return Trainer(ctx, cfg).train()
 
 
@@ -360,6 +358,7 @@ class Trainer:
         latest = self.latest_checkpoint() if self.ctx.resume else None
         if self.ctx.resume and latest is None:
             self.ctx.log("no checkpoint to resume from; starting from scratch")
+            self._truncate_metrics(0)
         if latest is not None:
             if cfg["vec_normalize"]:
                 venv = VecNormalize.load(str(latest / "vecnormalize.pkl"), venv)
@@ -418,7 +417,8 @@ class Trainer:
         ctx, cfg = self.ctx, self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        write_reproduce(self.run_dir, cfg)
+        record = write_reproduce(self.run_dir, cfg)
+        ctx.log(f"reproduce with: {record['command']}")
         self._build()
         model = self.model
         start = int(model.num_timesteps)
@@ -456,11 +456,15 @@ class Trainer:
             self.save_checkpoint()
             ctx.progress(min(steps, self.total_steps), self.total_steps)
         finally:
-            model.logger.close()
-            self.venv.close()
-            if self.eval_env is not None:
-                self.eval_env.close()
+            # Never let cleanup hide the error that ended training.
+            for close in (model.logger.close, self.venv.close, self._close_eval_env):
+                with contextlib.suppress(Exception):
+                    close()
         return self.summary()
+
+    def _close_eval_env(self) -> None:
+        if self.eval_env is not None:
+            self.eval_env.close()
 
     # ------------------------------------------------------- SB3 hooks
     def _on_logged(self, step: int, values: dict[str, Any]) -> None:
@@ -510,29 +514,24 @@ class Trainer:
         successes: list[bool] = []
 
         def on_eval_step(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
+            if self.ctx.should_stop:  # a long evaluation must not delay Stop
+                raise _EvalInterrupted
             if locals_["done"]:
                 flag = locals_["info"].get("is_success")
                 if flag is not None:
                     successes.append(bool(flag))
 
+        evaluate_fn: Callable[..., Any]
         if self.algo == "MaskablePPO":
-            from sb3_contrib.common.maskable.evaluation import (
-                evaluate_policy as mask_eval,
-            )
+            from sb3_contrib.common.maskable.evaluation import evaluate_policy
 
-            rewards, lengths = mask_eval(
-                model,
-                self.eval_env,
-                n_eval_episodes=cfg["eval_episodes"],
-                deterministic=cfg["eval_deterministic"],
-                return_episode_rewards=True,
-                callback=on_eval_step,
-                warn=False,
-            )
+            evaluate_fn = evaluate_policy
         else:
             from stable_baselines3.common.evaluation import evaluate_policy
 
-            rewards, lengths = evaluate_policy(
+            evaluate_fn = evaluate_policy
+        try:
+            rewards, lengths = evaluate_fn(
                 model,
                 self.eval_env,
                 n_eval_episodes=cfg["eval_episodes"],
@@ -541,6 +540,9 @@ class Trainer:
                 callback=on_eval_step,
                 warn=False,
             )
+        except _EvalInterrupted:
+            self.stopped_by = "user"
+            return False
         step = int(model.num_timesteps)
         mean = float(np.mean(rewards))
         metrics = {
@@ -732,6 +734,10 @@ class Trainer:
         if self.resumed_from is not None:
             out["resumed_from"] = self.resumed_from
         return out
+
+
+class _EvalInterrupted(Exception):
+    """Raised inside an evaluation when the user presses Stop."""
 
 
 # --------------------------------------------------------------------------

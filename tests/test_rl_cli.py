@@ -1,0 +1,127 @@
+"""``rl-studio-engine train``: bad input exits 2 with one sentence; a tiny
+run prints its summary as JSON and leaves a self-describing run folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import cli
+from engine.rl.cli import parse_settings, progress_line
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--env", "CartPol-v1", "--steps", "10"], "did you mean 'CartPole-v1'"),
+        (
+            ["--env", "Pendulum-v1", "--algo", "DQN"],
+            "DQN needs a discrete action space",
+        ),
+        (
+            ["--env", "CartPole-v1", "--set", "learning_rate=-1"],
+            "learning_rate must be",
+        ),
+        (["--env", "CartPole-v1", "--set", "batch_size=4096"], "batch_size (4096)"),
+        (["--env", "CartPole-v1", "--set", "lr=0.1"], "Unknown hyperparameter 'lr'"),
+        (["--env", "CartPole-v1", "--set", "noequals"], "--set takes key=value"),
+        (["--env", "CartPole-v1", "--steps", "0"], "total_steps must be at least 1"),
+        (["--env", "CartPole-v1", "--algo", "PPOO"], "Unknown algorithm 'PPOO'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_sentence(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = cli.main(["train", *argv, "--project", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("rl-studio-engine train: ")
+    assert words in lines[0] and lines[0][-1] in ".?"
+    assert not (tmp_path / "runs").exists()  # refused before anything started
+
+
+def test_bad_input_exit_code_from_the_real_command() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "train",
+            "--env",
+            "Pendulum-v1",
+            "--algo",
+            "SAC",
+            "--set",
+            "gamma=2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip() == "rl-studio-engine train: gamma must be at most 1, not 2."
+    )
+
+
+def test_settings_split_into_top_level_and_hyperparameters() -> None:
+    top, hyper = parse_settings(
+        [
+            "n_envs=4",
+            "learning_rate=3e-4",
+            "net_arch=[32,32]",
+            "ent_coef=auto",
+            "name=my run",
+        ]
+    )
+    assert top == {"n_envs": 4, "name": "my run"}
+    assert hyper == {"learning_rate": 3e-4, "net_arch": [32, 32], "ent_coef": "auto"}
+
+
+def test_progress_line_shows_steps_rate_and_eta() -> None:
+    line = progress_line(500, 2000, 250.0, width=10)
+    assert line.startswith("[##........] 500/2000 steps")
+    assert "250 steps/s" in line and "ETA 00:06" in line
+
+
+@pytest.mark.slow
+def test_a_tiny_run_prints_its_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = {
+        "n_envs": 2,
+        "n_steps": 32,
+        "batch_size": 32,
+        "n_epochs": 1,
+        "eval_every_steps": 64,
+        "eval_episodes": 1,
+    }
+    argv = ["train", "--env", "CartPole-v1", "--algo", "PPO", "--steps", "128"]
+    argv += ["--seed", "5", "--project", str(tmp_path)]
+    for key, value in settings.items():
+        argv += ["--set", f"{key}={value}"]
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)
+    assert summary["total_steps"] == 128 and summary["algo"] == "PPO"
+    assert summary["stopped_by"] == "steps"
+    assert "steps/s" in captured.err and "ETA" in captured.err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "completed"
+    assert json.loads((run_dir / "config.json").read_text())["kind"] == "rl.train"
+    record = json.loads((run_dir / "reproduce.json").read_text())
+    assert record["command"].startswith(
+        "rl-studio-engine train --env CartPole-v1 --algo PPO --steps 128 --seed 5"
+    )
+    assert Path(summary["models"][0]["file"]).is_file()
