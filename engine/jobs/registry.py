@@ -178,3 +178,22 @@ register(
         "onnxruntime.",
     )
 )
+
+
+# Designed environments (engine/envs/).
+register(
+    JobKind(
+        name="env_check",
+        entry="engine.envs.job:run_check",
+        validator="engine.envs.job:validate_check",
+        description="Checks a designed environment and writes report.json.",
+    )
+)
+register(
+    JobKind(
+        name="env_preview",
+        entry="engine.envs.job:run_preview",
+        validator="engine.envs.job:validate_preview",
+        description="Plays a few episodes of a designed environment (preview.json).",
+    )
+)
