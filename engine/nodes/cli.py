@@ -196,29 +196,6 @@ class ConsoleFlowContext(JobContext):
             self.report.line(text)
 
 
-def _register_models(project: Any, run_id: str, summary: dict[str, Any]) -> list[str]:
-    """What the supervisor does for a flow.run job: register its models."""
-    ids = []
-    for entry in summary.get("models", []) or []:
-        try:
-            files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
-            record = project.register_model(
-                name=str(entry.get("name", run_id)),
-                kind=str(entry.get("kind", "model")),
-                files=files,
-                source_run=run_id,
-                env=str(entry.get("env", "")),
-                algo=str(entry.get("algo", "")),
-                base=str(entry.get("base", "")),
-                metrics=dict(entry.get("metrics", {})),
-                parents=list(entry.get("parents", [])),
-            )
-            ids.append(record.id)
-        except (KeyError, TypeError, OSError, EngineError) as exc:
-            print(f"could not register a model: {exc}", file=sys.stderr)
-    return ids
-
-
 def run(args: argparse.Namespace) -> int:
     from engine.nodes.executor import (
         FlowInvalid,
@@ -319,7 +296,9 @@ def run(args: argparse.Namespace) -> int:
         ctx.close()
         status = summary["status"]
         if status == "completed":
-            registered = _register_models(project, record.id, summary)
+            registered, problems = project.register_run_models(record.id, summary)
+            for problem in problems:
+                report.line(problem)
             if registered:
                 summary["registered_models"] = registered
         atomic_write_json(
