@@ -278,10 +278,9 @@ class NodeItem(QGraphicsObject):
         painter.setBrush(QColor("#fdfdfd"))
         painter.drawRoundedRect(rect, 6, 6)
         # Header
-        header = QPainterPath()
-        header.addRoundedRect(QRectF(0, 0, NODE_WIDTH, HEADER_HEIGHT), 6, 6)
-        header.addRect(QRectF(0, HEADER_HEIGHT - 6, NODE_WIDTH, 6))
-        painter.fillPath(header.simplified(), self.header_color)
+        band = QPainterPath()
+        band.addRect(QRectF(0, 0, NODE_WIDTH, HEADER_HEIGHT))
+        painter.fillPath(self.shape().intersected(band), self.header_color)
         painter.setPen(QPen(border, width))
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.drawRoundedRect(rect, 6, 6)
@@ -754,6 +753,8 @@ class NodeGraphView(QGraphicsView):
         item.snap = self.snap_to_grid
         self.nodes[node_id] = item
         self.scene().addItem(item)
+        if len(self.nodes) == 1:
+            self.viewport().update()  # the empty-canvas hint goes away
         return item
 
     def remove_node(self, node_id: str) -> None:
@@ -763,6 +764,8 @@ class NodeGraphView(QGraphicsView):
         for key in [k for k in self.links if node_id in (k[0], k[2])]:
             self.remove_link(*key)
         self.scene().removeItem(item)
+        if not self.nodes:
+            self.viewport().update()
 
     def move_node(self, node_id: str, pos: QPointF | tuple[float, float]) -> None:
         item = self.nodes.get(node_id)

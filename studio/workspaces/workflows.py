@@ -309,17 +309,15 @@ class WorkflowsWorkspace(QWidget):
         self.toolbar.addWidget(recent)
         self.recent_button = recent
         self.toolbar.addSeparator()
-        undo = self.undo_stack.createUndoAction(self, "Undo")
-        redo = self.undo_stack.createRedoAction(self, "Redo")
-        for name, action, key in (
-            ("undo", undo, QKeySequence.StandardKey.Undo),
-            ("redo", redo, QKeySequence.StandardKey.Redo),
-        ):
-            action.setShortcut(QKeySequence(key))
-            action.setShortcutContext(ctx)
-            self.addAction(action)
-            self.toolbar.addAction(action)
-            self.actions[name] = action
+        stack = self.undo_stack
+        undo = add("undo", "Undo", stack.undo, QKeySequence.StandardKey.Undo)
+        redo = add("redo", "Redo", stack.redo, QKeySequence.StandardKey.Redo)
+        undo.setEnabled(False)
+        redo.setEnabled(False)
+        stack.canUndoChanged.connect(undo.setEnabled)
+        stack.canRedoChanged.connect(redo.setEnabled)
+        stack.undoTextChanged.connect(lambda t: undo.setToolTip(f"Undo {t}".strip()))
+        stack.redoTextChanged.connect(lambda t: redo.setToolTip(f"Redo {t}".strip()))
         add("delete", "Delete", self.delete_selected, tip="Delete the selection (Del)")
         add(
             "copy",
