@@ -180,7 +180,11 @@ names = st.text(alphabet="abcXYZ _", min_size=1, max_size=6)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["add", "rename", "remove"]), names), max_size=12))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["add", "rename", "remove"]), names), max_size=12
+    )
+)
 def test_random_status_edits_undo_to_the_start(ops: list[tuple[str, str]]) -> None:
     m = EnvDesign(jira())
     stack = QUndoStack()
@@ -189,7 +193,9 @@ def test_random_status_edits_undo_to_the_start(ops: list[tuple[str, str]]) -> No
         statuses = m.statuses()
         if op == "add" and not m.status_name_problem(name):
             stack.push(cmd.AddStatus(m, name, None))
-        elif op == "rename" and statuses and not m.status_name_problem(name, statuses[0]):
+        elif (
+            op == "rename" and statuses and not m.status_name_problem(name, statuses[0])
+        ):
             stack.push(cmd.RenameStatus(m, statuses[0], name))
         elif op == "remove" and len(statuses) > 1:
             stack.push(cmd.RemoveStatus(m, statuses[-1]))
@@ -202,7 +208,9 @@ def test_random_status_edits_undo_to_the_start(ops: list[tuple[str, str]]) -> No
     assert m.snapshot() == start
 
 
-def test_files_are_written_atomically_and_read_with_clear_errors(tmp_path: Path) -> None:
+def test_files_are_written_atomically_and_read_with_clear_errors(
+    tmp_path: Path,
+) -> None:
     target = tmp_path / "envs" / "x.env.json"
     write_text_atomic(target, spec_text(jira()))
     assert read_spec_file(target) == jira()

@@ -92,14 +92,25 @@ class Edge:
 # ---------------------------------------------------------------- layouts
 
 
+def text_width(texts: Iterable[str], point_size: float = 8.5) -> float:
+    """Width in pixels of the widest of ``texts`` in the canvas's font."""
+    font = QFont()
+    font.setPointSizeF(point_size)
+    fm = QFontMetricsF(font)
+    return max((fm.horizontalAdvance(t) for t in texts), default=0.0)
+
+
 def layered_layout(
     statuses: Sequence[str],
     edges: Iterable[tuple[str, str]],
     start: str = "",
+    label_width: float = 0.0,
 ) -> dict[str, tuple[float, float]]:
     """Left-to-right layers: each status one layer right of its furthest
     predecessor (back edges of cycles ignored), ordered within a layer by
-    the mean position of their neighbours to keep arrows short."""
+    the mean position of their neighbours to keep arrows short. Layers are
+    far enough apart for the widest box plus ``label_width`` (px), so
+    transition labels fit between the boxes."""
     names = [s for s in statuses if s != ANY]
     known = set(names)
     out_edges: dict[str, list[str]] = {s: [] for s in names}
@@ -169,7 +180,9 @@ def layered_layout(
             col.sort(key=bary)
             for i, n in enumerate(col):
                 pos_in[n] = i - (len(col) - 1) / 2
-    return {n: (layer[n] * H_GAP, pos_in[n] * V_GAP) for col in layers for n in col}
+    box = max(MIN_BOX_W, text_width(names, 10.0) * 1.1 + 36)
+    gap = max(H_GAP, box + label_width + 34)
+    return {n: (layer[n] * gap, pos_in[n] * V_GAP) for col in layers for n in col}
 
 
 def circular_layout(
@@ -191,12 +204,16 @@ def circular_layout(
 class StatusItem(QGraphicsObject):
     """A status box; its position is its centre."""
 
-    def __init__(self, name: str, editor: StateMachineEditor) -> None:
+    def __init__(
+        self, name: str, editor: StateMachineEditor, ghost: bool = False
+    ) -> None:
         super().__init__()
         self.name = name
         self._editor = editor
         self.start = self.terminal = self.success = False
-        self.pseudo = name == ANY
+        self.ghost = ghost
+        """A name that transitions use but that is not a status."""
+        self.pseudo = name == ANY or ghost
         self.problem = ""
         self._hover_handle = False
         font = QFont()
@@ -204,7 +221,7 @@ class StatusItem(QGraphicsObject):
         self._font = font
         self._bold = QFont(font)
         self._bold.setBold(True)
-        text = "✱ any status" if self.pseudo else name
+        text = f"? {name}" if ghost else "✱ any status" if name == ANY else name
         self.text = text
         w = QFontMetricsF(self._bold).horizontalAdvance(text) + 36
         self.w = max(MIN_BOX_W, w)
@@ -225,6 +242,7 @@ class StatusItem(QGraphicsObject):
 
     def shape(self) -> QPainterPath:
         path = QPainterPath()
+        path.setFillRule(Qt.FillRule.WindingFill)  # the handle overlaps the box
         path.addRoundedRect(self.rect(), 10, 10)
         path.addEllipse(self.handle_center(), HANDLE_R + 3, HANDLE_R + 3)
         return path
@@ -251,7 +269,9 @@ class StatusItem(QGraphicsObject):
             self.update()
 
     def _update_tooltip(self) -> None:
-        if self.pseudo:
+        if self.ghost:
+            tip = f"'{self.name}' is not a status; add it or fix the transitions."
+        elif self.pseudo:
             tip = "Transitions from every non-terminal status."
         else:
             marks = [
@@ -284,6 +304,8 @@ class StatusItem(QGraphicsObject):
         width = 1.4
         if self.pseudo:
             fill = QColor(COLORS["any_fill"])
+        if self.ghost:
+            border, fill = QColor(COLORS["problem"]), QColor(COLORS["fail_fill"])
         elif self.terminal:
             ok = self.success
             fill = QColor(COLORS["success_fill" if ok else "fail_fill"])
@@ -538,7 +560,7 @@ class _MoveGesture:
             name: (item.pos().x(), item.pos().y())
             for name, item in self.editor._statuses.items()
             if name in self.start
-            and name != ANY
+            and not item.pseudo
             and QLineF(item.pos(), self.start[name]).length() > 0.5
         }
         if moved:
@@ -611,6 +633,13 @@ class StateMachineEditor(QGraphicsView):
         wanted = list(dict.fromkeys(statuses))
         if any(e.source == ANY for e in edges):
             wanted.append(ANY)
+        known = set(wanted)
+        ghosts = [
+            n
+            for n in dict.fromkeys(x for e in edges for x in (e.source, e.target))
+            if n not in known and n != ANY
+        ]
+        wanted += ghosts
         for name in list(self._statuses):
             if name not in wanted:
                 scene.removeItem(self._statuses.pop(name))
@@ -618,21 +647,33 @@ class StateMachineEditor(QGraphicsView):
             [s for s in wanted if s != ANY],
             [(e.source, e.target) for e in edges],
             start,
+            text_width(
+                e.label
+                for e in edges
+                if e.source != e.target and ANY not in (e.source, e.target)
+            ),
         )
         for name in wanted:
             item = self._statuses.get(name)
+            if item is not None and item.ghost != (name in ghosts):
+                scene.removeItem(self._statuses.pop(name))
+                item = None
             if item is None:
-                item = StatusItem(name, self)
+                item = StatusItem(name, self, ghost=name in ghosts)
                 self._statuses[name] = item
                 scene.addItem(item)
-            if name == ANY:
+            if name == ANY or name in ghosts:
                 continue
             x, y = positions.get(name, auto.get(name, (0.0, 0.0)))
             if item.pos() != QPointF(x, y):
                 item.setPos(x, y)
             item.set_flags(name == start, name in terminal, name in success)
+        real = [i for i in self._statuses.values() if not i.pseudo]
+        right = max((i.pos().x() for i in real), default=0.0)
+        bottom = max((i.pos().y() for i in real), default=0.0)
+        for k, name in enumerate(ghosts):
+            self._statuses[name].setPos(right + H_GAP, bottom + k * V_GAP * 0.6)
         if ANY in self._statuses:
-            real = [i for n, i in self._statuses.items() if n != ANY]
             if real:
                 left = min(i.pos().x() for i in real)
                 top = min(i.pos().y() for i in real)
@@ -675,7 +716,8 @@ class StateMachineEditor(QGraphicsView):
                 item.setSelected(True)
 
     def status_names(self) -> list[str]:
-        return [n for n in self._statuses if n != ANY]
+        """The statuses shown (not the 'any status' box nor unknown names)."""
+        return [n for n, i in self._statuses.items() if not i.pseudo]
 
     def status_item(self, name: str) -> StatusItem | None:
         return self._statuses.get(name)
@@ -688,7 +730,9 @@ class StateMachineEditor(QGraphicsView):
 
     def positions(self) -> dict[str, tuple[float, float]]:
         return {
-            n: (i.pos().x(), i.pos().y()) for n, i in self._statuses.items() if n != ANY
+            n: (i.pos().x(), i.pos().y())
+            for n, i in self._statuses.items()
+            if not i.pseudo
         }
 
     def status_at(self, scene_pos: QPointF) -> StatusItem | None:
@@ -849,4 +893,5 @@ __all__ = [
     "StatusItem",
     "circular_layout",
     "layered_layout",
+    "text_width",
 ]

@@ -79,6 +79,7 @@ from widgets.state_machine_editor import (
     StateMachineEditor,
     circular_layout,
     layered_layout,
+    text_width,
 )
 
 PREFERRED_FIRST = "jira_issue_resolution"
@@ -853,6 +854,15 @@ class EnvironmentsWorkspace(QWidget):
         self._select_current_row()
         self.document_opened.emit(str(path) if path else "")
 
+    def _label_width(self) -> float:
+        """Widest label of a transition between two different statuses."""
+        return text_width(
+            transition_label(t)
+            for t in self.model.transitions()
+            if t.get("from") != t.get("to")
+            and WILDCARD not in (t.get("from"), t.get("to"))
+        )
+
     def _fill_missing_positions(self) -> None:
         statuses = self.model.statuses()
         if all(s in self.model.positions for s in statuses):
@@ -861,6 +871,7 @@ class EnvironmentsWorkspace(QWidget):
             statuses,
             [(t.get("from"), t.get("to")) for t in self.model.transitions()],
             self.model.start(),
+            self._label_width(),
         )
         for s in statuses:
             self.model.positions.setdefault(s, auto.get(s, (0.0, 0.0)))
@@ -1354,6 +1365,7 @@ class EnvironmentsWorkspace(QWidget):
                 m.statuses(),
                 [(t.get("from"), t.get("to")) for t in m.transitions()],
                 m.start(),
+                self._label_width(),
             )
         self._push(cmd.MoveStatuses(self.model, positions))
         self.canvas.fit()

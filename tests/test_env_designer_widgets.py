@@ -1,0 +1,129 @@
+"""The designer's reusable widgets: state-machine canvas and grid painter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+
+from widgets.grid_painter import GridPainter
+from widgets.state_machine_editor import (
+    Edge,
+    StateMachineEditor,
+    circular_layout,
+    layered_layout,
+    text_width,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "resources" / "examples" / "envs"
+JIRA = sorted(EXAMPLES.glob("jira_*.env.json"))
+
+
+def graph(path: Path) -> tuple[list[str], list[Edge], str]:
+    body = json.loads(path.read_text())["workflow"]
+    edges = [
+        Edge(i, t["from"], t["to"], t["tool"])
+        for i, t in enumerate(body["transitions"])
+    ]
+    return body["statuses"], edges, body["start"]
+
+
+@pytest.mark.parametrize("path", JIRA, ids=lambda p: p.stem)
+def test_layout_of_the_jira_examples_is_readable(qtbot, path: Path) -> None:
+    statuses, edges, start = graph(path)
+    positions = layered_layout(
+        statuses,
+        [(e.source, e.target) for e in edges],
+        start,
+        text_width(e.label for e in edges),
+    )
+    assert set(positions) == set(statuses)
+    assert positions[start][0] == min(x for x, _ in positions.values())
+    view = StateMachineEditor()
+    qtbot.addWidget(view)
+    view.set_graph(statuses, edges, start=start, positions=positions)
+    boxes = [view.status_item(s).sceneBoundingRect() for s in statuses]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1 :]:
+            assert not a.intersects(b), "status boxes overlap"
+    # Every transition is drawn, and no label sits on a status box.
+    assert len(view.edge_items()) == len(edges)
+    for item in view.edge_items():
+        label = item._label_rect
+        for s in statuses:
+            assert not label.intersects(
+                view.status_item(s).mapRectToScene(view.status_item(s).rect())
+            ), f"label {item.edge.label} covers {s}"
+
+
+def test_circular_layout_spreads_statuses() -> None:
+    pos = circular_layout(["a", "b", "c", "d"])
+    xs = sorted(round(x) for x, _ in pos.values())
+    assert len(set(pos.values())) == 4 and xs[0] < 0 < xs[-1]
+
+
+def test_canvas_reports_moves_once_and_shows_problems(qtbot) -> None:
+    view = StateMachineEditor()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.set_graph(
+        ["a", "b"],
+        [Edge(0, "a", "b", "go"), Edge(1, "a", "ghost", "lost")],
+        start="a",
+        positions={"a": (0.0, 0.0), "b": (300.0, 0.0)},
+    )
+    assert view.status_names() == ["a", "b"]
+    assert view.status_item("ghost").ghost  # an unknown name gets a red ghost box
+    view.show()
+    qtbot.waitExposed(view)
+    view.request_fit()
+    item = view.status_item("b")
+    moves = []
+    view.statuses_moved.connect(moves.append)
+    center = view.mapFromScene(item.scenePos())
+    qtbot.mousePress(view.viewport(), Qt.MouseButton.LeftButton, pos=center)
+    item.setPos(320.0, 40.0)  # what the drag does; the press/release frame it
+    item.setPos(340.0, 60.0)
+    qtbot.mouseRelease(view.viewport(), Qt.MouseButton.LeftButton, pos=center)
+    assert moves == [{"b": (340.0, 60.0)}]
+    view.set_problems({"a": "Unreachable."}, {1: "Not a status."})
+    assert view.status_item("a").problem == "Unreachable."
+    assert view.status_item("a").toolTip().startswith("Unreachable.")
+    assert view.edge_item(1).problem == "Not a status."
+    seen = []
+    view.selection_changed.connect(lambda kind, key: seen.append((kind, key)))
+    view.select("transition", 1)
+    assert view.selected() == ("transition", 1) and seen[-1] == ("transition", 1)
+
+
+def test_grid_stroke_is_reported_once_on_release(qtbot) -> None:
+    painter = GridPainter()
+    qtbot.addWidget(painter)
+    painter.resize(400, 400)
+    painter.set_grid(5, 5, {(0, 0): ("start", None), (4, 4): ("goal", None)})
+    strokes = []
+    painter.stroke_finished.connect(strokes.append)
+    painter.set_tool("wall")
+    qtbot.mousePress(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(1, 0))
+    qtbot.mouseMove(painter, painter.cell_center(1, 4))  # a fast drag: no gaps
+    assert strokes == []
+    qtbot.mouseRelease(
+        painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(1, 4)
+    )
+    assert len(strokes) == 1
+    assert [(r, c, new) for r, c, _, new in strokes[0]] == [
+        (1, c, ("wall", None)) for c in range(5)
+    ]
+    painter.set_tool("start")
+    qtbot.mouseClick(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(3, 3))
+    assert sorted(strokes[1]) == [
+        (0, 0, ("start", None), ("empty", None)),
+        (3, 3, ("empty", None), ("start", None)),
+    ]
+    painter.set_tool("reward", 0.5)
+    qtbot.mouseClick(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(4, 4))
+    assert strokes[2] == [(4, 4, ("goal", None), ("goal", 0.5))]
+    with pytest.raises(ValueError, match="Unknown tool 'lava'"):
+        painter.set_tool("lava")

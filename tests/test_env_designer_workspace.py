@@ -1,0 +1,303 @@
+"""The Environments workspace against the real engine: editing the bundled
+Jira workflow, undo and redo, the JSON view, saving, autosave, grid painting
+and validation with problems shown on the field that causes them."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from studio.engine_client import EngineClient
+from studio.models.env_design import autosave_path, read_spec_file
+from studio.models.project_state import ProjectState
+from studio.session import Session
+from studio.settings import Settings
+from studio.workspaces.environments import EnvironmentsWorkspace
+
+
+@pytest.fixture
+def engine(qtbot) -> Iterator[EngineClient]:  # type: ignore[no-untyped-def]
+    client = EngineClient(auto_restart=False)
+    with qtbot.waitSignal(client.hello_received, timeout=20_000):
+        client.start()
+    yield client
+    client.stop()
+
+
+@pytest.fixture
+def workspace(qtbot, engine: EngineClient, tmp_path: Path):  # type: ignore[no-untyped-def]
+    settings = Settings(
+        QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    )
+    session = Session(engine, ProjectState(), settings)
+    ws = EnvironmentsWorkspace(session)
+    ws.restore_decider = lambda path, auto: pytest.fail("unexpected restore prompt")
+    ws.confirm_discard = lambda name: True
+    ws.confirm_delete = lambda name: True
+    qtbot.addWidget(ws)
+    ws.resize(1200, 760)
+    with qtbot.waitSignal(ws.document_opened, timeout=20_000):
+        session.open_project(str(tmp_path / "project"), create=True)
+    ws.show()
+    qtbot.waitExposed(ws)
+    qtbot.waitUntil(lambda: ws.canvas.viewport().width() > 300)
+    return ws
+
+
+def press_enter(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
+    qtbot.keyClick(widget, Qt.Key.Key_Return)
+
+
+def test_opens_the_jira_example_and_draws_it(workspace: EnvironmentsWorkspace) -> None:
+    ws = workspace
+    assert ws.path is not None and ws.path.name == "jira_issue_resolution.env.json"
+    assert {d["name"] for d in ws.table.model.records} >= {
+        "jira_issue_resolution",
+        "maze",
+        "cartpole",
+    }
+    canvas = ws.canvas
+    assert set(canvas.status_names()) == set(ws.model.statuses())
+    assert canvas.status_item("To Do").start
+    assert canvas.status_item("Done").terminal and canvas.status_item("Done").success
+    assert not canvas.status_item("Won't Do").success
+    # Every transition has an arrow (the wildcard one from "any status").
+    assert len(canvas.edge_items()) == len(ws.model.transitions())
+    assert not ws.is_modified and ws.undo_stack.count() == 0
+
+
+def test_edit_through_canvas_and_inspector_then_undo_redo(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws, canvas, ins = workspace, workspace.canvas, workspace.inspector
+    original = json.loads(json.dumps(ws.model.spec))
+    canvas.status_add_requested.emit(900.0, 300.0)
+    assert "New status" in ws.model.statuses()
+    assert ws.model.positions["New status"] == (900.0, 300.0)
+    assert ins.stack.currentIndex() == 1  # the new status is inspected
+    ins.status_name.selectAll()
+    qtbot.keyClicks(ins.status_name, "Triage")
+    press_enter(qtbot, ins.status_name)
+    assert "Triage" in ws.model.statuses() and canvas.status_item("Triage")
+
+    canvas.transition_requested.emit("Triage", "To Do")
+    new_index = len(ws.model.transitions()) - 1
+    assert ws.model.transitions()[new_index]["from"] == "Triage"
+    assert canvas.selected() == ("transition", new_index)
+    assert ins.stack.currentIndex() == 2
+    tool_edit = ins.transition_tool.lineEdit()
+    tool_edit.selectAll()
+    qtbot.keyClicks(tool_edit, "accept_issue")
+    press_enter(qtbot, tool_edit)
+    qtbot.keyClicks(ins.transition_probability, "0.7")
+    press_enter(qtbot, ins.transition_probability)
+    t = ws.model.transitions()[new_index]
+    assert t == {
+        "from": "Triage",
+        "tool": "accept_issue",
+        "to": "To Do",
+        "probability": 0.7,
+    }
+    assert "accept_issue" in ws.model.tool_names()
+    assert canvas.edge_item(new_index).edge.label == "accept_issue  p=0.7"
+    assert ws.is_modified and "modified" in ws.title.text()
+
+    count = ws.undo_stack.count()
+    assert count == 5  # add, rename, connect, tool, probability
+    for _ in range(count):
+        ws.undo_stack.undo()
+    assert ws.model.spec == original and not ws.is_modified
+    assert "Triage" not in canvas.status_names()
+    for _ in range(count):
+        ws.undo_stack.redo()
+    assert ws.model.transitions()[new_index]["probability"] == 0.7
+    assert canvas.status_item("Triage") is not None
+
+
+def test_a_drag_on_the_canvas_requests_a_transition(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    canvas = workspace.canvas
+    source = canvas.status_item("To Do")
+    target = canvas.status_item("Done")
+    handle = canvas.mapFromScene(source.mapToScene(source.handle_center()))
+    drop = canvas.mapFromScene(target.scenePos())
+    with qtbot.waitSignal(canvas.transition_requested) as blocker:
+        qtbot.mousePress(canvas.viewport(), Qt.MouseButton.LeftButton, pos=handle)
+        qtbot.mouseMove(canvas.viewport(), drop)
+        qtbot.mouseRelease(canvas.viewport(), Qt.MouseButton.LeftButton, pos=drop)
+    assert blocker.args == ["To Do", "Done"]
+    assert workspace.model.transitions()[-1]["to"] == "Done"
+
+
+def test_json_view_stays_in_sync_both_ways(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    ws.canvas.status_add_requested.emit(0.0, 400.0)
+    assert json.loads(ws.json_view.toPlainText()) == ws.model.spec
+    spec = json.loads(ws.json_view.toPlainText())
+    spec["workflow"]["max_steps"] = 33
+    spec["workflow"]["statuses"].append("Archived")
+    before = ws.undo_stack.count()
+    ws.json_view.setPlainText("{ not json")
+    qtbot.waitUntil(lambda: "Not valid JSON" in ws.json_status.text(), timeout=3000)
+    assert ws.undo_stack.count() == before
+    ws.json_view.setPlainText(json.dumps(spec, indent=2))
+    qtbot.waitUntil(
+        lambda: ws.model.get_field("workflow.max_steps") == 33, timeout=3000
+    )
+    assert ws.undo_stack.count() == before + 1  # one step for the JSON edit
+    assert "Archived" in ws.canvas.status_names()
+    assert ws.inspector.settings.values()["max_steps"] == 33
+    ws.undo_stack.undo()
+    assert ws.model.get_field("workflow.max_steps") == 20
+    assert json.loads(ws.json_view.toPlainText()) == ws.model.spec
+
+
+def test_save_is_atomic_and_reloads_identical(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    path = ws.path
+    assert path is not None
+    ws.canvas.status_add_requested.emit(100.0, -300.0)
+    ws.canvas.statuses_moved.emit({"Done": (700.0, -40.0)})
+    assert autosave_path(path).is_file()  # written after each edit
+    spec = json.loads(json.dumps(ws.model.spec))
+    inode = os.stat(path).st_ino
+    assert ws.save()
+    assert os.stat(path).st_ino != inode  # replaced by rename, not rewritten
+    assert not ws.is_modified and not autosave_path(path).exists()
+    assert [p.name for p in path.parent.iterdir() if ".tmp-" in p.name] == []
+    assert read_spec_file(path) == spec
+    # Another document, then back: the same spec and the same layout.
+    maze = path.parent / "maze.env.json"
+    assert ws.open_env(maze) and ws.model.kind == "grid"
+    assert ws.open_env(path)
+    assert ws.model.spec == spec
+    assert ws.model.positions["Done"] == (700.0, -40.0)
+    assert ws.canvas.status_item("Done").pos().x() == 700.0
+
+
+def test_autosave_is_offered_after_a_crash(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    path = ws.path
+    assert path is not None
+    ws.canvas.status_add_requested.emit(0.0, 500.0)
+    edited = json.loads(json.dumps(ws.model.spec))
+    assert read_spec_file(autosave_path(path)) == edited
+    # Simulate a crash: the editor goes away without saving or cleaning up.
+    ws.undo_stack.setClean()  # so switching documents does not delete the copy
+    autosave = autosave_path(path).read_text()
+    ws.open_env(path.parent / "maze.env.json")
+    autosave_path(path).write_text(autosave)
+    asked = []
+    ws.restore_decider = lambda p, a: asked.append((p, a)) or True
+    assert ws.open_env(path)
+    assert asked == [(path, autosave_path(path))]
+    assert ws.model.spec == edited and ws.is_modified
+    ws.undo_stack.undo()  # back to the file as saved
+    assert "New status" not in ws.model.statuses()
+
+
+def test_malformed_file_on_open_says_one_sentence_and_loses_nothing(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    ws.canvas.status_add_requested.emit(0.0, 500.0)  # unsaved work
+    open_path, spec = ws.path, json.loads(json.dumps(ws.model.spec))
+    broken = open_path.parent / "broken.env.json"
+    broken.write_text('{"kind": "workflow", "name": "broken",,}')
+    assert not ws.open_env(broken)
+    assert ws.banner.text() == (
+        "broken.env.json is not valid JSON (line 1, column 39: Expecting property "
+        "name enclosed in double quotes); fix it in a text editor, the file was "
+        "left as it is."
+    )
+    assert broken.read_text() == '{"kind": "workflow", "name": "broken",,}'
+    assert ws.path == open_path and ws.model.spec == spec and ws.is_modified
+
+
+def test_grid_stroke_is_one_undo_step(qtbot, workspace: EnvironmentsWorkspace) -> None:
+    ws = workspace
+    assert ws.open_env(ws.path.parent / "maze.env.json")
+    painter = ws.grid_painter
+    assert ws.pages.currentIndex() == 2 and painter.rows == 7 and painter.cols == 9
+    walls_before = len(ws.model.body["walls"])
+    ws.grid_palette.buttons["wall"].click()
+    with qtbot.waitSignal(painter.stroke_finished) as stroke:
+        qtbot.mousePress(
+            painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(0, 2)
+        )
+        qtbot.mouseMove(painter, painter.cell_center(0, 5))
+        qtbot.mouseRelease(
+            painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(0, 5)
+        )
+    assert [(r, c) for r, c, _, _ in stroke.args[0]] == [(0, c) for c in range(2, 6)]
+    assert ws.undo_stack.count() == 1
+    assert len(ws.model.body["walls"]) == walls_before + 4
+    ws.grid_palette.buttons["start"].click()
+    qtbot.mouseClick(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(6, 0))
+    assert ws.model.body["start"] == [6, 0] and painter.cell(0, 0) == ("empty", None)
+    ws.undo_stack.undo()
+    ws.undo_stack.undo()
+    assert len(ws.model.body["walls"]) == walls_before
+    assert ws.model.body["start"] == [0, 0]
+
+
+def test_validation_in_the_engine_marks_the_culprit(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    # A transition to a status that does not exist, made in the JSON view.
+    spec = json.loads(json.dumps(ws.model.spec))
+    spec["workflow"]["transitions"][3]["to"] = "Reviewed"
+    ws.json_view.setPlainText(json.dumps(spec))
+    qtbot.waitUntil(lambda: ws.model.spec == spec, timeout=3000)
+    with qtbot.waitSignal(ws.problems_changed, timeout=30_000) as shown:
+        ws.validate(env_checks=False)
+    problems = shown.args[0]
+    assert {
+        "path": "workflow.transitions[3].to",
+        "severity": "error",
+        "message": "workflow.transitions[3].to names 'Reviewed', which is not a "
+        "status.",
+        "check": "spec",
+    } in problems
+    # The arrow has no status to point at; its field in the inspector shows it.
+    ws.problem_list.setCurrentItem(ws.problem_list.topLevelItem(0))
+    ws._on_problem_clicked(ws.problem_list.topLevelItem(0))
+    assert ws.canvas.selected() == ("transition", 3)
+    to_combo = ws.inspector.transition_to
+    assert "which is not a status" in to_combo.toolTip()
+    assert "#d62728" in to_combo.styleSheet()
+
+    # Fix it; now make a terminal status unreachable: a warning on its box.
+    ws.undo_stack.undo()
+    i = next(k for k, t in enumerate(ws.model.transitions()) if t["to"] == "Won't Do")
+    while any(t["to"] == "Won't Do" for t in ws.model.transitions()):
+        i = next(
+            k for k, t in enumerate(ws.model.transitions()) if t["to"] == "Won't Do"
+        )
+        ws.canvas.select("transition", i)
+        ws.delete_selection()
+    with qtbot.waitSignal(ws.problems_changed, timeout=60_000) as shown:
+        ws.validate()
+    problems = shown.args[0]
+    unreachable = [p for p in problems if p["path"] == "workflow.terminal[1]"]
+    assert unreachable and "cannot be reached" in unreachable[0]["message"]
+    box = ws.canvas.status_item("Won't Do")
+    assert "cannot be reached from the start" in box.problem
+    assert "cannot be reached from the start" in box.toolTip()
+    assert "OK" in ws.problems_label.text()  # warnings only: still usable
+    # An edit makes the marks stale: they go away until the next check.
+    ws.canvas.status_add_requested.emit(0.0, 600.0)
+    assert box.problem == "" and "Validate again" in ws.problems_label.text()
