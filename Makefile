@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rl-studio-installed
 
-.PHONY: studio test bench lint setup clean
+.PHONY: studio test bench lint setup clean xvfb-deps
 
 setup: $(STAMP)
 
@@ -34,6 +34,11 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# Optional: what the real-window drag-and-drop test needs (it skips without it).
+xvfb-deps:
+	apt-get update -qq
+	apt-get install -y -qq xvfb xdotool imagemagick libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

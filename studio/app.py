@@ -83,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         window.set_workspace(args.workspace)
     client.start()
     session.open_project(project, create=create)
+    if args.open_file is not None:
+        _open_when_ready(window, session, args.open_file.expanduser().resolve())
 
     if args.exit_when_shown:
         window.show()
@@ -97,6 +99,29 @@ def main(argv: list[str] | None = None) -> int:
     code = app.exec()
     client.stop()
     return int(code)
+
+
+def _open_when_ready(window, session, path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Open a flow or env file in its editor once the project is loaded."""
+
+    def open_it(*_: object) -> None:
+        session.project_opened.disconnect(open_it)
+        if not path.is_file():
+            window.banner.show_message(f"The file {path} does not exist.", "error")
+        elif path.name.endswith(".flow.json"):
+            window.set_workspace("workflows")
+            window.workspaces["workflows"].open_file(str(path))
+        elif path.name.endswith(".env.json"):
+            window.set_workspace("environments")
+            window.workspaces["environments"].open_env(str(path))
+        else:
+            window.banner.show_message(
+                f"{path.name} is neither a workflow (.flow.json) nor an "
+                "environment (.env.json).",
+                "error",
+            )
+
+    session.project_opened.connect(open_it)
 
 
 def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-untyped-def]
