@@ -411,6 +411,75 @@ class GetEnvCatalog(Request):
 
 
 # --------------------------------------------------------------------------
+# Models
+# --------------------------------------------------------------------------
+
+
+@message("model.lineage")
+@dataclass(frozen=True)
+class GetModelLineage(Request):
+    """Where a registered model came from.
+
+    Reply result: ``{"links": [[parent, child, relation], ...]}``: every link
+    of the model's ancestry; a parent is a model id, a run id or (for base
+    models outside the project) a path or hub id.
+    """
+
+    model_id: str = ""
+
+
+@message("model.delete")
+@dataclass(frozen=True)
+class DeleteModel(Request):
+    """Remove a registered model: its folder and its row. An unknown id is
+    an ``error`` reply. Reply result: ``{"model_id": model_id}``; a
+    ``project.changed`` event follows."""
+
+    model_id: str = ""
+
+
+@message("ollama.list")
+@dataclass(frozen=True)
+class ListOllamaModels(Request):
+    """The models of the Ollama server at ``host`` (empty: the default).
+
+    Reply result: ``{"host": url, "version": str, "models": [{"name",
+    "size", "modified_at", "digest", "details": {...}}, ...]}`` as
+    ``/api/tags`` gives them. No server answering is an ``error`` reply of
+    one sentence.
+    """
+
+    host: str = ""
+
+
+@message("ollama.delete")
+@dataclass(frozen=True)
+class DeleteOllamaModel(Request):
+    """Delete model ``name`` from the Ollama server at ``host``.
+    Reply result: ``{"name": name}``."""
+
+    host: str = ""
+    name: str = ""
+
+
+@message("chat")
+@dataclass(frozen=True)
+class Chat(Request):
+    """One chat turn with ``model``: an Ollama model name (at ``host``) or a
+    local Hugging Face model folder (generated in the engine).
+
+    ``messages`` are ``{"role": "system" | "user" | "assistant", "content":
+    text}``, the last one the user's. Reply result: ``{"reply": text,
+    "model": model}``.
+    """
+
+    model: str = ""
+    host: str = ""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    max_new_tokens: int = 128
+
+
+# --------------------------------------------------------------------------
 # Encoding
 # --------------------------------------------------------------------------
 

@@ -69,6 +69,11 @@ class Server:
             protocol.GetEnvCatalog: self._on_env_catalog,
             protocol.GetFlowCatalog: self._on_flow_catalog,
             protocol.ValidateFlow: self._on_validate_flow,
+            protocol.GetModelLineage: self._on_model_lineage,
+            protocol.DeleteModel: self._on_delete_model,
+            protocol.ListOllamaModels: self._on_ollama_list,
+            protocol.DeleteOllamaModel: self._on_ollama_delete,
+            protocol.Chat: self._on_chat,
         }
         # Answered on the reading thread: cheap, and latency matters.
         self._inline = {protocol.Ping, protocol.Hello}
@@ -77,7 +82,13 @@ class Server:
             protocol.GetEnvCatalog,
             protocol.DetectHardware,
             protocol.GetRunSchema,
+            # Network and generation: may take seconds, touch no project state.
+            protocol.ListOllamaModels,
+            protocol.DeleteOllamaModel,
+            protocol.Chat,
         }
+        self._chat_models: dict[str, Any] = {}  # HF folder -> (tokenizer, model)
+        self._chat_lock = threading.Lock()
 
     # ------------------------------------------------------------ output
     def send(self, msg: protocol.Message) -> None:
@@ -268,6 +279,128 @@ class Server:
         from engine.hardware import detect
 
         return detect().to_dict()
+
+    # ------------------------------------------------------------ models
+    def _on_model_lineage(self, msg: protocol.GetModelLineage) -> dict[str, Any]:
+        project = self.supervisor.require_project()
+        models = project.list_models()
+        if not any(m.id == msg.model_id for m in models):
+            raise EngineError(f"There is no model {msg.model_id!r} in this project.")
+        # Some jobs name a parent model by its folder, not its id (a merge
+        # names the adapter folder); follow those into that model's ancestry.
+        by_path: dict[str, str] = {}
+        for m in models:
+            by_path[m.path] = by_path[str(Path(m.path).parent)] = m.id
+        links: list[tuple[str, str, str]] = []
+        todo, seen = [msg.model_id], set()
+        while todo and len(seen) < 100:
+            node = todo.pop()
+            if node in seen:
+                continue
+            seen.add(node)
+            for link in project.lineage(node):
+                if link not in links:
+                    links.append(link)
+                parent_id = by_path.get(link[0])
+                if parent_id is not None and parent_id not in seen:
+                    todo.append(parent_id)
+        return {"links": [list(link) for link in links]}
+
+    def _on_delete_model(self, msg: protocol.DeleteModel) -> dict[str, Any]:
+        self.supervisor.require_project().delete_model(msg.model_id)
+        self.send(protocol.ProjectChanged(what="models"))
+        return {"model_id": msg.model_id}
+
+    def _on_ollama_list(self, msg: protocol.ListOllamaModels) -> dict[str, Any]:
+        from engine.export.ollama import DEFAULT_HOST, OllamaClient
+
+        client = OllamaClient(msg.host or DEFAULT_HOST, timeout=5.0)
+        version = client.version()
+        return {
+            "host": client.host,
+            "version": version,
+            "models": client.list_models(),
+        }
+
+    def _on_ollama_delete(self, msg: protocol.DeleteOllamaModel) -> dict[str, Any]:
+        from engine.export.ollama import DEFAULT_HOST, OllamaClient
+
+        if not msg.name:
+            raise EngineError("Name the Ollama model to delete.")
+        OllamaClient(msg.host or DEFAULT_HOST, timeout=10.0).delete(msg.name)
+        return {"name": msg.name}
+
+    def _on_chat(self, msg: protocol.Chat) -> dict[str, Any]:
+        messages = [
+            {"role": str(m.get("role", "user")), "content": str(m.get("content", ""))}
+            for m in msg.messages
+            if isinstance(m, dict)
+        ]
+        if not messages:
+            raise EngineError("A chat needs at least one message.")
+        if not msg.model:
+            raise EngineError("Choose a model to chat with.")
+        folder = Path(msg.model).expanduser()
+        if folder.is_dir():
+            reply = self._chat_local(folder, messages, max(1, msg.max_new_tokens))
+        else:
+            reply = self._chat_ollama(msg.model, msg.host, messages)
+        return {"reply": reply, "model": msg.model}
+
+    def _chat_ollama(self, name: str, host: str, messages: list[dict[str, str]]) -> str:
+        from engine.export.ollama import DEFAULT_HOST, OllamaClient
+
+        client = OllamaClient(host or DEFAULT_HOST, timeout=120.0)
+        # OllamaClient has no chat call; its JSON helper turns every failure
+        # (no server, unknown model, HTTP error) into one sentence.
+        data = client._json(
+            "POST",
+            "/api/chat",
+            {"model": name, "messages": messages, "stream": False},
+            what=name,
+        )
+        return str((data.get("message") or {}).get("content", ""))
+
+    def _chat_local(
+        self, folder: Path, messages: list[dict[str, str]], max_new_tokens: int
+    ) -> str:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not (folder / "config.json").is_file():
+            raise EngineError(
+                f"{folder} has no config.json; chat needs a merged or base model "
+                "folder (merge an adapter first)."
+            )
+        with self._chat_lock:
+            key = str(folder.resolve())
+            if key not in self._chat_models:
+                self._chat_models.clear()  # keep one model in memory at most
+                tok = AutoTokenizer.from_pretrained(key)
+                model = AutoModelForCausalLM.from_pretrained(key)
+                model.eval()
+                self._chat_models[key] = (tok, model)
+            tok, model = self._chat_models[key]
+            if getattr(tok, "chat_template", None):
+                prompt = tok.apply_chat_template(
+                    messages, tokenize=False, add_generation_prompt=True
+                )
+            else:
+                prompt = (
+                    "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+                    + "assistant:"
+                )
+            inputs = tok(prompt, return_tensors="pt")
+            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            with torch.no_grad():
+                out = model.generate(
+                    **inputs,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=pad,
+                )
+            new = out[0, inputs["input_ids"].shape[1] :]
+            return str(tok.decode(new, skip_special_tokens=True)).strip()
 
 
 # ---------------------------------------------------------------- CLI

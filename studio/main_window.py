@@ -62,12 +62,11 @@ class MainWindow(QMainWindow):
         self.confirm_quit = True
         """Ask before quitting while runs train (off for scripted use)."""
 
-        state = session.state
         self.workspaces: dict[str, QWidget] = {
             "environments": EnvironmentsWorkspace(session),
             "workflows": WorkflowsWorkspace(session),
             "training": TrainingWorkspace(session),
-            "models": ModelsWorkspace(state),
+            "models": ModelsWorkspace(session),
         }
         self.nav = QListWidget()
         self.nav.setIconSize(QSize(28, 28))

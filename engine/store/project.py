@@ -477,6 +477,31 @@ class Project:
             ).fetchall()
         return [tuple(r) for r in rows]
 
+    def delete_model(self, model_id: str) -> ModelRecord:
+        """Remove a registered model: its folder, its row and the links that
+        made it. Atomic: the folder is renamed aside first (``.tmp-deleted``,
+        whose files ``remove_stale_temp_files`` sweeps if the removal is cut
+        short), so the model is either whole and listed or gone."""
+        record = next((m for m in self.list_models() if m.id == model_id), None)
+        if record is None:
+            raise ProjectError(f"There is no model {model_id!r} in this project.")
+        folder = self.path / "models" / model_id
+        doomed = folder.with_name(f"{folder.name}.tmp-deleted")
+        if folder.exists():
+            if doomed.exists():
+                shutil.rmtree(doomed, ignore_errors=True)
+            try:
+                folder.rename(doomed)
+            except OSError as exc:
+                raise ProjectError(
+                    f"The model folder {folder} cannot be removed ({exc.strerror})."
+                ) from None
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM models WHERE id = ?", (model_id,))
+            self._db.execute("DELETE FROM lineage WHERE child = ?", (model_id,))
+        shutil.rmtree(doomed, ignore_errors=True)
+        return record
+
     # ------------------------------------------------------- documents
     def list_documents(self, folder: str, suffix: str) -> list[dict[str, Any]]:
         """Env specs or flows: name, path, modified time, and the JSON's

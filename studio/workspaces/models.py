@@ -1,90 +1,780 @@
-"""Models: every model registered in the project, with its details."""
+"""Models: the model manager.
+
+Every model of the project (SB3 policies, base models, adapters, merged
+models, GGUF and ONNX files) and of the connected Ollama server in one
+table; the selected model's lineage as a chain, its metrics and details;
+actions that run in the engine (evaluate, play, export, deploy, one-click
+export to Ollama) with their progress; the language-model trace viewer and
+the before/after evaluation report.
+"""
 
 from __future__ import annotations
 
+import html
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
+    QComboBox,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
+    QMessageBox,
     QPushButton,
+    QScrollArea,
     QSplitter,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from studio.models.project_state import ProjectState
-from studio.workspaces.common import JsonPreview, fmt_bytes, fmt_time, open_folder
+from studio.eval_report import ComparisonReport
+from studio.model_dialogs import (
+    ChatDialog,
+    DeployOllamaDialog,
+    ExportGgufDialog,
+    PipelineView,
+)
+from studio.models.model_catalog import (
+    KIND_LABELS,
+    OLLAMA_PREFIX,
+    ChainNode,
+    key_metric,
+    lineage_chain,
+    ollama_record,
+    table_records,
+)
+from studio.models_controller import ModelsController, model_folder
+from studio.session import Session
+from studio.trace_viewer import TraceViewer
+from studio.workspaces.common import fmt_bytes, fmt_time, open_folder
+from widgets.chain_view import ChainItem, ChainView
+from widgets.frame_viewer import FrameViewer
 from widgets.record_table import Column, RecordTable
+from widgets.run_progress import RunProgressBar
+
+__all__ = ["ModelsWorkspace", "key_metric"]
+
+HF_KINDS = ("lora-adapter", "hf-merged", "hf-model")
+PURPOSE_TITLES = {
+    "evaluate": "Evaluation",
+    "play": "Play",
+    "export.onnx": "ONNX export",
+    "export.gguf": "GGUF export",
+    "deploy": "Ollama deployment",
+}
+
+MODEL_COLUMNS = [
+    Column("Name", lambda m: m["name"]),
+    Column(
+        "Kind",
+        lambda m: m["kind"],
+        lambda k: KIND_LABELS.get(k, k),
+        color=lambda m: "#d62728" if m["kind"] == "ollama" else None,
+    ),
+    Column("Env", lambda m: m.get("env", "")),
+    Column("Algorithm / base", lambda m: m.get("algo") or Path(m.get("base", "")).name),
+    Column("Key metric", key_metric),
+    Column("Size", lambda m: m.get("size_bytes", 0), fmt_bytes),
+    Column("Created", lambda m: m.get("created", 0), fmt_time),
+    Column("Source run", lambda m: m.get("source_run") or ""),
+]
+TRACE_COLUMNS = [
+    Column("Step", lambda r: r["step"]),
+    Column("Action", lambda r: r["action"]),
+    Column("Reward", lambda r: r["reward"], lambda v: f"{v:+.3g}"),
+    Column("Breakdown", lambda r: r["breakdown"]),
+    Column("Status", lambda r: r["status"]),
+    Column("Observation", lambda r: r["observation"]),
+]
 
 
-def key_metric(model: dict) -> str:
-    metrics = model.get("metrics") or {}
-    for name in ("eval/mean_reward", "eval/success_rate", "best_eval_reward"):
-        if name in metrics:
-            return f"{name} {metrics[name]:.3g}"
-    if metrics:
-        name, value = next(iter(metrics.items()))
-        return f"{name} {value}"
-    return ""
+def _confirm_with_box(parent: QWidget, title: str, text: str) -> bool:
+    answer = QMessageBox.question(parent, title, text)
+    return answer == QMessageBox.StandardButton.Yes
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = (
+        ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else str(value)
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class ModelsWorkspace(QWidget):
-    def __init__(self, state: ProjectState, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._state = state
+        self._session = session
+        self._state = session.state
+        self.controller = ModelsController(session, self)
+        self.confirm: Callable[[str, str], bool] = lambda title, text: (
+            _confirm_with_box(self, title, text)
+        )
+        """Asks before deleting; tests replace it."""
+        self.open_folder: Callable[[str], None] = open_folder
+        self._records: list[dict[str, Any]] = []
+        self._links: dict[str, list[list[str]]] = {}
+        self._action_run = ""
+        self._shown_once = False
+        self.dialogs: list[QWidget] = []
+        """Dialogs opened from here (kept so tests can drive them)."""
+
+        # -- header: title and the Ollama server
+        self.host_edit = QLineEdit(self.controller.ollama_host)
+        self.host_edit.setPlaceholderText("Ollama host")
+        self.host_edit.setFixedWidth(220)
+        self.host_edit.returnPressed.connect(self.refresh_ollama)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.setToolTip("List the models of the Ollama server")
+        self.refresh_button.clicked.connect(self.refresh_ollama)
+        self.ollama_status = QLabel(wordWrap=True)
+        self.ollama_status.setAlignment(
+            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+        )
+        header = QHBoxLayout()
+        header.addWidget(QLabel("<h2 style='margin:0'>Models</h2>"))
+        header.addSpacing(20)
+        header.addWidget(self.ollama_status, 1)
+        header.addWidget(QLabel("Ollama:"))
+        header.addWidget(self.host_edit)
+        header.addWidget(self.refresh_button)
+
+        # -- actions
+        self.buttons: dict[str, QPushButton] = {}
+        actions = QHBoxLayout()
+        for key, text, tip, slot in (
+            ("evaluate", "Evaluate", "Roll the policy out in its env", self.evaluate),
+            ("play", "Play", "One episode: step trace and frames", self.play),
+            ("chat", "Chat…", "Talk to the model", self.chat),
+            ("gguf", "Export GGUF…", "Convert to GGUF", self.export_gguf),
+            ("onnx", "Export ONNX", "Export the SB3 policy to ONNX", self.export_onnx),
+            ("deploy", "Deploy to Ollama…", "Create an Ollama model", self.deploy),
+            (
+                "one_click",
+                "Export to Ollama…",
+                "Merge, export GGUF, write the Modelfile and deploy in one go",
+                self.export_to_ollama,
+            ),
+            ("delete", "Delete", "Delete the model", self.delete_selected),
+            ("folder", "Show in folder", "Open the model's folder", self.show_folder),
+        ):
+            button = QPushButton(text, toolTip=tip)
+            button.clicked.connect(lambda *_, s=slot: s())
+            self.buttons[key] = button
+            actions.addWidget(button)
+            if key in ("play", "chat", "one_click"):
+                actions.addSpacing(10)
+        self.buttons["one_click"].setStyleSheet("font-weight: bold;")
+        actions.addStretch(1)
+
+        # -- table
         self.table = RecordTable(
-            [
-                Column("Name", lambda m: m["name"]),
-                Column("Kind", lambda m: m["kind"]),
-                Column("Env", lambda m: m.get("env", "")),
-                Column(
-                    "Algorithm / base", lambda m: m.get("algo") or m.get("base", "")
-                ),
-                Column("Key metric", key_metric),
-                Column("Size", lambda m: m.get("size_bytes", 0), fmt_bytes),
-                Column("Created", lambda m: m.get("created", 0), fmt_time),
-                Column("Source run", lambda m: m.get("source_run") or ""),
-            ],
+            MODEL_COLUMNS,
             empty_text="No models in this project yet. Models appear here when a "
             "training run finishes.",
         )
         self.table.selection_changed.connect(self._on_table_selection_changed)
-        self.details = JsonPreview()
-        self.show_folder = QPushButton("Show in folder")
-        self.show_folder.setEnabled(False)
-        self.show_folder.clicked.connect(self._on_show_folder_clicked)
-        buttons = QHBoxLayout()
-        buttons.addWidget(self.show_folder)
-        buttons.addStretch(1)
-        split = QSplitter(Qt.Orientation.Vertical)
+
+        # -- details
+        self.chain = ChainView()
+        self.chain.item_clicked.connect(self._on_chain_item_clicked)
+        self.details = QLabel(wordWrap=True, alignment=Qt.AlignmentFlag.AlignTop)
+        self.details.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        details_scroll = QScrollArea(widgetResizable=True)
+        details_scroll.setWidget(self.details)
+        details_page = QWidget()
+        details_layout = QVBoxLayout(details_page)
+        details_layout.addWidget(QLabel("<b>Lineage</b>"))
+        details_layout.addWidget(self.chain)
+        details_layout.addWidget(details_scroll, 1)
+
+        self.result_label = QLabel(wordWrap=True, alignment=Qt.AlignmentFlag.AlignTop)
+        self.result_label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        self.frames = FrameViewer()
+        self.trace_table = RecordTable(
+            TRACE_COLUMNS, empty_text="Press Play to roll the policy out."
+        )
+        play_split = QSplitter(Qt.Orientation.Horizontal)
+        play_split.addWidget(self.trace_table)
+        play_split.addWidget(self.frames)
+        play_split.setSizes([520, 300])
+        run_page = QWidget()
+        run_layout = QVBoxLayout(run_page)
+        run_layout.addWidget(self.result_label)
+        run_layout.addWidget(play_split, 1)
+
+        self.trace_viewer = TraceViewer()
+        self.report_box = QComboBox()
+        self.report_box.currentIndexChanged.connect(self._on_report_box_changed)
+        self.report = ComparisonReport()
+        report_page = QWidget()
+        report_layout = QVBoxLayout(report_page)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Report:"))
+        row.addWidget(self.report_box, 1)
+        report_layout.addLayout(row)
+        report_layout.addWidget(self.report, 1)
+
+        self.tabs = QTabWidget()
+        self.tabs.addTab(details_page, "Details")
+        self.tabs.addTab(run_page, "Evaluate / Play")
+        self.tabs.addTab(self.trace_viewer, "Traces")
+        self.tabs.addTab(report_page, "Evaluation report")
+        self.tabs.currentChanged.connect(self._on_tabs_current_changed)
+
+        split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
-        split.addWidget(self.details)
+        split.addWidget(self.tabs)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setSizes([640, 480])
+
+        # -- progress of the last action and the one-click chain
+        self.action_label = QLabel()
+        self.action_progress = RunProgressBar()
+        action_row = QHBoxLayout()
+        action_row.addWidget(self.action_label)
+        action_row.addWidget(self.action_progress, 1)
+        self.action_box = QWidget()
+        self.action_box.setLayout(action_row)
+        self.action_box.hide()
+        self.pipeline_view = PipelineView()
+
         layout = QVBoxLayout(self)
-        layout.addWidget(QLabel("<h2>Models</h2>"))
-        layout.addLayout(buttons)
+        layout.addLayout(header)
+        layout.addLayout(actions)
         layout.addWidget(split, 1)
-        state.subscribe(self._on_state_changed)
+        layout.addWidget(self.action_box)
+        layout.addWidget(self.pipeline_view)
+
+        self.controller.ollama_models_changed.connect(self._on_ollama_models_changed)
+        self.controller.ollama_failed.connect(self._on_ollama_failed)
+        self.controller.action_started.connect(self._on_action_started)
+        self.controller.action_ended.connect(self._on_action_ended)
+        self.controller.failed.connect(self._on_controller_failed)
+        self._state.subscribe(self._on_state_changed)
         self._on_state_changed("reset", "")
 
-    def _selected(self) -> dict | None:
+    # ------------------------------------------------------------ queries
+    def records(self) -> list[dict[str, Any]]:
+        return list(self._records)
+
+    def selected(self) -> dict[str, Any] | None:
         keys = self.table.selected_keys()
-        return next((m for m in self._state.models if m["id"] in keys), None)
+        return next((m for m in self._records if m["id"] in keys), None)
+
+    def select(self, model_id: str) -> None:
+        self.table.select_keys([model_id])
+
+    # ------------------------------------------------------------- model
+    def _rebuild(self) -> None:
+        host = self.controller.ollama_host
+        ollama = [ollama_record(o, host) for o in self.controller.ollama_models]
+        self._records = table_records(self._state.models, ollama)
+        self.table.set_records(self._records)
+        self._show_selection()
 
     def _on_state_changed(self, what: str, key: str) -> None:
         if what == "reset":
-            self.table.set_records(self._state.models)
+            self._links.clear()
+            self._rebuild()
+            if not self.table.selected_keys() and self._state.models:
+                self.select(self._state.models[-1]["id"])  # the newest
+            self.trace_viewer.set_project(self._state.path)
+            self._refresh_reports()
+        elif what == "run" and key == self._action_run:
+            self._update_action_progress()
 
+    def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().showEvent(event)
+        if not self._shown_once:
+            self._shown_once = True
+            self.refresh_ollama()
+
+    # ------------------------------------------------------------ Ollama
+    def refresh_ollama(self) -> None:
+        self.ollama_status.setText("<span style='color:gray'>Asking Ollama…</span>")
+        self.controller.refresh_ollama(self.host_edit.text())
+
+    def _on_ollama_models_changed(self, models: list) -> None:
+        if not self.controller.ollama_error:
+            version = getattr(self.controller, "ollama_version", "")
+            self.ollama_status.setText(
+                f"<span style='color:#2ca02c'>●</span> Ollama {html.escape(version)}: "
+                f"{len(models)} model(s)"
+            )
+            self.ollama_status.setToolTip(self.controller.ollama_host)
+        self._rebuild()
+
+    def _on_ollama_failed(self, message: str) -> None:
+        self.ollama_status.setText(
+            f"<span style='color:#d62728'>●</span> {html.escape(message)}"
+        )
+        self.ollama_status.setToolTip(message)
+
+    # --------------------------------------------------------- selection
     def _on_table_selection_changed(self, keys: list[str]) -> None:
-        model = self._selected()
-        self.show_folder.setEnabled(model is not None)
-        if model is None:
-            self.details.clear()
-        else:
-            self.details.show_value(model)
+        self._show_selection()
 
-    def _on_show_folder_clicked(self) -> None:
-        model = self._selected()
+    def _show_selection(self) -> None:
+        model = self.selected()
+        self._update_buttons(model)
+        if model is None:
+            self.chain.set_items([], "Select a model to see where it came from.")
+            self.details.setText(
+                "<i style='color:gray'>Select a model to see its details.</i>"
+            )
+            return
+        self.details.setText(self._details_html(model))
+        if model["kind"] == "ollama":
+            self._show_ollama_chain(model)
+        elif model["id"] in self._links:
+            self._show_chain(model["id"])
+        else:
+            self.chain.set_items([ChainItem(model["id"], model["kind"], model["name"])])
+            self.controller.request_lineage(
+                model["id"], lambda links, mid=model["id"]: self._on_links(mid, links)
+            )
+
+    def _on_links(self, model_id: str, links: list[list[str]]) -> None:
+        self._links[model_id] = links
+        current = self.selected()
+        if current is not None and current["id"] == model_id:
+            self._show_chain(model_id)
+
+    def _show_chain(self, model_id: str, ollama_name: str = "") -> None:
+        nodes = lineage_chain(
+            model_id,
+            self._links.get(model_id, []),
+            self._state.models,
+            self._state.runs,
+        )
+        items = [
+            ChainItem(
+                n.key,
+                n.kind,
+                n.title,
+                n.subtitle,
+                n.current if not ollama_name else n.title == ollama_name,
+            )
+            for n in nodes
+        ]
+        self.chain.set_items(items)
+
+    def _show_ollama_chain(self, model: dict[str, Any]) -> None:
+        """An Ollama model deployed from this project: the chain of its GGUF."""
+        name = model["name"]
+        bare = name.removesuffix(":latest")
+        for run in reversed(list(self._state.runs.values())):
+            config = run.get("config") or {}
+            if run.get("kind") == "deploy.ollama" and config.get("name") in (
+                name,
+                bare,
+            ):
+                parents = config.get("parents") or []
+                if parents:
+                    gguf_id = str(parents[0])
+
+                    def show(
+                        links: list[list[str]],
+                        gid: str = gguf_id,
+                        deployed: str = str(config["name"]),
+                    ) -> None:
+                        self._links[gid] = links
+                        if (self.selected() or {}).get("id") == model["id"]:
+                            self._show_chain(gid, ollama_name=deployed)
+
+                    self.controller.request_lineage(gguf_id, show)
+                    return
+        node = ChainNode(model["id"], "ollama", name, "Ollama", current=True)
+        self.chain.set_items(
+            [ChainItem(node.key, node.kind, node.title, node.subtitle, True)]
+        )
+
+    def _on_chain_item_clicked(self, key: str) -> None:
+        if any(r["id"] == key for r in self._records):
+            self.select(key)
+        elif key.startswith(OLLAMA_PREFIX):
+            for r in self._records:
+                if r["kind"] == "ollama" and r["name"].removesuffix(":latest") == (
+                    key[len(OLLAMA_PREFIX) :].removesuffix(":latest")
+                ):
+                    self.select(r["id"])
+
+    def _details_html(self, m: dict[str, Any]) -> str:
+        def row(label: str, value: Any) -> str:
+            if value in (None, "", {}, []):
+                return ""
+            return (
+                f"<tr><td style='color:gray; padding-right:10px'>{label}</td>"
+                f"<td>{html.escape(str(value))}</td></tr>"
+            )
+
+        kind = KIND_LABELS.get(m["kind"], m["kind"])
+        parts = [
+            f"<h3 style='margin-bottom:2px'>{html.escape(m['name'])}</h3>"
+            f"<span style='color:gray'>{kind}</span><table>",
+            row("Id", m["id"] if m["kind"] != "ollama" else ""),
+            row("Environment", m.get("env")),
+            row("Algorithm", m.get("algo")),
+            row("Base", m.get("base")),
+            row("Size", fmt_bytes(m.get("size_bytes"))),
+            row("Created", fmt_time(m.get("created"))),
+            row("Source run", self._run_name(m.get("source_run"))),
+            row("Path", m.get("path")),
+            row("Server", m.get("host")),
+            row("Digest", str(m.get("digest", ""))[:19]),
+            "</table>",
+        ]
+        metrics = m.get("metrics") or {}
+        if metrics:
+            parts.append("<h4 style='margin-bottom:2px'>Metrics</h4><table>")
+            for k, v in metrics.items():
+                value = f"{v:.5g}" if isinstance(v, float) else v
+                parts.append(row(k, value))
+            parts.append("</table>")
+        sb3 = m.get("sb3")
+        if sb3:
+            parts.append(
+                "<h4 style='margin-bottom:2px'>Policy (from the zip)</h4><table>"
+            )
+            parts += [
+                row("Algorithm", sb3.get("algo")),
+                row("Policy class", sb3.get("policy_class")),
+                row("Timesteps", f"{sb3.get('num_timesteps', 0):,}"),
+                row("Observation space", sb3.get("observation_space")),
+                row("Action space", sb3.get("action_space")),
+                row("Vector envs", sb3.get("n_envs")),
+                row("SB3 version", sb3.get("sb3_version")),
+            ]
+            for k, v in (sb3.get("hyperparameters") or {}).items():
+                parts.append(row(k, v))
+            parts.append("</table>")
+        if m.get("sb3_error"):
+            parts.append(
+                f"<p style='color:#d62728'>{html.escape(str(m['sb3_error']))}</p>"
+            )
+        details = m.get("details") or {}
+        if details:
+            parts.append("<h4 style='margin-bottom:2px'>Ollama details</h4><table>")
+            parts += [row(k, _short(v)) for k, v in details.items()]
+            parts.append("</table>")
+        return "".join(parts)
+
+    def _run_name(self, run_id: str | None) -> str:
+        if not run_id:
+            return ""
+        run = self._state.run(run_id) or {}
+        name = run.get("name")
+        return f"{name} ({run_id})" if name else run_id
+
+    def _update_buttons(self, m: dict[str, Any] | None) -> None:
+        kind = (m or {}).get("kind", "")
+        policy = kind == "sb3-policy" and bool((m or {}).get("env"))
+        enabled = {
+            "evaluate": policy,
+            "play": policy,
+            "chat": kind in ("ollama", "hf-merged", "hf-model"),
+            "gguf": kind in HF_KINDS,
+            "onnx": kind == "sb3-policy",
+            "deploy": kind == "gguf"
+            and (m or {}).get("metrics", {}).get("gguf_kind") != "adapter",
+            "one_click": kind in (*HF_KINDS, "gguf"),
+            "delete": m is not None,
+            "folder": bool((m or {}).get("path")),
+        }
+        for key, button in self.buttons.items():
+            button.setEnabled(enabled[key])
+
+    # ----------------------------------------------------------- actions
+    def evaluate(self, episodes: int = 10) -> None:
+        model = self.selected()
         if model:
-            open_folder(Path(model["path"]).parent)
+            self.controller.evaluate(model, episodes)
+
+    def play(self) -> None:
+        model = self.selected()
+        if model:
+            self.controller.play(model)
+
+    def chat(self) -> ChatDialog | None:
+        model = self.selected()
+        if model is None:
+            return None
+        if model["kind"] == "ollama":
+            ref, host = model["name"], str(model.get("host") or "")
+        else:
+            ref, host = model_folder(model), ""
+        dialog = ChatDialog(self.controller, ref, model["name"], host, parent=self)
+        self._open(dialog)
+        return dialog
+
+    def export_gguf(self) -> ExportGgufDialog | None:
+        model = self.selected()
+        if model is None:
+            return None
+        dialog = ExportGgufDialog(model, parent=self)
+        dialog.accepted.connect(
+            lambda: self.controller.export_gguf(
+                model, dialog.values()["type"], dialog.values()["out"] or None
+            )
+        )
+        self._open(dialog)
+        return dialog
+
+    def export_onnx(self) -> None:
+        model = self.selected()
+        if model:
+            self.controller.export_onnx(model)
+
+    def deploy(self) -> DeployOllamaDialog | None:
+        model = self.selected()
+        if model is None:
+            return None
+        dialog = DeployOllamaDialog(model, self.controller.ollama_host, parent=self)
+
+        def go() -> None:
+            v = dialog.values()
+            self.controller.deploy_ollama(
+                model, v["name"], v["host"], v["system"], v["quantize"]
+            )
+
+        dialog.accepted.connect(go)
+        self._open(dialog)
+        return dialog
+
+    def export_to_ollama(self) -> DeployOllamaDialog | None:
+        """The one-click chain, after a dialog for its name and server."""
+        model = self.selected()
+        if model is None:
+            return None
+        dialog = DeployOllamaDialog(
+            model, self.controller.ollama_host, one_click=True, parent=self
+        )
+
+        def go() -> None:
+            v = dialog.values()
+            pipeline = self.controller.export_to_ollama(
+                model, v["name"], v["host"], v["type"], v["system"], v["quantize"]
+            )
+            self.pipeline_view.set_pipeline(pipeline)
+            pipeline.finished.connect(lambda ok, _msg: self._rebuild())
+            pipeline.start()
+
+        dialog.accepted.connect(go)
+        self._open(dialog)
+        return dialog
+
+    def delete_selected(self) -> None:
+        model = self.selected()
+        if model is None:
+            return
+        if model["kind"] == "ollama":
+            text = (
+                f"Delete {model['name']} from the Ollama server at "
+                f"{model.get('host')}? This cannot be undone."
+            )
+        else:
+            text = (
+                f"Delete the model {model['name']} and its files "
+                f"({fmt_bytes(model.get('size_bytes')) or 'empty'})? "
+                "This cannot be undone."
+            )
+        if not self.confirm("Delete model", text):
+            return
+        self.buttons["delete"].setEnabled(False)
+        self.controller.delete_model(model)
+
+    def show_folder(self) -> None:
+        model = self.selected()
+        if model and model.get("path"):
+            path = Path(model["path"])
+            self.open_folder(str(path if path.is_dir() else path.parent))
+
+    def _open(self, dialog: QWidget) -> None:
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.dialogs = [d for d in self.dialogs if d.isVisible()] + [dialog]
+        dialog.open() if hasattr(dialog, "open") else dialog.show()
+
+    # ------------------------------------------------------ action runs
+    def _on_action_started(self, run_id: str, purpose: str) -> None:
+        self._action_run = run_id
+        self.action_box.show()
+        self.action_label.setText(f"{PURPOSE_TITLES.get(purpose, purpose)}:")
+        self.action_progress.set_state("running")
+        self.action_progress.set_progress(0, None)
+        if purpose in ("evaluate", "play"):
+            self.tabs.setCurrentIndex(1)
+            self.result_label.setText(
+                f"<i>{PURPOSE_TITLES[purpose]} running in the engine…</i>"
+            )
+
+    def _update_action_progress(self) -> None:
+        run = self._state.run(self._action_run) or {}
+        total = int(run.get("progress_total") or 0) or None
+        self.action_progress.set_progress(
+            int(run.get("progress_done") or 0),
+            total,
+            run.get("rate") or None,
+            run.get("eta_s"),
+        )
+
+    def _on_action_ended(
+        self, run_id: str, purpose: str, status: str, reason: str
+    ) -> None:
+        if run_id == self._action_run:
+            self.action_progress.set_state(status)
+            self._update_action_progress()
+        title = PURPOSE_TITLES.get(purpose, purpose)
+        if status != "completed":
+            self.result_label.setText(
+                f"<span style='color:#d62728'>{title} {status}: "
+                f"{html.escape(reason)}</span>"
+            )
+            self.action_label.setText(f"{title} {status}.")
+            return
+        self.action_label.setText(f"{title} done.")
+        if purpose == "evaluate":
+            self._show_evaluation(run_id)
+        elif purpose == "play":
+            self._show_play(run_id)
+        elif purpose == "deploy":
+            summary = (self._state.run(run_id) or {}).get("summary") or {}
+            deploy = summary.get("deploy") or {}
+            self.action_label.setText(
+                html.escape(str(deploy.get("message") or "Deployed."))
+                + (
+                    f"  <code>ollama run {html.escape(str(deploy.get('name')))}</code>"
+                    if deploy.get("deployed")
+                    else ""
+                )
+            )
+            self.refresh_ollama()
+
+    def _show_evaluation(self, run_id: str) -> None:
+        data = self.controller.read_preview(run_id)
+        if data is None:
+            self.result_label.setText("The evaluation wrote no results.")
+            return
+        eps = data.get("episodes") or []
+        returns = [e["return"] for e in eps]
+        lengths = [e["length"] for e in eps]
+        success = data.get("success_rate")
+        self.result_label.setText(
+            f"<b>Evaluation</b> on {html.escape(str(data.get('env_id')))}: "
+            f"{len(eps)} episodes<br>"
+            f"mean return <b>{np.mean(returns):.4g}</b> ± {np.std(returns):.3g} "
+            f"(min {min(returns, default=0):.4g}, max {max(returns, default=0):.4g}),"
+            f" mean length {np.mean(lengths):.4g}"
+            + (f", success rate {success:.0%}" if success is not None else "")
+        )
+        self.trace_table.set_records([])
+        self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8), "No frames")
+
+    def _show_play(self, run_id: str) -> None:
+        data = self.controller.read_preview(run_id)
+        if data is None:
+            self.result_label.setText("The episode wrote no results.")
+            return
+        names = data.get("action_names") or []
+        rows = []
+        for i, step in enumerate(data.get("trace") or []):
+            action = step.get("action_name") or step.get("action")
+            if step.get("action_name") is None and isinstance(action, int) and names:
+                action = names[action] if action < len(names) else action
+            breakdown = step.get("reward_breakdown") or {}
+            rows.append(
+                {
+                    "id": str(i),
+                    "step": step.get("step", i + 1),
+                    "action": _short(action, 30),
+                    "reward": float(step.get("reward") or 0.0),
+                    "breakdown": ", ".join(
+                        f"{k} {v:+.3g}"
+                        for k, v in breakdown.items()
+                        if isinstance(v, int | float)
+                    ),
+                    "status": "terminated"
+                    if step.get("terminated")
+                    else ("truncated" if step.get("truncated") else "")
+                    + (f" {step['status']}" if step.get("status") else ""),
+                    "observation": _short(step.get("observation"), 80),
+                }
+            )
+        self.trace_table.set_records(rows)
+        ep = (data.get("episodes") or [{}])[0]
+        self.result_label.setText(
+            f"<b>Play</b> on {html.escape(str(data.get('env_id')))}: return "
+            f"<b>{ep.get('return', 0):.4g}</b> in {ep.get('length', 0)} steps"
+            + (" — success" if ep.get("success") else "")
+        )
+        frames_path = data.get("frames")
+        if frames_path and Path(frames_path).is_file():
+            with np.load(frames_path) as npz:
+                self.frames.set_frames(npz["frames"])
+        else:
+            self.frames.set_frames(
+                np.zeros((0, 1, 1, 3), np.uint8), "This env renders no frames."
+            )
+
+    def _on_controller_failed(self, message: str) -> None:
+        self.action_box.show()
+        self.action_label.setText(
+            f"<span style='color:#d62728'>{html.escape(message)}</span>"
+        )
+        self._update_buttons(self.selected())
+
+    # ------------------------------------------------------------ reports
+    def _on_tabs_current_changed(self, index: int) -> None:
+        if self.tabs.widget(index) is self.trace_viewer:
+            self.trace_viewer.refresh()
+        elif index == 3:
+            self._refresh_reports()
+
+    def evaluation_reports(self) -> list[tuple[str, str]]:
+        """(title, report path) of every completed ``llm.evaluate`` run."""
+        out = []
+        for run in reversed(list(self._state.runs.values())):
+            if run.get("kind") != "llm.evaluate" or run.get("status") != "completed":
+                continue
+            path = (run.get("summary") or {}).get("report") or str(
+                Path(run.get("run_dir") or "") / "report.json"
+            )
+            if Path(path).is_file():
+                out.append((str(run.get("name") or run["id"]), str(path)))
+        return out
+
+    def _refresh_reports(self) -> None:
+        reports = self.evaluation_reports()
+        current = self.report_box.currentData()
+        self.report_box.blockSignals(True)
+        self.report_box.clear()
+        for title, path in reports:
+            self.report_box.addItem(title, path)
+        index = max(0, self.report_box.findData(current))
+        self.report_box.blockSignals(False)
+        if reports:
+            self.report_box.setCurrentIndex(index)
+            self._on_report_box_changed(index)
+        else:
+            self.report.clear(
+                "No evaluation reports yet: run llm.evaluate with a baseline to "
+                "compare a model before and after training."
+            )
+
+    def _on_report_box_changed(self, index: int) -> None:
+        path = self.report_box.itemData(index)
+        if path:
+            self.report.load(path)
+
+    def show_report(self, path: str) -> bool:
+        """Show a report file (also one not made by a run of this project)."""
+        self.tabs.setCurrentIndex(3)
+        return self.report.load(path)

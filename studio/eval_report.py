@@ -1,0 +1,80 @@
+"""Before/after comparison of an ``llm.evaluate`` report: a bar chart of
+success rate, mean return and invalid-action rate, and the numbers."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+
+from studio.models.traces import Comparison, ReportError, load_report
+from widgets.bar_chart import GroupedBarChart
+
+
+class ComparisonReport(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.comparison: Comparison | None = None
+        self.heading = QLabel(wordWrap=True)
+        self.chart = GroupedBarChart()
+        self.chart.setMinimumHeight(200)
+        self.table = QLabel(wordWrap=True)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.heading)
+        layout.addWidget(self.chart, 1)
+        layout.addWidget(self.table)
+        self.clear(
+            "Evaluate a language model before and after training "
+            "(llm.evaluate with a baseline) to compare them here."
+        )
+
+    def clear(self, text: str = "") -> None:
+        self.comparison = None
+        self.heading.setText(f"<i>{html.escape(text)}</i>")
+        self.chart.set_data([], {})
+        self.table.clear()
+
+    def load(self, path: str | Path) -> bool:
+        """Show the report at ``path``; a bad file shows one sentence."""
+        try:
+            comp = load_report(path)
+        except ReportError as exc:
+            self.clear(str(exc))
+            return False
+        self.show_comparison(comp)
+        return True
+
+    def show_comparison(self, comp: Comparison) -> None:
+        self.comparison = comp
+        titles = [title for _, title in comp.metrics]
+        self.chart.set_data(
+            titles, {label: comp.values[label] for label in comp.labels}
+        )
+        self.heading.setText(
+            f"<b>Evaluation</b> on {html.escape(comp.env)} — {comp.episodes} "
+            "episodes per model"
+        )
+        head = "".join(
+            f"<th align='right'>{html.escape(lb)}</th>" for lb in comp.labels
+        )
+        if len(comp.labels) == 2:
+            head += "<th align='right'>change</th>"
+        rows = []
+        for i, (_, title) in enumerate(comp.metrics):
+            cells = [comp.values[lb][i] for lb in comp.labels]
+            text = "".join(
+                f"<td align='right'>{'' if v is None else f'{v:.3g}'}</td>"
+                for v in cells
+            )
+            if len(cells) == 2 and None not in cells:
+                text += f"<td align='right'>{cells[1] - cells[0]:+.3g}</td>"  # type: ignore[operator]
+            rows.append(f"<tr><td>{title}</td>{text}</tr>")
+        models = "<br>".join(
+            f"{html.escape(k)}: {html.escape(v)}" for k, v in comp.models.items()
+        )
+        self.table.setText(
+            f"<table cellspacing='6'><tr><th></th>{head}</tr>{''.join(rows)}</table>"
+            f"<span style='color:gray'>{models}</span>"
+        )

@@ -1,0 +1,328 @@
+"""Dialogs of the model manager: chat, Export GGUF, Deploy to Ollama (also
+the one-click Export to Ollama), and the one-click progress view."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from studio.models_controller import (
+    DEFAULT_OLLAMA_HOST,
+    ModelsController,
+    OllamaPipeline,
+    ollama_name_for,
+)
+
+GGUF_TYPES = ("f16", "bf16", "f32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+QUANTIZE = ("", "q4_K_M", "q4_K_S", "q8_0")
+STEP_MARKS = {
+    "waiting": "○",
+    "running": "◐",
+    "completed": "●",
+    "failed": "✕",
+    "stopped": "■",
+}
+
+
+class ChatDialog(QDialog):
+    """A transcript with one model: an Ollama model or a local HF folder."""
+
+    def __init__(
+        self,
+        controller: ModelsController,
+        model_ref: str,
+        title: str,
+        host: str = "",
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Chat with {title}")
+        self.resize(620, 560)
+        self._controller = controller
+        self.model_ref = model_ref
+        self.host = host
+        self.messages: list[dict[str, str]] = []
+        self.transcript = QTextBrowser()
+        self.system = QLineEdit(placeholderText="System prompt (optional)")
+        self.input = QPlainTextEdit(placeholderText="Your message…")
+        self.input.setFixedHeight(70)
+        self.send_button = QPushButton("Send")
+        self.send_button.setDefault(True)
+        self.send_button.clicked.connect(self.send)
+        self.status = QLabel(wordWrap=True)
+        row = QHBoxLayout()
+        row.addWidget(self.input, 1)
+        row.addWidget(self.send_button)
+        layout = QVBoxLayout(self)
+        where = "in the engine" if not host else f"on {host}"
+        layout.addWidget(QLabel(f"<b>{html.escape(title)}</b> — answers {where}"))
+        layout.addWidget(self.system)
+        layout.addWidget(self.transcript, 1)
+        layout.addLayout(row)
+        layout.addWidget(self.status)
+
+    def send(self, text: str | None = None) -> None:
+        text = (text if isinstance(text, str) else self.input.toPlainText()).strip()
+        if not text:
+            return
+        self.input.clear()
+        self.messages.append({"role": "user", "content": text})
+        self._append("You", text, "#1f77b4")
+        sent = list(self.messages)
+        if self.system.text().strip():
+            sent.insert(0, {"role": "system", "content": self.system.text().strip()})
+        self.send_button.setEnabled(False)
+        self.status.setText("Thinking…")
+        self._controller.chat(
+            self.model_ref,
+            sent,
+            self._on_reply,
+            self._on_error,
+            host=self.host or None,
+        )
+
+    def transcript_text(self) -> str:
+        return self.transcript.toPlainText()
+
+    def _append(self, who: str, text: str, color: str) -> None:
+        body = html.escape(text).replace("\n", "<br>")
+        self.transcript.append(f"<p><b style='color:{color}'>{who}:</b> {body}</p>")
+
+    def _on_reply(self, reply: str) -> None:
+        self.messages.append({"role": "assistant", "content": reply})
+        self._append("Model", reply or "(empty answer)", "#2ca02c")
+        self.status.clear()
+        self.send_button.setEnabled(True)
+
+    def _on_error(self, message: str) -> None:
+        self.messages.pop()  # the turn did not happen
+        self.status.setText(
+            f"<span style='color:#d62728'>{html.escape(message)}</span>"
+        )
+        self.send_button.setEnabled(True)
+
+
+class ExportGgufDialog(QDialog):
+    """Type and output file of a GGUF export."""
+
+    def __init__(self, model: dict[str, Any], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(f"Export {model.get('name', '')} to GGUF")
+        adapter = model.get("kind") == "lora-adapter"
+        self.type_box = QComboBox()
+        self.type_box.addItems(["f16", "f32", "q8_0"] if adapter else list(GGUF_TYPES))
+        self.out = QLineEdit(placeholderText="in the run folder (default)")
+        browse = QToolButton(text="…")
+        browse.clicked.connect(self._on_browse_clicked)
+        out_row = QHBoxLayout()
+        out_row.addWidget(self.out, 1)
+        out_row.addWidget(browse)
+        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        form = QFormLayout()
+        form.addRow("Type", self.type_box)
+        form.addRow("Output file", out_row)
+        if adapter:
+            form.addRow(
+                QLabel("A LoRA adapter exports as a GGUF adapter (ADAPTER line).")
+            )
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Export")
+        buttons.accepted.connect(self._on_accepted)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.message)
+        layout.addWidget(buttons)
+        self.message.hide()
+
+    def values(self) -> dict[str, Any]:
+        return {"type": self.type_box.currentText(), "out": self.out.text().strip()}
+
+    def _on_browse_clicked(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "GGUF file", self.out.text(), "GGUF (*.gguf)"
+        )
+        if path:
+            self.out.setText(path if path.endswith(".gguf") else path + ".gguf")
+
+    def _on_accepted(self) -> None:
+        out = self.out.text().strip()
+        if out and not out.endswith(".gguf"):
+            self.message.setText("The output file name must end in .gguf.")
+            self.message.show()
+            return
+        self.accept()
+
+
+class DeployOllamaDialog(QDialog):
+    """Name, host, system prompt and quantization of an Ollama model; with
+    ``one_click`` also the GGUF type of the export it starts with."""
+
+    def __init__(
+        self,
+        model: dict[str, Any],
+        host: str = DEFAULT_OLLAMA_HOST,
+        one_click: bool = False,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(parent)
+        title = "Export to Ollama" if one_click else "Deploy to Ollama"
+        self.setWindowTitle(f"{title}: {model.get('name', '')}")
+        self.resize(480, 300)
+        self.name = QLineEdit(ollama_name_for(str(model.get("name", ""))))
+        self.host = QLineEdit(host or DEFAULT_OLLAMA_HOST)
+        self.system = QPlainTextEdit(placeholderText="optional")
+        self.system.setFixedHeight(60)
+        self.quantize = QComboBox()
+        for q in QUANTIZE:
+            self.quantize.addItem(q or "none (keep the GGUF's type)", q)
+        self.type_box = QComboBox()
+        self.type_box.addItems(list(GGUF_TYPES))
+        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        self.message.hide()
+        form = QFormLayout()
+        form.addRow("Ollama name", self.name)
+        form.addRow("Host", self.host)
+        form.addRow("System prompt", self.system)
+        if one_click:
+            form.addRow("GGUF type", self.type_box)
+        form.addRow("Quantize on server", self.quantize)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText(
+            "Export and deploy" if one_click else "Deploy"
+        )
+        buttons.accepted.connect(self._on_accepted)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        if one_click:
+            layout.addWidget(
+                QLabel(
+                    "Merges the adapter, exports a GGUF, writes the Modelfile and "
+                    "creates the Ollama model, one run after another.",
+                    wordWrap=True,
+                )
+            )
+        layout.addLayout(form)
+        layout.addWidget(self.message)
+        layout.addWidget(buttons)
+
+    def values(self) -> dict[str, Any]:
+        return {
+            "name": self.name.text().strip(),
+            "host": self.host.text().strip(),
+            "system": self.system.toPlainText().strip() or None,
+            "quantize": self.quantize.currentData() or None,
+            "type": self.type_box.currentText(),
+        }
+
+    def _on_accepted(self) -> None:
+        name = self.name.text().strip()
+        if not name or ollama_name_for(name) != name.lower():
+            self.message.setText(
+                "The Ollama name may hold letters, digits, '.', '-' and '_' only."
+            )
+            self.message.show()
+            return
+        self.accept()
+
+
+class PipelineView(QWidget):
+    """The one-click chain's progress: its steps, one bar, the final line."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.pipeline: OllamaPipeline | None = None
+        self.title = QLabel()
+        self.steps = QLabel()
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 1000)
+        self.result = QLabel(wordWrap=True)
+        self.result.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.result.setFont(mono)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.clicked.connect(self._on_stop_clicked)
+        self.close_button = QToolButton(text="✕", toolTip="Hide")
+        self.close_button.clicked.connect(self.hide)
+        head = QHBoxLayout()
+        head.addWidget(self.title, 1)
+        head.addWidget(self.stop_button)
+        head.addWidget(self.close_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 4)
+        layout.addLayout(head)
+        layout.addWidget(self.steps)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.result)
+        self.setStyleSheet(
+            "PipelineView { border: 1px solid palette(mid); border-radius: 4px; }"
+        )
+        self.hide()
+
+    def set_pipeline(self, pipeline: OllamaPipeline) -> None:
+        self.pipeline = pipeline
+        pipeline.changed.connect(self.refresh)
+        self.title.setText(
+            f"<b>Export to Ollama</b>: {html.escape(str(pipeline.model.get('name')))}"
+            f" → {html.escape(pipeline.name)}"
+        )
+        self.result.clear()
+        self.show()
+        self.refresh()
+
+    def refresh(self) -> None:
+        p = self.pipeline
+        if p is None:
+            return
+        parts = []
+        for step in p.steps:
+            mark = STEP_MARKS.get(step.status, "○")
+            color = {"completed": "#2ca02c", "failed": "#d62728"}.get(
+                step.status, "#333333" if step.status == "running" else "#7f7f7f"
+            )
+            parts.append(f"<span style='color:{color}'>{mark} {step.title}</span>")
+        self.steps.setText("  →  ".join(parts))
+        done, total = p.progress()
+        self.bar.setValue(int(1000 * done / total) if total else 0)
+        self.stop_button.setEnabled(not p.done)
+        if p.done:
+            color = "#d62728" if any(s.status == "failed" for s in p.steps) else ""
+            style = f"color:{color}" if color else ""
+            self.result.setText(
+                f"<span style='{style}'>"
+                f"{html.escape(p.message).replace(chr(10), '<br>')}</span>"
+            )
+
+    def result_text(self) -> str:
+        return self.pipeline.message if self.pipeline else ""
+
+    def _on_stop_clicked(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.stop()

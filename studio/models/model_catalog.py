@@ -1,0 +1,314 @@
+"""The model manager's view of the project's models. Qt-free.
+
+Builds the table's records from the registered models (with the details of
+SB3 zips read without torch) and from an Ollama server's ``/api/tags`` list,
+and lays out a model's lineage as one chain: env → run → adapter → merged →
+GGUF → Ollama name. Ancestry comes from the engine's ``model.lineage``
+links; descendants from the runs whose config names the model as a parent.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from studio.models.sb3_zip import Sb3Info, Sb3ZipError, read_sb3_zip
+
+OLLAMA_PREFIX = "ollama:"
+KIND_LABELS = {
+    "sb3-policy": "SB3 policy",
+    "lora-adapter": "LoRA adapter",
+    "hf-merged": "merged model",
+    "hf-model": "base model",
+    "gguf": "GGUF",
+    "onnx": "ONNX",
+    "ollama": "Ollama",
+    "ollama-bundle": "Ollama bundle",
+}
+KEY_METRICS = (
+    "eval/mean_reward",
+    "eval/success_rate",
+    "success_rate",
+    "best_eval_reward",
+    "rollout/ep_rew_mean",
+    "reward_mean",
+    "train_loss",
+    "max_abs_diff",
+    "size_mb",
+)
+
+_sb3_cache: dict[tuple[str, float], Sb3Info | str] = {}
+
+
+def sb3_info(path: str) -> Sb3Info | str:
+    """The zip's facts, or one sentence saying why they cannot be read.
+    Cached by path and modification time."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return f"The policy file {path} does not exist."
+    key = (path, mtime)
+    if key not in _sb3_cache:
+        try:
+            _sb3_cache[key] = read_sb3_zip(path)
+        except Sb3ZipError as exc:
+            _sb3_cache[key] = str(exc)
+    return _sb3_cache[key]
+
+
+def key_metric(model: Mapping[str, Any]) -> str:
+    metrics = model.get("metrics") or {}
+    for name in KEY_METRICS:
+        value = metrics.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return f"{name} {value:.4g}"
+    for name, value in metrics.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return f"{name} {value:.4g}"
+    return ""
+
+
+def model_record(model: Mapping[str, Any]) -> dict[str, Any]:
+    """A registered model as a table record (SB3 details filled in)."""
+    record = dict(model)
+    record.setdefault("metrics", {})
+    if record.get("kind") == "sb3-policy" and str(record.get("path", "")).endswith(
+        ".zip"
+    ):
+        info = sb3_info(str(record["path"]))
+        if isinstance(info, Sb3Info):
+            record["sb3"] = info.to_dict()
+            if not record.get("algo"):
+                record["algo"] = info.algo
+            record.setdefault("timesteps", info.num_timesteps)
+        else:
+            record["sb3_error"] = info
+    return record
+
+
+def _parse_time(text: str) -> float:
+    if not text:
+        return 0.0
+    # Ollama writes nanoseconds and a zone: 2024-05-01T10:11:12.123456789-07:00.
+    head, _, rest = text.partition(".")
+    zone = ""
+    for sep in ("+", "-", "Z"):
+        if sep in rest:
+            zone = rest[rest.index(sep) :]
+            break
+    try:
+        stamp = _dt.datetime.fromisoformat(head + (zone.replace("Z", "+00:00")))
+    except ValueError:
+        return 0.0
+    return stamp.timestamp()
+
+
+def ollama_record(entry: Mapping[str, Any], host: str) -> dict[str, Any]:
+    """One ``/api/tags`` entry as a table record."""
+    details = entry.get("details") or {}
+    name = str(entry.get("name") or entry.get("model") or "?")
+    base = " ".join(
+        str(details[k])
+        for k in ("family", "parameter_size", "quantization_level")
+        if details.get(k)
+    )
+    return {
+        "id": OLLAMA_PREFIX + name,
+        "name": name,
+        "kind": "ollama",
+        "path": "",
+        "env": "",
+        "algo": "",
+        "base": base,
+        "metrics": {},
+        "size_bytes": int(entry.get("size") or 0),
+        "created": _parse_time(str(entry.get("modified_at") or "")),
+        "source_run": None,
+        "host": host,
+        "digest": str(entry.get("digest", "")),
+        "details": dict(details),
+    }
+
+
+def table_records(
+    models: Iterable[Mapping[str, Any]], ollama: Iterable[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    return [model_record(m) for m in models] + [dict(o) for o in ollama]
+
+
+# ------------------------------------------------------------------ lineage
+@dataclass(frozen=True)
+class ChainNode:
+    """One box of the lineage chain."""
+
+    key: str
+    """Model id, run id, ``env:<id>``, ``ollama:<name>`` or a path."""
+    kind: str
+    """``env``, ``run``, ``base``, ``ollama`` or a model kind."""
+    title: str
+    subtitle: str = ""
+    current: bool = False
+    """The model the chain was drawn for."""
+
+
+def _index_by_path(models: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Model paths (file and folder, resolved) to model ids."""
+    out: dict[str, str] = {}
+    for m in models:
+        p = Path(str(m.get("path", "")))
+        if not str(p):
+            continue
+        out[str(p)] = m["id"]
+        out[str(p.parent)] = m["id"]
+    return out
+
+
+def _run_env(run: Mapping[str, Any]) -> str:
+    config = run.get("config") or {}
+    summary = run.get("summary") or {}
+    return str(summary.get("env") or config.get("env") or config.get("spec") or "")
+
+
+def _model_node(model: Mapping[str, Any], current: bool) -> ChainNode:
+    kind = str(model.get("kind", "model"))
+    return ChainNode(
+        key=str(model["id"]),
+        kind=kind,
+        title=str(model.get("name", model["id"])),
+        subtitle=KIND_LABELS.get(kind, kind),
+        current=current,
+    )
+
+
+def _children_runs(
+    model: Mapping[str, Any], runs: Iterable[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """Runs that took ``model`` as input (by id in ``parents`` or by path)."""
+    mid = str(model["id"])
+    path = Path(str(model.get("path", "")))
+    paths = {str(path), str(path.parent)}
+    out = []
+    for run in runs:
+        config = run.get("config") or {}
+        if mid in (config.get("parents") or []):
+            out.append(run)
+            continue
+        values = (config.get(k) for k in ("adapter", "model_dir", "gguf", "policy"))
+        if any(isinstance(v, str) and v in paths for v in values):
+            out.append(run)
+    return out
+
+
+def lineage_chain(
+    model_id: str,
+    links: Iterable[Sequence[str]],
+    models: Sequence[Mapping[str, Any]],
+    runs: Mapping[str, Mapping[str, Any]],
+    max_length: int = 12,
+) -> list[ChainNode]:
+    """The chain from the model's environment to its last deployment."""
+    by_id = {str(m["id"]): m for m in models}
+    by_path = _index_by_path(models)
+    model = by_id.get(model_id)
+    if model is None:
+        return []
+    parents: dict[str, list[str]] = {}
+    for parent, child, _relation in links:
+        parents.setdefault(str(child), []).append(str(parent))
+
+    def resolve(ref: str) -> tuple[str, str]:
+        """(kind of node, key) for a lineage parent."""
+        if ref in by_id:
+            return "model", ref
+        if ref in runs:
+            return "run", ref
+        found = by_path.get(ref) or by_path.get(str(Path(ref)))
+        if found:
+            return "model", found
+        return "external", ref
+
+    # Ancestry: follow the parent inside the project (a model, else its run);
+    # parents outside it (a base model folder or hub id) are side notes.
+    chain: list[ChainNode] = [_model_node(model, current=True)]
+    seen = {model_id}
+    current = model_id
+    while len(chain) < max_length:
+        refs = [resolve(r) for r in parents.get(current, [])]
+        refs = [r for r in refs if r[1] not in seen]
+        models_up = [key for kind, key in refs if kind == "model"]
+        runs_up = [key for kind, key in refs if kind == "run"]
+        external = [key for kind, key in refs if kind == "external"]
+        if models_up:
+            current = models_up[0]
+            seen.add(current)
+            chain.insert(0, _model_node(by_id[current], current=False))
+            continue
+        if runs_up:
+            run = runs[runs_up[0]]
+            seen.add(runs_up[0])
+            chain.insert(
+                0,
+                ChainNode(
+                    key=runs_up[0],
+                    kind="run",
+                    title=str(run.get("name") or runs_up[0]),
+                    subtitle=str(run.get("kind", "run")),
+                ),
+            )
+            env = _run_env(run)
+            if env:
+                chain.insert(0, ChainNode(f"env:{env}", "env", env, "environment"))
+            elif external:
+                chain.insert(0, _external_node(external[0]))
+            break
+        if external:
+            chain.insert(0, _external_node(external[0]))
+        elif model.get("env") and chain[0].kind != "env":
+            env = str(model["env"])
+            chain.insert(0, ChainNode(f"env:{env}", "env", env, "environment"))
+        break
+    if chain[0].kind not in ("env", "base") and model.get("env"):
+        env = str(model["env"])
+        chain.insert(0, ChainNode(f"env:{env}", "env", env, "environment"))
+
+    # Descendants: what runs made from it (first of each), and deployments.
+    node = model
+    while len(chain) < max_length:
+        follow: Mapping[str, Any] | None = None
+        for run in _children_runs(node, runs.values()):
+            config = run.get("config") or {}
+            summary = run.get("summary") or {}
+            if run.get("kind") == "deploy.ollama" and run.get("status") == "completed":
+                deploy = summary.get("deploy") or {}
+                name = str(config.get("name", "?"))
+                chain.append(
+                    ChainNode(
+                        key=OLLAMA_PREFIX + name,
+                        kind="ollama",
+                        title=name,
+                        subtitle="Ollama" if deploy.get("deployed") else "bundle",
+                    )
+                )
+                return chain
+            for child_id in summary.get("registered_models") or []:
+                child = by_id.get(str(child_id))
+                if child is not None and str(child["id"]) not in seen:
+                    follow = child
+                    break
+            if follow is not None:
+                break
+        if follow is None:
+            break
+        seen.add(str(follow["id"]))
+        chain.append(_model_node(follow, current=False))
+        node = follow
+    return chain
+
+
+def _external_node(ref: str) -> ChainNode:
+    name = Path(ref).name or ref
+    return ChainNode(key=ref, kind="base", title=name, subtitle="base model")

@@ -1,0 +1,529 @@
+"""The Models workspace's side of the engine.
+
+Turns the model manager's intents (delete, lineage, Ollama list, chat,
+evaluate, play, export, deploy, one-click export to Ollama) into engine
+requests and runs, and tells the workspace how they ended. Long actions are
+ordinary runs (they appear in the Training list too); the controller keeps
+track of the ones it started by purpose.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from engine import protocol
+from studio.session import Session
+
+ErrorCallback = Callable[[str], None]
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+
+
+def ollama_name_for(name: str) -> str:
+    """A valid Ollama model name made from a model's name."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name.strip()).strip("-._").lower()
+    return safe or "rl-studio-model"
+
+
+@dataclass
+class ActionRun:
+    """A run the controller started, and what it was for."""
+
+    run_id: str
+    purpose: str
+    """``evaluate``, ``play``, ``export.gguf``, ``export.onnx``, ``deploy``."""
+    model_id: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PipelineStep:
+    kind: str
+    title: str
+    run_id: str = ""
+    status: str = "waiting"
+    """``waiting``, ``running``, ``completed``, ``failed``, ``stopped``, ``skipped``."""
+
+
+class OllamaPipeline(QObject):
+    """One click: adapter → merge → GGUF → Modelfile + deploy, as runs.
+
+    Each step starts when the previous one completes; ``changed`` fires on
+    every step or progress change and ``finished(ok, message)`` once. The
+    final message ends with ``ollama run NAME`` (or says where the bundle
+    was written when no Ollama server answered).
+    """
+
+    changed = Signal()
+    finished = Signal(bool, str)
+
+    def __init__(
+        self,
+        session: Session,
+        model: dict[str, Any],
+        name: str,
+        host: str = DEFAULT_OLLAMA_HOST,
+        gguf_type: str = "f16",
+        system: str | None = None,
+        quantize: str | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._session = session
+        self.model = model
+        self.name = name
+        self.host = host
+        self.gguf_type = gguf_type
+        self.system = system or None
+        self.quantize = quantize or None
+        self.message = ""
+        self.done = False
+        kind = model.get("kind")
+        self.steps: list[PipelineStep] = []
+        if kind == "lora-adapter":
+            self.steps.append(PipelineStep("llm.merge", "Merge adapter into base"))
+        if kind in ("lora-adapter", "hf-merged", "hf-model"):
+            self.steps.append(PipelineStep("export.gguf", "Export GGUF"))
+        self.steps.append(PipelineStep("deploy.ollama", "Modelfile and deploy"))
+        self._index = -1
+        # What the next step takes: a path and the model ids it came from.
+        self._input_path = str(model.get("path", ""))
+        self._parents = [str(model["id"])]
+        session.run_ended.connect(self._on_session_run_ended)
+        self._unsubscribe = session.state.subscribe(self._on_state_changed)
+
+    # ---------------------------------------------------------------- API
+    def start(self) -> None:
+        self._next()
+
+    def current(self) -> PipelineStep | None:
+        if 0 <= self._index < len(self.steps):
+            return self.steps[self._index]
+        return None
+
+    def progress(self) -> tuple[float, float]:
+        """(done, total) over all steps; each step counts as one unit."""
+        done = sum(1.0 for s in self.steps if s.status == "completed")
+        step = self.current()
+        if step is not None and step.status == "running" and step.run_id:
+            run = self._session.state.run(step.run_id) or {}
+            total = float(run.get("progress_total") or 0)
+            if total > 0:
+                done += min(1.0, float(run.get("progress_done") or 0) / total)
+        return done, float(len(self.steps))
+
+    def stop(self) -> None:
+        step = self.current()
+        if step is not None and step.status == "running" and step.run_id:
+            self._session.stop_run(step.run_id)
+
+    # ------------------------------------------------------------- steps
+    def _config(self, step: PipelineStep) -> dict[str, Any]:
+        if step.kind == "llm.merge":
+            return {"adapter": self._input_path, "name": f"{self.name}-merged"}
+        if step.kind == "export.gguf":
+            return {
+                "model_dir": self._input_path,
+                "type": self.gguf_type,
+                "name": self.name,
+                "parents": list(self._parents),
+            }
+        return {
+            "gguf": self._input_path,
+            "name": self.name,
+            "host": self.host,
+            "system": self.system,
+            "quantize": self.quantize,
+            "parents": list(self._parents),
+        }
+
+    def _next(self) -> None:
+        self._index += 1
+        step = self.current()
+        if step is None:
+            self._finish(True, self.message)
+            return
+        step.status = "running"
+        self.changed.emit()
+        self._session.start_run(
+            step.kind,
+            self._config(step),
+            name=f"{step.title}: {self.name}",
+            on_started=self._on_step_started,
+            on_error=self._on_step_refused,
+        )
+
+    def _on_step_started(self, run_id: str) -> None:
+        step = self.current()
+        if step is not None:
+            step.run_id = run_id
+            self.changed.emit()
+
+    def _on_step_refused(self, error: protocol.Error) -> None:
+        step = self.current()
+        if step is not None:
+            step.status = "failed"
+        self._finish(False, f"{step.title if step else 'A step'}: {error.message}")
+
+    def _on_state_changed(self, what: str, key: str) -> None:
+        step = self.current()
+        if what == "run" and step is not None and key == step.run_id:
+            self.changed.emit()
+
+    def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:
+        step = self.current()
+        if step is None or run_id != step.run_id or self.done:
+            return
+        step.status = status
+        if status != "completed":
+            self._finish(False, f"{step.title} {status}: {reason or 'stopped.'}")
+            return
+        summary = (self._session.state.run(run_id) or {}).get("summary") or {}
+        models = summary.get("models") or []
+        registered = [str(m) for m in summary.get("registered_models") or []]
+        if step.kind == "deploy.ollama":
+            deploy = summary.get("deploy") or {}
+            if deploy.get("deployed"):
+                self.message = (
+                    f"{self.name} is deployed on {deploy.get('host', self.host)}.\n"
+                    f"ollama run {self.name}"
+                )
+            else:
+                self.message = (
+                    f"{deploy.get('message', 'No Ollama server answered.')}\n"
+                    f"Then: ollama run {self.name}"
+                )
+        elif models:
+            self._input_path = str(models[0].get("file", ""))
+            self._parents = registered or self._parents
+        self._next()
+
+    def _finish(self, ok: bool, message: str) -> None:
+        if self.done:
+            return
+        self.done = True
+        self.message = message
+        self._session.run_ended.disconnect(self._on_session_run_ended)
+        self._unsubscribe()
+        self.changed.emit()
+        self.finished.emit(ok, message)
+
+
+class ModelsController(QObject):
+    ollama_models_changed = Signal(list)
+    """The connected Ollama server's models as ``/api/tags`` entries."""
+    ollama_failed = Signal(str)
+    """Listing the Ollama models failed; one sentence."""
+    action_started = Signal(str, str)
+    """run id, purpose."""
+    action_ended = Signal(str, str, str, str)
+    """run id, purpose, final status, reason."""
+    failed = Signal(str)
+    """A request failed; one sentence to show."""
+
+    def __init__(self, session: Session, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.session = session
+        self.ollama_host = DEFAULT_OLLAMA_HOST
+        self.ollama_models: list[dict[str, Any]] = []
+        self.ollama_error = ""
+        self.actions: dict[str, ActionRun] = {}
+        session.run_ended.connect(self._on_session_run_ended)
+
+    @property
+    def client(self):  # type: ignore[no-untyped-def]
+        return self.session.client
+
+    # ------------------------------------------------------------ models
+    def request_lineage(
+        self, model_id: str, on_links: Callable[[list[list[str]]], None]
+    ) -> None:
+        self.client.request(
+            protocol.GetModelLineage(model_id=model_id),
+            on_reply=lambda r: on_links([list(x) for x in r.get("links", [])]),
+            on_error=lambda e: self.failed.emit(e.message),
+        )
+
+    def delete_model(
+        self, model: dict[str, Any], on_done: Callable[[], None] | None = None
+    ) -> None:
+        """Delete a registered model, or an Ollama model from its server."""
+        if model.get("kind") == "ollama":
+            self.client.request(
+                protocol.DeleteOllamaModel(
+                    host=str(model.get("host") or self.ollama_host),
+                    name=str(model["name"]),
+                ),
+                on_reply=lambda r: self._after_ollama_delete(on_done),
+                on_error=lambda e: self.failed.emit(e.message),
+            )
+            return
+        self.client.request(
+            protocol.DeleteModel(model_id=str(model["id"])),
+            on_reply=lambda r: self._after_delete(on_done),
+            on_error=lambda e: self.failed.emit(e.message),
+        )
+
+    def _after_delete(self, on_done: Callable[[], None] | None) -> None:
+        self.session.refresh_project()
+        if on_done:
+            on_done()
+
+    def _after_ollama_delete(self, on_done: Callable[[], None] | None) -> None:
+        self.refresh_ollama()
+        if on_done:
+            on_done()
+
+    # ------------------------------------------------------------ Ollama
+    def refresh_ollama(self, host: str | None = None) -> None:
+        if host is not None:
+            self.ollama_host = host.strip() or DEFAULT_OLLAMA_HOST
+        self.client.request(
+            protocol.ListOllamaModels(host=self.ollama_host),
+            on_reply=self._on_ollama_list,
+            on_error=self._on_ollama_error,
+        )
+
+    def _on_ollama_list(self, result: dict[str, Any]) -> None:
+        self.ollama_error = ""
+        self.ollama_host = str(result.get("host") or self.ollama_host)
+        self.ollama_version = str(result.get("version", ""))
+        self.ollama_models = list(result.get("models") or [])
+        self.ollama_models_changed.emit(self.ollama_models)
+
+    def _on_ollama_error(self, error: protocol.Error) -> None:
+        self.ollama_error = error.message
+        self.ollama_models = []
+        self.ollama_models_changed.emit([])
+        self.ollama_failed.emit(error.message)
+
+    # -------------------------------------------------------------- chat
+    def chat(
+        self,
+        model_ref: str,
+        messages: list[dict[str, str]],
+        on_reply: Callable[[str], None],
+        on_error: ErrorCallback,
+        host: str | None = None,
+        max_new_tokens: int = 128,
+    ) -> None:
+        """One turn: ``model_ref`` is an Ollama name or a local HF folder."""
+        self.client.request(
+            protocol.Chat(
+                model=model_ref,
+                host=host or self.ollama_host,
+                messages=messages,
+                max_new_tokens=max_new_tokens,
+            ),
+            on_reply=lambda r: on_reply(str(r.get("reply", ""))),
+            on_error=lambda e: on_error(e.message),
+        )
+
+    # -------------------------------------------------------------- runs
+    def start_action(
+        self,
+        purpose: str,
+        kind: str,
+        config: dict[str, Any],
+        model: dict[str, Any],
+        name: str = "",
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        def started(run_id: str) -> None:
+            self.actions[run_id] = ActionRun(run_id, purpose, str(model["id"]), config)
+            self.action_started.emit(run_id, purpose)
+
+        self.session.start_run(
+            kind,
+            config,
+            name=name or f"{purpose.title()} {model.get('name', '')}".strip(),
+            on_started=started,
+            on_error=lambda e: (on_error or self.failed.emit)(e.message),
+        )
+
+    def evaluate(self, model: dict[str, Any], episodes: int = 10) -> None:
+        """Roll the policy out for ``episodes`` episodes (``env_preview``)."""
+        self.start_action(
+            "evaluate",
+            "env_preview",
+            self._preview_config(model, episodes=episodes, trace=0, frames=0),
+            model,
+            name=f"Evaluate {model.get('name', '')}",
+        )
+
+    def play(self, model: dict[str, Any], frames: int = 300) -> None:
+        """One episode with its step trace, and frames when the env renders
+        ``rgb_array`` (asked of the env catalog first)."""
+        env = str(model.get("env", ""))
+
+        def go(render: bool) -> None:
+            self.start_action(
+                "play",
+                "env_preview",
+                self._preview_config(
+                    model, episodes=1, trace=1, frames=frames if render else 0
+                ),
+                model,
+                name=f"Play {model.get('name', '')}",
+            )
+
+        if env.endswith(".env.json") or not env:
+            go(False)
+            return
+        self.client.request(
+            protocol.GetEnvCatalog(ids=[env], with_spaces=True),
+            on_reply=lambda r: go(
+                any("rgb_array" in (e.get("render_modes") or []) for e in r["envs"])
+            ),
+            on_error=lambda e: go(False),
+        )
+
+    @staticmethod
+    def _preview_config(
+        model: dict[str, Any], episodes: int, trace: int, frames: int
+    ) -> dict[str, Any]:
+        return {
+            "spec": str(model.get("env", "")),
+            "episodes": int(episodes),
+            "trace_episodes": int(trace),
+            "frames": int(frames),
+            "model": str(model["path"]),
+            "algo": str(model.get("algo") or ""),
+        }
+
+    def export_onnx(self, model: dict[str, Any]) -> None:
+        self.start_action(
+            "export.onnx",
+            "export.onnx",
+            {"policy": str(model["path"]), "parents": [str(model["id"])]},
+            model,
+            name=f"Export ONNX {model.get('name', '')}",
+        )
+
+    def export_gguf(
+        self,
+        model: dict[str, Any],
+        gguf_type: str,
+        out: str | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        adapter = model.get("kind") == "lora-adapter"
+        config: dict[str, Any] = {
+            "model_dir": model_folder(model),
+            "type": gguf_type,
+            "adapter": adapter,
+            "name": ollama_name_for(str(model.get("name", ""))),
+            "parents": [str(model["id"])],
+        }
+        if out:
+            config["out"] = out
+        self.start_action(
+            "export.gguf",
+            "export.gguf",
+            config,
+            model,
+            name=f"Export GGUF {model.get('name', '')}",
+            on_error=on_error,
+        )
+
+    def deploy_ollama(
+        self,
+        model: dict[str, Any],
+        name: str,
+        host: str,
+        system: str | None = None,
+        quantize: str | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
+        self.start_action(
+            "deploy",
+            "deploy.ollama",
+            {
+                "gguf": str(model["path"]),
+                "name": name,
+                "host": host or self.ollama_host,
+                "system": system or None,
+                "quantize": quantize or None,
+                "parents": [str(model["id"])],
+            },
+            model,
+            name=f"Deploy {name} to Ollama",
+            on_error=on_error,
+        )
+
+    def export_to_ollama(
+        self,
+        model: dict[str, Any],
+        name: str,
+        host: str | None = None,
+        gguf_type: str = "f16",
+        system: str | None = None,
+        quantize: str | None = None,
+    ) -> OllamaPipeline:
+        """The one-click chain; call ``start()`` on the result."""
+        return OllamaPipeline(
+            self.session,
+            model,
+            name,
+            host or self.ollama_host,
+            gguf_type,
+            system,
+            quantize,
+            parent=self,
+        )
+
+    def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:
+        action = self.actions.get(run_id)
+        if action is None:
+            return
+        if (
+            action.purpose == "play"
+            and status == "failed"
+            and action.config.get("frames")
+        ):
+            # The env said it renders rgb_array but could not (a missing
+            # renderer such as pygame): play again with the trace only.
+            model = {
+                "id": action.model_id,
+                "path": action.config["model"],
+                "env": action.config["spec"],
+                "algo": action.config["algo"],
+            }
+            self.start_action(
+                "play",
+                "env_preview",
+                self._preview_config(model, episodes=1, trace=1, frames=0),
+                model,
+                name="Play (trace only)",
+            )
+            return
+        self.action_ended.emit(run_id, action.purpose, status, reason)
+
+    # ----------------------------------------------------------- results
+    def run_dir(self, run_id: str) -> Path | None:
+        run = self.session.state.run(run_id) or {}
+        return Path(run["run_dir"]) if run.get("run_dir") else None
+
+    def read_preview(self, run_id: str) -> dict[str, Any] | None:
+        """The ``preview.json`` an evaluate/play run wrote (None if absent)."""
+        folder = self.run_dir(run_id)
+        if folder is None:
+            return None
+        try:
+            data = json.loads((folder / "preview.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+
+def model_folder(model: dict[str, Any]) -> str:
+    """The folder of an HF model or adapter (its path may name the folder
+    itself or a file inside it)."""
+    path = Path(str(model.get("path", "")))
+    return str(path if path.is_dir() else path.parent)

@@ -1,0 +1,240 @@
+"""Helpers of the Models workspace tests: a fake Ollama server following the
+documented REST API, a real SB3 zip, and a project with a model lineage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MAKE_PPO = """
+import sys
+import tempfile
+from stable_baselines3 import PPO
+model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=32, n_epochs=1,
+            seed=0, device="cpu")
+model.learn(64)
+model.save(sys.argv[1])
+"""
+
+
+_PPO_ZIP: list[Path] = []
+
+
+def make_ppo_zip(path: Path) -> Path:
+    """Train PPO on CartPole for 64 steps (in a subprocess, once per test
+    session) and save it at ``path``."""
+    if not _PPO_ZIP or not _PPO_ZIP[0].is_file():
+        cached = Path(tempfile.mkdtemp(prefix="rl-studio-ppo-")) / "ppo.zip"
+        subprocess.run(
+            [sys.executable, "-c", MAKE_PPO, str(cached)],
+            check=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+        _PPO_ZIP[:] = [cached]
+    shutil.copyfile(_PPO_ZIP[0], path)
+    return path
+
+
+class FakeOllama:
+    """``/api/version``, ``/api/tags``, ``/api/delete``, ``/api/chat``,
+    ``/api/show``, ``/api/generate``, blobs and a streamed ``/api/create``,
+    on 127.0.0.1 in a thread. Not Ollama itself."""
+
+    def __init__(self, version: str = "0.6.2") -> None:
+        self.version = version
+        self.models: dict[str, dict[str, Any]] = {}
+        self.blobs: set[str] = set()
+        self.requests: list[tuple[str, str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _body(self) -> Any:
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                if self.headers.get("Content-Type") == "application/json" and raw:
+                    return json.loads(raw)
+                return raw
+
+            def _send(self, code: int, obj: Any = None) -> None:
+                data = b"" if obj is None else json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                fake.requests.append(("GET", self.path, None))
+                if self.path == "/api/version":
+                    self._send(200, {"version": fake.version})
+                elif self.path == "/api/tags":
+                    self._send(200, {"models": list(fake.models.values())})
+                else:
+                    self._send(404, {"error": "not found"})
+
+            def do_HEAD(self) -> None:
+                fake.requests.append(("HEAD", self.path, None))
+                digest = self.path.rsplit("/", 1)[-1]
+                self.send_response(200 if digest in fake.blobs else 404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_DELETE(self) -> None:
+                body = self._body()
+                fake.requests.append(("DELETE", self.path, body))
+                name = body.get("model") or body.get("name")
+                if fake.models.pop(name, None) is None:
+                    self._send(404, {"error": f"model '{name}' not found"})
+                else:
+                    self._send(200)
+
+            def do_POST(self) -> None:
+                body = self._body()
+                fake.requests.append(("POST", self.path, body))
+                if self.path.startswith("/api/blobs/"):
+                    fake.blobs.add(self.path.rsplit("/", 1)[-1])
+                    self._send(201)
+                elif self.path == "/api/create":
+                    name = body["model"]
+                    fake.models[name + ":latest"] = fake_entry(name + ":latest")
+                    lines = [{"status": "creating model"}, {"status": "success"}]
+                    data = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/x-ndjson")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                elif self.path == "/api/show":
+                    self._send(200, {"modelfile": "FROM x", "details": {}})
+                elif self.path == "/api/generate":
+                    self._send(200, {"response": "hi", "done": True})
+                elif self.path == "/api/chat":
+                    name = body["model"]
+                    if name not in fake.models and name + ":latest" not in fake.models:
+                        self._send(404, {"error": f"model '{name}' not found"})
+                        return
+                    last = body["messages"][-1]["content"]
+                    self._send(
+                        200,
+                        {
+                            "model": name,
+                            "message": {
+                                "role": "assistant",
+                                "content": f"echo: {last}",
+                            },
+                            "done": True,
+                        },
+                    )
+                else:
+                    self._send(404, {"error": "not found"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeOllama:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def fake_entry(name: str, size: int = 397_000_000) -> dict[str, Any]:
+    return {
+        "name": name,
+        "model": name,
+        "modified_at": "2026-11-20T10:11:12.123456789+01:00",
+        "size": size,
+        "digest": "a" * 64,
+        "details": {
+            "format": "gguf",
+            "family": "qwen2",
+            "parameter_size": "494M",
+            "quantization_level": "Q8_0",
+        },
+    }
+
+
+def write_trace_file(path: Path) -> Path:
+    """Two episodes of a language-model policy, and one broken line."""
+    episodes = []
+    for e in range(2):
+        steps = [
+            {
+                "t": 0,
+                "messages": [
+                    {"role": "system", "content": "You resolve Jira issues."},
+                    {"role": "user", "content": "Status: To Do. Tools: start, close"},
+                ],
+                "completion": "start",
+                "tool": "start",
+                "action": 0,
+                "parsed": True,
+                "valid": True,
+                "reward": 0.5,
+                "reward_breakdown": {"status": 0.51, "step": -0.01},
+            },
+            {
+                "t": 1,
+                "messages": [{"role": "user", "content": "Status: In Progress."}],
+                "completion": "I would like to dance",
+                "tool": None,
+                "action": 1,
+                "parsed": False,
+                "valid": e == 0,
+                "reward": 1.0 if e == 0 else -0.5,
+                "reward_breakdown": {"invalid": 0.0 if e == 0 else -0.5},
+            },
+        ]
+        episodes.append(
+            {
+                "episode": e,
+                "env": "envs/jira_status_update.env.json",
+                "task_id": f"RLHUB-{101 + e}",
+                "policy": "llm:tiny",
+                "steps": steps,
+                "return": sum(s["reward"] for s in steps),
+                "length": 2,
+                "success": e == 0,
+                "truncated": False,
+            }
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(ep) + "\n" for ep in episodes) + "{broken\n")
+    return path
+
+
+REPORT = {
+    "env": "envs/jira_status_update.env.json",
+    "episodes": 20,
+    "models": {"before": "/models/base", "after": "/models/tuned"},
+    "results": {
+        "before": {
+            "success_rate": 0.25,
+            "mean_return": 0.4,
+            "invalid_action_rate": 0.3,
+            "unparsed_rate": 0.1,
+        },
+        "after": {
+            "success_rate": 0.75,
+            "mean_return": 1.2,
+            "invalid_action_rate": 0.05,
+            "unparsed_rate": 0.0,
+        },
+    },
+}

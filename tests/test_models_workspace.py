@@ -1,0 +1,269 @@
+"""The Models workspace against the real engine: the table of models with SB3
+details and lineage, Delete with confirmation, the Ollama server's models
+(a local fake server following Ollama's API, not Ollama itself), an
+unreachable host, chat, ONNX export, evaluate and play through runs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from models_workspace_support import REPORT, FakeOllama, fake_entry, make_ppo_zip
+from PySide6.QtCore import QSettings
+
+from engine.store.project import Project
+from studio.engine_client import EngineClient
+from studio.main_window import MainWindow
+from studio.models.project_state import ProjectState
+from studio.session import Session
+from studio.settings import Settings
+from studio.workspaces.models import ModelsWorkspace
+
+UNREACHABLE = "http://127.0.0.1:9"  # discard port: nothing listens
+
+
+@pytest.fixture(scope="module")
+def ppo_zip(tmp_path_factory) -> Path:
+    return make_ppo_zip(tmp_path_factory.mktemp("ppo") / "ppo.zip")
+
+
+def build_project(root: Path, ppo_zip: Path) -> dict[str, str]:
+    """A policy, and adapter → merged → GGUF with its deployment."""
+    p = Project.open(root, create=True)
+    train = p.create_run("rl.train", {"env": "CartPole-v1", "algo": "PPO"}, "PPO run")
+    p.update_run(train.id, status="completed")
+    policy = p.register_model(
+        name="PPO CartPole",
+        kind="sb3-policy",
+        files=[ppo_zip],
+        source_run=train.id,
+        env="CartPole-v1",
+        metrics={"eval/mean_reward": 21.5},
+    )
+    tmp = root / "scratch"
+    (tmp / "adapter").mkdir(parents=True)
+    (tmp / "adapter" / "adapter_config.json").write_text("{}")
+    lt = p.create_run("llm.train", {"env": "envs/jira.env.json"}, "GRPO run")
+    adapter = p.register_model(
+        name="jira-grpo",
+        kind="lora-adapter",
+        files=[tmp / "adapter"],
+        source_run=lt.id,
+        base="/base/qwen",
+        parents=["/base/qwen"],
+    )
+    (tmp / "merged").mkdir()
+    (tmp / "merged" / "config.json").write_text("{}")
+    mr = p.create_run("llm.merge", {"adapter": adapter.path}, "Merge run")
+    merged = p.register_model(
+        name="jira-merged",
+        kind="hf-merged",
+        files=[tmp / "merged"],
+        source_run=mr.id,
+        parents=[adapter.path],
+    )
+    p.update_run(mr.id, status="completed", summary={"registered_models": [merged.id]})
+    (tmp / "m.gguf").write_bytes(b"GGUF" + bytes(100))
+    gr = p.create_run("export.gguf", {"parents": [merged.id]}, "GGUF run")
+    gguf = p.register_model(
+        name="jira-f16",
+        kind="gguf",
+        files=[tmp / "m.gguf"],
+        source_run=gr.id,
+        parents=[merged.id],
+    )
+    p.update_run(gr.id, status="completed", summary={"registered_models": [gguf.id]})
+    dr = p.create_run(
+        "deploy.ollama", {"parents": [gguf.id], "name": "jira-agent"}, "Deploy"
+    )
+    p.update_run(dr.id, status="completed", summary={"deploy": {"deployed": True}})
+    er = p.create_run("llm.evaluate", {}, "Before/after")
+    (Path(er.run_dir) / "report.json").write_text(json.dumps(REPORT))
+    p.update_run(er.id, status="completed")
+    shutil.rmtree(tmp)
+    p.close()
+    return {
+        "policy": policy.id,
+        "adapter": adapter.id,
+        "merged": merged.id,
+        "gguf": gguf.id,
+    }
+
+
+@pytest.fixture
+def setup(qtbot, tmp_path: Path, ppo_zip: Path) -> Iterator[tuple]:
+    ids = build_project(tmp_path / "project", ppo_zip)
+    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    client = EngineClient()
+    session = Session(client, ProjectState(), settings)
+    win = MainWindow(session, settings)
+    win.confirm_quit = False
+    qtbot.addWidget(win)
+    with qtbot.waitSignal(session.project_opened, timeout=30_000):
+        client.start()
+        session.open_project(str(tmp_path / "project"))
+    workspace = win.workspaces["models"]
+    assert isinstance(workspace, ModelsWorkspace)
+    workspace.host_edit.setText(UNREACHABLE)
+    win.show()
+    win.set_workspace("models")
+    yield win, workspace, ids
+    client.stop()
+
+
+def test_table_lists_models_with_details_lineage_and_report(qtbot, setup) -> None:
+    _win, ws, ids = setup
+    records = {r["id"]: r for r in ws.records()}
+    assert set(ids.values()) <= set(records)
+    policy = records[ids["policy"]]
+    # The algorithm was not registered: it comes from the zip's JSON.
+    assert policy["algo"] == "PPO" and policy["sb3"]["num_timesteps"] == 64
+    assert policy["size_bytes"] > 0 and policy["source_run"]
+    ws.select(ids["policy"])
+    assert "ActorCriticPolicy" in ws.details.text()
+    assert "Box((4,), float32)" in ws.details.text()
+    assert ws.buttons["evaluate"].isEnabled() and ws.buttons["onnx"].isEnabled()
+    assert not ws.buttons["deploy"].isEnabled()
+    qtbot.waitUntil(lambda: len(ws.chain.titles()) == 3, timeout=10_000)
+    assert ws.chain.titles() == ["CartPole-v1", "PPO run", "PPO CartPole"]
+
+    ws.select(ids["merged"])
+    qtbot.waitUntil(lambda: len(ws.chain.titles()) == 6, timeout=10_000)
+    assert ws.chain.titles() == [
+        "envs/jira.env.json",
+        "GRPO run",
+        "jira-grpo",
+        "jira-merged",
+        "jira-f16",
+        "jira-agent",
+    ]
+    assert [i.title for i in ws.chain.items() if i.current] == ["jira-merged"]
+    assert ws.buttons["one_click"].isEnabled() and ws.buttons["chat"].isEnabled()
+
+    # The before/after report of the llm.evaluate run.
+    ws.tabs.setCurrentIndex(3)
+    assert ws.report_box.count() == 1
+    assert ws.report.chart.heights("after") == [0.75, 1.2, 0.05]
+
+
+def test_delete_asks_then_removes_folder_and_row(qtbot, setup) -> None:
+    win, ws, ids = setup
+    policy = next(r for r in ws.records() if r["id"] == ids["policy"])
+    folder = Path(policy["path"]).parent
+    assert folder.is_dir()
+    asked = []
+    ws.confirm = lambda title, text: asked.append(text) or False
+    ws.select(ids["policy"])
+    ws.buttons["delete"].click()
+    assert asked and "PPO CartPole" in asked[0] and folder.is_dir()
+    ws.confirm = lambda title, text: True
+    ws.buttons["delete"].click()
+    qtbot.waitUntil(
+        lambda: all(r["id"] != ids["policy"] for r in ws.records()), timeout=10_000
+    )
+    assert not folder.exists()
+    assert not list(folder.parent.glob("*.tmp-deleted"))
+    project = Project.open(Path(win.session.state.path))
+    try:
+        assert ids["policy"] not in {m.id for m in project.list_models()}
+    finally:
+        project.close()
+    # Deleting it again (a stale view) is refused with one sentence.
+    failures = []
+    ws.controller.failed.connect(failures.append)
+    ws.controller.delete_model({"id": ids["policy"], "kind": "sb3-policy"})
+    qtbot.waitUntil(lambda: bool(failures), timeout=10_000)
+    assert failures == [f"There is no model {ids['policy']!r} in this project."]
+
+
+def test_unreachable_ollama_host_says_so_in_one_sentence(qtbot, setup) -> None:
+    _win, ws, _ids = setup
+    ws.refresh_button.click()
+    qtbot.waitUntil(
+        lambda: "No Ollama server" in ws.ollama_status.text(), timeout=15_000
+    )
+    text = ws.controller.ollama_error
+    assert text.startswith(f"No Ollama server answers at {UNREACHABLE}")
+    assert text.count(". ") == 0 and text.endswith(".")
+    assert not [r for r in ws.records() if r["kind"] == "ollama"]
+
+
+def test_ollama_models_are_listed_chatted_with_and_deleted(qtbot, setup) -> None:
+    _win, ws, _ids = setup
+    with FakeOllama() as fake:
+        fake.models["jira-agent:latest"] = fake_entry("jira-agent:latest")
+        fake.models["other:7b"] = fake_entry("other:7b", size=4_000_000_000)
+        ws.host_edit.setText(fake.host)
+        ws.refresh_button.click()
+        qtbot.waitUntil(
+            lambda: len([r for r in ws.records() if r["kind"] == "ollama"]) == 2,
+            timeout=15_000,
+        )
+        assert "Ollama 0.6.2: 2 model(s)" in ws.ollama_status.text()
+        ws.select("ollama:jira-agent:latest")
+        assert "qwen2" in ws.details.text()
+        # Deployed from this project: its chain is the GGUF's, ending here.
+        qtbot.waitUntil(lambda: len(ws.chain.titles()) == 6, timeout=10_000)
+        assert [i.title for i in ws.chain.items() if i.current] == ["jira-agent"]
+
+        dialog = ws.chat()
+        assert dialog is not None
+        dialog.input.setPlainText("hello there")
+        dialog.send_button.click()
+        qtbot.waitUntil(lambda: "echo: hello there" in dialog.transcript_text())
+        assert fake.requests[-1][1] == "/api/chat"
+        assert fake.requests[-1][2]["model"] == "jira-agent:latest"
+        dialog.close()
+
+        ws.confirm = lambda title, text: "Ollama server" in text
+        ws.select("ollama:other:7b")
+        ws.buttons["delete"].click()
+        qtbot.waitUntil(
+            lambda: (
+                [r["name"] for r in ws.records() if r["kind"] == "ollama"]
+                == ["jira-agent:latest"]
+            ),
+            timeout=15_000,
+        )
+        assert "other:7b" not in fake.models
+
+
+def test_export_onnx_registers_an_onnx_model(qtbot, setup) -> None:
+    win, ws, ids = setup
+    ws.select(ids["policy"])
+    ws.buttons["onnx"].click()
+    ended = []
+    ws.controller.action_ended.connect(lambda *a: ended.append(a))
+    qtbot.waitUntil(lambda: bool(ended), timeout=60_000)
+    assert ended[0][1:3] == ("export.onnx", "completed"), ended
+    qtbot.waitUntil(
+        lambda: any(r["kind"] == "onnx" for r in ws.records()), timeout=10_000
+    )
+    onnx = next(r for r in ws.records() if r["kind"] == "onnx")
+    assert Path(onnx["path"]).suffix == ".onnx" and Path(onnx["path"]).stat().st_size
+    assert onnx["metrics"]["verified"] is True
+    # It runs in the Training list too, and its lineage leads back to the policy.
+    assert any(r.get("kind") == "export.onnx" for r in win.session.state.runs.values())
+    ws.select(onnx["id"])
+    qtbot.waitUntil(lambda: "PPO CartPole" in ws.chain.titles(), timeout=10_000)
+
+
+def test_evaluate_and_play_show_results(qtbot, setup) -> None:
+    _win, ws, ids = setup
+    ended = []
+    ws.controller.action_ended.connect(lambda *a: ended.append(a))
+    ws.select(ids["policy"])
+    ws.evaluate(episodes=3)
+    qtbot.waitUntil(lambda: len(ended) == 1, timeout=60_000)
+    assert ended[0][1:3] == ("evaluate", "completed"), ended
+    assert "3 episodes" in ws.result_label.text()
+    assert "mean return" in ws.result_label.text()
+    ws.buttons["play"].click()
+    qtbot.waitUntil(lambda: len(ended) == 2, timeout=60_000)
+    assert ended[1][1:3] == ("play", "completed"), ended
+    rows = ws.trace_table.model.records
+    assert rows and rows[-1]["status"].startswith(("terminated", "truncated"))
+    assert "Play" in ws.result_label.text()

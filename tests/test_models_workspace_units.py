@@ -1,0 +1,233 @@
+"""Model manager pieces without the engine: SB3 zips read without torch,
+lineage chains, Ollama records, the trace viewer, the comparison chart and
+the frame viewer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from models_workspace_support import (
+    REPORT,
+    ROOT,
+    fake_entry,
+    make_ppo_zip,
+    write_trace_file,
+)
+
+from studio.eval_report import ComparisonReport
+from studio.models.model_catalog import lineage_chain, model_record, ollama_record
+from studio.models.sb3_zip import Sb3ZipError, read_sb3_zip
+from studio.models.traces import ReportError, comparison_from_report
+from studio.trace_viewer import TraceViewer
+from widgets.frame_viewer import FrameViewer
+
+
+@pytest.fixture(scope="module")
+def ppo_zip(tmp_path_factory) -> Path:
+    return make_ppo_zip(tmp_path_factory.mktemp("ppo") / "ppo.zip")
+
+
+def test_sb3_zip_is_read_without_importing_torch(ppo_zip: Path) -> None:
+    code = (
+        "import sys, json\n"
+        "from studio.models.sb3_zip import read_sb3_zip\n"
+        "info = read_sb3_zip(sys.argv[1])\n"
+        "heavy = [m for m in ('torch', 'stable_baselines3', 'gymnasium') "
+        "if m in sys.modules]\n"
+        "print(json.dumps({'info': info.to_dict(), 'heavy': heavy}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(ppo_zip)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    result = json.loads(out.stdout)
+    assert result["heavy"] == []
+    info = result["info"]
+    assert info["algo"] == "PPO"
+    assert info["policy_class"] == "ActorCriticPolicy"
+    assert info["num_timesteps"] == 64
+    assert info["observation_space"] == "Box((4,), float32)"
+    assert info["action_space"] == "Discrete(2)"
+    assert info["hyperparameters"]["n_steps"] == 64
+    assert info["sb3_version"].startswith("2.")
+
+
+def test_sb3_zip_details_fill_the_table_record(ppo_zip: Path) -> None:
+    record = model_record(
+        {"id": "m-1", "name": "p", "kind": "sb3-policy", "path": str(ppo_zip)}
+    )
+    assert record["algo"] == "PPO" and record["sb3"]["num_timesteps"] == 64
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "not a readable zip file"),
+        ({"other": b"x"}, "has no 'data' entry"),
+        ({"data": b"{nope"}, "is not JSON"),
+    ],
+)
+def test_bad_sb3_zips_give_one_sentence(
+    tmp_path: Path, content: dict | None, message: str
+) -> None:
+    path = tmp_path / "bad.zip"
+    if content is None:
+        path.write_bytes(b"not a zip")
+    else:
+        with zipfile.ZipFile(path, "w") as zf:
+            for name, data in content.items():
+                zf.writestr(name, data)
+    with pytest.raises(Sb3ZipError, match=message):
+        read_sb3_zip(path)
+    record = model_record(
+        {"id": "m", "name": "b", "kind": "sb3-policy", "path": str(path)}
+    )
+    assert message in record["sb3_error"]
+
+
+def _lineage_fixture() -> tuple[list[dict], dict[str, dict], list[list[str]]]:
+    models = [
+        {"id": "m-a", "name": "adapter", "kind": "lora-adapter",
+         "path": "/p/models/m-a/adapter", "env": ""},
+        {"id": "m-m", "name": "merged", "kind": "hf-merged",
+         "path": "/p/models/m-m/merged", "env": ""},
+        {"id": "m-g", "name": "model-f16", "kind": "gguf",
+         "path": "/p/models/m-g/model-f16.gguf", "env": ""},
+    ]  # fmt: skip
+    runs = {
+        "r-train": {"id": "r-train", "name": "GRPO", "kind": "llm.train",
+                    "config": {"env": "envs/jira.env.json"}},
+        "r-merge": {"id": "r-merge", "name": "Merge", "kind": "llm.merge",
+                    "config": {"adapter": "/p/models/m-a/adapter"},
+                    "summary": {"registered_models": ["m-m"]}},
+        "r-gguf": {"id": "r-gguf", "name": "GGUF", "kind": "export.gguf",
+                   "config": {"parents": ["m-m"]},
+                   "summary": {"registered_models": ["m-g"]}},
+        "r-deploy": {"id": "r-deploy", "name": "Deploy", "kind": "deploy.ollama",
+                     "status": "completed",
+                     "config": {"parents": ["m-g"], "name": "jira-agent"},
+                     "summary": {"deploy": {"deployed": True}}},
+    }  # fmt: skip
+    links = [
+        ["/base/qwen", "m-a", "derived"],
+        ["r-train", "m-a", "trained"],
+        ["/p/models/m-a/adapter", "m-m", "derived"],
+        ["r-merge", "m-m", "trained"],
+        ["m-m", "m-g", "derived"],
+        ["r-gguf", "m-g", "trained"],
+    ]
+    return models, runs, links
+
+
+def test_lineage_chain_runs_from_env_to_the_ollama_name() -> None:
+    models, runs, links = _lineage_fixture()
+    for start in ("m-a", "m-m", "m-g"):
+        chain = lineage_chain(start, links, models, runs)
+        assert [n.title for n in chain] == [
+            "envs/jira.env.json",
+            "GRPO",
+            "adapter",
+            "merged",
+            "model-f16",
+            "jira-agent",
+        ], start
+        assert [n.key for n in chain if n.current] == [start]
+    assert lineage_chain("m-unknown", links, models, runs) == []
+
+
+def test_lineage_chain_of_a_policy_starts_at_its_env() -> None:
+    models = [{"id": "m-p", "name": "PPO", "kind": "sb3-policy", "path": "/x.zip",
+               "env": "CartPole-v1"}]  # fmt: skip
+    runs = {"r1": {"id": "r1", "name": "train", "kind": "rl.train", "config": {}}}
+    chain = lineage_chain("m-p", [["r1", "m-p", "trained"]], models, runs)
+    assert [(n.kind, n.title) for n in chain] == [
+        ("env", "CartPole-v1"),
+        ("run", "train"),
+        ("sb3-policy", "PPO"),
+    ]
+
+
+def test_ollama_records() -> None:
+    record = ollama_record(fake_entry("jira-agent:latest"), "http://h:1")
+    assert record["id"] == "ollama:jira-agent:latest" and record["kind"] == "ollama"
+    assert record["base"] == "qwen2 494M Q8_0" and record["size_bytes"] == 397_000_000
+    assert record["created"] > 1.7e9
+
+
+def test_report_comparison_and_bad_reports() -> None:
+    comp = comparison_from_report(REPORT)
+    assert comp.labels == ["before", "after"]
+    assert comp.values["after"] == [0.75, 1.2, 0.05]
+    with pytest.raises(ReportError, match="not an evaluation report"):
+        comparison_from_report({"env": "x"})
+
+
+def test_comparison_chart_draws_before_and_after_bars(qtbot, tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(REPORT))
+    view = ComparisonReport()
+    qtbot.addWidget(view)
+    assert view.load(path)
+    assert view.chart.heights("before") == [0.25, 0.4, 0.3]
+    assert view.chart.heights("after") == [0.75, 1.2, 0.05]
+    assert "Invalid-action rate" in view.table.text() and "+0.5" in view.table.text()
+    (tmp_path / "bad.json").write_text("{")
+    assert not view.load(tmp_path / "bad.json")
+    assert "bad.json is not valid JSON." in view.heading.text()
+
+
+def test_trace_viewer_shows_episodes_steps_and_prompts(qtbot, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    write_trace_file(project / "data" / "traces" / "collect.jsonl")
+    viewer = TraceViewer()
+    qtbot.addWidget(viewer)
+    viewer.set_project(str(project))
+    assert viewer.files.count() == 1
+    viewer.files.setCurrentRow(0)
+    episodes = viewer.episodes.model.records
+    assert [(e["task"], e["outcome"], e["invalid"]) for e in episodes] == [
+        ("RLHUB-101", "success", 0),
+        ("RLHUB-102", "failed", 1),
+    ]
+    assert "1 unreadable line(s) skipped" in viewer.info.text()
+    viewer.episodes.select_keys(["1"])
+    steps = viewer.steps.model.records
+    assert [(s["action"], s["valid"], s["reward"]) for s in steps] == [
+        ("start", True, 0.5),
+        ("(none)", False, -0.5),
+    ]
+    assert steps[0]["breakdown"] == "status +0.51, step -0.01"
+    viewer.steps.select_keys(["1"])
+    text = viewer.prompt.toPlainText()
+    assert "Status: In Progress." in text and "I would like to dance" in text
+    assert "NOT parsed, INVALID" in text
+
+
+def test_frame_viewer_steps_through_frames(qtbot) -> None:
+    frames = np.zeros((5, 12, 16, 3), dtype=np.uint8)
+    for i in range(5):
+        frames[i, :, :, 0] = 50 * i
+    viewer = FrameViewer()
+    qtbot.addWidget(viewer)
+    viewer.resize(200, 160)
+    viewer.set_frames(frames)
+    assert viewer.frame_count() == 5 and viewer.counter.text() == "1 / 5"
+    with qtbot.waitSignal(viewer.frame_changed) as changed:
+        viewer.slider.setValue(3)
+    assert changed.args == [3] and viewer.counter.text() == "4 / 5"
+    image = viewer.image.pixmap().toImage()
+    assert image.pixelColor(image.width() // 2, image.height() // 2).red() == 150
+    viewer.play_button.setChecked(True)
+    qtbot.waitUntil(lambda: viewer.current() == 0, timeout=3000)  # wrapped around
+    viewer.play_button.setChecked(False)
+    viewer.set_frames(np.zeros((3, 4)))  # not frames: shown as none
+    assert viewer.frame_count() == 0

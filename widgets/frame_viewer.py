@@ -1,0 +1,116 @@
+"""Shows a sequence of RGB frames (uint8, shape (n, h, w, 3)) with a slider
+and a play button."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QImage, QPixmap
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QSlider,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+class FrameViewer(QWidget):
+    """``frame_changed(index)`` when the shown frame changes."""
+
+    frame_changed = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None, fps: float = 15.0) -> None:
+        super().__init__(parent)
+        self._frames = np.zeros((0, 1, 1, 3), dtype=np.uint8)
+        self.image = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
+        self.image.setMinimumSize(160, 120)
+        self.image.setSizePolicy(
+            QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding
+        )
+        self.image.setStyleSheet("background: #202020; color: #bbbbbb;")
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.valueChanged.connect(self._on_slider_value_changed)
+        self.play_button = QToolButton(text="▶", checkable=True)
+        self.play_button.toggled.connect(self._on_play_toggled)
+        self.counter = QLabel()
+        self._timer = QTimer(self, interval=max(1, int(1000 / fps)))
+        self._timer.timeout.connect(self._on_timer_timeout)
+        row = QHBoxLayout()
+        row.addWidget(self.play_button)
+        row.addWidget(self.slider, 1)
+        row.addWidget(self.counter)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.image, 1)
+        layout.addLayout(row)
+        self.set_frames(self._frames)
+
+    def set_frames(self, frames: np.ndarray, empty_text: str = "No frames") -> None:
+        frames = np.asarray(frames)
+        if frames.ndim != 4 or frames.shape[-1] not in (3, 4):
+            frames = np.zeros((0, 1, 1, 3), dtype=np.uint8)
+        self._frames = np.ascontiguousarray(frames[..., :3].astype(np.uint8))
+        self.play_button.setChecked(False)
+        n = len(self._frames)
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, max(0, n - 1))
+        self.slider.setValue(0)
+        self.slider.blockSignals(False)
+        self.slider.setEnabled(n > 1)
+        self.play_button.setEnabled(n > 1)
+        if n:
+            self.show_frame(0)
+        else:
+            self.image.setPixmap(QPixmap())
+            self.image.setText(empty_text)
+            self.counter.setText("")
+
+    def frame_count(self) -> int:
+        return len(self._frames)
+
+    def current(self) -> int:
+        return self.slider.value()
+
+    def show_frame(self, index: int) -> None:
+        if not len(self._frames):
+            return
+        index = int(np.clip(index, 0, len(self._frames) - 1))
+        frame = self._frames[index]
+        h, w, _ = frame.shape
+        qimage = QImage(frame.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
+        pixmap = QPixmap.fromImage(qimage)
+        size = self.image.size()
+        self.image.setPixmap(
+            pixmap.scaled(
+                size,
+                Qt.AspectRatioMode.KeepAspectRatio,
+                Qt.TransformationMode.FastTransformation,
+            )
+        )
+        self.counter.setText(f"{index + 1} / {len(self._frames)}")
+        if self.slider.value() != index:
+            self.slider.setValue(index)
+        self.frame_changed.emit(index)
+
+    def _on_slider_value_changed(self, value: int) -> None:
+        self.show_frame(value)
+
+    def _on_play_toggled(self, playing: bool) -> None:
+        self.play_button.setText("⏸" if playing else "▶")
+        if playing:
+            self._timer.start()
+        else:
+            self._timer.stop()
+
+    def _on_timer_timeout(self) -> None:
+        n = len(self._frames)
+        if n:
+            self.show_frame((self.slider.value() + 1) % n)
+
+    def resizeEvent(self, event) -> None:  # type: ignore[no-untyped-def]
+        super().resizeEvent(event)
+        if len(self._frames):
+            self.show_frame(self.slider.value())
