@@ -9,6 +9,7 @@ track of the ones it started by purpose.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Callable
@@ -378,9 +379,7 @@ class ModelsController(QObject):
             return
         self.client.request(
             protocol.GetEnvCatalog(ids=[env], with_spaces=True),
-            on_reply=lambda r: go(
-                any("rgb_array" in (e.get("render_modes") or []) for e in r["envs"])
-            ),
+            on_reply=lambda r: go(any(renders_frames(e) for e in r["envs"])),
             on_error=lambda e: go(False),
         )
 
@@ -520,6 +519,20 @@ class ModelsController(QObject):
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
+
+
+def renders_frames(entry: dict[str, Any]) -> bool:
+    """Whether an env of the catalog can give ``rgb_array`` frames here.
+
+    Gymnasium's own envs draw with pygame; when it is not installed (the
+    engine runs on this same interpreter) asking for frames would only fail
+    the run, so Play asks for the step trace alone.
+    """
+    if "rgb_array" not in (entry.get("render_modes") or []):
+        return False
+    if str(entry.get("entry_point", "")).startswith("gymnasium.envs."):
+        return importlib.util.find_spec("pygame") is not None
+    return True
 
 
 def model_folder(model: dict[str, Any]) -> str:

@@ -80,8 +80,10 @@ class TraceViewer(QWidget):
             EPISODE_COLUMNS, empty_text="Choose a trace file on the left."
         )
         self.episodes.selection_changed.connect(self._on_episode_selection_changed)
+        self.episodes.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         self.steps = RecordTable(STEP_COLUMNS, empty_text="Choose an episode.")
         self.steps.selection_changed.connect(self._on_step_selection_changed)
+        self.steps.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         self.prompt = QPlainTextEdit(readOnly=True)
         self.prompt.setPlaceholderText("The prompt and completion of the chosen step.")
 

@@ -253,17 +253,87 @@ def test_export_onnx_registers_an_onnx_model(qtbot, setup) -> None:
 
 def test_evaluate_and_play_show_results(qtbot, setup) -> None:
     _win, ws, ids = setup
-    ended = []
-    ws.controller.action_ended.connect(lambda *a: ended.append(a))
+    ended: dict[str, tuple] = {}
+
+    def on_ended(run_id: str, purpose: str, status: str, reason: str) -> None:
+        # The workspace's own slot ran first: its label shows this result.
+        ended[purpose] = (status, reason, ws.result_label.text())
+
+    ws.controller.action_ended.connect(on_ended)
     ws.select(ids["policy"])
     ws.evaluate(episodes=3)
-    qtbot.waitUntil(lambda: len(ended) == 1, timeout=60_000)
-    assert ended[0][1:3] == ("evaluate", "completed"), ended
-    assert "3 episodes" in ws.result_label.text()
-    assert "mean return" in ws.result_label.text()
-    ws.buttons["play"].click()
-    qtbot.waitUntil(lambda: len(ended) == 2, timeout=60_000)
-    assert ended[1][1:3] == ("play", "completed"), ended
+    ws.buttons["play"].click()  # both run at once, each in its own process
+    qtbot.waitUntil(lambda: len(ended) == 2, timeout=90_000)
+    status, reason, text = ended["evaluate"]
+    assert status == "completed", reason
+    assert "3 episodes" in text and "mean return" in text
+    status, reason, text = ended["play"]
+    assert status == "completed", reason
+    assert "Play" in text and "return" in text
     rows = ws.trace_table.model.records
     assert rows and rows[-1]["status"].startswith(("terminated", "truncated"))
-    assert "Play" in ws.result_label.text()
+    assert rows[0]["step"] == 1 and len(rows[0]["observation"].split(",")) == 4
+
+
+def write_gguf(path: Path) -> Path:
+    """A small but valid GGUF (ChatML template, one tensor)."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_name("tiny")
+    writer.add_file_type(1)
+    writer.add_chat_template(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        "<|im_end|>\n{% endfor %}"
+    )
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_one_click_export_to_ollama_ends_with_the_run_line(
+    qtbot, setup, tmp_path: Path
+) -> None:
+    win, ws, _ids = setup
+    project = Project.open(Path(win.session.state.path))
+    try:
+        gguf = project.register_model(
+            name="tiny-f16", kind="gguf", files=[write_gguf(tmp_path / "t.gguf")]
+        )
+    finally:
+        project.close()
+    win.session.refresh_project()
+    qtbot.waitUntil(lambda: any(r["id"] == gguf.id for r in ws.records()))
+    ws.select(gguf.id)
+    assert ws.buttons["deploy"].isEnabled() and ws.buttons["one_click"].isEnabled()
+    with FakeOllama() as fake:
+        dialog = ws.export_to_ollama()
+        assert dialog is not None and dialog.values()["name"] == "tiny-f16"
+        dialog.name.setText("Bad name!")
+        dialog._on_accepted()
+        assert dialog.isVisible() and "letters, digits" in dialog.message.text()
+        dialog.name.setText("tiny-agent")
+        dialog.host.setText(fake.host)
+        with qtbot.waitSignal(dialog.accepted):
+            dialog._on_accepted()
+        pipeline = ws.pipeline_view.pipeline
+        assert pipeline is not None
+        assert [s.kind for s in pipeline.steps] == ["deploy.ollama"]
+        with qtbot.waitSignal(pipeline.finished, timeout=60_000) as done:
+            pass
+        assert done.args[0] is True, done.args
+        assert ws.pipeline_view.result_text().endswith("ollama run tiny-agent")
+        assert "ollama run tiny-agent" in ws.pipeline_view.result.text()
+        assert ws.pipeline_view.bar.value() == 1000
+        assert "tiny-agent:latest" in fake.models
+        create = next(b for m, p, b in fake.requests if p == "/api/create")
+        assert create["model"] == "tiny-agent" and "<|im_start|>" in create["template"]
+    # The deploy run is in the Training list too.
+    assert any(
+        r["name"] == "Modelfile and deploy: tiny-agent" and r["status"] == "completed"
+        for r in win.session.state.runs.values()
+    )

@@ -205,6 +205,7 @@ class ModelsWorkspace(QWidget):
         play_split.addWidget(self.trace_table)
         play_split.addWidget(self.frames)
         play_split.setSizes([520, 300])
+        self.frames.hide()  # until an episode with frames is played
         run_page = QWidget()
         run_layout = QVBoxLayout(run_page)
         run_layout.addWidget(self.result_label)
@@ -234,7 +235,7 @@ class ModelsWorkspace(QWidget):
         split.addWidget(self.tabs)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
-        split.setSizes([640, 480])
+        split.setSizes([600, 680])
 
         # -- progress of the last action and the one-click chain
         self.action_label = QLabel()
@@ -338,7 +339,14 @@ class ModelsWorkspace(QWidget):
         elif model["id"] in self._links:
             self._show_chain(model["id"])
         else:
-            self.chain.set_items([ChainItem(model["id"], model["kind"], model["name"])])
+            # Until the engine answers, draw what the state knows: the model's
+            # run and what was made from it.
+            if model.get("source_run"):
+                self._links[model["id"]] = [
+                    [model["source_run"], model["id"], "trained"]
+                ]
+            self._show_chain(model["id"])
+            self._links.pop(model["id"], None)
             self.controller.request_lineage(
                 model["id"], lambda links, mid=model["id"]: self._on_links(mid, links)
             )
@@ -610,6 +618,7 @@ class ModelsWorkspace(QWidget):
         self.action_label.setText(f"{PURPOSE_TITLES.get(purpose, purpose)}:")
         self.action_progress.set_state("running")
         self.action_progress.set_progress(0, None)
+        self.action_progress.show()
         if purpose in ("evaluate", "play"):
             self.tabs.setCurrentIndex(1)
             self.result_label.setText(
@@ -630,8 +639,7 @@ class ModelsWorkspace(QWidget):
         self, run_id: str, purpose: str, status: str, reason: str
     ) -> None:
         if run_id == self._action_run:
-            self.action_progress.set_state(status)
-            self._update_action_progress()
+            self.action_progress.hide()  # the label says how it ended
         title = PURPOSE_TITLES.get(purpose, purpose)
         if status != "completed":
             self.result_label.setText(
@@ -667,16 +675,24 @@ class ModelsWorkspace(QWidget):
         returns = [e["return"] for e in eps]
         lengths = [e["length"] for e in eps]
         success = data.get("success_rate")
+        env_id = str(data.get("env_id") or "")
+        # Only designed envs say what success is; elsewhere 0 % would mislead.
+        designed = env_id.startswith("rlstudio/") or env_id.endswith(".env.json")
         self.result_label.setText(
             f"<b>Evaluation</b> on {html.escape(str(data.get('env_id')))}: "
             f"{len(eps)} episodes<br>"
             f"mean return <b>{np.mean(returns):.4g}</b> ± {np.std(returns):.3g} "
             f"(min {min(returns, default=0):.4g}, max {max(returns, default=0):.4g}),"
             f" mean length {np.mean(lengths):.4g}"
-            + (f", success rate {success:.0%}" if success is not None else "")
+            + (
+                f", success rate {success:.0%}"
+                if success is not None and designed
+                else ""
+            )
         )
         self.trace_table.set_records([])
         self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8), "No frames")
+        self.frames.hide()
 
     def _show_play(self, run_id: str) -> None:
         data = self.controller.read_preview(run_id)
@@ -719,7 +735,9 @@ class ModelsWorkspace(QWidget):
         if frames_path and Path(frames_path).is_file():
             with np.load(frames_path) as npz:
                 self.frames.set_frames(npz["frames"])
+            self.frames.show()
         else:
+            self.frames.hide()
             self.frames.set_frames(
                 np.zeros((0, 1, 1, 3), np.uint8), "This env renders no frames."
             )
