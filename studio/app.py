@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from studio.engine_client import EngineClient
     from studio.main_window import MainWindow, app_icon
     from studio.models.project_state import ProjectState
+    from studio.qt_exit import shutdown_qt
     from studio.session import Session
     from studio.settings import Settings
 
@@ -98,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     code = app.exec()
     client.stop()
+    shutdown_qt()
     return int(code)
 
 
@@ -128,6 +130,8 @@ def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-unt
     """Show the window once the project is loaded (or failed), grab it."""
     from PySide6.QtCore import QEventLoop, QTimer
 
+    from studio.qt_exit import shutdown_qt
+
     loop = QEventLoop()
     session.project_opened.connect(lambda *_: QTimer.singleShot(300, loop.quit))
     session.project_failed.connect(lambda *_: QTimer.singleShot(300, loop.quit))
@@ -139,6 +143,7 @@ def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-unt
     path.parent.mkdir(parents=True, exist_ok=True)
     ok = window.grab().save(str(path))
     session.client.stop()
+    shutdown_qt()
     if not ok:
         print(f"rl-studio: could not write the screenshot {path}.", file=sys.stderr)
         return 1

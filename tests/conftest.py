@@ -28,3 +28,11 @@ QStandardPaths.setTestModeEnabled(True)
 def project_dir(tmp_path: Path) -> Path:
     """A path where a fresh project may be created."""
     return tmp_path / "project"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tear Qt down while Python is alive (see ``studio.qt_exit``): a run
+    that passed must not die at exit."""
+    from studio.qt_exit import shutdown_qt
+
+    shutdown_qt()
