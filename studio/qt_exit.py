@@ -31,9 +31,8 @@ def shutdown_qt() -> None:
     mime = clipboard.mimeData()
     if clipboard.ownsClipboard() or (mime is not None and _ours(mime.formats())):
         clipboard.clear(QClipboard.Mode.Clipboard)
-    for widget in QApplication.topLevelWidgets():
-        widget.close()
-        widget.deleteLater()
+    # Windows are left to Qt and pyqtgraph's own exit cleanup: deleting them
+    # here tears pyqtgraph scenes down in an order that crashes.
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     app.processEvents()
     gc.collect()
