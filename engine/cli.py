@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "speak the studio protocol (JSON Lines) on stdin/stdout",
     ),
     "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
+    "models": ("engine.store.cli", "list the models registered in a project"),
     "train": ("engine.rl.cli", "train a stable-baselines3 agent with a progress bar"),
     "env": (
         "engine.envs.cli",

@@ -284,3 +284,24 @@ def test_unknown_engine_command_exits_non_zero() -> None:
         timeout=60,
     )
     assert proc.returncode != 0 and "invalid choice: 'fly'" in proc.stderr
+
+
+def test_models_command_lists_registered_models(tmp_path: Path) -> None:
+    project = Project.open(tmp_path / "p", create=True)
+    src = tmp_path / "policy.zip"
+    src.write_bytes(b"zip")
+    project.register_model(name="cart", kind="sb3-policy", files=[src], algo="PPO")
+    project.close()
+    cmd = [sys.executable, "-m", "engine", "models", "--project", str(tmp_path / "p")]
+    out = subprocess.run(
+        [*cmd, "--json"], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert [m["name"] for m in json.loads(out.stdout)] == ["cart"]
+    missing = subprocess.run(
+        [sys.executable, "-m", "engine", "models", "--project", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert missing.returncode == 2
+    assert missing.stderr.strip().endswith("nope does not exist.")
