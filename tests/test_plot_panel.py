@@ -189,7 +189,8 @@ def test_hover_label_shows_nearest_point_per_curve(
     # Through the scene: a mouse move over the plot updates the readout.
     group = panel.group_widget("Rewards")
     qtbot.waitUntil(lambda: group.view.viewRange()[0][1] >= 300, timeout=2000)
-    scene_pos = group.view.mapViewToScene(QtCore.QPointF(290.0, 15.0))
+    y_mid = sum(group.view.viewRange()[1]) / 2
+    scene_pos = group.view.mapViewToScene(QtCore.QPointF(290.0, y_mid))
     group.plot.scene().sigMouseMoved.emit(scene_pos)
     assert "a 3 @ 300" in panel.legend_text("Rewards")
     assert group.crosshair.isVisible()
@@ -280,7 +281,7 @@ def test_large_series_is_decimated_to_about_two_points_per_pixel(
     values = store.series("r", "time/fps")[2]
     assert y.max() == values.max() and y.min() == values.min()  # peaks kept
     # Zooming in shows the raw points of the visible range.
-    group.view.setXRange(50_000, 51_000, padding=0)
+    panel.set_x_range(50_000, 51_000, title="Throughput")
     qtbot.waitUntil(
         lambda: len(panel.curve_data("r", "time/fps")[0]) < 30, timeout=2000
     )
@@ -307,3 +308,27 @@ def test_progress_bar_text_state_and_color(qtbot) -> None:
     assert format_progress(1, 10, 8.5) == "1 / 10 steps · 8.50 steps/s"
     with pytest.raises(ValueError, match="state must be one of"):
         bar.set_state("paused")
+
+
+def test_x_range_follows_new_data_with_headroom_until_the_user_zooms(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    fill(store, "r", ["time/fps"], 1000)  # steps 100 .. 100,000
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    view = panel.group_widget("Throughput").view
+    lo, hi = view.viewRange()[0]
+    assert lo <= 100 and hi > 100_000
+    # A small append stays inside the headroom: the range (and axes) stay put.
+    store.append_arrays("r", "time/fps", np.array([100_100.0]), np.zeros(1), np.ones(1))
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert view.viewRange()[0] == [lo, hi]
+    # Past the headroom the range grows to take the new data in.
+    store.append_arrays("r", "time/fps", np.array([150_000.0]), np.zeros(1), np.ones(1))
+    qtbot.waitUntil(lambda: view.viewRange()[0][1] > 150_000, timeout=2000)
+    # After a zoom, new data does not move the view; reset_view follows again.
+    panel.set_x_range(1_000, 2_000, title="Throughput")
+    store.append_arrays("r", "time/fps", np.array([300_000.0]), np.zeros(1), np.ones(1))
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert view.viewRange()[0] == [1_000, 2_000]
+    panel.reset_view("Throughput")
+    qtbot.waitUntil(lambda: view.viewRange()[0][1] > 300_000, timeout=2000)

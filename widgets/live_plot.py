@@ -370,9 +370,12 @@ class _Group(QtWidgets.QFrame):
         item = self.plot.getPlotItem()
         item.setClipToView(True)
         item.setDownsampling(auto=True, mode="peak")
-        # Opaque grid lines in a dark tone: alpha-blended ones cost ~40% more
-        # paint time on every range change.
+        # Grid at major ticks only, opaque, in a dark tone: the axes draw the
+        # grid, so every curve update repaints them; minor and alpha-blended
+        # lines tripled the paint time of a plot here.
         item.showGrid(x=True, y=True, alpha=1.0)
+        for name in ("left", "bottom"):
+            item.getAxis(name).setStyle(maxTickLevel=0)
         item.setMenuEnabled(False)
         item.hideButtons()
         self.view: pg.ViewBox = item.getViewBox()
@@ -394,6 +397,14 @@ class _Group(QtWidgets.QFrame):
         lay.addWidget(self.plot, 1)
         lay.addWidget(self.legend)
         self.hover_x: float | None = None
+        # The panel follows the data on x itself, with headroom, instead of
+        # pyqtgraph's x auto-range: a range that changes on every append makes
+        # the axes re-layout their ticks and text on every frame (the most
+        # expensive part of a paint). Mouse zoom or pan turns following off;
+        # a double click turns it back on.
+        self.follow_x = True
+        self.x_fitted = False
+        self.view.enableAutoRange(x=False, y=True)
         self.apply_theme(theme)
 
     def apply_theme(self, theme: dict[str, str]) -> None:
@@ -630,6 +641,10 @@ class LivePlotPanel(QtWidgets.QWidget):
             del self._curves[(curve.run_id, curve.key)]
             self._update_legend(curve.group)
         self._runs.pop(run_id, None)
+        for group in self._groups.values():
+            if group.follow_x:
+                group.x_fitted = False
+                self._on_view_changed(group)
         self._update_visibility()
 
     def clear(self) -> None:
@@ -669,11 +684,27 @@ class LivePlotPanel(QtWidgets.QWidget):
             group.axis.mode = mode
             group.axis.picture = None
             group.axis.update()
-            group.view.enableAutoRange(x=True)
+            self.reset_view(group.title)
             self._set_hover(group, None)
         for curve in self._curves.values():
             self._mark(curve)
         self.x_axis_changed.emit(mode)
+
+    def set_x_range(self, lo: float, hi: float, title: str | None = None) -> None:
+        """Zoom a plot (or all) to ``[lo, hi]`` on x; stops following new data."""
+        groups = self._groups.values() if title is None else [self._groups[title]]
+        for group in groups:
+            group.follow_x = False
+            group.view.setXRange(lo, hi, padding=0)
+
+    def reset_view(self, title: str | None = None) -> None:
+        """Fit a plot (or all) to its data again and follow new data on x."""
+        groups = self._groups.values() if title is None else [self._groups[title]]
+        for group in groups:
+            group.follow_x = True
+            group.x_fitted = False
+            group.view.enableAutoRange(y=True)
+            self._on_view_changed(group)
 
     def set_theme(self, theme: str) -> None:
         if theme not in _THEMES:
@@ -731,14 +762,19 @@ class LivePlotPanel(QtWidgets.QWidget):
         unbounded = math.isinf(self.redraw_budget_s)
         limit = None if unbounded else self.chunk_points
         drawn = 0
+        touched: dict[_Group, None] = {}
         for curve in list(self._dirty):
             del self._dirty[curve]
             if self._refresh(curve, limit):
                 drawn += 1
             else:
                 self._dirty[curve] = None  # more to take in: next tick
+            touched[curve.group] = None
             if time.perf_counter() - t0 > self.redraw_budget_s:
                 break
+        for group in touched:
+            if group.follow_x:
+                self._follow_x(group)
         self._update_visibility()
         if not self._dirty:
             self._timer.stop()
@@ -787,7 +823,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         x = curve.x(self._x_axis)[:n]
         view = curve.group.view
         width = max(100, int(view.width()))
-        if view.autoRangeEnabled()[0] or n == 0:
+        if curve.group.follow_x or n == 0:
             i0, i1 = 0, n
         else:
             lo, hi = view.viewRange()[0]
@@ -971,7 +1007,39 @@ class LivePlotPanel(QtWidgets.QWidget):
                 lambda *_, g=group: self._on_view_changed(g)
             )
             group.view.sigResized.connect(lambda *_, g=group: self._on_view_changed(g))
+            group.view.sigRangeChangedManually.connect(
+                lambda *_, g=group: self._on_view_range_changed_manually(g)
+            )
+            group.plot.scene().sigMouseClicked.connect(
+                lambda ev, g=group: self._on_scene_mouse_clicked(g, ev)
+            )
         return group
+
+    def _on_view_range_changed_manually(self, group: _Group) -> None:
+        group.follow_x = False
+
+    def _on_scene_mouse_clicked(self, group: _Group, event: object) -> None:
+        if getattr(event, "double", lambda: False)():
+            self.reset_view(group.title)
+
+    def _follow_x(self, group: _Group) -> None:
+        """Keep all data in view on x, changing the range only now and then."""
+        lo, hi = math.inf, -math.inf
+        for curve in group.curves:
+            if curve.display is None or curve.display.n == 0:
+                continue
+            x = curve.x(self._x_axis)
+            lo = min(lo, float(x[0]))
+            hi = max(hi, float(x[curve.display.n - 1]))
+        if lo > hi:
+            return
+        span = hi - lo if hi > lo else max(abs(hi) * 0.1, 1.0)
+        cur_lo, cur_hi = group.view.viewRange()[0]
+        fits = cur_lo <= lo and hi <= cur_hi
+        if fits and (cur_hi - cur_lo) <= 1.5 * span and group.x_fitted:
+            return
+        group.x_fitted = True
+        group.view.setXRange(lo - 0.02 * span, hi + 0.08 * span, padding=0)
 
     def _on_view_changed(self, group: _Group) -> None:
         for curve in group.curves:
