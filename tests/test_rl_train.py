@@ -372,3 +372,41 @@ def test_maskable_ppo_is_chosen_for_masked_envs_and_never_takes_a_masked_action(
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert "eval/success_rate" in metric_keys(rows)
     assert summary["models"][0]["metrics"]["eval/success_rate"] == 1.0
+
+
+class StopDuringFirstEval(JobContext):
+    """Stop becomes true on the first check made inside the first evaluation
+    (the job checks once per vectorized step before that)."""
+
+    checks_before_eval = 32  # eval at step 64 with 2 envs = 32 steps
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.checks = 0
+
+    @property
+    def should_stop(self) -> bool:
+        self.checks += 1
+        return self.checks > self.checks_before_eval
+
+
+def test_stop_interrupts_a_long_evaluation(tmp_path: Path) -> None:
+    run_dir, cfg = make_run(
+        tmp_path,
+        "stop-eval",
+        {
+            "env": "CartPole-v1",
+            "algo": "PPO",
+            "total_steps": 1000,
+            "seed": 0,
+            "n_envs": 2,
+            "eval_every_steps": 64,
+            "eval_episodes": 50,
+            "hyperparameters": {"n_steps": 16, "batch_size": 32, "n_epochs": 1},
+        },
+    )
+    summary = run_in_process(run_dir, cfg, ctx_cls=StopDuringFirstEval)
+    assert summary["stopped_by"] == "user" and summary["total_steps"] == 64
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert "eval/mean_reward" not in metric_keys(rows)
+    assert (run_dir / "checkpoints" / "step-0000000064" / "model.zip").is_file()

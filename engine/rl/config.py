@@ -559,6 +559,24 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 }
 """env id -> algo -> preset (TrainConfig keys and hyperparameters mixed)."""
 
+# Gymnasium 1.x renamed Taxi-v3 to Taxi-v4 (same task); keep both spellings.
+PRESETS["Taxi-v4"] = PRESETS["Taxi-v3"]
+PRESETS["LunarLanderContinuous-v3"] = {
+    "SAC": {
+        "total_steps": 500_000,
+        "learning_rate": 7.3e-4,
+        "buffer_size": 1_000_000,
+        "batch_size": 256,
+        "ent_coef": "auto",
+        "gamma": 0.99,
+        "tau": 0.01,
+        "train_freq": 1,
+        "gradient_steps": 1,
+        "learning_starts": 10_000,
+        "net_arch": [400, 300],
+    },
+}
+
 DEFAULT_TOTAL_STEPS = 100_000
 
 
