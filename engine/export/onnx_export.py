@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,15 @@ def export_onnx(
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
     try:
-        with torch.no_grad(), contextlib.redirect_stdout(None):
+        with (
+            torch.no_grad(),
+            contextlib.redirect_stdout(None),
+            warnings.catch_warnings(),
+        ):
+            # The TorchScript exporter is deprecated but needs no onnxscript;
+            # distribution argument checks trace as constants, which is fine.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 module,
                 (example,),
