@@ -435,3 +435,11 @@ def test_png_chart_is_a_png() -> None:
 
     data = bar_chart_png([{"success_rate": 0.2}, {"success_rate": 0.8}])
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 100
+
+
+def test_out_of_memory_is_recognised() -> None:
+    from engine.llm.train import _is_oom
+
+    assert _is_oom(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert _is_oom(MemoryError())
+    assert not _is_oom(RuntimeError("shape mismatch"))

@@ -205,6 +205,11 @@ class RulePolicy:
         return out
 
 
+def has_expert(env: Any) -> bool:
+    """True for envs :func:`expert_action` plans in (designed workflows)."""
+    return hasattr(getattr(unwrap(env), "model", None), "outcomes")
+
+
 def expert_action(env: Any) -> int:
     """The valid tool with the fewest expected steps to the goal (value
     iteration on a workflow env's tables); a random-free rule for other envs:

@@ -198,14 +198,19 @@ def collect_rollouts(
     ``episodes`` episodes on ``num_envs`` envs stepped together, recording
     every step. ``tasks`` restricts the task indices sampled at reset (in
     order, cycling). Returns the episodes' summaries."""
-    from engine.llm.policy import env_mask, env_state, env_tools, expert_action
+    from engine.llm.policy import (
+        env_mask,
+        env_state,
+        env_tools,
+        expert_action,
+        has_expert,
+    )
 
     n = max(1, min(num_envs, episodes))
     envs = [make_env(env_ref, **(env_kwargs or {})) for _ in range(n)]
     started = 0
     finished: list[dict[str, Any]] = []
     keys: list[int | None] = [None] * n
-    rng = random.Random(seed)
 
     def reset(i: int) -> None:
         nonlocal started
@@ -245,7 +250,9 @@ def collect_rollouts(
             [t for t, ok in zip(env_tools(e), env_mask(e), strict=True) if ok]
             for e in batch
         ]
-        experts = [env_tools(e)[expert_action(e)] for e in batch]
+        experts = [
+            env_tools(e)[expert_action(e)] if has_expert(e) else None for e in batch
+        ]
         decisions = policy.act(batch)
         still: list[int] = []
         for i, env, d, st, vt, ex in zip(
@@ -294,7 +301,6 @@ def collect_rollouts(
         active = still
     for e in envs:
         e.close()
-    del rng
     return finished
 
 

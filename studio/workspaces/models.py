@@ -690,9 +690,8 @@ class ModelsWorkspace(QWidget):
                 else ""
             )
         )
-        self.trace_table.set_records([])
-        self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8), "No frames")
-        self.frames.hide()
+        # The trace and frames of an episode played alongside stay: an
+        # evaluation has no single episode to show in their place.
 
     def _show_play(self, run_id: str) -> None:
         data = self.controller.read_preview(run_id)
