@@ -3,8 +3,9 @@
 Each subcommand lives with its capability as a module exposing
 ``configure(parser)`` and ``run(args) -> int``; they are listed in
 ``SUBCOMMANDS`` and a module is imported only when its command runs (or for
-``--help``), so those modules must import heavy libraries inside ``run`` only. Every command exits non-zero
-with one clear sentence on bad input (an ``EngineError``), never a traceback.
+``--help``), so those modules must import heavy libraries inside ``run`` only.
+Every command exits non-zero with one clear sentence on bad input (an
+``EngineError``), never a traceback.
 """
 
 from __future__ import annotations

@@ -216,10 +216,19 @@ def test_hardware_recommendations_scale_with_gpu_memory() -> None:
     from engine.hardware import GpuInfo, recommend
 
     cpu = recommend([], physical_cores=2, logical_cores=4, cpu_bf16=False)
-    assert (cpu.device, cpu.dtype, cpu.vec_envs, cpu.torch_threads) == ("cpu", "fp32", 4, 2)
+    assert (cpu.device, cpu.dtype, cpu.vec_envs, cpu.torch_threads) == (
+        "cpu",
+        "fp32",
+        4,
+        2,
+    )
     small = recommend([GpuInfo(0, "small", "cuda", 8 * 2**30, False)], 8, 16, False)
     big = recommend([GpuInfo(0, "big", "cuda", 80 * 2**30, True)], 8, 16, False)
-    assert small.device == "cuda" and small.dtype == "fp16" and small.gradient_checkpointing
+    assert (
+        small.device == "cuda"
+        and small.dtype == "fp16"
+        and small.gradient_checkpointing
+    )
     assert big.dtype == "bf16" and not big.gradient_checkpointing
     assert big.batch_size > small.batch_size and big.lora_rank > small.lora_rank
     assert big.grpo_num_generations > small.grpo_num_generations

@@ -58,7 +58,9 @@ def get_kind(name: str) -> JobKind:
         return JOB_KINDS[name]
     except KeyError:
         known = ", ".join(sorted(JOB_KINDS))
-        raise ConfigError("kind", f"Unknown job kind {name!r}; known kinds: {known}.")
+        raise ConfigError(
+            "kind", f"Unknown job kind {name!r}; known kinds: {known}."
+        ) from None
 
 
 def load(ref: str) -> Callable[..., Any]:

@@ -85,7 +85,7 @@ def build_model(folder: Path, texts: list[str], seed: int = 0) -> Path:
     # noise. Wider weights (as a pretrained model has) leave room to sharpen.
     with torch.no_grad():
         gen = torch.Generator().manual_seed(seed)
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             if p.ndim >= 2:
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
     folder.mkdir(parents=True, exist_ok=True)
