@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine import protocol
 from engine.envs.job import run_check, run_preview, validate_check, validate_preview
 from engine.envs.preview import PreviewConfig, preview
 from engine.errors import ConfigError
@@ -118,3 +120,42 @@ def test_job_validators_name_the_field(validator, config: dict, field: str) -> N
     with pytest.raises(ConfigError) as info:
         validator(config)
     assert info.value.field == field and str(info.value).endswith(".")
+
+
+def test_preview_job_plays_an_unsaved_document(project: Path) -> None:
+    """The designer sends the spec as edited; relative paths (the mock data)
+    resolve against the file it belongs to, and each episode reports
+    progress."""
+    path = project / "envs" / "jira_issue_resolution.env.json"
+    spec = json.loads(path.read_text())
+    spec["workflow"]["rewards"]["per_step"] = -0.5
+    cfg = validate_preview(
+        {"spec": spec, "source": str(path), "episodes": 4, "seed": 3}
+    )
+    events = io.StringIO()
+    run_dir = project / "runs" / "env_preview-doc"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("env_preview-doc", run_dir, "env_preview", cfg, events=events)
+    try:
+        summary = run_preview(ctx)
+    finally:
+        ctx.close()
+    assert summary["episodes"] == 4
+    saved = json.loads((ctx.run_dir / "preview.json").read_text())
+    assert saved["action_space"].startswith("Discrete(")
+    assert all(row["reward_breakdown"]["step"] == -0.5 for row in saved["trace"])
+    sent = [json.loads(line) for line in events.getvalue().splitlines()]
+    progress = [e for e in sent if e["type"] == protocol.RunProgress.TYPE]
+    assert progress and progress[-1]["done"] == progress[-1]["total"] == 4
+
+
+def test_preview_validator_refuses_a_bad_document_naming_the_field(
+    project: Path,
+) -> None:
+    path = project / "envs" / "jira_issue_resolution.env.json"
+    spec = json.loads(path.read_text())
+    spec["workflow"]["transitions"][0]["to"] = "Nowhere"
+    with pytest.raises(ConfigError) as info:
+        validate_preview({"spec": spec, "source": str(path)})
+    assert info.value.field == "spec"
+    assert "workflow.transitions[0].to" in str(info.value)

@@ -12,7 +12,11 @@ To wire them in, engine/jobs/registry.py needs::
 ``env_check`` writes ``report.json`` (``Report.to_dict()``) in the run dir;
 ``env_preview`` writes ``preview.json`` and, with ``frames`` > 0,
 ``frames.npz``. Both return a short summary. ``spec`` is a path relative to
-the project (``envs/maze.env.json``) or absolute, or a registered id.
+the project (``envs/maze.env.json``) or absolute, or a registered id;
+``env_preview`` also takes the spec document itself (a dict), with
+``source`` naming the file it belongs to so that relative paths (mock data,
+a python file) resolve: the designer previews the spec as being edited,
+unsaved, and the run's config.json keeps exactly what was played.
 """
 
 from __future__ import annotations
@@ -33,17 +37,23 @@ PREVIEW_DEFAULTS: dict[str, Any] = {
     "frames": 0,
     "model": None,
     "algo": None,
+    "source": None,
 }
 
 
 def _common(
-    config: dict[str, Any], defaults: dict[str, Any], what: str
+    config: dict[str, Any],
+    defaults: dict[str, Any],
+    what: str,
+    allow_document: bool = False,
 ) -> dict[str, Any]:
     unknown = set(config) - set(defaults)
     if unknown:
         name = sorted(unknown)[0]
         raise ConfigError(name, f"Unknown setting {name!r} for the {what} job.")
     out = {**defaults, **config}
+    if allow_document and isinstance(out["spec"], dict):
+        return out
     if not isinstance(out["spec"], str) or not out["spec"]:
         raise ConfigError("spec", "spec must name a .env.json file or an env id.")
     return out
@@ -64,7 +74,7 @@ def validate_check(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_preview(config: dict[str, Any]) -> dict[str, Any]:
-    out = _common(config, PREVIEW_DEFAULTS, "env preview")
+    out = _common(config, PREVIEW_DEFAULTS, "env preview", allow_document=True)
     for key in ("episodes",):
         _positive(out, key)
     for key in ("trace_episodes", "frames"):
@@ -73,10 +83,36 @@ def validate_preview(config: dict[str, Any]) -> dict[str, Any]:
         out["seed"] = random.randrange(2**31)
     if (out["model"] is None) != (out["algo"] is None):
         raise ConfigError("algo", "model and algo must be given together.")
+    if out["source"] is not None and not isinstance(out["source"], str):
+        raise ConfigError("source", "source must be the path of the spec file.")
+    if isinstance(out["spec"], dict):
+        _check_document(out["spec"], out["source"])
     return out
 
 
-def _resolve(spec: str, project_dir: Path) -> str:
+def _check_document(spec: dict[str, Any], source: str | None) -> None:
+    """Refuse a spec document with errors before a process starts for it;
+    the message is the first error's, which names its field."""
+    from engine.envs.spec import parse_spec
+
+    built, problems = parse_spec(spec, source=source)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        message = errors[0].message.rstrip(".")
+        raise ConfigError("spec", f"The environment has errors: {message}{more}.")
+    if built is None:
+        raise ConfigError("spec", "The environment spec cannot be read.")
+
+
+def _resolve(spec: str | dict[str, Any], project_dir: Path, source: Any = None) -> Any:
+    if isinstance(spec, dict):
+        from engine.envs.spec import coerce_spec, parse_spec
+
+        # The file's place resolves relative paths; without one, the project.
+        where = source or project_dir / "envs" / "unsaved.env.json"
+        built, _ = parse_spec(spec, source=where)
+        return built if built is not None else coerce_spec(spec)
     if spec.endswith(".env.json"):
         p = Path(spec)
         return str(p if p.is_absolute() else project_dir / p)
@@ -114,8 +150,18 @@ def run_preview(ctx: Any) -> dict[str, Any]:
         policy = sb3_policy(
             model if model.is_absolute() else ctx.project_dir / model, cfg["algo"]
         )
+    episodes = cfg["episodes"]
+    ctx.progress(0, episodes, "playing")
+
+    def on_episode(index: int, episode: dict[str, Any]) -> None:
+        ctx.metrics(
+            index + 1,
+            {"preview/return": episode["return"], "preview/length": episode["length"]},
+        )
+        ctx.progress(index + 1, episodes, f"episode {index + 1} of {episodes}")
+
     result = preview(
-        _resolve(cfg["spec"], ctx.project_dir),
+        _resolve(cfg["spec"], ctx.project_dir, cfg.get("source")),
         PreviewConfig(
             episodes=cfg["episodes"],
             seed=cfg["seed"],
@@ -125,12 +171,9 @@ def run_preview(ctx: Any) -> dict[str, Any]:
         policy=policy,
         frames_path=ctx.run_dir / "frames.npz" if cfg["frames"] else None,
         should_stop=lambda: ctx.should_stop,
+        on_episode=on_episode,
     )
     atomic_write_json(ctx.run_dir / "preview.json", result)
-    for i, ep in enumerate(result["episodes"]):
-        ctx.metrics(
-            i + 1, {"preview/return": ep["return"], "preview/length": ep["length"]}
-        )
     return {
         "episodes": len(result["episodes"]),
         "return_mean": result["return_mean"],

@@ -19,6 +19,8 @@ import numpy as np
 
 Policy = Callable[[Any, Any], int]
 """``policy(observation, env) -> action``."""
+EpisodeCallback = Callable[[int, dict[str, Any]], None]
+"""``on_episode(index, {"return", "length", "success"})`` after each episode."""
 
 
 @dataclass(frozen=True)
@@ -92,12 +94,14 @@ def preview(
     policy: Policy | None = None,
     frames_path: str | Path | None = None,
     should_stop: Callable[[], bool] | None = None,
+    on_episode: EpisodeCallback | None = None,
 ) -> dict[str, Any]:
     """Run episodes of an env (id, spec, document or file) and summarize them.
 
     Returns ``{"env_id", "episodes": [{"return", "length", "success"}],
     "return_mean", "return_std", "length_mean", "success_rate",
-    "observation_labels", "action_names", "trace": [{"episode", "step",
+    "observation_labels", "action_names", "observation_space",
+    "action_space", "trace": [{"episode", "step",
     "observation", "action", "action_name", "reward", "reward_breakdown",
     "status", "terminated", "truncated", "text"}], "frames": path|None}``.
     """
@@ -156,6 +160,8 @@ def preview(
                 frames.append(env.render())
             obs = next_obs
         episodes.append({"return": total, "length": length, "success": success})
+        if on_episode is not None:
+            on_episode(ep, episodes[-1])
     env.close()
     returns = np.array([e["return"] for e in episodes]) if episodes else np.zeros(0)
     lengths = np.array([e["length"] for e in episodes]) if episodes else np.zeros(0)
@@ -175,6 +181,8 @@ def preview(
         else None,
         "observation_labels": labels,
         "action_names": names,
+        "observation_space": str(env.observation_space),
+        "action_space": str(env.action_space),
         "trace": trace,
         "frames": out_frames,
     }
