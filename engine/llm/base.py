@@ -66,6 +66,8 @@ class ModelInfo:
     num_layers: int | None = None
     hidden_size: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    has_chat_template: bool = False
+    """True when the folder (or an adapter's base) carries a chat template."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,8 +167,9 @@ def check_model_folder(folder: Path, field_name: str = "model") -> None:
     if not (folder / "config.json").is_file():
         raise ConfigError(
             field_name,
-            f"The model folder {folder} has no config.json; it is not a "
-            "Hugging Face model folder.",
+            f"The model folder {folder} has no config.json, so it is not a "
+            "Hugging Face model folder; copy the whole model (config.json, "
+            "weights, tokenizer) there.",
         )
     if not _has_weights(folder):
         raise ConfigError(
@@ -265,12 +268,15 @@ def inspect_model(ref: str | Path, field_name: str = "model") -> ModelInfo:
             stop_tokens=STOP_TOKENS[family],
             base=base_info.path if base_info else None,
             extra={"lora_rank": acfg.get("r"), "lora_alpha": acfg.get("lora_alpha")},
+            has_chat_template=tpl_folder is not None
+            or bool(base_info and base_info.has_chat_template),
         )
     cfg = _read_json(folder / "config.json")
     text_cfg = (
         cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     )
-    family = detect_chat_family(read_chat_template(folder))
+    template = read_chat_template(folder)
+    family = detect_chat_family(template)
     return ModelInfo(
         path=str(folder),
         kind="hf",
@@ -281,6 +287,7 @@ def inspect_model(ref: str | Path, field_name: str = "model") -> ModelInfo:
         stop_tokens=STOP_TOKENS[family],
         num_layers=text_cfg.get("num_hidden_layers"),
         hidden_size=text_cfg.get("hidden_size"),
+        has_chat_template=template is not None,
     )
 
 
@@ -294,4 +301,20 @@ def check_trainable(info: ModelInfo, field_name: str = "model") -> None:
             f"The model at {info.path} has architecture {shown}, which TRL cannot "
             "train as a causal language model; pick a *ForCausalLM model such as "
             "Qwen2.5-0.5B-Instruct.",
+        )
+
+
+def check_chat_template(info: ModelInfo, field_name: str = "model") -> None:
+    """Raise ConfigError when the model has no chat template.
+
+    The studio's prompts and datasets are conversations (system, user,
+    assistant messages); without a template neither the policy nor TRL can
+    turn them into tokens, and transformers would fail deep inside training.
+    """
+    if not info.has_chat_template:
+        raise ConfigError(
+            field_name,
+            f"The model at {info.path} has no chat template, which the studio's "
+            "conversational prompts need; use an instruct model such as "
+            "Qwen2.5-0.5B-Instruct or put a chat_template.jinja in the folder.",
         )

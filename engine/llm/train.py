@@ -38,6 +38,11 @@ from typing import Any
 from engine.errors import ConfigError, EngineError
 
 METHODS = ("grpo", "kto", "dpo", "sft")
+GRPO_DEFAULT_BETA = 0.04
+"""KL coefficient of GRPO when the config leaves ``beta`` empty (the
+DeepSeekMath value TRL used before 0.19). With LoRA the reference model is
+the base with the adapter switched off, so the KL term costs one extra
+forward pass and no memory."""
 WORKER_ENV = "RLSTUDIO_ACCELERATE_WORKER"
 
 
@@ -84,7 +89,9 @@ class TrainConfig:
     temperature: float = 1.0
     """Sampling temperature of GRPO generations."""
     beta: float | None = None
-    """KL (GRPO) / preference (DPO, KTO) coefficient; TRL's default if None."""
+    """KL (GRPO) / preference (DPO, KTO) coefficient. None: TRL's default for
+    DPO and KTO, :data:`GRPO_DEFAULT_BETA` for GRPO (TRL's 0 would neither
+    limit nor report the drift from the base model; 0 turns it off)."""
     rewards: list[dict[str, Any]] | None = None
     """GRPO reward functions ``[{"name", "weight", ...params}]``."""
     desirable_weight: float | None = None
@@ -138,7 +145,7 @@ def validate(
     config: dict[str, Any], hardware: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The normalized ``llm.train`` config (defaults filled) or ConfigError."""
-    from engine.llm.base import check_trainable, inspect_model
+    from engine.llm.base import check_chat_template, check_trainable, inspect_model
     from engine.llm.datasets import check_columns
 
     unknown = set(config) - _FIELDS
@@ -155,6 +162,7 @@ def validate(
         raise ConfigError("model", "model must name a base model folder or hub id.")
     info = inspect_model(out["model"])
     check_trainable(info)
+    check_chat_template(info)
     out["model"] = info.path
     if not out["dataset"]:
         raise ConfigError("dataset", "dataset must name a dataset folder.")
@@ -201,6 +209,8 @@ def validate(
     if out["lora_alpha"] is None:
         out["lora_alpha"] = 2.0 * out["lora_rank"]
     if out["method"] == "grpo":
+        if out["beta"] is None:
+            out["beta"] = GRPO_DEFAULT_BETA
         _positive_int(out, "num_generations", 2)
         if (
             out["batch_size"]
@@ -296,6 +306,15 @@ def make_callback(ctx: Any, method: str, total_steps: int) -> Any:
             self.last_time = time.monotonic()
             self.stopped = False
 
+        def on_train_begin(
+            self, args: Any, state: Any, control: Any, **kw: Any
+        ) -> None:
+            # A fresh run counts tokens from 0, so its first log already gives
+            # a rate; a resumed one has no count at its start and waits for
+            # the second log.
+            self.last_time = time.monotonic()
+            self.last_tokens = 0.0 if state.global_step == 0 else None
+
         def on_log(
             self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any
         ) -> None:
@@ -367,9 +386,6 @@ def build_trainer(
 
     method = cfg["method"]
     train, _val = load_split(cfg["dataset"], method)
-    tokenizer = AutoTokenizer.from_pretrained(cfg["model"])
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     use_cpu = cfg["device"] == "cpu"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
         cfg["precision"]
@@ -378,7 +394,27 @@ def build_trainer(
         # CPU autocast in bf16 is slow without AMX; train in fp32 weights and
         # let the Trainer's bf16 flag decide autocast.
         dtype = torch.float32
-    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=dtype)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(cfg["model"])
+        model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=dtype)
+    except Exception as exc:
+        if _is_oom(exc):
+            raise EngineError(
+                f"Loading the model {cfg['model']} ran out of memory; pick a "
+                "smaller model, choose bf16 precision, or close other programs."
+            ) from exc
+        if not isinstance(exc, OSError | ValueError | KeyError | ImportError):
+            raise
+        # The validator reads JSON only; an architecture this transformers
+        # does not know, or damaged weights, surface here.
+        raise EngineError(
+            f"The model at {cfg['model']} cannot be loaded as a causal language "
+            f"model ({type(exc).__name__}: {_first_line(exc)}); pick a "
+            "*ForCausalLM model that transformers supports, or update "
+            "transformers."
+        ) from exc
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     lora = LoraConfig(
         r=cfg["lora_rank"],
         lora_alpha=cfg["lora_alpha"],
@@ -455,21 +491,39 @@ def build_trainer(
     return KTOTrainer(args=args, **kwargs)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else type(exc).__name__
+
+
+# What the allocators say when memory runs out: CUDA ("CUDA out of memory",
+# torch.OutOfMemoryError), the CPU allocator ("DefaultCPUAllocator: can't
+# allocate memory"), MPS ("MPS backend out of memory").
+_OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
 def _is_oom(exc: BaseException) -> bool:
     text = str(exc).lower()
-    return type(exc).__name__ == "OutOfMemoryError" or (
-        isinstance(exc, RuntimeError | MemoryError)
-        and ("out of memory" in text or isinstance(exc, MemoryError))
+    return (
+        type(exc).__name__ == "OutOfMemoryError"
+        or isinstance(exc, MemoryError)
+        or (isinstance(exc, RuntimeError) and any(w in text for w in _OOM_WORDS))
     )
 
 
-def train_model(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Train in this process; returns the summary."""
+def train_model(
+    ctx: Any, cfg: dict[str, Any], callbacks: list[Any] | None = None
+) -> dict[str, Any]:
+    """Train in this process; returns the summary.
+
+    ``callbacks`` are extra ``TrainerCallback`` objects (after the studio's
+    own), for code that drives training itself.
+    """
     from engine.store.atomic import atomic_write_json
 
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     callback = make_callback(ctx, cfg["method"], cfg["max_steps"])
-    trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback])
+    trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback, *(callbacks or [])])
     resume_from = latest_checkpoint(ctx.checkpoint_dir) if ctx.resume else None
     if resume_from is not None:
         ctx.log(f"resuming from {resume_from.name}")
