@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from tiny_models import build_tiny_model
 
+from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import get_kind, load, validate_config
 from engine.llm.rollouts import iter_traces
@@ -40,6 +41,7 @@ class Project:
         self.model = build_tiny_model(root / "base")
         self.datasets: dict[str, str] = {}
         self.adapters: dict[str, str] = {}
+        self.train_runs: dict[str, tuple[str, dict]] = {}
 
     def job(
         self,
@@ -94,6 +96,8 @@ def test_collect_with_the_language_model(project: Project) -> None:
     )
     eps = list(iter_traces(summary["traces"]))
     assert len(eps) == 3 and summary["stats"]["episodes"] == 3
+    # traces live in the project's data/ folder, named by the job
+    assert Path(summary["traces"]) == project.root / "data" / "traces" / "lm.jsonl"
     step = eps[0]["steps"][0]
     assert (
         step["messages"][0]["role"] == "system"
@@ -158,16 +162,23 @@ def test_train_one_step(project: Project, method: str) -> None:
     assert (Path(model["file"]) / "adapter_config.json").is_file()
     assert summary["metrics"]["global_step"] == 1
     rows = metrics_rows(run_dir)
-    assert any("train/loss" in r for r in rows)
+    keys = set().union(*rows)
+    assert {"train/loss", "train/learning_rate", "train/tokens_per_s"} <= keys
+    assert all(r["train/tokens_per_s"] > 0 for r in rows if "train/tokens_per_s" in r)
     if method == "grpo":
-        keys = set().union(*rows)
+        # per reward function mean and std, KL to the base (beta 0.04 default)
         assert {
             "reward/env_reward_mean",
+            "reward/env_reward_std",
             "reward/format_mean",
+            "reward/format_std",
             "reward/mean",
+            "reward/std",
+            "train/kl",
             "completion/mean_length",
         } <= keys
     project.adapters[method] = model["file"]
+    project.train_runs[method] = (run_dir.name, summary)
 
 
 def test_sft_stop_then_resume(project: Project) -> None:
@@ -225,3 +236,154 @@ def test_merge_and_evaluate(project: Project) -> None:
         assert 0 <= r["invalid_action_rate"] <= 1
     assert "success_rate" in report["comparison"]
     assert (run_dir / "report.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_merge_registers_lineage(project: Project) -> None:
+    """The adapter a training run made, registered in the project, merged by
+    its registered path: the merged model links back to it and the run."""
+    from engine.store.project import Project as Store
+
+    if "grpo" not in project.train_runs:
+        pytest.skip("no adapter trained")
+    run_id, train_summary = project.train_runs["grpo"]
+    store = Store.open(project.root / "store", create=True)
+    try:
+        (adapter_id,), problems = store.register_run_models(run_id, train_summary)
+        assert problems == []
+        adapter = next(m for m in store.list_models() if m.id == adapter_id)
+        assert adapter.kind == "lora-adapter" and adapter.base == str(project.model)
+        summary, run_dir = project.job(
+            "llm.merge",
+            {"adapter": adapter.path, "dtype": "float16", "name": "merged-fp16"},
+        )
+        (merged_id,), problems = store.register_run_models(run_dir.name, summary)
+        assert problems == []
+        links = set(store.lineage(merged_id))
+        assert (adapter.path, merged_id, "derived") in links
+        assert (run_dir.name, merged_id, "trained") in links
+        assert (run_id, adapter_id, "trained") in set(store.lineage(adapter_id))
+        merged = next(m for m in store.list_models() if m.id == merged_id)
+        config = json.loads((Path(merged.path) / "config.json").read_text())
+        assert config["dtype"] == "float16" and merged.metrics["dtype"] == "float16"
+    finally:
+        store.close()
+
+
+def _one_sentence_with_advice(text: str) -> None:
+    assert "\n" not in text and text.endswith(".")
+    assert ";" in text  # "what is wrong; what to do"
+
+
+def _copy_model(project: Project, name: str) -> Path:
+    import shutil
+
+    folder = project.root / "bad" / name
+    shutil.copytree(project.model, folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("no_weights", "has no weights"),
+        ("no_tokenizer", "has no tokenizer"),
+        ("no_config", "has no config.json"),
+        ("encoder", "TRL cannot train"),
+        ("wrong_columns", "lacks the column"),
+    ],
+)
+def test_bad_input_is_refused_before_the_run(
+    project: Project, case: str, words: str
+) -> None:
+    if "sft" not in project.datasets:
+        pytest.skip("datasets not built")
+    folder = _copy_model(project, case)
+    config = {**TRAIN, "method": "dpo", "dataset": project.datasets["dpo"]}
+    if case == "no_weights":
+        for f in folder.glob("*.safetensors"):
+            f.unlink()
+    elif case == "no_tokenizer":
+        for name in ("tokenizer.json", "vocab.json", "tokenizer.model"):
+            (folder / name).unlink(missing_ok=True)
+    elif case == "no_config":
+        (folder / "config.json").unlink()
+    elif case == "encoder":
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["architectures"] = ["BertForMaskedLM"]
+        (folder / "config.json").write_text(json.dumps(cfg))
+    else:
+        config["dataset"] = project.datasets["sft"]
+    with pytest.raises(ConfigError, match=words) as err:
+        validate_config("llm.train", {**config, "model": str(folder)})
+    assert err.value.field == ("dataset" if case == "wrong_columns" else "model")
+    _one_sentence_with_advice(str(err.value))
+
+
+def test_architecture_transformers_cannot_load(project: Project) -> None:
+    """A *ForCausalLM name the validator accepts but transformers does not
+    know fails the job with one sentence; the run folder stays readable."""
+    if "sft" not in project.datasets:
+        pytest.skip("datasets not built")
+    folder = _copy_model(project, "unknown-arch")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["architectures"], cfg["model_type"] = ["MysteryForCausalLM"], "mystery"
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EngineError, match="cannot be loaded as a causal") as err:
+        project.job(
+            "llm.train",
+            {
+                **TRAIN,
+                "method": "sft",
+                "model": str(folder),
+                "dataset": project.datasets["sft"],
+            },
+            run_id="sft-unknown-arch",
+        )
+    _one_sentence_with_advice(str(err.value))
+    assert metrics_rows(project.root / "runs" / "sft-unknown-arch") == []
+
+
+def test_out_of_memory_mid_training_leaves_a_resumable_run(project: Project) -> None:
+    """The CPU allocator refuses a request at step 2: the job ends with one
+    sentence and advice, metrics and the step-2 checkpoint stay readable, and
+    the run resumes from there."""
+    import torch
+    from transformers import TrainerCallback
+
+    from engine.llm.train import train_model
+
+    if "sft" not in project.datasets:
+        pytest.skip("datasets not built")
+
+    class ExhaustMemory(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            if state.global_step == 2:
+                torch.empty(1 << 50, dtype=torch.uint8)  # a petabyte
+
+    raw = {
+        **TRAIN,
+        "method": "sft",
+        "max_steps": 3,
+        "save_steps": 1,
+        "model": str(project.model),
+        "dataset": project.datasets["sft"],
+        "name": "adapter-sft-oom",
+    }
+    cfg = validate_config("llm.train", raw)
+    run_dir = project.root / "runs" / "sft-oom"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("sft-oom", run_dir, "llm.train", cfg)
+    try:
+        with pytest.raises(EngineError, match="ran out of memory at step 2") as err:
+            train_model(ctx, cfg, [ExhaustMemory()])
+    finally:
+        ctx.close()
+    assert "lower batch_size" in str(err.value)
+    _one_sentence_with_advice(str(err.value))
+    rows = metrics_rows(run_dir)  # every line parses
+    assert max(r["step"] for r in rows if "train/loss" in r) == 2
+    ckpt = run_dir / "checkpoints" / "checkpoint-2"
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and (ckpt / "adapter_config.json").is_file()
+    summary, _ = project.job("llm.train", raw, run_id="sft-oom", resume=True)
+    assert summary["metrics"]["global_step"] == 3 and not summary["stopped"]
