@@ -4,6 +4,7 @@ project status, the log console, and the application menus."""
 from __future__ import annotations
 
 import platform
+from typing import Any
 
 import psutil
 from PySide6.QtCore import QSize, Qt, QTimer, qVersion
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
             self.nav.addItem(item)
             self.stack.addWidget(widget)
         self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
+        self.environments.train_requested.connect(self._on_environments_train_requested)
 
         self.banner = Banner()
         self.banner.action_requested.connect(self._on_banner_action_requested)
@@ -142,6 +144,23 @@ class MainWindow(QMainWindow):
 
     def current_workspace(self) -> str:
         return WORKSPACES[self.stack.currentIndex()]
+
+    @property
+    def environments(self) -> EnvironmentsWorkspace:
+        return self.workspaces["environments"]  # type: ignore[return-value]
+
+    @property
+    def training(self) -> TrainingWorkspace:
+        return self.workspaces["training"]  # type: ignore[return-value]
+
+    def _on_environments_train_requested(self, values: dict[str, Any]) -> None:
+        """The designer's "Train this environment": the Training workspace,
+        its New run dialog filled in with the env and the algorithm that
+        fits it."""
+        self.set_workspace("training")
+        self.training.open_run_dialog(
+            dict(values), title=f"Train {values.get('env', 'this environment')}"
+        )
 
     # ------------------------------------------------------------- menus
     def _build_menus(self) -> None:

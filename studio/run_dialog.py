@@ -61,10 +61,11 @@ class RunDialog(QDialog):
         kind: str = "rl.train",
         initial: dict[str, Any] | None = None,
         parent: QWidget | None = None,
+        title: str | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle(
-            "Duplicate run with changes" if initial else "New training run"
+            title or ("Duplicate run with changes" if initial else "New training run")
         )
         self.resize(560, 720)
         self._session = session

@@ -8,6 +8,14 @@ on :attr:`EnvironmentsWorkspace.undo_stack`; after each one an autosave copy
 is written to ``envs/.autosave/``, and opening a spec whose autosave is
 newer offers to restore it. Validate asks the engine to check the spec and
 shows each problem on the element or field that causes it.
+
+Preview plays the spec *as edited* (the unsaved document travels with the
+``env_preview`` run, and its config.json keeps it): users tune rewards and
+look again many times, and saving each time would write half-finished specs
+over the file and blur what "modified" means. "Train this environment"
+saves first instead, because a training run must name a spec on disk that
+reproduces it; it asks the main window (``train_requested``) to open the
+Training dialog with the env and a fitting algorithm preselected.
 """
 
 from __future__ import annotations
@@ -67,9 +75,17 @@ from studio.models.env_design import (
     spec_text,
     write_text_atomic,
 )
+from studio.models.env_preview import (
+    PREVIEW_FRAMES,
+    env_id_for,
+    matching_policies,
+    train_config,
+)
 from studio.models.project_state import ProjectState
+from studio.models_controller import renders_frames
 from studio.session import Session
 from studio.workspaces.common import fmt_time
+from studio.workspaces.env_preview import EnvPreviewPanel
 from widgets.banner import Banner
 from widgets.grid_painter import GridPainter, GridPalette
 from widgets.param_form import ERROR_STYLE, ParamForm
@@ -445,6 +461,9 @@ class EnvironmentsWorkspace(QWidget):
     document_saved = Signal(str)
     problems_changed = Signal(list)
     """The problems now shown (dicts as ``env.check`` sends them)."""
+    train_requested = Signal(dict)
+    """Open the New training run dialog with these values (``env``,
+    ``algo``); the main window routes it to the Training workspace."""
 
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -460,6 +479,8 @@ class EnvironmentsWorkspace(QWidget):
         self._inspected: tuple[str, Any] = ("", None)
         self._catalog_requested = False
         self._json_error = ""
+        self._described: dict[str, Any] = {}  # env catalog entry of a gym id
+        self._preview_policy = ""  # name of the policy of the preview running
 
         self.restore_decider: Callable[[Path, Path], bool] = self._ask_restore
         """Asked (spec file, autosave file) when an autosave is newer."""
@@ -476,6 +497,10 @@ class EnvironmentsWorkspace(QWidget):
         self.controller.check_failed.connect(self._on_check_failed)
         self.controller.catalog_received.connect(self._on_catalog_received)
         self.controller.env_described.connect(self._on_env_described)
+        self.controller.preview_started.connect(self._on_preview_started)
+        self.controller.preview_progress.connect(self.preview_panel.set_progress)
+        self.controller.preview_finished.connect(self._on_preview_finished)
+        self.controller.preview_failed.connect(self._on_preview_failed)
         self._state.subscribe(self._on_state_changed)
         self._show_document()
         self._on_state_changed("reset", "")
@@ -539,6 +564,13 @@ class EnvironmentsWorkspace(QWidget):
             "Gymnasium and SB3 check_env, determinism."
         )
         self.validate_button.clicked.connect(lambda *_: self.validate())
+        self.train_button = QPushButton("Train this environment…")
+        self.train_button.setToolTip(
+            "Save, then open a new training run on this environment with a "
+            "fitting algorithm (MaskablePPO for workflows, PPO for discrete "
+            "actions, SAC for continuous ones)."
+        )
+        self.train_button.clicked.connect(lambda *_: self.train())
         header = QHBoxLayout()
         header.addWidget(self.title, 1)
         for w in (
@@ -547,6 +579,7 @@ class EnvironmentsWorkspace(QWidget):
             self.save_button,
             self.save_as_button,
             self.validate_button,
+            self.train_button,
         ):
             header.addWidget(w)
         self.banner = Banner()
@@ -578,9 +611,16 @@ class EnvironmentsWorkspace(QWidget):
         json_layout.addWidget(self.json_view, 1)
         json_layout.addWidget(self.json_status)
 
+        self.preview_panel = EnvPreviewPanel()
+        self.preview_panel.preview_requested.connect(
+            self._on_preview_panel_preview_requested
+        )
+        self.preview_panel.stop_requested.connect(self.controller.stop_preview)
+
         self.tabs = QTabWidget()
         self.tabs.addTab(self.pages, "Design")
         self.tabs.addTab(json_page, "JSON")
+        self.tabs.addTab(self.preview_panel, "Preview")
 
         self.problems_label = QLabel("Problems: press Validate to check.")
         self.problem_list = QTreeWidget()
@@ -849,6 +889,8 @@ class EnvironmentsWorkspace(QWidget):
         self.model.restore((spec, positions))
         if self.model.kind == "workflow":
             self.canvas.request_fit()
+        self.preview_panel.clear()
+        self._refresh_policies()
         self.undo_stack.setClean()
         self._update_title()
         self._select_current_row()
@@ -983,6 +1025,95 @@ class EnvironmentsWorkspace(QWidget):
             return
         self.controller.check(self.model.spec, str(self.path), env_checks=env_checks)
 
+    # ------------------------------------------------------------ preview
+    def policies(self) -> list[dict[str, Any]]:
+        """The project's SB3 policies trained on the open env."""
+        if self.path is None:
+            return []
+        return matching_policies(self._state.models, self.model.spec, self.path)
+
+    def preview(self, episodes: int = 20, policy_id: str = "") -> None:
+        """Play ``episodes`` of the spec as it is in the editor now, with a
+        random policy or the project policy ``policy_id``; the Preview tab
+        shows progress, then the results or the error."""
+        if self.path is None:
+            return
+        model = next((m for m in self.policies() if m["id"] == policy_id), None)
+        if policy_id and model is None:
+            self.preview_panel.show_error(
+                "That policy is no longer in the project; choose another."
+            )
+            return
+        self._preview_policy = str(model.get("name", "")) if model else ""
+        self.preview_panel.set_running(True)
+        self.controller.preview(
+            self.model.spec,
+            str(self.path),
+            episodes=episodes,
+            frames=self._preview_frames(),
+            model=model,
+        )
+
+    def _preview_frames(self) -> int:
+        """Frames to ask for: grids always render; a gymnasium env when the
+        catalog says it renders ``rgb_array`` here (pygame present)."""
+        kind = self.model.kind
+        if kind == "grid":
+            return PREVIEW_FRAMES
+        if kind == "gymnasium" and self._described.get("id") == self.model.get_field(
+            "gymnasium.id"
+        ):
+            return PREVIEW_FRAMES if renders_frames(self._described) else 0
+        return 0
+
+    def _refresh_policies(self) -> None:
+        self.preview_panel.set_policies(self.policies())
+
+    def _on_preview_panel_preview_requested(self, episodes: int, policy: str) -> None:
+        self.preview(episodes, policy)
+
+    def _on_preview_started(self, run_id: str) -> None:
+        self.preview_panel.set_running(True)
+
+    def _on_preview_finished(self, data: dict) -> None:
+        self.preview_panel.show_result(data, self._preview_policy or "a random policy")
+
+    def _on_preview_failed(self, message: str) -> None:
+        self.preview_panel.show_error(message)
+        # Put what the engine finds wrong with the spec on its fields.
+        self.validate(env_checks=False)
+
+    # ------------------------------------------------------------ training
+    def train(self) -> bool:
+        """Save, then ask for a training run on this env (``train_requested``
+        with the env id and the algorithm that fits it). False when there is
+        nothing to train or the save failed."""
+        if self.path is None:
+            return False
+        if self.is_modified:
+            if not self.save():
+                return False
+            self.banner.show_message(
+                f"Saved {self.path.name}: training uses the spec on disk.",
+                "info",
+                auto_hide_ms=6000,
+            )
+        self.train_requested.emit(train_config(self.model.spec, self._action_space()))
+        return True
+
+    def _action_space(self) -> str | None:
+        """The env's action space as far as the studio knows it: from the
+        catalog for a gymnasium id, else from the last preview of this env."""
+        kind = self.model.kind
+        if kind == "gymnasium" and self._described.get("id") == self.model.get_field(
+            "gymnasium.id"
+        ):
+            return self._described.get("action_space")
+        data = self.preview_panel.data or {}
+        if data.get("env_id") == env_id_for(self.model.name):
+            return data.get("action_space")
+        return None
+
     def _may_discard(self) -> bool:
         if not self.is_modified:
             return True
@@ -1019,8 +1150,11 @@ class EnvironmentsWorkspace(QWidget):
 
     # ============================================================ list
     def _on_state_changed(self, what: str, key: str) -> None:
+        if what == "models":
+            self._refresh_policies()
         if what != "reset":
             return
+        self._refresh_policies()
         self.table.set_empty_text(
             f"No environments in {self._state.path}/envs yet."
             if self._state.is_open
@@ -1091,6 +1225,7 @@ class EnvironmentsWorkspace(QWidget):
     def _on_model_changed(self, what: str, key: str) -> None:
         if self._problems_stale is False and self.problems:
             self._set_problems(self.problems, stale=True)
+        self.preview_panel.mark_stale()
         self._refresh(what)
 
     def _on_stack_clean_changed(self, clean: bool) -> None:
@@ -1129,7 +1264,9 @@ class EnvironmentsWorkspace(QWidget):
             self.save_button,
             self.save_as_button,
             self.validate_button,
+            self.train_button,
             self.description,
+            self.preview_panel,
         ):
             w.setEnabled(has)
         if not has:
@@ -1637,6 +1774,7 @@ class EnvironmentsWorkspace(QWidget):
     def _on_env_described(self, entry: dict) -> None:
         if entry.get("id") != self.model.get_field("gymnasium.id"):
             return
+        self._described = dict(entry)
         if entry.get("error"):
             self.gym_spaces.setText(
                 f"<span style='color:#d62728'>{entry['error']}</span>"

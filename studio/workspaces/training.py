@@ -261,8 +261,10 @@ class TrainingWorkspace(QWidget):
         self.reason_label.setVisible(bool(reason))
 
     # ----------------------------------------------------------- actions
-    def open_run_dialog(self, initial: dict[str, Any] | None = None) -> RunDialog:
-        dialog = RunDialog(self._session, "rl.train", initial, parent=self)
+    def open_run_dialog(
+        self, initial: dict[str, Any] | None = None, title: str | None = None
+    ) -> RunDialog:
+        dialog = RunDialog(self._session, "rl.train", initial, parent=self, title=title)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self.table.select_keys([dialog.started_run_id]))
         dialog.open()

@@ -1,0 +1,276 @@
+"""The designer's Preview tab and "Train this environment", against the real
+engine: episodes play in an ``env_preview`` job, the results come back as a
+return histogram, a success rate, a step trace and frames; a bad spec shows
+the error and loses no edit; Train opens the Training dialog preselected."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from studio.engine_client import EngineClient
+from studio.env_commands import ReplaceDocument
+from studio.main_window import MainWindow
+from studio.models.env_design import autosave_path, read_spec_file
+from studio.models.env_preview import (
+    env_refs,
+    matching_policies,
+    suggest_algo,
+    summary,
+    trace_rows,
+    train_config,
+)
+from studio.models.project_state import ProjectState
+from studio.run_dialog import RunDialog
+from studio.session import Session
+from studio.settings import Settings
+from studio.workspaces.environments import EnvironmentsWorkspace
+
+PREVIEW_TIMEOUT_MS = 90_000
+
+# ------------------------------------------------------------ pure helpers
+
+
+def test_algorithm_fits_the_env() -> None:
+    assert suggest_algo("workflow") == "MaskablePPO"
+    assert suggest_algo("grid") == "PPO"
+    assert suggest_algo("gymnasium", "Discrete(2)") == "PPO"
+    assert suggest_algo("gymnasium", "Box(-2.0, 2.0, (1,), float32)") == "SAC"
+    assert suggest_algo("python", "MultiDiscrete([3 3])") == "PPO"
+    assert suggest_algo("python", None) == "PPO"
+
+
+def test_training_names_the_designed_id_unless_a_plain_gym_id_will_do() -> None:
+    plain = {"name": "cartpole", "kind": "gymnasium", "gymnasium": {"id": "X-v1"}}
+    assert train_config(plain, "Discrete(2)") == {"env": "X-v1", "algo": "PPO"}
+    tuned = {
+        "name": "pend",
+        "kind": "gymnasium",
+        "gymnasium": {"id": "Pendulum-v1", "kwargs": {"g": 9.0}},
+    }
+    assert train_config(tuned, "Box(-2.0, 2.0, (1,), float32)") == {
+        "env": "rlstudio/pend-v0",
+        "algo": "SAC",
+    }
+    jira = {"name": "jira", "kind": "workflow", "workflow": {}}
+    assert train_config(jira) == {"env": "rlstudio/jira-v0", "algo": "MaskablePPO"}
+
+
+def test_policies_match_the_env_by_any_of_its_names(tmp_path: Path) -> None:
+    spec = {"name": "maze", "kind": "grid", "grid": {}}
+    path = tmp_path / "envs" / "maze.env.json"
+    assert {"rlstudio/maze-v0", "envs/maze.env.json", str(path)} <= env_refs(spec, path)
+    models = [
+        {"id": "a", "kind": "sb3-policy", "env": "rlstudio/maze-v0", "algo": "PPO",
+         "path": "a.zip", "created": 1},
+        {"id": "b", "kind": "sb3-policy", "env": "CartPole-v1", "algo": "PPO",
+         "path": "b.zip", "created": 2},
+        {"id": "c", "kind": "lora-adapter", "env": "rlstudio/maze-v0",
+         "path": "c", "created": 3},
+        {"id": "d", "kind": "sb3-policy", "env": "envs/maze.env.json",
+         "algo": "DQN", "path": "d.zip", "created": 4},
+    ]  # fmt: skip
+    assert [m["id"] for m in matching_policies(models, spec, path)] == ["d", "a"]
+
+
+def test_trace_rows_name_actions_and_label_observations() -> None:
+    data = {
+        "env_id": "rlstudio/x-v0",
+        "episodes": [{"return": 1.5, "length": 2, "success": True}],
+        "return_mean": 1.5,
+        "return_std": 0.0,
+        "length_mean": 2.0,
+        "success_rate": 1.0,
+        "action_names": ["start", "finish"],
+        "observation_labels": ["step fraction", "done"],
+        "trace": [
+            {"episode": 0, "step": 1, "observation": [0.0, 0.0], "action": 0,
+             "action_name": None, "reward": 0.5,
+             "reward_breakdown": {"step": -0.5, "status": 1.0, "success": 0},
+             "status": "Doing", "terminated": False, "truncated": False,
+             "text": "Current status: Doing"},
+            {"episode": 0, "step": 2, "observation": [0.5, 0.0], "action": 1,
+             "action_name": "finish", "reward": 1.0, "reward_breakdown": {},
+             "status": "Done", "terminated": True, "truncated": False,
+             "text": None},
+        ],
+    }  # fmt: skip
+    rows = trace_rows(data)
+    assert [r["action"] for r in rows] == ["start", "finish"]
+    assert rows[0]["breakdown"] == "step -0.5, status +1"  # zero rules left out
+    assert rows[0]["observation_labelled"] == "step fraction = 0\ndone = 0"
+    assert rows[1]["status"] == "Done · terminated"
+    s = summary(data)
+    assert s["success_rate"] == 1.0 and s["returns"] == [1.5]
+    # A plain gymnasium env has no notion of success: none is claimed.
+    assert summary({**data, "env_id": "CartPole-v1"})["success_rate"] is None
+
+
+# ------------------------------------------------------------ the workspace
+
+
+@pytest.fixture
+def session(qtbot, tmp_path: Path) -> Iterator[Session]:  # type: ignore[no-untyped-def]
+    client = EngineClient(auto_restart=False)
+    with qtbot.waitSignal(client.hello_received, timeout=20_000):
+        client.start()
+    settings = Settings(
+        QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    )
+    yield Session(client, ProjectState(), settings)
+    client.stop()
+
+
+@pytest.fixture
+def workspace(qtbot, session: Session, tmp_path: Path):  # type: ignore[no-untyped-def]
+    ws = EnvironmentsWorkspace(session)
+    ws.restore_decider = lambda path, auto: pytest.fail("unexpected restore prompt")
+    ws.confirm_discard = lambda name: True
+    qtbot.addWidget(ws)
+    ws.resize(1200, 800)
+    with qtbot.waitSignal(ws.document_opened, timeout=20_000):
+        session.open_project(str(tmp_path / "project"), create=True)
+    ws.show()
+    qtbot.waitExposed(ws)
+    ws.tabs.setCurrentWidget(ws.preview_panel)
+    return ws
+
+
+def run_preview(qtbot, ws: EnvironmentsWorkspace, episodes: int) -> dict:  # type: ignore[no-untyped-def]
+    panel = ws.preview_panel
+    panel.episodes.setValue(episodes)
+    progress: list[tuple[int, int]] = []
+    ws.controller.preview_progress.connect(lambda d, t: progress.append((d, t)))
+    with qtbot.waitSignal(
+        ws.controller.preview_finished, timeout=PREVIEW_TIMEOUT_MS
+    ) as blocker:
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+        assert not panel.run_button.isEnabled() and panel.stop_button.isEnabled()
+    assert progress and progress[-1][1] == episodes
+    assert panel.run_button.isEnabled() and not panel.progress.isVisible()
+    return blocker.args[0]
+
+
+def test_preview_of_the_jira_env_shows_a_trace_and_a_success_rate(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws, panel = workspace, workspace.preview_panel
+    assert ws.model.name == "jira_issue_resolution"
+    assert panel.policy_combo.currentText() == "Random policy"
+    data = run_preview(qtbot, ws, episodes=12)
+    assert len(data["episodes"]) == 12
+    text = panel.status_label.text()
+    assert "12</b> episodes" in text and "success rate" in text
+    assert f"{data['success_rate']:.0%}" in text
+    assert sum(panel.histogram.counts()) == 12
+    rows = panel.trace_table.model.records
+    assert len(rows) == data["episodes"][0]["length"] > 0
+    assert {r["action"] for r in rows} <= set(ws.model.tool_names())
+    assert all(r["breakdown"] or r["reward"] == 0 for r in rows)
+    assert rows[-1]["status"].endswith(("terminated", "truncated"))
+    # The chosen step shows what a language-model policy reads.
+    assert "Current status" in panel.step_detail.toPlainText()
+    assert "step_fraction = 0" in panel.step_detail.toPlainText()
+    assert not panel.frames.isVisibleTo(panel)  # a workflow renders no frames
+    # An edit makes the results stale, and says so.
+    ws.undo_stack.push(
+        ReplaceDocument(ws.model, {**ws.model.spec, "description": "edited"})
+    )
+    assert "edited since" in panel.status_label.text()
+
+
+def test_preview_plays_the_unsaved_edit(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    spec = json.loads(json.dumps(ws.model.spec))
+    spec["workflow"]["rewards"]["per_step"] = -0.25
+    ws.undo_stack.push(ReplaceDocument(ws.model, spec))
+    assert ws.is_modified
+    data = run_preview(qtbot, ws, episodes=2)
+    assert data["trace"][0]["reward_breakdown"]["step"] == -0.25
+    assert ws.is_modified  # previewing saved nothing
+    assert read_spec_file(ws.path)["workflow"]["rewards"]["per_step"] != -0.25
+
+
+def test_preview_of_the_grid_maze_shows_frames(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws, panel = workspace, workspace.preview_panel
+    maze = next(d for d in ws.table.model.records if d["name"] == "maze")
+    assert ws.open_env(maze["path"])
+    assert panel.data is None  # another env: the old results are gone
+    data = run_preview(qtbot, ws, episodes=3)
+    assert panel.frames.isVisibleTo(panel)
+    # The reset frame, then one per step of the first episode.
+    assert panel.frames.frame_count() == data["episodes"][0]["length"] + 1
+    assert not panel.frames.image.pixmap().isNull()
+    actions = {r["action"] for r in panel.trace_table.model.records}
+    assert actions <= {"up", "right", "down", "left"}
+    assert sum(panel.histogram.counts()) == 3
+
+
+def test_preview_of_a_bad_spec_shows_the_error_and_loses_no_edit(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws, panel = workspace, workspace.preview_panel
+    spec = json.loads(json.dumps(ws.model.spec))
+    spec["workflow"]["transitions"][0]["to"] = "Nowhere"
+    ws.json_view.setPlainText(json.dumps(spec, indent=2))
+    qtbot.waitUntil(lambda: ws.model.spec == spec, timeout=5000)
+    count = ws.undo_stack.count()
+    with (
+        qtbot.waitSignal(ws.problems_changed, timeout=PREVIEW_TIMEOUT_MS),
+        qtbot.waitSignal(ws.controller.preview_failed, timeout=30_000) as err,
+    ):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert "workflow.transitions[0].to" in err.args[0]
+    assert "Nowhere" in panel.status_label.text()
+    assert "failed" in panel.status_label.text()
+    assert panel.run_button.isEnabled()
+    # Nothing was lost: the edit, its undo step, the autosave.
+    assert ws.model.spec == spec and ws.is_modified
+    assert ws.undo_stack.count() == count
+    assert read_spec_file(autosave_path(ws.path)) == spec
+    # The culprit is marked on the canvas, as Validate would.
+    assert any(p["path"] == "workflow.transitions[0].to" for p in ws.problems)
+    qtbot.waitUntil(lambda: bool(ws.canvas.edge_item(0).problem))
+
+
+def test_train_this_env_opens_the_training_dialog_preselected(
+    qtbot, session: Session, tmp_path: Path
+) -> None:
+    win = MainWindow(session, session.settings)
+    win.confirm_quit = False
+    qtbot.addWidget(win)
+    ws = win.environments
+    with qtbot.waitSignal(ws.document_opened, timeout=20_000):
+        session.open_project(str(tmp_path / "project"), create=True)
+    win.show()
+    assert ws.model.name == "jira_issue_resolution"
+    ws.undo_stack.push(
+        ReplaceDocument(ws.model, {**ws.model.spec, "description": "to train"})
+    )
+    with qtbot.waitSignal(ws.train_requested) as req:
+        qtbot.mouseClick(ws.train_button, Qt.MouseButton.LeftButton)
+    assert req.args[0] == {
+        "env": "rlstudio/jira_issue_resolution-v0",
+        "algo": "MaskablePPO",
+    }
+    # Training uses the spec on disk, so it was saved first.
+    assert not ws.is_modified
+    assert read_spec_file(ws.path)["description"] == "to train"
+    assert win.current_workspace() == "training"
+    dialog = win.training.findChild(RunDialog)
+    assert dialog is not None and dialog.isVisible()
+    assert "jira_issue_resolution" in dialog.windowTitle()
+    # The engine's form arrives with the env and the algorithm kept.
+    qtbot.waitUntil(lambda: bool(dialog.form.values()), timeout=30_000)
+    values = dialog.form.values()
+    assert values["env"] == "rlstudio/jira_issue_resolution-v0"
+    assert values["algo"] == "MaskablePPO"
+    dialog.reject()

@@ -1,0 +1,86 @@
+"""A histogram of a few hundred values (episode returns, lengths) with the
+mean marked, drawn with pyqtgraph."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+BAR_COLOR = "#4272c4"
+MEAN_COLOR = "#d62728"
+
+
+def histogram_bins(
+    values: Sequence[float], max_bins: int = 20
+) -> tuple[np.ndarray, np.ndarray]:
+    """(edges, counts) with at most ``max_bins`` bins; identical values get
+    one bin of width 1 centred on them (numpy would make it invisible)."""
+    data = np.asarray(values, dtype=float)
+    data = data[np.isfinite(data)]
+    if not len(data):
+        return np.zeros(0), np.zeros(0, dtype=int)
+    lo, hi = float(data.min()), float(data.max())
+    if hi - lo < 1e-12:
+        return np.array([lo - 0.5, lo + 0.5]), np.array([len(data)])
+    # About one bin per two values, never more than max_bins (few values in
+    # many bins read as noise).
+    n_bins = int(np.clip(np.ceil(len(data) / 2), 1, max_bins))
+    counts, edges = np.histogram(data, bins=n_bins, range=(lo, hi))
+    return edges, counts
+
+
+class Histogram(QWidget):
+    """``set_values(values)`` draws the bars and a line at the mean."""
+
+    def __init__(
+        self, parent: QWidget | None = None, title: str = "", x_label: str = ""
+    ) -> None:
+        super().__init__(parent)
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setMenuEnabled(False)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        self.plot.showGrid(y=True, alpha=0.25)
+        if title:
+            self.plot.setTitle(title, color="#333333", size="10pt")
+        if x_label:
+            self.plot.setLabel("bottom", x_label)
+        self.plot.setLabel("left", "episodes")
+        self.bars = pg.BarGraphItem(x0=[], x1=[], height=[], brush=BAR_COLOR, pen="w")
+        self.mean_line = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen(MEAN_COLOR, width=2, style=Qt.PenStyle.DashLine)
+        )
+        self.plot.addItem(self.bars)
+        self.plot.addItem(self.mean_line)
+        self.mean_line.hide()
+        self._edges = np.zeros(0)
+        self._counts = np.zeros(0, dtype=int)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot)
+
+    def set_values(self, values: Sequence[float], max_bins: int = 20) -> None:
+        self._edges, self._counts = histogram_bins(values, max_bins)
+        if not len(self._counts):
+            self.bars.setOpts(x0=[], x1=[], height=[])
+            self.mean_line.hide()
+            return
+        self.bars.setOpts(x0=self._edges[:-1], x1=self._edges[1:], height=self._counts)
+        finite = np.asarray(values, dtype=float)
+        self.mean_line.setValue(float(finite[np.isfinite(finite)].mean()))
+        self.mean_line.show()
+        span = self._edges[-1] - self._edges[0]
+        self.plot.setXRange(
+            self._edges[0] - 0.05 * span, self._edges[-1] + 0.05 * span, padding=0
+        )
+        self.plot.setYRange(0, max(1, int(self._counts.max())) * 1.1, padding=0)
+
+    def counts(self) -> list[int]:
+        return [int(c) for c in self._counts]
+
+    def edges(self) -> list[float]:
+        return [float(e) for e in self._edges]
