@@ -8,6 +8,8 @@ protocol messages themselves.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 from collections import deque
 from collections.abc import Callable
@@ -55,6 +57,11 @@ class Session(QObject):
         # started fresh in this session): only those take live rows, each
         # newer than the last time already held, so nothing is doubled.
         self._metrics_last_time: dict[str, float] = {}
+        # Runs this session's engine reports live (started here or streaming
+        # metrics); the others (a headless ``rl-studio-engine train`` on the
+        # same project) are followed through their metrics file instead.
+        self._live_runs: set[str] = set()
+        self._file_offsets: dict[str, int] = {}
         self._wanted_project: tuple[str, bool] | None = None
         client.state_changed.connect(self._on_client_state_changed)
         client.event_received.connect(self._on_client_event_received)
@@ -81,6 +88,7 @@ class Session(QObject):
         if snap.get("path") != self.state.path:
             self.metrics.clear()
             self._metrics_last_time.clear()
+            self._file_offsets.clear()
         self.state.load_snapshot(snap)
         self.settings.last_project = self.state.path
         self.settings.add_recent_project(self.state.path)
@@ -128,14 +136,44 @@ class Session(QObject):
 
     # ---------------------------------------------------------- metrics
     def ensure_metrics_loaded(self, run_id: str) -> None:
-        """Read a run's ``metrics.jsonl`` into the store once."""
-        if run_id in self._metrics_last_time:
-            return
+        """Read a run's ``metrics.jsonl`` into the store once; afterwards,
+        for a run that no engine event feeds (a headless run writing the same
+        project), read the rows its file gained since."""
         run = self.state.run(run_id)
-        if run and run.get("run_dir"):
-            path = Path(run["run_dir"]) / "metrics.jsonl"
+        path = (
+            Path(run["run_dir"]) / "metrics.jsonl"
+            if run and run.get("run_dir")
+            else None
+        )
+        if run_id in self._metrics_last_time:
+            if path is not None and run_id not in self._live_runs:
+                self._follow_metrics_file(run_id, path)
+            return
+        if path is not None:
+            size = path.stat().st_size if path.exists() else 0
             self.metrics.load_jsonl(run_id, path, replace=True)
+            self._file_offsets[run_id] = _line_start_before(path, size)
         self._metrics_last_time[run_id] = self._last_time(run_id)
+
+    def _follow_metrics_file(self, run_id: str, path: Path) -> None:
+        offset = self._file_offsets.get(run_id, 0)
+        try:
+            if path.stat().st_size <= offset:
+                return
+            with open(path, "rb") as fh:
+                fh.seek(offset)
+                data = fh.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n") + 1  # a torn last line waits for its end
+        self._file_offsets[run_id] = offset + end
+        rows = []
+        for line in data[:end].splitlines():
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict):
+                    rows.append(row)
+        self._append_fresh(run_id, rows)
 
     def _last_time(self, run_id: str) -> float:
         times = [
@@ -158,6 +196,11 @@ class Session(QObject):
             return []
 
     def _on_run_metrics(self, run_id: str, rows: list[dict[str, Any]]) -> None:
+        self._live_runs.add(run_id)
+        self._append_fresh(run_id, rows)
+
+    def _append_fresh(self, run_id: str, rows: list[dict[str, Any]]) -> None:
+        """Append the rows newer than the last time already held."""
         last = self._metrics_last_time.get(run_id)
         if last is None:
             return  # not shown yet; read from disk when it is
@@ -220,6 +263,7 @@ class Session(QObject):
             case protocol.RunLog(run_id=run_id, lines=lines):
                 self.run_log_received.emit(run_id, lines)
             case protocol.RunStarted():
+                self._live_runs.add(msg.run_id)
                 if self.state.run(msg.run_id) is None:
                     # A new run: every row it sends is live, none on disk yet.
                     self.metrics.remove_run(msg.run_id)
@@ -248,3 +292,21 @@ class Session(QObject):
                 self.message_posted.emit("error", "engine", msg.message)
             case _:
                 pass  # an event this studio has no use for
+
+
+def _line_start_before(path: Path, size: int) -> int:
+    """The offset just past the last newline in the first ``size`` bytes of
+    ``path``: where the next complete line a writer adds begins."""
+    if size <= 0:
+        return 0
+    chunk = min(size, 1 << 16)
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(size - chunk)
+            data = fh.read(chunk)
+    except OSError:
+        return 0
+    cut = data.rfind(b"\n")
+    # No newline in the last 64 KiB: a line that long does not occur here;
+    # start from the beginning and let the time filter drop what is held.
+    return size - chunk + cut + 1 if cut >= 0 else 0

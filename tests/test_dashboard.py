@@ -3,6 +3,8 @@ config, duplicate with changes — against the real engine and real SB3."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,8 @@ from studio.models.project_state import ProjectState
 from studio.run_dialog import RunDialog, flatten_config, nest_values
 from studio.session import Session
 from studio.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -118,3 +122,53 @@ def test_duplicate_prefills_the_dialog(qtbot, window: MainWindow) -> None:
     assert values["algo"] == "A2C" and values["total_steps"] == 777
     assert values["hyperparameters.gamma"] == 0.9
     dialog.reject()
+
+
+def test_a_headless_run_shows_live_in_an_open_studio(qtbot, window: MainWindow) -> None:
+    """``rl-studio-engine train --project P`` while the studio has P open: the
+    run appears in the Training list, its progress and curves follow the
+    file, and its model lands in Models."""
+    training = window.workspaces["training"]
+    state = window.session.state
+    command = [sys.executable, "-m", "engine.cli", "train", "--env", "CartPole-v1"]
+    command += ["--algo", "PPO", "--steps", "3000", "--seed", "4", "--quiet"]
+    command += ["--project", state.path, "--set", "n_envs=1", "--set", "n_steps=64"]
+    command += ["--set", "batch_size=64", "--set", "n_epochs=1"]
+    command += ["--set", "eval_every_steps=1000", "--set", "eval_episodes=1"]
+    command += ["--set", "name=headless"]
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        qtbot.waitUntil(lambda: bool(state.runs), timeout=60_000)
+        (run_id,) = state.runs
+        assert state.runs[run_id]["name"] == "headless"
+        training.table.select_keys([run_id])
+        store = window.session.metrics
+        # While it trains: the row's progress moves and curves arrive.
+        qtbot.waitUntil(
+            lambda: (
+                state.runs[run_id].get("status") == "running"
+                and 0 < state.runs[run_id].get("progress_done", 0) < 3000
+                and store.length(run_id, "time/fps") > 0
+            ),
+            timeout=120_000,
+        )
+        qtbot.waitUntil(
+            lambda: state.runs[run_id].get("status") == "completed", timeout=180_000
+        )
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    qtbot.waitUntil(lambda: len(state.models) == 1, timeout=10_000)
+    assert state.models[0]["source_run"] == run_id
+    assert state.models[0]["algo"] == "PPO"
+    record = next(r for r in training.table.model.records if r["id"] == run_id)
+    assert record["summary"]["total_steps"] >= 3000
+    # Every row the file holds is on the plot, none twice.
+    training.table.select_keys([run_id])
+    qtbot.waitUntil(lambda: store.length(run_id, "eval/mean_reward") == 3, timeout=5000)
+    qtbot.waitUntil(lambda: "Rewards" in training.plots.group_titles(), timeout=5000)

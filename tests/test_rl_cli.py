@@ -12,6 +12,8 @@ import pytest
 
 from engine import cli
 from engine.rl.cli import parse_settings, progress_line
+from engine.store.atomic import atomic_write_json
+from engine.store.project import Project
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,3 +127,99 @@ def test_a_tiny_run_prints_its_summary(
         "rl-studio-engine train --env CartPole-v1 --algo PPO --steps 128 --seed 5"
     )
     assert Path(summary["models"][0]["file"]).is_file()
+
+    # The run is in the project's run list, its best model in its models.
+    project = Project.open(tmp_path)
+    try:
+        (run,) = project.list_runs()
+        models = project.list_models()
+        lineage = project.lineage(models[0].id) if models else []
+    finally:
+        project.close()
+    assert Path(run.run_dir) == run_dir
+    assert (run.kind, run.name, run.status) == (
+        "rl.train",
+        "PPO CartPole-v1",
+        "completed",
+    )
+    assert run.config["seed"] == 5 and run.config["total_steps"] == 128
+    assert run.started and run.ended and run.ended >= run.started
+    assert run.exit_code == 0 and run.progress_done == run.progress_total == 128
+    assert run.summary["best_eval_reward"] == summary["best_eval_reward"]
+    (model,) = models
+    assert (
+        run.summary["registered_models"] == summary["registered_models"] == [model.id]
+    )
+    assert (model.kind, model.algo, model.env) == ("sb3-policy", "PPO", "CartPole-v1")
+    assert model.source_run == run.id and Path(model.path).is_file()
+    assert Path(model.path).is_relative_to(tmp_path / "models")
+    assert model.metrics["eval/mean_reward"] == summary["best_eval_reward"]
+    assert (run.id, model.id, "trained") in lineage
+    # ... so the project's model list shows it, as the studio's Models does.
+    listed = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "models", "--project", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0 and model.id in listed.stdout
+
+
+@pytest.mark.slow
+def test_a_failing_run_is_recorded_as_failed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "flaky.py").write_text(FLAKY_ENV)
+    atomic_write_json(tmp_path / "envs" / "flaky.env.json", FLAKY_SPEC)
+    argv = ["train", "--env", "rlstudio/flaky-v0", "--algo", "PPO", "--steps", "256"]
+    argv += ["--project", str(tmp_path), "--quiet", "--set", "n_envs=1"]
+    argv += ["--set", "n_steps=64", "--set", "batch_size=32"]
+    with pytest.raises(RuntimeError, match="sensor failed at step 40"):
+        cli.main(argv)
+    project = Project.open(tmp_path)
+    try:
+        (run,) = project.list_runs()
+        models = project.list_models()
+    finally:
+        project.close()
+    assert run.status == "failed" and models == []
+    assert run.reason == "RuntimeError: sensor failed at step 40"
+    assert json.loads((Path(run.run_dir) / "result.json").read_text()) == {
+        "status": "failed",
+        "reason": run.reason,
+    }
+
+
+FLAKY_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class Flaky(gym.Env):
+    \"\"\"Never ends an episode before step 40, where its sensor fails.\"\"\"
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t >= 40:
+            raise RuntimeError("sensor failed at step 40")
+        return np.full(2, 0.5, np.float32), 1.0, False, False, {}
+"""
+FLAKY_SPEC = {
+    "format": 1,
+    "name": "flaky",
+    "kind": "python",
+    "python": {"file": "flaky.py", "class": "Flaky"},
+}

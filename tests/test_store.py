@@ -72,6 +72,27 @@ def test_runs_round_trip_and_unknown_ids_are_clear(project_dir: Path) -> None:
     project.close()
 
 
+def test_commits_from_another_process_are_noticed_and_own_ones_are_not(
+    project_dir: Path,
+) -> None:
+    studio = Project.open(project_dir, create=True)
+    headless = Project.open(project_dir)
+    try:
+        assert not studio.changed_elsewhere()  # the first call sets the mark
+        run = studio.create_run("selftest", {"steps": 1})
+        studio.update_run(run.id, status="running")
+        assert not studio.changed_elsewhere()
+        other = headless.create_run("rl.train", {"env": "CartPole-v1"})
+        assert studio.changed_elsewhere()
+        assert not studio.changed_elsewhere()  # reported once
+        headless.update_run(other.id, progress_done=10.0)
+        assert studio.changed_elsewhere()
+        assert {r.id for r in studio.list_runs()} == {run.id, other.id}
+    finally:
+        headless.close()
+        studio.close()
+
+
 def test_reconcile_marks_vanished_runs_interrupted_and_reads_results(
     project_dir: Path,
 ) -> None:

@@ -267,12 +267,20 @@ class Supervisor:
 
     def _tick_loop(self) -> None:
         last_progress_save = 0.0
+        last_outside_check = 0.0
         while not self._closed.wait(TICK_S):
             with self._lock:
                 jobs = list(self._jobs.values())
             for job in jobs:
                 self._flush_log(job)
             now = time.monotonic()
+            if self.project is not None and now - last_outside_check > 1.0:
+                last_outside_check = now
+                # A headless run on this project (rl-studio-engine train/run)
+                # writes the database from its own process; show it live.
+                with contextlib.suppress(Exception):
+                    if self.project.changed_elsewhere():
+                        self._emit(protocol.ProjectChanged(what="runs"))
             if self.project is not None and now - last_progress_save > 2.0:
                 last_progress_save = now
                 for job in jobs:

@@ -1,6 +1,11 @@
 """``rl-studio-engine train``: the ``rl.train`` job, in this process, with a
 progress bar on stderr and the run summary as JSON on stdout.
 
+The run is recorded in the project like a run started from the studio: a row
+in the project's run list (status, progress, summary) and its best model
+registered in the project's models, with the run as its lineage. The project
+is ``--project DIR`` (created when missing), else a temporary folder.
+
 Example::
 
     rl-studio-engine train --env CartPole-v1 --algo PPO --steps 20000 \\
@@ -15,20 +20,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import secrets
+import os
 import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.errors import EngineError
 from engine.jobs.context import JobContext
 from engine.store.atomic import atomic_write_json
 
+if TYPE_CHECKING:
+    from engine.store.project import Project
+
 KIND = "rl.train"
+PROGRESS_SAVE_INTERVAL_S = 2.0
+"""How often a running headless run writes its progress to the project's run list."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -106,19 +117,36 @@ def build_config(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]:
 
 
 class ConsoleContext(JobContext):
-    """A JobContext that also draws a progress bar (steps, steps/s, ETA)."""
+    """A JobContext that also draws a progress bar (steps, steps/s, ETA) and,
+    given ``project``, keeps the run's progress in the project's run list."""
 
-    def __init__(self, *args: Any, stream: TextIO | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        stream: TextIO | None = None,
+        project: Project | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._stream = stream
+        self._project = project
         self._drawn_at = 0.0
+        self._saved_at = 0.0
         self._first: tuple[float, float] | None = None
 
     def progress(self, done: float, total: float, message: str = "") -> None:
         super().progress(done, total, message)
+        now = time.monotonic()
+        if self._project is not None and (
+            now - self._saved_at >= PROGRESS_SAVE_INTERVAL_S or done >= total
+        ):
+            self._saved_at = now
+            # A studio open on the same project shows the steps done so far.
+            self._project.update_run(
+                self.run_id, progress_done=float(done), progress_total=float(total)
+            )
         if self._stream is None:
             return
-        now = time.monotonic()
         if self._first is None:
             self._first = (now, done)
         if now - self._drawn_at < 0.2 and done < total:
@@ -153,13 +181,16 @@ def progress_line(done: float, total: float, rate: float, width: int = 30) -> st
     )
 
 
-def new_run_id() -> str:
-    return time.strftime("train-%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+def run_name(config: dict[str, Any]) -> str:
+    """The name a run gets in the run list: its ``name`` or ``ALGO env``."""
+    return str(config.get("name") or f"{config['algo']} {config['env']}")
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.rl.config import validate
     from engine.rl.train import run as train
+    from engine.store.project import Project
+    from resources import resource_path
 
     if args.project is not None:
         project_dir: Path = args.project.expanduser().resolve()
@@ -169,21 +200,36 @@ def run(args: argparse.Namespace) -> int:
             )
     else:
         project_dir = Path(tempfile.mkdtemp(prefix="rlstudio-train-"))
+    # Refuse bad settings before anything is written to the project.
     config = validate(build_config(args, project_dir))
-    run_id = new_run_id()
-    run_dir = project_dir / "runs" / run_id
-    run_dir.mkdir(parents=True, exist_ok=False)
-    atomic_write_json(
-        run_dir / "config.json", {"run_id": run_id, "kind": KIND, "config": config}
+    # A fresh project gets the bundled examples (envs, data), as in the studio.
+    project = Project.open(project_dir, create=True, examples=resource_path("examples"))
+    try:
+        return _train_in_project(args, project, config, train)
+    finally:
+        project.close()
+
+
+def _train_in_project(
+    args: argparse.Namespace,
+    project: Project,
+    config: dict[str, Any],
+    train: Callable[[JobContext], dict[str, Any]],
+) -> int:
+    record = project.create_run(KIND, config, name=run_name(config))
+    run_dir = Path(record.run_dir)
+    project.update_run(
+        record.id, status="running", started=time.time(), pid=os.getpid()
     )
     print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
     ctx = ConsoleContext(
-        run_id,
+        record.id,
         run_dir,
         KIND,
         config,
         events=None,
         stream=None if args.quiet else sys.stderr,
+        project=project,
     )
 
     def on_interrupt(_sig: int, _frame: FrameType | None) -> None:
@@ -197,20 +243,41 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         summary = train(ctx)
-    except Exception as exc:
+    except BaseException as exc:
         ctx.end_bar()
         ctx.close()
-        atomic_write_json(
-            run_dir / "result.json",
-            {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"},
-        )
+        if isinstance(exc, KeyboardInterrupt):
+            status, reason = "interrupted", "Aborted with a second Ctrl-C."
+        else:
+            status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        atomic_write_json(run_dir / "result.json", {"status": status, "reason": reason})
+        # The row says how it ended; the run can be inspected and resumed
+        # from its last checkpoint in the studio.
+        project.update_run(record.id, status=status, ended=time.time(), reason=reason)
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
     ctx.end_bar()
     status = "stopped" if summary.get("stopped_by") == "user" else "completed"
     ctx.close()
+    # As the supervisor does for a run started in the studio: a stopped run's
+    # best model so far is registered too.
+    registered, problems = project.register_run_models(record.id, summary)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if registered:
+        summary["registered_models"] = registered
     atomic_write_json(run_dir / "result.json", {"status": status, "summary": summary})
+    total = float(config["total_steps"])
+    project.update_run(
+        record.id,
+        status=status,
+        ended=time.time(),
+        exit_code=0,
+        summary=summary,
+        progress_done=min(float(summary.get("total_steps", 0)), total),
+        progress_total=total,
+    )
     print(json.dumps(summary, indent=2))
     return 0
 

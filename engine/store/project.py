@@ -153,6 +153,7 @@ class Project:
         self.path = path
         self._db = db
         self._lock = threading.RLock()
+        self._data_version: int | None = None
 
     # ----------------------------------------------------------- opening
     @classmethod
@@ -212,6 +213,18 @@ class Project:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def changed_elsewhere(self) -> bool:
+        """True when another connection (a headless ``rl-studio-engine train``
+        or ``run`` on the same project) committed since the last call.
+
+        SQLite's ``data_version`` moves only for other connections' commits,
+        so this project's own writes never count.
+        """
+        with self._lock:
+            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+        seen, self._data_version = self._data_version, version
+        return seen is not None and version != seen
 
     @property
     def name(self) -> str:
@@ -428,9 +441,18 @@ class Project:
         optional ``extra_files``, ``env``, ``algo``, ``base``, ``metrics``,
         ``parents``. Returns the new model ids and one sentence per entry
         that could not be registered (the others still are).
+
+        A parent naming the ``file`` of an earlier entry of the same summary
+        (a flow run's merge naming the adapter its Fine-tune node trained)
+        becomes that model's id, so the lineage links the two models.
         """
         ids: list[str] = []
         problems: list[str] = []
+        by_file: dict[str, str] = {}
+
+        def parent_id(parent: str) -> str:
+            return by_file.get(_path_key(parent), parent)
+
         for entry in summary.get("models", []) or []:
             try:
                 files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
@@ -443,9 +465,10 @@ class Project:
                     algo=str(entry.get("algo", "")),
                     base=str(entry.get("base", "")),
                     metrics=dict(entry.get("metrics", {})),
-                    parents=list(entry.get("parents", [])),
+                    parents=[parent_id(str(x)) for x in entry.get("parents", [])],
                 )
                 ids.append(record.id)
+                by_file[_path_key(str(entry["file"]))] = record.id
             except (KeyError, TypeError, OSError, ProjectError) as exc:
                 problems.append(f"Could not register a model of run {run_id}: {exc}")
         return ids, problems
@@ -532,6 +555,12 @@ class Project:
             "runs": [r.to_dict() for r in self.list_runs()],
             "models": [m.to_dict() for m in self.list_models()],
         }
+
+
+def _path_key(path: str) -> str:
+    """A file path compared as written by different jobs (``~``, ``..``,
+    trailing slashes)."""
+    return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -43,7 +43,14 @@ class ProjectState(Observable):
         self.runs = {}
         for run in snap.get("runs", []):
             merged = dict(run)
-            if run["id"] in live and run.get("status") == "running":
+            # Keep live fields that engine events set (they are newer than
+            # the database's); a run no event feeds (a headless run) takes
+            # the database's progress.
+            if (
+                run["id"] in live
+                and run.get("status") == "running"
+                and "rate" in live[run["id"]]
+            ):
                 for key in ("progress_done", "progress_total", "rate", "eta_s"):
                     if key in live[run["id"]]:
                         merged[key] = live[run["id"]][key]
