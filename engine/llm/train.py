@@ -374,6 +374,19 @@ def kto_weights(train: Any) -> tuple[float, float]:
     return neg / pos, 1.0
 
 
+def _checkpointing_arg() -> str:
+    """The TrainingArguments field for activation recomputation: transformers
+    5 renamed ``gradient_checkpointing`` (now a deprecated alias that warns)."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return (
+        "activation_checkpointing"
+        if "activation_checkpointing" in names
+        else "gradient_checkpointing"
+    )
+
+
 def build_trainer(
     cfg: dict[str, Any], output_dir: Path, callbacks: list[Any] | None = None
 ) -> Any:
@@ -439,7 +452,7 @@ def build_trainer(
         "seed": cfg["seed"],
         "bf16": cfg["precision"] == "bf16" and not use_cpu,
         "fp16": cfg["precision"] == "fp16",
-        "gradient_checkpointing": bool(cfg["gradient_checkpointing"]),
+        _checkpointing_arg(): bool(cfg["gradient_checkpointing"]),
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
