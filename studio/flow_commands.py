@@ -179,6 +179,22 @@ class SetTitleCommand(QUndoCommand):
         self.model.set_title(self.node_id, self.old)
 
 
+class SetFlowInfoCommand(QUndoCommand):
+    """Set the flow's name and description in one step."""
+
+    def __init__(self, model: FlowDocumentModel, name: str, description: str) -> None:
+        super().__init__("Edit flow name and description")
+        self.model = model
+        self.old = (model.doc.name, model.doc.description)
+        self.new = (name, description)
+
+    def redo(self) -> None:
+        self.model.set_info(*self.new)
+
+    def undo(self) -> None:
+        self.model.set_info(*self.old)
+
+
 class PasteCommand(QUndoCommand):
     """Add nodes (with fresh ids) and the links among them: paste and
     duplicate."""

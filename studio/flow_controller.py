@@ -30,8 +30,9 @@ class FlowController(QObject):
     """The run id of a flow run this controller started."""
     run_refused = Signal(str)
     """Starting or stopping a run failed; one sentence."""
-    node_state_received = Signal(str, str, str, float, str, dict)
-    """run id, node id, state, progress, message, outputs."""
+    node_state_received = Signal(str, str, str, float, str, dict, dict)
+    """run id, node id, state, progress, message, outputs, summary (facts
+    such as metrics and step counts, sent with ``done`` and ``cached``)."""
     run_log_received = Signal(str, list)
     run_ended = Signal(str, str, str)
     """run id, final status, reason (empty when it completed)."""
@@ -113,6 +114,7 @@ class FlowController(QObject):
                     float(msg.progress),
                     msg.message,
                     dict(msg.outputs),
+                    dict(msg.summary),
                 )
             case protocol.RunLog(run_id=run_id, lines=lines):
                 self.run_log_received.emit(run_id, list(lines))

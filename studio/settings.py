@@ -71,6 +71,21 @@ class Settings:
         )
 
     @property
+    def recent_flows(self) -> list[str]:
+        """Flow files the user opened or saved last, newest first."""
+        value = self._s.value("recent_flows", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def add_recent_flow(self, path: str) -> None:
+        recent = [p for p in self.recent_flows if p != path]
+        self._s.setValue("recent_flows", [path, *recent][:MAX_RECENT])
+
+    def remove_recent_flow(self, path: str) -> None:
+        self._s.setValue("recent_flows", [p for p in self.recent_flows if p != path])
+
+    @property
     def stop_timeout_s(self) -> float:
         return float(self._get("stop_timeout_s", 10.0, float))  # type: ignore[arg-type]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from PySide6.QtGui import QUndoStack
 
 from engine import flow
@@ -13,11 +15,18 @@ from studio.flow_commands import (
     PasteCommand,
     RemoveLinksCommand,
     RemoveNodesCommand,
+    SetFlowInfoCommand,
     SetParamsCommand,
     clipboard_payload,
     pasted_items,
 )
 from studio.models.flow_document import FlowDocumentModel, link_from_key, link_key
+from studio.models.flow_results import (
+    changed_nodes,
+    last_flow_run,
+    read_flow_run,
+    split_log,
+)
 
 
 def three_nodes() -> FlowDocumentModel:
@@ -51,6 +60,7 @@ def test_every_command_undoes_to_the_same_document() -> None:
         SetParamsCommand(model, "train", {"total_steps": 100}, {"total_steps": 256}),
         RemoveNodesCommand(model, ["train"]),
         PasteCommand(model, [Node("env_2", "env.environment", {}, 40, 40)], []),
+        SetFlowInfoCommand(model, "renamed", "Trains and checks."),
     ]
     states = [original]
     for command in commands:
@@ -65,6 +75,7 @@ def test_every_command_undoes_to_the_same_document() -> None:
         stack.redo()
         assert flow.dumps(model.doc) == expected
     assert ("node_removed", "train") in events
+    assert ("info", "") in events
     assert ("link_removed", link_key(Link("env", "env", "train", "env"))) in events
 
 
@@ -119,3 +130,92 @@ def test_pasted_nodes_get_fresh_ids_and_keep_their_inner_links() -> None:
     assert links == [Link("environment", "env", "train_2", "env")]
     assert (nodes[1].x, nodes[1].y) == (340, 40)
     assert nodes[1].params == {"total_steps": 100}
+
+
+def test_split_log_gives_each_node_its_lines_and_the_traceback_after() -> None:
+    lines = [
+        "engine starting",
+        "[train] PPO on CartPole-v1",
+        "[train] step 100",
+        "[evaluate] playing",
+        "node evaluate (Evaluate policy) failed: RuntimeError: boom",
+        "Traceback (most recent call last):",
+        "[ghost] a node the flow does not have",
+    ]
+    out = split_log(lines, ["train", "evaluate"])
+    assert out == {
+        "train": lines[1:3],
+        "evaluate": lines[3:7],
+    }
+
+
+def test_changed_nodes_follow_params_links_and_downstream() -> None:
+    ran = three_nodes().doc
+    now = ran.copy()
+    assert changed_nodes(ran, now) == set()
+    now.node("train").params["total_steps"] = 7
+    assert changed_nodes(ran, now) == {"train", "evaluate"}
+    now = ran.copy()
+    now.links.remove(Link("train", "policy", "evaluate", "policy"))
+    assert changed_nodes(ran, now) == {"evaluate"}
+    now = ran.copy()
+    now.node("env").x = 999.0  # a move changes no result
+    now.nodes.append(Node("new", "rl.evaluate", {}, 0, 0))
+    assert changed_nodes(ran, now) == {"new"}
+
+
+def test_last_run_of_a_file_is_read_back_and_checked(tmp_path) -> None:
+    flow_path = tmp_path / "flows" / "demo.flow.json"
+    doc = three_nodes().doc
+    run_dir = tmp_path / "runs" / "r2"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r2",
+                "kind": "flow.run",
+                "config": {"flow_path": str(flow_path), "document": doc.to_dict()},
+            }
+        )
+    )
+    (run_dir / "flow_state.json").write_text(
+        json.dumps(
+            {
+                "flow": "demo",
+                "nodes": {
+                    "env": {"state": "done", "progress": 1.0, "message": "ok"},
+                    "train": {"state": "running", "progress": 0.5, "message": ""},
+                    "evaluate": {"state": "queued", "progress": 0.0, "message": ""},
+                },
+            }
+        )
+    )
+    (run_dir / "log.txt").write_text("[train] step 1\n[env] made\n")
+    runs = [
+        {"id": "r1", "kind": "flow.run", "config": {"flow_path": str(flow_path)}},
+        {"id": "other", "kind": "rl.train", "config": {}},
+        # A run of this session: its record has no config yet.
+        {
+            "id": "r2",
+            "kind": "flow.run",
+            "status": "interrupted",
+            "run_dir": str(run_dir),
+            "config": {},
+        },
+        {"id": "r3", "kind": "flow.run", "config": {"flow_path": "/elsewhere"}},
+    ]
+    run = last_flow_run(runs, flow_path)
+    assert run is not None and run["id"] == "r2"
+    results = read_flow_run(run, doc)
+    # The process died: the node that ran was cut short, the next never ran.
+    assert {n: r["state"] for n, r in results.nodes.items()} == {
+        "env": "done",
+        "train": "stopped",
+        "evaluate": "skipped",
+    }
+    assert results.node_logs == {"train": ["[train] step 1"], "env": ["[env] made"]}
+    edited = doc.copy()
+    edited.node("train").params["seed"] = 3
+    results = read_flow_run(run, edited)
+    assert list(results.nodes) == ["env"] and results.stale == ["train", "evaluate"]
+    assert "train" not in results.node_logs

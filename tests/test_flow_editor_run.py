@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, QSettings, Qt
+from PySide6.QtCore import QPoint, QSettings, Qt, QUrl
 from test_flow_editor_workspace import drop, link_by_mouse, type_into
 
 from engine import flow
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def live(qtbot, tmp_path: Path):
+def start_studio(qtbot, tmp_path: Path, project: Path):
+    """A Workflows workspace on a real engine with ``project`` open."""
     settings = Settings(
         QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     )
@@ -33,7 +33,6 @@ def live(qtbot, tmp_path: Path):
     session = Session(client, ProjectState(), settings)
     ws = WorkflowsWorkspace(session)
     qtbot.addWidget(ws)
-    project = tmp_path / "project"
     with qtbot.waitSignal(session.project_opened, timeout=30_000):
         client.start()
         session.open_project(str(project), create=True)
@@ -42,21 +41,40 @@ def live(qtbot, tmp_path: Path):
     ws.resize(1280, 800)
     ws.show()
     qtbot.waitExposed(ws)
+    return ws, client
+
+
+@pytest.fixture
+def live(qtbot, tmp_path: Path):
+    project = tmp_path / "project"
+    ws, client = start_studio(qtbot, tmp_path, project)
     yield ws, project
     client.stop()
 
 
-def test_a_flow_built_in_the_editor_runs_on_the_engine(qtbot, live) -> None:
-    ws, project = live
+def build_cartpole(qtbot, ws: WorkflowsWorkspace, total_steps: str = "256") -> None:
     drop(ws, "env.environment", QPoint(150, 200))
     drop(ws, "rl.train", QPoint(420, 200))
     drop(ws, "rl.evaluate", QPoint(690, 200))
     link_by_mouse(qtbot, ws, "environment", "env", "train", "env")
     link_by_mouse(qtbot, ws, "train", "policy", "evaluate", "policy")
     ws.canvas.select_nodes(["train"])
-    type_into(qtbot, ws, "total_steps", "256")
+    type_into(qtbot, ws, "total_steps", total_steps)
     ws.canvas.select_nodes(["evaluate"])
     type_into(qtbot, ws, "episodes", "2")
+
+
+def click_node(qtbot, ws: WorkflowsWorkspace, node_id: str) -> None:
+    rect = ws.canvas.node_scene_rect(node_id)
+    click = ws.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 10)
+    qtbot.mouseClick(ws.canvas.viewport(), Qt.MouseButton.LeftButton, pos=click)
+
+
+def test_a_flow_built_in_the_editor_runs_on_the_engine(
+    qtbot, live, tmp_path: Path
+) -> None:
+    ws, project = live
+    build_cartpole(qtbot, ws)
 
     states: list[tuple[str, str]] = []
     ws.controller.node_state_received.connect(
@@ -78,13 +96,21 @@ def test_a_flow_built_in_the_editor_runs_on_the_engine(qtbot, live) -> None:
     assert ("train", "running") in states
     assert ws.status_label.text() == "The run completed."
 
-    # Clicking a node shows its last outputs.
-    rect = ws.canvas.node_scene_rect("evaluate")
-    click = ws.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 10)
-    qtbot.mouseClick(ws.canvas.viewport(), Qt.MouseButton.LeftButton, pos=click)
-    shown = json.loads(ws.output_view.toPlainText())
+    # Clicking a node shows its last outputs, summary, files and log.
+    click_node(qtbot, ws, "evaluate")
+    shown = json.loads(ws.raw_view.toPlainText())
     assert shown["node"] == "evaluate" and shown["state"] == "done"
-    assert "report" in shown["outputs"]
+    assert "report" in shown["outputs"] and "mean_reward" in shown["summary"]
+    text = ws.output_view.toPlainText()
+    assert "Summary" in text and "mean_reward" in text and "Output report" in text
+    click_node(qtbot, ws, "train")
+    model_file = ws.node_results["train"]["outputs"]["policy"]["file"]
+    assert Path(model_file).is_file()
+    assert QUrl.fromLocalFile(model_file).toString() in ws.output_view.toHtml()
+    assert "Last metrics" in ws.output_view.toPlainText()  # from metrics.jsonl
+    assert ws.node_metrics("train")["time/total_timesteps"] == 256
+    log = ws.log_view.toPlainText()
+    assert "[train]" in log and "[evaluate]" not in log
 
     # A second run of the unchanged flow reuses every cached node.
     states.clear()
@@ -93,3 +119,59 @@ def test_a_flow_built_in_the_editor_runs_on_the_engine(qtbot, live) -> None:
     assert finished.args[0] == "completed"
     final = {node: state for node, state in states}
     assert final["train"] == "cached" and final["evaluate"] == "cached"
+    run_id = ws.results_run_id
+
+    # The studio restarts: the flow opens with the last run's badges,
+    # outputs and log, read from the project.
+    ws.controller.deleteLater()
+    ws.close()
+    again, client = start_studio(qtbot, tmp_path / "second", project)
+    try:
+        assert again.open_file(path)
+        assert again.results_run_id == run_id and again.run_id is None
+        for node_id in ("train", "evaluate"):
+            assert again.canvas.node_state(node_id) == ("cached", 1.0)
+        assert again.canvas.node_state("environment")[0] in ("done", "cached")
+        assert again.last_run_label.text().startswith("Completed")
+        click_node(qtbot, again, "evaluate")
+        assert "mean_reward" in again.output_view.toPlainText()
+        assert json.loads(again.raw_view.toPlainText())["run_id"] == run_id
+
+        # Editing a node marks it and everything downstream stale.
+        again.canvas.select_nodes(["train"])
+        type_into(qtbot, again, "seed", "3")
+        assert again.canvas.node_state("train") == ("", 0.0)
+        assert again.canvas.node_state("evaluate") == ("", 0.0)
+        assert again.canvas.node_state("environment")[0] in ("done", "cached")
+        # ... and opening the edited flow again does not bring the stale
+        # results back: they are checked against the document that ran.
+        again.save()
+        third = WorkflowsWorkspace(again._session)
+        qtbot.addWidget(third)
+        assert third.open_file(path)
+        assert third.canvas.node_state("evaluate") == ("", 0.0)
+        assert third.canvas.node_state("environment")[0] in ("done", "cached")
+        assert "2 nodes changed since" in third.last_run_label.text()
+    finally:
+        client.stop()
+
+
+def test_cancel_stops_the_run_and_skips_what_follows(qtbot, live) -> None:
+    ws, _ = live
+    build_cartpole(qtbot, ws, total_steps="5000000")
+    ws.actions["run"].trigger()
+    # Wait until training steps: a stop during the job's start-up (imports)
+    # is only seen when it ends, and a loaded machine may pass the stop
+    # timeout there (the supervisor then kills the run; see the workspace
+    # test of a killed run).
+    qtbot.waitUntil(lambda: ws.canvas.node_state("train")[1] > 0, timeout=60_000)
+    assert ws.last_run_label.text() == "Running now."
+    with qtbot.waitSignal(ws.run_finished, timeout=60_000) as finished:
+        ws.actions["cancel"].trigger()
+        assert "Stopping" in ws.status_label.text()
+    assert finished.args[0] == "stopped", finished.args
+    assert ws.canvas.node_state("train")[0] == "stopped"
+    assert ws.canvas.node_state("evaluate")[0] == "skipped"
+    assert ws.canvas.node_state("environment")[0] == "done"
+    assert not ws.actions["cancel"].isEnabled() and ws.actions["run"].isEnabled()
+    assert ws.last_run_label.text().startswith("Stopped")

@@ -9,6 +9,7 @@ Qt-free. Every edit goes through a method here (the undo commands of
 * ``node_added`` / ``node_removed`` / ``node_moved`` / ``params`` /
   ``title`` — key: the node id;
 * ``link_added`` / ``link_removed`` — key: :func:`link_key` of the link;
+* ``info`` — the flow's name or description changed;
 * ``path`` — the file the document belongs to changed.
 """
 
@@ -53,6 +54,13 @@ class FlowDocumentModel(Observable):
     def set_path(self, path: Path | None) -> None:
         self.path = path
         self.notify("path")
+
+    def set_info(self, name: str, description: str) -> None:
+        """Set the flow's name and description (written to the file)."""
+        if (self.doc.name, self.doc.description) == (name, description):
+            return
+        self.doc.name, self.doc.description = name, description
+        self.notify("info")
 
     def snapshot(self) -> FlowDocument:
         return self.doc.copy()

@@ -9,17 +9,26 @@ The engine is reached only through ``FlowController``.
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QMimeData, QPointF, Qt, Signal
-from PySide6.QtGui import QAction, QKeySequence, QUndoStack
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl, Signal
+from PySide6.QtGui import (
+    QAction,
+    QDesktopServices,
+    QFocusEvent,
+    QKeySequence,
+    QUndoStack,
+)
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
+    QFormLayout,
     QLabel,
     QLineEdit,
     QMenu,
@@ -28,6 +37,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSplitter,
     QTabWidget,
+    QTextBrowser,
     QToolBar,
     QToolButton,
     QVBoxLayout,
@@ -43,6 +53,7 @@ from studio.flow_commands import (
     PasteCommand,
     RemoveLinksCommand,
     RemoveNodesCommand,
+    SetFlowInfoCommand,
     SetParamsCommand,
     SetTitleCommand,
     clipboard_payload,
@@ -50,6 +61,12 @@ from studio.flow_commands import (
 )
 from studio.flow_controller import FlowController
 from studio.models.flow_document import FlowDocumentModel, link_from_key
+from studio.models.flow_results import (
+    FlowRunResults,
+    last_flow_run,
+    node_of_log_line,
+    read_flow_run,
+)
 from studio.session import Session
 from studio.workspaces.common import JsonPreview, fmt_time
 from widgets.node_graph import GRID, HEADER_HEIGHT, NODE_WIDTH, NodeGraphView, Port
@@ -125,6 +142,122 @@ def autosave_path(project_dir: str | Path | None, path: Path | None) -> Path | N
     return folder / name
 
 
+STATE_COLORS = {
+    "done": "#2ca02c",
+    "cached": "#2ca02c",
+    "running": "#4c9be8",
+    "queued": "#7f8ba3",
+    "failed": "#d62728",
+    "stopped": "#e68a3a",
+    "skipped": "#7f8ba3",
+}
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def output_files(value: Any) -> list[str]:
+    """Absolute paths of existing files or folders anywhere in a node's
+    outputs (models, reports, datasets travel as paths)."""
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for item in v.values():
+                walk(item)
+        elif isinstance(v, list):
+            for item in v:
+                walk(item)
+        elif (
+            isinstance(v, str)
+            and os.path.isabs(v)
+            and v not in found
+            and os.path.exists(v)
+        ):
+            found.append(v)
+
+    walk(value)
+    return found
+
+
+def _rows(pairs: Iterable[tuple[str, Any]]) -> str:
+    return "".join(
+        f"<tr><td style='color:#5f6b7a;padding-right:10px'>{html.escape(k)}</td>"
+        f"<td>{html.escape(_fmt_value(v))}</td></tr>"
+        for k, v in pairs
+    )
+
+
+def node_details_html(
+    title: str,
+    node_id: str,
+    result: dict[str, Any] | None,
+    metrics: dict[str, float] | None = None,
+) -> str:
+    """What the Output tab says about a node's last result: its state, the
+    facts of its summary, its last metric values, its outputs (models and
+    reports) and the files they point at, as links."""
+    head = f"<b>{html.escape(title)}</b> <span style='color:#7f8ba3'>· {node_id}</span>"
+    if result is None:
+        return (
+            f"{head}<p style='color:#5f6b7a'>No result yet: run the flow to see "
+            "this node's outputs, metrics and log here.</p>"
+        )
+    state = result.get("state", "")
+    color = STATE_COLORS.get(state, "#5f6b7a")
+    parts = [head, f"<p><b style='color:{color}'>{html.escape(state)}</b>"]
+    if result.get("message"):
+        parts.append(f" — {html.escape(result['message'])}")
+    if result.get("run_id"):
+        parts.append(f"<br><span style='color:#7f8ba3'>run {result['run_id']}</span>")
+    parts.append("</p>")
+    summary = {k: v for k, v in (result.get("summary") or {}).items() if v is not None}
+    if summary:
+        parts.append(f"<p><b>Summary</b></p><table>{_rows(summary.items())}</table>")
+    if metrics:
+        parts.append(
+            f"<p><b>Last metrics</b></p><table>{_rows(sorted(metrics.items()))}</table>"
+        )
+    outputs = result.get("outputs") or {}
+    for port, value in outputs.items():
+        parts.append(f"<p><b>Output {html.escape(port)}</b></p>")
+        if isinstance(value, dict):
+            flat = [
+                (k, v)
+                for k, v in value.items()
+                if not isinstance(v, dict | list) or k == "metrics"
+            ]
+            inner = value.get("metrics")
+            if isinstance(inner, dict):
+                flat = [p for p in flat if p[0] != "metrics"] + list(inner.items())
+            parts.append(f"<table>{_rows(flat)}</table>")
+        else:
+            parts.append(f"<table>{_rows([(port, value)])}</table>")
+    files = output_files(outputs)
+    if files:
+        parts.append("<p><b>Files</b></p><ul style='margin-left:-20px'>")
+        for path in files:
+            url = QUrl.fromLocalFile(path).toString()
+            parts.append(f"<li><a href='{url}'>{html.escape(path)}</a></li>")
+        parts.append("</ul>")
+    return "".join(parts)
+
+
+class _DescriptionEdit(QPlainTextEdit):
+    """A plain-text editor that says when the user leaves it."""
+
+    editing_finished = Signal()
+
+    def focusOutEvent(self, event: QFocusEvent) -> None:
+        super().focusOutEvent(event)
+        self.editing_finished.emit()
+
+
 class WorkflowsWorkspace(QWidget):
     """The editor. Signals: ``run_finished(status, reason)``,
     ``document_saved(path)``."""
@@ -149,7 +282,14 @@ class WorkflowsWorkspace(QWidget):
         self.node_results: dict[str, dict[str, Any]] = {}
         self.node_logs: dict[str, list[str]] = {}
         self.run_log: list[str] = []
+        self.last_run: FlowRunResults | None = None
+        """The finished run whose results show (restored from the project)."""
+        self.results_run_id: str | None = None
+        """The run the node results come from (live or restored)."""
         self._running_nodes: set[str] = set()
+        self._log_node: str | None = None
+        """The node the run's untagged log lines belong to (see
+        ``flow_results.split_log``)."""
         self._inspected: str | None = None
         self._details_node: str | None = None
         self._paste_count = 0
@@ -176,6 +316,7 @@ class WorkflowsWorkspace(QWidget):
         self.controller.run_log_received.connect(self._on_run_log)
         self.controller.run_ended.connect(self._on_run_ended)
         self._state.subscribe(self._on_state_changed)
+        QApplication.clipboard().dataChanged.connect(self._on_clipboard_data_changed)
         session.project_opened.connect(self._on_session_project_opened)
         self._on_state_changed("reset", "")
         self._update_title()
@@ -237,9 +378,35 @@ class WorkflowsWorkspace(QWidget):
         self.param_form.values_changed.connect(self._on_param_form_values_changed)
         self.node_errors_label = QLabel(wordWrap=True)
         self.node_errors_label.setStyleSheet("color: #d62728;")
+
+        # The flow itself, shown while no single node is selected.
+        self.flow_name_edit = QLineEdit()
+        self.flow_name_edit.setToolTip(
+            "The flow's name, saved in the file. Cached node results are kept "
+            "per flow name: a renamed flow runs every node again."
+        )
+        self.flow_name_edit.editingFinished.connect(self._on_flow_info_edited)
+        self.flow_description_edit = _DescriptionEdit()
+        self.flow_description_edit.setPlaceholderText("What this flow does")
+        self.flow_description_edit.setTabChangesFocus(True)
+        self.flow_description_edit.setFixedHeight(90)
+        self.flow_description_edit.editing_finished.connect(self._on_flow_info_edited)
+        self.last_run_label = QLabel(wordWrap=True)
+        self.last_run_label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        self.flow_panel = QWidget()
+        form = QFormLayout(self.flow_panel)
+        form.setContentsMargins(0, 0, 0, 0)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Name", self.flow_name_edit)
+        form.addRow("Description", self.flow_description_edit)
+        form.addRow("Last run", self.last_run_label)
+
         inspector = QWidget()
         ilayout = QVBoxLayout(inspector)
         ilayout.addWidget(self.inspector_heading)
+        ilayout.addWidget(self.flow_panel)
         ilayout.addWidget(self.inspector_help)
         ilayout.addWidget(self.title_edit)
         ilayout.addWidget(self.param_form)
@@ -249,12 +416,17 @@ class WorkflowsWorkspace(QWidget):
         scroll.setWidgetResizable(True)
         scroll.setWidget(inspector)
 
-        self.output_view = JsonPreview()
+        self.output_view = QTextBrowser()
+        self.output_view.setOpenLinks(False)  # files open in their own app
+        self.output_view.anchorClicked.connect(self._on_output_view_anchor_clicked)
+        self.raw_view = JsonPreview()
         self.log_view = QPlainTextEdit(readOnly=True)
         self.log_view.setMaximumBlockCount(5000)
+        self.log_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.details_tabs = QTabWidget()
         self.details_tabs.addTab(self.output_view, "Output")
         self.details_tabs.addTab(self.log_view, "Log")
+        self.details_tabs.addTab(self.raw_view, "JSON")
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(scroll)
         right.addWidget(self.details_tabs)
@@ -418,6 +590,12 @@ class WorkflowsWorkspace(QWidget):
             return
         if what == "path":
             self._update_title()
+            self._sync_flow_panel()
+            return
+        if what == "info":
+            self._update_title()
+            self._sync_flow_panel()
+            self._write_autosave()
             return
         if what == "node_added":
             self._add_canvas_node(self.model.node(key))
@@ -471,8 +649,15 @@ class WorkflowsWorkspace(QWidget):
         path = self.model.path
         name = flow.flow_name(self.model.doc, path) if path else UNTITLED
         mark = " •" if self.is_modified() else ""
-        self.title_label.setText(f"<b>{name}</b>{mark}")
-        self.title_label.setToolTip(str(path) if path else "Not saved yet")
+        text = f"<b>{html.escape(name)}</b>{mark}"
+        description = self.model.doc.description.strip()
+        if description:
+            first = description.splitlines()[0]
+            short = first if len(first) <= 120 else first[:119] + "…"
+            text += f" <span style='color:#6b7480'>— {html.escape(short)}</span>"
+        self.title_label.setText(text)
+        tip = str(path) if path else "Not saved yet"
+        self.title_label.setToolTip(f"{tip}\n\n{description}" if description else tip)
 
     # -------------------------------------------------------- editing
     def add_node_of_type(
@@ -617,14 +802,16 @@ class WorkflowsWorkspace(QWidget):
     def _show_inspector(self, node_id: str | None) -> None:
         self._inspected = node_id
         node = self.model.doc.node(node_id) if node_id else None
+        self.flow_panel.setVisible(node is None)
         if node is None:
             self._inspected = None
-            self.inspector_heading.setText(
-                "<b>No node selected</b>"
+            self.inspector_heading.setText("<b>Flow</b>")
+            self.inspector_help.setText(
+                "Drag node types from the palette to build the flow."
                 if not self.model.doc.nodes
-                else "<b>Select a node to edit its parameters</b>"
+                else "Select a node to edit its parameters."
             )
-            self.inspector_help.clear()
+            self._sync_flow_panel()
             self.title_edit.hide()
             self.param_form.set_schema([])
             self.param_form.hide()
@@ -651,6 +838,47 @@ class WorkflowsWorkspace(QWidget):
             )
             self.param_form.show()
         self._show_node_errors()
+
+    def _sync_flow_panel(self) -> None:
+        doc = self.model.doc
+        placeholder = flow.flow_name(doc, self.model.path) if self.model.path else ""
+        self.flow_name_edit.setPlaceholderText(placeholder or "Name of the flow")
+        if self.flow_name_edit.text() != doc.name:
+            self.flow_name_edit.setText(doc.name)
+        if self.flow_description_edit.toPlainText() != doc.description:
+            self.flow_description_edit.setPlainText(doc.description)
+        self.last_run_label.setText(self._last_run_text())
+
+    def _last_run_text(self) -> str:
+        if self.run_id is not None or self._run_pending:
+            return "Running now."
+        last = self.last_run
+        if last is None:
+            return "Never run." if self.model.path else "Not saved yet."
+        counts: dict[str, int] = {}
+        for result in self.node_results.values():
+            counts[result["state"]] = counts.get(result["state"], 0) + 1
+        when = (
+            time.strftime(" %Y-%m-%d %H:%M", time.localtime(last.ended))
+            if last.ended
+            else ""
+        )
+        text = f"{last.status.capitalize()}{when} (run {last.run_id})"
+        if counts:
+            text += ": " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        if last.stale:
+            n = len(last.stale)
+            text += f"; {n} node{'s' if n != 1 else ''} changed since"
+        if last.reason:
+            text += f". {last.reason}"
+        return text
+
+    def _on_flow_info_edited(self) -> None:
+        name = self.flow_name_edit.text().strip()
+        description = self.flow_description_edit.toPlainText().strip()
+        doc = self.model.doc
+        if (name, description) != (doc.name, doc.description):
+            self.undo_stack.push(SetFlowInfoCommand(self.model, name, description))
 
     def _sync_form(self, node: flow.Node) -> None:
         spec = self.catalog.get(node.type)
@@ -791,6 +1019,7 @@ class WorkflowsWorkspace(QWidget):
             self.show_error(str(exc))
             self._set_status(str(exc), "error")
             return False
+        self._session.settings.add_recent_flow(str(path.resolve()))
         restored = False
         auto = autosave_path(self._state.path or None, path)
         if auto is not None and auto.exists():
@@ -810,11 +1039,17 @@ class WorkflowsWorkspace(QWidget):
         return True
 
     def _load(self, doc: FlowDocument, path: Path | None, restored: bool) -> None:
+        # A run of the flow open so far goes on in the engine (the Training
+        # workspace shows it); opening that flow again picks it up.
+        self.run_id = None
+        self._run_pending = False
+        self._early_events = []
         self._clear_run_results()
         self._errors_shown = False
         self.errors = {}
         self._engine_errors = {}
         self.model.replace(doc, path)
+        self._restore_last_run()
         self.undo_stack.clear()
         if restored:
             self.undo_stack.resetClean()  # restored edits are not saved yet
@@ -869,6 +1104,7 @@ class WorkflowsWorkspace(QWidget):
             self.model.set_path(path)
         self._remove_autosave()
         self.undo_stack.setClean()
+        self._session.settings.add_recent_flow(str(path.resolve()))
         self._update_title()
         self._set_status(f"Saved {path.name}.", "ok")
         self.document_saved.emit(str(path))
@@ -891,19 +1127,34 @@ class WorkflowsWorkspace(QWidget):
     def _on_table_activation_requested(self, path: str) -> None:
         self.open_file(path)
 
+    def recent_files(self) -> list[str]:
+        """Flow files opened or saved lately (newest first, existing only),
+        then the project's other flows, last modified first."""
+        recent = [p for p in self._session.settings.recent_flows if Path(p).is_file()]
+        project = sorted(self._state.flows, key=lambda d: -float(d.get("modified", 0)))
+        seen = {str(Path(p).resolve()) for p in recent}
+        recent += [
+            d["path"] for d in project if str(Path(d["path"]).resolve()) not in seen
+        ]
+        return recent
+
     def _on_recent_menu_about_to_show(self) -> None:
         self.recent_menu.clear()
-        flows = sorted(self._state.flows, key=lambda d: -float(d.get("modified", 0)))
-        for doc in flows:
-            action = self.recent_menu.addAction(doc["name"])
-            action.setToolTip(doc["path"])
-            action.triggered.connect(lambda *_, p=doc["path"]: self.open_file(p))
-        if not flows:
-            self.recent_menu.addAction("No flows in this project").setEnabled(False)
+        for path in self.recent_files():
+            name = Path(path).name.removesuffix(flow.FLOW_SUFFIX)
+            action = self.recent_menu.addAction(name)
+            action.setToolTip(path)
+            action.triggered.connect(lambda *_, p=path: self.open_file(p))
+        self.recent_menu.setToolTipsVisible(True)
+        if self.recent_menu.isEmpty():
+            self.recent_menu.addAction("No recent flows").setEnabled(False)
 
     def _on_state_changed(self, what: str, key: str) -> None:
         if what == "reset":
             self.table.set_records(self._state.flows)
+            # The project's runs arrive after a flow opened at start-up.
+            if self.results_run_id is None and not self._run_pending:
+                self._restore_last_run()
 
     def _on_session_project_opened(self, path: str) -> None:
         # A new flow of a crashed session may wait in the autosave folder.
@@ -990,6 +1241,7 @@ class WorkflowsWorkspace(QWidget):
         name = flow.flow_name(self.model.doc, self.model.path)
         self.controller.start_run(str(self.model.path), True, f"Flow {name}")
         self._set_status(f"Starting {name}…")
+        self._sync_flow_panel()
         self._update_actions()
         return True
 
@@ -1002,17 +1254,57 @@ class WorkflowsWorkspace(QWidget):
         self.node_results = {}
         self.node_logs = {}
         self.run_log = []
+        self.last_run = None
+        self.results_run_id = None
         self._running_nodes = set()
+        self._log_node = None
         self.canvas.clear_node_states()
         self._details_node = None
         self.output_view.clear()
+        self.raw_view.clear()
         self.log_view.clear()
+
+    def _restore_last_run(self) -> None:
+        """Show the node states, outputs and logs of the open flow's last
+        run, as the project keeps them; a run still going on is followed
+        live (and can be cancelled)."""
+        path = self.model.path
+        if path is None or not self._state.is_open:
+            return
+        run = last_flow_run(self._state.runs.values(), path)
+        if run is None:
+            self._sync_flow_panel()
+            return
+        results = read_flow_run(run, self.model.doc)
+        self.results_run_id = results.run_id
+        self.node_results = {
+            node_id: {**record, "run_id": results.run_id}
+            for node_id, record in results.nodes.items()
+        }
+        self.node_logs = results.node_logs
+        self.run_log = results.run_log
+        if results.status in ("running", "queued"):
+            self.run_id = results.run_id
+            self._running_nodes = {
+                n for n, r in results.nodes.items() if r["state"] == "running"
+            }
+        else:
+            self.last_run = results
+        for node_id, result in self.node_results.items():
+            self.canvas.set_node_state(
+                node_id, result["state"], result["progress"], result["message"]
+            )
+        if self._details_node is None:
+            self.log_view.setPlainText("\n".join(self.run_log))
+        self._sync_flow_panel()
+        self._update_actions()
 
     def _on_controller_run_started(self, run_id: str) -> None:
         if not self._run_pending:
             return
         self._run_pending = False
         self.run_id = run_id
+        self.results_run_id = run_id
         self._set_status("Running…")
         early, self._early_events = self._early_events, []
         for kind, args in early:
@@ -1041,11 +1333,15 @@ class WorkflowsWorkspace(QWidget):
         progress: float,
         message: str,
         outputs: dict,
+        summary: dict | None = None,
     ) -> None:
         if run_id != self.run_id:
             if self._run_pending:
                 self._early_events.append(
-                    ("state", (run_id, node_id, state, progress, message, outputs))
+                    (
+                        "state",
+                        (run_id, node_id, state, progress, message, outputs, summary),
+                    )
                 )
             return
         previous = self.node_results.get(node_id, {})
@@ -1056,6 +1352,8 @@ class WorkflowsWorkspace(QWidget):
             "progress": progress,
             "message": message,
             "outputs": outputs or previous.get("outputs", {}),
+            "summary": summary or previous.get("summary", {}),
+            "run_id": run_id,
         }
         if state == "running":
             self._running_nodes.add(node_id)
@@ -1071,10 +1369,20 @@ class WorkflowsWorkspace(QWidget):
                 self._early_events.append(("log", (run_id, lines)))
             return
         self.run_log.extend(lines)
-        for node_id in self._running_nodes:
-            self.node_logs.setdefault(node_id, []).extend(lines)
-        if self._details_node is None or self._details_node in self._running_nodes:
-            self.log_view.appendPlainText("\n".join(lines))
+        ids = self.model.doc.node_ids()
+        shown = []
+        for line in lines:
+            tagged = node_of_log_line(line, ids)
+            if tagged is not None:
+                self._log_node = tagged
+            elif len(self._running_nodes) == 1:  # a library printing
+                self._log_node = next(iter(self._running_nodes))
+            if self._log_node is not None:
+                self.node_logs.setdefault(self._log_node, []).append(line)
+            if self._details_node in (None, self._log_node):
+                shown.append(line)
+        if shown:
+            self.log_view.appendPlainText("\n".join(shown))
 
     def _on_run_ended(self, run_id: str, status: str, reason: str) -> None:
         if run_id != self.run_id:
@@ -1083,6 +1391,31 @@ class WorkflowsWorkspace(QWidget):
             return
         self.run_id = None
         self._running_nodes = set()
+        # A run killed after the stop timeout (or one that crashed) reports
+        # nothing more about its nodes: settle the ones left in the air.
+        for node_id in self.model.doc.node_ids():
+            state = self.canvas.node_state(node_id)[0]
+            if state not in ("queued", "running"):
+                continue
+            settled = "stopped" if state == "running" else "skipped"
+            message = (
+                f"The run {status} while this node ran."
+                if state == "running"
+                else f"Not run: the run {status}."
+            )
+            result = self.node_results.setdefault(
+                node_id, {"outputs": {}, "summary": {}, "run_id": run_id}
+            )
+            result.update(state=settled, progress=0.0, message=message)
+            self.canvas.set_node_state(node_id, settled, 0.0, message)
+        self.last_run = FlowRunResults(
+            run_id=run_id,
+            status=status,
+            reason=reason,
+            ended=time.time(),
+            nodes=self.node_results,
+        )
+        self._sync_flow_panel()
         if status == "completed":
             self._set_status("The run completed.", "ok")
         else:
@@ -1097,15 +1430,43 @@ class WorkflowsWorkspace(QWidget):
         if not self.model.has_node(node_id):
             return
         self._details_node = node_id
+        node = self.model.node(node_id)
         result = self.node_results.get(node_id)
-        if result is None:
-            self.output_view.setPlainText(
-                f"{node_id} has no result yet: run the flow to see its outputs."
+        self.output_view.setHtml(
+            node_details_html(
+                flow.display_name(node, self.catalog),
+                node_id,
+                result,
+                self.node_metrics(node_id),
             )
-        else:
-            self.output_view.show_value({"node": node_id, **result})
+        )
+        self.raw_view.show_value({"node": node_id, **(result or {})})
         lines = self.node_logs.get(node_id) or []
         self.log_view.setPlainText("\n".join(lines))
+        self.log_view.setPlaceholderText(
+            f"No log lines from {node_id} in the last run."
+            if result
+            else f"{node_id} has not run yet."
+        )
+
+    def node_metrics(self, node_id: str) -> dict[str, float]:
+        """The last value of each metric the node logged in the run its
+        result comes from (``<node-id>/<key>`` in the run's metrics)."""
+        result = self.node_results.get(node_id) or {}
+        run_id = result.get("run_id") or self.results_run_id
+        if not run_id or self._state.run(run_id) is None:
+            return {}
+        store = self._session.metrics
+        self._session.ensure_metrics_loaded(run_id)
+        prefix = f"{node_id}/"
+        out = {}
+        for key in store.keys(run_id):
+            if key.startswith(prefix) and (last := store.last(run_id, key)):
+                out[key[len(prefix) :]] = last[2]
+        return out
+
+    def _on_output_view_anchor_clicked(self, url: QUrl) -> None:
+        QDesktopServices.openUrl(url)
 
     # ---------------------------------------------------------- helpers
     def _set_status(self, text: str, level: str = "info") -> None:
@@ -1120,10 +1481,23 @@ class WorkflowsWorkspace(QWidget):
             has_selection or bool(self.canvas.selected_links())
         )
         self.actions["copy"].setEnabled(has_selection)
+        self.actions["paste"].setEnabled(self._clipboard_has_nodes())
         self.actions["duplicate"].setEnabled(has_selection)
         self.actions["run"].setEnabled(bool(self.catalog) and not running)
         self.actions["cancel"].setEnabled(self.run_id is not None)
         self.actions["validate"].setEnabled(bool(self.catalog))
+
+    @staticmethod
+    def _clipboard_has_nodes() -> bool:
+        mime = QApplication.clipboard().mimeData()
+        if mime is None:
+            return False
+        return mime.hasFormat(FLOW_FRAGMENT_MIME) or (
+            mime.hasText() and '"flow-fragment"' in mime.text()[:200]
+        )
+
+    def _on_clipboard_data_changed(self) -> None:
+        self.actions["paste"].setEnabled(self._clipboard_has_nodes())
 
     def node_ids(self) -> list[str]:
         return self.model.doc.node_ids()
