@@ -106,6 +106,17 @@ def test_no_chat_template_is_refused_with_a_suggestion(
     with pytest.raises(ConfigError, match="no chat template") as err:
         base.check_chat_template(info)
     assert "chat_template.jinja" in str(err.value) and err.value.field == "model"
+    # every job that prompts the model refuses it before starting
+    from engine.jobs.registry import validate_config
+
+    for kind, cfg in (
+        ("llm.collect", {"policy": "llm", "model": str(folder)}),
+        ("llm.evaluate", {"model": str(folder)}),
+        ("llm.evaluate", {"model": str(models["qwen2"]), "baseline": str(folder)}),
+    ):
+        with pytest.raises(ConfigError, match="no chat template") as err:
+            validate_config(kind, {"env": ENV, **cfg})
+        assert err.value.field in ("model", "baseline")
 
 
 # ----------------------------------------------------------------- policy

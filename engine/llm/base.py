@@ -318,3 +318,12 @@ def check_chat_template(info: ModelInfo, field_name: str = "model") -> None:
             "conversational prompts need; use an instruct model such as "
             "Qwen2.5-0.5B-Instruct or put a chat_template.jinja in the folder.",
         )
+
+
+def resolve_chat_model(ref: str | Path, field_name: str = "model") -> Path:
+    """:func:`resolve_model` for a model that will answer prompts: also
+    refuses one without a chat template (the policy renders every prompt
+    through it)."""
+    info = inspect_model(ref, field_name)
+    check_chat_template(info, field_name)
+    return Path(info.path)

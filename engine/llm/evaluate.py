@@ -46,7 +46,7 @@ REPORT_KEYS = (
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
-    from engine.llm.base import resolve_model
+    from engine.llm.base import resolve_chat_model
     from engine.llm.rollouts import check_max_steps
 
     unknown = set(config) - set(EVAL_DEFAULTS)
@@ -56,9 +56,9 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     out = {**EVAL_DEFAULTS, **config}
     if not out["model"]:
         raise ConfigError("model", "model must name a model or adapter folder.")
-    out["model"] = str(resolve_model(out["model"]))
+    out["model"] = str(resolve_chat_model(out["model"]))
     if out["baseline"]:
-        out["baseline"] = str(resolve_model(out["baseline"], "baseline"))
+        out["baseline"] = str(resolve_chat_model(out["baseline"], "baseline"))
     if not out["env"]:
         raise ConfigError("env", "env must name an environment (id or spec file).")
     for key in ("episodes", "num_envs", "max_new_tokens"):

@@ -341,7 +341,7 @@ POLICIES = ("llm", "rule", "expert")
 
 
 def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
-    from engine.llm.base import resolve_model
+    from engine.llm.base import resolve_chat_model
 
     unknown = set(config) - set(COLLECT_DEFAULTS)
     if unknown:
@@ -358,7 +358,7 @@ def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
     if out["policy"] == "llm":
         if not out["model"]:
             raise ConfigError("model", "model is required when policy is 'llm'.")
-        out["model"] = str(resolve_model(out["model"]))
+        out["model"] = str(resolve_chat_model(out["model"]))
     for key in ("episodes", "num_envs", "max_new_tokens"):
         if not isinstance(out[key], int) or out[key] < 1:
             raise ConfigError(key, f"{key} must be a whole number of at least 1.")
