@@ -29,6 +29,7 @@ from studio.run_dialog import RunDialog
 from studio.session import Session
 from studio.settings import Settings
 from studio.workspaces.environments import EnvironmentsWorkspace
+from widgets.histogram import Histogram, histogram_bins
 
 PREVIEW_TIMEOUT_MS = 90_000
 
@@ -108,6 +109,21 @@ def test_trace_rows_name_actions_and_label_observations() -> None:
     assert s["success_rate"] == 1.0 and s["returns"] == [1.5]
     # A plain gymnasium env has no notion of success: none is claimed.
     assert summary({**data, "env_id": "CartPole-v1"})["success_rate"] is None
+
+
+def test_histogram_bins_and_mean(qtbot) -> None:  # type: ignore[no-untyped-def]
+    edges, counts = histogram_bins([2.0, 2.0, 2.0])
+    assert list(edges) == [1.5, 2.5] and list(counts) == [3]  # one visible bar
+    edges, counts = histogram_bins([0.0, 1.0, float("nan"), 3.0, 4.0], max_bins=2)
+    assert list(counts) == [2, 2] and list(edges) == [0.0, 2.0, 4.0]
+    chart = Histogram(title="Return per episode")
+    qtbot.addWidget(chart)
+    chart.set_values([1.0, 2.0, 6.0])
+    assert sum(chart.counts()) == 3
+    assert chart.mean_line.value() == 3.0
+    assert chart.mean_line.label.toPlainText() == "mean 3"
+    chart.set_values([])
+    assert chart.counts() == [] and not chart.mean_line.isVisible()
 
 
 # ------------------------------------------------------------ the workspace
@@ -274,3 +290,27 @@ def test_train_this_env_opens_the_training_dialog_preselected(
     assert values["env"] == "rlstudio/jira_issue_resolution-v0"
     assert values["algo"] == "MaskablePPO"
     dialog.reject()
+
+
+def test_gymnasium_form_is_built_from_the_env_signature(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    """CartPole-v1 registers no kwargs; its constructor still takes
+    ``sutton_barto_reward``, and the form offers it."""
+    ws = workspace
+    cartpole = next(d for d in ws.table.model.records if d["name"] == "cartpole")
+    assert ws.open_env(cartpole["path"])
+    ws.tabs.setCurrentIndex(0)
+    qtbot.waitUntil(
+        lambda: "sutton_barto_reward" in ws.gym_kwargs.values(), timeout=30_000
+    )
+    assert ws.gym_kwargs.values()["sutton_barto_reward"] is False
+    assert "Discrete(2)" in ws.gym_spaces.text()
+    box = ws.gym_kwargs.editor("sutton_barto_reward")
+    box.setFocus()
+    qtbot.keyClick(box, Qt.Key.Key_Space)
+    assert ws.model.get_field("gymnasium.kwargs") == {"sutton_barto_reward": True}
+    assert json.loads(ws.gym_kwargs_text.text()) == {"sutton_barto_reward": True}
+    ws.undo_stack.undo()
+    assert ws.model.get_field("gymnasium.kwargs") == {}
+    assert ws.gym_kwargs.values()["sutton_barto_reward"] is False

@@ -52,7 +52,10 @@ class Histogram(QWidget):
         self.plot.setLabel("left", "episodes")
         self.bars = pg.BarGraphItem(x0=[], x1=[], height=[], brush=BAR_COLOR, pen="w")
         self.mean_line = pg.InfiniteLine(
-            angle=90, pen=pg.mkPen(MEAN_COLOR, width=2, style=Qt.PenStyle.DashLine)
+            angle=90,
+            pen=pg.mkPen(MEAN_COLOR, width=2, style=Qt.PenStyle.DashLine),
+            label="mean",
+            labelOpts={"position": 0.92, "color": MEAN_COLOR, "fill": "#ffffffcc"},
         )
         self.plot.addItem(self.bars)
         self.plot.addItem(self.mean_line)
@@ -71,7 +74,12 @@ class Histogram(QWidget):
             return
         self.bars.setOpts(x0=self._edges[:-1], x1=self._edges[1:], height=self._counts)
         finite = np.asarray(values, dtype=float)
-        self.mean_line.setValue(float(finite[np.isfinite(finite)].mean()))
+        mean = float(finite[np.isfinite(finite)].mean())
+        self.mean_line.setValue(mean)
+        # Set the text itself: the label re-formats only while visible.
+        text = f"mean {mean:.3g}"
+        self.mean_line.label.setFormat(text)
+        self.mean_line.label.setText(text)
         self.mean_line.show()
         span = self._edges[-1] - self._edges[0]
         self.plot.setXRange(

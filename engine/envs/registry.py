@@ -277,9 +277,59 @@ def _describe_cached(env_id: str, fingerprint: str) -> tuple[tuple[str, Any], ..
             ("observation_space", str(env.observation_space)),
             ("action_space", str(env.action_space)),
             ("render_modes", list(env.metadata.get("render_modes", []))),
+            ("parameters", constructor_parameters(type(env.unwrapped))),
         )
     finally:
         env.close()
+
+
+_PARAM_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
+_SKIPPED_PARAMS = {"self", "render_mode"}
+
+
+def constructor_parameters(cls: type) -> list[dict[str, Any]]:
+    """The keyword arguments an env class takes, for the designer's form:
+    ``name``, ``type`` (``bool``/``int``/``float``/``str``, or ``json`` for
+    anything else), ``default`` (when it is plain JSON) and ``annotation``.
+
+    The registered kwargs (``gym.spec(id).kwargs``) name only what the
+    registration overrides; the signature names everything a user may set.
+    """
+    import inspect
+
+    try:
+        sig = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return []
+    out: list[dict[str, Any]] = []
+    for p in sig.parameters.values():
+        if p.name in _SKIPPED_PARAMS or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        annotation = (
+            "" if p.annotation is p.empty else getattr(p.annotation, "__name__", None)
+        )
+        if annotation is None:
+            annotation = str(p.annotation)
+        entry: dict[str, Any] = {"name": p.name, "annotation": annotation}
+        default = p.default
+        if default is not p.empty and _jsonable(default):
+            entry["default"] = default
+        elif isinstance(default, tuple):
+            entry["default"] = list(default)
+        kind = _PARAM_TYPES.get(type(default)) if default is not p.empty else None
+        if kind is None:
+            # No usable default (None, a tuple): fall back on the annotation.
+            kind = next(
+                (
+                    name
+                    for t, name in _PARAM_TYPES.items()
+                    if annotation.split("|")[0].strip() == t.__name__
+                ),
+                "json",
+            )
+        entry["type"] = kind
+        out.append(entry)
+    return out
 
 
 def describe_env(env_id: str) -> dict[str, Any]:

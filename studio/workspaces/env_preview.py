@@ -119,6 +119,7 @@ class EnvPreviewPanel(QWidget):
             empty_text="Press Run preview: the first episode's steps appear here.",
         )
         self.trace_table.view.sortByColumn(1, Qt.SortOrder.AscendingOrder)
+        self.trace_table.view.setWordWrap(False)  # one line per step
         self.trace_table.selection_changed.connect(self._on_trace_selection_changed)
         self.step_detail = QPlainTextEdit(readOnly=True)
         self.step_detail.setPlaceholderText(

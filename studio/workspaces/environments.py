@@ -1045,6 +1045,7 @@ class EnvironmentsWorkspace(QWidget):
             )
             return
         self._preview_policy = str(model.get("name", "")) if model else ""
+        self.preview_panel.episodes.setValue(episodes)
         self.preview_panel.set_running(True)
         self.controller.preview(
             self.model.spec,
@@ -1691,27 +1692,43 @@ class EnvironmentsWorkspace(QWidget):
         self._show_problem_marks()
 
     def _build_gym_kwargs_form(self) -> None:
+        """One field per keyword argument of the env: its constructor's
+        signature (from the engine's description of the id) with the
+        registration's own kwargs as defaults, plus any the spec sets.
+        Arguments without a plain type are edited in the JSON field."""
         env_id = str(self.model.get_field("gymnasium.id", ""))
         entry = next((e for e in self.controller.catalog if e["id"] == env_id), {})
-        defaults = dict(entry.get("kwargs", {}))
+        params = (
+            list(self._described.get("parameters") or [])
+            if self._described.get("id") == env_id
+            else []
+        )
+        registered = dict(entry.get("kwargs", {}))
+        defaults = {p["name"]: p.get("default") for p in params}
+        defaults.update(registered)
         current = self.model.get_field("gymnasium.kwargs", {}) or {}
+        kinds = {p["name"]: p.get("type", "json") for p in params}
+        helps = {
+            p["name"]: f"{p['name']}: {p['annotation']}"
+            for p in params
+            if p.get("annotation")
+        }
         schemas = []
-        for name in dict.fromkeys([*defaults, *current]):
+        for name in dict.fromkeys([*kinds, *registered, *current]):
             value = current.get(name, defaults.get(name))
-            kind = (
-                "bool"
-                if isinstance(value, bool)
-                else "int"
-                if isinstance(value, int)
-                else "float"
-                if isinstance(value, float)
-                else "str"
-            )
-            if isinstance(value, (dict, list)) or value is None:
+            kind = kinds.get(name) or _plain_type(value)
+            if kind == "json" or isinstance(value, (dict, list)):
                 continue  # edited in the JSON field below
-            schemas.append(
-                {"name": name, "type": kind, "default": defaults.get(name, value)}
-            )
+            if value is None and name not in current:
+                continue  # no default to show; the JSON field sets it
+            schema: dict[str, Any] = {
+                "name": name,
+                "type": kind,
+                "default": defaults.get(name, value),
+            }
+            if name in helps:
+                schema["help"] = helps[name]
+            schemas.append(schema)
         with QSignalBlocker(self.gym_kwargs):
             self.gym_kwargs.set_schema(schemas, current)
         self._gym_kwargs_defaults = defaults
@@ -1775,6 +1792,8 @@ class EnvironmentsWorkspace(QWidget):
         if entry.get("id") != self.model.get_field("gymnasium.id"):
             return
         self._described = dict(entry)
+        if self.model.kind == "gymnasium":
+            self._build_gym_kwargs_form()  # now with the signature's arguments
         if entry.get("error"):
             self.gym_spaces.setText(
                 f"<span style='color:#d62728'>{entry['error']}</span>"
@@ -1977,6 +1996,19 @@ class EnvironmentsWorkspace(QWidget):
                 for name, p in form.paths.items():
                     if p == target.key and form.isVisible():
                         form.editor(name).setFocus()
+
+
+def _plain_type(value: Any) -> str:
+    """The form field type for a value (``json`` when no field fits)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "str"
+    return "json"
 
 
 def _mark(widget: QWidget, message: str) -> None:
