@@ -2,14 +2,20 @@
 
 ``detect()`` imports torch (to see CUDA and MPS devices), so the supervisor
 calls it off its main thread; ``rl-studio-engine hardware`` prints it as JSON.
+``gpu_usage()`` reads live NVIDIA GPU utilisation and memory (NVML through
+``pynvml`` when installed, else ``nvidia-smi``) without torch, for the
+studio's hardware meter.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
+import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -180,12 +186,151 @@ def detect() -> HardwareInfo:
     )
 
 
+# ------------------------------------------------------------- live usage
+@dataclass(frozen=True)
+class GpuUsage:
+    index: int
+    name: str
+    util_percent: float | None
+    """Share of the last sample period a kernel ran, 0..100 (None: unknown)."""
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+NVIDIA_SMI_QUERY = "index,name,utilization.gpu,memory.used,memory.total"
+NVIDIA_SMI_TIMEOUT_S = 3.0
+
+
+def nvidia_smi_command(executable: str = "nvidia-smi") -> list[str]:
+    return [
+        executable,
+        f"--query-gpu={NVIDIA_SMI_QUERY}",
+        "--format=csv,noheader,nounits",
+    ]
+
+
+def _smi_number(text: str) -> float | None:
+    # nvidia-smi prints "[N/A]" or "[Not Supported]" for what a GPU lacks
+    # (utilisation on some MIG slices, memory on unified-memory boards).
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None
+
+
+def parse_nvidia_smi(text: str) -> list[GpuUsage]:
+    """Parse ``nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,
+    memory.total --format=csv,noheader,nounits`` (memory in MiB). Lines that
+    do not have the five fields are skipped."""
+    gpus = []
+    for line in text.splitlines():
+        # A GPU name has no commas, so a plain split is safe; split from the
+        # right anyway so that one would not shift the numbers.
+        head, *numbers = line.rsplit(",", 3)
+        index, _, name = head.partition(",")
+        if len(numbers) != 3 or not name:
+            continue
+        idx = _smi_number(index)
+        if idx is None:
+            continue
+        util, used, total = (_smi_number(n) for n in numbers)
+        gpus.append(
+            GpuUsage(
+                index=int(idx),
+                name=name.strip(),
+                util_percent=util,
+                memory_used_bytes=None if used is None else int(used * 2**20),
+                memory_total_bytes=None if total is None else int(total * 2**20),
+            )
+        )
+    return gpus
+
+
+def _nvml_usage() -> list[GpuUsage] | None:
+    """Usage through NVML, or None when ``pynvml`` or the driver is missing."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError: no driver, no GPU
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            util: float | None = None
+            with contextlib.suppress(Exception):
+                util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            used = total = None
+            with contextlib.suppress(Exception):
+                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                used, total = int(mem.used), int(mem.total)
+            gpus.append(
+                GpuUsage(
+                    index=i,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    util_percent=util,
+                    memory_used_bytes=used,
+                    memory_total_bytes=total,
+                )
+            )
+        return gpus
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def gpu_usage(nvidia_smi: str | None = None) -> list[GpuUsage]:
+    """Live utilisation and memory of each NVIDIA GPU; [] where there is none.
+
+    ``nvidia_smi`` names the executable to run (default: ``nvidia-smi`` on the
+    PATH, used when ``pynvml`` is not installed).
+    """
+    if nvidia_smi is None:
+        nvml = _nvml_usage()
+        if nvml is not None:
+            return nvml
+        nvidia_smi = shutil.which("nvidia-smi")
+        if nvidia_smi is None:
+            return []
+    try:
+        done = subprocess.run(
+            nvidia_smi_command(nvidia_smi),
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if done.returncode != 0:
+        return []
+    return parse_nvidia_smi(done.stdout)
+
+
 # ------------------------------------------------------------------ CLI
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compact", action="store_true", help="one line of JSON")
+    parser.add_argument(
+        "--usage",
+        action="store_true",
+        help="print live GPU utilisation and memory instead (no torch needed)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.usage:
+        usage = {"gpus": [g.to_dict() for g in gpu_usage()]}
+        print(json.dumps(usage, indent=None if args.compact else 2))
+        return 0
     info = detect().to_dict()
     print(json.dumps(info, indent=None if args.compact else 2))
     return 0

@@ -309,6 +309,15 @@ class DetectHardware(Request):
     """Reply result: ``engine.hardware.HardwareInfo`` as a dict."""
 
 
+@message("hardware.usage")
+@dataclass(frozen=True)
+class GetHardwareUsage(Request):
+    """Live GPU load. Reply result: ``{"gpus": [{"index", "name",
+    "util_percent", "memory_used_bytes", "memory_total_bytes"}, ...]}``
+    (``engine.hardware.GpuUsage``; unknown values are null); empty without an
+    NVIDIA GPU. CPU and RAM the studio reads itself."""
+
+
 @message("engine.log")
 @dataclass(frozen=True)
 class EngineLog(Event):

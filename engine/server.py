@@ -65,6 +65,7 @@ class Server:
             protocol.ListRuns: self._on_list_runs,
             protocol.GetRunSchema: self._on_run_schema,
             protocol.DetectHardware: self._on_detect_hardware,
+            protocol.GetHardwareUsage: self._on_hardware_usage,
             protocol.CheckEnv: self._on_check_env,
             protocol.GetEnvCatalog: self._on_env_catalog,
             protocol.GetFlowCatalog: self._on_flow_catalog,
@@ -81,6 +82,7 @@ class Server:
             protocol.CheckEnv,
             protocol.GetEnvCatalog,
             protocol.DetectHardware,
+            protocol.GetHardwareUsage,
             protocol.GetRunSchema,
             # Network and generation: may take seconds, touch no project state.
             protocol.ListOllamaModels,
@@ -279,6 +281,11 @@ class Server:
         from engine.hardware import detect
 
         return detect().to_dict()
+
+    def _on_hardware_usage(self, msg: protocol.GetHardwareUsage) -> dict[str, Any]:
+        from engine.hardware import gpu_usage
+
+        return {"gpus": [g.to_dict() for g in gpu_usage()]}
 
     # ------------------------------------------------------------ models
     def _on_model_lineage(self, msg: protocol.GetModelLineage) -> dict[str, Any]:

@@ -116,6 +116,7 @@ class MainWindow(QMainWindow):
         bar.addWidget(self.project_label, 1)
         bar.addPermanentWidget(self.hardware_meter)
         self._gpu: dict = {}
+        self._cpu_ram: tuple[float, int, int] = (0.0, 0, 1)
         self._usage_timer = QTimer(self, interval=1500)
         self._usage_timer.timeout.connect(self._on_usage_timer_timeout)
         self._usage_timer.start()
@@ -131,6 +132,7 @@ class MainWindow(QMainWindow):
         session.message_posted.connect(self._on_session_message_posted)
         session.run_log_received.connect(self._on_session_run_log_received)
         session.hardware_changed.connect(self._on_session_hardware_changed)
+        session.gpu_usage_changed.connect(self._on_session_gpu_usage_changed)
         self._on_client_state_changed(client.state)
         self.set_workspace("environments")
 
@@ -328,17 +330,40 @@ class MainWindow(QMainWindow):
     def _on_session_hardware_changed(self, info: dict) -> None:
         gpus = info.get("gpus") or []
         self._gpu = gpus[0] if gpus else {}
-        self._on_usage_timer_timeout()
+        self._show_usage()
+
+    def _on_session_gpu_usage_changed(self, gpus: list) -> None:
+        # Live readings of the first GPU (the one trainers pick by default).
+        if gpus:
+            self._gpu = {**self._gpu, **gpus[0]}
+        self._show_usage()
 
     def _on_usage_timer_timeout(self) -> None:
+        # CPU and RAM are read here (psutil is cheap); GPU load comes from the
+        # engine (no torch or NVML in the GUI) and updates the meter on reply.
+        if self.session.has_nvidia_gpu():
+            self.session.request_gpu_usage()
         mem = psutil.virtual_memory()
+        # cpu_percent(None) is the load since its previous call: read it once
+        # per tick, never from the GPU reply in between.
+        self._cpu_ram = (
+            psutil.cpu_percent(None),
+            int(mem.total - mem.available),
+            int(mem.total),
+        )
+        self._show_usage()
+
+    def _show_usage(self) -> None:
+        cpu, ram_used, ram_total = self._cpu_ram
         self.hardware_meter.set_usage(
             Usage(
-                cpu_percent=psutil.cpu_percent(None),
-                ram_used_bytes=int(mem.total - mem.available),
-                ram_total_bytes=int(mem.total),
+                cpu_percent=cpu,
+                ram_used_bytes=ram_used,
+                ram_total_bytes=ram_total,
                 gpu_name=self._gpu.get("name", ""),
+                gpu_memory_used_bytes=self._gpu.get("memory_used_bytes"),
                 gpu_memory_total_bytes=self._gpu.get("memory_total_bytes"),
+                gpu_util_percent=self._gpu.get("util_percent"),
             )
         )
 

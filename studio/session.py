@@ -37,6 +37,8 @@ class Session(QObject):
     message_posted = Signal(str, str, str)
     """level, source, text — for the log console."""
     hardware_changed = Signal(dict)
+    gpu_usage_changed = Signal(list)
+    """Live GPU load: one dict per GPU (``engine.hardware.GpuUsage``)."""
     request_failed = Signal(str)
     """A request the user made failed; one sentence for a message box."""
 
@@ -52,6 +54,8 @@ class Session(QObject):
         self.state = state
         self.settings = settings
         self.hardware: dict[str, Any] = {}
+        self.gpu_usage: list[dict[str, Any]] = []
+        self._gpu_usage_pending = False
         self.metrics = MetricStore()
         # Runs whose metrics.jsonl has been read into the store (or that
         # started fresh in this session): only those take live rows, each
@@ -226,6 +230,30 @@ class Session(QObject):
     def _on_hardware_reply(self, info: dict[str, Any]) -> None:
         self.hardware = info
         self.hardware_changed.emit(info)
+
+    def has_nvidia_gpu(self) -> bool:
+        return any(g.get("backend") == "cuda" for g in self.hardware.get("gpus", []))
+
+    def request_gpu_usage(self) -> None:
+        """Ask the engine for live GPU load (``gpu_usage_changed`` follows);
+        a request still in flight is not doubled."""
+        if self._gpu_usage_pending or self.client.state != READY:
+            return
+        self._gpu_usage_pending = True
+        self.client.request(
+            protocol.GetHardwareUsage(),
+            on_reply=self._on_gpu_usage_reply,
+            on_error=self._on_gpu_usage_error,
+        )
+
+    def _on_gpu_usage_reply(self, result: dict[str, Any]) -> None:
+        self._gpu_usage_pending = False
+        self.gpu_usage = [g for g in result.get("gpus", []) if isinstance(g, dict)]
+        self.gpu_usage_changed.emit(self.gpu_usage)
+
+    def _on_gpu_usage_error(self, error: protocol.Error) -> None:
+        # A meter reading is not worth a message box; the next tick retries.
+        self._gpu_usage_pending = False
 
     def _on_request_error(self, error: protocol.Error) -> None:
         self.message_posted.emit("error", "engine", error.message)

@@ -155,4 +155,4 @@ def test_hardware_meter_shows_gpu_only_when_known(qtbot) -> None:
             gpu_memory_total_bytes=4 * 2**30,
         )
     )
-    assert meter.gpu.isVisible() and meter.gpu.bar.value() == 25
+    assert meter.gpu.isVisible() and meter.vram.bar.value() == 25

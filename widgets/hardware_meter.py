@@ -43,17 +43,23 @@ class _Gauge(QWidget):
 
 
 class HardwareMeter(QWidget):
-    """Call ``set_usage(Usage(...))``; GPU gauges appear once a GPU is known."""
+    """Call ``set_usage(Usage(...))`` on a timer.
+
+    CPU and RAM always show; a GPU adds two gauges once it is known: its
+    utilisation (``GPU``, n/a while unknown) and its memory (``VRAM``).
+    """
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.cpu = _Gauge("CPU")
         self.ram = _Gauge("RAM")
         self.gpu = _Gauge("GPU")
+        self.vram = _Gauge("VRAM")
         self.gpu.hide()
+        self.vram.hide()
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for gauge in (self.cpu, self.ram, self.gpu):
+        for gauge in (self.cpu, self.ram, self.gpu, self.vram):
             layout.addWidget(gauge)
 
     def set_usage(self, usage: Usage) -> None:
@@ -64,17 +70,29 @@ class HardwareMeter(QWidget):
             f"{_gib(usage.ram_used_bytes)}/{_gib(usage.ram_total_bytes)} GiB",
             "Memory in use",
         )
-        if usage.gpu_name:
-            total = usage.gpu_memory_total_bytes or 0
-            used = usage.gpu_memory_used_bytes
-            if used is not None and total:
-                pct = 100.0 * used / total
-                text = f"{_gib(used)}/{_gib(total)} GiB"
-            else:
-                pct = usage.gpu_util_percent or 0.0
-                text = f"{_gib(total)} GiB" if total else ""
-            self.gpu.title.setText("GPU")
-            self.gpu.set(pct, text, usage.gpu_name)
-            self.gpu.show()
-        else:
+        if not usage.gpu_name:
             self.gpu.hide()
+            self.vram.hide()
+            return
+        util = usage.gpu_util_percent
+        self.gpu.set(
+            util or 0.0,
+            "n/a" if util is None else f"{util:.0f}%",
+            f"{usage.gpu_name}: utilisation"
+            + ("" if util is not None else " (not reported)"),
+        )
+        self.gpu.show()
+        total = usage.gpu_memory_total_bytes or 0
+        used = usage.gpu_memory_used_bytes
+        if not total:
+            self.vram.hide()
+            return
+        if used is None:
+            self.vram.set(0.0, f"{_gib(total)} GiB", f"{usage.gpu_name}: memory")
+        else:
+            self.vram.set(
+                100.0 * used / total,
+                f"{_gib(used)}/{_gib(total)} GiB",
+                f"{usage.gpu_name}: memory in use",
+            )
+        self.vram.show()

@@ -1,0 +1,181 @@
+"""Live hardware load: nvidia-smi parsing, the ``hardware.usage`` request on
+the real engine with a fake ``nvidia-smi`` on the PATH, and the studio's
+hardware meter updating CPU, RAM and GPU gauges on its own timer."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from engine_harness import EngineProcess
+from PySide6.QtCore import QSettings
+
+from engine import protocol
+from engine.hardware import GpuUsage, gpu_usage, nvidia_smi_command, parse_nvidia_smi
+from studio.engine_client import EngineClient
+from studio.main_window import MainWindow
+from studio.models.project_state import ProjectState
+from studio.session import Session
+from studio.settings import Settings
+from widgets.hardware_meter import HardwareMeter, Usage
+
+REPO = Path(__file__).resolve().parents[1]
+MIB = 2**20
+
+# What nvidia-smi 550 prints for the query engine.hardware sends: an H100 at
+# 37 %, and a MIG-partitioned A100 that reports no utilisation.
+SMI_OUTPUT = (
+    "0, NVIDIA H100 80GB HBM3, 37, 1234, 81559\n"
+    "1, NVIDIA A100-SXM4-40GB, [N/A], 5, 40960\n"
+)
+
+
+def fake_nvidia_smi(folder: Path, output: str = SMI_OUTPUT, code: int = 0) -> Path:
+    """An ``nvidia-smi`` that checks it was asked the right query."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "nvidia-smi"
+    expected = nvidia_smi_command("nvidia-smi")[1:]
+    path.write_text(
+        f"#!{sys.executable}\n"
+        "import sys\n"
+        f"if sys.argv[1:] != {expected!r}:\n"
+        "    sys.exit('unexpected arguments: ' + ' '.join(sys.argv[1:]))\n"
+        f"sys.stdout.write({output!r})\n"
+        f"sys.exit({code})\n"
+    )
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def test_nvidia_smi_output_is_parsed_with_unknowns_as_none() -> None:
+    assert parse_nvidia_smi(SMI_OUTPUT + "\nNo devices were found\n") == [
+        GpuUsage(0, "NVIDIA H100 80GB HBM3", 37.0, 1234 * MIB, 81559 * MIB),
+        GpuUsage(1, "NVIDIA A100-SXM4-40GB", None, 5 * MIB, 40960 * MIB),
+    ]
+    assert parse_nvidia_smi("0, Jetson, 12, [Not Supported], [Not Supported]") == [
+        GpuUsage(0, "Jetson", 12.0, None, None)
+    ]
+    assert parse_nvidia_smi("") == []
+
+
+def test_gpu_usage_runs_nvidia_smi_and_survives_its_failure(tmp_path: Path) -> None:
+    good = fake_nvidia_smi(tmp_path / "good")
+    (h100, a100) = gpu_usage(str(good))
+    assert h100.util_percent == 37.0 and h100.memory_used_bytes == 1234 * MIB
+    assert a100.util_percent is None
+    broken = fake_nvidia_smi(tmp_path / "broken", "NVML: driver mismatch\n", code=9)
+    assert gpu_usage(str(broken)) == []
+    assert gpu_usage(str(tmp_path / "missing")) == []
+
+
+def test_hardware_command_prints_live_usage(tmp_path: Path) -> None:
+    fake_nvidia_smi(tmp_path)
+    env = {**os.environ, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "hardware", "--usage", "--compact"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    gpus = json.loads(done.stdout)["gpus"]
+    assert [g["util_percent"] for g in gpus] == [37.0, None]
+    assert "torch" not in done.stderr
+
+
+@pytest.fixture
+def fake_smi_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "bin"
+    fake_nvidia_smi(folder)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return folder
+
+
+def test_engine_answers_hardware_usage(fake_smi_on_path: Path) -> None:
+    engine = EngineProcess()
+    try:
+        engine.call(protocol.Hello(protocol_version=protocol.PROTOCOL_VERSION))
+        result = engine.call(protocol.GetHardwareUsage())
+    finally:
+        engine.close()
+    assert result["gpus"][0] == {
+        "index": 0,
+        "name": "NVIDIA H100 80GB HBM3",
+        "util_percent": 37.0,
+        "memory_used_bytes": 1234 * MIB,
+        "memory_total_bytes": 81559 * MIB,
+    }
+
+
+def test_meter_shows_gpu_utilisation_and_memory(qtbot) -> None:
+    meter = HardwareMeter()
+    qtbot.addWidget(meter)
+    meter.show()
+    meter.set_usage(Usage(20, 1, 2))
+    assert not meter.gpu.isVisible() and not meter.vram.isVisible()
+    meter.set_usage(
+        Usage(
+            20,
+            1,
+            2,
+            gpu_name="H100",
+            gpu_memory_used_bytes=20 * 2**30,
+            gpu_memory_total_bytes=80 * 2**30,
+            gpu_util_percent=37.0,
+        )
+    )
+    assert meter.gpu.value.text() == "37%" and meter.gpu.bar.value() == 37
+    assert meter.vram.value.text() == "20.0/80.0 GiB" and meter.vram.bar.value() == 25
+    assert "H100" in meter.gpu.toolTip()
+    # A GPU whose driver reports no utilisation says so instead of 0 %.
+    meter.set_usage(Usage(20, 1, 2, gpu_name="Apple GPU", gpu_memory_total_bytes=2**34))
+    assert meter.gpu.value.text() == "n/a" and "not reported" in meter.gpu.toolTip()
+    assert meter.vram.value.text() == "16.0 GiB"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path, fake_smi_on_path: Path) -> Iterator[MainWindow]:
+    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    client = EngineClient()
+    session = Session(client, ProjectState(), settings)
+    win = MainWindow(session, settings)
+    win.confirm_quit = False
+    qtbot.addWidget(win)
+    with qtbot.waitSignal(session.hardware_changed, timeout=60_000):
+        client.start()  # the engine inherits the PATH with the fake nvidia-smi
+    win.show()
+    yield win
+    client.stop()
+
+
+def test_status_bar_meter_updates_live(
+    qtbot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meter = window.hardware_meter
+    session = window.session
+    # CPU and RAM come from psutil on the meter's timer: a changing reading
+    # shows without anything else happening.
+    readings = iter(range(11, 100))
+    monkeypatch.setattr(psutil, "cpu_percent", lambda *_a, **_k: next(readings))
+    qtbot.waitUntil(lambda: meter.cpu.value.text() not in ("", "11%"), timeout=10_000)
+    first = meter.cpu.value.text()
+    qtbot.waitUntil(lambda: meter.cpu.value.text() != first, timeout=10_000)
+    assert meter.ram.value.text().endswith(" GiB")
+    # GPU gauges show only for a detected GPU (none on the test machines);
+    # once detection names a CUDA device, the engine reports its load (here
+    # from the fake nvidia-smi) on the same timer.
+    assert meter.gpu.isVisible() == bool(session.hardware.get("gpus"))
+    gpu = {"index": 0, "name": "NVIDIA H100 80GB HBM3", "backend": "cuda"}
+    session._on_hardware_reply({**session.hardware, "gpus": [gpu]})
+    qtbot.waitUntil(lambda: meter.gpu.value.text() == "37%", timeout=10_000)
+    assert meter.vram.value.text() == "1.2/79.6 GiB"
+    assert session.gpu_usage[0]["util_percent"] == 37.0
