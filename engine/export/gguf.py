@@ -543,9 +543,10 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
                 "The pre-tokenizer in tokenizer.json is not one llama.cpp names "
                 f"(hash {h[:12]}); wrote 'default', which may split text differently."
             )
-    elif (model_dir / "tokenizer.model").is_file() and not (
-        tj is not None and model.get("type") == "BPE"
-    ):
+    elif (model_dir / "tokenizer.model").is_file():
+        # The SentencePiece model itself, as llama.cpp's converter prefers it:
+        # its scores decide merges in llama.cpp's tokenizer, and the ranks a
+        # tokenizer.json implies are only a stand-in for them.
         kind, pre = "llama", ""
         for idx, (piece, score, ptype) in enumerate(
             _read_sentencepiece_model(model_dir / "tokenizer.model")
@@ -582,6 +583,10 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
     for added_tok in (tj or {}).get("added_tokens", []):
         idx = int(added_tok["id"])
         tokens[idx] = added_tok["content"]
+        if types.get(idx) == int(T.UNKNOWN):
+            # Llama 2 / Mistral list <unk> among the special added tokens;
+            # llama.cpp wants it typed UNKNOWN, as the SentencePiece model has it.
+            continue
         types[idx] = int(T.CONTROL if added_tok.get("special") else T.USER_DEFINED)
         scores.setdefault(idx, -1000.0)
 
@@ -609,6 +614,34 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
         add_bos_default=kind == "llama",
         warnings=warnings,
     )
+
+
+def _fill_special_ids(special: Any, vocab: _Vocab, tk_cfg: dict[str, Any]) -> None:
+    """Special-token ids ``gguf.SpecialVocab`` could not find.
+
+    It maps ``tokenizer_config.json``'s token strings to ids through
+    ``tokenizer.json`` only, so a folder with just a SentencePiece
+    ``tokenizer.model`` loses them (``config.json`` names bos/eos at most).
+    Look the strings up in the vocabulary written here, and take the unknown
+    token from the piece typed UNKNOWN, as SentencePiece does.
+    """
+    import gguf
+
+    index = {tok: i for i, tok in enumerate(vocab.tokens)}
+    for typ in ("bos", "eos", "unk", "pad"):
+        if typ in special.special_token_ids:
+            continue
+        value = tk_cfg.get(f"{typ}_token")
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str) and value in index:
+            special.special_token_ids[typ] = index[value]
+    if "unk" not in special.special_token_ids:
+        unknown = int(gguf.TokenType.UNKNOWN)
+        for i, kind in enumerate(vocab.types):
+            if kind == unknown:
+                special.special_token_ids["unk"] = i
+                break
 
 
 # --------------------------------------------------------------------------
@@ -1044,6 +1077,7 @@ def export_gguf(
     if tk_cfg_path.is_file():
         with contextlib.suppress(ValueError):
             tk_cfg = json.loads(tk_cfg_path.read_text(encoding="utf-8"))
+    _fill_special_ids(special, vocab, tk_cfg)
     add_bos = special.add_special_token.get("bos")
     if add_bos is None:
         add_bos = tk_cfg.get("add_bos_token")
