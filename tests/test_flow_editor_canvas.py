@@ -4,7 +4,7 @@ mouse, keyboard and drop events."""
 from __future__ import annotations
 
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from widgets.node_graph import NODE_TYPE_MIME, NodeGraphView, Port
@@ -186,3 +186,51 @@ def test_palette_groups_searches_and_activates(qtbot) -> None:
     with qtbot.waitSignal(palette.node_type_activated) as blocker:
         palette.tree.itemActivated.emit(item, 0)
     assert blocker.args == ["rl.evaluate"]
+
+
+def test_pan_with_middle_button_or_space_and_zoom_with_the_wheel(qtbot) -> None:
+    view = make_canvas(qtbot)
+    port = view.viewport()
+    view.set_zoom(1.0)
+    here = QPoint(450, 300)
+    under = view.mapToScene(here)
+    # Middle-button drag: the scene follows the mouse, nothing is selected.
+    qtbot.mousePress(port, Qt.MouseButton.MiddleButton, pos=here)
+    qtbot.mouseMove(port, here + QPoint(60, 40))
+    qtbot.mouseRelease(port, Qt.MouseButton.MiddleButton, pos=here + QPoint(60, 40))
+    moved = view.mapToScene(here)
+    assert (under.x() - moved.x(), under.y() - moved.y()) == (60.0, 40.0)
+    # Space + left drag over a node pans instead of moving the node.
+    before = view.node_pos("train")
+    grab = vp(view, view.node_scene_rect("train").topLeft() + QPointF(60, 12))
+    view.setFocus()
+    qtbot.keyPress(view, Qt.Key.Key_Space)
+    assert view.space_held
+    under = view.mapToScene(grab)
+    drag(qtbot, view, grab, grab + QPoint(-30, 20))
+    qtbot.keyRelease(view, Qt.Key.Key_Space)
+    assert view.node_pos("train") == before and not view.space_held
+    assert view.mapToScene(grab) == under + QPointF(30, -20)
+    # The wheel zooms about the mouse: the point under it stays put.
+    anchor = QPointF(300, 200)
+    under = view.mapToScene(anchor.toPoint())
+    wheel = QWheelEvent(
+        anchor,
+        view.mapToGlobal(anchor),
+        QPoint(),
+        QPoint(0, 240),  # two notches
+        Qt.MouseButton.NoButton,
+        Qt.KeyboardModifier.NoModifier,
+        Qt.ScrollPhase.NoScrollPhase,
+        False,
+    )
+    QApplication.sendEvent(port, wheel)
+    assert abs(view.zoom() - 1.15**2) < 1e-6
+    after = view.mapToScene(anchor.toPoint())
+    assert abs(after.x() - under.x()) <= 1 and abs(after.y() - under.y()) <= 1
+    # Fit brings every node back into view.
+    view.pan_by(5000, 5000)
+    view.fit_view()
+    visible = view.mapToScene(port.rect()).boundingRect()
+    for node_id in view.nodes:
+        assert visible.contains(view.node_scene_rect(node_id))

@@ -362,3 +362,181 @@ def test_validate_marks_nodes_and_form_fields(qtbot, ws) -> None:
     assert not ws.run_flow()  # invalid flows do not run
     assert "cannot run yet" in ws.status_label.text()
     assert os.listdir(ws.project_flows_dir()) == [".autosave"]  # nothing saved
+
+
+def test_flow_name_and_description_are_undoable_and_saved(qtbot, ws, project) -> None:
+    build_cartpole(qtbot, ws)
+    ws.canvas.select_nodes([])
+    assert ws.flow_panel.isVisible() and not ws.param_form.isVisible()
+    count = ws.undo_stack.count()
+    ws.flow_name_edit.setFocus()
+    ws.flow_name_edit.selectAll()
+    qtbot.keyClicks(ws.flow_name_edit, "cartpole check")
+    qtbot.keyClick(ws.flow_name_edit, Qt.Key.Key_Return)
+    ws.flow_description_edit.setFocus()
+    qtbot.keyClicks(ws.flow_description_edit, "Train PPO, then evaluate it.")
+    ws.canvas.setFocus()  # leaving the description commits it
+    qtbot.waitUntil(lambda: ws.model.doc.description != "")
+    assert ws.undo_stack.count() == count + 2
+    assert ws.model.doc.name == "cartpole check"
+    assert "cartpole check" in ws.title_label.text()
+    assert "Train PPO, then evaluate it." in ws.title_label.text()
+    assert ws.save()
+    data = json.loads((project / "flows" / "cart.flow.json").read_text())
+    assert (data["name"], data["description"]) == (
+        "cartpole check",
+        "Train PPO, then evaluate it.",
+    )
+    ws.actions["undo"].trigger()
+    assert (
+        ws.model.doc.description == "" and ws.flow_description_edit.toPlainText() == ""
+    )
+    assert ws.is_modified()
+    ws.actions["undo"].trigger()
+    assert ws.model.doc.name == "" and ws.flow_name_edit.text() == ""
+    assert "cart" in ws.title_label.text()  # the file name stands in
+    ws.actions["redo"].trigger()
+    assert ws.flow_name_edit.text() == "cartpole check"
+
+
+def write_flow_run(
+    project: Path, run_id: str, doc: flow.FlowDocument, path: Path, nodes: dict
+) -> dict:
+    """A flow run's folder as the engine leaves it, and its record."""
+    run_dir = project / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    config = {"flow_path": str(path), "document": doc.to_dict()}
+    (run_dir / "config.json").write_text(
+        json.dumps({"run_id": run_id, "kind": "flow.run", "config": config})
+    )
+    (run_dir / "flow_state.json").write_text(json.dumps({"nodes": nodes}))
+    (run_dir / "log.txt").write_text(
+        "[environment] made CartPole-v1\n"
+        "node train (Train (SB3)) failed: RuntimeError: out of memory\n"
+        "Traceback (most recent call last):\n"
+    )
+    return {
+        "id": run_id,
+        "kind": "flow.run",
+        "name": f"Flow {run_id}",
+        "status": "failed",
+        "reason": "The node 'train' (Train (SB3)) failed: out of memory.",
+        "created": 1.0,
+        "ended": 1_700_000_000.0,
+        "config": config,
+        "run_dir": str(run_dir),
+    }
+
+
+def test_the_last_run_shows_again_when_the_project_arrives(qtbot, ws, project) -> None:
+    build_cartpole(qtbot, ws)
+    assert ws.save()
+    path = ws.model.path
+    model_file = project / "models" / "policy.zip"
+    model_file.parent.mkdir()
+    model_file.write_bytes(b"zip")
+    record = write_flow_run(
+        project,
+        "r1",
+        ws.model.doc,
+        path,
+        {
+            "environment": {
+                "state": "done",
+                "progress": 1.0,
+                "message": "Done in 0.2 s.",
+                "outputs": {"env": {"id": "CartPole-v1", "file": str(model_file)}},
+                "summary": {"seconds": 0.2},
+            },
+            "train": {"state": "failed", "progress": 0.3, "message": "out of memory"},
+            "evaluate": {"state": "skipped", "progress": 0.0, "message": "Not run."},
+        },
+    )
+    # Opened before the project's runs are known (start-up): nothing to show.
+    assert ws.open_file(path)
+    assert ws.canvas.node_state("train") == ("", 0.0)
+    assert ws.last_run_label.text() == "Never run."
+    ws._state.load_snapshot(
+        {"path": str(project), "name": "project", "flows": [], "runs": [record]}
+    )
+    assert ws.canvas.node_state("environment") == ("done", 1.0)
+    assert ws.canvas.node_state("train")[0] == "failed"
+    assert ws.canvas.node_state("evaluate")[0] == "skipped"
+    assert ws.last_run_label.text().startswith("Failed 2023-11-")
+    assert "1 done, 1 failed, 1 skipped" in ws.last_run_label.text()
+    ws.show_node_details("train")
+    assert ws.log_view.toPlainText().startswith("node train (Train (SB3)) failed")
+    assert "Traceback" in ws.log_view.toPlainText()
+    ws.show_node_details("environment")
+    assert ws.log_view.toPlainText() == "[environment] made CartPole-v1"
+    assert str(model_file) in ws.output_view.toPlainText()  # a link to the file
+    assert "seconds" in ws.output_view.toPlainText()
+    ws.show_node_details("evaluate")
+    assert "skipped" in ws.output_view.toPlainText()
+
+
+def test_a_killed_run_leaves_no_node_running(qtbot, ws) -> None:
+    """The supervisor kills a run that ignores Stop: no more node events
+    come, and the editor settles the nodes itself."""
+    build_cartpole(qtbot, ws)
+    ws.model.set_path(ws.project_flows_dir() / "cart.flow.json")
+    ws.undo_stack.setClean()
+    ctl = ws.controller
+    ws._run_pending = True
+    ctl.run_started.emit("r9")
+    assert ws.run_id == "r9" and ws.actions["cancel"].isEnabled()
+    ctl.node_state_received.emit("r9", "environment", "done", 1.0, "ok", {}, {})
+    ctl.node_state_received.emit("r9", "train", "running", 0.4, "", {}, {})
+    ctl.node_state_received.emit("r9", "evaluate", "queued", 0.0, "", {}, {})
+    ctl.run_log_received.emit("r9", ["[train] step 1", "a library's own print"])
+    assert ws.node_logs["train"] == ["[train] step 1", "a library's own print"]
+    with qtbot.waitSignal(ws.run_finished) as finished:
+        ctl.run_ended.emit("r9", "stopped", "")
+    assert finished.args == ["stopped", ""]
+    assert ws.canvas.node_state("train")[0] == "stopped"
+    assert ws.canvas.node_state("evaluate")[0] == "skipped"
+    assert ws.canvas.node_state("environment")[0] == "done"
+    assert ws.run_id is None and ws.actions["run"].isEnabled()
+    assert ws.last_run_label.text().startswith("Stopped")
+
+
+def test_recent_files_and_paste_availability(qtbot, ws, project, tmp_path) -> None:
+    outside = tmp_path / "elsewhere" / "mine.flow.json"
+    outside.parent.mkdir()
+    flow.save(flow.FlowDocument(name="mine"), outside)
+    build_cartpole(qtbot, ws)
+    assert ws.save()
+    assert ws.open_file(outside)
+    recent = ws.recent_files()
+    assert recent[:2] == [str(outside), str(project / "flows" / "cart.flow.json")]
+    ws.recent_menu.aboutToShow.emit()
+    names = [a.text() for a in ws.recent_menu.actions()]
+    assert names[:2] == ["mine", "cart"]
+    ws.recent_menu.actions()[1].trigger()
+    assert ws.model.path == project / "flows" / "cart.flow.json"
+
+    QApplication.clipboard().setText("just words")
+    assert not ws.actions["paste"].isEnabled()
+    ws.canvas.select_nodes(["train"])
+    ws.actions["copy"].trigger()
+    assert ws.actions["paste"].isEnabled()
+
+
+def test_keyboard_select_all_zoom_and_multi_delete(qtbot, ws) -> None:
+    build_cartpole(qtbot, ws)
+    canvas = ws.canvas
+    canvas.setFocus()
+    qtbot.keyClick(canvas, Qt.Key.Key_0, Qt.KeyboardModifier.ControlModifier)
+    assert canvas.zoom() == 1.0
+    ws.actions["zoom_in"].trigger()
+    assert canvas.zoom() == 1.25
+    ws.actions["zoom_out"].trigger()
+    assert canvas.zoom() == 1.0
+    qtbot.keyClick(canvas, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    assert canvas.selected_nodes() == ["environment", "train", "evaluate"]
+    assert "No node" not in ws.inspector_heading.text()  # several: the flow
+    qtbot.keyClick(canvas, Qt.Key.Key_Delete)
+    assert ws.node_ids() == [] and ws.links() == []
+    ws.actions["undo"].trigger()  # one step brings all of it back
+    assert ws.node_ids() == ["environment", "train", "evaluate"]
+    assert len(ws.links()) == 2

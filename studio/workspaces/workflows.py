@@ -500,7 +500,31 @@ class WorkflowsWorkspace(QWidget):
         )
         add("paste", "Paste", self.paste, QKeySequence.StandardKey.Paste, self.canvas)
         add("duplicate", "Duplicate", self.duplicate_selected, "Ctrl+D", self.canvas)
-        add("fit", "Fit", self.canvas.fit_view, "F", self.canvas, "Show the whole flow")
+        add(
+            "fit",
+            "Fit",
+            self.canvas.fit_view,
+            "F",
+            self.canvas,
+            "Show the whole flow (F). Wheel: zoom; middle drag or Space + drag: pan",
+        )
+        # Keyboard only, to keep the toolbar short.
+        canvas = self.canvas
+        for name, text, keys, slot in (
+            ("zoom_in", "Zoom in", QKeySequence.StandardKey.ZoomIn,
+             lambda: canvas.set_zoom(canvas.zoom() * 1.25)),
+            ("zoom_out", "Zoom out", QKeySequence.StandardKey.ZoomOut,
+             lambda: canvas.set_zoom(canvas.zoom() / 1.25)),
+            ("zoom_reset", "Actual size", "Ctrl+0", lambda: canvas.set_zoom(1.0)),
+            ("select_all", "Select all", QKeySequence.StandardKey.SelectAll,
+             lambda: canvas.select_nodes(self.model.doc.node_ids())),
+        ):  # fmt: skip
+            action = QAction(text, self)
+            action.setShortcut(QKeySequence(keys))
+            action.setShortcutContext(ctx)
+            action.triggered.connect(lambda *_, f=slot: f())
+            canvas.addAction(action)
+            self.actions[name] = action
         self.toolbar.addSeparator()
         add("validate", "Validate", self.validate, tip="Check the flow")
         add("run", "Run", self.run_flow, "Ctrl+R", tip="Save and run the flow")
@@ -647,7 +671,8 @@ class WorkflowsWorkspace(QWidget):
 
     def _update_title(self) -> None:
         path = self.model.path
-        name = flow.flow_name(self.model.doc, path) if path else UNTITLED
+        doc = self.model.doc
+        name = flow.flow_name(doc, path) if path or doc.name.strip() else UNTITLED
         mark = " •" if self.is_modified() else ""
         text = f"<b>{html.escape(name)}</b>{mark}"
         description = self.model.doc.description.strip()
