@@ -410,3 +410,51 @@ def test_stop_interrupts_a_long_evaluation(tmp_path: Path) -> None:
     rows = read_metrics(run_dir / "metrics.jsonl")
     assert "eval/mean_reward" not in metric_keys(rows)
     assert (run_dir / "checkpoints" / "step-0000000064" / "model.zip").is_file()
+
+
+def test_checkpoints_keep_the_last_k_and_the_best(tmp_path: Path) -> None:
+    run_dir, cfg = make_run(
+        tmp_path,
+        "keep",
+        {
+            "env": "CartPole-v1",
+            "algo": "DQN",
+            "total_steps": 320,
+            "seed": 6,
+            "eval_every_steps": 64,
+            "eval_episodes": 1,
+            "checkpoint_every_steps": 64,
+            "keep_checkpoints": 2,
+            "hyperparameters": {
+                "learning_starts": 32,
+                "train_freq": 4,
+                "gradient_steps": 1,
+                "batch_size": 16,
+                "net_arch": [16],
+                "buffer_size": 1000,
+            },
+        },
+    )
+    summary = run_in_process(run_dir, cfg)
+    ckpt = run_dir / "checkpoints"
+    periodic = sorted(p.name for p in ckpt.iterdir() if p.name.startswith("step-"))
+    assert periodic == ["step-0000000256", "step-0000000320"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["best", *periodic]
+    # Only the newest periodic checkpoint carries the replay buffer.
+    assert (ckpt / "step-0000000320" / "replay_buffer.pkl").is_file()
+    assert not (ckpt / "step-0000000256" / "replay_buffer.pkl").exists()
+    # The best one is the evaluation with the highest mean reward, whenever
+    # it happened, and is what the summary registers.
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    evals = [
+        (r["eval/mean_reward"], r["step"]) for r in rows if "eval/mean_reward" in r
+    ]
+    assert [s for _, s in evals] == [64, 128, 192, 256, 320]
+    best_reward = max(r for r, _ in evals)
+    best_step = next(s for r, s in evals if r == best_reward)
+    state = json.loads((ckpt / "best" / "state.json").read_text())
+    assert state["step"] == best_step and state["best_eval_reward"] == best_reward
+    assert not (ckpt / "best" / "replay_buffer.pkl").exists()
+    (model,) = summary["models"]
+    assert Path(model["file"]) == (ckpt / "best" / "model.zip").resolve()
+    assert summary["best_eval_reward"] == best_reward
