@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import itertools
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -189,6 +191,40 @@ def test_full_disk_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
 
     with pytest.raises(EngineError, match=r"disk .* is full"):
         gx.export_gguf(folder, out_dir / "a.gguf", "f16", progress)
+    assert list(out_dir.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_full_disk_reported_by_the_os_leaves_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    folder = build_tiny_model(tmp_path / "m", "qwen2")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    temp_files: list[Path] = []
+    real = gguf.GGUFWriter.write_ti_data_to_file
+
+    def then_the_disk_fills(self) -> None:
+        real(self)
+        # From here on the kernel answers every write to the temporary file
+        # with ENOSPC, as a full disk does: /dev/full takes over its fd.
+        fout = self.fout[0]
+        temp_files.append(Path(fout.name))
+        full = os.open("/dev/full", os.O_WRONLY)
+        try:
+            os.dup2(full, fout.fileno())
+        finally:
+            os.close(full)
+
+    monkeypatch.setattr(gguf.GGUFWriter, "write_ti_data_to_file", then_the_disk_fills)
+    with pytest.raises(EngineError) as exc:
+        gx.export_gguf(folder, out_dir / "a.gguf", "f16")
+    assert re.fullmatch(
+        rf"The disk holding {re.escape(str(out_dir))} is full; free about \d+ MB "
+        r"and export again\.",
+        str(exc.value),
+    ), str(exc.value)
+    assert temp_files and temp_files[0].parent == out_dir  # it was on disk
     assert list(out_dir.iterdir()) == []
 
 

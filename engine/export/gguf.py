@@ -801,8 +801,11 @@ def _write_gguf(
             weight = p.source.nbytes if p.source is not None else p.nbytes
             for r0 in range(0, n_rows, step):
                 chunk = _to_f32(np.asarray(rows[r0 : r0 + step]), src_dtype)
-                data = _convert_chunk(chunk, p.qtype)
-                data.tofile(fout)
+                data = np.ascontiguousarray(_convert_chunk(chunk, p.qtype))
+                # file.write, not ndarray.tofile: tofile reports a full disk
+                # as "N requested and M written" with no errno, so ENOSPC
+                # could not be told apart from any other failure.
+                fout.write(data.data)
                 written += data.nbytes
                 done = done_before + weight * min(r0 + step, n_rows) // n_rows
                 if progress is not None:
@@ -836,7 +839,10 @@ def _write_gguf(
             f"Could not write {out_path}: {exc.strerror or exc}."
         ) from None
     finally:
-        writer.close()
+        # Closing flushes: on a full disk that raises again, and must not
+        # replace the one-sentence error above.
+        with contextlib.suppress(OSError):
+            writer.close()
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
 
