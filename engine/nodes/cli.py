@@ -32,7 +32,7 @@ from typing import Any, TextIO
 
 from engine import flow
 from engine.errors import EngineError
-from engine.jobs.context import JobContext
+from engine.jobs.context import JobContext, private_event_stream
 from engine.store.atomic import atomic_write_json
 
 KIND = "flow.run"
@@ -265,6 +265,9 @@ def run(args: argparse.Namespace) -> int:
             )
             ctx.request_stop()
 
+        # Libraries print to stdout (transformers' PrinterCallback prints
+        # every training log row); stdout carries the summary alone.
+        summary_out = private_event_stream()
         previous = signal.signal(signal.SIGINT, on_interrupt)
         try:
             summary = run_flow(
@@ -317,5 +320,5 @@ def run(args: argparse.Namespace) -> int:
     finally:
         project.close()
     report.final(summary)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2), file=summary_out, flush=True)
     return {"completed": 0, "failed": 1}.get(status, 130)

@@ -1,0 +1,305 @@
+"""Export nodes: a language model or LoRA adapter to GGUF, and a GGUF to
+Ollama.
+
+Both call the validators and job functions of the ``export.gguf`` and
+``deploy.ollama`` job kinds (``engine.export.jobs``) in the flow's process,
+so a node does exactly what the Models workspace's Export and Deploy do.
+
+The ``gguf`` value that travels along links::
+
+    {"file": ".../runs/<flow-run>/nodes/<node>/output/<name>-q8_0.gguf",
+     "type": "q8_0", "kind": "model" | "adapter", "name": "...",
+     "source": "<the model or adapter folder>", "chat_family": "chatml",
+     "architecture": "qwen2", "size_bytes": 123, "verified": true}
+
+Deploy's ``report`` is ``engine.export.ollama.DeployResult`` as a dict:
+``deployed`` is false when no server answered, and ``bundle_dir`` then holds
+the GGUF, a Modelfile and a README with the one ``ollama create`` command.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EngineError
+from engine.export.modelfile import FAMILIES
+from engine.export.ollama import DEFAULT_HOST, K_QUANTS, check_model_name
+from engine.flow import ParamSpec, PortSpec
+from engine.nodes.base import NodeError, NodeResult, NodeRun
+from engine.nodes.registry import node_type
+
+CATEGORY = "Export"
+
+GGUF_TYPES: tuple[str, ...] = (
+    "f32",
+    "f16",
+    "bf16",
+    "q8_0",
+    "q4_0",
+    "q4_1",
+    "q5_0",
+    "q5_1",
+)
+"""``engine.export.gguf.GGUF_TYPES`` (that module imports numpy, so the
+catalog keeps its own copy; a test checks they agree)."""
+ADAPTER_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0")
+"""``engine.export.gguf.ADAPTER_TYPES``."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _run_job(node: NodeRun, kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    from engine.llm.flow_nodes import run_job
+
+    return run_job(node, kind, config)
+
+
+def file_stem(name: str) -> str:
+    """``name`` as a file name stem (letters, digits, ``.``, ``-``, ``_``)."""
+    return _UNSAFE.sub("-", name).strip("-.") or "model"
+
+
+# --------------------------------------------------------------------- GGUF
+@node_type(
+    "export.gguf",
+    title="Export GGUF",
+    category=CATEGORY,
+    inputs=(
+        PortSpec(
+            "model",
+            "hf_model",
+            required=False,
+            help="A full model folder (e.g. merged) to convert; link this or an "
+            "adapter.",
+        ),
+        PortSpec(
+            "adapter",
+            "adapter",
+            required=False,
+            help="A LoRA adapter to convert to a GGUF adapter (for llama.cpp's "
+            "--lora and Ollama's ADAPTER).",
+        ),
+    ),
+    outputs=(PortSpec("gguf", "gguf", help="The GGUF file, read back and checked."),),
+    params=(
+        ParamSpec(
+            "type",
+            "choice",
+            "f16",
+            choices=GGUF_TYPES,
+            help="Tensor type: f16 / bf16 / f32 keep the weights (Ollama can "
+            "quantize them further); q8_0 is near-lossless at half of f16; q4_0 "
+            "... q5_1 are smaller and rougher. Adapters take f32, f16, bf16 or "
+            "q8_0.",
+            label="GGUF type",
+        ),
+        ParamSpec(
+            "name",
+            "str",
+            "",
+            help="File name of the GGUF (without the type and .gguf); empty: "
+            "the model's name.",
+            label="File name",
+        ),
+    ),
+)
+def export_gguf(node: NodeRun) -> NodeResult:
+    """Convert a language model or LoRA adapter to one GGUF file for
+    llama.cpp and Ollama, in pure Python, and verify it by reading it back."""
+    p = node.params
+    model, adapter = node.inputs.get("model"), node.inputs.get("adapter")
+    if model is None and adapter is None:
+        raise NodeError("Link a model or an adapter to export.")
+    if model is not None and adapter is not None:
+        raise NodeError("Link a model or an adapter to export, not both.")
+    source = model if model is not None else adapter
+    assert source is not None
+    is_adapter = adapter is not None
+    if is_adapter and p["type"] not in ADAPTER_TYPES:
+        raise NodeError(
+            f"A LoRA adapter exports as {', '.join(ADAPTER_TYPES)}, not "
+            f"{p['type']}; rank-sized rows do not fit 4/5-bit blocks."
+        )
+    name = file_stem(
+        p["name"].strip() or source.get("name") or Path(source["path"]).name
+    )
+    summary = _run_job(
+        node,
+        "export.gguf",
+        {
+            "model_dir": source["path"],
+            "type": p["type"],
+            "adapter": is_adapter,
+            "base_model_dir": source.get("base") if is_adapter else None,
+            "name": name,
+            "parents": [source["path"]],
+        },
+    )
+    report = summary["report"]
+    (entry,) = summary["models"]
+    if not report.get("verified"):
+        raise EngineError(
+            f"The GGUF {Path(entry['file']).name} did not pass its checks: "
+            f"{'; '.join(report.get('checks', [])) or 'unknown reason'}."
+        )
+    value = {
+        "file": entry["file"],
+        "type": p["type"],
+        "kind": report.get("kind", "adapter" if is_adapter else "model"),
+        "name": name,
+        "source": source["path"],
+        "chat_family": source.get("chat_family", "unknown"),
+        "architecture": report.get("architecture", ""),
+        "size_bytes": int(report.get("size_bytes", 0)),
+        "verified": True,
+    }
+    return NodeResult(
+        outputs={"gguf": value},
+        summary={
+            "file": Path(entry["file"]).name,
+            "size_mb": round(value["size_bytes"] / 1e6, 3),
+            "tensors": report.get("tensor_count"),
+        },
+        models=[
+            {
+                **entry,
+                "name": f"{name} ({p['type'].upper()})",
+                "env": source.get("env_id", ""),
+                "algo": "GGUF",
+            }
+        ],
+        files=[entry["file"]],
+    )
+
+
+# ------------------------------------------------------------------- Ollama
+def _check_deploy(params: dict[str, Any]) -> list[str]:
+    problems = []
+    try:
+        check_model_name(str(params.get("name", "")))
+    except EngineError as exc:
+        problems.append(str(exc))
+    host = str(params.get("host", "")).strip()
+    url = urllib.parse.urlsplit(host if "://" in host else f"http://{host}")
+    if (
+        url.scheme not in ("http", "https")
+        or not url.hostname
+        or url.path
+        not in (
+            "",
+            "/",
+        )
+    ):
+        problems.append(f"host must be a URL like {DEFAULT_HOST}, not {host!r}.")
+    return problems
+
+
+@node_type(
+    "export.ollama",
+    title="Deploy to Ollama",
+    category=CATEGORY,
+    inputs=(
+        PortSpec("gguf", "gguf", help="The model GGUF to serve."),
+        PortSpec(
+            "adapter",
+            "gguf",
+            required=False,
+            help="A LoRA adapter GGUF applied on top of the model.",
+        ),
+    ),
+    outputs=(
+        PortSpec(
+            "report",
+            "report",
+            help="Whether the model was created (or where its bundle is), the "
+            "Modelfile, and a sample answer.",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "name",
+            "str",
+            "rlstudio-agent",
+            help="Name of the model in Ollama (letters, digits, '.', '-', '_' and "
+            "an optional ':tag').",
+            label="Ollama model name",
+        ),
+        ParamSpec(
+            "host",
+            "str",
+            DEFAULT_HOST,
+            help="URL of the Ollama server. Without a server answering there, a "
+            "bundle folder (GGUF, Modelfile, README) is written instead.",
+            label="Server URL",
+        ),
+        ParamSpec(
+            "system",
+            "str",
+            "",
+            help="System prompt baked into the Ollama model; empty: none.",
+            label="System prompt",
+        ),
+        ParamSpec(
+            "quantize",
+            "choice",
+            "none",
+            choices=("none", *K_QUANTS),
+            help="Ask the server to quantize (only from an f16, bf16 or f32 GGUF); "
+            "none: serve the GGUF as it is.",
+        ),
+        ParamSpec(
+            "verify_prompt",
+            "str",
+            "Hello",
+            help="A prompt sent to the new model to check that it answers; empty: "
+            "no check.",
+        ),
+    ),
+    cacheable=False,  # the server's state is outside the graph: check every run
+    check=_check_deploy,
+)
+def deploy_ollama(node: NodeRun) -> NodeResult:
+    """Create the model on an Ollama server with the right chat template and
+    stop tokens, or leave a ready-to-import bundle when no server answers."""
+    p = node.params
+    model = node.input("gguf")
+    adapter = node.inputs.get("adapter")
+    if model.get("kind") == "adapter":
+        raise NodeError(
+            "The gguf input is a LoRA adapter; link the base model's GGUF to gguf "
+            "and the adapter's to adapter."
+        )
+    if adapter is not None and adapter.get("kind") != "adapter":
+        raise NodeError("The adapter input must be a LoRA adapter GGUF.")
+    family = model.get("chat_family")
+    summary = _run_job(
+        node,
+        "deploy.ollama",
+        {
+            "gguf": model["file"],
+            "name": p["name"],
+            "host": p["host"].strip(),
+            "system": p["system"].strip() or None,
+            "quantize": None if p["quantize"] == "none" else p["quantize"],
+            "adapter_gguf": adapter["file"] if adapter else None,
+            "family": family if family in FAMILIES else None,
+            "verify_prompt": p["verify_prompt"].strip() or None,
+            "parents": [model["file"]],
+        },
+    )
+    result = summary["deploy"]
+    # A bundle is not registered as a model: its GGUF already is (Export
+    # GGUF), and every run without a server would copy it again.
+    return NodeResult(
+        outputs={"report": result},
+        summary={
+            "deployed": result["deployed"],
+            "name": result["name"],
+            "command": result["command"],
+            "bundle_dir": result.get("bundle_dir"),
+            "message": result["message"],
+        },
+    )

@@ -1,0 +1,1062 @@
+"""Language-model nodes: pick a base model, collect rollouts, build a
+dataset, define rewards, fine-tune with TRL + LoRA, merge, evaluate.
+
+Each node calls the validator and job function of the matching ``llm.*`` job
+kind (``engine.llm.rollouts``, ``datasets``, ``train``, ``merge``,
+``evaluate``) in the flow's process through :meth:`NodeRun.job_context`, so a
+node and a job started from the Training workspace behave the same. Files go
+where those jobs put them, under a name unique to the flow run and node
+(``<flow-run>.<node-id>``), so a re-run never overwrites what an earlier,
+cached result points at.
+
+Values that travel along links (JSON, files as paths)::
+
+    hf_model      {"path": "/abs/model/folder", "ref": "Qwen/Qwen2.5-0.5B-Instruct",
+                   "name": "Qwen2.5-0.5B-Instruct", "kind": "hf" | "hf-merged",
+                   "model_type": "qwen2", "architectures": [...],
+                   "chat_family": "chatml", "fingerprint": "...",
+                   "env_id": "..."}  # merged models: the env trained on
+    adapter       {"path": "<project>/models/<run>.<node>", "base": "/abs/base",
+                   "name": "GRPO Qwen2.5-0.5B-Instruct", "method": "grpo",
+                   "env_id": "rlstudio/x-v0", "chat_family": "chatml",
+                   "metrics": {...}, "run_dir": "..."}
+    trajectories  {"file": "<project>/data/traces/<run>.<node>.jsonl",
+                   "env": "<spec path or env id>", "env_id": "rlstudio/x-v0",
+                   "policy": "llm:/abs/model", "stats": {...}}
+    dataset       {"path": "<project>/data/datasets/<method>-<run>.<node>",
+                   "method": "grpo", "env": "...", "env_id": "...", "stats": {...}}
+    reward_fn     {"name": "env_reward", "weight": 1.0, ...settings}
+    report        the evaluation report (``report.json`` of ``llm.evaluate``)
+                  plus ``report_file`` and ``plot``.
+
+Trained and merged models are returned in ``NodeResult.models`` with their
+``parents`` (the folders they came from); the project store turns a parent
+registered in the same run into a lineage link between the two models.
+
+Heavy libraries (torch, transformers, TRL, numpy) are imported inside the
+node functions only: building the catalog imports this module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EngineError
+from engine.flow import ParamSpec, PortSpec
+from engine.llm.merge import DTYPES
+from engine.llm.train import METHODS, TrainConfig
+from engine.nodes.base import (
+    NodeError,
+    NodeResult,
+    NodeRun,
+    json_object_check,
+    parse_json_object,
+)
+from engine.nodes.registry import node_type
+
+CATEGORY = "Language models"
+DEFAULT_BASE_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
+SEED_MAX = 2**31 - 1
+"""The llm.* jobs draw seeds below 2**31."""
+
+REWARD_KINDS: tuple[str, ...] = (
+    "env_reward",
+    "format",
+    "tool_validity",
+    "task_completion",
+    "efficiency",
+    "python_syntax",
+    "code_execution",
+)
+"""The names of ``engine.llm.rewards.REWARDS`` (that module imports numpy,
+so the catalog keeps its own copy; a test checks they agree)."""
+
+COLLECT_POLICIES = ("llm", "expert", "rule")
+
+# Fine-tune settings that have their own parameter or input; "settings" may
+# carry any other TrainConfig field.
+_TRAIN_OWN = (
+    "method",
+    "model",
+    "dataset",
+    "name",
+    "max_steps",
+    "learning_rate",
+    "lora_rank",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "num_generations",
+    "max_completion_length",
+    "max_length",
+    "temperature",
+    "rewards",
+    "seed",
+)
+_TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+# ------------------------------------------------------------------ helpers
+def job_name(node: NodeRun) -> str:
+    """The run id of the node's job context: names its traces, dataset,
+    adapter and merged folders, unique per flow run and node."""
+    return f"{node.flow_run_id}.{node.node_id}"
+
+
+def run_job(node: NodeRun, kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Validate ``config`` with the job kind's validator and run its job
+    function in this process, in the node's folder."""
+    from engine.jobs.registry import get_kind, load, validate_config
+
+    cfg = validate_config(kind, config)  # ConfigError: one sentence
+    ctx = node.job_context(kind, cfg)
+    try:
+        summary: dict[str, Any] = load(get_kind(kind).entry)(ctx)
+    finally:
+        ctx.close()
+    return summary
+
+
+def finite(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without NaN or infinite numbers (the flow's JSON refuses
+    them; a loss of NaN after a 1-step run is not worth failing for)."""
+    return {
+        k: v
+        for k, v in values.items()
+        if not (isinstance(v, float) and not math.isfinite(v))
+    }
+
+
+def env_for_llm(env: dict[str, Any], max_steps: int) -> tuple[str, int | None]:
+    """The env reference the llm.* jobs take (the designed spec file, else the
+    Gymnasium id) and the episode cap (the node's, else the env node's
+    ``max_steps`` argument)."""
+    kwargs = dict(env.get("kwargs") or {})
+    cap = kwargs.pop("max_steps", None)
+    if kwargs:
+        raise NodeError(
+            "Language-model nodes build the environment without arguments other "
+            f"than max_steps; remove {sorted(kwargs)[0]!r} from the Environment "
+            "node's arguments."
+        )
+    ref = str(env.get("spec_file") or env["id"])
+    if max_steps:
+        cap = max_steps
+    return ref, (int(cap) if cap else None)
+
+
+def model_name(ref: str) -> str:
+    """A short display name: the last part of a hub id or folder."""
+    return Path(ref.rstrip("/")).name or ref
+
+
+def fingerprint(folder: Path) -> str:
+    """Changes when the model's config, weights or tokenizer files change."""
+    digest = hashlib.sha256()
+    config = folder / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for f in sorted(folder.iterdir()):
+        if f.is_file() and f.suffix in (".safetensors", ".bin", ".json", ".model"):
+            st = f.stat()
+            digest.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def hf_model_value(path: str, *, ref: str, name: str, kind: str) -> dict[str, Any]:
+    """The ``hf_model`` value of a model folder (described from its JSON files)."""
+    from engine.llm.base import inspect_model
+
+    info = inspect_model(path)
+    return {
+        "path": info.path,
+        "ref": ref,
+        "name": name,
+        "kind": kind,
+        "model_type": info.model_type,
+        "architectures": list(info.architectures),
+        "chat_family": info.chat_family,
+        "fingerprint": fingerprint(Path(info.path)),
+    }
+
+
+def optional_text(value: str) -> str | None:
+    return value.strip() or None
+
+
+# --------------------------------------------------------------- base model
+def _check_base(params: dict[str, Any]) -> list[str]:
+    if not str(params.get("model", "")).strip():
+        return [
+            "model is empty; give a model folder or a hub id such as "
+            f"{DEFAULT_BASE_MODEL}."
+        ]
+    return []
+
+
+@node_type(
+    "llm.base_model",
+    title="Base language model",
+    category=CATEGORY,
+    outputs=(
+        PortSpec(
+            "model",
+            "hf_model",
+            help="The model folder, its architecture and chat format.",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "model",
+            "str",
+            DEFAULT_BASE_MODEL,
+            help="A local Hugging Face model folder, or a hub id (org/name) already "
+            "in the local Hugging Face cache; the engine never downloads.",
+            label="Model folder or hub id",
+        ),
+    ),
+    cacheable=False,
+    check=_check_base,
+)
+def base_model(node: NodeRun) -> NodeResult:
+    """A causal language model from a local folder or the local Hugging Face
+    cache, checked to be complete (config, weights, tokenizer)."""
+    from engine.llm.base import resolve_model
+
+    ref = str(node.params["model"]).strip()
+    node.progress(0, 1, f"looking for {ref}")
+    folder = resolve_model(ref, "model")  # ConfigError: where it should be
+    if (folder / "adapter_config.json").is_file():
+        raise NodeError(
+            f"{folder} is a LoRA adapter, not a base model; pick the model it was "
+            "trained on."
+        )
+    value = hf_model_value(str(folder), ref=ref, name=model_name(ref), kind="hf")
+    node.progress(1, 1, value["name"])
+    return NodeResult(
+        outputs={"model": value},
+        summary={
+            "model": value["name"],
+            "architecture": (value["architectures"] or [""])[0],
+            "chat_family": value["chat_family"],
+        },
+        files=[value["path"]],
+    )
+
+
+# ----------------------------------------------------------------- rollouts
+@node_type(
+    "llm.collect",
+    title="Collect rollouts",
+    category=CATEGORY,
+    inputs=(
+        PortSpec("env", "env", help="The environment to play (a designed one)."),
+        PortSpec(
+            "model",
+            "hf_model",
+            required=False,
+            help="The language model that acts (needed when policy is llm).",
+        ),
+    ),
+    outputs=(
+        PortSpec(
+            "trajectories",
+            "trajectories",
+            help="The recorded episodes (JSON Lines, one episode a line).",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "policy",
+            "choice",
+            "llm",
+            choices=COLLECT_POLICIES,
+            help="Who acts: llm (the linked model), expert (the env's solver, with "
+            "noise) or rule (a random valid tool).",
+        ),
+        ParamSpec(
+            "episodes", "int", 16, min=1, max=100_000, help="Episodes to record."
+        ),
+        ParamSpec(
+            "num_envs",
+            "int",
+            4,
+            min=1,
+            max=256,
+            help="Episodes played together (one batched generation per step).",
+            label="Parallel envs",
+        ),
+        ParamSpec(
+            "max_steps",
+            "int",
+            0,
+            min=0,
+            max=100_000,
+            help="End an episode after this many steps; 0: the env's own limit.",
+        ),
+        ParamSpec(
+            "max_new_tokens",
+            "int",
+            16,
+            min=1,
+            max=4096,
+            help="Tokens the model may generate per step.",
+        ),
+        ParamSpec(
+            "temperature",
+            "float",
+            1.0,
+            min=0.01,
+            max=5.0,
+            help="Sampling temperature (ignored when greedy).",
+        ),
+        ParamSpec(
+            "greedy",
+            "bool",
+            False,
+            help="Always take the most likely tokens instead of sampling.",
+        ),
+        ParamSpec(
+            "fallback",
+            "choice",
+            "rule",
+            choices=("rule", "noop"),
+            help="What to do when an answer names no tool: rule (a random valid "
+            "tool) or noop (the first tool); either way it is counted.",
+        ),
+        ParamSpec(
+            "noise",
+            "float",
+            0.2,
+            min=0.0,
+            max=1.0,
+            help="Expert policy only: probability of a random valid tool instead "
+            "of the expert's.",
+        ),
+        ParamSpec(
+            "system_prompt",
+            "str",
+            "",
+            help="System prompt; empty: one listing the env's tools.",
+        ),
+        ParamSpec(
+            "seed",
+            "int",
+            0,
+            min=0,
+            max=SEED_MAX,
+            help="Seed of the episodes and of sampling.",
+        ),
+    ),
+)
+def collect(node: NodeRun) -> NodeResult:
+    """Play episodes with the language model (or the env's expert) and
+    record every step: prompt, completion, tool, reward and env state."""
+    p = node.params
+    env_ref, cap = env_for_llm(node.input("env"), p["max_steps"])
+    model = node.inputs.get("model")
+    if p["policy"] == "llm" and model is None:
+        raise NodeError(
+            "Link a language model to the model input, or choose policy expert or rule."
+        )
+    config: dict[str, Any] = {
+        "env": env_ref,
+        "policy": p["policy"],
+        "model": model["path"] if model and p["policy"] == "llm" else None,
+        "episodes": p["episodes"],
+        "num_envs": p["num_envs"],
+        "noise": p["noise"],
+        "max_new_tokens": p["max_new_tokens"],
+        "greedy": p["greedy"],
+        "temperature": p["temperature"],
+        "fallback": p["fallback"],
+        "system_prompt": optional_text(p["system_prompt"]),
+        "max_steps": cap,
+        "name": job_name(node),
+        "seed": p["seed"],
+    }
+    summary = run_job(node, "llm.collect", config)
+    stats = finite(dict(summary.get("stats", {})))
+    if node.should_stop:
+        return NodeResult(outputs={}, stopped=True)
+    if not stats.get("episodes"):
+        raise NodeError("No episode was recorded.")
+    value = {
+        "file": summary["traces"],
+        "env": summary["env"],
+        "env_id": node.input("env")["id"],
+        "policy": summary["policy"],
+        "stats": stats,
+    }
+    return NodeResult(
+        outputs={"trajectories": value},
+        summary={
+            k: stats.get(k)
+            for k in (
+                "episodes",
+                "success_rate",
+                "mean_return",
+                "invalid_action_rate",
+                "unparsed_rate",
+            )
+        },
+        files=[value["file"]],
+    )
+
+
+# ------------------------------------------------------------------ dataset
+@node_type(
+    "llm.dataset",
+    title="Build dataset",
+    category=CATEGORY,
+    inputs=(
+        PortSpec(
+            "trajectories",
+            "trajectories",
+            multiple=True,
+            help="Recorded episodes; several links are pooled.",
+        ),
+    ),
+    outputs=(
+        PortSpec(
+            "dataset",
+            "dataset",
+            help="A training set (train and validation JSON Lines + parquet).",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "method",
+            "choice",
+            "grpo",
+            choices=METHODS,
+            help="The format: grpo (prompts with env states to score answers), "
+            "sft (good steps), kto (steps labelled good or bad) or dpo (better / "
+            "worse answer pairs at the same state).",
+        ),
+        ParamSpec(
+            "validation_fraction",
+            "float",
+            0.1,
+            min=0.0,
+            max=0.9,
+            help="Fraction of the rows held out for validation.",
+            label="Validation split",
+        ),
+        ParamSpec(
+            "kto_max_ratio",
+            "float",
+            1.0,
+            min=0.0,
+            max=100.0,
+            help="KTO only: keep at most this many rows of the larger class per "
+            "row of the smaller one; 0 keeps all.",
+            label="KTO class ratio",
+        ),
+        ParamSpec(
+            "seed",
+            "int",
+            0,
+            min=0,
+            max=SEED_MAX,
+            help="Seed of the shuffle and the split.",
+        ),
+    ),
+)
+def dataset(node: NodeRun) -> NodeResult:
+    """Turn recorded episodes into a TRL training set for one method, split
+    into train and validation."""
+    p = node.params
+    trajectories = node.input("trajectories")
+    envs = sorted({t["env"] for t in trajectories})
+    summary = run_job(
+        node,
+        "llm.dataset",
+        {
+            "traces": [t["file"] for t in trajectories],
+            "method": p["method"],
+            "validation_fraction": p["validation_fraction"],
+            "kto_max_ratio": p["kto_max_ratio"],
+            "name": f"{p['method']}-{job_name(node)}",
+            "seed": p["seed"],
+        },
+    )
+    stats = finite(dict(summary["stats"]))
+    value = {
+        "path": summary["dataset"],
+        "method": summary["method"],
+        "env": envs[0] if len(envs) == 1 else "",
+        "env_id": trajectories[0].get("env_id", "") if len(envs) == 1 else "",
+        "stats": stats,
+    }
+    return NodeResult(
+        outputs={"dataset": value},
+        summary={k: stats.get(k) for k in ("train", "validation", "episodes")},
+        files=[str(Path(value["path"]) / "train.jsonl")],
+    )
+
+
+# ------------------------------------------------------------------ rewards
+def _check_reward(params: dict[str, Any]) -> list[str]:
+    problems = json_object_check("settings")(params)
+    if not problems:
+        settings = parse_json_object(params.get("settings", "{}"), "settings")
+        for key in ("name", "weight"):
+            if key in settings:
+                problems.append(
+                    f"settings must not set {key!r}; it has its own parameter."
+                )
+    return problems
+
+
+@node_type(
+    "llm.reward",
+    title="Reward function",
+    category=CATEGORY,
+    outputs=(
+        PortSpec(
+            "reward",
+            "reward_fn",
+            help="A GRPO reward function and its weight; link it to Fine-tune.",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "kind",
+            "choice",
+            "env_reward",
+            choices=REWARD_KINDS,
+            help="env_reward: the env's reward for the answer's tool; format: "
+            "the answer is just a tool; tool_validity: the tool is valid now; "
+            "task_completion: the tool finishes the task; efficiency: short "
+            "answers; python_syntax / code_execution: code that parses / runs "
+            "(in a limited child process).",
+            label="Reward",
+        ),
+        ParamSpec(
+            "weight",
+            "float",
+            1.0,
+            min=-100.0,
+            max=100.0,
+            help="Weight of this reward in the sum GRPO maximizes.",
+        ),
+        ParamSpec(
+            "settings",
+            "str",
+            "{}",
+            help='The reward\'s own settings as a JSON object, e.g. {"unparsed": '
+            '-1} (env_reward), {"target_chars": 32} (efficiency), '
+            '{"timeout_s": 5, "memory_mb": 512} (code_execution).',
+            label="Settings (JSON)",
+        ),
+    ),
+    check=_check_reward,
+)
+def reward(node: NodeRun) -> NodeResult:
+    """One reward function for GRPO fine-tuning, with its weight."""
+    from engine.llm.rewards import build_rewards
+
+    p = node.params
+    spec = {
+        **parse_json_object(p["settings"], "settings"),
+        "name": p["kind"],
+        "weight": float(p["weight"]),
+    }
+    build_rewards([spec], "reward")  # ConfigError for a bad name or weight
+    return NodeResult(
+        outputs={"reward": spec},
+        summary={"reward": p["kind"], "weight": spec["weight"]},
+    )
+
+
+# ---------------------------------------------------------------- fine-tune
+def grpo_batch_size(
+    num_generations: int, accumulation: int, hardware: dict[str, Any] | None = None
+) -> int:
+    """The hardware's batch size, raised to the smallest one GRPO accepts:
+    batch x accumulation must be a multiple of the answers per prompt (a CPU
+    suggests batch 1 and 4 answers, which TRL refuses)."""
+    from engine.llm.train import hardware_defaults
+
+    hw = hardware if hardware is not None else hardware_defaults()
+    gens = max(2, int(num_generations or hw["num_generations"]))
+    batch = max(1, int(hw["batch_size"]))
+    while (batch * accumulation) % gens:
+        batch += 1
+    return batch
+
+
+def _check_train(params: dict[str, Any]) -> list[str]:
+    problems = json_object_check("settings")(params)
+    if not problems:
+        settings = parse_json_object(params.get("settings", "{}"), "settings")
+        for key in settings:
+            if key in _TRAIN_OWN:
+                problems.append(
+                    f"settings must not set {key!r}; it has its own parameter or input."
+                )
+            elif key not in _TRAIN_FIELDS:
+                problems.append(f"settings has an unknown training setting {key!r}.")
+    gens = params.get("num_generations", 0)
+    if gens == 1:
+        problems.append("num_generations must be 0 (from the hardware) or at least 2.")
+    batch = params.get("batch_size", 0)
+    accum = params.get("gradient_accumulation_steps", 1)
+    if (
+        params.get("method") == "grpo"
+        and isinstance(gens, int)
+        and isinstance(batch, int)
+        and isinstance(accum, int)
+        and gens >= 2
+        and batch >= 1
+        and (batch * accum) % gens
+    ):
+        problems.append(
+            f"num_generations ({gens}) must divide batch_size x "
+            f"gradient_accumulation_steps ({batch} x {accum}), as GRPO requires."
+        )
+    return problems
+
+
+@node_type(
+    "llm.train",
+    title="Fine-tune (TRL)",
+    category=CATEGORY,
+    inputs=(
+        PortSpec("model", "hf_model", help="The base model to adapt."),
+        PortSpec("dataset", "dataset", help="The training set."),
+        PortSpec(
+            "rewards",
+            "reward_fn",
+            required=False,
+            multiple=True,
+            help="GRPO reward functions (summed by weight); none linked: env "
+            "reward plus a small format reward.",
+        ),
+    ),
+    outputs=(
+        PortSpec(
+            "adapter",
+            "adapter",
+            help="The trained LoRA adapter (a PEFT folder).",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "method",
+            "choice",
+            "auto",
+            choices=("auto", *METHODS),
+            help="TRL method: grpo (online RL with the rewards), sft, kto or dpo; "
+            "auto: the method the dataset was built for.",
+        ),
+        ParamSpec(
+            "max_steps",
+            "int",
+            100,
+            min=1,
+            max=10**7,
+            help="Optimizer steps (one step is a batch times the accumulation).",
+            label="Steps",
+        ),
+        ParamSpec(
+            "learning_rate",
+            "float",
+            5e-5,
+            min=1e-9,
+            max=0.5,
+            help="Peak learning rate (linear decay to zero).",
+        ),
+        ParamSpec(
+            "lora_rank",
+            "int",
+            0,
+            min=0,
+            max=1024,
+            help="LoRA rank r (adapter width); 0: chosen from the hardware.",
+            label="LoRA rank",
+        ),
+        ParamSpec(
+            "batch_size",
+            "int",
+            0,
+            min=0,
+            max=4096,
+            help="Sequences per device per step (GRPO: completions); 0: chosen "
+            "from the hardware.",
+        ),
+        ParamSpec(
+            "gradient_accumulation_steps",
+            "int",
+            1,
+            min=1,
+            max=1024,
+            help="Batches accumulated per optimizer step.",
+            label="Gradient accumulation",
+        ),
+        ParamSpec(
+            "num_generations",
+            "int",
+            0,
+            min=0,
+            max=256,
+            help="GRPO: answers sampled per prompt (at least 2); 0: chosen from "
+            "the hardware.",
+        ),
+        ParamSpec(
+            "max_completion_length",
+            "int",
+            16,
+            min=1,
+            max=32_768,
+            help="GRPO: tokens generated per answer.",
+        ),
+        ParamSpec(
+            "max_length",
+            "int",
+            512,
+            min=16,
+            max=131_072,
+            help="SFT, KTO, DPO: tokens per training sequence (prompt + answer).",
+        ),
+        ParamSpec(
+            "temperature",
+            "float",
+            1.0,
+            min=0.01,
+            max=5.0,
+            help="GRPO: sampling temperature of the answers.",
+        ),
+        ParamSpec(
+            "seed",
+            "int",
+            0,
+            min=0,
+            max=SEED_MAX,
+            help="Random seed of the run.",
+        ),
+        ParamSpec(
+            "settings",
+            "str",
+            "{}",
+            help='Other training settings as a JSON object, e.g. {"beta": 0.04, '
+            '"lora_alpha": 32, "warmup_ratio": 0.1, "precision": "bf16", '
+            '"save_steps": 50}.',
+            label="Settings (JSON)",
+        ),
+        ParamSpec(
+            "name",
+            "str",
+            "",
+            help="Name of the adapter in the model list; empty: '<METHOD> <base>'.",
+            label="Model name",
+        ),
+    ),
+    check=_check_train,
+)
+def train(node: NodeRun) -> NodeResult:
+    """Fine-tune the model with TRL (GRPO, SFT, KTO or DPO) and a LoRA
+    adapter; defaults for batch size, rank and precision come from the
+    hardware, live curves go to the flow run's metrics."""
+    p = node.params
+    model = node.input("model")
+    data = node.input("dataset")
+    rewards = list(node.inputs.get("rewards") or [])
+    method = data["method"] if p["method"] == "auto" else p["method"]
+    if method != data["method"]:
+        raise NodeError(
+            f"The dataset was built for {data['method'].upper()}, not "
+            f"{method.upper()}; build it with method {method!r} or fine-tune with "
+            f"method {data['method']!r}."
+        )
+    if rewards and method != "grpo":
+        raise NodeError(
+            f"Reward functions steer GRPO only, not {method.upper()}; unlink them "
+            "or fine-tune with method grpo."
+        )
+    config: dict[str, Any] = {
+        **parse_json_object(p["settings"], "settings"),
+        "method": method,
+        "model": model["path"],
+        "dataset": data["path"],
+        "name": None,  # the adapter folder is the job's run id: job_name(node)
+        "max_steps": p["max_steps"],
+        "learning_rate": p["learning_rate"],
+        "lora_rank": p["lora_rank"] or None,
+        "batch_size": p["batch_size"] or None,
+        "gradient_accumulation_steps": p["gradient_accumulation_steps"],
+        "num_generations": p["num_generations"] or None,
+        "max_completion_length": p["max_completion_length"],
+        "max_length": p["max_length"],
+        "temperature": p["temperature"],
+        "seed": p["seed"],
+    }
+    if method == "grpo":
+        if rewards:
+            config["rewards"] = [dict(r) for r in rewards]
+        if not p["batch_size"]:
+            config["batch_size"] = grpo_batch_size(
+                p["num_generations"], p["gradient_accumulation_steps"]
+            )
+    summary = run_job(node, "llm.train", config)
+    if summary.get("stopped"):
+        return NodeResult(outputs={}, stopped=True)
+    (entry,) = summary["models"]
+    metrics = finite(dict(summary.get("metrics", {})))
+    name = p["name"].strip() or f"{method.upper()} {model['name']}"
+    value = {
+        "path": entry["file"],
+        "base": entry["base"],
+        "base_name": model["name"],
+        "name": name,
+        "method": method,
+        "env_id": data.get("env_id", ""),
+        "chat_family": model.get("chat_family", "unknown"),
+        "metrics": metrics,
+        "run_dir": str(node.work_dir),
+    }
+    return NodeResult(
+        outputs={"adapter": value},
+        summary={
+            k: metrics.get(k)
+            for k in ("global_step", "train_loss", "reward_mean", "wall_s")
+        },
+        models=[
+            {
+                "name": name,
+                "kind": "lora-adapter",
+                "file": entry["file"],
+                "base": entry["base"],
+                "env": data.get("env_id", ""),
+                "algo": method.upper(),
+                "parents": list(entry.get("parents", [])),
+                "metrics": metrics,
+            }
+        ],
+        files=[entry["file"]],
+    )
+
+
+# -------------------------------------------------------------------- merge
+@node_type(
+    "llm.merge",
+    title="Merge adapter",
+    category=CATEGORY,
+    inputs=(PortSpec("adapter", "adapter", help="The LoRA adapter to fold in."),),
+    outputs=(
+        PortSpec(
+            "model",
+            "hf_model",
+            help="A full model folder with the adapter folded into its weights.",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "dtype",
+            "choice",
+            "float32",
+            choices=DTYPES,
+            help="Precision of the saved weights: float32 keeps every bit of the "
+            "adapter; bfloat16 / float16 halve the size.",
+            label="Precision",
+        ),
+        ParamSpec(
+            "name",
+            "str",
+            "",
+            help="Name of the merged model in the model list; empty: the "
+            "adapter's name + ' merged'.",
+            label="Model name",
+        ),
+    ),
+)
+def merge(node: NodeRun) -> NodeResult:
+    """Fold the LoRA adapter into its base model's weights and save a full
+    model folder (safetensors and tokenizer), ready to export."""
+    p = node.params
+    adapter = node.input("adapter")
+    summary = run_job(
+        node,
+        "llm.merge",
+        {
+            "adapter": adapter["path"],
+            "base": adapter.get("base"),
+            "dtype": p["dtype"],
+            "name": job_name(node),
+            "seed": 0,
+        },
+    )
+    (entry,) = summary["models"]
+    name = p["name"].strip() or f"{adapter.get('name') or 'adapter'} merged"
+    value = hf_model_value(
+        entry["file"], ref=entry["file"], name=name, kind="hf-merged"
+    )
+    value["adapter"] = adapter["path"]
+    value["base"] = entry["base"]
+    value["env_id"] = adapter.get("env_id", "")
+    return NodeResult(
+        outputs={"model": value},
+        summary={"model": name, "dtype": p["dtype"]},
+        models=[
+            {
+                "name": name,
+                "kind": "hf-merged",
+                "file": entry["file"],
+                "base": entry["base"],
+                "env": value["env_id"],
+                "algo": adapter.get("method", "").upper(),
+                "parents": list(entry.get("parents", [])),
+                "metrics": dict(entry.get("metrics", {})),
+            }
+        ],
+        files=[entry["file"]],
+    )
+
+
+# ----------------------------------------------------------------- evaluate
+@node_type(
+    "llm.evaluate",
+    title="Evaluate language-model policy",
+    category=CATEGORY,
+    inputs=(
+        PortSpec("env", "env", help="The environment to play."),
+        PortSpec(
+            "model",
+            "hf_model",
+            required=False,
+            help="The model to evaluate (link this or an adapter).",
+        ),
+        PortSpec(
+            "adapter",
+            "adapter",
+            required=False,
+            help="A LoRA adapter to evaluate on its base model (instead of a model).",
+        ),
+        PortSpec(
+            "baseline",
+            "hf_model",
+            required=False,
+            help="A model to compare with (before / after), e.g. the base model.",
+        ),
+    ),
+    outputs=(
+        PortSpec(
+            "report",
+            "report",
+            help="Success rate, mean return, invalid-action and unparsed rates, "
+            "expert agreement, tokens/s.",
+        ),
+    ),
+    params=(
+        ParamSpec(
+            "episodes", "int", 20, min=1, max=100_000, help="Episodes per model."
+        ),
+        ParamSpec(
+            "num_envs",
+            "int",
+            8,
+            min=1,
+            max=256,
+            help="Episodes played together (one batched generation per step).",
+            label="Parallel envs",
+        ),
+        ParamSpec(
+            "max_steps",
+            "int",
+            0,
+            min=0,
+            max=100_000,
+            help="End an episode after this many steps; 0: the env's own limit.",
+        ),
+        ParamSpec(
+            "max_new_tokens",
+            "int",
+            16,
+            min=1,
+            max=4096,
+            help="Tokens the model may generate per step.",
+        ),
+        ParamSpec(
+            "greedy",
+            "bool",
+            True,
+            help="Take the most likely tokens instead of sampling.",
+        ),
+        ParamSpec(
+            "fallback",
+            "choice",
+            "noop",
+            choices=("noop", "rule"),
+            help="What an answer naming no tool does: noop (the first tool) or "
+            "rule (a random valid tool); either way it counts as invalid.",
+        ),
+        ParamSpec(
+            "system_prompt",
+            "str",
+            "",
+            help="System prompt; empty: one listing the env's tools.",
+        ),
+        ParamSpec(
+            "seed",
+            "int",
+            0,
+            min=0,
+            max=SEED_MAX,
+            help="Seed of the episodes (the same for every model compared).",
+        ),
+    ),
+)
+def evaluate(node: NodeRun) -> NodeResult:
+    """Play the language model (or adapter) in the environment and report
+    success rate, return and invalid actions, compared with a baseline when
+    one is linked."""
+    import json
+
+    p = node.params
+    model, adapter = node.inputs.get("model"), node.inputs.get("adapter")
+    if model is None and adapter is None:
+        raise NodeError("Link a model or an adapter to evaluate.")
+    if model is not None and adapter is not None:
+        raise NodeError("Link a model or an adapter to evaluate, not both.")
+    target = model["path"] if model is not None else adapter["path"]
+    baseline = node.inputs.get("baseline")
+    env_ref, cap = env_for_llm(node.input("env"), p["max_steps"])
+    summary = run_job(
+        node,
+        "llm.evaluate",
+        {
+            "model": target,
+            "baseline": baseline["path"] if baseline else None,
+            "env": env_ref,
+            "episodes": p["episodes"],
+            "num_envs": p["num_envs"],
+            "max_new_tokens": p["max_new_tokens"],
+            "greedy": p["greedy"],
+            "fallback": p["fallback"],
+            "system_prompt": optional_text(p["system_prompt"]),
+            "max_steps": cap,
+            "seed": p["seed"],
+        },
+    )
+    if node.should_stop:
+        return NodeResult(outputs={}, stopped=True)
+    try:
+        report = json.loads(Path(summary["report"]).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"The evaluation report could not be read: {exc}.") from None
+    report["results"] = {k: finite(v) for k, v in report.get("results", {}).items()}
+    report["report_file"] = summary["report"]
+    report["plot"] = summary["plot"]
+    after = report["results"].get("after", {})
+    return NodeResult(
+        outputs={"report": report},
+        summary={
+            k: after.get(k)
+            for k in ("success_rate", "mean_return", "invalid_action_rate")
+        },
+        files=[summary["report"], summary["plot"]],
+    )

@@ -1,0 +1,524 @@
+"""Language-model and export flow nodes: the catalog (cheap to build), per
+node validation, the bundled GRPO example flow, and the whole chain run
+headless by ``rl-studio-engine run`` on a tiny model built here — rollouts,
+GRPO dataset, two reward nodes, TRL GRPO with LoRA, merge, before/after
+evaluation, a Q8_0 GGUF read back with ``gguf``, and a deployment to a local
+fake Ollama server — then a re-run from the cache, and a missing base
+model."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from models_workspace_support import FakeOllama
+from tiny_models import build_tiny_model
+
+from engine import flow
+from engine.jobs.context import JobContext
+from engine.nodes import catalog, executor, node_types, validate_flow
+from engine.store.project import Project
+from resources import resource_path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "resources" / "examples" / "flows" / "jira_llm_grpo.flow.json"
+LLM_TYPES = {
+    "llm.base_model": "Base language model",
+    "llm.collect": "Collect rollouts",
+    "llm.dataset": "Build dataset",
+    "llm.reward": "Reward function",
+    "llm.train": "Fine-tune (TRL)",
+    "llm.merge": "Merge adapter",
+    "llm.evaluate": "Evaluate language-model policy",
+    "export.gguf": "Export GGUF",
+    "export.ollama": "Deploy to Ollama",
+}
+CHAIN = [
+    "env",
+    "base",
+    "collect",
+    "dataset",
+    "reward_env",
+    "reward_format",
+    "train",
+    "merge",
+    "export",
+    "evaluate",
+    "deploy",
+]
+# A real user's example, shrunk to seconds on a CPU: a few short episodes,
+# two GRPO steps of two answers each, tiny generations.
+QUICK = {
+    "collect.episodes": 4,
+    "collect.num_envs": 4,
+    "collect.max_steps": 4,
+    "collect.max_new_tokens": 4,
+    "train.max_steps": 2,
+    "train.batch_size": 2,
+    "train.num_generations": 2,
+    "train.lora_rank": 4,
+    "train.max_completion_length": 4,
+    "train.settings": '{"save_steps": 0, "precision": "fp32", "device": "cpu"}',
+    "evaluate.episodes": 2,
+    "evaluate.num_envs": 2,
+    "evaluate.max_steps": 3,
+    "evaluate.max_new_tokens": 3,
+}
+
+
+# ----------------------------------------------------------------- catalog
+
+
+def test_the_catalog_has_every_llm_and_export_node_with_help() -> None:
+    types = node_types()
+    items = {d["type"]: d for d in catalog()}
+    for type_name, title in LLM_TYPES.items():
+        d = items[type_name]
+        assert d["title"] == title
+        assert d["category"] in ("Language models", "Export")
+        assert d["description"].endswith(".")
+        for port in (*d["inputs"], *d["outputs"]):
+            assert port["help"], (type_name, port["name"])
+        for p in d["params"]:
+            assert p["help"] and p["label"], (type_name, p["name"])
+        assert types[type_name].module.endswith(".flow_nodes")
+    assert items["llm.train"]["inputs"][2] == {
+        "name": "rewards",
+        "type": "reward_fn",
+        "required": False,
+        "multiple": True,
+        "help": items["llm.train"]["inputs"][2]["help"],
+    }
+    # Deploying talks to a server outside the graph: it runs every time.
+    assert items["export.ollama"]["cacheable"] is False
+    assert items["llm.base_model"]["cacheable"] is False
+    assert items["llm.train"]["cacheable"] is True
+
+
+def test_the_catalog_copies_of_engine_names_agree() -> None:
+    """The node modules keep their own copies of names whose modules import
+    numpy; they must match the engine's."""
+    from engine.export import flow_nodes as export_nodes
+    from engine.export import gguf
+    from engine.llm import datasets, merge, rewards
+    from engine.llm import flow_nodes as llm_nodes
+
+    assert tuple(rewards.REWARDS) == llm_nodes.REWARD_KINDS
+    assert set(llm_nodes.METHODS) == set(datasets.METHODS)
+    assert llm_nodes.DTYPES == merge.DTYPES
+    assert export_nodes.GGUF_TYPES == gguf.GGUF_TYPES
+    assert export_nodes.ADAPTER_TYPES == gguf.ADAPTER_TYPES
+
+
+def test_building_the_catalog_imports_no_heavy_library() -> None:
+    code = (
+        "import sys; import engine.nodes as n; c = n.catalog(); "
+        "assert {'llm.train', 'export.gguf'} <= {d['type'] for d in c}; "
+        "assert 'engine.llm.flow_nodes' in sys.modules; "
+        "print([m for m in ('torch', 'transformers', 'trl', 'peft', 'numpy', "
+        "'gguf', 'datasets', 'gymnasium') if m in sys.modules])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_grpo_batch_size_from_the_hardware_fits_the_generations() -> None:
+    from engine.llm.flow_nodes import grpo_batch_size
+
+    cpu = {"batch_size": 1, "num_generations": 4}
+    assert grpo_batch_size(0, 1, cpu) == 4  # TRL refuses 1 x 1 for 4 answers
+    assert grpo_batch_size(0, 2, cpu) == 2
+    assert grpo_batch_size(3, 1, {"batch_size": 8, "num_generations": 4}) == 9
+    assert grpo_batch_size(2, 1, {"batch_size": 8, "num_generations": 4}) == 8
+
+
+# -------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("node", "params", "message"),
+    [
+        ("base", {"model": "  "}, "model is empty; give a model folder or a hub id"),
+        ("collect", {"episodes": 0}, "episodes must be at least 1, not 0."),
+        ("collect", {"policy": "ppo"}, "policy must be one of llm, expert, rule"),
+        ("collect", {"noise": 1.5}, "noise must be at most 1"),
+        ("dataset", {"method": "ppo"}, "method must be one of grpo, kto, dpo, sft"),
+        ("dataset", {"validation_fraction": 0.95}, "validation_fraction must be"),
+        ("reward_env", {"kind": "vibes"}, "kind must be one of env_reward"),
+        ("reward_env", {"settings": "{unparsed: 1"}, "settings is not valid JSON"),
+        (
+            "reward_env",
+            {"settings": '{"weight": 2}'},
+            "settings must not set 'weight'; it has its own parameter.",
+        ),
+        (
+            "train",
+            {"num_generations": 1},
+            "num_generations must be 0 (from the hardware) or at least 2.",
+        ),
+        (
+            "train",
+            {"batch_size": 2, "num_generations": 4},
+            "num_generations (4) must divide batch_size x gradient_accumulation_steps"
+            " (2 x 1), as GRPO requires.",
+        ),
+        (
+            "train",
+            {"settings": '{"max_steps": 3}'},
+            "settings must not set 'max_steps'; it has its own parameter or input.",
+        ),
+        (
+            "train",
+            {"settings": '{"epochs": 3}'},
+            "settings has an unknown training setting 'epochs'.",
+        ),
+        ("train", {"learning_rate": 0}, "learning_rate must be at least"),
+        ("train", {"method": "ppo"}, "method must be one of auto, grpo"),
+        ("merge", {"dtype": "int8"}, "dtype must be one of float32, float16"),
+        ("export", {"type": "q4_K_M"}, "type must be one of f32, f16, bf16, q8_0"),
+        ("evaluate", {"episodes": 0}, "episodes must be at least 1, not 0."),
+        ("deploy", {"name": "my agent!"}, "is not a valid Ollama model name"),
+        (
+            "deploy",
+            {"host": "ftp://ollama.local"},
+            "host must be a URL like http://127.0.0.1:11434",
+        ),
+        ("deploy", {"quantize": "q2_K"}, "quantize must be one of none, q4_K_M"),
+    ],
+)
+def test_validation_refuses_bad_parameters_per_node(
+    node: str, params: dict[str, Any], message: str
+) -> None:
+    doc = flow.load(EXAMPLE)
+    doc.node(node).params.update(params)
+    errors = validate_flow(document=doc.to_dict())
+    assert list(errors) == [node]
+    (problem,) = errors[node]
+    assert message in problem, problem
+
+
+def test_validation_accepts_good_edge_values_and_names_unlinked_inputs() -> None:
+    doc = flow.load(EXAMPLE)
+    doc.node("deploy").params.update(host="ollama.local:11434", name="team/agent:v2")
+    doc.node("train").params.update(
+        method="auto", batch_size=2, num_generations=4, gradient_accumulation_steps=2
+    )
+    assert validate_flow(document=doc.to_dict()) == {}
+    doc.links = [lk for lk in doc.links if lk.to_node != "train"]
+    assert validate_flow(document=doc.to_dict())["train"] == [
+        "The required input 'model' (hf_model) is not linked.",
+        "The required input 'dataset' (dataset) is not linked.",
+    ]
+
+
+# ---------------------------------------------------------------- example
+
+
+def test_the_example_flow_is_a_real_users_grpo_pipeline(tmp_path: Path) -> None:
+    assert validate_flow(path=str(EXAMPLE)) == {}
+    doc = flow.load(EXAMPLE)
+    assert flow.topological_order(doc) == CHAIN
+    assert doc.node("env").params["env"] == "rlstudio/jira_issue_resolution-v0"
+    assert doc.node("base").params["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert doc.node("dataset").params["method"] == "grpo"
+    assert doc.node("train").params["method"] == "grpo"
+    assert {doc.node(n).params["kind"] for n in ("reward_env", "reward_format")} == {
+        "env_reward",
+        "format",
+    }
+    assert {lk.from_node for lk in doc.links_into("train", "rewards")} == {
+        "reward_env",
+        "reward_format",
+    }
+    assert doc.node("export").params["type"] == "q8_0"
+    assert doc.node("deploy").params["host"] == "http://127.0.0.1:11434"
+    # A new project gets it with the other examples; the Workflows workspace
+    # lists the project's flows from this snapshot.
+    project = Project.open(
+        tmp_path / "fresh", create=True, examples=resource_path("examples")
+    )
+    try:
+        flows = {f["name"]: f for f in project.snapshot()["flows"]}
+    finally:
+        project.close()
+    assert {"cartpole_ppo", "jira_maskable_ppo", "jira_llm_grpo"} <= set(flows)
+    assert flows["jira_llm_grpo"]["description"].startswith("Teach Qwen2.5")
+    assert "error" not in flows["jira_llm_grpo"]
+
+
+# ------------------------------------------------------- the chain headless
+
+
+def engine_run(*args: str | Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", "run", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def overrides(**extra: Any) -> list[str]:
+    out: list[str] = []
+    for key, value in {**QUICK, **extra}.items():
+        out += ["--set", f"{key}={value}"]
+    return out
+
+
+class Chain:
+    """A project with the example flow run once on a tiny model, deploying
+    to a fake Ollama server."""
+
+    def __init__(self, root: Path, ollama: FakeOllama) -> None:
+        self.root = root
+        self.ollama = ollama
+        self.model = build_tiny_model(root / "tiny-qwen2")
+        self.project = root / "project"
+        self.first = self.run()
+
+    def run(self, *extra: str) -> subprocess.CompletedProcess:
+        return engine_run(
+            EXAMPLE,
+            "--project",
+            self.project,
+            "--quiet",
+            *overrides(**{"base.model": self.model, "deploy.host": self.ollama.host}),
+            *extra,
+        )
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with FakeOllama() as ollama:
+        yield Chain(tmp_path_factory.mktemp("llm-flow"), ollama)
+
+
+def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
+    import gguf
+
+    proc = chain.first
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads(proc.stdout)  # stdout holds the summary alone
+    assert summary["status"] == "completed"
+    assert summary["order"] == CHAIN and summary["ran"] == CHAIN
+    nodes = summary["nodes"]
+    assert {n: nodes[n]["state"] for n in CHAIN} == dict.fromkeys(CHAIN, "done")
+
+    base = nodes["base"]["outputs"]["model"]
+    assert base["path"] == str(chain.model.resolve())
+    assert (base["model_type"], base["chat_family"]) == ("qwen2", "chatml")
+    trajectories = nodes["collect"]["outputs"]["trajectories"]
+    assert trajectories["stats"]["episodes"] == 4
+    assert trajectories["env_id"] == "rlstudio/jira_issue_resolution-v0"
+    lines = Path(trajectories["file"]).read_text().splitlines()
+    assert len(lines) == 4 and json.loads(lines[0])["policy"].startswith("llm:")
+    data = nodes["dataset"]["outputs"]["dataset"]
+    assert data["method"] == "grpo" and data["stats"]["train"] >= 1
+    adapter = nodes["train"]["outputs"]["adapter"]
+    assert adapter["method"] == "grpo" and adapter["metrics"]["global_step"] == 2
+    assert (Path(adapter["path"]) / "adapter_config.json").is_file()
+    assert nodes["train"]["summary"]["global_step"] == 2
+    merged = nodes["merge"]["outputs"]["model"]
+    assert merged["kind"] == "hf-merged" and merged["adapter"] == adapter["path"]
+
+    # both reward nodes reached GRPO: their curves are in the flow's metrics
+    run_dir = Path(proc.stderr.split("run folder: ")[1].splitlines()[0])
+    metrics = (run_dir / "metrics.jsonl").read_text()
+    assert "train/reward/env_reward_mean" in metrics
+    assert "train/reward/format_mean" in metrics
+    assert "collect/rollout/ep_rew" in metrics
+
+    report = nodes["evaluate"]["outputs"]["report"]
+    assert set(report["results"]) == {"before", "after"}
+    assert report["results"]["after"]["episodes"] == 2
+    assert set(report["comparison"]) >= {"success_rate", "invalid_action_rate"}
+    assert Path(report["plot"]).read_bytes().startswith(b"\x89PNG")
+
+    # the GGUF, read back independently
+    out = nodes["export"]["outputs"]["gguf"]
+    assert out["type"] == "q8_0" and out["kind"] == "model" and out["verified"]
+    reader = gguf.GGUFReader(out["file"])
+    fields = reader.fields
+    arch = fields["general.architecture"]
+    assert bytes(arch.parts[arch.data[0]]).decode() == "qwen2"
+    ftype = fields["general.file_type"]
+    assert int(ftype.parts[ftype.data[0]][0]) == gguf.LlamaFileType.MOSTLY_Q8_0
+    kinds = {t.tensor_type for t in reader.tensors}
+    assert gguf.GGMLQuantizationType.Q8_0 in kinds
+    assert len(reader.tensors) == nodes["export"]["summary"]["tensors"]
+
+    # deployed to the (fake) server with the ChatML template and stops
+    deploy = nodes["deploy"]["outputs"]["report"]
+    assert deploy["deployed"] is True and deploy["name"] == "jira-agent"
+    assert deploy["command"] == "ollama run jira-agent"
+    assert "jira-agent:latest" in chain.ollama.models
+    (create,) = [b for m, p, b in chain.ollama.requests if p == "/api/create"]
+    assert create["model"] == "jira-agent"
+    assert "<|im_start|>" in create["template"]
+    assert "<|im_end|>" in create["parameters"]["stop"]
+
+    # the models are registered with their lineage: base -> adapter -> merged
+    # -> GGUF, each also linked to the flow run
+    project = Project.open(chain.project)
+    try:
+        records = {m.kind: m for m in project.list_models()}
+        (run,) = project.list_runs()
+        assert set(records) == {"lora-adapter", "hf-merged", "gguf"}
+        lora, full, file = (
+            records["lora-adapter"],
+            records["hf-merged"],
+            records["gguf"],
+        )
+        assert sorted(summary["registered_models"]) == sorted(
+            m.id for m in records.values()
+        )
+        assert lora.name == "Jira GRPO agent" and lora.algo == "GRPO"
+        assert lora.env == "rlstudio/jira_issue_resolution-v0" == file.env
+        assert full.name == "Jira GRPO agent merged"
+        assert file.name == "jira-grpo-agent (Q8_0)"
+        assert Path(file.path).read_bytes()[:4] == b"GGUF"
+        links = set(project.lineage(file.id))
+        assert {
+            (base["path"], lora.id, "derived"),
+            (lora.id, full.id, "derived"),
+            (full.id, file.id, "derived"),
+        } <= links
+        assert {(run.id, m.id, "trained") for m in records.values()} <= links
+    finally:
+        project.close()
+
+
+def test_a_rerun_reuses_every_cached_node_and_deploys_again(chain: Chain) -> None:
+    assert chain.first.returncode == 0, chain.first.stderr[-4000:]
+    first = json.loads(chain.first.stdout)
+    creates_before = sum(p == "/api/create" for _, p, _ in chain.ollama.requests)
+    again = chain.run()
+    assert again.returncode == 0, again.stderr[-4000:]
+    summary = json.loads(again.stdout)
+    assert summary["status"] == "completed"
+    # env and base model are re-checked (files outside the graph), deploy asks
+    # the server again; everything between comes from the cache
+    assert summary["ran"] == ["env", "base", "deploy"]
+    assert summary["cached"] == [n for n in CHAIN if n not in summary["ran"]]
+    for node in ("train", "merge", "export", "evaluate"):
+        assert summary["nodes"][node]["outputs"] == first["nodes"][node]["outputs"]
+        assert "Unchanged since run" in summary["nodes"][node]["message"]
+    assert summary["models"] == [] and "registered_models" not in summary
+    creates = sum(p == "/api/create" for _, p, _ in chain.ollama.requests)
+    assert creates == creates_before + 1
+    # a new Ollama name redeploys only; a new GGUF type re-exports only
+    renamed = chain.run("--set", "export.type=f16")
+    assert renamed.returncode == 0, renamed.stderr[-4000:]
+    summary = json.loads(renamed.stdout)
+    assert summary["ran"] == ["env", "base", "export", "deploy"]
+    (model,) = summary["models"]
+    assert model["kind"] == "gguf" and model["name"] == "jira-grpo-agent (F16)"
+
+
+def test_without_a_server_deploy_leaves_a_bundle_and_says_so(
+    chain: Chain, tmp_path: Path
+) -> None:
+    assert chain.first.returncode == 0, chain.first.stderr[-4000:]
+    proc = chain.run("--set", "deploy.host=http://127.0.0.1:9", "--only", "deploy")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads(proc.stdout)
+    report = summary["nodes"]["deploy"]["outputs"]["report"]
+    assert report["deployed"] is False
+    assert report["message"].startswith("No Ollama server answers at http://127.0")
+    bundle = Path(report["bundle_dir"])
+    assert (bundle / "Modelfile").read_text().startswith("FROM ./jira-grpo-agent-")
+    assert "ollama create jira-agent -f Modelfile" in (bundle / "README.md").read_text()
+    assert "No Ollama server answers" in proc.stderr  # the node logged it
+
+
+# ------------------------------------------------------------ bad input
+
+
+def run_in_process(project: Path, doc: flow.FlowDocument) -> dict[str, Any]:
+    run_dir = project / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("r1", run_dir, "flow.run", {}, events=io.StringIO())
+    try:
+        return executor.run_flow(ctx, doc, flow_name="t")
+    finally:
+        ctx.close()
+
+
+def test_a_missing_base_model_fails_in_one_sentence_and_skips_downstream(
+    tmp_path: Path,
+) -> None:
+    project = tmp_path / "project"
+    Project.open(project, create=True, examples=resource_path("examples")).close()
+    doc = flow.load(EXAMPLE)
+    missing = tmp_path / "nowhere" / "qwen"
+    doc.node("base").params["model"] = str(missing)
+    summary = run_in_process(project, doc)
+    assert summary["status"] == "failed" and summary["failed"] == ["base"]
+    message = summary["nodes"]["base"]["message"]
+    assert message == (
+        f"Model folder {missing} does not exist; put a Hugging Face model folder "
+        "there (config.json, weights, tokenizer) or give a hub id already in the "
+        "local cache."
+    )
+    independent = {"env", "reward_env", "reward_format"}
+    for node in CHAIN:
+        state = summary["nodes"][node]
+        if node in independent:
+            assert state["state"] == "done", (node, state)
+        elif node != "base":
+            assert state == {
+                "state": "skipped",
+                "progress": 0.0,
+                "message": "Not run: 'Qwen2.5 0.5B Instruct' (base) failed.",
+            }, node
+    assert summary["reason"] == (
+        f"The node 'base' (Qwen2.5 0.5B Instruct) failed: {message}"
+    )
+    assert summary["models"] == []
+
+
+def test_a_hub_id_resolves_from_the_local_cache_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "hf-cache"
+    snapshot = cache / "models--acme--tiny-chat" / "snapshots" / "abc123"
+    shutil.copytree(build_tiny_model(tmp_path / "tiny"), snapshot)
+    (cache / "models--acme--tiny-chat" / "refs").mkdir()
+    (cache / "models--acme--tiny-chat" / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    project = tmp_path / "project"
+    doc = flow.FlowDocument(
+        name="t",
+        nodes=[
+            flow.Node("hub", "llm.base_model", {"model": "acme/tiny-chat"}),
+            flow.Node("gone", "llm.base_model", {"model": "acme/never-downloaded"}),
+        ],
+    )
+    summary = run_in_process(project, doc)
+    hub = summary["nodes"]["hub"]
+    assert hub["state"] == "done"
+    assert hub["outputs"]["model"]["path"] == str(snapshot)
+    assert hub["outputs"]["model"]["name"] == "tiny-chat"
+    assert hub["summary"]["architecture"] == "Qwen2ForCausalLM"
+    gone = summary["nodes"]["gone"]
+    assert gone["state"] == "failed"
+    assert gone["message"].startswith(
+        "Model 'acme/never-downloaded' is not in the local Hugging Face cache"
+    )
+    assert "works offline" in gone["message"]
+    assert gone["message"].count(". ") == 0  # one sentence
