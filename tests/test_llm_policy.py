@@ -320,3 +320,45 @@ def test_hardware_defaults_on_this_machine() -> None:
     assert hw["batch_size"] >= 1 and hw["lora_rank"] >= 1
     assert hw["num_generations"] >= 2 and hw["precision"] in ("bf16", "fp16", "fp32")
     assert isinstance(hw["gradient_checkpointing"], bool)
+
+
+def test_parquet_datasets_load_like_jsonl(
+    traces: Path, models: dict[str, Path], tmp_path: Path
+) -> None:
+    from engine.jobs.registry import validate_config
+
+    datasets.build_dataset([traces], "sft", tmp_path / "sft", seed=0)
+    only = tmp_path / "parquet-only"
+    only.mkdir()
+    for name in ("train.parquet", "validation.parquet"):
+        shutil.copy(tmp_path / "sft" / name, only / name)
+    a_train, a_val = datasets.load_split(tmp_path / "sft", "sft")
+    b_train, b_val = datasets.load_split(only, "sft")
+    assert b_train.to_list() == a_train.to_list()
+    assert b_val is not None and b_val.to_list() == a_val.to_list()
+    # a single parquet file is a training set too
+    c_train, c_val = datasets.load_split(only / "train.parquet", "sft")
+    assert len(c_train) == len(a_train) and c_val is None
+    with pytest.raises(ConfigError, match="lacks the column"):
+        datasets.load_split(only, "kto")
+    cfg = validate_config(
+        "llm.train",
+        {"method": "sft", "model": str(models["qwen2"]), "dataset": str(only)},
+    )
+    assert cfg["dataset_rows"] == len(a_train)
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+    with pytest.raises(ConfigError, match="not a readable parquet file"):
+        datasets.check_columns(broken, "sft")
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [("", "has no rows"), ("not json\n", "line 1"), ("[1, 2]\n", "JSON objects")],
+)
+def test_damaged_jsonl_dataset(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "train.jsonl"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=words) as err:
+        datasets.check_columns(path, "sft")
+    assert ";" in str(err.value) and err.value.field == "dataset"

@@ -257,6 +257,34 @@ def load_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def dataset_files(path: str | Path) -> tuple[Path, Path | None]:
+    """(train file, validation file or None) of a dataset folder or file.
+
+    A folder holds ``train.jsonl`` (preferred) or ``train.parquet``, with an
+    optional ``validation`` file of the same format; a file is the training
+    set alone. The train file returned may not exist.
+    """
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        return p, None
+    for ext in (".jsonl", ".parquet"):
+        train = p / f"train{ext}"
+        if train.is_file():
+            val = p / f"validation{ext}"
+            return train, val if val.is_file() else None
+    return p / "train.jsonl", None
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON Lines or parquet file."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows: list[dict[str, Any]] = pq.read_table(path).to_pylist()
+        return rows
+    return load_rows(path)
+
+
 def load_split(
     folder: str | Path, method: str, field_name: str = "dataset"
 ) -> tuple[Any, Any]:
@@ -264,40 +292,75 @@ def load_split(
     ConfigError naming ``field_name`` when missing or with wrong columns."""
     from datasets import Dataset
 
-    p = Path(folder)
-    train_file = p / "train.jsonl" if p.is_dir() else p
+    train_file, val_file = dataset_files(folder)
     if not train_file.is_file():
         raise ConfigError(
-            field_name, f"Dataset {p} does not exist; build it with llm.dataset first."
+            field_name,
+            f"Dataset {folder} does not exist; build it with llm.dataset first.",
         )
     check_columns(train_file, method, field_name)
-    train = Dataset.from_list(load_rows(train_file))
-    val_file = p / "validation.jsonl" if p.is_dir() else None
+    train = Dataset.from_list(read_rows(train_file))
     val = None
-    if val_file is not None and val_file.is_file():
-        rows = load_rows(val_file)
+    if val_file is not None:
+        rows = read_rows(val_file)
         val = Dataset.from_list(rows) if rows else None
     return train, val
 
 
-def check_columns(train_file: Path, method: str, field_name: str = "dataset") -> int:
-    """Raise ConfigError unless the first row has the method's columns;
-    returns the number of rows."""
+def _first_row(train_file: Path, field_name: str) -> tuple[dict[str, Any] | None, int]:
+    """The first row (None when empty) and the row count, reading parquet
+    metadata or streaming JSON Lines without holding the file."""
+    if train_file.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(train_file)
+        except Exception as exc:  # pyarrow raises several types here
+            raise ConfigError(
+                field_name,
+                f"Dataset {train_file} is not a readable parquet file "
+                f"({type(exc).__name__}); write it again or use JSON Lines.",
+            ) from None
+        n = pf.metadata.num_rows
+        if n == 0:
+            return None, 0
+        first = next(pf.iter_batches(batch_size=1)).to_pylist()[0]
+        return first, n
     n = 0
     first: dict[str, Any] | None = None
     with open(train_file, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                if first is None:
-                    try:
-                        first = json.loads(line)
-                    except json.JSONDecodeError:
-                        raise ConfigError(
-                            field_name, f"Dataset {train_file} is not valid JSON Lines."
-                        ) from None
-                n += 1
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            if first is None:
+                try:
+                    first = json.loads(line)
+                except json.JSONDecodeError:
+                    raise ConfigError(
+                        field_name,
+                        f"Dataset {train_file} is not valid JSON Lines (line "
+                        f"{lineno}); write one JSON object per line.",
+                    ) from None
+                if not isinstance(first, dict):
+                    raise ConfigError(
+                        field_name,
+                        f"Dataset {train_file} does not hold JSON objects; "
+                        "write one object per line, with the method's columns.",
+                    )
+            n += 1
+    return first, n
+
+
+def check_columns(train_file: Path, method: str, field_name: str = "dataset") -> int:
+    """Raise ConfigError unless the first row has the method's columns;
+    returns the number of rows. ``train_file`` is JSON Lines or parquet."""
+    first, n = _first_row(train_file, field_name)
     if first is None:
-        raise ConfigError(field_name, f"Dataset {train_file} has no rows.")
+        raise ConfigError(
+            field_name,
+            f"Dataset {train_file} has no rows; build it again from traces "
+            "with llm.dataset.",
+        )
     need = COLUMNS[method]
     missing = [c for c in need if c not in first]
     if missing:

@@ -55,7 +55,8 @@ class TrainConfig:
     model: str = ""
     """Base model: a local HF folder or a hub id in the local cache."""
     dataset: str = ""
-    """Dataset folder (``train.jsonl`` inside) built for this method."""
+    """Dataset folder (``train.jsonl`` or ``train.parquet`` inside, as
+    llm.dataset writes) or one such file, with this method's columns."""
     name: str | None = None
     """Folder name of the adapter under ``<project>/models/`` (run id if None)."""
     max_steps: int = 100
@@ -146,7 +147,7 @@ def validate(
 ) -> dict[str, Any]:
     """The normalized ``llm.train`` config (defaults filled) or ConfigError."""
     from engine.llm.base import check_chat_template, check_trainable, inspect_model
-    from engine.llm.datasets import check_columns
+    from engine.llm.datasets import check_columns, dataset_files
 
     unknown = set(config) - _FIELDS
     if unknown:
@@ -167,7 +168,7 @@ def validate(
     if not out["dataset"]:
         raise ConfigError("dataset", "dataset must name a dataset folder.")
     ds = Path(out["dataset"]).expanduser()
-    train_file = ds / "train.jsonl" if ds.is_dir() else ds
+    train_file, _ = dataset_files(ds)
     if not train_file.is_file():
         raise ConfigError(
             "dataset", f"Dataset {ds} does not exist; build it with llm.dataset first."
