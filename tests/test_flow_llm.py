@@ -520,5 +520,6 @@ def test_a_hub_id_resolves_from_the_local_cache_only(
     assert gone["message"].startswith(
         "Model 'acme/never-downloaded' is not in the local Hugging Face cache"
     )
-    assert "works offline" in gone["message"]
+    # it names the cache this engine looked in, where a download belongs
+    assert f"cache ({cache}) and this engine works offline" in gone["message"]
     assert gone["message"].count(". ") == 0  # one sentence

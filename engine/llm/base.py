@@ -133,7 +133,7 @@ def resolve_model(ref: str | Path, field_name: str = "model") -> Path:
         raise ConfigError(
             field_name,
             f"Model {text!r} is not in the local Hugging Face cache "
-            f"({hf_cache_dirs()[-1]}) and this engine works offline; download it "
+            f"({hf_cache_dirs()[0]}) and this engine works offline; download it "
             f"there (huggingface-cli download {text}) or give a local model folder.",
         )
     raise ConfigError(
