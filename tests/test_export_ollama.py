@@ -98,6 +98,7 @@ class FakeOllama:
         self.requests: list[tuple[str, str]] = []
         self.creates: list[dict[str, Any]] = []
         self.fail_create: str | None = None
+        self.drop_create: str | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -169,6 +170,24 @@ class FakeOllama:
                 if self.path == "/api/create":
                     fake.creates.append(body)
                     name = body["model"]
+                    if fake.drop_create:
+                        # Send one status line, then hang up (a crash
+                        # mid-create): Ollama streams chunked, without the
+                        # last chunk here; or a sized body cut short.
+                        line = json.dumps({"status": "parsing GGUF"}).encode() + b"\n"
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/x-ndjson")
+                        if fake.drop_create == "chunked":
+                            self.send_header("Transfer-Encoding", "chunked")
+                            line = b"%x\r\n%s\r\n" % (len(line), line)
+                        else:
+                            self.send_header("Content-Length", str(len(line) + 99))
+                        self.end_headers()
+                        self.wfile.write(line)
+                        self.wfile.flush()
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
                     if fake.fail_create:
                         self._send(
                             200,
@@ -325,9 +344,27 @@ def test_create_error_mid_stream_is_one_sentence(model_gguf: Path, tmp_path) -> 
         with pytest.raises(EngineError) as exc:
             deploy_gguf(model_gguf, "broken", host=fake.url, bundle_dir=tmp_path / "b")
         msg = str(exc.value)
-        assert msg == "Ollama could not create broken failed: unsupported architecture."
+        assert msg == "Ollama could not create broken: unsupported architecture."
         assert "\n" not in msg
         assert "broken" not in fake.models
+
+
+@pytest.mark.parametrize("body", ["chunked", "sized"])
+def test_server_gone_mid_stream_is_one_sentence(
+    model_gguf: Path, tmp_path: Path, body: str
+) -> None:
+    with FakeOllama() as fake:
+        fake.drop_create = body
+        with pytest.raises(EngineError) as exc:
+            deploy_gguf(model_gguf, "cut", host=fake.url, bundle_dir=tmp_path / "b")
+        msg = str(exc.value)
+        assert msg == (
+            f"Ollama could not create cut: the connection to {fake.url} broke off "
+            "before the server said it was done."
+        )
+        assert "cut" not in fake.models
+    # A failed deployment leaves no bundle behind: nothing half made.
+    assert not (tmp_path / "b").exists()
 
 
 def test_no_server_writes_a_bundle(model_gguf: Path, tmp_path: Path) -> None:

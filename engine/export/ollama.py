@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -222,11 +223,29 @@ class OllamaClient:
         try:
             resp = self._request("POST", path, body, timeout=max(self.timeout, 600.0))
         except urllib.error.HTTPError as exc:
-            raise EngineError(
-                f"{what} failed: {self._error_text(exc).rstrip('.')}."
-            ) from None
+            raise EngineError(f"{what}: {self._error_text(exc).rstrip('.')}.") from None
+        broke_off = EngineError(
+            f"{what}: the connection to {self.host} broke off before the server "
+            "said it was done."
+        )
         with resp:
-            for line in resp:
+            lines = iter(resp)
+            while True:
+                try:
+                    line = next(lines)
+                except StopIteration:
+                    # http.client ends a truncated body quietly when read by
+                    # lines: a chunked reply still waits for its last chunk, a
+                    # sized one still has bytes to come.
+                    chunked = getattr(resp, "chunked", False)
+                    if (chunked and getattr(resp, "chunk_left", None) is not None) or (
+                        not chunked and (getattr(resp, "length", 0) or 0) > 0
+                    ):
+                        raise broke_off from None
+                    return
+                except (http.client.HTTPException, OSError):
+                    # The server went away mid-stream (crash, restart, proxy).
+                    raise broke_off from None
                 line = line.strip()
                 if not line:
                     continue
@@ -235,9 +254,7 @@ class OllamaClient:
                 except ValueError:
                     continue
                 if obj.get("error"):
-                    raise EngineError(
-                        f"{what} failed: {str(obj['error']).rstrip('.')}."
-                    )
+                    raise EngineError(f"{what}: {str(obj['error']).rstrip('.')}.")
                 yield obj
 
     def create(
