@@ -314,3 +314,65 @@ def test_gymnasium_form_is_built_from_the_env_signature(
     ws.undo_stack.undo()
     assert ws.model.get_field("gymnasium.kwargs") == {}
     assert ws.gym_kwargs.values()["sutton_barto_reward"] is False
+
+
+def test_a_python_env_that_fails_to_import_fails_its_preview_run(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    """The engine starts the run (the spec itself is fine); the user's file
+    raises in the job, the run fails, and the panel says why."""
+    ws, panel = workspace, workspace.preview_panel
+    assert ws.new_env("python", "broken")
+    code = Path(ws._state.path) / ws.model.get_field("python.file")
+    code.write_text("import gymnasium\nraise RuntimeError('wires crossed')\n")
+    with (
+        qtbot.waitSignal(ws.problems_changed, timeout=PREVIEW_TIMEOUT_MS),
+        qtbot.waitSignal(
+            ws.controller.preview_failed, timeout=PREVIEW_TIMEOUT_MS
+        ) as err,
+    ):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert "wires crossed" in err.args[0]
+    assert "wires crossed" in panel.status_label.text()
+    run = next(r for r in ws._state.runs.values() if r["kind"] == "env_preview")
+    assert run["status"] == "failed"
+    assert any(p["path"] == "python.file" for p in ws.problems)
+
+
+def test_preview_with_a_policy_trained_on_the_env(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    """A short MaskablePPO run registers a policy; the Preview offers it for
+    this env (and only this env) and plays with it."""
+    ws, panel, session = workspace, workspace.preview_panel, workspace._session
+    ended: list[tuple[str, str, str]] = []
+    session.run_ended.connect(lambda *args: ended.append(args))
+    session.start_run(
+        "rl.train",
+        {
+            "env": "rlstudio/jira_issue_resolution-v0",
+            "algo": "MaskablePPO",
+            "total_steps": 64,
+            "seed": 0,
+            "n_envs": 1,
+            "eval_every_steps": 0,
+            "hyperparameters": {"n_steps": 64, "batch_size": 64, "n_epochs": 1},
+        },
+        name="tiny",
+        on_error=lambda e: ended.append(("", "refused", e.message)),
+    )
+    # Torch and SB3 load in the job: slow on a busy two-core machine.
+    qtbot.waitUntil(lambda: bool(ended), timeout=4 * PREVIEW_TIMEOUT_MS)
+    assert ended[0][1] == "completed", ended
+    qtbot.waitUntil(lambda: panel.policy_combo.count() == 2, timeout=30_000)
+    assert panel.policy_combo.isEnabled()
+    assert "MaskablePPO" in panel.policy_combo.itemText(1)
+    panel.policy_combo.setCurrentIndex(1)
+    data = run_preview(qtbot, ws, episodes=3)
+    assert len(data["episodes"]) == 3
+    policy = ws.policies()[0]
+    assert f"with {policy['name']}" in panel.status_label.text()
+    # The maze has no policy of its own: only Random is offered there.
+    maze = next(d for d in ws.table.model.records if d["name"] == "maze")
+    assert ws.open_env(maze["path"])
+    assert panel.policy_combo.count() == 1
