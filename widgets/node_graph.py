@@ -55,6 +55,9 @@ PORT_ROW = 22.0
 PORT_RADIUS = 6.0
 GRID = 20.0
 MIN_ZOOM, MAX_ZOOM = 0.15, 3.0
+LOD_DETAIL = 0.5
+"""Below this zoom, items paint without text or antialiasing: the labels
+would be unreadable anyway, and a whole 500-node graph stays quick to pan."""
 SCENE_EXTENT = 100_000.0
 
 STATE_COLORS: dict[str, str] = {
@@ -144,6 +147,8 @@ class PortItem(QGraphicsItem):
         if self.dimmed:
             color.setAlpha(60)
         r = PORT_RADIUS + (2 if self.hovered else 0)
+        if option.levelOfDetailFromTransform(painter.worldTransform()) < LOD_DETAIL:
+            return  # the node's overview paints its ports (in its cache)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(QPen(QColor("#20242b"), 1.5))
         filled = self.links or self.output or not self.port.required
@@ -218,6 +223,9 @@ class NodeItem(QGraphicsObject):
             | QGraphicsItem.GraphicsItemFlag.ItemSendsGeometryChanges
         )
         self.setZValue(1)
+        # Panning then blits the node's pixmap instead of drawing its text
+        # again; a state or title change repaints it (``update``).
+        self.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self._update_tooltip()
 
     # ----------------------------------------------------------- layout
@@ -264,7 +272,6 @@ class NodeItem(QGraphicsObject):
         option: QStyleOptionGraphicsItem,
         widget: QWidget | None = None,
     ) -> None:
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         rect = self.body_rect()
         border = QColor("#2f3640")
         width = 1.2
@@ -274,6 +281,10 @@ class NodeItem(QGraphicsObject):
             border, width = QColor("#e15759"), 2.0
         if self.isSelected():
             border, width = QColor("#f0a020"), 2.5
+        if option.levelOfDetailFromTransform(painter.worldTransform()) < LOD_DETAIL:
+            self._paint_overview(painter, border, width)
+            return
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(QPen(border, width))
         painter.setBrush(QColor("#fdfdfd"))
         painter.drawRoundedRect(rect, 6, 6)
@@ -330,6 +341,26 @@ class NodeItem(QGraphicsObject):
         self._paint_badge(painter)
         if self.errors:
             self._paint_error_mark(painter)
+
+    def _paint_overview(self, painter: QPainter, border: QColor, width: float) -> None:
+        """The node far away: its box, header color, state and error marks."""
+        rect = self.body_rect()
+        painter.setPen(QPen(border, width))
+        painter.setBrush(QColor("#fdfdfd"))
+        painter.drawRect(rect)
+        painter.fillRect(QRectF(0, 0, NODE_WIDTH, HEADER_HEIGHT), self.header_color)
+        if self.state:
+            color = QColor(STATE_COLORS.get(self.state, "#8f9bb3"))
+            painter.fillRect(QRectF(NODE_WIDTH - 24, 2, 22, HEADER_HEIGHT - 4), color)
+            if self.state == "running":
+                bar = QRectF(0, self.height - 6, NODE_WIDTH * self.progress, 6)
+                painter.fillRect(bar, color)
+        if self.errors:
+            painter.fillRect(QRectF(2, 2, 20, HEADER_HEIGHT - 4), QColor("#e15759"))
+        r = PORT_RADIUS
+        for port in (*self.inputs.values(), *self.outputs.values()):
+            p = port.pos()
+            painter.fillRect(QRectF(p.x() - r, p.y() - r, 2 * r, 2 * r), port.color)
 
     def _paint_badge(self, painter: QPainter) -> None:
         if not self.state:
@@ -456,12 +487,17 @@ class LinkItem(QGraphicsPathItem):
         )
 
     def update_path(self) -> None:
+        self._shape: QPainterPath | None = None
         self.setPath(_bezier(self.source.center(), self.target.center()))
 
     def shape(self) -> QPainterPath:
-        stroker = QPainterPathStroker()
-        stroker.setWidth(12)
-        return stroker.createStroke(self.path())
+        # Hit tests and rubber bands ask often; the stroke changes only
+        # with the path.
+        if self._shape is None:
+            stroker = QPainterPathStroker()
+            stroker.setWidth(12)
+            self._shape = stroker.createStroke(self.path())
+        return self._shape
 
     def paint(
         self,
@@ -469,7 +505,10 @@ class LinkItem(QGraphicsPathItem):
         option: QStyleOptionGraphicsItem,
         widget: QWidget | None = None,
     ) -> None:
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        detailed = (
+            option.levelOfDetailFromTransform(painter.worldTransform()) >= LOD_DETAIL
+        )
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, detailed)
         color = QColor(self.source.color)
         width = 2.5
         if self.isSelected():
@@ -957,21 +996,30 @@ class NodeGraphView(QGraphicsView):
     # ---------------------------------------------------------- painting
     def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
         painter.fillRect(rect, QColor("#eef0f3"))
-        step = GRID if self.zoom() >= 0.5 else GRID * 5
+        step = GRID if self.zoom() >= LOD_DETAIL else GRID * 5
         left = math.floor(rect.left() / step) * step
         top = math.floor(rect.top() / step) * step
-        fine = QPen(QColor("#e0e3e8"), 0)
-        coarse = QPen(QColor("#d0d4db"), 0)
+        lines: tuple[list[QLineF], list[QLineF]] = ([], [])  # fine, coarse
         x = left
         while x < rect.right():
-            painter.setPen(coarse if round(x / step) % 5 == 0 else fine)
-            painter.drawLine(QLineF(x, rect.top(), x, rect.bottom()))
+            lines[round(x / step) % 5 == 0].append(
+                QLineF(x, rect.top(), x, rect.bottom())
+            )
             x += step
         y = top
         while y < rect.bottom():
-            painter.setPen(coarse if round(y / step) % 5 == 0 else fine)
-            painter.drawLine(QLineF(rect.left(), y, rect.right(), y))
+            lines[round(y / step) % 5 == 0].append(
+                QLineF(rect.left(), y, rect.right(), y)
+            )
             y += step
+        # Axis-aligned hairlines need no antialiasing, which costs most here.
+        painter.save()
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+        painter.setPen(QPen(QColor("#e0e3e8"), 0))
+        painter.drawLines(lines[0])
+        painter.setPen(QPen(QColor("#d0d4db"), 0))
+        painter.drawLines(lines[1])
+        painter.restore()
 
     def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
         if self.nodes or not self.empty_text:
