@@ -376,3 +376,23 @@ def test_preview_with_a_policy_trained_on_the_env(
     maze = next(d for d in ws.table.model.records if d["name"] == "maze")
     assert ws.open_env(maze["path"])
     assert panel.policy_combo.count() == 1
+
+
+def test_an_argument_the_env_does_not_take_is_marked_on_the_kwargs(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    cartpole = next(d for d in ws.table.model.records if d["name"] == "cartpole")
+    assert ws.open_env(cartpole["path"])
+    ws.tabs.setCurrentIndex(0)
+    ws.gym_kwargs_text.setText('{"pole_colour": "red"}')
+    ws.gym_kwargs_text.setFocus()
+    qtbot.keyClick(ws.gym_kwargs_text, Qt.Key.Key_Return)
+    assert ws.model.get_field("gymnasium.kwargs") == {"pole_colour": "red"}
+    with qtbot.waitSignal(ws.problems_changed, timeout=PREVIEW_TIMEOUT_MS):
+        ws.validate()
+    assert [p["path"] for p in ws.problems if p["severity"] == "error"] == [
+        "gymnasium.kwargs"
+    ]
+    assert "pole_colour" in ws.gym_kwargs_text.property("problem")
+    assert not ws.gym_id.property("problem")

@@ -365,6 +365,9 @@ def _env_checks(spec: EnvSpec, report: Report, *, steps: int, seed: int) -> None
         add(Problem("error", exc.field, str(exc), "make"))
         return
     except Exception as exc:
+        # An argument the env does not take is the kwargs' fault.
+        if where and isinstance(exc, TypeError) and spec.body.get("kwargs"):
+            where = f"{where}.kwargs"
         add(
             Problem(
                 "error", where, f"gym.make failed: {type(exc).__name__}: {exc}", "make"

@@ -1957,10 +1957,25 @@ class EnvironmentsWorkspace(QWidget):
             self.grid_painter.set_problem_cells(cells)
             self._mark_form(self.grid_form, fields)
         elif kind == "python":
+            # A failure of the whole env (make, check_env) is the file's.
+            if "python" in fields:
+                fields.setdefault("python.file", fields["python"])
             self._mark_form(self.python_form, fields)
         elif kind == "gymnasium":
-            _mark(self.gym_id, fields.get("gymnasium.id", ""))
+            _mark(
+                self.gym_id,
+                fields.get("gymnasium.id", "") or fields.get("gymnasium", ""),
+            )
+            _mark(self.gym_max_steps, fields.get("gymnasium.max_episode_steps", ""))
             _mark(self.gym_kwargs_text, fields.get("gymnasium.kwargs", ""))
+            prefix = "gymnasium.kwargs."
+            self.gym_kwargs.set_external_errors(
+                {
+                    path.removeprefix(prefix): msg
+                    for path, msg in fields.items()
+                    if path.startswith(prefix)
+                }
+            )
         _mark(self.description, fields.get("description", ""))
 
     def _mark_form(self, form: _FieldForm, fields: dict[str, str]) -> None:
