@@ -68,8 +68,8 @@ QUICK = {
     "train.settings": '{"save_steps": 0, "precision": "fp32", "device": "cpu"}',
     "evaluate.episodes": 2,
     "evaluate.num_envs": 2,
-    "evaluate.max_steps": 3,
-    "evaluate.max_new_tokens": 3,
+    "evaluate.max_steps": 2,
+    "evaluate.max_new_tokens": 2,
 }
 
 
@@ -257,6 +257,41 @@ def test_the_example_flow_is_a_real_users_grpo_pipeline(tmp_path: Path) -> None:
     assert {"cartpole_ppo", "jira_maskable_ppo", "jira_llm_grpo"} <= set(flows)
     assert flows["jira_llm_grpo"]["description"].startswith("Teach Qwen2.5")
     assert "error" not in flows["jira_llm_grpo"]
+
+
+def test_the_workflows_workspace_lists_and_opens_the_example(
+    qtbot, tmp_path: Path
+) -> None:
+    from PySide6.QtCore import QSettings
+
+    from studio.engine_client import EngineClient
+    from studio.models.project_state import ProjectState
+    from studio.session import Session
+    from studio.settings import Settings
+    from studio.workspaces.workflows import WorkflowsWorkspace
+
+    project = Project.open(
+        tmp_path / "fresh", create=True, examples=resource_path("examples")
+    )
+    try:
+        snapshot = project.snapshot()
+    finally:
+        project.close()
+    settings = Settings(
+        QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    )
+    state = ProjectState()
+    ws = WorkflowsWorkspace(Session(EngineClient(), state, settings))  # no engine
+    qtbot.addWidget(ws)
+    state.load_snapshot(snapshot)
+    ws.set_catalog(catalog())
+    ws.recent_menu.aboutToShow.emit()
+    (action,) = [a for a in ws.recent_menu.actions() if a.text() == "jira_llm_grpo"]
+    action.trigger()
+    assert ws.model.path == tmp_path / "fresh" / "flows" / "jira_llm_grpo.flow.json"
+    assert sorted(ws.node_ids()) == sorted(CHAIN)
+    assert len(ws.links()) == len(flow.load(EXAMPLE).links)
+    assert ws.validate() == {}
 
 
 # ------------------------------------------------------- the chain headless
@@ -457,6 +492,55 @@ def run_in_process(project: Path, doc: flow.FlowDocument) -> dict[str, Any]:
         return executor.run_flow(ctx, doc, flow_name="t")
     finally:
         ctx.close()
+
+
+def test_stop_during_fine_tuning_stops_the_node_and_skips_the_rest(
+    tmp_path: Path,
+) -> None:
+    """Stop goes through NodeRun into TRL's callback: training ends after the
+    step in progress, nothing downstream runs, nothing is cached."""
+    project = tmp_path / "project"
+    Project.open(project, create=True, examples=resource_path("examples")).close()
+    doc = flow.load(EXAMPLE)
+    for key, value in QUICK.items():
+        node_id, param = key.split(".")
+        doc.node(node_id).params[param] = value
+    doc.node("base").params["model"] = str(build_tiny_model(tmp_path / "tiny"))
+    # the noisy expert needs no model: rollouts in a blink
+    doc.node("collect").params.update(policy="expert", noise=0.3)
+    doc.node("train").params["max_steps"] = 500
+    run_dir = project / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("r1", run_dir, "flow.run", {}, events=io.StringIO())
+    seen: list[tuple[str, str]] = []
+
+    def on_state(node_id: str, state: str, progress: float, *_: Any) -> None:
+        seen.append((node_id, state))
+        if node_id == "train" and state == "running" and progress > 0:
+            ctx.request_stop()  # what the Stop button does, once a step is done
+
+    try:
+        summary = executor.run_flow(ctx, doc, flow_name="t", on_state=on_state)
+    finally:
+        ctx.close()
+    assert summary["status"] == "stopped"
+    nodes = summary["nodes"]
+    assert nodes["collect"]["state"] == nodes["dataset"]["state"] == "done"
+    assert nodes["train"]["state"] == "stopped"
+    for node in ("merge", "export", "evaluate", "deploy"):
+        assert nodes[node]["state"] == "skipped"
+        assert nodes[node]["message"] == "The run was stopped."
+    assert summary["models"] == []
+    cache = project / "data" / "flow-cache" / "t"
+    assert (cache / "dataset.json").exists() and not (cache / "train.json").exists()
+    rows = [
+        json.loads(line)
+        for line in (run_dir / "nodes" / "train" / "metrics.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    assert 1 <= max(r["step"] for r in rows) < 500
+    assert ("train", "stopped") in seen
 
 
 def test_a_missing_base_model_fails_in_one_sentence_and_skips_downstream(
