@@ -184,10 +184,14 @@ def test_preview_of_the_jira_env_shows_a_trace_and_a_success_rate(
     assert f"{data['success_rate']:.0%}" in text
     assert sum(panel.histogram.counts()) == 12
     rows = panel.trace_table.model.records
-    assert len(rows) == data["episodes"][0]["length"] > 0
+    # The first five episodes, step by step.
+    assert len(rows) == sum(e["length"] for e in data["episodes"][:5])
+    assert {r["episode"] for r in rows} == {1, 2, 3, 4, 5}
     assert {r["action"] for r in rows} <= set(ws.model.tool_names())
     assert all(r["breakdown"] or r["reward"] == 0 for r in rows)
-    assert rows[-1]["status"].endswith(("terminated", "truncated"))
+    for ep in range(1, 6):
+        last = [r for r in rows if r["episode"] == ep][-1]
+        assert last["status"].endswith(("terminated", "truncated"))
     # The chosen step shows what a language-model policy reads.
     assert "Current status" in panel.step_detail.toPlainText()
     assert "step_fraction = 0" in panel.step_detail.toPlainText()

@@ -37,7 +37,12 @@ from widgets.histogram import Histogram
 from widgets.record_table import Column, RecordTable
 
 TRACE_COLUMNS = [
-    Column("Ep", lambda r: r["episode"]),
+    # Sorting by episode keeps each episode's steps in order.
+    Column(
+        "Ep",
+        lambda r: r["episode"] * 1_000_000 + r["step"],
+        display=lambda r: str(r["episode"]),
+    ),
     Column("Step", lambda r: r["step"]),
     Column("Action", lambda r: r["action"]),
     Column(
@@ -118,7 +123,7 @@ class EnvPreviewPanel(QWidget):
             TRACE_COLUMNS,
             empty_text="Press Run preview: the first episode's steps appear here.",
         )
-        self.trace_table.view.sortByColumn(1, Qt.SortOrder.AscendingOrder)
+        self.trace_table.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         self.trace_table.view.setWordWrap(False)  # one line per step
         self.trace_table.selection_changed.connect(self._on_trace_selection_changed)
         self.step_detail = QPlainTextEdit(readOnly=True)

@@ -101,6 +101,8 @@ from widgets.state_machine_editor import (
 PREFERRED_FIRST = "jira_issue_resolution"
 """Opened first in a project that holds it (the example to start from)."""
 JSON_DEBOUNCE_MS = 400
+TRACE_EPISODES = 5
+"""Episodes of a preview whose every step goes into the trace table."""
 SEVERITY_COLORS = {"error": "#d62728", "warning": "#b8860b", "info": "#1f77b4"}
 
 WORKFLOW_FIELDS: list[tuple[str, dict[str, Any]]] = [
@@ -1052,6 +1054,7 @@ class EnvironmentsWorkspace(QWidget):
             str(self.path),
             episodes=episodes,
             frames=self._preview_frames(),
+            trace_episodes=min(episodes, TRACE_EPISODES),
             model=model,
         )
 
