@@ -292,11 +292,16 @@ class Session(QObject):
                 self.run_log_received.emit(run_id, lines)
             case protocol.RunStarted():
                 self._live_runs.add(msg.run_id)
-                if self.state.run(msg.run_id) is None:
+                new_run = self.state.run(msg.run_id) is None
+                if new_run:
                     # A new run: every row it sends is live, none on disk yet.
                     self.metrics.remove_run(msg.run_id)
                     self._metrics_last_time[msg.run_id] = -math.inf
                 self.state.on_run_started(msg.run_id, msg.kind, msg.name, msg.run_dir)
+                if new_run:
+                    # The event carries no config; the project's row does
+                    # (Details and Duplicate need it while the run trains).
+                    self.refresh_project()
                 self.message_posted.emit(
                     "info", "run", f"{msg.name} started (pid {msg.pid})"
                 )

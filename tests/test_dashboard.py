@@ -172,3 +172,87 @@ def test_a_headless_run_shows_live_in_an_open_studio(qtbot, window: MainWindow) 
     training.table.select_keys([run_id])
     qtbot.waitUntil(lambda: store.length(run_id, "eval/mean_reward") == 3, timeout=5000)
     qtbot.waitUntil(lambda: "Rewards" in training.plots.group_titles(), timeout=5000)
+
+
+CRASHING_ENV = """
+import gymnasium as gym
+import numpy as np
+
+
+class Crashing(gym.Env):
+    \"\"\"Plays normal 25-step episodes until its 290th step, in the middle of
+    the 12th episode, where it raises.\"\"\"
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+        self.total = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.total += 1
+        if self.total == 290:
+            raise RuntimeError(f"sensor failed at step {self.t} of an episode")
+        obs = np.full(2, self.t / 25, np.float32)
+        return obs, float(action), self.t >= 25, False, {}
+"""
+
+
+def test_a_crashing_env_fails_the_run_and_leaves_it_inspectable(
+    qtbot, window: MainWindow
+) -> None:
+    training = window.workspaces["training"]
+    session = window.session
+    envs = Path(session.state.path) / "envs"
+    (envs / "crashing.py").write_text(CRASHING_ENV)
+    (envs / "crashing.env.json").write_text(
+        '{"format": 1, "name": "crashing", "kind": "python",'
+        ' "python": {"file": "crashing.py", "class": "Crashing"}}'
+    )
+    started: list[str] = []
+    ended: list[tuple[str, str]] = []
+    session.run_ended.connect(lambda rid, status, _reason: ended.append((rid, status)))
+    session.start_run(
+        "rl.train",
+        {
+            "env": "rlstudio/crashing-v0",
+            "algo": "PPO",
+            "total_steps": 2000,
+            "n_envs": 1,
+            "eval_every_steps": 0,
+            "hyperparameters": {"n_steps": 64, "batch_size": 64, "n_epochs": 1},
+        },
+        on_started=started.append,
+    )
+    qtbot.waitUntil(lambda: bool(started), timeout=30_000)
+    (run_id,) = started
+    # While it runs, its full config is known (Details, Duplicate).
+    qtbot.waitUntil(
+        lambda: session.state.run(run_id).get("config", {}).get("algo") == "PPO",
+        timeout=10_000,
+    )
+    qtbot.waitUntil(lambda: bool(ended), timeout=120_000)
+    assert ended == [(run_id, "failed")]
+    # The env's own error is the reason, on the run's row and under the bar.
+    reason = "The run failed: RuntimeError: sensor failed at step 15 of an episode"
+    assert session.state.run(run_id)["reason"] == reason
+    training.table.select_keys([run_id])
+    assert training.progress.state() == "failed"
+    assert training.reason_label.isVisible() and reason in training.reason_label.text()
+    # Inspect: the log holds the traceback through the env's file, the
+    # curves up to the crash are there, and it can be resumed.
+    log = training.run_log.text()
+    assert "Traceback" in log and "crashing.py" in log
+    store = session.metrics
+    assert store.length(run_id, "rollout/ep_rew_mean") == 4  # 4 rollouts of 64
+    qtbot.waitUntil(lambda: "Rewards" in training.plots.group_titles(), timeout=5000)
+    assert training.resume_button.isEnabled() and training.duplicate_button.isEnabled()
+    assert not training.stop_button.isEnabled()
+    assert not session.state.models  # nothing is registered from a failed run

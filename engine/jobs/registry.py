@@ -32,6 +32,10 @@ class JobKind:
     resumable: bool = False
     schema: str | None = None
     """``module:function`` giving the parameter form: ``schema(values) -> list``."""
+    project_field: str | None = None
+    """A config key the supervisor fills with the open project's folder when
+    the config leaves it out, so that validation sees the project's designed
+    envs (``rlstudio/<name>-v0``) before the job starts."""
 
 
 JOB_KINDS: dict[str, JobKind] = {}
@@ -92,6 +96,7 @@ register(
         entry="engine.rl.train:run",
         validator="engine.rl.config:validate",
         schema="engine.rl.schema:schema",
+        project_field="project_dir",
         description="Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
         "MaskablePPO) on a Gymnasium or designed environment.",
         resumable=True,

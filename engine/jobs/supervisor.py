@@ -116,6 +116,9 @@ class Supervisor:
     # --------------------------------------------------------------- runs
     def start_run(self, kind: str, config: dict[str, Any], name: str = "") -> str:
         project = self.require_project()
+        field = registry.get_kind(kind).project_field
+        if field and not config.get(field):
+            config = {**config, field: str(project.path)}
         config = registry.validate_config(kind, config)
         record = project.create_run(kind, config, name)
         self._spawn(project, record.id, kind, resume=False)
