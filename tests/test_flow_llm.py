@@ -371,6 +371,8 @@ def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
     merged = nodes["merge"]["outputs"]["model"]
     assert merged["kind"] == "hf-merged" and merged["adapter"] == adapter["path"]
 
+    # training metrics go to the curves, not as printed rows into the log
+    assert "{'loss'" not in proc.stderr
     # both reward nodes reached GRPO: their curves are in the flow's metrics
     run_dir = Path(proc.stderr.split("run folder: ")[1].splitlines()[0])
     metrics = (run_dir / "metrics.jsonl").read_text()

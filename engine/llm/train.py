@@ -538,6 +538,12 @@ def train_model(
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     callback = make_callback(ctx, cfg["method"], cfg["max_steps"])
     trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback, *(callbacks or [])])
+    # With tqdm off, transformers adds a PrinterCallback that prints every
+    # log row into the run's log; StudioCallback already streams them as
+    # metrics.
+    from transformers import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     resume_from = latest_checkpoint(ctx.checkpoint_dir) if ctx.resume else None
     if resume_from is not None:
         ctx.log(f"resuming from {resume_from.name}")
