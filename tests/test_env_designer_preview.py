@@ -183,6 +183,7 @@ def test_preview_of_the_jira_env_shows_a_trace_and_a_success_rate(
     assert "12</b> episodes" in text and "success rate" in text
     assert f"{data['success_rate']:.0%}" in text
     assert sum(panel.histogram.counts()) == 12
+    assert panel.histogram.isVisible()
     rows = panel.trace_table.model.records
     # The first five episodes, step by step.
     assert len(rows) == sum(e["length"] for e in data["episodes"][:5])
@@ -250,6 +251,7 @@ def test_preview_of_a_bad_spec_shows_the_error_and_loses_no_edit(
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     assert "workflow.transitions[0].to" in err.args[0]
     assert "Nowhere" in panel.status_label.text()
+    assert not panel.charts.isVisible()  # no empty axes
     assert "failed" in panel.status_label.text()
     assert panel.run_button.isEnabled()
     # Nothing was lost: the edit, its undo step, the autosave.

@@ -114,7 +114,7 @@ class EnvPreviewPanel(QWidget):
         self.frames = FrameViewer()
         self.frames.setToolTip("The first episode, frame by frame.")
         self.frames.hide()  # until an env that renders is previewed
-        top = QSplitter(Qt.Orientation.Horizontal)
+        self.charts = top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(self.histogram)
         top.addWidget(self.frames)
         top.setSizes([420, 380])
@@ -178,9 +178,11 @@ class EnvPreviewPanel(QWidget):
             "one.</span>"
         )
         self.histogram.set_values([])
+        self.histogram.hide()  # empty axes look broken; back with results
         self.trace_table.set_records([])
         self.step_detail.clear()
         self._set_frames(None)
+        self._update_charts()
 
     def set_running(self, running: bool) -> None:
         self.run_button.setEnabled(not running)
@@ -203,8 +205,7 @@ class EnvPreviewPanel(QWidget):
         )
 
     def show_error(self, message: str) -> None:
-        self.set_running(False)
-        self.progress.hide()
+        self.clear()  # results of an earlier spec would read as this one's
         self.status_label.setText(
             "<span style='color:#d62728'><b>The preview failed:</b> "
             f"{html.escape(message)}</span><br><span style='color:gray'>"
@@ -218,6 +219,7 @@ class EnvPreviewPanel(QWidget):
         self.progress.hide()
         s = summary(data)
         self.histogram.set_values(s["returns"])
+        self.histogram.setVisible(bool(s["returns"]))
         self._show_summary(s, policy_name, stale=False)
         rows = trace_rows(data)
         self.trace_table.set_records(rows)
@@ -226,6 +228,7 @@ class EnvPreviewPanel(QWidget):
         else:
             self.step_detail.clear()
         self._set_frames(data.get("frames"))
+        self._update_charts()
 
     def mark_stale(self) -> None:
         """The spec was edited after the results shown were played."""
@@ -264,6 +267,12 @@ class EnvPreviewPanel(QWidget):
         else:
             self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8))
             self.frames.hide()
+
+    def _update_charts(self) -> None:
+        """The chart row only takes room when it has something to show."""
+        self.charts.setVisible(
+            not (self.histogram.isHidden() and self.frames.isHidden())
+        )
 
     def _on_run_clicked(self) -> None:
         self.preview_requested.emit(self.episodes.value(), self.selected_policy())

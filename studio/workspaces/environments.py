@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QStackedWidget,
@@ -542,6 +543,11 @@ class EnvironmentsWorkspace(QWidget):
         # header of the open document
         self.title = QLabel()
         self.title.setTextFormat(Qt.TextFormat.RichText)
+        # A long name, the modified mark and "Undo <edit>" must not widen
+        # the window: the title gives way (clipped) to the buttons.
+        self.title.setSizePolicy(
+            QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred
+        )
         self.undo_action = self.undo_stack.createUndoAction(self, "Undo")
         self.undo_action.setShortcut(QKeySequence.StandardKey.Undo)
         self.redo_action = self.undo_stack.createRedoAction(self, "Redo")
