@@ -1262,11 +1262,13 @@ class EnvironmentsWorkspace(QWidget):
         mark = (
             " <span style='color:#b8860b'>● modified</span>" if self.is_modified else ""
         )
+        # The mark goes right after the name: the title is clipped from the
+        # right when the header is narrow, and the mark matters most.
         self.title.setText(
-            f"<span style='font-size:15px'><b>{self.model.name}</b></span> "
+            f"<span style='font-size:15px'><b>{self.model.name}</b></span>{mark} "
             f"<span style='color:gray'>{self.model.kind} · {self.path.name}</span>"
-            f"{mark}"
         )
+        self.title.setToolTip(str(self.path))
 
     def _show_document(self) -> None:
         has = self.path is not None
