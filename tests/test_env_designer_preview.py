@@ -402,3 +402,23 @@ def test_an_argument_the_env_does_not_take_is_marked_on_the_kwargs(
     ]
     assert "pole_colour" in ws.gym_kwargs_text.property("problem")
     assert not ws.gym_id.property("problem")
+
+
+def test_stop_ends_a_long_preview_and_shows_what_it_played(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws, panel = workspace, workspace.preview_panel
+    maze = next(d for d in ws.table.model.records if d["name"] == "maze")
+    assert ws.open_env(maze["path"])
+    panel.episodes.setValue(5000)
+    with qtbot.waitSignal(ws.controller.preview_progress, timeout=PREVIEW_TIMEOUT_MS):
+        qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
+    assert panel.progress.isVisible() and panel.progress.maximum() == 5000
+    with qtbot.waitSignal(
+        ws.controller.preview_finished, timeout=PREVIEW_TIMEOUT_MS
+    ) as done:
+        qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    played = len(done.args[0]["episodes"])
+    assert 0 < played < 5000
+    assert f"{played}</b> episodes" in panel.status_label.text()
+    assert panel.run_button.isEnabled() and not panel.stop_button.isEnabled()
