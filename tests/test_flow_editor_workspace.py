@@ -380,7 +380,7 @@ def test_flow_name_and_description_are_undoable_and_saved(qtbot, ws, project) ->
     assert ws.undo_stack.count() == count + 2
     assert ws.model.doc.name == "cartpole check"
     assert "cartpole check" in ws.title_label.text()
-    assert "Train PPO, then evaluate it." in ws.title_label.text()
+    assert "Train PPO, then evaluate it." in ws.title_label.toolTip()
     assert ws.save()
     data = json.loads((project / "flows" / "cart.flow.json").read_text())
     assert (data["name"], data["description"]) == (

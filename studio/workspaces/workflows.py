@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QScrollArea,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QTextBrowser,
@@ -248,6 +249,32 @@ def node_details_html(
     return "".join(parts)
 
 
+def flow_overview_html(rows: list[tuple[str, str, dict[str, Any] | None]]) -> str:
+    """The Output tab while no node is picked: each node's state and
+    message in the last run (``rows``: node id, label, result or None)."""
+    if not rows:
+        return ""
+    if not any(result for _, _, result in rows):
+        return (
+            "<p style='color:#5f6b7a'>Run the flow to see each node's state "
+            "here. Click a node for its outputs, metrics and log.</p>"
+        )
+    parts = ["<p><b>Last run</b> <span style='color:#7f8ba3'>· click a node "
+             "for its outputs, metrics and log</span></p><table>"]  # fmt: skip
+    for node_id, label, result in rows:
+        state = result["state"] if result else "stale"
+        color = STATE_COLORS.get(state, "#7f8ba3")
+        message = result.get("message", "") if result else "changed since the run"
+        parts.append(
+            f"<tr><td style='padding-right:8px'>{html.escape(label)} "
+            f"<span style='color:#7f8ba3'>({node_id})</span></td>"
+            f"<td style='color:{color};padding-right:8px'><b>{state}</b></td>"
+            f"<td>{html.escape(message)}</td></tr>"
+        )
+    parts.append("</table>")
+    return "".join(parts)
+
+
 class _DescriptionEdit(QPlainTextEdit):
     """A plain-text editor that says when the user leaves it."""
 
@@ -293,6 +320,7 @@ class WorkflowsWorkspace(QWidget):
         self._inspected: str | None = None
         self._details_node: str | None = None
         self._paste_count = 0
+        self._rebuilding = False
 
         # Decisions a user makes in dialogs; tests replace them.
         self.ask_restore: Callable[[Path | None, Path], bool] = self._ask_restore
@@ -357,6 +385,10 @@ class WorkflowsWorkspace(QWidget):
         self.toolbar = QToolBar()
         self.toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.title_label = QLabel()
+        # A long description must not widen the canvas column: it is cut.
+        self.title_label.setSizePolicy(
+            QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred
+        )
         self.status_label = QLabel(wordWrap=True)
         self.status_label.setTextInteractionFlags(
             Qt.TextInteractionFlag.TextSelectableByMouse
@@ -398,7 +430,7 @@ class WorkflowsWorkspace(QWidget):
         self.flow_panel = QWidget()
         form = QFormLayout(self.flow_panel)
         form.setContentsMargins(0, 0, 0, 0)
-        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
         form.addRow("Name", self.flow_name_edit)
         form.addRow("Description", self.flow_description_edit)
         form.addRow("Last run", self.last_run_label)
@@ -422,7 +454,6 @@ class WorkflowsWorkspace(QWidget):
         self.raw_view = JsonPreview()
         self.log_view = QPlainTextEdit(readOnly=True)
         self.log_view.setMaximumBlockCount(5000)
-        self.log_view.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         self.details_tabs = QTabWidget()
         self.details_tabs.addTab(self.output_view, "Output")
         self.details_tabs.addTab(self.log_view, "Log")
@@ -430,7 +461,7 @@ class WorkflowsWorkspace(QWidget):
         right = QSplitter(Qt.Orientation.Vertical)
         right.addWidget(scroll)
         right.addWidget(self.details_tabs)
-        right.setSizes([420, 260])
+        right.setSizes([380, 300])
 
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.left_tabs)
@@ -439,8 +470,10 @@ class WorkflowsWorkspace(QWidget):
         split.setStretchFactor(1, 1)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(2, 0)
-        split.setSizes([200, 760, 320])
-        self.left_tabs.setMinimumWidth(160)
+        split.setSizes([220, 720, 340])
+        split.setCollapsible(1, False)
+        self.left_tabs.setMinimumWidth(190)
+        right.setMinimumWidth(280)
         layout = QVBoxLayout(self)
         layout.addWidget(self.toolbar)
         layout.addWidget(split, 1)
@@ -598,11 +631,17 @@ class WorkflowsWorkspace(QWidget):
             )
 
     def _rebuild_canvas(self) -> None:
-        self.canvas.clear()
-        for node in self.model.doc.nodes:
-            self._add_canvas_node(node)
-        for lk in self.model.doc.links:
-            self.canvas.add_link(lk.from_node, lk.from_port, lk.to_node, lk.to_port)
+        # Clearing the scene empties the selection; that is no user's click
+        # on the background, so the details pane keeps its node.
+        self._rebuilding = True
+        try:
+            self.canvas.clear()
+            for node in self.model.doc.nodes:
+                self._add_canvas_node(node)
+            for lk in self.model.doc.links:
+                self.canvas.add_link(lk.from_node, lk.from_port, lk.to_node, lk.to_port)
+        finally:
+            self._rebuilding = False
 
     # ---------------------------------------------------------- model
     def _on_model_changed(self, what: str, key: str) -> None:
@@ -674,13 +713,9 @@ class WorkflowsWorkspace(QWidget):
         doc = self.model.doc
         name = flow.flow_name(doc, path) if path or doc.name.strip() else UNTITLED
         mark = " •" if self.is_modified() else ""
-        text = f"<b>{html.escape(name)}</b>{mark}"
+        # The description shows in the Flow panel and as this tooltip.
         description = self.model.doc.description.strip()
-        if description:
-            first = description.splitlines()[0]
-            short = first if len(first) <= 120 else first[:119] + "…"
-            text += f" <span style='color:#6b7480'>— {html.escape(short)}</span>"
-        self.title_label.setText(text)
+        self.title_label.setText(f"<b>{html.escape(name)}</b>{mark}")
         tip = str(path) if path else "Not saved yet"
         self.title_label.setToolTip(f"{tip}\n\n{description}" if description else tip)
 
@@ -821,6 +856,8 @@ class WorkflowsWorkspace(QWidget):
 
     def _on_canvas_selection_changed(self, ids: list) -> None:
         self._show_inspector(ids[0] if len(ids) == 1 else None)
+        if not ids and self._details_node is not None and not self._rebuilding:
+            self.show_flow_overview()  # clicked the empty canvas
         self._update_actions()
 
     # ------------------------------------------------------- inspector
@@ -1075,6 +1112,8 @@ class WorkflowsWorkspace(QWidget):
         self._engine_errors = {}
         self.model.replace(doc, path)
         self._restore_last_run()
+        if self._details_node is None:
+            self.show_flow_overview()
         self.undo_stack.clear()
         if restored:
             self.undo_stack.resetClean()  # restored edits are not saved yet
@@ -1320,7 +1359,7 @@ class WorkflowsWorkspace(QWidget):
                 node_id, result["state"], result["progress"], result["message"]
             )
         if self._details_node is None:
-            self.log_view.setPlainText("\n".join(self.run_log))
+            self.show_flow_overview()
         self._sync_flow_panel()
         self._update_actions()
 
@@ -1387,6 +1426,8 @@ class WorkflowsWorkspace(QWidget):
         self.canvas.set_node_state(node_id, state, progress, message)
         if self._details_node == node_id:
             self.show_node_details(node_id)
+        elif self._details_node is None and state != "running":
+            self._render_overview()
 
     def _on_run_log(self, run_id: str, lines: list) -> None:
         if run_id != self.run_id:
@@ -1441,6 +1482,8 @@ class WorkflowsWorkspace(QWidget):
             nodes=self.node_results,
         )
         self._sync_flow_panel()
+        if self._details_node is None:
+            self._render_overview()
         if status == "completed":
             self._set_status("The run completed.", "ok")
         else:
@@ -1473,6 +1516,22 @@ class WorkflowsWorkspace(QWidget):
             if result
             else f"{node_id} has not run yet."
         )
+
+    def show_flow_overview(self) -> None:
+        """The details pane for the whole flow: each node's last state, and
+        the run's log."""
+        self._details_node = None
+        self._render_overview()
+        self.raw_view.clear()
+        self.log_view.setPlainText("\n".join(self.run_log))
+        self.log_view.setPlaceholderText("The log of the flow's last run shows here.")
+
+    def _render_overview(self) -> None:
+        rows = [
+            (n.id, flow.display_name(n, self.catalog), self.node_results.get(n.id))
+            for n in self.model.doc.nodes
+        ]
+        self.output_view.setHtml(flow_overview_html(rows))
 
     def node_metrics(self, node_id: str) -> dict[str, float]:
         """The last value of each metric the node logged in the run its
