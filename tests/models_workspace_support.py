@@ -55,6 +55,8 @@ class FakeOllama:
         self.models: dict[str, dict[str, Any]] = {}
         self.blobs: set[str] = set()
         self.requests: list[tuple[str, str, Any]] = []
+        self.fail_create: str | None = None
+        """An error ``/api/create`` streams after its first status line."""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -109,8 +111,15 @@ class FakeOllama:
                     self._send(201)
                 elif self.path == "/api/create":
                     name = body["model"]
-                    fake.models[name + ":latest"] = fake_entry(name + ":latest")
-                    lines = [{"status": "creating model"}, {"status": "success"}]
+                    if fake.fail_create:
+                        # Ollama reports a failed create inside the stream.
+                        lines = [
+                            {"status": "parsing GGUF"},
+                            {"error": fake.fail_create},
+                        ]
+                    else:
+                        fake.models[name + ":latest"] = fake_entry(name + ":latest")
+                        lines = [{"status": "creating model"}, {"status": "success"}]
                     data = b"".join(json.dumps(x).encode() + b"\n" for x in lines)
                     self.send_response(200)
                     self.send_header("Content-Type", "application/x-ndjson")

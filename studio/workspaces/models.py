@@ -608,7 +608,14 @@ class ModelsWorkspace(QWidget):
 
     def _open(self, dialog: QWidget) -> None:
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.dialogs = [d for d in self.dialogs if d.isVisible()] + [dialog]
+        # Closed dialogs delete themselves; asking a deleted one isVisible()
+        # raises, so each one leaves the list when Qt destroys it.
+        self.dialogs.append(dialog)
+        dialog.destroyed.connect(
+            lambda _obj=None, d=dialog: (
+                self.dialogs.remove(d) if d in self.dialogs else None
+            )
+        )
         dialog.open() if hasattr(dialog, "open") else dialog.show()
 
     # ------------------------------------------------------ action runs
