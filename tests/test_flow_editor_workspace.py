@@ -540,3 +540,19 @@ def test_keyboard_select_all_zoom_and_multi_delete(qtbot, ws) -> None:
     ws.actions["undo"].trigger()  # one step brings all of it back
     assert ws.node_ids() == ["environment", "train", "evaluate"]
     assert len(ws.links()) == 2
+
+
+def test_the_details_pane_follows_clicks(qtbot, ws) -> None:
+    build_cartpole(qtbot, ws)
+    assert "Run the flow to see each node's state" in ws.output_view.toPlainText()
+    rect = ws.canvas.node_scene_rect("train")
+    click = ws.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 10)
+    qtbot.mouseClick(ws.canvas.viewport(), Qt.MouseButton.LeftButton, pos=click)
+    assert ws.output_view.toPlainText().startswith("Train (SB3) · train")
+    assert "No result yet" in ws.output_view.toPlainText()
+    assert ws.log_view.placeholderText() == "train has not run yet."
+    ws.set_catalog([*catalog(), PASS_THROUGH])  # the engine sent it again
+    assert ws.output_view.toPlainText().startswith("Train (SB3) · train")
+    empty = ws.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 300)
+    qtbot.mouseClick(ws.canvas.viewport(), Qt.MouseButton.LeftButton, pos=empty)
+    assert "Run the flow to see each node's state" in ws.output_view.toPlainText()

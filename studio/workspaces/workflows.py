@@ -692,6 +692,8 @@ class WorkflowsWorkspace(QWidget):
         self._write_autosave()
         if self._errors_shown:
             self._refresh_errors()
+        if self._details_node is None and what != "node_moved":
+            self._render_overview()
 
     def _mark_stale(self, node_id: str) -> None:
         """An edit invalidates the node's and its downstream's last results."""
