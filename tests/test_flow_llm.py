@@ -135,16 +135,6 @@ def test_building_the_catalog_imports_no_heavy_library() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_grpo_batch_size_from_the_hardware_fits_the_generations() -> None:
-    from engine.llm.flow_nodes import grpo_batch_size
-
-    cpu = {"batch_size": 1, "num_generations": 4}
-    assert grpo_batch_size(0, 1, cpu) == 4  # TRL refuses 1 x 1 for 4 answers
-    assert grpo_batch_size(0, 2, cpu) == 2
-    assert grpo_batch_size(3, 1, {"batch_size": 8, "num_generations": 4}) == 9
-    assert grpo_batch_size(2, 1, {"batch_size": 8, "num_generations": 4}) == 8
-
-
 # -------------------------------------------------------------- validation
 
 
@@ -510,7 +500,8 @@ def test_stop_during_fine_tuning_stops_the_node_and_skips_the_rest(
     doc.node("base").params["model"] = str(build_tiny_model(tmp_path / "tiny"))
     # the noisy expert needs no model: rollouts in a blink
     doc.node("collect").params.update(policy="expert", noise=0.3)
-    doc.node("train").params["max_steps"] = 500
+    # batch size from the hardware (a CPU says 1), raised to fit 2 answers
+    doc.node("train").params.update(max_steps=500, batch_size=0)
     run_dir = project / "runs" / "r1"
     run_dir.mkdir(parents=True)
     ctx = JobContext("r1", run_dir, "flow.run", {}, events=io.StringIO())
@@ -543,6 +534,9 @@ def test_stop_during_fine_tuning_stops_the_node_and_skips_the_rest(
     ]
     assert 1 <= max(r["step"] for r in rows) < 500
     assert ("train", "stopped") in seen
+    config = json.loads((run_dir / "nodes" / "train" / "config.json").read_text())
+    assert config["kind"] == "llm.train"
+    assert config["config"]["batch_size"] % config["config"]["num_generations"] == 0
 
 
 def test_a_missing_base_model_fails_in_one_sentence_and_skips_downstream(

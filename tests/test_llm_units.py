@@ -363,6 +363,24 @@ def test_train_validator_fills_hardware_defaults(model_and_data) -> None:
     assert isinstance(out["seed"], int) and out["rewards"][0]["name"] == "env_reward"
 
 
+def test_a_hardware_batch_size_is_raised_to_what_grpo_accepts(
+    model_and_data,
+) -> None:
+    from engine.llm.train import validate
+
+    model, data = model_and_data
+    cpu = {**HW, "batch_size": 1, "num_generations": 4}
+    base = {"model": str(model), "dataset": str(data)}
+    assert validate(base, hardware=cpu)["batch_size"] == 4
+    accumulated = {**base, "gradient_accumulation_steps": 2}
+    assert validate(accumulated, hardware=cpu)["batch_size"] == 2
+    assert validate({**base, "num_generations": 3}, hardware=cpu)["batch_size"] == 3
+    # a batch the user chose is never changed: the mismatch is theirs to fix
+    with pytest.raises(ConfigError, match="must divide") as err:
+        validate({**base, "batch_size": 1}, hardware=cpu)
+    assert err.value.field == "num_generations"
+
+
 def test_other_validators(tmp_path: Path) -> None:
     from engine.llm import evaluate, merge, rollouts
 

@@ -574,22 +574,6 @@ def reward(node: NodeRun) -> NodeResult:
 
 
 # ---------------------------------------------------------------- fine-tune
-def grpo_batch_size(
-    num_generations: int, accumulation: int, hardware: dict[str, Any] | None = None
-) -> int:
-    """The hardware's batch size, raised to the smallest one GRPO accepts:
-    batch x accumulation must be a multiple of the answers per prompt (a CPU
-    suggests batch 1 and 4 answers, which TRL refuses)."""
-    from engine.llm.train import hardware_defaults
-
-    hw = hardware if hardware is not None else hardware_defaults()
-    gens = max(2, int(num_generations or hw["num_generations"]))
-    batch = max(1, int(hw["batch_size"]))
-    while (batch * accumulation) % gens:
-        batch += 1
-    return batch
-
-
 def _check_train(params: dict[str, Any]) -> list[str]:
     problems = json_object_check("settings")(params)
     if not problems:
@@ -795,13 +779,8 @@ def train(node: NodeRun) -> NodeResult:
         "temperature": p["temperature"],
         "seed": p["seed"],
     }
-    if method == "grpo":
-        if rewards:
-            config["rewards"] = [dict(r) for r in rewards]
-        if not p["batch_size"]:
-            config["batch_size"] = grpo_batch_size(
-                p["num_generations"], p["gradient_accumulation_steps"]
-            )
+    if method == "grpo" and rewards:
+        config["rewards"] = [dict(r) for r in rewards]
     summary = run_job(node, "llm.train", config)
     if summary.get("stopped"):
         return NodeResult(outputs={}, stopped=True)

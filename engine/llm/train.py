@@ -176,6 +176,7 @@ def validate(
     n_rows = check_columns(train_file, out["method"])
     out["dataset"] = str(ds.resolve())
     hw = hardware if hardware is not None else hardware_defaults()
+    batch_from_hardware = out["batch_size"] is None
     for key in (
         "batch_size",
         "lora_rank",
@@ -213,6 +214,16 @@ def validate(
         if out["beta"] is None:
             out["beta"] = GRPO_DEFAULT_BETA
         _positive_int(out, "num_generations", 2)
+        if batch_from_hardware:
+            # The hardware suggests a batch without knowing the answers per
+            # prompt (a CPU: 1 sequence, 4 answers); raise it to the
+            # smallest batch GRPO accepts rather than refuse the user's run.
+            while (
+                out["batch_size"]
+                * out["gradient_accumulation_steps"]
+                % out["num_generations"]
+            ):
+                out["batch_size"] += 1
         if (
             out["batch_size"]
             * out["gradient_accumulation_steps"]
