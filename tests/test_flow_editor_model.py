@@ -17,6 +17,7 @@ from studio.flow_commands import (
     RemoveNodesCommand,
     SetFlowInfoCommand,
     SetParamsCommand,
+    SetTitleCommand,
     clipboard_payload,
     pasted_items,
 )
@@ -61,6 +62,7 @@ def test_every_command_undoes_to_the_same_document() -> None:
         RemoveNodesCommand(model, ["train"]),
         PasteCommand(model, [Node("env_2", "env.environment", {}, 40, 40)], []),
         SetFlowInfoCommand(model, "renamed", "Trains and checks."),
+        SetTitleCommand(model, "evaluate", "Check the policy"),
     ]
     states = [original]
     for command in commands:

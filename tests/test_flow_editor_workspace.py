@@ -556,3 +556,53 @@ def test_the_details_pane_follows_clicks(qtbot, ws) -> None:
     empty = ws.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 300)
     qtbot.mouseClick(ws.canvas.viewport(), Qt.MouseButton.LeftButton, pos=empty)
     assert "Run the flow to see each node's state" in ws.output_view.toPlainText()
+
+
+def test_an_untitled_flow_is_restored_after_a_crash(
+    qtbot, make_workspace, project
+) -> None:
+    first = make_workspace()
+    build_cartpole(qtbot, first)
+    autosave = project / "flows" / ".autosave" / "untitled.flow.json"
+    assert flow.load(autosave).node_ids() == ["environment", "train", "evaluate"]
+    # The app dies; the next session opens the project with an empty editor.
+    second = make_workspace()
+    asked = []
+    second.ask_restore = lambda p, a: asked.append((p, a)) or True
+    second._session.project_opened.emit(str(project))
+    assert asked == [(None, autosave)]
+    assert second.node_ids() == ["environment", "train", "evaluate"]
+    assert second.model.path is None and second.is_modified()
+    assert "Restored an unsaved flow" in second.status_label.text()
+
+
+def test_save_as_and_a_failed_save_keep_the_old_file(
+    qtbot, ws, project, monkeypatch
+) -> None:
+    build_cartpole(qtbot, ws)
+    assert ws.save()
+    first = project / "flows" / "cart.flow.json"
+    saved = first.read_bytes()
+    ws.ask_save_path = lambda suggested: str(project / "flows" / "copy")
+    assert ws.save_as()
+    copy = project / "flows" / "copy.flow.json"
+    assert ws.model.path == copy and copy.read_bytes() == saved
+    assert ws._session.settings.recent_flows[:2] == [str(copy), str(first)]
+
+    # The disk fills up in the middle of the next save.
+    ws.canvas.select_nodes(["train"])
+    type_into(qtbot, ws, "seed", "5")
+
+    def no_space(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", no_space)
+    assert not ws.save()
+    monkeypatch.undo()
+    assert ws.errors_shown_to_user[-1] == (
+        f"Could not save {copy}: No space left on device."
+    )
+    assert copy.read_bytes() == saved  # the old file, whole
+    assert [p.name for p in copy.parent.iterdir() if ".tmp-" in p.name] == []
+    assert ws.is_modified() and ws.model.node("train").params["seed"] == 5
+    assert ws.save() and flow.load(copy).node("train").params["seed"] == 5
