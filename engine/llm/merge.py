@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, EngineError
+from engine.store.atomic import TMP_MARK
 
 DTYPES = ("float32", "float16", "bfloat16")
 MERGE_DEFAULTS: dict[str, Any] = {
@@ -52,7 +56,13 @@ def merge_adapter(
     adapter: str, base: str, out_dir: Path, dtype: str = "float32"
 ) -> Path:
     """Load ``base``, apply ``adapter``, fold the LoRA weights in and save the
-    model (safetensors) and the tokenizer to ``out_dir``."""
+    model (safetensors) and the tokenizer to ``out_dir``.
+
+    The folder is written under a temporary name beside ``out_dir`` and
+    renamed into place once complete (replacing an older merge of the same
+    name), so a failure (full disk, crash) never leaves a half-written model
+    that looks whole. A full disk raises ``EngineError`` in one sentence.
+    """
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -61,10 +71,34 @@ def merge_adapter(
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     merged = merged.to(torch_dtype)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(str(out_dir), safe_serialization=True)
-    tok_src = adapter if (Path(adapter) / "tokenizer_config.json").is_file() else base
-    AutoTokenizer.from_pretrained(tok_src).save_pretrained(str(out_dir))
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir.with_name(f".{out_dir.name}{TMP_MARK}{os.getpid()}")
+    old = out_dir.with_name(f".{out_dir.name}{TMP_MARK}replaced-{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        merged.save_pretrained(str(tmp), safe_serialization=True)
+        tok_src = (
+            adapter if (Path(adapter) / "tokenizer_config.json").is_file() else base
+        )
+        AutoTokenizer.from_pretrained(tok_src).save_pretrained(str(tmp))
+        if out_dir.exists():
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            size = sum(p.numel() * p.element_size() for p in merged.parameters())
+            raise EngineError(
+                f"The disk holding {out_dir.parent} is full; free about "
+                f"{size / 1e6:.0f} MB and merge again."
+            ) from None
+        raise
+    finally:
+        if old.exists() and not out_dir.exists():
+            os.replace(old, out_dir)  # the new one failed: keep the last merge
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
     return out_dir
 
 
