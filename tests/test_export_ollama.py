@@ -4,8 +4,10 @@ binary exists for these machines)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -388,6 +390,34 @@ def test_no_server_writes_a_bundle(model_gguf: Path, tmp_path: Path) -> None:
     assert (
         tmp_path / "b" / model_gguf.name
     ).stat().st_size == model_gguf.stat().st_size
+
+
+def test_no_server_and_a_full_disk_leaves_no_bundle(
+    model_gguf: Path, tmp_path: Path, monkeypatch
+) -> None:
+    host = f"http://127.0.0.1:{_free_port()}"
+
+    def full(fd: int) -> None:
+        # Delayed allocation: a full disk often shows first at fsync.
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    bundle = tmp_path / "b"
+    with pytest.raises(EngineError) as exc:
+        deploy_gguf(model_gguf, "jira-agent", host=host, bundle_dir=bundle)
+    assert str(exc.value) == (
+        f"The disk holding {bundle} is full; free about 1 MB and write the Ollama "
+        "bundle again."
+    )
+    # No bundle with a GGUF but no Modelfile, no temporary file.
+    assert list(tmp_path.iterdir()) == []
+
+    # A folder the user named keeps what it held before.
+    bundle.mkdir()
+    (bundle / "notes.txt").write_text("mine")
+    with pytest.raises(EngineError):
+        deploy_gguf(model_gguf, "jira-agent", host=host, bundle_dir=bundle)
+    assert [p.name for p in bundle.iterdir()] == ["notes.txt"]
 
 
 def test_unreachable_host_is_one_sentence() -> None:

@@ -14,6 +14,7 @@ uploaded blob (``@sha256:...``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import http.client
 import json
@@ -410,26 +411,65 @@ def write_bundle(
     modelfile_builder: Callable[[str, str | None], Modelfile],
     adapter_path: Path | None = None,
 ) -> tuple[Path, Modelfile, str]:
-    """A folder ``ollama create`` can use as is: the GGUF(s), Modelfile, README."""
+    """A folder ``ollama create`` can use as is: the GGUF(s), Modelfile, README.
+
+    Each file is written atomically, and the set is all or nothing: when one
+    fails (a full disk) the files this call wrote are removed again, and the
+    folder too if this call made it, so no bundle lacking its Modelfile stays.
+    """
     from engine.store.atomic import atomic_write_text
 
-    bundle_dir.mkdir(parents=True, exist_ok=True)
-    model_file = bundle_dir / gguf_path.name
-    _place(gguf_path, model_file)
-    adapter_ref = None
-    if adapter_path is not None:
-        adapter_file = bundle_dir / adapter_path.name
-        _place(adapter_path, adapter_file)
-        adapter_ref = f"./{adapter_file.name}"
-    mf = modelfile_builder(f"./{model_file.name}", adapter_ref)
-    atomic_write_text(bundle_dir / "Modelfile", mf.text)
-    command = f"ollama create {name} -f Modelfile"
-    readme = (
-        f"# {name}\n\n"
-        f"Import into Ollama from this folder with: `{command}`, then `ollama run "
-        f"{name}`.\n"
-    )
-    atomic_write_text(bundle_dir / "README.md", readme)
+    made_dir = not bundle_dir.exists()
+    written: list[Path] = []
+
+    def place(src: Path, dest: Path) -> None:
+        existed = dest.exists()
+        _place(src, dest)
+        if not existed:
+            written.append(dest)
+
+    def write_text(dest: Path, text: str) -> None:
+        existed = dest.exists()
+        atomic_write_text(dest, text)
+        if not existed:
+            written.append(dest)
+
+    try:
+        bundle_dir.mkdir(parents=True, exist_ok=True)
+        model_file = bundle_dir / gguf_path.name
+        place(gguf_path, model_file)
+        adapter_ref = None
+        if adapter_path is not None:
+            adapter_file = bundle_dir / adapter_path.name
+            place(adapter_path, adapter_file)
+            adapter_ref = f"./{adapter_file.name}"
+        mf = modelfile_builder(f"./{model_file.name}", adapter_ref)
+        write_text(bundle_dir / "Modelfile", mf.text)
+        command = f"ollama create {name} -f Modelfile"
+        readme = (
+            f"# {name}\n\n"
+            f"Import into Ollama from this folder with: `{command}`, then `ollama "
+            f"run {name}`.\n"
+        )
+        write_text(bundle_dir / "README.md", readme)
+    except (OSError, EngineError) as exc:
+        for f in written:
+            with contextlib.suppress(OSError):
+                f.unlink()
+        if made_dir:
+            shutil.rmtree(bundle_dir, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            raise EngineError(
+                f"The disk holding {bundle_dir} is full; free about "
+                f"{max(1, round(gguf_path.stat().st_size / 1e6))} MB and write the "
+                "Ollama bundle again."
+            ) from None
+        if isinstance(exc, OSError):
+            raise EngineError(
+                f"Could not write the Ollama bundle in {bundle_dir}: "
+                f"{exc.strerror or exc}."
+            ) from None
+        raise
     return bundle_dir, mf, command
 
 
