@@ -7,7 +7,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QImage, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
-from widgets.node_graph import NODE_TYPE_MIME, NodeGraphView, Port
+from widgets.node_graph import NODE_TYPE_MIME, STATE_COLORS, NodeGraphView, Port
 from widgets.node_palette import NodePalette
 
 
@@ -234,3 +234,21 @@ def test_pan_with_middle_button_or_space_and_zoom_with_the_wheel(qtbot) -> None:
     visible = view.mapToScene(port.rect()).boundingRect()
     for node_id in view.nodes:
         assert visible.contains(view.node_scene_rect(node_id))
+
+
+def test_far_out_nodes_still_show_state_errors_and_ports(qtbot) -> None:
+    view = make_canvas(qtbot)
+    view.add_link("env", "env", "train", "env")
+    view.set_node_state("train", "stopped", 0.0, "Stopped before the end.")
+    view.set_node_errors("eval", ["The required input 'policy' is not linked."])
+    view.set_zoom(0.3)  # below the level of detail: no text, plain shapes
+    view.centerOn(view.node_scene_rect("train").center())
+    image = view.viewport().grab().toImage()
+    colors = {
+        image.pixelColor(x, y).name()
+        for x in range(0, image.width(), 2)
+        for y in range(0, image.height(), 2)
+    }
+    # The stopped badge, the error mark and the env ports' color.
+    port = view.nodes["env"].outputs["env"].color.name()
+    assert {STATE_COLORS["stopped"], "#e15759", port} <= colors

@@ -70,7 +70,14 @@ from studio.models.flow_results import (
 )
 from studio.session import Session
 from studio.workspaces.common import JsonPreview, fmt_time
-from widgets.node_graph import GRID, HEADER_HEIGHT, NODE_WIDTH, NodeGraphView, Port
+from widgets.node_graph import (
+    GRID,
+    HEADER_HEIGHT,
+    NODE_WIDTH,
+    STATE_COLORS,
+    NodeGraphView,
+    Port,
+)
 from widgets.node_palette import NodePalette
 from widgets.param_form import ParamForm
 from widgets.record_table import Column, RecordTable
@@ -141,17 +148,6 @@ def autosave_path(project_dir: str | Path | None, path: Path | None) -> Path | N
     if not name.endswith(flow.FLOW_SUFFIX):
         name += flow.FLOW_SUFFIX
     return folder / name
-
-
-STATE_COLORS = {
-    "done": "#2ca02c",
-    "cached": "#2ca02c",
-    "running": "#4c9be8",
-    "queued": "#7f8ba3",
-    "failed": "#d62728",
-    "stopped": "#e68a3a",
-    "skipped": "#7f8ba3",
-}
 
 
 def _fmt_value(value: Any) -> str:
