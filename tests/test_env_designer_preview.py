@@ -29,6 +29,7 @@ from studio.run_dialog import RunDialog
 from studio.session import Session
 from studio.settings import Settings
 from studio.workspaces.environments import EnvironmentsWorkspace
+from widgets.code_editor import CodeEditor
 from widgets.histogram import Histogram, histogram_bins
 
 PREVIEW_TIMEOUT_MS = 90_000
@@ -422,3 +423,71 @@ def test_stop_ends_a_long_preview_and_shows_what_it_played(
     assert 0 < played < 5000
     assert f"{played}</b> episodes" in panel.status_label.text()
     assert panel.run_button.isEnabled() and not panel.stop_button.isEnabled()
+
+
+PYTHON_SEVENS = """import gymnasium as gym
+import numpy as np
+
+
+class MyEnv(gym.Env):
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self._steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._steps = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self._steps += 1
+        return np.zeros(2, np.float32), 7.0, False, self._steps >= 4, {}
+"""
+
+
+def test_python_env_code_is_edited_in_the_designer_and_previewed(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    """A new python env starts from a template that passes every check; its
+    code is edited in place, and Preview writes it first (the engine imports
+    the file), while the spec stays as it was."""
+    ws = workspace
+    assert ws.new_env("python", "sevens")
+    ws.tabs.setCurrentIndex(0)
+    assert ws.code_path is not None and ws.code_path.name == "sevens.py"
+    assert "class MyEnv(gym.Env)" in ws.python_code.toPlainText()
+    assert not ws.is_modified
+    with qtbot.waitSignal(ws.problems_changed, timeout=PREVIEW_TIMEOUT_MS):
+        ws.validate()
+    assert [p for p in ws.problems if p["severity"] == "error"] == []
+
+    template = ws.code_path.read_text()
+    ws.python_code.selectAll()
+    ws.python_code.insertPlainText(PYTHON_SEVENS)  # as a paste would
+    assert ws.is_modified and ws.code_modified and "modified" in ws.title.text()
+    assert "unsaved changes" in ws.python_note.text()
+    assert ws.code_path.read_text() == template  # nothing written yet
+    data = run_preview(qtbot, ws, episodes=2)
+    assert ws.code_path.read_text() == PYTHON_SEVENS
+    assert not ws.is_modified and "unsaved" not in ws.python_note.text()
+    assert [e["return"] for e in data["episodes"]] == [28.0, 28.0]
+    assert data["action_space"] == "Discrete(3)"
+    # The editor's own undo brings the template back (unsaved again).
+    ws.python_code.undo()
+    assert ws.python_code.toPlainText() == template and ws.code_modified
+    assert ws.save() and ws.code_path.read_text() == template
+
+
+def test_code_editor_indents_with_spaces(qtbot) -> None:  # type: ignore[no-untyped-def]
+    editor = CodeEditor()
+    qtbot.addWidget(editor)
+    editor.set_code("")
+    qtbot.keyClicks(editor, "def f(x):")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.keyClicks(editor, "if x:")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.keyClick(editor, Qt.Key.Key_Tab)
+    qtbot.keyClicks(editor, "return 1")
+    assert editor.toPlainText() == "def f(x):\n    if x:\n            return 1"
+    assert editor.document().isModified()

@@ -111,9 +111,9 @@ class MyEnv(gym.Env):
         self._steps = 0
 
     def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
+        super().reset(seed=seed)  # seeds self.np_random: draw from it only
         self._steps = 0
-        return self.observation_space.sample(), {}
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), {}
 
     def step(self, action):
         self._steps += 1

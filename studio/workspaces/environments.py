@@ -88,6 +88,7 @@ from studio.session import Session
 from studio.workspaces.common import fmt_time
 from studio.workspaces.env_preview import EnvPreviewPanel
 from widgets.banner import Banner
+from widgets.code_editor import CodeEditor
 from widgets.grid_painter import GridPainter, GridPalette
 from widgets.param_form import ERROR_STYLE, ParamForm
 from widgets.record_table import Column, RecordTable
@@ -483,6 +484,9 @@ class EnvironmentsWorkspace(QWidget):
         self._catalog_requested = False
         self._json_error = ""
         self._described: dict[str, Any] = {}  # env catalog entry of a gym id
+        self.code_path: Path | None = None
+        """The file shown in a python env's code editor."""
+        self._code_readable = False
         self._preview_policy = ""  # name of the policy of the preview running
 
         self.restore_decider: Callable[[Path, Path], bool] = self._ask_restore
@@ -809,20 +813,36 @@ class EnvironmentsWorkspace(QWidget):
         self.python_form.values_changed.connect(
             lambda v: self._on_form_values_changed(self.python_form, v)
         )
-        self.python_code = QPlainTextEdit(readOnly=True)
-        monospace(self.python_code)
+        self.python_code = CodeEditor()
+        self.python_code.modificationChanged.connect(self._on_code_modification_changed)
         self.python_note = QLabel(wordWrap=True)
+        self.python_save_button = QPushButton("Save file")
+        self.python_save_button.setToolTip(
+            "Write the code to its file (Save, Validate and Preview do too: "
+            "the engine imports the file from disk)."
+        )
+        self.python_save_button.clicked.connect(lambda *_: self.save_code())
+        self.python_reload_button = QPushButton("Reload")
+        self.python_reload_button.setToolTip("Read the file again from disk.")
+        self.python_reload_button.clicked.connect(self._on_python_reload_clicked)
+        row = QHBoxLayout()
+        row.addWidget(self.python_note, 1)
+        row.addWidget(self.python_save_button)
+        row.addWidget(self.python_reload_button)
         page = QWidget()
         layout = QVBoxLayout(page)
         layout.addWidget(self.python_form)
-        layout.addWidget(self.python_note)
+        layout.addLayout(row)
         layout.addWidget(self.python_code, 1)
         return page
 
     # ============================================================ documents
     @property
     def is_modified(self) -> bool:
-        return self.path is not None and not self.undo_stack.isClean()
+        """Unsaved changes to the spec, or to a python env's code."""
+        return self.path is not None and (
+            not self.undo_stack.isClean() or self.code_modified
+        )
 
     def envs_dir(self) -> Path:
         return Path(self._state.path) / "envs"
@@ -959,8 +979,11 @@ class EnvironmentsWorkspace(QWidget):
         return True
 
     def save(self) -> bool:
-        """Write the spec atomically (and the canvas layout beside it)."""
+        """Write the spec atomically (and the canvas layout beside it, and a
+        python env's code to its file)."""
         if self.path is None:
+            return False
+        if not self.save_code():
             return False
         try:
             write_text_atomic(self.path, spec_text(self.model.spec))
@@ -1029,7 +1052,7 @@ class EnvironmentsWorkspace(QWidget):
 
     def validate(self, env_checks: bool = True) -> None:
         """Ask the engine to check the document as it is now (saved or not)."""
-        if self.path is None:
+        if self.path is None or not self.save_code():
             return
         self.controller.check(self.model.spec, str(self.path), env_checks=env_checks)
 
@@ -1051,6 +1074,8 @@ class EnvironmentsWorkspace(QWidget):
             self.preview_panel.show_error(
                 "That policy is no longer in the project; choose another."
             )
+            return
+        if not self.save_code():  # the engine imports a python env's file
             return
         self._preview_policy = str(model.get("name", "")) if model else ""
         self.preview_panel.episodes.setValue(episodes)
@@ -1131,6 +1156,7 @@ class EnvironmentsWorkspace(QWidget):
             if self.path is not None:
                 autosave_path(self.path).unlink(missing_ok=True)
             self.undo_stack.setClean()
+            self.python_code.document().setModified(False)
             return True
         return False
 
@@ -1816,30 +1842,98 @@ class EnvironmentsWorkspace(QWidget):
             )
 
     # ------------------------------------------------------------ python
-    def _refresh_python(self) -> None:
-        if self._source is not self.python_form:
-            self.python_form.load(self.model)
+    # The code of a python env lives in its own file, not in the spec: the
+    # editor has its own undo (inside the text) and modified state, and the
+    # file is written on Save, and before Validate and Preview because the
+    # engine imports it from disk.
+    @property
+    def code_modified(self) -> bool:
+        return (
+            self.model.kind == "python"
+            and self.code_path is not None
+            and self.python_code.document().isModified()
+        )
+
+    def _python_file(self) -> Path:
+        """The python env's file, resolved as the engine does (project
+        first, then the spec's folder)."""
         rel = str(self.model.get_field("python.file", ""))
-        path = Path(rel)
+        path = Path(rel).expanduser()
         if not path.is_absolute() and self._state.is_open:
             project = Path(self._state.path)
             candidates = [project / rel]
             if self.path is not None:
                 candidates.append(self.path.parent / rel)
             path = next((c for c in candidates if c.is_file()), candidates[0])
+        return path
+
+    def _refresh_python(self) -> None:
+        if self._source is not self.python_form:
+            self.python_form.load(self.model)
+        path = self._python_file()
+        # Typing is never overwritten: the file is read again only when the
+        # spec names another file or the text has no unsaved changes.
+        if path != self.code_path or not self.python_code.document().isModified():
+            self._load_code(path)
+        self._show_problem_marks()
+
+    def _load_code(self, path: Path) -> None:
+        self.code_path = path
         try:
             code = path.read_text(encoding="utf-8")
-            self.python_note.setText(
-                f"<span style='color:gray'>{path} (read-only here; edit it in your "
-                "editor, then Validate)</span>"
-            )
+            readable = True
         except (OSError, UnicodeDecodeError):
-            code = ""
+            code, readable = "", False
+        with QSignalBlocker(self.python_code):
+            self.python_code.set_code(code)
+        self._code_readable = readable
+        self._update_code_note()
+
+    def _update_code_note(self) -> None:
+        path = self.code_path
+        if path is None:
+            self.python_note.clear()
+        elif not self._code_readable and not self.code_modified:
             self.python_note.setText(
-                f"<span style='color:#d62728'>{path} cannot be read.</span>"
+                f"<span style='color:#d62728'>{path} cannot be read; type the "
+                "code here and Save file to create it.</span>"
             )
-        self.python_code.setPlainText(code)
-        self._show_problem_marks()
+        else:
+            mark = (
+                " <span style='color:#b8860b'>● unsaved changes</span>"
+                if self.code_modified
+                else ""
+            )
+            self.python_note.setText(f"<span style='color:gray'>{path}</span>{mark}")
+        self.python_save_button.setEnabled(self.code_modified)
+
+    def save_code(self) -> bool:
+        """Write the code editor's text to the python env's file (atomically)."""
+        if self.code_path is None or not self.code_modified:
+            return True
+        try:
+            write_text_atomic(self.code_path, self.python_code.toPlainText())
+        except OSError as exc:
+            self.banner.show_message(
+                f"Could not save {self.code_path.name}: {exc.strerror or exc}; the "
+                "code is still in the editor.",
+                "error",
+            )
+            return False
+        self._code_readable = True
+        self.python_code.document().setModified(False)
+        return True
+
+    def _on_code_modification_changed(self, modified: bool) -> None:
+        self._update_code_note()
+        self._update_title()
+
+    def _on_python_reload_clicked(self) -> None:
+        if self.code_modified and not self.confirm_discard(
+            self.code_path.name if self.code_path else "the code"
+        ):
+            return
+        self._load_code(self._python_file())
 
     # ============================================================ problems
     def _on_check_started(self) -> None:
