@@ -2,11 +2,13 @@
 
 The project's specs on the left; the open one on the right, in an editor
 that fits its kind (a state-machine canvas and an inspector for workflows, a
-grid painter for grids, a form for gymnasium ids, a code view for python
-files) beside a JSON view that stays in sync. Every edit is an undo command
-on :attr:`EnvironmentsWorkspace.undo_stack`; after each one an autosave copy
-is written to ``envs/.autosave/``, and opening a spec whose autosave is
-newer offers to restore it. Validate asks the engine to check the spec and
+grid painter for grids, a form for gymnasium ids built from the env's
+signature, a code editor for python files) beside a JSON view that stays in
+sync. Every edit of the spec is an undo command on
+:attr:`EnvironmentsWorkspace.undo_stack`; after each one an autosave copy is
+written to ``envs/.autosave/``, and opening a spec whose autosave is newer
+offers to restore it. (A python env's code is its own file, with the code
+editor's own undo.) Validate asks the engine to check the spec and
 shows each problem on the element or field that causes it.
 
 Preview plays the spec *as edited* (the unsaved document travels with the
