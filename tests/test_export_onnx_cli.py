@@ -93,6 +93,28 @@ def test_cli_errors_are_one_sentence(tmp_path: Path) -> None:
         "export-onnx", str(tmp_path / "none.zip"), "--out", str(tmp_path / "p.onnx")
     )
     assert r.returncode == 2 and "does not exist" in r.stderr
+    # A folder with no config.json, and a model whose weights are cut short.
+    (tmp_path / "empty").mkdir()
+    r = _cli("export-gguf", str(tmp_path / "empty"), "--out", str(tmp_path / "y.gguf"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "has no config.json, so it is not a Hugging Face model folder" in r.stderr
+    (tmp_path / "gpt2" / "config.json").write_text(
+        json.dumps({"architectures": ["Qwen2ForCausalLM"], "hidden_size": 64})
+    )
+    r = _cli("export-gguf", str(tmp_path / "gpt2"), "--out", str(tmp_path / "z.gguf"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "lacks num_attention_heads, num_hidden_layers" in r.stderr
+    assert "so it is not a complete Qwen2ForCausalLM config." in r.stderr
+    cfg = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 8}
+    cfg |= dict.fromkeys(("hidden_size", "num_attention_heads", "num_hidden_layers"), 4)
+    (tmp_path / "gpt2" / "config.json").write_text(
+        json.dumps({**cfg, "intermediate_size": 8})
+    )
+    (tmp_path / "gpt2" / "model.safetensors").write_bytes(b"\x10\x00" + bytes(30))
+    r = _cli("export-gguf", str(tmp_path / "gpt2"), "--out", str(tmp_path / "z.gguf"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "is not a valid safetensors file" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "gpt2"]
 
 
 def test_cli_export_and_bundle(policies: dict[str, Path], tmp_path: Path) -> None:
@@ -169,6 +191,15 @@ def test_job_kinds(policies: dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         validate_config("export.gguf", {"model_dir": str(folder), "type": "q4_k"})
     assert exc.value.field == "type"
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text(
+        json.dumps({"architectures": ["GPT2LMHeadModel"]})
+    )
+    with pytest.raises(ConfigError) as exc:
+        validate_config("export.gguf", {"model_dir": str(tmp_path / "gpt2")})
+    assert exc.value.field == "model_dir"
+    assert str(exc.value).startswith("Cannot export GPT2LMHeadModel to GGUF")
+    assert "LlamaForCausalLM" in str(exc.value)
     with pytest.raises(ConfigError) as exc:
         validate_config("deploy.ollama", {"gguf": model["file"], "name": "bad name"})
     assert exc.value.field == "name"

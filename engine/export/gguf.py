@@ -313,6 +313,22 @@ def _hparams(cfg: dict[str, Any], model_dir: Path) -> _Hparams:
             f"Cannot export {what} from {model_dir} to GGUF; supported architectures: "
             f"{_supported_text()}."
         )
+    missing = [
+        k
+        for k in (
+            "hidden_size",
+            "num_attention_heads",
+            "num_hidden_layers",
+            "intermediate_size",
+            "vocab_size",
+        )
+        if not isinstance(cfg.get(k), int) or isinstance(cfg.get(k), bool)
+    ]
+    if missing:
+        raise EngineError(
+            f"The config.json in {model_dir} lacks {', '.join(missing)} (or has "
+            f"them as non-integers), so it is not a complete {hf_arch} config."
+        )
     arch = SUPPORTED_ARCHITECTURES[hf_arch]
     hidden = int(cfg["hidden_size"])
     n_head = int(cfg["num_attention_heads"])
