@@ -429,6 +429,10 @@ def run_collect(ctx: Any) -> dict[str, Any]:
                 "rollout/ep_rew": ep["return"],
                 "rollout/ep_len": ep["length"],
                 "rollout/success": float(ep.get("success", False)),
+                # answers naming no tool (they took the fallback) and steps
+                # whose tool was not valid in the status, per episode
+                "rollout/unparsed_rate": ep["unparsed"] / max(1, ep["length"]),
+                "rollout/invalid_rate": ep["invalid"] / max(1, ep["length"]),
             },
         )
         ctx.progress(done[0], cfg["episodes"])
