@@ -171,6 +171,24 @@ def test_corrupt_safetensors(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
 
 
+def test_integer_weights_refused_before_writing(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    folder = build_tiny_model(tmp_path / "m", "qwen2")
+    weights = load_file(folder / "model.safetensors")
+    name = "model.layers.0.mlp.up_proj.weight"
+    weights[name] = (weights[name] * 100).astype(np.int8)  # a quantized export
+    save_file(weights, folder / "model.safetensors")
+    out_dir = tmp_path / "out"
+    with pytest.raises(EngineError) as exc:
+        gx.export_gguf(folder, out_dir / "a.gguf", "q8_0")
+    assert str(exc.value) == (
+        f"Tensor {name} in model.safetensors is I8, which cannot be exported; "
+        "export from a float32, float16 or bfloat16 checkpoint."
+    )
+    assert not out_dir.exists()
+
+
 def test_full_disk_leaves_nothing(tmp_path: Path, monkeypatch) -> None:
     folder = build_tiny_model(tmp_path / "m", "qwen2")
     out_dir = tmp_path / "out"
@@ -323,3 +341,12 @@ def test_lora_bad_input(tmp_path: Path) -> None:
         gx.export_lora_gguf(tmp_path / "ad", tmp_path / "a.gguf")
     with pytest.raises(EngineError, match="Unknown adapter GGUF type"):
         gx.export_lora_gguf(tmp_path / "ad", tmp_path / "a.gguf", "q4_0")
+    # A LoRA whose weights file was cut short.
+    base = build_tiny_model(tmp_path / "base", "qwen2")
+    (tmp_path / "ad" / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": 4, "base_model_name_or_path": str(base)})
+    )
+    (tmp_path / "ad" / "adapter_model.safetensors").write_bytes(b"\xff" * 40)
+    with pytest.raises(EngineError, match="is not a valid safetensors file"):
+        gx.export_lora_gguf(tmp_path / "ad", tmp_path / "a.gguf")
+    assert list(tmp_path.glob("*.gguf")) == list(tmp_path.glob(".*")) == []

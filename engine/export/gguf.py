@@ -251,6 +251,16 @@ class _MemmapPool:
         self._maps.clear()
 
 
+def _check_dtype(t: _StTensor, name: str) -> None:
+    """Refuse quantized or integer checkpoints while planning, before any
+    file is written."""
+    if t.dtype not in _ST_DTYPES:
+        raise EngineError(
+            f"Tensor {name} in {t.file.name} is {t.dtype}, which cannot be "
+            "exported; export from a float32, float16 or bfloat16 checkpoint."
+        )
+
+
 def _to_f32(raw: np.ndarray, st_dtype: str) -> np.ndarray:
     if st_dtype == "BF16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
@@ -1057,6 +1067,7 @@ def export_gguf(
             def transform(w: np.ndarray, n: int = hp.n_head_kv) -> np.ndarray:
                 return _permute(w, n)
 
+        _check_dtype(src, hf_name)
         qt, nbytes = _plan_type(gname, src.shape, want, fallbacks)
         planned.append(_Planned(gname, src, qt, src.shape, nbytes, transform))
 
@@ -1329,6 +1340,8 @@ def export_lora_gguf(
                 f"The adapter targets {base_key}, which has no GGUF name."
             )
         a_src, b_src = st[pair["a"]], st[pair["b"]]
+        _check_dtype(a_src, pair["a"])
+        _check_dtype(b_src, pair["b"])
         b_transform = None
         if hp.arch == "llama" and "q_proj" in base_key:
 
