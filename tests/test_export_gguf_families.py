@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from tiny_models import CHATML_TEMPLATE, SENTENCES, build_tiny_model
 
+from engine.errors import EngineError
 from engine.export import gguf as gx
 
 torch = pytest.importorskip("torch")
@@ -325,6 +326,34 @@ def test_sentencepiece_llama_vocab(tmp_path_factory, files: str) -> None:
     )
     ids = ref(TEXTS[0], return_tensors="pt").input_ids
     assert _max_logit_error(model, _load(out), ids) < 0.02
+
+
+def test_unigram_tokenizer_json_alone_is_refused_before_writing(
+    tmp_path_factory, tmp_path: Path
+) -> None:
+    """A Unigram tokenizer.json (T5/ALBERT style) without its tokenizer.model
+    is refused in one sentence; with the SentencePiece model it exports."""
+    from tokenizers import Tokenizer, models
+
+    folder, _model, _ref = _spm_source(tmp_path_factory.getbasetemp() / "spm", "json")
+    pieces, _ = _spm_vocab()
+    uni = Tokenizer(models.Unigram([(p, s) for p, s, _t in pieces], 0, False))
+    copy = tmp_path / "unigram"
+    copy.mkdir()
+    for f in folder.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    uni.save(str(copy / "tokenizer.json"))
+    with pytest.raises(EngineError) as exc:
+        gx.export_gguf(copy, tmp_path / "out" / "u.gguf")
+    assert str(exc.value) == (
+        f"The tokenizer.json in {copy} holds a Unigram model, which only a "
+        "SentencePiece tokenizer.model can describe to llama.cpp; put the model's "
+        "tokenizer.model beside it."
+    )
+    assert not (tmp_path / "out").exists()
+    _write_sentencepiece_model(copy / "tokenizer.model", pieces)
+    report = gx.export_gguf(copy, tmp_path / "out" / "u.gguf", "f32")
+    assert report.verified and report.tokenizer_model == "llama"
 
 
 def test_sentencepiece_model_file_parser_reads_protobuf(tmp_path: Path) -> None:

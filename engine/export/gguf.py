@@ -600,6 +600,12 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
         unk = model.get("unk_token")
         if unk is not None and unk in model.get("vocab", {}):
             types[int(model["vocab"][unk])] = int(T.UNKNOWN)
+    elif tj is not None and model.get("type"):
+        raise EngineError(
+            f"The tokenizer.json in {model_dir} holds a {model.get('type')} model, "
+            "which only a SentencePiece tokenizer.model can describe to llama.cpp; "
+            "put the model's tokenizer.model beside it."
+        )
     else:
         raise EngineError(
             f"{model_dir} has no usable tokenizer (tokenizer.json with a BPE model, "
