@@ -491,3 +491,17 @@ def test_code_editor_indents_with_spaces(qtbot) -> None:  # type: ignore[no-unty
     qtbot.keyClicks(editor, "return 1")
     assert editor.toPlainText() == "def f(x):\n    if x:\n            return 1"
     assert editor.document().isModified()
+
+
+def test_a_fixed_seed_replays_the_same_episodes(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws, panel = workspace, workspace.preview_panel
+    assert panel.seed.text() == "new seed"
+    panel.seed.setValue(5)
+    first = run_preview(qtbot, ws, episodes=6)
+    second = run_preview(qtbot, ws, episodes=6)
+    assert first["seed"] == second["seed"] == 5
+    assert first["episodes"] == second["episodes"]
+    assert first["trace"] == second["trace"]
+    assert "seed 5" in panel.status_label.text()

@@ -98,7 +98,7 @@ def preview(
 ) -> dict[str, Any]:
     """Run episodes of an env (id, spec, document or file) and summarize them.
 
-    Returns ``{"env_id", "episodes": [{"return", "length", "success"}],
+    Returns ``{"env_id", "seed", "episodes": [{"return", "length", "success"}],
     "return_mean", "return_std", "length_mean", "success_rate",
     "observation_labels", "action_names", "observation_space",
     "action_space", "trace": [{"episode", "step",
@@ -172,6 +172,7 @@ def preview(
         np.savez_compressed(out_frames, frames=np.stack(frames))
     return {
         "env_id": env.spec.id if env.spec else None,
+        "seed": cfg.seed,
         "episodes": episodes,
         "return_mean": float(returns.mean()) if len(returns) else None,
         "return_std": float(returns.std()) if len(returns) else None,

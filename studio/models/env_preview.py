@@ -189,6 +189,7 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
         "return_max": max(returns) if returns else None,
         "length_mean": data.get("length_mean"),
         "success_rate": data.get("success_rate") if designed else None,
+        "seed": data.get("seed"),
         "returns": returns,
         "lengths": [int(e["length"]) for e in eps],
     }

@@ -65,9 +65,10 @@ DEFAULT_EPISODES = 20
 
 
 class EnvPreviewPanel(QWidget):
-    preview_requested = Signal(int, str)
+    preview_requested = Signal(int, str, int)
     """Episodes to play, the id of the project policy to play them with
-    (empty: a random policy, uniform over valid actions)."""
+    (empty: a random policy, uniform over valid actions), the seed (-1: a
+    new one each time)."""
     stop_requested = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -84,6 +85,13 @@ class EnvPreviewPanel(QWidget):
         )
         self.episodes = QSpinBox(minimum=1, maximum=10_000, value=DEFAULT_EPISODES)
         self.episodes.setSuffix(" episodes")
+        self.seed = QSpinBox(minimum=-1, maximum=2**31 - 1, value=-1)
+        self.seed.setSpecialValueText("new seed")
+        self.seed.setPrefix("seed ")
+        self.seed.setToolTip(
+            "Seed of the episodes and of the random policy. Fix it to compare "
+            "edits on the same episodes; 'new seed' draws one each time."
+        )
         self.run_button = QPushButton("Run preview")
         self.run_button.setToolTip(
             "Play the environment as it is now in the editor (saved or not) "
@@ -99,6 +107,7 @@ class EnvPreviewPanel(QWidget):
         controls.addWidget(QLabel("Policy"))
         controls.addWidget(self.policy_combo)
         controls.addWidget(self.episodes)
+        controls.addWidget(self.seed)
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
         controls.addWidget(self.progress)
@@ -188,6 +197,7 @@ class EnvPreviewPanel(QWidget):
         self.run_button.setEnabled(not running)
         self.stop_button.setEnabled(running)
         self.episodes.setEnabled(not running)
+        self.seed.setEnabled(not running)
         if running:
             self.progress.setRange(0, 0)  # busy until the first episode ends
             self.progress.show()
@@ -251,6 +261,8 @@ class EnvPreviewPanel(QWidget):
         ]
         if s["success_rate"] is not None:
             parts.append(f"success rate <b>{s['success_rate']:.0%}</b>")
+        if s["seed"] is not None:
+            parts.append(f"<span style='color:gray'>seed {s['seed']}</span>")
         text = " · ".join(parts)
         if stale:
             text += (
@@ -275,7 +287,9 @@ class EnvPreviewPanel(QWidget):
         )
 
     def _on_run_clicked(self) -> None:
-        self.preview_requested.emit(self.episodes.value(), self.selected_policy())
+        self.preview_requested.emit(
+            self.episodes.value(), self.selected_policy(), self.seed.value()
+        )
 
     def _on_trace_selection_changed(self, keys: list[str]) -> None:
         rows = {r["id"]: r for r in self.trace_table.model.records}

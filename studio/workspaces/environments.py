@@ -805,7 +805,9 @@ class EnvironmentsWorkspace(QWidget):
         form.addRow("Environment id", self.gym_id)
         form.addRow("Spaces", self.gym_spaces)
         form.addRow("Max episode steps", self.gym_max_steps)
-        form.addRow(QLabel("<b>Keyword arguments</b> (defaults of the registered env)"))
+        form.addRow(
+            QLabel("<b>Keyword arguments</b> (the env's own defaults unless set)")
+        )
         form.addRow(self.gym_kwargs)
         form.addRow("As JSON", self.gym_kwargs_text)
         return page
@@ -1065,10 +1067,13 @@ class EnvironmentsWorkspace(QWidget):
             return []
         return matching_policies(self._state.models, self.model.spec, self.path)
 
-    def preview(self, episodes: int = 20, policy_id: str = "") -> None:
+    def preview(
+        self, episodes: int = 20, policy_id: str = "", seed: int | None = None
+    ) -> None:
         """Play ``episodes`` of the spec as it is in the editor now, with a
-        random policy or the project policy ``policy_id``; the Preview tab
-        shows progress, then the results or the error."""
+        random policy or the project policy ``policy_id`` (``seed`` None: a
+        new one); the Preview tab shows progress, then the results or the
+        error."""
         if self.path is None:
             return
         model = next((m for m in self.policies() if m["id"] == policy_id), None)
@@ -1089,6 +1094,7 @@ class EnvironmentsWorkspace(QWidget):
             frames=self._preview_frames(),
             trace_episodes=min(episodes, TRACE_EPISODES),
             model=model,
+            seed=seed,
         )
 
     def _preview_frames(self) -> int:
@@ -1106,8 +1112,10 @@ class EnvironmentsWorkspace(QWidget):
     def _refresh_policies(self) -> None:
         self.preview_panel.set_policies(self.policies())
 
-    def _on_preview_panel_preview_requested(self, episodes: int, policy: str) -> None:
-        self.preview(episodes, policy)
+    def _on_preview_panel_preview_requested(
+        self, episodes: int, policy: str, seed: int
+    ) -> None:
+        self.preview(episodes, policy, None if seed < 0 else seed)
 
     def _on_preview_started(self, run_id: str) -> None:
         self.preview_panel.set_running(True)
