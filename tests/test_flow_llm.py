@@ -473,6 +473,81 @@ def test_without_a_server_deploy_leaves_a_bundle_and_says_so(
     assert "No Ollama server answers" in proc.stderr  # the node logged it
 
 
+def test_an_adapter_exports_as_lora_gguf_and_deploys_over_the_base(
+    chain: Chain, tmp_path: Path
+) -> None:
+    """The same flow (same name, so the same cache) with a second branch:
+    the base model and the trained adapter exported apart, the adapter
+    served on top of the base by Ollama."""
+    import gguf
+
+    assert chain.first.returncode == 0, chain.first.stderr[-4000:]
+    doc = flow.load(EXAMPLE)
+    doc.nodes += [
+        flow.Node("export_base", "export.gguf", {"type": "f16"}, x=1440, y=500),
+        flow.Node("export_lora", "export.gguf", {"type": "q4_0"}, x=1440, y=640),
+        flow.Node("deploy_lora", "export.ollama", {"name": "jira-lora"}, x=1720, y=560),
+    ]
+    doc.links += [
+        flow.Link("base", "model", "export_base", "model"),
+        flow.Link("train", "adapter", "export_lora", "adapter"),
+        flow.Link("export_base", "gguf", "deploy_lora", "gguf"),
+        flow.Link("export_lora", "gguf", "deploy_lora", "adapter"),
+    ]
+    path = tmp_path / "with_lora.flow.json"
+    flow.save(doc, path)
+
+    def run(*extra: str) -> dict[str, Any]:
+        proc = engine_run(
+            path,
+            "--project",
+            chain.project,
+            "--quiet",
+            "--only",
+            "deploy_lora",
+            *overrides(**{"base.model": chain.model}),
+            "--set",
+            f"deploy_lora.host={chain.ollama.host}",
+            *extra,
+        )
+        assert proc.stdout, proc.stderr[-4000:]
+        return dict(json.loads(proc.stdout))
+
+    # 4-bit blocks do not fit rank-sized rows: refused in one sentence
+    summary = run()
+    assert summary["failed"] == ["export_lora"]
+    assert summary["nodes"]["export_lora"]["message"] == (
+        "A LoRA adapter exports as f32, f16, bf16, q8_0, not q4_0; rank-sized "
+        "rows do not fit 4/5-bit blocks."
+    )
+    assert summary["nodes"]["deploy_lora"]["state"] == "skipped"
+    assert "train" in summary["cached"]  # the adapter came from the cache
+
+    summary = run("--set", "export_lora.type=q8_0")
+    assert summary["status"] == "completed", summary.get("reason")
+    # export_base succeeded in the failed run: cached now, and its model,
+    # never registered then, is listed (and registered) with this run's
+    assert summary["ran"] == ["env", "base", "export_lora", "deploy_lora"]
+    assert "export_base" in summary["cached"]
+    lora = summary["nodes"]["export_lora"]["outputs"]["gguf"]
+    assert lora["kind"] == "adapter" and lora["type"] == "q8_0"
+    assert Path(lora["file"]).name == "Jira-GRPO-agent-lora-q8_0.gguf"
+    reader = gguf.GGUFReader(lora["file"])
+    kind = reader.fields["general.type"]
+    assert bytes(kind.parts[kind.data[0]]).decode() == "adapter"
+    assert any(t.name.endswith(".lora_a") for t in reader.tensors)
+    report = summary["nodes"]["deploy_lora"]["outputs"]["report"]
+    assert report["deployed"] is True
+    create = [b for m, p, b in chain.ollama.requests if p == "/api/create"][-1]
+    assert create["model"] == "jira-lora"
+    assert list(create["adapters"]) == [Path(lora["file"]).name]
+    assert sorted(m["name"] for m in summary["models"]) == [
+        "Jira-GRPO-agent-lora (Q8_0)",
+        "tiny-qwen2 (F16)",
+    ]
+    assert len(summary["registered_models"]) == 2
+
+
 # ------------------------------------------------------------ bad input
 
 

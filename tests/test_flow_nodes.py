@@ -386,6 +386,45 @@ def test_a_failure_skips_downstream_names_the_node_and_spares_other_branches(
     assert (failed.node_id, failed.message) == ("bad", "RuntimeError: boom")
 
 
+def test_models_of_a_failed_run_are_listed_again_when_reused_from_the_cache(
+    tmp_path: Path, fake_types: list[str]
+) -> None:
+    """Train done, Export failed: the run's models are not registered, so
+    the next run, which reuses Train from the cache, lists them again."""
+
+    @node_type(
+        "test.maybe",
+        title="Maybe",
+        category="Test",
+        inputs=(PortSpec("env", "report"),),
+        outputs=(PortSpec("report", "report"),),
+        params=(ParamSpec("fail", "bool", True, help="fail"),),
+    )
+    def maybe(node: NodeRun) -> dict[str, Any]:
+        """Fails when told to."""
+        if node.params["fail"]:
+            raise executor.EngineError("Export failed.")
+        return {"report": {}}
+
+    doc = graph(
+        Node("src", "test.source"),
+        Node("a", "test.double"),
+        Node("b", "test.maybe"),
+        links=[Link("src", "env", "a", "env"), Link("a", "report", "b", "env")],
+    )
+    h = Harness(tmp_path)
+    summary, _ = h.run(doc)
+    assert summary["status"] == "failed"
+    assert [m["name"] for m in summary["models"]] == ["a"]  # not registered
+    doc.node("b").params["fail"] = False
+    summary, _ = h.run(doc)
+    assert summary["status"] == "completed"
+    assert summary["cached"] == ["src", "a"]
+    assert [m["name"] for m in summary["models"]] == ["a"]  # listed once more
+    summary, _ = h.run(doc)  # that run registered them: never again
+    assert summary["cached"] == ["src", "a", "b"] and summary["models"] == []
+
+
 def test_downstream_of_a_failed_node_is_skipped(
     tmp_path: Path, fake_types: list[str]
 ) -> None:

@@ -101,7 +101,7 @@ def file_stem(name: str) -> str:
             "str",
             "",
             help="File name of the GGUF (without the type and .gguf); empty: "
-            "the model's name.",
+            "the model's name (with -lora for an adapter).",
             label="File name",
         ),
     ),
@@ -123,9 +123,10 @@ def export_gguf(node: NodeRun) -> NodeResult:
             f"A LoRA adapter exports as {', '.join(ADAPTER_TYPES)}, not "
             f"{p['type']}; rank-sized rows do not fit 4/5-bit blocks."
         )
-    name = file_stem(
-        p["name"].strip() or source.get("name") or Path(source["path"]).name
-    )
+    default = source.get("name") or Path(source["path"]).name
+    if is_adapter:
+        default += "-lora"  # beside the merged model's GGUF, tell them apart
+    name = file_stem(p["name"].strip() or default)
     summary = _run_job(
         node,
         "export.gguf",

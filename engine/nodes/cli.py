@@ -298,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGINT, previous)
         ctx.close()
         status = summary["status"]
-        if status == "completed":
+        if status != "failed":  # as the supervisor: stopped runs keep theirs
             registered, problems = project.register_run_models(record.id, summary)
             for problem in problems:
                 report.line(problem)

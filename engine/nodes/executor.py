@@ -13,6 +13,11 @@ reports the node ``cached``. A failing node marks everything downstream
 node. Stop is cooperative: the running node sees ``should_stop``, the nodes
 after it are ``skipped``.
 
+The models nodes return are listed in the summary's ``models``; the caller
+registers them when the run did not fail. A cache entry keeps its node's
+models as ``pending_models`` until then, so a node reused from the cache
+after a failed run (Train done, Export failed) lists its models again.
+
 Job config (``flow.run``)::
 
     {"flow_path": "<project>/flows/x.flow.json",   # or "document": {...}
@@ -259,6 +264,8 @@ class FlowExecution:
         self.models: list[dict[str, Any]] = []
         self._last_emit: dict[str, float] = {}
         self._done_count = 0
+        self._pending: list[str] = []
+        """Nodes whose cache entry holds models not yet registered."""
 
     # ----------------------------------------------------------- reports
     def _emit_event(
@@ -395,7 +402,20 @@ class FlowExecution:
             if state == "stopped":
                 stopped = True
         self.ctx.progress(len(order), len(order), "finished")
-        return self.summary(order)
+        summary = self.summary(order)
+        if summary["status"] != "failed":
+            self._mark_registered()
+        return summary
+
+    def _mark_registered(self) -> None:
+        """The caller registers the models of a run that did not fail; clear
+        them from the cache entries so a later run does not list them again."""
+        for node_id in self._pending:
+            path = self.cache / f"{node_id}.json"
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                entry = json.loads(path.read_text(encoding="utf-8"))
+                entry["pending_models"] = []
+                atomic_write_json(path, entry)
 
     def _inputs(self, node: flow.Node, spec: flow.NodeTypeSpec) -> dict[str, Any]:
         inputs: dict[str, Any] = {}
@@ -418,6 +438,13 @@ class FlowExecution:
             entry = read_cache(self.cache, node.id, key)
             if entry is not None:
                 self.outputs[node.id] = entry["outputs"]
+                # Models made by a run that then failed were never registered;
+                # this run lists them (a node downstream of Train failing must
+                # not lose the trained model once Train is cached).
+                pending = list(entry.get("pending_models") or [])
+                if pending:
+                    self.models.extend(pending)
+                    self._pending.append(node.id)
                 when = time.strftime(
                     "%Y-%m-%d %H:%M", time.localtime(entry.get("finished", 0))
                 )
@@ -466,6 +493,8 @@ class FlowExecution:
             return "stopped"
         self.outputs[node.id] = result.outputs
         self.models.extend(result.models)
+        if result.models:
+            self._pending.append(node.id)
         summary = {**result.summary, "seconds": seconds}
         if t.cacheable:
             with contextlib.suppress(OSError, ValueError, TypeError):
@@ -480,6 +509,7 @@ class FlowExecution:
                         "files": list(result.files),
                         "run_id": self.ctx.run_id,
                         "finished": time.time(),
+                        "pending_models": list(result.models),
                     },
                 )
         self._set(
