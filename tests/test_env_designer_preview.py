@@ -505,3 +505,18 @@ def test_a_fixed_seed_replays_the_same_episodes(
     assert first["episodes"] == second["episodes"]
     assert first["trace"] == second["trace"]
     assert "seed 5" in panel.status_label.text()
+
+
+def test_train_a_gymnasium_spec_names_its_id_and_fits_the_algorithm(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    """CartPole-v1 without arguments trains on its own id (RL Zoo's preset
+    applies); its Discrete(2) actions, from the engine's description, ask
+    for PPO."""
+    ws = workspace
+    cartpole = next(d for d in ws.table.model.records if d["name"] == "cartpole")
+    assert ws.open_env(cartpole["path"])
+    qtbot.waitUntil(lambda: "Discrete(2)" in ws.gym_spaces.text(), timeout=30_000)
+    with qtbot.waitSignal(ws.train_requested) as req:
+        assert ws.train()
+    assert req.args[0] == {"env": "CartPole-v1", "algo": "PPO"}
