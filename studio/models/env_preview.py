@@ -98,7 +98,9 @@ def train_env(spec: dict[str, Any]) -> str:
     return env_id_for(str(spec.get("name", "")))
 
 
-def train_config(spec: dict[str, Any], action_space: str | None = None) -> dict:
+def train_config(
+    spec: dict[str, Any], action_space: str | None = None
+) -> dict[str, Any]:
     """The initial values of the New training run dialog for this spec."""
     return {
         "env": train_env(spec),
