@@ -57,9 +57,9 @@ def _quiet() -> None:
 # ------------------------------------------------------------ tiny models
 
 
-def _tiny_llama(folder: Path, seed: int = 0, **config: object):
-    """A 2-layer, 64-wide LlamaForCausalLM with visibly non-zero weights,
-    saved to ``folder``; returns the model."""
+def _tiny_llama(folder: Path, seed: int = 0, mistral: bool = False, **config):
+    """A 2-layer, 64-wide LlamaForCausalLM (or MistralForCausalLM) with
+    visibly non-zero weights, saved to ``folder``; returns the model."""
     base = dict(
         hidden_size=64,
         intermediate_size=128,
@@ -71,7 +71,10 @@ def _tiny_llama(folder: Path, seed: int = 0, **config: object):
     )
     base.update(config)
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**base))
+    if mistral:
+        model = transformers.MistralForCausalLM(transformers.MistralConfig(**base))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**base))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -186,14 +189,16 @@ _SPM: dict[str, tuple[Path, object, object]] = {}
 
 def _spm_source(root: Path, files: str):
     """A Llama 2 style folder; ``files`` is ``model`` (tokenizer.model only),
-    ``json`` (tokenizer.json only) or ``both``. Returns (folder, model,
-    reference tokenizer)."""
+    ``json`` (tokenizer.json only) or ``both`` (as Llama 2 and Mistral ship;
+    this one is a MistralForCausalLM). Returns (folder, model, reference
+    tokenizer)."""
     if files not in _SPM:
         pieces, merges = _spm_vocab()
         folder = root / f"llama2-spm-{files}"
         model = _tiny_llama(
             folder,
             seed=3,
+            mistral=files == "both",
             vocab_size=len(pieces),
             bos_token_id=1,
             eos_token_id=2,
@@ -285,6 +290,8 @@ def _max_logit_error(model, loaded, ids) -> float:
 def test_sentencepiece_llama_vocab(tmp_path_factory, files: str) -> None:
     root = tmp_path_factory.getbasetemp() / "spm"
     folder, model, ref = _spm_source(root, files)
+    arch = json.loads((folder / "config.json").read_text())["architectures"][0]
+    assert arch == ("MistralForCausalLM" if files == "both" else "LlamaForCausalLM")
     out = folder.parent / f"llama2-{files}.gguf"
     report = gx.export_gguf(folder, out, "f16")
     assert report.verified, report.checks
