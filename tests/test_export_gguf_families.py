@@ -473,3 +473,30 @@ def test_llama3_rope_scaling(tmp_path: Path) -> None:
     err = _max_logit_error(model, loaded, ids)
     assert plain_err > 0.05, "the rope factors must matter for this test"
     assert err < 1e-4, err
+
+
+def test_linear_rope_scaling(tmp_path: Path) -> None:
+    """Linear position interpolation: scaling type and factor as keys, which
+    llama.cpp applies by dividing every position (every frequency) by it."""
+    folder = build_tiny_model(tmp_path / "linear", "llama")
+    n_vocab = len(transformers.AutoTokenizer.from_pretrained(folder))
+    for stale in folder.glob("*.safetensors"):
+        stale.unlink()
+    rope = {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}
+    model = _tiny_llama(folder, seed=8, vocab_size=n_vocab, rope_parameters=rope)
+    out = tmp_path / "linear.gguf"
+    assert gx.export_gguf(folder, out, "f32").verified
+    reader = gguf.GGUFReader(out)
+    f = reader.fields
+    assert f["llama.rope.scaling.type"].contents() == "linear"
+    assert f["llama.rope.scaling.factor"].contents() == pytest.approx(4.0)
+    assert "rope_freqs.weight" not in {t.name for t in reader.tensors}
+
+    ids = torch.tensor([[(5 * i + 1) % (n_vocab - 10) + 5 for i in range(60)]])
+    loaded = _load(out)
+    plain_err = _max_logit_error(model, loaded, ids)
+    rotary = loaded.model.rotary_emb
+    rotary.inv_freq.copy_(rotary.inv_freq / f["llama.rope.scaling.factor"].contents())
+    err = _max_logit_error(model, loaded, ids)
+    assert plain_err > 0.05, "the scaling must matter for this test"
+    assert err < 1e-4, err
