@@ -18,6 +18,7 @@ from studio.main_window import MainWindow
 from studio.models.env_design import autosave_path, read_spec_file
 from studio.models.env_preview import (
     env_refs,
+    grid_preview_frames,
     matching_policies,
     suggest_algo,
     summary,
@@ -35,6 +36,12 @@ from widgets.histogram import Histogram, histogram_bins
 PREVIEW_TIMEOUT_MS = 90_000
 
 # ------------------------------------------------------------ pure helpers
+
+
+def test_big_grids_ask_for_fewer_frames() -> None:
+    assert grid_preview_frames(7, 9) == 200
+    assert grid_preview_frames(256, 256) == 5  # 50 MB each
+    assert grid_preview_frames(4096, 4096) == 1
 
 
 def test_algorithm_fits_the_env() -> None:

@@ -20,6 +20,17 @@ SB3_ALGOS = ("PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
 PREVIEW_FRAMES = 200
 """Frames of the first episode rendered at most (a 600x400 CartPole frame is
 720 kB raw; 200 of them compress to a few MB)."""
+FRAME_BUDGET_BYTES = 256 * 2**20
+"""Raw frames the job holds in memory at most (they are stacked to save)."""
+GRID_CELL_PX = 16
+"""Pixels per grid cell in a grid env's ``rgb_array`` render."""
+
+
+def grid_preview_frames(rows: int, cols: int) -> int:
+    """Frames to ask of a grid env: :data:`PREVIEW_FRAMES`, fewer for a big
+    grid (a 256x256 grid renders 50 MB frames), at least one."""
+    frame_bytes = max(1, rows * cols) * GRID_CELL_PX**2 * 3
+    return max(1, min(PREVIEW_FRAMES, FRAME_BUDGET_BYTES // frame_bytes))
 
 
 def env_id_for(name: str) -> str:

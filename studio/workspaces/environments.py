@@ -81,6 +81,7 @@ from studio.models.env_design import (
 from studio.models.env_preview import (
     PREVIEW_FRAMES,
     env_id_for,
+    grid_preview_frames,
     matching_policies,
     train_config,
 )
@@ -1102,7 +1103,7 @@ class EnvironmentsWorkspace(QWidget):
         catalog says it renders ``rgb_array`` here (pygame present)."""
         kind = self.model.kind
         if kind == "grid":
-            return PREVIEW_FRAMES
+            return grid_preview_frames(*self.model.grid_size())
         if kind == "gymnasium" and self._described.get("id") == self.model.get_field(
             "gymnasium.id"
         ):
