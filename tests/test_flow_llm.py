@@ -647,6 +647,67 @@ def test_a_missing_base_model_fails_in_one_sentence_and_skips_downstream(
     assert summary["models"] == []
 
 
+def test_links_the_graph_cannot_judge_fail_in_one_sentence(tmp_path: Path) -> None:
+    """Optional inputs and choices that only make sense together: each
+    node says what to link or choose, before any model is loaded."""
+    project = tmp_path / "project"
+    Project.open(project, create=True, examples=resource_path("examples")).close()
+    model = tmp_path / "model"  # complete enough for the checks, never loaded
+    model.mkdir()
+    (model / "config.json").write_text(
+        '{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2"}'
+    )
+    (model / "model.safetensors").write_bytes(b"\0" * 8)
+    (model / "tokenizer.json").write_text("{}")
+    env = {"env": "jira_status_update"}
+    expert = {"policy": "expert", "noise": 0.0, "episodes": 3, "max_steps": 12}
+    doc = flow.FlowDocument(
+        name="t",
+        nodes=[
+            flow.Node("env", "env.environment", env),
+            flow.Node("base", "llm.base_model", {"model": str(model)}),
+            flow.Node("expert", "llm.collect", expert),
+            flow.Node("sft", "llm.dataset", {"method": "sft"}),
+            flow.Node("reward", "llm.reward", {"kind": "format"}),
+            flow.Node("grpo_on_sft", "llm.train", {"method": "grpo"}),
+            flow.Node("rewards_on_sft", "llm.train", {"method": "auto"}),
+            flow.Node("no_model", "llm.collect", {"policy": "llm"}),
+            flow.Node("nothing", "llm.evaluate"),
+            flow.Node("export", "export.gguf"),
+        ],
+        links=[
+            flow.Link("env", "env", "expert", "env"),
+            flow.Link("expert", "trajectories", "sft", "trajectories"),
+            *[
+                flow.Link(src, port, node, to)
+                for node in ("grpo_on_sft", "rewards_on_sft")
+                for src, port, to in (
+                    ("base", "model", "model"),
+                    ("sft", "dataset", "dataset"),
+                )
+            ],
+            flow.Link("reward", "reward", "rewards_on_sft", "rewards"),
+            flow.Link("env", "env", "no_model", "env"),
+            flow.Link("env", "env", "nothing", "env"),
+        ],
+    )
+    assert validate_flow(document=doc.to_dict()) == {}
+    summary = run_in_process(project, doc)
+    nodes = summary["nodes"]
+    assert nodes["sft"]["outputs"]["dataset"]["method"] == "sft"
+    failed = {n: nodes[n]["message"] for n in summary["failed"]}
+    assert failed == {
+        "grpo_on_sft": "The dataset was built for SFT, not GRPO; build it with "
+        "method 'grpo' or fine-tune with method 'sft'.",
+        "rewards_on_sft": "Reward functions steer GRPO only, not SFT; unlink them "
+        "or fine-tune with method grpo.",
+        "no_model": "Link a language model to the model input, or choose policy "
+        "expert or rule.",
+        "nothing": "Link a model or an adapter to evaluate.",
+        "export": "Link a model or an adapter to export.",
+    }
+
+
 def test_a_hub_id_resolves_from_the_local_cache_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
