@@ -256,3 +256,29 @@ def test_a_crashing_env_fails_the_run_and_leaves_it_inspectable(
     assert training.resume_button.isEnabled() and training.duplicate_button.isEnabled()
     assert not training.stop_button.isEnabled()
     assert not session.state.models  # nothing is registered from a failed run
+
+
+def test_a_headless_runs_speed_and_eta_come_from_snapshots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr("studio.models.project_state.time.monotonic", lambda: clock[0])
+    state = ProjectState()
+
+    def snapshot(done: float, status: str = "running") -> dict:
+        run = {"id": "r", "name": "headless", "status": status}
+        run.update(progress_done=done, progress_total=10_000.0)
+        return {"path": "/p", "name": "p", "runs": [run]}
+
+    state.load_snapshot(snapshot(1000))
+    assert "rate" not in state.run("r")  # one reading says nothing of speed
+    clock[0] += 2
+    state.load_snapshot(snapshot(2000))  # 1000 steps in 2 s
+    assert state.run("r")["rate"] == 500 and state.run("r")["eta_s"] == 16
+    clock[0] += 2
+    state.load_snapshot(snapshot(4000))  # 1000 steps/s now; smoothed
+    assert state.run("r")["rate"] == 0.7 * 500 + 0.3 * 1000
+    # A run the engine reports keeps the engine's (newer) numbers.
+    state.on_run_progress("r", 4500, 10_000, 900.0, 6.1)
+    state.load_snapshot(snapshot(4100))
+    assert (state.run("r")["progress_done"], state.run("r")["rate"]) == (4500, 900.0)

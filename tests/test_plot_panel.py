@@ -128,6 +128,23 @@ def test_two_runs_overlay_with_distinct_colors_and_a_legend(
     assert "run-a" not in panel.legend_text("Rewards")
 
 
+def test_legend_names_a_curve_whose_first_points_come_later(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """Evaluations start after training curves; the legend then names both."""
+    panel.add_run("run-a", "PPO live")
+    fill(store, "run-a", ["rollout/ep_len_mean"], 20)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert panel.legend_text("Episode length").endswith("PPO live")
+    fill(store, "run-a", ["eval/mean_ep_length"], 3)
+    qtbot.waitUntil(
+        lambda: "eval/mean_ep_length" in panel.legend_text("Episode length"),
+        timeout=2000,
+    )
+    legend = panel.legend_text("Episode length")
+    assert "rollout/ep_len_mean" in legend and "PPO live" not in legend
+
+
 def test_smoothing_changes_curve_data_like_tensorboard(
     qtbot, panel: LivePlotPanel, store: MetricStore
 ) -> None:

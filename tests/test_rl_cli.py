@@ -127,6 +127,9 @@ def test_a_tiny_run_prints_its_summary(
         "rl-studio-engine train --env CartPole-v1 --algo PPO --steps 128 --seed 5"
     )
     assert Path(summary["models"][0]["file"]).is_file()
+    log = (run_dir / "log.txt").read_text()
+    assert log.startswith(f"reproduce with: {record['command']}\n")
+    assert "PPO on CartPole-v1: 128 steps" in log
 
     # The run is in the project's run list, its best model in its models.
     project = Project.open(tmp_path)
@@ -190,6 +193,8 @@ def test_a_failing_run_is_recorded_as_failed(
         "status": "failed",
         "reason": run.reason,
     }
+    log = (Path(run.run_dir) / "log.txt").read_text()
+    assert "Traceback" in log and log.rstrip().endswith(run.reason)
 
 
 FLAKY_ENV = """

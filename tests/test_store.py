@@ -115,6 +115,32 @@ def test_reconcile_marks_vanished_runs_interrupted_and_reads_results(
     project.close()
 
 
+def test_reconcile_leaves_runs_whose_process_still_runs(project_dir: Path) -> None:
+    """A headless run in a terminal owns its row until its process ends."""
+    project = Project.open(project_dir, create=True)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        headless = project.create_run("rl.train", {})
+        project.update_run(
+            headless.id, status="running", pid=worker.pid, started=time.time()
+        )
+        # A recorded pid that an older run had and a newer process reuses
+        # does not count: that process started after the run did.
+        reused = project.create_run("rl.train", {})
+        project.update_run(
+            reused.id, status="running", pid=worker.pid, started=time.time() - 3600
+        )
+        assert project.reconcile_runs() == [reused.id]
+        assert project.get_run(headless.id).status == "running"
+        assert project.get_run(reused.id).status == "interrupted"
+    finally:
+        worker.kill()
+        worker.wait()
+    assert project.reconcile_runs() == [headless.id]
+    assert project.get_run(headless.id).status == "interrupted"
+    project.close()
+
+
 def test_register_model_copies_files_and_records_lineage(
     project_dir: Path, tmp_path: Path
 ) -> None:

@@ -397,6 +397,9 @@ class _Group(QtWidgets.QFrame):
         lay.addWidget(self.plot, 1)
         lay.addWidget(self.legend)
         self.hover_x: float | None = None
+        # The curves the legend names; a curve whose first points arrive
+        # later (evaluations) changes it.
+        self.legend_curves: tuple[tuple[str, str], ...] = ()
         # The panel follows the data on x itself, with headroom, instead of
         # pyqtgraph's x auto-range: a range that changes on every append makes
         # the axes re-layout their ticks and text on every frame (the most
@@ -775,6 +778,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         for group in touched:
             if group.follow_x:
                 self._follow_x(group)
+            if _shown_curves(group) != group.legend_curves:
+                self._update_legend(group)
         self._update_visibility()
         if not self._dirty:
             self._timer.stop()
@@ -1060,6 +1065,7 @@ class LivePlotPanel(QtWidgets.QWidget):
     def _update_legend(self, group: _Group) -> None:
         fg, dim = group.theme["fg"], group.theme["dim"]
         shown = [c for c in group.curves if len(c.values)]
+        group.legend_curves = _shown_curves(group)
         runs = list(dict.fromkeys(c.run_id for c in shown))
         keys = list(dict.fromkeys(c.key for c in shown))
         hovering = group.hover_x is not None
@@ -1163,6 +1169,10 @@ class LivePlotPanel(QtWidgets.QWidget):
 
     def _on_x_combo_index_changed(self, index: int) -> None:
         self.set_x_axis(self._x_combo.itemData(index))
+
+
+def _shown_curves(group: _Group) -> tuple[tuple[str, str], ...]:
+    return tuple((c.run_id, c.key) for c in group.curves if len(c.values))
 
 
 def _html(text: str) -> str:

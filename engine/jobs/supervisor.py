@@ -35,6 +35,8 @@ log = logging.getLogger("engine.supervisor")
 LOG_TAIL_LINES = 40
 TICK_S = 0.2
 KILL_GRACE_S = 3.0
+RECONCILE_S = 5.0
+"""How often runs that no live process owns are settled from their folders."""
 
 Emit = Callable[[protocol.Message], None]
 
@@ -120,8 +122,11 @@ class Supervisor:
         if field and not config.get(field):
             config = {**config, field: str(project.path)}
         config = registry.validate_config(kind, config)
-        record = project.create_run(kind, config, name)
-        self._spawn(project, record.id, kind, resume=False)
+        # Under the lock: the tick's reconcile must not see the queued row
+        # before its job is registered.
+        with self._lock:
+            record = project.create_run(kind, config, name)
+            self._spawn(project, record.id, kind, resume=False)
         return record.id
 
     def resume_run(self, run_id: str) -> str:
@@ -271,6 +276,7 @@ class Supervisor:
     def _tick_loop(self) -> None:
         last_progress_save = 0.0
         last_outside_check = 0.0
+        last_reconcile = time.monotonic()
         while not self._closed.wait(TICK_S):
             with self._lock:
                 jobs = list(self._jobs.values())
@@ -283,6 +289,13 @@ class Supervisor:
                 # writes the database from its own process; show it live.
                 with contextlib.suppress(Exception):
                     if self.project.changed_elsewhere():
+                        self._emit(protocol.ProjectChanged(what="runs"))
+            if self.project is not None and now - last_reconcile > RECONCILE_S:
+                last_reconcile = now
+                # Runs of other processes (headless runs, jobs of an engine
+                # that died) that ended without updating their row.
+                with contextlib.suppress(Exception), self._lock:
+                    if self.project.reconcile_runs(self._jobs):
                         self._emit(protocol.ProjectChanged(what="runs"))
             if self.project is not None and now - last_progress_save > 2.0:
                 last_progress_save = now

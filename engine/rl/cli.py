@@ -25,6 +25,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -133,6 +134,26 @@ class ConsoleContext(JobContext):
         self._drawn_at = 0.0
         self._saved_at = 0.0
         self._first: tuple[float, float] | None = None
+        # The run's log.txt, as the supervisor keeps it for a studio run.
+        self._log_file: TextIO = open(  # noqa: SIM115 - closed in close()
+            self.run_dir / "log.txt", "a", encoding="utf-8"
+        )
+
+    def log(self, text: str) -> None:
+        if self._first is not None and self._stream is not None:
+            self._stream.write("\n")  # keep the line off the progress bar
+        super().log(text)
+        self.log_to_file(text)
+
+    def log_to_file(self, text: str) -> None:
+        """Append to the run's ``log.txt`` only (not the terminal)."""
+        if not self._log_file.closed:
+            self._log_file.write(text.rstrip("\n") + "\n")
+            self._log_file.flush()
+
+    def close(self) -> None:
+        super().close()
+        self._log_file.close()
 
     def progress(self, done: float, total: float, message: str = "") -> None:
         super().progress(done, total, message)
@@ -245,11 +266,12 @@ def _train_in_project(
         summary = train(ctx)
     except BaseException as exc:
         ctx.end_bar()
-        ctx.close()
         if isinstance(exc, KeyboardInterrupt):
             status, reason = "interrupted", "Aborted with a second Ctrl-C."
         else:
             status, reason = "failed", f"{type(exc).__name__}: {exc}"
+            ctx.log_to_file(traceback.format_exc())
+        ctx.close()
         atomic_write_json(run_dir / "result.json", {"status": status, "reason": reason})
         # The row says how it ended; the run can be inspected and resumed
         # from its last checkpoint in the studio.

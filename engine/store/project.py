@@ -321,13 +321,17 @@ class Project:
         """Settle runs the database thinks are active but no live process owns.
 
         A run that finished while nobody watched left a ``result.json``; a run
-        without one was interrupted (engine killed, machine rebooted). Returns
-        the ids whose status changed.
+        without one was interrupted (engine killed, machine rebooted). A run
+        whose recorded process is still alive (a headless ``rl-studio-engine
+        train`` in a terminal, a job finishing after its engine died) is left
+        as it is: it reports its own end. Returns the ids whose status changed.
         """
         live = set(live_run_ids)
         changed = []
         for run in self.list_runs():
             if run.status not in ACTIVE_STATUSES or run.id in live:
+                continue
+            if _process_owns_run(run):
                 continue
             result = _read_json(self.run_dir(run.id) / "result.json")
             if result and result.get("status") in FINAL_STATUSES:
@@ -561,6 +565,23 @@ def _path_key(path: str) -> str:
     """A file path compared as written by different jobs (``~``, ``..``,
     trailing slashes)."""
     return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+
+
+def _process_owns_run(run: RunRecord) -> bool:
+    """Whether the process recorded for ``run`` still runs it: alive, not a
+    zombie, and started before the run did (so not a reused pid)."""
+    if not run.pid or not run.started:
+        return False
+    import psutil
+
+    try:
+        proc = psutil.Process(run.pid)
+        return bool(
+            proc.status() != psutil.STATUS_ZOMBIE
+            and proc.create_time() <= run.started + 1.0
+        )
+    except psutil.Error:
+        return False
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

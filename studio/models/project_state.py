@@ -28,6 +28,10 @@ class ProjectState(Observable):
         self.flows: list[dict[str, Any]] = []
         self.models: list[dict[str, Any]] = []
         self.runs: dict[str, dict[str, Any]] = {}  # insertion order = creation order
+        # Runs whose progress engine events report; the others' is read from
+        # snapshots: (monotonic time, steps done) when it last changed.
+        self._event_fed: set[str] = set()
+        self._snapshot_progress: dict[str, tuple[float, float]] = {}
 
     @property
     def is_open(self) -> bool:
@@ -43,19 +47,36 @@ class ProjectState(Observable):
         self.runs = {}
         for run in snap.get("runs", []):
             merged = dict(run)
-            # Keep live fields that engine events set (they are newer than
-            # the database's); a run no event feeds (a headless run) takes
-            # the database's progress.
-            if (
-                run["id"] in live
-                and run.get("status") == "running"
-                and "rate" in live[run["id"]]
-            ):
-                for key in ("progress_done", "progress_total", "rate", "eta_s"):
-                    if key in live[run["id"]]:
-                        merged[key] = live[run["id"]][key]
+            if run.get("status") == "running":
+                before = live.get(run["id"], {})
+                if run["id"] in self._event_fed:
+                    # Engine events are newer than the database: keep them.
+                    for key in ("progress_done", "progress_total", "rate", "eta_s"):
+                        if key in before:
+                            merged[key] = before[key]
+                else:
+                    self._rate_from_snapshots(merged, before)
             self.runs[run["id"]] = merged
         self.notify("reset")
+
+    def _rate_from_snapshots(
+        self, run: dict[str, Any], before: dict[str, Any], now: float | None = None
+    ) -> None:
+        """Steps/s and ETA of a run that no event feeds (a headless run on
+        this project), from its progress in successive snapshots."""
+        now = time.monotonic() if now is None else now
+        done = float(run.get("progress_done") or 0)
+        total = float(run.get("progress_total") or 0)
+        rate = before.get("rate") or 0.0
+        seen = self._snapshot_progress.get(run["id"])
+        if seen is not None and done > seen[1] and now > seen[0]:
+            inst = (done - seen[1]) / (now - seen[0])
+            rate = inst if not rate else 0.7 * rate + 0.3 * inst
+        if seen is None or done != seen[1]:
+            self._snapshot_progress[run["id"]] = (now, done)
+        if rate > 0:
+            run["rate"] = rate
+            run["eta_s"] = max(total - done, 0.0) / rate if total else None
 
     def clear(self) -> None:
         self.path = self.name = ""
@@ -97,6 +118,7 @@ class ProjectState(Observable):
         run = self.runs.get(run_id)
         if run is None:
             return
+        self._event_fed.add(run_id)
         run.update(progress_done=done, progress_total=total, rate=rate, eta_s=eta_s)
         self.notify("run", run_id)
 

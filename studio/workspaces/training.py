@@ -15,6 +15,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPushButton,
     QSplitter,
@@ -67,23 +68,30 @@ def best_reward(run: dict[str, Any]) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _name_tooltip(run: dict[str, Any]) -> str:
+    started = fmt_time(run.get("started")) if run.get("started") else "not started"
+    return f"{run['id']}\nstarted {started}"
+
+
+# Compact enough to fit beside the plots without a scroll bar; when it
+# started is in the name's tooltip and the Details tab.
 RUN_COLUMNS = [
-    Column("Name", lambda r: r.get("name", r["id"])),
+    Column("Name", lambda r: r.get("name", r["id"]), tooltip=_name_tooltip),
     Column(
         "Status",
         lambda r: r.get("status", ""),
         color=lambda r: STATUS_COLORS.get(r.get("status", "")),
         tooltip=lambda r: r.get("reason", ""),
     ),
-    Column("Algorithm", run_algo),
+    Column("Algo", run_algo),
     Column("Env", run_env),
     Column("Steps", run_steps, lambda v: f"{v:,.0f}" if v else ""),
     Column(
-        "Best reward",
+        "Best",
         lambda r: best_reward(r) if best_reward(r) is not None else float("-inf"),
         display=lambda r: "" if best_reward(r) is None else f"{best_reward(r):.4g}",
+        tooltip=lambda r: "Best evaluation mean reward",
     ),
-    Column("Started", lambda r: r.get("started") or 0, fmt_time),
     Column(
         "Duration",
         lambda r: run_duration(r) or 0,
@@ -108,6 +116,12 @@ class TrainingWorkspace(QWidget):
             self.table.view.SelectionMode.ExtendedSelection
         )
         self.table.selection_changed.connect(self._on_table_selection_changed)
+        # The name takes the room the other (fitted) columns leave, eliding
+        # when short, so the list never needs a horizontal scroll bar.
+        header = self.table.view.horizontalHeader()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setMinimumSectionSize(40)
 
         self.new_button = QPushButton("New run…")
         self.stop_button = QPushButton("Stop")
@@ -149,7 +163,7 @@ class TrainingWorkspace(QWidget):
         top.addWidget(self.table)
         top.addWidget(right)
         top.setStretchFactor(1, 1)
-        top.setSizes([430, 850])
+        top.setSizes([500, 780])
 
         self.details = JsonPreview()
         self.run_log = LogConsole(max_lines=2000)
