@@ -372,20 +372,27 @@ class Server:
         self, folder: Path, messages: list[dict[str, str]], max_new_tokens: int
     ) -> str:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        if not (folder / "config.json").is_file():
+        from engine.llm.policy import load_model
+
+        if (
+            not (folder / "config.json").is_file()
+            and not (folder / "adapter_config.json").is_file()
+        ):
             raise EngineError(
-                f"{folder} has no config.json; chat needs a merged or base model "
-                "folder (merge an adapter first)."
+                f"{folder} holds neither a model (config.json) nor a LoRA adapter "
+                "(adapter_config.json) to chat with."
             )
         with self._chat_lock:
             key = str(folder.resolve())
             if key not in self._chat_models:
                 self._chat_models.clear()  # keep one model in memory at most
-                tok = AutoTokenizer.from_pretrained(key)
-                model = AutoModelForCausalLM.from_pretrained(key)
-                model.eval()
+                # A LoRA adapter is merged into its base in memory, so a
+                # fine-tune can be tried before it is merged on disk.
+                try:
+                    model, tok = load_model(key)
+                except ValueError as exc:
+                    raise EngineError(str(exc)) from None
                 self._chat_models[key] = (tok, model)
             tok, model = self._chat_models[key]
             if getattr(tok, "chat_template", None):

@@ -167,21 +167,31 @@ def test_one_click_adapter_to_ollama_then_chat(qtbot, setup) -> None:
         r["name"] for r in win.session.state.runs.values() if r["status"] == "completed"
     }
 
-    # Chat with the merged model, generated in the engine.
-    ws.select(merged["id"])
-    assert ws.buttons["chat"].isEnabled()
-    chat = ws.chat()
-    assert chat is not None and chat.host == ""
-    chat.input.setPlainText("Move PROJ-7 to Done.")
-    chat.send_button.click()
-    qtbot.waitUntil(lambda: len(chat.messages) == 2, timeout=120_000)
-    assert chat.messages[-1]["role"] == "assistant" and chat.status.text() == ""
+    # Chat in the engine with the merged model, then with the adapter itself
+    # (merged in memory): both answer what transformers generates greedily.
     folder = Path(merged["path"])
     folder = folder if (folder / "config.json").is_file() else folder.parent
-    want = expected_reply(folder, [{"role": "user", "content": "Move PROJ-7 to Done."}])
-    assert chat.messages[-1]["content"] == want
-    assert "Model:" in chat.transcript_text()
-    chat.close()
+    question = "Move PROJ-7 to Done."
+    turn = [{"role": "user", "content": question}]
+    want = expected_reply(folder, turn)
+    adapter_rec = next(r for r in ws.records() if r["id"] == adapter_id)
+    acfg = Path(adapter_rec["path"]) / "adapter_config.json"
+    base = Path(json.loads(acfg.read_text())["base_model_name_or_path"])
+    # The fine-tune shows in the answer: the base model says something else.
+    assert want and want != expected_reply(base, turn)
+    for model_id in (merged["id"], adapter_id):
+        ws.select(model_id)
+        assert ws.buttons["chat"].isEnabled()
+        chat = ws.chat()
+        assert chat is not None and chat.host == ""
+        chat.input.setPlainText(question)
+        chat.send_button.click()
+        qtbot.waitUntil(lambda c=chat: len(c.messages) == 2, timeout=120_000)
+        assert chat.messages[-1]["role"] == "assistant", chat.status.text()
+        assert chat.status.text() == ""
+        assert chat.messages[-1]["content"] == want
+        assert "Model:" in chat.transcript_text()
+        chat.close()
 
 
 def test_ollama_error_mid_stream_fails_the_chain_in_one_sentence(

@@ -489,7 +489,7 @@ class ModelsWorkspace(QWidget):
         enabled = {
             "evaluate": policy,
             "play": policy,
-            "chat": kind in ("ollama", "hf-merged", "hf-model"),
+            "chat": kind in ("ollama", *HF_KINDS),
             "gguf": kind in HF_KINDS,
             "onnx": kind == "sb3-policy",
             "deploy": kind == "gguf"
