@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -367,6 +369,27 @@ def test_server_gone_mid_stream_is_one_sentence(
         assert "cut" not in fake.models
     # A failed deployment leaves no bundle behind: nothing half made.
     assert not (tmp_path / "b").exists()
+
+
+def test_cli_reports_a_refused_create_in_one_line(model_gguf: Path) -> None:
+    with FakeOllama() as fake:
+        fake.fail_create = "unsupported architecture"
+        r = subprocess.run(
+            [
+                *(sys.executable, "-m", "engine.cli", "deploy-ollama"),
+                *(str(model_gguf), "--name", "broken", "--host", fake.url, "--quiet"),
+            ],
+            cwd=Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == (
+        "rl-studio-engine deploy-ollama: Ollama could not create broken: "
+        "unsupported architecture."
+    )
+    assert "broken" not in fake.models
 
 
 def test_no_server_writes_a_bundle(model_gguf: Path, tmp_path: Path) -> None:
