@@ -139,7 +139,7 @@ def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-unt
     window.confirm_quit = False
     window.show()
     loop.exec()
-    app.processEvents()
+    _settle_plots(app, window)
     path.parent.mkdir(parents=True, exist_ok=True)
     ok = window.grab().save(str(path))
     session.client.stop()
@@ -149,6 +149,22 @@ def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-unt
         return 1
     print(path)
     return 0
+
+
+def _settle_plots(app, window, timeout_s: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    """Let live plots draw what they hold (they take big series in over a few
+    timer ticks) and their grid lay out, so the picture shows the real thing."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from widgets.live_plot import LivePlotPanel
+
+    deadline = time.monotonic() + timeout_s
+    panels = window.findChildren(LivePlotPanel)
+    while time.monotonic() < deadline and any(p.pending_redraws() for p in panels):
+        loop = QEventLoop()
+        QTimer.singleShot(50, loop.quit)
+        loop.exec()
+    app.processEvents()
 
 
 if __name__ == "__main__":

@@ -145,6 +145,29 @@ def test_legend_names_a_curve_whose_first_points_come_later(
     assert "rollout/ep_len_mean" in legend and "PPO live" not in legend
 
 
+def test_line_styles_follow_the_group_rules_not_arrival_order(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """An evaluation logged before the first training rollout still gets the
+    dashed line, and the training curve the solid one."""
+    fill(store, "run-a", ["eval/mean_reward"], 2)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    fill(store, "run-a", ["rollout/ep_rew_mean"], 20)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    # The curves told apart by their lengths: 20 rollouts, 2 evaluations.
+    items = panel.plot_widget("Rewards").getPlotItem().listDataItems()
+    by_length = {len(item.getData()[0]): item.opts["pen"].style() for item in items}
+    styles = {"rollout/ep_rew_mean": by_length[20], "eval/mean_reward": by_length[2]}
+    assert panel.curve_keys("Rewards") == [
+        ("run-a", "rollout/ep_rew_mean"),
+        ("run-a", "eval/mean_reward"),
+    ]
+    assert styles["rollout/ep_rew_mean"] == QtCore.Qt.PenStyle.SolidLine
+    assert styles["eval/mean_reward"] != QtCore.Qt.PenStyle.SolidLine
+    legend = panel.legend_text("Rewards")
+    assert legend.index("rollout/ep_rew_mean") < legend.index("eval/mean_reward")
+
+
 def test_smoothing_changes_curve_data_like_tensorboard(
     qtbot, panel: LivePlotPanel, store: MetricStore
 ) -> None:

@@ -987,14 +987,22 @@ class LivePlotPanel(QtWidgets.QWidget):
         item = pg.PlotDataItem(skipFiniteCheck=True, antialias=True)
         group.plot.getPlotItem().addItem(item)
         curve = _Curve(run_id=run_id, key=key, group=group, item=item)
+        restyle = False
         if key not in group.keys:
             group.keys.append(key)
+            # Line styles follow the order keys are listed in the group rules
+            # (training curve solid, evaluation dashed), not the order they
+            # happened to arrive in.
+            ranked = sorted(group.keys, key=lambda k: self._key_rank(title, k))
+            restyle = ranked != group.keys
+            group.keys[:] = ranked
         group.curves.append(curve)
         group.curves.sort(
             key=lambda c: (list(self._runs).index(c.run_id), group.keys.index(c.key))
         )
         self._curves[(run_id, key)] = curve
-        self._style(curve)
+        for other in group.curves if restyle else [curve]:
+            self._style(other)
         self._update_legend(group)
         return curve
 
@@ -1051,6 +1059,15 @@ class LivePlotPanel(QtWidgets.QWidget):
             self._dirty[curve] = None
         if group.curves and not self._timer.isActive():
             self._timer.start()
+
+    def _key_rank(self, title: str, key: str) -> int:
+        """Position of the first rule pattern of group ``title`` that ``key``
+        matches; keys no rule lists (the Other group) keep arrival order."""
+        patterns = next((pats for t, pats in self._rules if t == title), ())
+        for i, pattern in enumerate(patterns):
+            if key == pattern or fnmatch.fnmatchcase(key, pattern):
+                return i
+        return len(patterns)
 
     def _style(self, curve: _Curve) -> None:
         color = self._runs[curve.run_id]["color"]

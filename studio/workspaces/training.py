@@ -122,6 +122,7 @@ class TrainingWorkspace(QWidget):
         header.setStretchLastSection(False)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         header.setMinimumSectionSize(40)
+        self.table.view.setWordWrap(False)
 
         self.new_button = QPushButton("New run…")
         self.stop_button = QPushButton("Stop")
@@ -163,7 +164,7 @@ class TrainingWorkspace(QWidget):
         top.addWidget(self.table)
         top.addWidget(right)
         top.setStretchFactor(1, 1)
-        top.setSizes([500, 780])
+        top.setSizes([540, 740])
 
         self.details = JsonPreview()
         self.run_log = LogConsole(max_lines=2000)
