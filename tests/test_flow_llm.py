@@ -455,6 +455,15 @@ def test_a_rerun_reuses_every_cached_node_and_deploys_again(chain: Chain) -> Non
     assert summary["ran"] == ["env", "base", "export", "deploy"]
     (model,) = summary["models"]
     assert model["kind"] == "gguf" and model["name"] == "jira-grpo-agent (F16)"
+    # its merged parent came from the cache, registered by the first run: the
+    # lineage still links the two models
+    (new_id,) = summary["registered_models"]
+    project = Project.open(chain.project)
+    try:
+        (merged,) = [m for m in project.list_models() if m.kind == "hf-merged"]
+        assert (merged.id, new_id, "derived") in project.lineage(new_id)
+    finally:
+        project.close()
 
 
 def test_without_a_server_deploy_leaves_a_bundle_and_says_so(

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,6 +167,54 @@ def test_register_model_copies_files_and_records_lineage(
     assert (run.id, model.id, "trained") in project.lineage(model.id)
     with pytest.raises(ProjectError, match="does not exist"):
         project.register_model(name="x", kind="k", files=[tmp_path / "missing.zip"])
+    project.close()
+
+
+def test_run_models_link_to_parents_by_the_files_they_came_from(
+    project_dir: Path, tmp_path: Path
+) -> None:
+    """Jobs name parents by file: one registered in the same summary, or by
+    an earlier run (a flow re-run whose upstream node was cached), becomes
+    that model's id; anything else stays as written."""
+    project = Project.open(project_dir, create=True)
+    out = project_dir / "models"
+    for name in ("run1.train", "run1.merge", "same-a", "same-b"):
+        (out / name).mkdir()
+        (out / name / "weights.bin").write_bytes(b"w")
+    base = str(tmp_path / "base")
+
+    def entry(file: str | Path, *parents: str | Path) -> dict[str, Any]:
+        return {"name": "n", "kind": "k", "file": str(file), "parents": parents}
+
+    ids, problems = project.register_run_models(
+        "run1",
+        {
+            "models": [
+                entry(out / "run1.train", base),
+                # written another way: a trailing slash, a parent with ".."
+                entry(f"{out}/run1.merge/", f"{out}/same-a/../run1.train", base),
+            ]
+        },
+    )
+    assert problems == []
+    adapter, merged = ids
+    assert (adapter, merged, "derived") in project.lineage(merged)
+    assert (base, adapter, "derived") in project.lineage(adapter)
+    # a later run: the merged model came from the cache, registered above
+    gguf_file = tmp_path / "m.gguf"
+    gguf_file.write_bytes(b"GGUF")
+    (gguf,), _ = project.register_run_models(
+        "run2", {"models": [entry(gguf_file, out / "run1.merge")]}
+    )
+    assert (merged, gguf, "derived") in project.lineage(gguf)
+    # two registered models with one file name: no guess
+    for name in ("same-a", "same-b"):
+        project.register_model(name=name, kind="k", files=[out / name / "weights.bin"])
+    ambiguous = str(out / "same-a" / "weights.bin")
+    (other,), _ = project.register_run_models(
+        "run3", {"models": [entry(gguf_file, ambiguous)]}
+    )
+    assert (ambiguous, other, "derived") in project.lineage(other)
     project.close()
 
 

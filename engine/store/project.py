@@ -448,14 +448,30 @@ class Project:
 
         A parent naming the ``file`` of an earlier entry of the same summary
         (a flow run's merge naming the adapter its Fine-tune node trained)
-        becomes that model's id, so the lineage links the two models.
+        becomes that model's id, so the lineage links the two models. So
+        does a parent inside the project that an earlier run registered (a
+        flow re-run whose Fine-tune node came from the cache): registering
+        copies a model to ``models/<id>/<its name>``, and exactly one
+        registered model may carry that name.
         """
         ids: list[str] = []
         problems: list[str] = []
         by_file: dict[str, str] = {}
+        by_name: dict[str, list[str]] | None = None
 
         def parent_id(parent: str) -> str:
-            return by_file.get(_path_key(parent), parent)
+            nonlocal by_name
+            key = _path_key(parent)
+            if key in by_file:
+                return by_file[key]
+            if not Path(key).is_relative_to(_path_key(str(self.path))):
+                return parent  # a base model outside the project: never copied
+            if by_name is None:
+                by_name = {}
+                for m in self.list_models():
+                    by_name.setdefault(Path(m.path).name, []).append(m.id)
+            found = by_name.get(Path(key).name, [])
+            return found[0] if len(found) == 1 else parent
 
         for entry in summary.get("models", []) or []:
             try:
