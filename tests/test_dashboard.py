@@ -282,3 +282,42 @@ def test_a_headless_runs_speed_and_eta_come_from_snapshots(
     state.on_run_progress("r", 4500, 10_000, 900.0, 6.1)
     state.load_snapshot(snapshot(4100))
     assert (state.run("r")["progress_done"], state.run("r")["rate"]) == (4500, 900.0)
+
+
+def test_stop_button_stops_a_headless_run(qtbot, window: MainWindow) -> None:
+    """Stop on a run training in a terminal stops it as Ctrl-C does: it saves
+    a checkpoint, registers its model so far and ends as stopped."""
+    training = window.workspaces["training"]
+    state = window.session.state
+    command = [sys.executable, "-m", "engine.cli", "train", "--env", "CartPole-v1"]
+    command += ["--algo", "A2C", "--steps", "1000000", "--seed", "2", "--quiet"]
+    command += ["--project", state.path, "--set", "n_envs=2"]
+    command += ["--set", "eval_every_steps=0"]
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        qtbot.waitUntil(
+            lambda: any(r.get("progress_done", 0) > 0 for r in state.runs.values()),
+            timeout=120_000,
+        )
+        (run_id,) = state.runs
+        training.table.select_keys([run_id])
+        assert training.stop_button.isEnabled()
+        training.stop_button.click()
+        qtbot.waitUntil(
+            lambda: state.runs[run_id].get("status") == "stopped", timeout=60_000
+        )
+    except BaseException:
+        proc.kill()
+        raise
+    finally:
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    assert "stopping: saving a checkpoint" in err
+    summary = state.runs[run_id]["summary"]
+    assert summary["stopped_by"] == "user" and summary["total_steps"] < 1_000_000
+    checkpoint = Path(state.runs[run_id]["run_dir"]) / "checkpoints"
+    assert (checkpoint / f"step-{summary['total_steps']:010d}" / "model.zip").is_file()
+    qtbot.waitUntil(lambda: len(state.models) == 1, timeout=10_000)
+    assert training.resume_button.isEnabled()

@@ -28,7 +28,7 @@ from typing import IO, Any
 from engine import protocol
 from engine.errors import EngineError, ProjectError, UnknownRunError
 from engine.jobs import registry
-from engine.store.project import Project
+from engine.store.project import Project, process_owns_run
 
 log = logging.getLogger("engine.supervisor")
 
@@ -148,7 +148,17 @@ class Supervisor:
         with self._lock:
             job = self._jobs.get(run_id)
         if job is None:
-            self.require_project().get_run(run_id)  # unknown id -> clear error
+            run = self.require_project().get_run(run_id)  # unknown id -> clear error
+            if run.status == "running" and run.pid and process_owns_run(run):
+                # A headless run in a terminal: stop it as Ctrl-C would (it
+                # saves a checkpoint and records its end itself).
+                if os.name != "posix":
+                    raise EngineError(
+                        f"The run {run_id} runs in another program (pid {run.pid}); "
+                        "stop it there."
+                    )
+                os.kill(run.pid, signal_module.SIGINT)
+                return
             raise EngineError(f"The run {run_id} is not running.")
         job.stop_requested = True
         stop_line = protocol.encode(protocol.StopRun(run_id=run_id)) + "\n"

@@ -331,7 +331,7 @@ class Project:
         for run in self.list_runs():
             if run.status not in ACTIVE_STATUSES or run.id in live:
                 continue
-            if _process_owns_run(run):
+            if process_owns_run(run):
                 continue
             result = _read_json(self.run_dir(run.id) / "result.json")
             if result and result.get("status") in FINAL_STATUSES:
@@ -583,7 +583,7 @@ def _path_key(path: str) -> str:
     return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
 
 
-def _process_owns_run(run: RunRecord) -> bool:
+def process_owns_run(run: RunRecord) -> bool:
     """Whether the process recorded for ``run`` still runs it: alive, not a
     zombie, and started before the run did (so not a reused pid)."""
     if not run.pid or not run.started:
