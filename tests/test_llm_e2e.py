@@ -261,7 +261,8 @@ def test_merge_registers_lineage(project: Project) -> None:
         (merged_id,), problems = store.register_run_models(run_dir.name, summary)
         assert problems == []
         links = set(store.lineage(merged_id))
-        assert (adapter.path, merged_id, "derived") in links
+        # the merge names the adapter by its registered path: linked by id
+        assert (adapter_id, merged_id, "derived") in links
         assert (run_dir.name, merged_id, "trained") in links
         assert (run_id, adapter_id, "trained") in set(store.lineage(adapter_id))
         merged = next(m for m in store.list_models() if m.id == merged_id)
