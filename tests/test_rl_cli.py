@@ -4,8 +4,10 @@ run prints its summary as JSON and leaves a self-describing run folder."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from engine import cli
 from engine.rl.cli import parse_settings, progress_line
 from engine.store.atomic import atomic_write_json
+from engine.store.metrics import read_metrics
 from engine.store.project import Project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -228,3 +231,63 @@ FLAKY_SPEC = {
     "kind": "python",
     "python": {"file": "flaky.py", "class": "Flaky"},
 }
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_with_a_checkpoint_and_resume_continues(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = [sys.executable, "-m", "engine.cli", "train", "--env", "CartPole-v1"]
+    command += ["--algo", "A2C", "--steps", "1000000", "--seed", "9", "--quiet"]
+    command += ["--project", str(tmp_path), "--set", "n_envs=2"]
+    command += ["--set", "eval_every_steps=0"]
+    proc = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        # Wait (without sleeping blind) for the first metrics on disk.
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("runs/*/metrics.jsonl")):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    first = json.loads(out)
+    assert first["stopped_by"] == "user"
+    stopped_at = first["total_steps"]
+    project = Project.open(tmp_path)
+    try:
+        (run,) = project.list_runs()
+        assert run.status == "stopped" and len(project.list_models()) == 1
+    finally:
+        project.close()
+    rows_before = read_metrics(Path(run.run_dir) / "metrics.jsonl")
+
+    # Nothing but the total may change; a completed run needs a new total.
+    assert cli.main(["train", "--resume", run.id, "--env", "Acrobot-v1",
+                     "--project", str(tmp_path)]) == 2  # fmt: skip
+    assert "keeps its settings" in capsys.readouterr().err
+    target = stopped_at + 200
+    argv = ["train", "--resume", run.id, "--project", str(tmp_path), "--quiet"]
+    assert cli.main([*argv, "--steps", str(target)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["resumed_from"]["step"] == stopped_at
+    assert summary["stopped_by"] == "steps" and summary["total_steps"] >= target
+    rows = read_metrics(Path(run.run_dir) / "metrics.jsonl")
+    steps = [r["step"] for r in rows]
+    times = [r["time"] for r in rows]
+    assert steps == sorted(steps) and times == sorted(times)
+    assert steps[len(rows_before)] > stopped_at  # carried on, not restarted
+    project = Project.open(tmp_path)
+    try:
+        again = project.get_run(run.id)
+        assert again.status == "completed" and again.config["total_steps"] == target
+        assert again.summary["resumed_from"]["step"] == stopped_at
+        assert len(project.list_models()) == 2  # the stopped one and the final one
+    finally:
+        project.close()
+    assert cli.main(argv) == 2
+    assert "already completed" in capsys.readouterr().err

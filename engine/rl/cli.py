@@ -11,6 +11,10 @@ Example::
     rl-studio-engine train --env CartPole-v1 --algo PPO --steps 20000 \\
         --seed 1 --set n_envs=4 --set learning_rate=0.001
 
+Ctrl-C stops a run with a checkpoint; ``--resume RUN_ID --project P``
+continues it (or any stopped, failed or interrupted run of the project, the
+studio's included) with its step counter and curves carried on.
+
 ``--set key=value`` sets a top-level setting (``n_envs``, ``eval_every_steps``,
 ...) or else a hyperparameter of the algorithm; values are read as JSON when
 they parse (``1e-3``, ``true``, ``[64,64]``), as text otherwise.
@@ -45,7 +49,14 @@ PROGRESS_SAVE_INTERVAL_S = 2.0
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--env", required=True, help="Gymnasium id or rlstudio/<name>-v0"
+        "--env", default=None, help="Gymnasium id or rlstudio/<name>-v0 (required)"
+    )
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_ID",
+        default=None,
+        help="continue a stopped, failed or interrupted run of --project from its "
+        "last checkpoint (--steps may change its total; nothing else may change)",
     )
     parser.add_argument(
         "--algo",
@@ -213,6 +224,10 @@ def run(args: argparse.Namespace) -> int:
     from engine.store.project import Project
     from resources import resource_path
 
+    if args.resume is not None:
+        return _resume(args, train)
+    if args.env is None:
+        raise EngineError("Give the environment with --env, e.g. --env CartPole-v1.")
     if args.project is not None:
         project_dir: Path = args.project.expanduser().resolve()
         if project_dir.exists() and not project_dir.is_dir():
@@ -231,16 +246,82 @@ def run(args: argparse.Namespace) -> int:
         project.close()
 
 
+def _resume(
+    args: argparse.Namespace, train: Callable[[JobContext], dict[str, Any]]
+) -> int:
+    from engine.store.project import Project, process_owns_run
+
+    if args.project is None:
+        raise EngineError("--resume needs the --project that holds the run.")
+    if args.env or args.seed is not None or args.settings or args.algo != "auto":
+        raise EngineError(
+            "A resumed run keeps its settings; give only --project, --resume "
+            "and optionally --steps."
+        )
+    project = Project.open(args.project.expanduser().resolve())
+    try:
+        run = project.get_run(args.resume)
+        if run.kind != KIND:
+            raise EngineError(
+                f"The run {run.id} is a {run.kind!r} run, not a training run."
+            )
+        if run.status == "completed" and args.steps is None:
+            raise EngineError(
+                f"The run {run.id} already completed; give a larger --steps to "
+                "train it further."
+            )
+        if run.status in ("queued", "running") and process_owns_run(run):
+            raise EngineError(f"The run {run.id} is still running (pid {run.pid}).")
+        config = dict(run.config)
+        if args.steps is not None:
+            if args.steps < 1:
+                raise EngineError(f"--steps must be at least 1, not {args.steps}.")
+            config["total_steps"] = args.steps
+            atomic_write_json(
+                Path(run.run_dir) / "config.json",
+                {"run_id": run.id, "kind": KIND, "name": run.name, "config": config},
+            )
+            project.update_run(run.id, config=config)
+        (Path(run.run_dir) / "result.json").unlink(missing_ok=True)
+        return _train_in_project(args, project, config, train, resume_id=run.id)
+    finally:
+        project.close()
+
+
+def _resume_time_offset(run_dir: Path) -> float:
+    """Wall time the run had trained when it stopped (its last metrics row),
+    so that curves against time continue instead of starting over."""
+    from engine.store.metrics import iter_metrics
+
+    times = [
+        float(t)
+        for row in iter_metrics(run_dir / "metrics.jsonl")
+        if isinstance(t := row.get("time"), int | float)
+    ]
+    return max(times, default=0.0)
+
+
 def _train_in_project(
     args: argparse.Namespace,
     project: Project,
     config: dict[str, Any],
     train: Callable[[JobContext], dict[str, Any]],
+    resume_id: str | None = None,
 ) -> int:
-    record = project.create_run(KIND, config, name=run_name(config))
+    if resume_id is None:
+        record = project.create_run(KIND, config, name=run_name(config))
+    else:
+        record = project.get_run(resume_id)
     run_dir = Path(record.run_dir)
     project.update_run(
-        record.id, status="running", started=time.time(), pid=os.getpid()
+        record.id,
+        status="running",
+        started=time.time(),
+        pid=os.getpid(),
+        ended=None,
+        exit_code=None,
+        signal=None,
+        reason="",
     )
     print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
     ctx = ConsoleContext(
@@ -251,6 +332,8 @@ def _train_in_project(
         events=None,
         stream=None if args.quiet else sys.stderr,
         project=project,
+        resume=resume_id is not None,
+        time_offset=0.0 if resume_id is None else _resume_time_offset(run_dir),
     )
 
     def on_interrupt(_sig: int, _frame: FrameType | None) -> None:
