@@ -8,8 +8,10 @@ Example::
         --set train.total_steps=2048 --set evaluate.episodes=5
 
 The run is recorded in the project like a run started from the studio
-(``runs/<run-id>/``, a row in the project's run list), and the models that
-Register nodes produce are registered when it ends. The project is
+(``runs/<run-id>/``, a row in the project's run list), and the models its
+nodes produce (Register, Fine-tune, Merge, Export GGUF) are registered with
+their lineage when it ends, unless it failed. Stdout carries the run's
+summary as JSON and nothing else. The project is
 ``--project DIR``, else the project whose ``flows/`` folder holds the file,
 else a temporary folder.
 
