@@ -335,6 +335,26 @@ def test_sentencepiece_llama_vocab(tmp_path_factory, files: str) -> None:
     assert _max_logit_error(model, _load(out), ids) < 0.02
 
 
+def test_sentencepiece_bpe_without_byte_fallback(tmp_path_factory, tmp_path) -> None:
+    """Some conversions of SentencePiece BPE have no byte fallback: the ▁
+    marks (Metaspace) still make it a llama vocabulary, not a GPT-2 one."""
+    folder, _model, ref = _spm_source(tmp_path_factory.getbasetemp() / "spm", "json")
+    copy = tmp_path / "no-fallback"
+    copy.mkdir()
+    for f in folder.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    tj = json.loads((copy / "tokenizer.json").read_text())
+    assert tj["model"]["byte_fallback"] is True
+    tj["model"]["byte_fallback"] = False
+    (copy / "tokenizer.json").write_text(json.dumps(tj))
+    out = tmp_path / "nf.gguf"
+    report = gx.export_gguf(copy, out, "f16")
+    assert report.tokenizer_model == "llama" and not report.warnings
+    gtok = _gguf_tokenizer(out)
+    for text in (TEXTS[0], TEXTS[2]):  # no characters outside the vocabulary
+        assert gtok(text).input_ids == ref(text).input_ids, text
+
+
 def test_unigram_tokenizer_json_alone_is_refused_before_writing(
     tmp_path_factory, tmp_path: Path
 ) -> None:

@@ -536,6 +536,21 @@ def _read_sentencepiece_model(path: Path) -> list[tuple[str, float, int]]:
     return pieces
 
 
+def _uses_step(tj: dict[str, Any] | None, kind: str) -> bool:
+    """Whether the pre-tokenizer or decoder of a ``tokenizer.json`` has a
+    step of type ``kind`` (nested ``Sequence`` steps included)."""
+
+    def has(node: Any) -> bool:
+        if not isinstance(node, dict):
+            return False
+        if node.get("type") == kind:
+            return True
+        inner = node.get("pretokenizers", []) + node.get("decoders", [])
+        return any(has(n) for n in inner)
+
+    return bool(tj) and (has(tj.get("pre_tokenizer")) or has(tj.get("decoder")))
+
+
 def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
     import gguf
 
@@ -549,9 +564,14 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
         except ValueError as exc:
             raise EngineError(f"{tj_path} is not valid JSON ({exc}).") from None
     model = (tj or {}).get("model", {})
-    byte_level_bpe = model.get("type") == "BPE" and not model.get(
-        "byte_fallback", False
+    # SentencePiece-style BPE (Llama 2, Mistral) marks word starts with "▁"
+    # (Metaspace) and usually falls back to byte tokens; GPT-2 style BPE
+    # spells bytes as characters (ByteLevel). Conversions without
+    # byte_fallback exist, so the Metaspace marks count as well.
+    spm_style = bool(model.get("byte_fallback")) or (
+        _uses_step(tj, "Metaspace") and not _uses_step(tj, "ByteLevel")
     )
+    byte_level_bpe = model.get("type") == "BPE" and not spm_style
 
     tokens: dict[int, str] = {}
     types: dict[int, int] = {}
@@ -588,8 +608,8 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
                     scores[int(idx)] = -1000.0
                     types[int(idx)] = int(T.USER_DEFINED)
     elif tj is not None and model.get("type") == "BPE":
-        # SentencePiece-style BPE with byte fallback saved as tokenizer.json
-        # (Llama 2, Mistral): write it as a llama vocabulary, scores by rank.
+        # SentencePiece-style BPE saved as tokenizer.json (Llama 2, Mistral):
+        # write it as a llama vocabulary, scores by rank.
         kind, pre = "llama", ""
         for tok, idx in model.get("vocab", {}).items():
             idx = int(idx)
