@@ -520,3 +520,27 @@ def test_linear_rope_scaling(tmp_path: Path) -> None:
     err = _max_logit_error(model, loaded, ids)
     assert plain_err > 0.05, "the scaling must matter for this test"
     assert err < 1e-4, err
+
+
+def test_qwen2_yarn_keys_from_rope_parameters(tmp_path: Path) -> None:
+    """Qwen2.5's long-context YaRN settings, as transformers 5 saves them
+    (``rope_parameters``), become llama.cpp's scaling keys. Only the keys are
+    checked: transformers' GGUF loader ignores them, and llama.cpp's YaRN is
+    not re-implemented here."""
+    folder = build_tiny_model(tmp_path / "yarn", "qwen2")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.pop("rope_scaling", None)
+    cfg["rope_parameters"] = {
+        "rope_type": "yarn",
+        "rope_theta": 1000000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 32768,
+    }
+    (folder / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "yarn.gguf"
+    assert gx.export_gguf(folder, out, "f16").verified
+    f = gguf.GGUFReader(out).fields
+    assert f["qwen2.rope.freq_base"].contents() == pytest.approx(1e6)
+    assert f["qwen2.rope.scaling.type"].contents() == "yarn"
+    assert f["qwen2.rope.scaling.factor"].contents() == pytest.approx(4.0)
+    assert f["qwen2.rope.scaling.original_context_length"].contents() == 32768
