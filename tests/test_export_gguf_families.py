@@ -10,9 +10,15 @@ Llama 3 / Qwen ones in test_export_gguf.py, each built here as a tiny model:
   BPE with single-digit splitting (llama.cpp pre-tokenizer ``smollm``).
 - Llama 3.1 rope scaling (``rope_type`` ``llama3`` in transformers 5's
   ``rope_parameters``): the ``rope_freqs`` factors land in the file and give
-  the source logits once applied the way llama.cpp applies them.
+  the source logits once applied the way llama.cpp applies them; linear
+  scaling likewise; Qwen2 YaRN keys (keys only).
+- A SentencePiece BPE tokenizer.json without byte fallback, and a Unigram
+  tokenizer.json without its tokenizer.model (refused in one sentence).
 
-Logits and tokenization are checked through transformers' GGUF loader.
+Logits and tokenization are checked through transformers' GGUF loader, whose
+"llama" tokenizer rebuilds BPE merges from the scores as llama.cpp's
+SentencePiece tokenizer does; neither sentencepiece nor llama.cpp itself runs
+here.
 """
 
 from __future__ import annotations
