@@ -80,6 +80,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_errors_are_one_sentence(tmp_path: Path) -> None:
+    from tiny_models import build_tiny_model
+
     (tmp_path / "gpt2").mkdir()
     (tmp_path / "gpt2" / "config.json").write_text(
         json.dumps({"architectures": ["GPT2LMHeadModel"]})
@@ -115,6 +117,12 @@ def test_cli_errors_are_one_sentence(tmp_path: Path) -> None:
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "is not a valid safetensors file" in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "gpt2"]
+    # --out inside a file, not a folder.
+    folder = build_tiny_model(tmp_path / "tiny", "qwen2")
+    (tmp_path / "afile").write_text("x")
+    r = _cli("export-gguf", str(folder), "--out", str(tmp_path / "afile" / "m.gguf"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert f"{tmp_path / 'afile'} cannot be made a folder (File exists)." in r.stderr
 
 
 def test_cli_export_and_bundle(policies: dict[str, Path], tmp_path: Path) -> None:

@@ -799,7 +799,13 @@ def _write_gguf(
     rename it over ``out_path``. Removes the temporary file on any failure."""
     import gguf
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError(
+            f"Cannot write {out_path}: {out_path.parent} cannot be made a folder "
+            f"({exc.strerror or exc})."
+        ) from None
     needed = sum(p.nbytes for p in planned) + 1024 * 1024
     _check_free_space(out_path.parent, needed)
     tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
