@@ -57,8 +57,12 @@ def test_onnx_round_trip(policies: dict[str, Path], tmp_path: Path, env: str) ->
         assert (got >= -2.0).all() and (got <= 2.0).all()  # clipped to the Box
 
 
-def test_onnx_bad_input(tmp_path: Path) -> None:
+def test_onnx_bad_input(tmp_path: Path, policies: dict[str, Path]) -> None:
     from engine.export.onnx_export import export_onnx
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(EngineError, match=r"afile cannot be made a folder"):
+        export_onnx(policies["CartPole-v1"], tmp_path / "afile" / "p.onnx")
 
     with pytest.raises(EngineError, match="does not exist"):
         export_onnx(tmp_path / "nope.zip", tmp_path / "p.onnx")

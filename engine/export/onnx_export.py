@@ -165,7 +165,13 @@ def export_onnx(
     module = _wrap(policy)
     example = torch.as_tensor(obs[:2])
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError(
+            f"Cannot write {out_path}: {out_path.parent} cannot be made a folder "
+            f"({exc.strerror or exc})."
+        ) from None
     tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
     try:
         with (
