@@ -24,6 +24,8 @@ from studio.models.metric_store import MetricStore
 from studio.models.project_state import ProjectState
 from studio.settings import Settings
 
+EVAL_REWARD = "eval/mean_reward"
+
 
 class Session(QObject):
     project_opened = Signal(str)
@@ -158,6 +160,7 @@ class Session(QObject):
             self.metrics.load_jsonl(run_id, path, replace=True)
             self._file_offsets[run_id] = _line_start_before(path, size)
         self._metrics_last_time[run_id] = self._last_time(run_id)
+        self._note_best_eval(run_id)
 
     def _follow_metrics_file(self, run_id: str, path: Path) -> None:
         offset = self._file_offsets.get(run_id, 0)
@@ -212,6 +215,14 @@ class Session(QObject):
         if fresh:
             self.metrics.append_rows(run_id, fresh)
             self._metrics_last_time[run_id] = float(fresh[-1].get("time", last))
+            if any(EVAL_REWARD in r for r in fresh):
+                self._note_best_eval(run_id)
+
+    def _note_best_eval(self, run_id: str) -> None:
+        """Tell the run list the best evaluation so far (Best column)."""
+        values = self.metrics.series(run_id, EVAL_REWARD)[2]
+        if len(values):
+            self.state.on_run_eval(run_id, float(values.max()))
 
     def stop_run(self, run_id: str) -> None:
         self.client.request(

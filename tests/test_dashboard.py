@@ -18,6 +18,7 @@ from studio.models.project_state import ProjectState
 from studio.run_dialog import RunDialog, flatten_config, nest_values
 from studio.session import Session
 from studio.settings import Settings
+from studio.workspaces.training import best_reward
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -168,6 +169,8 @@ def test_a_headless_run_shows_live_in_an_open_studio(qtbot, window: MainWindow) 
     assert state.models[0]["algo"] == "PPO"
     record = next(r for r in training.table.model.records if r["id"] == run_id)
     assert record["summary"]["total_steps"] >= 3000
+    # The Best column had the best evaluation before the summary did.
+    assert record["best_eval_live"] == record["summary"]["best_eval_reward"]
     # Every row the file holds is on the plot, none twice.
     training.table.select_keys([run_id])
     qtbot.waitUntil(lambda: store.length(run_id, "eval/mean_reward") == 3, timeout=5000)
@@ -321,3 +324,19 @@ def test_stop_button_stops_a_headless_run(qtbot, window: MainWindow) -> None:
     assert (checkpoint / f"step-{summary['total_steps']:010d}" / "model.zip").is_file()
     qtbot.waitUntil(lambda: len(state.models) == 1, timeout=10_000)
     assert training.resume_button.isEnabled()
+
+
+def test_best_eval_so_far_shows_before_the_run_ends() -> None:
+    state = ProjectState()
+    run = {"id": "r", "name": "live", "status": "running"}
+    state.load_snapshot({"path": "/p", "name": "p", "runs": [run]})
+    assert best_reward(state.run("r")) is None
+    state.on_run_eval("r", 120.0)
+    state.on_run_eval("r", 80.0)  # a worse evaluation does not lower it
+    assert best_reward(state.run("r")) == 120.0
+    # ... and it survives a snapshot, until the summary says the final word.
+    state.load_snapshot({"path": "/p", "name": "p", "runs": [run]})
+    assert best_reward(state.run("r")) == 120.0
+    done = {**run, "status": "completed", "summary": {"best_eval_reward": 130.5}}
+    state.load_snapshot({"path": "/p", "name": "p", "runs": [done]})
+    assert best_reward(state.run("r")) == 130.5

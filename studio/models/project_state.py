@@ -43,10 +43,14 @@ class ProjectState(Observable):
         self.envs = list(snap.get("envs", []))
         self.flows = list(snap.get("flows", []))
         self.models = list(snap.get("models", []))
-        live = {rid: r for rid, r in self.runs.items() if r.get("status") == "running"}
+        previous = self.runs
+        live = {rid: r for rid, r in previous.items() if r.get("status") == "running"}
         self.runs = {}
         for run in snap.get("runs", []):
             merged = dict(run)
+            best = previous.get(run["id"], {}).get("best_eval_live")
+            if best is not None:
+                merged["best_eval_live"] = best
             if run.get("status") == "running":
                 before = live.get(run["id"], {})
                 if run["id"] in self._event_fed:
@@ -120,6 +124,15 @@ class ProjectState(Observable):
             return
         self._event_fed.add(run_id)
         run.update(progress_done=done, progress_total=total, rate=rate, eta_s=eta_s)
+        self.notify("run", run_id)
+
+    def on_run_eval(self, run_id: str, best: float) -> None:
+        """The best evaluation mean reward seen so far in a run's metrics
+        (the summary has it only once the run ends)."""
+        run = self.runs.get(run_id)
+        if run is None or best <= run.get("best_eval_live", float("-inf")):
+            return
+        run["best_eval_live"] = best
         self.notify("run", run_id)
 
     def on_run_ended(

@@ -64,7 +64,11 @@ def run_steps(run: dict[str, Any]) -> float:
 
 
 def best_reward(run: dict[str, Any]) -> float | None:
+    """The run's best evaluation mean reward: from its summary once it ended,
+    else the best seen in its metrics so far."""
     value = (run.get("summary") or {}).get("best_eval_reward")
+    if not isinstance(value, int | float):
+        value = run.get("best_eval_live")
     return float(value) if isinstance(value, int | float) else None
 
 
