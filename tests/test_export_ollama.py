@@ -460,3 +460,10 @@ def test_deploy_bad_input(model_gguf: Path, tmp_path: Path) -> None:
         deploy_gguf(model_gguf, "bad name!")
     with pytest.raises(EngineError, match="cannot quantize"):
         deploy_gguf(model_gguf, "x", quantize="q2_K")
+    # A download cut short: the header lies past the end of the file.
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(model_gguf.read_bytes()[:40])
+    with pytest.raises(EngineError) as exc:
+        deploy_gguf(cut, "x", bundle_dir=tmp_path / "b")
+    assert str(exc.value).startswith(f"{cut} is not a readable GGUF file (")
+    assert not (tmp_path / "b").exists()
