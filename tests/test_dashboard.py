@@ -270,21 +270,25 @@ def test_a_headless_runs_speed_and_eta_come_from_snapshots(
 
     def snapshot(done: float, status: str = "running") -> dict:
         run = {"id": "r", "name": "headless", "status": status}
-        run.update(progress_done=done, progress_total=10_000.0)
+        run.update(progress_done=done, progress_total=20_000.0)
         return {"path": "/p", "name": "p", "runs": [run]}
 
     state.load_snapshot(snapshot(1000))
-    assert "rate" not in state.run("r")  # one reading says nothing of speed
     clock[0] += 2
-    state.load_snapshot(snapshot(2000))  # 1000 steps in 2 s
-    assert state.run("r")["rate"] == 500 and state.run("r")["eta_s"] == 16
-    clock[0] += 2
-    state.load_snapshot(snapshot(4000))  # 1000 steps/s now; smoothed
-    assert state.run("r")["rate"] == 0.7 * 500 + 0.3 * 1000
+    state.load_snapshot(snapshot(2000))
+    # Readings seconds apart mostly measure when each was written: no speed yet.
+    assert "rate" not in state.run("r")
+    clock[0] += 4
+    state.load_snapshot(snapshot(4000))  # 3000 steps in 6 s
+    assert state.run("r")["rate"] == 500 and state.run("r")["eta_s"] == 32
+    clock[0] += 6
+    state.load_snapshot(snapshot(10_000))  # 1000 steps/s now; smoothed
+    assert state.run("r")["rate"] == 0.6 * 500 + 0.4 * 1000
+    assert state.run("r")["eta_s"] == 10_000 / 700
     # A run the engine reports keeps the engine's (newer) numbers.
-    state.on_run_progress("r", 4500, 10_000, 900.0, 6.1)
-    state.load_snapshot(snapshot(4100))
-    assert (state.run("r")["progress_done"], state.run("r")["rate"]) == (4500, 900.0)
+    state.on_run_progress("r", 10_500, 20_000, 900.0, 6.1)
+    state.load_snapshot(snapshot(10_100))
+    assert (state.run("r")["progress_done"], state.run("r")["rate"]) == (10_500, 900)
 
 
 def test_stop_button_stops_a_headless_run(qtbot, window: MainWindow) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 from studio.models.observable import Observable
 
+SNAPSHOT_RATE_WINDOW_S = 6.0
+"""Shortest time over which a headless run's speed is measured."""
 FINAL_STATUSES = ("completed", "stopped", "failed", "interrupted")
 
 
@@ -67,16 +69,23 @@ class ProjectState(Observable):
         self, run: dict[str, Any], before: dict[str, Any], now: float | None = None
     ) -> None:
         """Steps/s and ETA of a run that no event feeds (a headless run on
-        this project), from its progress in successive snapshots."""
+        this project), from its progress in successive snapshots.
+
+        Such a run writes its progress every couple of seconds and snapshots
+        come at their own pace, so a speed is measured over at least
+        ``SNAPSHOT_RATE_WINDOW_S`` (shorter windows mostly measure the
+        jitter) and smoothed; until then none is shown.
+        """
         now = time.monotonic() if now is None else now
         done = float(run.get("progress_done") or 0)
         total = float(run.get("progress_total") or 0)
         rate = before.get("rate") or 0.0
-        seen = self._snapshot_progress.get(run["id"])
-        if seen is not None and done > seen[1] and now > seen[0]:
-            inst = (done - seen[1]) / (now - seen[0])
-            rate = inst if not rate else 0.7 * rate + 0.3 * inst
-        if seen is None or done != seen[1]:
+        ref = self._snapshot_progress.get(run["id"])
+        if ref is None or done < ref[1]:
+            self._snapshot_progress[run["id"]] = (now, done)
+        elif now - ref[0] >= SNAPSHOT_RATE_WINDOW_S and done > ref[1]:
+            inst = (done - ref[1]) / (now - ref[0])
+            rate = inst if not rate else 0.6 * rate + 0.4 * inst
             self._snapshot_progress[run["id"]] = (now, done)
         if rate > 0:
             run["rate"] = rate
