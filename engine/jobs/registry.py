@@ -32,6 +32,9 @@ class JobKind:
     resumable: bool = False
     schema: str | None = None
     """``module:function`` giving the parameter form: ``schema(values) -> list``."""
+    default_name: str | None = None
+    """A ``str.format`` template over the validated config naming a run the
+    user did not name (``"{algo} {env}"``); its ``name`` setting wins."""
     project_field: str | None = None
     """A config key the supervisor fills with the open project's folder when
     the config leaves it out, so that validation sees the project's designed
@@ -55,6 +58,22 @@ register(
         resumable=True,
     )
 )
+
+
+def run_name(kind_name: str, config: dict[str, Any], name: str = "") -> str:
+    """The name a new run gets: ``name``, else the config's ``name`` setting,
+    else the kind's default name; empty when none applies."""
+    kind = get_kind(kind_name)
+    if name:
+        return name
+    if isinstance(config.get("name"), str) and config["name"].strip():
+        return str(config["name"]).strip()
+    if kind.default_name:
+        try:
+            return kind.default_name.format_map(config)
+        except (KeyError, IndexError, ValueError):
+            return ""
+    return ""
 
 
 def get_kind(name: str) -> JobKind:
@@ -97,6 +116,7 @@ register(
         validator="engine.rl.config:validate",
         schema="engine.rl.schema:schema",
         project_field="project_dir",
+        default_name="{algo} {env}",
         description="Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
         "MaskablePPO) on a Gymnasium or designed environment.",
         resumable=True,

@@ -122,6 +122,7 @@ class Supervisor:
         if field and not config.get(field):
             config = {**config, field: str(project.path)}
         config = registry.validate_config(kind, config)
+        name = registry.run_name(kind, config, name)
         # Under the lock: the tick's reconcile must not see the queued row
         # before its job is registered.
         with self._lock:

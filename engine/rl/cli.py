@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.errors import EngineError
 from engine.jobs.context import JobContext
+from engine.jobs.registry import run_name
 from engine.store.atomic import atomic_write_json
 
 if TYPE_CHECKING:
@@ -213,11 +214,6 @@ def progress_line(done: float, total: float, rate: float, width: int = 30) -> st
     )
 
 
-def run_name(config: dict[str, Any]) -> str:
-    """The name a run gets in the run list: its ``name`` or ``ALGO env``."""
-    return str(config.get("name") or f"{config['algo']} {config['env']}")
-
-
 def run(args: argparse.Namespace) -> int:
     from engine.rl.config import validate
     from engine.rl.train import run as train
@@ -309,7 +305,7 @@ def _train_in_project(
     resume_id: str | None = None,
 ) -> int:
     if resume_id is None:
-        record = project.create_run(KIND, config, name=run_name(config))
+        record = project.create_run(KIND, config, name=run_name(KIND, config))
     else:
         record = project.get_run(resume_id)
     run_dir = Path(record.run_dir)
