@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -252,7 +253,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         record = project.create_run(KIND, config, name=f"flow {name}")
         run_dir = Path(record.run_dir)
-        project.update_run(record.id, status="running", started=time.time())
+        # The pid tells a studio open on this project that the run is alive
+        # (its reconcile leaves the row alone and Stop sends SIGINT).
+        project.update_run(
+            record.id, status="running", started=time.time(), pid=os.getpid()
+        )
         print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
         labels = {n.id: flow.display_name(n, catalog) for n in doc.nodes}
         report = ConsoleReport(sys.stderr, labels, bars=not args.quiet)
