@@ -261,6 +261,19 @@ def test_a_crashing_env_fails_the_run_and_leaves_it_inspectable(
     assert training.resume_button.isEnabled() and training.duplicate_button.isEnabled()
     assert not training.stop_button.isEnabled()
     assert not session.state.models  # nothing is registered from a failed run
+    # Snapshots (every few seconds while a headless run trains) keep the log
+    # as it is shown unless log.txt changed.
+    training.run_log.append_line("a line only the console holds", "test")
+    with qtbot.waitSignal(session.project_opened, timeout=10_000):
+        session.open_project(session.state.path)
+    assert "a line only the console holds" in training.run_log.text()
+    with open(Path(session.state.run(run_id)["run_dir"]) / "log.txt", "a") as fh:
+        fh.write("a line someone added to log.txt\n")
+    with qtbot.waitSignal(session.project_opened, timeout=10_000):
+        session.open_project(session.state.path)
+    log = training.run_log.text()
+    assert "a line someone added to log.txt" in log
+    assert "a line only the console holds" not in log
 
 
 def test_a_headless_runs_speed_and_eta_come_from_snapshots(

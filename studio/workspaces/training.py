@@ -10,6 +10,7 @@ series dirty when the store grows.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer
@@ -41,6 +42,16 @@ from widgets.record_table import Column, RecordTable
 from widgets.run_progress import RunProgressBar
 
 RESUMABLE = ("stopped", "failed", "interrupted")
+
+
+def _log_size(run: dict[str, Any]) -> int:
+    """Size of the run's ``log.txt`` (-1 when there is none)."""
+    if not run.get("run_dir"):
+        return -1
+    try:
+        return (Path(run["run_dir"]) / "log.txt").stat().st_size
+    except OSError:
+        return -1
 
 
 def _config(run: dict[str, Any]) -> dict[str, Any]:
@@ -185,6 +196,7 @@ class TrainingWorkspace(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(split, 1)
 
+        self._log_shown: tuple[str, int] | None = None
         self._state.subscribe(self._on_state_changed)
         session.run_log_received.connect(self._on_session_run_log_received)
         # Durations of running runs tick even without events.
@@ -238,13 +250,20 @@ class TrainingWorkspace(QWidget):
             self.plots.add_run(run["id"], run.get("name") or run["id"])
             self.plots.add_keys(run["id"], self._store.keys(run["id"]))
         self._update_controls()
-        self.run_log.clear()
         run = self.selected_run()
         if run is None:
+            self._log_shown = None
+            self.run_log.clear()
             self.details.clear()
             return
         self.details.show_value(run)
-        self.run_log.append_lines(self._session.read_run_log(run["id"]))
+        # Snapshots come every few seconds while a headless run trains; keep
+        # the log (and where the user scrolled it) unless its file changed.
+        shown = (run["id"], _log_size(run))
+        if shown != self._log_shown:
+            self._log_shown = shown
+            self.run_log.clear()
+            self.run_log.append_lines(self._session.read_run_log(run["id"]))
 
     def _update_controls(self) -> None:
         run = self.selected_run()
@@ -321,6 +340,8 @@ class TrainingWorkspace(QWidget):
         run = self.selected_run()
         if run and run["id"] == run_id:
             self.run_log.append_lines(lines)
+            # The supervisor wrote these to log.txt too: shown already.
+            self._log_shown = (run_id, _log_size(run))
 
     def _on_tick_timeout(self) -> None:
         for run in self._state.runs.values():
