@@ -342,7 +342,26 @@ def test_stop_button_stops_a_headless_run(qtbot, window: MainWindow) -> None:
     checkpoint = Path(state.runs[run_id]["run_dir"]) / "checkpoints"
     assert (checkpoint / f"step-{summary['total_steps']:010d}" / "model.zip").is_file()
     qtbot.waitUntil(lambda: len(state.models) == 1, timeout=10_000)
+    # The studio resumes it from that checkpoint, as one of its own runs.
     assert training.resume_button.isEnabled()
+    training.resume_button.click()
+    store = window.session.metrics
+    before = store.length(run_id, "time/fps")
+    qtbot.waitUntil(
+        lambda: (
+            state.runs[run_id].get("status") == "running"
+            and store.length(run_id, "time/fps") > before
+        ),
+        timeout=60_000,
+    )
+    steps = store.series(run_id, "time/fps")[0]
+    assert steps[before] > summary["total_steps"]  # the step axis carried on
+    training.stop_button.click()
+    qtbot.waitUntil(
+        lambda: state.runs[run_id].get("status") == "stopped", timeout=60_000
+    )
+    resumed = state.runs[run_id]["summary"]["resumed_from"]
+    assert resumed["step"] == summary["total_steps"]
 
 
 def test_best_eval_so_far_shows_before_the_run_ends() -> None:
