@@ -315,8 +315,15 @@ class LLMPolicy:
             tokenizer.pad_token = tokenizer.eos_token
 
     @classmethod
-    def from_pretrained(cls, ref: str, **kwargs: Any) -> LLMPolicy:
-        model, tokenizer = load_model(ref)
+    def from_pretrained(
+        cls, ref: str, device: str | None = "auto", **kwargs: Any
+    ) -> LLMPolicy:
+        """Load ``ref`` (a model or adapter folder) for generation; ``"auto"``
+        puts it on the first GPU in half precision when one is present."""
+        dtype = "float32"
+        if device == "auto":
+            device, dtype = generation_device()
+        model, tokenizer = load_model(ref, dtype=dtype, device=device)
         return cls(model, tokenizer, **kwargs)
 
     def render(self, messages: list[dict[str, str]]) -> str:
@@ -414,6 +421,20 @@ class LLMPolicy:
         if self.generation_seconds <= 0:
             return 0.0
         return self.generated_tokens / self.generation_seconds
+
+
+def generation_device() -> tuple[str, str]:
+    """(device, dtype) for generation on this machine: a CUDA GPU in bf16
+    (fp16 where bf16 is missing), Apple's MPS in fp16, else the CPU in fp32
+    (half precision is slow or unsupported on CPUs)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda", "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps", "float16"
+    return "cpu", "float32"
 
 
 def load_model(
