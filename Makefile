@@ -1,6 +1,6 @@
 # RL Studio — set up, start, test.
 #   make studio   create .venv, install, start the desktop app
-#   make test     create .venv, install, run the test suite (offscreen)
+#   make test     create .venv, install, lint, run the test suite (offscreen)
 #   make bench    run the benchmarks in tests/benchmarks and print the figures
 # Override the torch wheel with e.g. `make studio TORCH_SPEC="torch==2.5.1"`.
 
@@ -26,6 +26,7 @@ studio: $(STAMP)
 	$(BIN)/rl-studio
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests
 
 bench: $(STAMP)
