@@ -11,7 +11,9 @@ little over bare TRL.
    seen in training; success = the greedy answer names the shortest-path
    tool) before and after, plus episode success on the held-out issues.
 4. Overhead: the ``llm.train`` GRPO job's steps/s against a bare TRL script
-   with the same model, data, LoRA, rewards and GRPOConfig.
+   with the same model, data, LoRA, rewards and GRPOConfig, in alternating
+   rounds (the best round of each is compared: other work on a shared
+   machine only ever slows a round down).
 
 Run: ``.venv/bin/pytest tests/benchmarks/test_bench_llm.py -s -o addopts=""``
 """
@@ -36,6 +38,10 @@ HELD_OUT = [3, 7, 10, 13]
 TRAIN_TASKS = [i for i in range(16) if i not in HELD_OUT]
 SYSTEM = "Pick the next tool. Tools: {tools}. Reply with one tool name."
 WIDTH = 128
+OVERHEAD_ROUNDS = 3
+"""Alternating rounds of the studio job and bare TRL."""
+OVERHEAD_STEPS = 6
+"""GRPO steps per overhead round."""
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
 
@@ -240,7 +246,9 @@ def test_bench_llm_learns_and_overhead(tmp_path: Path) -> None:
             **common,
             "method": "sft",
             "dataset": sft_ds,
-            "max_steps": 22,
+            # long enough that the model's samples are mostly tool names,
+            # short of imitating the noise-free expert (about 80 steps here)
+            "max_steps": 36,
             "batch_size": 8,
             "learning_rate": 3e-3,
             "name": "sft",
@@ -255,19 +263,25 @@ def test_bench_llm_learns_and_overhead(tmp_path: Path) -> None:
     before = tool_success(sft_model, states)
     before_ep = episode_success(root, sft_model)
 
-    # 2. GRPO from the SFT model with the env reward
+    # 2. GRPO from the SFT model with the env reward. Sampling at 1.0 from a
+    # warm start whose samples are mostly malformed (-1 each) teaches one
+    # thing first: name *a* tool, any tool; the most frequent one
+    # (move_to_in_progress, sometimes worth +1.1) wins every group and the
+    # greedy policy collapses onto it within 10 steps (0.70 -> 0.34 with 4
+    # generations, lr 2e-3). At 0.5 with 8 generations the groups compare
+    # tools, and the env reward's differences between them drive learning.
     grpo_cfg = {
         **common,
         "model": sft_model,
         "method": "grpo",
         "dataset": grpo_ds,
-        "max_steps": 40,
-        "batch_size": 8,
-        "num_generations": 4,
+        "max_steps": 30,
+        "batch_size": 16,
+        "num_generations": 8,
         "max_completion_length": 8,
-        "learning_rate": 2e-3,
+        "learning_rate": 5e-4,
         "beta": 0.0,
-        "temperature": 1.0,
+        "temperature": 0.5,
         "rewards": [
             {"name": "env_reward", "weight": 1.0},
             {"name": "format", "weight": 0.2},
@@ -283,11 +297,20 @@ def test_bench_llm_learns_and_overhead(tmp_path: Path) -> None:
     after = tool_success(grpo_model, states)
     after_ep = episode_success(root, grpo_model)
 
-    # 3. overhead: the job against bare TRL on the same config
-    bench_cfg = {**grpo_cfg, "max_steps": 10, "name": "overhead"}
-    job_summary = job(root, "llm.train", bench_cfg)
-    job_sps = job_summary["metrics"]["steps_per_s"]
-    bare_sps = bare_trl_grpo(validate_config("llm.train", bench_cfg), root / "bare")
+    # 3. overhead: the job against bare TRL on the same config. The machines
+    # are shared and their load changes by the minute, so the two alternate
+    # (job, bare, job, bare, ...) and the best round of each is compared:
+    # load only ever slows a round down.
+    bench_cfg = {**grpo_cfg, "max_steps": OVERHEAD_STEPS}
+    job_rounds: list[float] = []
+    bare_rounds: list[float] = []
+    for i in range(OVERHEAD_ROUNDS):
+        summary = job(root, "llm.train", {**bench_cfg, "name": f"overhead-{i}"})
+        job_rounds.append(summary["metrics"]["steps_per_s"])
+        bare_rounds.append(
+            bare_trl_grpo(validate_config("llm.train", bench_cfg), root / f"bare-{i}")
+        )
+    job_sps, bare_sps = max(job_rounds), max(bare_rounds)
     tps = after_ep.get("tokens_per_s", 0.0)
 
     print(
@@ -298,7 +321,10 @@ def test_bench_llm_learns_and_overhead(tmp_path: Path) -> None:
     )
     print(
         f"BENCH llm: GRPO job {job_sps:.3f} steps/s vs bare TRL {bare_sps:.3f} steps/s"
-        f" -> wall-time ratio {bare_sps / job_sps:.3f} (target <= 1.03)"
+        f" -> wall-time ratio {bare_sps / job_sps:.3f} (target <= 1.03; best of"
+        f" {OVERHEAD_ROUNDS} alternating rounds; job rounds "
+        f"{', '.join(f'{x:.3f}' for x in job_rounds)}, bare rounds "
+        f"{', '.join(f'{x:.3f}' for x in bare_rounds)})"
     )
     print(f"BENCH llm: policy generation {tps:.0f} tokens/s (greedy, 20 envs batched)")
     print(f"BENCH llm: total {time.perf_counter() - t_start:.0f} s")
@@ -308,8 +334,9 @@ def test_bench_llm_learns_and_overhead(tmp_path: Path) -> None:
 
 def bare_trl_grpo(cfg: dict[str, Any], out: Path) -> float:
     """The same GRPO run written directly against TRL: steps/s of train()."""
+    import torch
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from engine.llm.datasets import load_split
@@ -317,7 +344,7 @@ def bare_trl_grpo(cfg: dict[str, Any], out: Path) -> float:
 
     train, _ = load_split(cfg["dataset"], "grpo")
     tok = AutoTokenizer.from_pretrained(cfg["model"])
-    model = AutoModelForCausalLM.from_pretrained(cfg["model"])
+    model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=torch.float32)
     rewards = build_rewards(cfg["rewards"])
     args = GRPOConfig(
         output_dir=str(out),
@@ -331,6 +358,12 @@ def bare_trl_grpo(cfg: dict[str, Any], out: Path) -> float:
         beta=cfg["beta"],
         temperature=cfg["temperature"],
         reward_weights=[r.weight for r in rewards],
+        # TRL's configs turn bf16 on by default, and CPU autocast in bf16 runs
+        # this model about 6x slower: precision must match the job's (fp32
+        # here), or the comparison measures bf16 on the CPU, not overhead.
+        bf16=cfg["precision"] == "bf16" and cfg["device"] != "cpu",
+        fp16=cfg["precision"] == "fp16",
+        gradient_accumulation_steps=cfg["gradient_accumulation_steps"],
         logging_steps=1,
         save_strategy="no",
         seed=cfg["seed"],
@@ -349,6 +382,8 @@ def bare_trl_grpo(cfg: dict[str, Any], out: Path) -> float:
             task_type="CAUSAL_LM",
         ),
     )
+    # as the job does: the rows are metrics, not lines for the log
+    trainer.remove_callback(PrinterCallback)
     t0 = time.perf_counter()
     trainer.train()
     return trainer.state.global_step / (time.perf_counter() - t0)
