@@ -139,7 +139,7 @@ def test_sigkill_of_a_job_is_reported_and_everything_stays_usable(
     os.kill(started.pid, signal.SIGKILL)
     failed = opened.wait_for(is_event(protocol.RunFailed, run_id))
     assert failed.signal == signal.SIGKILL and failed.exit_code is None
-    assert "SIGKILL" in failed.reason
+    assert "SIGKILL" in failed.reason and "out of memory" in failed.reason
     assert any("self-test" in line for line in failed.last_log_lines)
     assert opened.call(protocol.Ping(payload="ok")) == {"payload": "ok"}
     runs = {r["id"]: r for r in opened.call(protocol.ListRuns())["runs"]}

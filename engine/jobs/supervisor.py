@@ -422,7 +422,15 @@ def _failure_reason(code: int, tail: list[str]) -> str:
             name = signal_module.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        return f"The run's process was killed by {name} (signal {-code})."
+        reason = f"The run's process was killed by {name} (signal {-code})."
+        if -code == signal_module.SIGKILL:
+            # Linux's out-of-memory killer sends SIGKILL and leaves no trace
+            # in the job's own log; this is the likeliest cause to suggest.
+            reason += (
+                " If nobody killed it, the machine probably ran out of memory:"
+                " try fewer parallel envs, a smaller batch or a smaller model."
+            )
+        return reason
     # A Python traceback ends with "ExceptionType: message"; that is the reason.
     for line in reversed(tail):
         stripped = line.strip()
