@@ -58,6 +58,9 @@ MIN_ZOOM, MAX_ZOOM = 0.15, 3.0
 LOD_DETAIL = 0.5
 """Below this zoom, items paint without text or antialiasing: the labels
 would be unreadable anyway, and a whole 500-node graph stays quick to pan."""
+LOD_LABEL = 0.3
+"""From this zoom up to :data:`LOD_DETAIL`, the overview still names each
+node, in a font sized for the screen: a fitted ten-node flow stays legible."""
 SCENE_EXTENT = 100_000.0
 
 STATE_COLORS: dict[str, str] = {
@@ -281,8 +284,9 @@ class NodeItem(QGraphicsObject):
             border, width = QColor("#e15759"), 2.0
         if self.isSelected():
             border, width = QColor("#f0a020"), 2.5
-        if option.levelOfDetailFromTransform(painter.worldTransform()) < LOD_DETAIL:
-            self._paint_overview(painter, border, width)
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        if lod < LOD_DETAIL:
+            self._paint_overview(painter, border, width, lod)
             return
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(QPen(border, width))
@@ -342,8 +346,11 @@ class NodeItem(QGraphicsObject):
         if self.errors:
             self._paint_error_mark(painter)
 
-    def _paint_overview(self, painter: QPainter, border: QColor, width: float) -> None:
-        """The node far away: its box, header color, state and error marks."""
+    def _paint_overview(
+        self, painter: QPainter, border: QColor, width: float, lod: float
+    ) -> None:
+        """The node far away: its box, header color, state and error marks,
+        and its title while it can still be read (``lod`` >= LOD_LABEL)."""
         rect = self.body_rect()
         painter.setPen(QPen(border, width))
         painter.setBrush(QColor("#fdfdfd"))
@@ -361,6 +368,18 @@ class NodeItem(QGraphicsObject):
         for port in (*self.inputs.values(), *self.outputs.values()):
             p = port.pos()
             painter.fillRect(QRectF(p.x() - r, p.y() - r, 2 * r, 2 * r), port.color)
+        if lod >= LOD_LABEL:
+            font = QFont(painter.font())
+            font.setPixelSize(max(1, round(8.5 / lod)))  # about 8.5 px on screen
+            painter.setFont(font)
+            painter.setPen(QColor("#20242b"))
+            box = QRectF(
+                r, HEADER_HEIGHT, NODE_WIDTH - 2 * r, rect.bottom() - HEADER_HEIGHT
+            )
+            title = QFontMetricsF(font).elidedText(
+                self.title, Qt.TextElideMode.ElideRight, box.width()
+            )
+            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, title)
 
     def _paint_badge(self, painter: QPainter) -> None:
         if not self.state:
