@@ -105,16 +105,12 @@ def test_the_catalog_has_every_llm_and_export_node_with_help() -> None:
 def test_the_catalog_copies_of_engine_names_agree() -> None:
     """The node modules keep their own copies of names whose modules import
     numpy; they must match the engine's."""
-    from engine.export import flow_nodes as export_nodes
-    from engine.export import gguf
     from engine.llm import datasets, merge, rewards
     from engine.llm import flow_nodes as llm_nodes
 
     assert tuple(rewards.REWARDS) == llm_nodes.REWARD_KINDS
     assert set(llm_nodes.METHODS) == set(datasets.METHODS)
     assert llm_nodes.DTYPES == merge.DTYPES
-    assert export_nodes.GGUF_TYPES == gguf.GGUF_TYPES
-    assert export_nodes.ADAPTER_TYPES == gguf.ADAPTER_TYPES
 
 
 def test_building_the_catalog_imports_no_heavy_library() -> None:

@@ -27,26 +27,13 @@ from typing import Any
 from engine.errors import EngineError
 from engine.export.modelfile import FAMILIES
 from engine.export.ollama import DEFAULT_HOST, K_QUANTS, check_model_name
+from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
 from engine.flow import ParamSpec, PortSpec
 from engine.nodes.base import NodeError, NodeResult, NodeRun
 from engine.nodes.registry import node_type
 
 CATEGORY = "Export"
 
-GGUF_TYPES: tuple[str, ...] = (
-    "f32",
-    "f16",
-    "bf16",
-    "q8_0",
-    "q4_0",
-    "q4_1",
-    "q5_0",
-    "q5_1",
-)
-"""``engine.export.gguf.GGUF_TYPES`` (that module imports numpy, so the
-catalog keeps its own copy; a test checks they agree)."""
-ADAPTER_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0")
-"""``engine.export.gguf.ADAPTER_TYPES``."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

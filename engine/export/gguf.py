@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
 from engine.store.atomic import TMP_MARK
 
 log = logging.getLogger(__name__)
@@ -49,17 +50,6 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "Qwen3ForCausalLM": "qwen3",
 }
 """Llama-architecture models (Llama 2/3, Mistral-style, SmolLM), Qwen2/2.5, Qwen3."""
-
-GGUF_TYPES: tuple[str, ...] = (
-    "f32",
-    "f16",
-    "bf16",
-    "q8_0",
-    "q4_0",
-    "q4_1",
-    "q5_0",
-    "q5_1",
-)
 
 #: Chunk of rows converted at once, in source elements (about 32 MB as float32).
 _CHUNK_ELEMENTS = 8 * 1024 * 1024
@@ -1250,10 +1240,6 @@ def export_gguf(
         verified=ok,
         checks=checks,
     )
-
-
-ADAPTER_TYPES: tuple[str, ...] = ("f32", "f16", "bf16", "q8_0")
-"""Types for adapter tensors (rank-sized rows rarely fit 4/5-bit blocks)."""
 
 
 def _find_base_dir(
