@@ -92,6 +92,10 @@ def test_a_headless_run_trains_evaluates_and_registers(
     assert {n: s["state"] for n, s in state["nodes"].items()} == dict.fromkeys(
         summary["order"], "done"
     )
+    # log.txt holds each node's lines as a studio run's does (the editor
+    # shows them per node after a restart)
+    log = (Path(run.run_dir) / "log.txt").read_text().splitlines()
+    assert any(line.startswith("[train] ") for line in log), log[:20]
     # the training node's own folder holds its config and metrics
     train_dir = Path(run.run_dir) / "nodes" / "train"
     assert json.loads((train_dir / "config.json").read_text())["kind"] == "rl.train"

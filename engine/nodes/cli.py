@@ -188,15 +188,30 @@ class ConsoleReport:
 
 
 class ConsoleFlowContext(JobContext):
-    """A JobContext whose log lines go through the console report."""
+    """A JobContext whose log lines go through the console report, and into
+    the run's ``log.txt`` as the supervisor keeps it for a studio run (the
+    editor shows each node's lines from there)."""
 
     report: ConsoleReport | None = None
+    _log_file: TextIO | None = None
 
     def log(self, text: str) -> None:
         if self.report is None:
             super().log(text)
         else:
             self.report.line(text)
+        if self._log_file is None:
+            self._log_file = open(  # noqa: SIM115 - closed in close()
+                self.run_dir / "log.txt", "a", encoding="utf-8"
+            )
+        if not self._log_file.closed:
+            self._log_file.write(text.rstrip("\n") + "\n")
+            self._log_file.flush()
+
+    def close(self) -> None:
+        super().close()
+        if self._log_file is not None:
+            self._log_file.close()
 
 
 def run(args: argparse.Namespace) -> int:
