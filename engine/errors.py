@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class EngineError(Exception):
     """A failure whose message is a sentence meant for the user, not a bug."""
@@ -13,6 +16,19 @@ class ConfigError(EngineError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+def with_defaults(
+    config: Mapping[str, Any], defaults: Mapping[str, Any], job: str
+) -> dict[str, Any]:
+    """``defaults`` overridden by ``config``: a job's settings, every one
+    present. A setting the job does not know is a ConfigError naming it
+    ("Unknown setting 'x' for ``job``.")."""
+    unknown = set(config) - set(defaults)
+    if unknown:
+        name = sorted(unknown)[0]
+        raise ConfigError(name, f"Unknown setting {name!r} for {job}.")
+    return {**defaults, **config}
 
 
 class ProjectError(EngineError):

@@ -25,7 +25,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, with_defaults
 from engine.store.atomic import atomic_write_json
 
 CHECK_DEFAULTS: dict[str, Any] = {"spec": None, "steps": 200, "seed": 0}
@@ -47,11 +47,7 @@ def _common(
     what: str,
     allow_document: bool = False,
 ) -> dict[str, Any]:
-    unknown = set(config) - set(defaults)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for the {what} job.")
-    out = {**defaults, **config}
+    out = with_defaults(config, defaults, f"the {what} job")
     if allow_document and isinstance(out["spec"], dict):
         return out
     if not isinstance(out["spec"], str) or not out["spec"]:

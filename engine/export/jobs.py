@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, with_defaults
 from engine.jobs.context import JobContext
 
 GGUF_DEFAULTS: dict[str, Any] = {
@@ -49,11 +49,7 @@ ONNX_DEFAULTS: dict[str, Any] = {
 def _common(
     config: dict[str, Any], defaults: dict[str, Any], what: str
 ) -> dict[str, Any]:
-    unknown = set(config) - set(defaults)
-    if unknown:
-        key = sorted(unknown)[0]
-        raise ConfigError(key, f"Unknown setting {key!r} for {what}.")
-    out = {**defaults, **config}
+    out = with_defaults(config, defaults, what)
     if not isinstance(out["parents"], list) or not all(
         isinstance(p, str) for p in out["parents"]
     ):

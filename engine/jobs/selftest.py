@@ -10,7 +10,7 @@ import random
 import time
 from typing import Any
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, with_defaults
 from engine.jobs.context import JobContext
 from engine.store.atomic import atomic_write_json
 
@@ -24,11 +24,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(config) - set(DEFAULTS)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for the self-test job.")
-    out = {**DEFAULTS, **config}
+    out = with_defaults(config, DEFAULTS, "the self-test job")
     if not isinstance(out["steps"], int) or out["steps"] <= 0:
         raise ConfigError("steps", "steps must be a positive whole number.")
     if not isinstance(out["step_seconds"], int | float) or out["step_seconds"] < 0:

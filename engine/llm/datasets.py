@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, with_defaults
 from engine.llm.rollouts import iter_traces
 from engine.store.atomic import atomic_write_json, atomic_write_text
 
@@ -399,11 +399,7 @@ def _trace_files(value: Any, project_dir: Path | None) -> list[Path]:
 
 
 def validate_dataset(config: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(config) - set(DATASET_DEFAULTS)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for llm.dataset.")
-    out = {**DATASET_DEFAULTS, **config}
+    out = with_defaults(config, DATASET_DEFAULTS, "llm.dataset")
     if out["method"] not in METHODS:
         raise ConfigError(
             "method",

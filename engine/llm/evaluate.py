@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, with_defaults
 
 EVAL_DEFAULTS: dict[str, Any] = {
     "model": None,
@@ -49,11 +49,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import resolve_chat_model
     from engine.llm.rollouts import check_max_steps
 
-    unknown = set(config) - set(EVAL_DEFAULTS)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for llm.evaluate.")
-    out = {**EVAL_DEFAULTS, **config}
+    out = with_defaults(config, EVAL_DEFAULTS, "llm.evaluate")
     if not out["model"]:
         raise ConfigError("model", "model must name a model or adapter folder.")
     out["model"] = str(resolve_chat_model(out["model"]))

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, with_defaults
 from engine.store.atomic import TMP_MARK
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -25,11 +25,7 @@ MERGE_DEFAULTS: dict[str, Any] = {
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import inspect_model
 
-    unknown = set(config) - set(MERGE_DEFAULTS)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for llm.merge.")
-    out = {**MERGE_DEFAULTS, **config}
+    out = with_defaults(config, MERGE_DEFAULTS, "llm.merge")
     if not out["adapter"]:
         raise ConfigError("adapter", "adapter must name a LoRA adapter folder.")
     info = inspect_model(out["adapter"], "adapter")

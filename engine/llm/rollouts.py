@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, with_defaults
 
 
 class TraceRecorder:
@@ -343,11 +343,7 @@ POLICIES = ("llm", "rule", "expert")
 def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import resolve_chat_model
 
-    unknown = set(config) - set(COLLECT_DEFAULTS)
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for llm.collect.")
-    out = {**COLLECT_DEFAULTS, **config}
+    out = with_defaults(config, COLLECT_DEFAULTS, "llm.collect")
     if not out["env"] or not isinstance(out["env"], str):
         raise ConfigError("env", "env must name an environment (id or spec file).")
     if out["policy"] not in POLICIES:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, with_defaults
 
 METHODS = ("grpo", "kto", "dpo", "sft")
 GRPO_DEFAULT_BETA = 0.04
@@ -115,9 +115,6 @@ class TrainConfig:
     """``cuda``, ``mps`` or ``cpu`` (the detected best if None)."""
 
 
-_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
-
-
 def hardware_defaults() -> dict[str, Any]:
     """Defaults for the fields left None, from the detected hardware."""
     from engine.hardware import detect
@@ -149,11 +146,7 @@ def validate(
     from engine.llm.base import check_chat_template, check_trainable, inspect_model
     from engine.llm.datasets import check_columns, dataset_files
 
-    unknown = set(config) - _FIELDS
-    if unknown:
-        name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for llm.train.")
-    out = {**dataclasses.asdict(TrainConfig()), **config}
+    out = with_defaults(config, dataclasses.asdict(TrainConfig()), "llm.train")
     if out["method"] not in METHODS:
         raise ConfigError(
             "method",
