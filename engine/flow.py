@@ -93,7 +93,9 @@ DOCUMENT_KEY = ""
 """Key of :func:`validate`'s result for errors that belong to no node (a
 link between two nodes that do not exist)."""
 
-_TMP_MARK = ".tmp-"  # engine.store.atomic sweeps files with this mark
+TMP_MARK = ".tmp-"
+"""Temporary files carry this in their name; a crashed writer leaves them
+behind and ``engine.store.atomic.remove_stale_temp_files`` sweeps them."""
 
 
 # --------------------------------------------------------------------------
@@ -725,12 +727,24 @@ def load(path: str | os.PathLike[str]) -> FlowDocument:
 
 
 def save(doc: FlowDocument, path: str | os.PathLike[str]) -> None:
-    """Write atomically: a temporary file in the same folder, fsync, rename,
-    fsync of the folder. A reader sees the old file or the new one."""
+    """Write atomically (:func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, dumps(doc).encode("utf-8"))
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` so that a reader sees the old file or the new one: a
+    temporary file in the same folder, fsync, rename, fsync of the folder.
+
+    It lives here, in the module the GUI may import, so that the studio
+    (env specs) and the engine (``engine.store.atomic``) share it."""
     target = Path(path)
-    data = dumps(doc).encode("utf-8")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}{_TMP_MARK}", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

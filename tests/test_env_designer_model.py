@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PySide6.QtGui import QUndoStack
 
+from engine.flow import atomic_write_text
 from studio import env_commands as cmd
 from studio.models.env_design import (
     DesignError,
@@ -21,7 +22,6 @@ from studio.models.env_design import (
     problem_target,
     read_spec_file,
     spec_text,
-    write_text_atomic,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,7 +212,7 @@ def test_files_are_written_atomically_and_read_with_clear_errors(
     tmp_path: Path,
 ) -> None:
     target = tmp_path / "envs" / "x.env.json"
-    write_text_atomic(target, spec_text(jira()))
+    atomic_write_text(target, spec_text(jira()))
     assert read_spec_file(target) == jira()
     assert [p.name for p in target.parent.iterdir()] == ["x.env.json"]
     assert autosave_path(target) == tmp_path / "envs" / ".autosave" / "x.env.json"

@@ -10,34 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-TMP_MARK = ".tmp-"
-"""Temporary files carry this in their name; a crashed writer leaves them
-behind and ``remove_stale_temp_files`` sweeps them."""
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(target.parent)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+# The one implementation, in the stdlib-only module the GUI may import too;
+# re-exported here for the engine.
+from engine.flow import TMP_MARK as TMP_MARK
+from engine.flow import atomic_write_bytes as atomic_write_bytes
+from engine.flow import atomic_write_text as atomic_write_text
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
@@ -54,15 +34,3 @@ def remove_stale_temp_files(folder: str | os.PathLike[str]) -> int:
                 p.unlink()
                 removed += 1
     return removed
-
-
-def _fsync_dir(folder: Path) -> None:
-    # Directories cannot be opened for fsync on Windows; the rename is still
-    # atomic there, only its durability across power loss is weaker.
-    if os.name != "posix":
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

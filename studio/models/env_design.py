@@ -24,12 +24,10 @@ callers check with the ``*_problem`` methods first.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,30 +122,6 @@ class MyEnv(gym.Env):
 
 
 # ---------------------------------------------------------------- files
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` so that a reader sees the old file or the new one:
-    a temporary file in the same folder, flushed, fsync'ed, renamed over."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(text.encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    if os.name == "posix":
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def spec_text(spec: dict[str, Any]) -> str:
@@ -753,5 +727,4 @@ __all__ = [
     "problem_target",
     "read_spec_file",
     "spec_text",
-    "write_text_atomic",
 ]

@@ -59,6 +59,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.flow import atomic_write_text
 from studio import env_commands as cmd
 from studio.env_controller import EnvController
 from studio.models.env_design import (
@@ -76,7 +77,6 @@ from studio.models.env_design import (
     problem_target,
     read_spec_file,
     spec_text,
-    write_text_atomic,
 )
 from studio.models.env_preview import (
     PREVIEW_FRAMES,
@@ -975,8 +975,8 @@ class EnvironmentsWorkspace(QWidget):
         if kind == "python":
             code = self.envs_dir().parent / spec["python"]["file"]
             if not code.exists():
-                write_text_atomic(code, PYTHON_TEMPLATE)
-        write_text_atomic(path, spec_text(spec))
+                atomic_write_text(code, PYTHON_TEMPLATE)
+        atomic_write_text(path, spec_text(spec))
         self.undo_stack.setClean()  # the old document's changes were dropped
         self.path = None
         self._load(spec, path)
@@ -991,9 +991,9 @@ class EnvironmentsWorkspace(QWidget):
         if not self.save_code():
             return False
         try:
-            write_text_atomic(self.path, spec_text(self.model.spec))
+            atomic_write_text(self.path, spec_text(self.model.spec))
             if self.model.kind == "workflow":
-                write_text_atomic(
+                atomic_write_text(
                     layout_path(self.path),
                     json.dumps({"positions": self.model.positions}, indent=1) + "\n",
                 )
@@ -1286,7 +1286,7 @@ class EnvironmentsWorkspace(QWidget):
             if self.undo_stack.isClean():
                 auto.unlink(missing_ok=True)
             else:
-                write_text_atomic(auto, spec_text(self.model.spec))
+                atomic_write_text(auto, spec_text(self.model.spec))
         except (OSError, ValueError) as exc:
             self._session.message_posted.emit(
                 "warning", "designer", f"Autosave of {self.path.name} failed: {exc}"
@@ -1923,7 +1923,7 @@ class EnvironmentsWorkspace(QWidget):
         if self.code_path is None or not self.code_modified:
             return True
         try:
-            write_text_atomic(self.code_path, self.python_code.toPlainText())
+            atomic_write_text(self.code_path, self.python_code.toPlainText())
         except OSError as exc:
             self.banner.show_message(
                 f"Could not save {self.code_path.name}: {exc.strerror or exc}; the "
