@@ -188,6 +188,44 @@ def optional_text(value: str) -> str | None:
 
 
 # --------------------------------------------------------------- base model
+# Parameters Collect rollouts and Evaluate share: both play the env with the
+# language-model policy.
+def _num_envs_param(default: int) -> ParamSpec:
+    return ParamSpec(
+        "num_envs",
+        "int",
+        default,
+        min=1,
+        max=256,
+        help="Episodes played together (one batched generation per step).",
+        label="Parallel envs",
+    )
+
+
+_MAX_STEPS_PARAM = ParamSpec(
+    "max_steps",
+    "int",
+    0,
+    min=0,
+    max=100_000,
+    help="End an episode after this many steps; 0: the env's own limit.",
+)
+_MAX_NEW_TOKENS_PARAM = ParamSpec(
+    "max_new_tokens",
+    "int",
+    16,
+    min=1,
+    max=4096,
+    help="Tokens the model may generate per step.",
+)
+_SYSTEM_PROMPT_PARAM = ParamSpec(
+    "system_prompt",
+    "str",
+    "",
+    help="System prompt; empty: one listing the env's tools.",
+)
+
+
 def _check_base(params: dict[str, Any]) -> list[str]:
     if not str(params.get("model", "")).strip():
         return [
@@ -280,31 +318,9 @@ def base_model(node: NodeRun) -> NodeResult:
         ParamSpec(
             "episodes", "int", 16, min=1, max=100_000, help="Episodes to record."
         ),
-        ParamSpec(
-            "num_envs",
-            "int",
-            4,
-            min=1,
-            max=256,
-            help="Episodes played together (one batched generation per step).",
-            label="Parallel envs",
-        ),
-        ParamSpec(
-            "max_steps",
-            "int",
-            0,
-            min=0,
-            max=100_000,
-            help="End an episode after this many steps; 0: the env's own limit.",
-        ),
-        ParamSpec(
-            "max_new_tokens",
-            "int",
-            16,
-            min=1,
-            max=4096,
-            help="Tokens the model may generate per step.",
-        ),
+        _num_envs_param(4),
+        _MAX_STEPS_PARAM,
+        _MAX_NEW_TOKENS_PARAM,
         ParamSpec(
             "temperature",
             "float",
@@ -336,12 +352,7 @@ def base_model(node: NodeRun) -> NodeResult:
             help="Expert policy only: probability of a random valid tool instead "
             "of the expert's.",
         ),
-        ParamSpec(
-            "system_prompt",
-            "str",
-            "",
-            help="System prompt; empty: one listing the env's tools.",
-        ),
+        _SYSTEM_PROMPT_PARAM,
         ParamSpec(
             "seed",
             "int",
@@ -934,31 +945,9 @@ def merge(node: NodeRun) -> NodeResult:
         ParamSpec(
             "episodes", "int", 20, min=1, max=100_000, help="Episodes per model."
         ),
-        ParamSpec(
-            "num_envs",
-            "int",
-            8,
-            min=1,
-            max=256,
-            help="Episodes played together (one batched generation per step).",
-            label="Parallel envs",
-        ),
-        ParamSpec(
-            "max_steps",
-            "int",
-            0,
-            min=0,
-            max=100_000,
-            help="End an episode after this many steps; 0: the env's own limit.",
-        ),
-        ParamSpec(
-            "max_new_tokens",
-            "int",
-            16,
-            min=1,
-            max=4096,
-            help="Tokens the model may generate per step.",
-        ),
+        _num_envs_param(8),
+        _MAX_STEPS_PARAM,
+        _MAX_NEW_TOKENS_PARAM,
         ParamSpec(
             "greedy",
             "bool",
@@ -973,12 +962,7 @@ def merge(node: NodeRun) -> NodeResult:
             help="What an answer naming no tool does: noop (the first tool) or "
             "rule (a random valid tool); either way it counts as invalid.",
         ),
-        ParamSpec(
-            "system_prompt",
-            "str",
-            "",
-            help="System prompt; empty: one listing the env's tools.",
-        ),
+        _SYSTEM_PROMPT_PARAM,
         ParamSpec(
             "seed",
             "int",
