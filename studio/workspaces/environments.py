@@ -951,17 +951,23 @@ class EnvironmentsWorkspace(QWidget):
         for s in statuses:
             self.model.positions.setdefault(s, auto.get(s, (0.0, 0.0)))
 
+    def _name_ok(self, name: str) -> bool:
+        """True for a valid env name; otherwise the banner says why."""
+        if NAME_PATTERN.match(name):
+            return True
+        self.banner.show_message(
+            f"'{name}' is not a valid name: start with a letter and use letters, "
+            "digits, '_', '-' and '.'.",
+            "error",
+        )
+        return False
+
     def new_env(self, kind: str, name: str) -> bool:
         """Create ``envs/<name>.env.json`` from a template of ``kind`` and open it."""
         if kind not in KINDS:
             self.banner.show_message(f"Unknown kind {kind!r}.", "error")
             return False
-        if not NAME_PATTERN.match(name):
-            self.banner.show_message(
-                f"'{name}' is not a valid name: start with a letter and use letters, "
-                "digits, '_', '-' and '.'.",
-                "error",
-            )
+        if not self._name_ok(name):
             return False
         path = self.envs_dir() / f"{name}{SPEC_SUFFIX}"
         if path.exists():
@@ -1015,12 +1021,7 @@ class EnvironmentsWorkspace(QWidget):
         """Save under a new name (``envs/<name>.env.json``) and keep editing it."""
         if self.path is None:
             return False
-        if not NAME_PATTERN.match(name):
-            self.banner.show_message(
-                f"'{name}' is not a valid name: start with a letter and use letters, "
-                "digits, '_', '-' and '.'.",
-                "error",
-            )
+        if not self._name_ok(name):
             return False
         target = self.envs_dir() / f"{name}{SPEC_SUFFIX}"
         if target.exists() and target.resolve() != self.path.resolve():
