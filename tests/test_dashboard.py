@@ -9,15 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QComboBox, QLineEdit
+from studio_harness import build_main_window, start_on_project
 
-from studio.engine_client import EngineClient
 from studio.main_window import MainWindow
 from studio.models.project_state import ProjectState
 from studio.run_dialog import RunDialog, flatten_config, nest_values
-from studio.session import Session
-from studio.settings import Settings
 from studio.workspaces.training import best_reward
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,19 +22,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
-    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    client = EngineClient()
-    session = Session(client, ProjectState(), settings)
-    win = MainWindow(session, settings)
-    win.confirm_quit = False
-    qtbot.addWidget(win)
-    with qtbot.waitSignal(session.project_opened, timeout=30_000):
-        client.start()
-        session.open_project(str(tmp_path / "project"), create=True)
+    win = build_main_window(qtbot, tmp_path)
+    start_on_project(qtbot, win, tmp_path / "project", create=True)
     win.show()
     win.set_workspace("training")
     yield win
-    client.stop()
+    win.session.client.stop()
 
 
 def type_into(qtbot, dialog: RunDialog, name: str, text: str) -> None:

@@ -15,15 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 from engine_harness import EngineProcess
-from PySide6.QtCore import QSettings
+from studio_harness import build_main_window
 
 from engine import protocol
 from engine.hardware import GpuUsage, gpu_usage, nvidia_smi_command, parse_nvidia_smi
-from studio.engine_client import EngineClient
 from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
-from studio.session import Session
-from studio.settings import Settings
 from widgets.hardware_meter import HardwareMeter, Usage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -144,17 +140,12 @@ def test_meter_shows_gpu_utilisation_and_memory(qtbot) -> None:
 
 @pytest.fixture
 def window(qtbot, tmp_path: Path, fake_smi_on_path: Path) -> Iterator[MainWindow]:
-    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    client = EngineClient()
-    session = Session(client, ProjectState(), settings)
-    win = MainWindow(session, settings)
-    win.confirm_quit = False
-    qtbot.addWidget(win)
-    with qtbot.waitSignal(session.hardware_changed, timeout=60_000):
-        client.start()  # the engine inherits the PATH with the fake nvidia-smi
+    win = build_main_window(qtbot, tmp_path)
+    with qtbot.waitSignal(win.session.hardware_changed, timeout=60_000):
+        win.session.client.start()  # inherits the PATH with the fake nvidia-smi
     win.show()
     yield win
-    client.stop()
+    win.session.client.stop()
 
 
 def test_status_bar_meter_updates_live(

@@ -14,15 +14,10 @@ from pathlib import Path
 
 import pytest
 from models_workspace_support import FakeOllama
-from PySide6.QtCore import QSettings
+from studio_harness import build_main_window, start_on_project
 from tiny_models import build_tiny_model
 
 from engine.store.project import Project
-from studio.engine_client import EngineClient
-from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
-from studio.session import Session
-from studio.settings import Settings
 from studio.workspaces.models import ModelsWorkspace
 
 torch = pytest.importorskip("torch")
@@ -66,22 +61,15 @@ def setup(qtbot, tmp_path: Path) -> Iterator[tuple]:
         )
     finally:
         p.close()
-    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    client = EngineClient()
-    session = Session(client, ProjectState(), settings)
-    win = MainWindow(session, settings)
-    win.confirm_quit = False
-    qtbot.addWidget(win)
-    with qtbot.waitSignal(session.project_opened, timeout=30_000):
-        client.start()
-        session.open_project(str(tmp_path / "project"))
+    win = build_main_window(qtbot, tmp_path)
+    start_on_project(qtbot, win, tmp_path / "project")
     ws = win.workspaces["models"]
     assert isinstance(ws, ModelsWorkspace)
     ws.host_edit.setText(UNREACHABLE)
     win.show()
     win.set_workspace("models")
     yield win, ws, adapter.id
-    client.stop()
+    win.session.client.stop()
 
 
 def expected_reply(folder: Path, messages: list[dict[str, str]]) -> str:

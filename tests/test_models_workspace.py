@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 from models_workspace_support import REPORT, FakeOllama, fake_entry, make_ppo_zip
-from PySide6.QtCore import QSettings
+from studio_harness import build_main_window, start_on_project
 
 from engine.store.project import Project
-from studio.engine_client import EngineClient
-from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
-from studio.session import Session
-from studio.settings import Settings
 from studio.workspaces.models import ModelsWorkspace
 
 UNREACHABLE = "http://127.0.0.1:9"  # discard port: nothing listens
@@ -96,22 +91,15 @@ def build_project(root: Path, ppo_zip: Path) -> dict[str, str]:
 @pytest.fixture
 def setup(qtbot, tmp_path: Path, ppo_zip: Path) -> Iterator[tuple]:
     ids = build_project(tmp_path / "project", ppo_zip)
-    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    client = EngineClient()
-    session = Session(client, ProjectState(), settings)
-    win = MainWindow(session, settings)
-    win.confirm_quit = False
-    qtbot.addWidget(win)
-    with qtbot.waitSignal(session.project_opened, timeout=30_000):
-        client.start()
-        session.open_project(str(tmp_path / "project"))
+    win = build_main_window(qtbot, tmp_path)
+    start_on_project(qtbot, win, tmp_path / "project")
     workspace = win.workspaces["models"]
     assert isinstance(workspace, ModelsWorkspace)
     workspace.host_edit.setText(UNREACHABLE)
     win.show()
     win.set_workspace("models")
     yield win, workspace, ids
-    client.stop()
+    win.session.client.stop()
 
 
 def test_table_lists_models_with_details_lineage_and_report(qtbot, setup) -> None:

@@ -1,0 +1,34 @@
+"""A main window for tests that drive the whole studio on a real engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+
+from studio.engine_client import EngineClient
+from studio.main_window import MainWindow
+from studio.models.project_state import ProjectState
+from studio.session import Session
+from studio.settings import Settings
+
+
+def build_main_window(qtbot, tmp_path: Path) -> MainWindow:  # type: ignore[no-untyped-def]
+    """A main window whose engine client is not started yet, with its settings
+    in ``tmp_path``; closing it asks nothing. Stop ``win.session.client``
+    when done."""
+    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    session = Session(EngineClient(), ProjectState(), settings)
+    win = MainWindow(session, settings)
+    win.confirm_quit = False
+    qtbot.addWidget(win)
+    return win
+
+
+def start_on_project(  # type: ignore[no-untyped-def]
+    qtbot, win: MainWindow, project: Path, *, create: bool = False
+) -> None:
+    """Start the engine and open ``project``; returns once it is open."""
+    with qtbot.waitSignal(win.session.project_opened, timeout=30_000):
+        win.session.client.start()
+        win.session.open_project(str(project), create=create)
