@@ -35,7 +35,7 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
-from engine.store.atomic import TMP_MARK
+from engine.store.atomic import TMP_MARK, make_parent_folder
 
 log = logging.getLogger(__name__)
 
@@ -789,13 +789,7 @@ def _write_gguf(
     rename it over ``out_path``. Removes the temporary file on any failure."""
     import gguf
 
-    try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EngineError(
-            f"Cannot write {out_path}: {out_path.parent} cannot be made a folder "
-            f"({exc.strerror or exc})."
-        ) from None
+    make_parent_folder(out_path)
     needed = sum(p.nbytes for p in planned) + 1024 * 1024
     _check_free_space(out_path.parent, needed)
     tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.store.atomic import TMP_MARK
+from engine.store.atomic import TMP_MARK, make_parent_folder
 
 
 @dataclass
@@ -165,13 +165,7 @@ def export_onnx(
     module = _wrap(policy)
     example = torch.as_tensor(obs[:2])
 
-    try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise EngineError(
-            f"Cannot write {out_path}: {out_path.parent} cannot be made a folder "
-            f"({exc.strerror or exc})."
-        ) from None
+    make_parent_folder(out_path)
     tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
     try:
         with (
