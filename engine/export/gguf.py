@@ -26,6 +26,7 @@ import os
 import shutil
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1211,9 +1212,7 @@ def export_gguf(
     ok, checks = verify_gguf(out_path, required, {p.name: p.shape for p in planned})
     if not ok:
         warnings.append("Reading the file back found problems: " + "; ".join(checks))
-    types: dict[str, int] = {}
-    for p in planned:
-        types[p.qtype.name] = types.get(p.qtype.name, 0) + 1
+    types = dict(Counter(p.qtype.name for p in planned))
     for w in warnings:
         log.warning(w)
     return ExportReport(
@@ -1395,9 +1394,7 @@ def export_lora_gguf(
         "adapter.lora.alpha",
     ]
     ok, checks = verify_gguf(out_path, required, {p.name: p.shape for p in planned})
-    types: dict[str, int] = {}
-    for p in planned:
-        types[p.qtype.name] = types.get(p.qtype.name, 0) + 1
+    types = dict(Counter(p.qtype.name for p in planned))
     return ExportReport(
         path=str(out_path),
         kind="adapter",
