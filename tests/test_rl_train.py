@@ -82,6 +82,19 @@ def metric_keys(rows: list[dict[str, Any]]) -> set[str]:
     return keys
 
 
+def tensorboard_steps(path: Path, tag: str) -> list[int]:
+    """The steps at which a TensorBoard event file holds scalar ``tag``."""
+    from tensorboard.backend.event_processing.event_file_loader import (
+        EventFileLoader,
+    )
+
+    return [
+        int(event.step)
+        for event in EventFileLoader(str(path)).Load()
+        if any(v.tag == tag for v in event.summary.value)
+    ]
+
+
 def test_ppo_cartpole_through_a_job_process(tmp_path: Path) -> None:
     run_dir, cfg = make_run(
         tmp_path,
@@ -132,7 +145,9 @@ def test_ppo_cartpole_through_a_job_process(tmp_path: Path) -> None:
     eval_steps = [r["step"] for r in rows if "eval/mean_reward" in r]
     assert eval_steps[:2] == [256, 512]
 
-    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    (events_file,) = (run_dir / "tensorboard").glob("events.out.tfevents.*")
+    tb_steps = tensorboard_steps(events_file, "eval/mean_reward")
+    assert tb_steps == eval_steps  # TensorBoard gets what metrics.jsonl gets
     summary = finished[0].summary
     assert summary["stopped_by"] == "steps" and summary["total_steps"] >= 512
     assert summary["best_eval_reward"] >= summary["last_eval_reward"] > 0
@@ -458,3 +473,17 @@ def test_checkpoints_keep_the_last_k_and_the_best(tmp_path: Path) -> None:
     (model,) = summary["models"]
     assert Path(model["file"]) == (ckpt / "best" / "model.zip").resolve()
     assert summary["best_eval_reward"] == best_reward
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 8, 255, 256, 700, 4096, 4097])
+def test_event_file_crc_matches_tensorboard(size: int) -> None:
+    """The studio's table CRC-32C gives what tensorboard's byte loop gives,
+    below and above the table's length."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import (
+        masked_crc32c as reference,
+    )
+
+    from engine.rl.tensorboard import masked_crc32c
+
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
+    assert masked_crc32c(data.tobytes()) == reference(data.tobytes())

@@ -5,7 +5,8 @@ hooks:
 
 * a ``KVWriter`` (logger output format) forwards every value SB3 logs to
   ``ctx.metrics`` under SB3's own keys (``rollout/ep_rew_mean``,
-  ``train/loss``, ``time/fps``, ...), next to SB3's TensorBoard writer;
+  ``train/loss``, ``time/fps``, ...); a second one writes them to
+  TensorBoard event files, one event per dump, without waiting for the disk;
 * a ``BaseCallback`` reports progress, honours ``ctx.should_stop``, evaluates
   on a separate environment (``eval/*``), writes checkpoints and applies the
   stop conditions (target reward, convergence).
@@ -345,7 +346,7 @@ class Trainer:
 
     def _build(self) -> None:
         import torch
-        from stable_baselines3.common.logger import Logger, TensorBoardOutputFormat
+        from stable_baselines3.common.logger import Logger
         from stable_baselines3.common.vec_env import VecNormalize
 
         cfg = self.cfg
@@ -402,12 +403,11 @@ class Trainer:
                 )
             self.eval_env = eval_env
         self.tb_dir.mkdir(parents=True, exist_ok=True)
-        writer_cls = _studio_writer_class()
         logger = Logger(
             folder=str(self.tb_dir),
             output_formats=[
-                writer_cls(self._on_logged),
-                TensorBoardOutputFormat(str(self.tb_dir)),
+                _studio_writer_class()(self._on_logged),
+                _tensorboard_writer_class()(self.tb_dir),
             ],
         )
         model.set_logger(logger)
@@ -469,13 +469,8 @@ class Trainer:
     # ------------------------------------------------------- SB3 hooks
     def _on_logged(self, step: int, values: dict[str, Any]) -> None:
         """Everything SB3's logger dumps (KVWriter.write) lands here."""
-        numeric: dict[str, Any] = {}
-        for key, value in values.items():
-            if isinstance(value, bool) or not hasattr(value, "__float__"):
-                continue
-            with contextlib.suppress(TypeError, ValueError):
-                numeric[key] = value
-                self.last_logged[key] = float(value)
+        numeric = {k: float(v) for k, v in values.items() if _is_number(v)}
+        self.last_logged.update(numeric)
         if numeric:
             self.ctx.metrics(step, numeric)
 
@@ -771,6 +766,53 @@ def _studio_writer_class() -> type:
 
         _classes["writer"] = StudioWriter
     return _classes["writer"]
+
+
+def _tensorboard_writer_class() -> type:
+    if "tensorboard" not in _classes:
+        from stable_baselines3.common.logger import KVWriter
+
+        from engine.rl.tensorboard import EventFile
+
+        class TensorBoardWriter(KVWriter):
+            """Scalars to a TensorBoard event file, one event per dump.
+
+            Instead of SB3's ``TensorBoardOutputFormat``, which goes through
+            torch's ``SummaryWriter`` one scalar at a time, a background thread
+            computing CRCs in pure Python, and a wait for the disk after every
+            dump: together about 2 % of PPO's CartPole throughput.
+            """
+
+            def __init__(self, folder: Path) -> None:
+                self.events = EventFile(folder)
+
+            def write(
+                self,
+                key_values: dict[str, Any],
+                key_excluded: dict[str, tuple[str, ...]],
+                step: int = 0,
+            ) -> None:
+                values = {
+                    key: float(value)
+                    for key, value in key_values.items()
+                    if "tensorboard" not in (key_excluded.get(key) or ())
+                    and _is_number(value)
+                }
+                if values:
+                    self.events.scalars(step, values)
+
+            def close(self) -> None:
+                self.events.close()
+
+        _classes["tensorboard"] = TensorBoardWriter
+    return _classes["tensorboard"]
+
+
+def _is_number(value: Any) -> bool:
+    """A real number SB3 logged (numpy scalars included; bools and text not)."""
+    if isinstance(value, bool) or not hasattr(value, "__float__"):
+        return False
+    return getattr(value, "ndim", 0) == 0
 
 
 def _studio_callback_class() -> type:
