@@ -175,6 +175,14 @@ class ParamSpec:
     """``int`` / ``float``: largest allowed value (inclusive)."""
     choices: tuple[str, ...] = ()
     """``choice``: the allowed values."""
+    exclusive_min: bool = False
+    """``min`` itself is not allowed."""
+    exclusive_max: bool = False
+    """``max`` itself is not allowed."""
+    optional: bool = False
+    """``None`` (empty) is allowed: the job chooses the value."""
+    group: str = ""
+    """Form section the parameter is shown under."""
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -190,6 +198,10 @@ class ParamSpec:
             "min": self.min,
             "max": self.max,
             "choices": list(self.choices),
+            "exclusive_min": self.exclusive_min,
+            "exclusive_max": self.exclusive_max,
+            "optional": self.optional,
+            "group": self.group,
         }
 
     @classmethod
@@ -203,6 +215,10 @@ class ParamSpec:
             min=data.get("min"),
             max=data.get("max"),
             choices=tuple(str(c) for c in data.get("choices") or ()),
+            exclusive_min=bool(data.get("exclusive_min", False)),
+            exclusive_max=bool(data.get("exclusive_max", False)),
+            optional=bool(data.get("optional", False)),
+            group=str(data.get("group", "")),
         )
 
 
@@ -318,6 +334,8 @@ def check_param(spec: ParamSpec, value: Any) -> str | None:
     for every parameter of every node.
     """
     name = spec.name
+    if value is None and spec.optional:
+        return None
     if spec.type == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             return f"{name} must be a whole number, not {value!r}."
@@ -341,10 +359,29 @@ def check_param(spec: ParamSpec, value: Any) -> str | None:
         return None
     else:
         return f"{name} has an unknown parameter type {spec.type!r}."
-    if spec.min is not None and value < spec.min:
-        return f"{name} must be at least {_number_text(spec.min)}, not {value!r}."
-    if spec.max is not None and value > spec.max:
-        return f"{name} must be at most {_number_text(spec.max)}, not {value!r}."
+    return bounds_problem(
+        name, value, spec.min, spec.max, spec.exclusive_min, spec.exclusive_max
+    )
+
+
+def bounds_problem(
+    name: str,
+    value: float,
+    lo: float | None,
+    hi: float | None,
+    exclusive_min: bool = False,
+    exclusive_max: bool = False,
+) -> str | None:
+    """The sentence saying how ``value`` breaks ``[lo, hi]`` (an end left
+    out when exclusive), or None."""
+    if lo is not None and exclusive_min and not value > lo:
+        return f"{name} must be greater than {_number_text(lo)}, not {value!r}."
+    if lo is not None and value < lo:
+        return f"{name} must be at least {_number_text(lo)}, not {value!r}."
+    if hi is not None and exclusive_max and not value < hi:
+        return f"{name} must be less than {_number_text(hi)}, not {value!r}."
+    if hi is not None and value > hi:
+        return f"{name} must be at most {_number_text(hi)}, not {value!r}."
     return None
 
 
@@ -676,7 +713,64 @@ def migrate(data: Any) -> tuple[dict[str, Any], int]:
     while version < FORMAT_VERSION:
         out = MIGRATIONS[version](out)
         version += 1
-    return out, original
+    return _migrate_node_params(out), original
+
+
+def _migrate_rl_train_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Train (SB3) before typed hyperparameters: a ``hyperparameters`` JSON
+    text becomes one parameter per hyperparameter (a list of widths as
+    ``"64, 64"``), and ``n_envs`` 0 ("choose") becomes empty."""
+    out = dict(params)
+    text = out.get("hyperparameters")
+    if isinstance(text, str):
+        try:
+            hyper = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError:
+            hyper = None  # left as it was: the node says it is unknown
+        if isinstance(hyper, dict):
+            del out["hyperparameters"]
+            for key, value in hyper.items():
+                if isinstance(value, list):
+                    value = ", ".join(str(v) for v in value)
+                out.setdefault(str(key), value)
+    if out.get("n_envs") == 0:
+        out["n_envs"] = None
+    return out
+
+
+def _migrate_llm_train_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Fine-tune (TRL) before optional parameters: 0 ("from the hardware")
+    becomes empty."""
+    out = dict(params)
+    for key in ("lora_rank", "batch_size", "num_generations"):
+        if out.get(key) == 0:
+            out[key] = None
+    return out
+
+
+_NODE_PARAM_MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "rl.train": _migrate_rl_train_params,
+    "llm.train": _migrate_llm_train_params,
+}
+"""Parameter changes of a node type within one format (idempotent: applied
+on every load)."""
+
+
+def _migrate_node_params(data: dict[str, Any]) -> dict[str, Any]:
+    nodes = data.get("nodes")
+    if not isinstance(nodes, list):
+        return data
+    changed = []
+    for raw in nodes:
+        migrate_params = (
+            _NODE_PARAM_MIGRATIONS.get(str(raw.get("type")))
+            if isinstance(raw, dict)
+            else None
+        )
+        if migrate_params is not None and isinstance(raw.get("params"), dict):
+            raw = {**raw, "params": migrate_params(raw["params"])}
+        changed.append(raw)
+    return {**data, "nodes": changed}
 
 
 # --------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """New run / Duplicate with changes: a form from the engine's schema.
 
 The engine publishes the form (``run.schema``), so the fields, defaults,
-presets and help always match what its validator accepts. The dialog stays
-open until the engine accepts the config; a refused config shows the
-engine's sentence on the field it names.
+presets and help always match what its validator accepts. The dialog sends
+only what the user changed (and the environment and algorithm), so the
+engine keeps choosing the rest: rollout sizes fitted to the step budget and
+the hardware. It stays open until the engine accepts the config; a refused
+config shows the engine's sentence on the field it names.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import protocol
+from engine.settings import changed_values
 from studio.session import Session
 from widgets.param_form import ParamForm
 
@@ -72,6 +75,7 @@ class RunDialog(QDialog):
         self._kind = kind
         self._values = flatten_config(initial or {})
         self._shape = self._shaping(self._values)
+        self._defaults: dict[str, Any] = {}
         self.started_run_id = ""
         self.form = ParamForm()
         self.form.values_changed.connect(self._on_form_values_changed)
@@ -119,6 +123,7 @@ class RunDialog(QDialog):
         if not self._fields_loaded():
             keep = dict(self._values)
         self.form.set_schema(fields, keep)
+        self._defaults = {f["name"]: f.get("default") for f in fields}
         self._values = self.form.values()
         self._shape = self._shaping(self._values)
         self._set_busy(False)
@@ -143,7 +148,13 @@ class RunDialog(QDialog):
 
     # ------------------------------------------------------------ submit
     def config(self) -> dict[str, Any]:
-        return nest_values(self._values)
+        """The config to send: the fields the user changed from the schema's
+        defaults, plus the environment and algorithm."""
+        changed = changed_values(self._values, self._defaults)
+        for key in SHAPING_FIELDS:
+            if key in self._values:
+                changed[key] = self._values[key]
+        return nest_values(changed)
 
     def _on_buttons_accepted(self) -> None:
         self._set_busy(True)

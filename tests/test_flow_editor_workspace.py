@@ -139,9 +139,9 @@ def test_build_undo_redo_save_and_reopen_identical(qtbot, ws, project) -> None:
     ws.canvas.select_nodes(["train"])
     ws.actions["undo"].trigger()  # the evaluate edit
     ws.actions["undo"].trigger()  # the train edit
-    assert model.node("train").params["total_steps"] == 50_000
+    assert model.node("train").params["total_steps"] is None  # the preset's
     assert model.node("evaluate").params["episodes"] == 10
-    assert ws.param_form.editor("total_steps").text() == "50000"
+    assert ws.param_form.editor("total_steps").text() == ""
     ws.actions["undo"].trigger()  # the second link
     assert len(ws.links()) == 1 and len(ws.canvas.links) == 1
     for _ in range(3):
@@ -256,14 +256,14 @@ def test_autosave_is_offered_after_a_crash(qtbot, make_workspace, project) -> No
     type_into(qtbot, first, "seed", "7")
     autosave = project / "flows" / ".autosave" / "cart.flow.json"
     assert flow.load(autosave).node("train").params["seed"] == 7
-    assert flow.load(path).node("train").params["seed"] == 0
+    assert flow.load(path).node("train").params["seed"] is None
     # The app dies here: no save, no clean-up. A new session opens the file.
     asked = []
     second = make_workspace()
     second.ask_restore = lambda p, a: asked.append((p, a)) or False
     assert second.open_file(path)
     assert asked == [(path, autosave)]
-    assert second.model.node("train").params["seed"] == 0
+    assert second.model.node("train").params["seed"] is None
     third = make_workspace()
     third.ask_restore = lambda p, a: True
     assert third.open_file(path)
@@ -358,7 +358,7 @@ def test_validate_marks_nodes_and_form_fields(qtbot, ws) -> None:
     ws.canvas.select_nodes(["train"])
     type_into(qtbot, ws, "total_steps", "0")  # below the minimum: the form refuses
     assert ws.param_form.errors() == {"total_steps": "Total steps must be at least 1."}
-    assert ws.model.node("train").params["total_steps"] == 50_000
+    assert ws.model.node("train").params["total_steps"] is None
     assert not ws.run_flow()  # invalid flows do not run
     assert "cannot run yet" in ws.status_label.text()
     assert os.listdir(ws.project_flows_dir()) == [".autosave"]  # nothing saved

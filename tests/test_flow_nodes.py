@@ -140,12 +140,12 @@ def test_the_examples_are_the_ones_promised() -> None:
 
 def test_validate_flow_adds_each_node_types_own_checks() -> None:
     doc = flow.load(EXAMPLES / "cartpole_ppo.flow.json")
-    doc.node("train").params["hyperparameters"] = "{n_steps: 3"
+    doc.node("train").params["settings"] = "{n_steps: 3"
     doc.node("env").params["kwargs"] = "[1]"
     doc.nodes.append(Node("x", "llm.teleport"))
     errors = validate_flow(document=doc.to_dict())
     assert errors["train"] == [
-        "hyperparameters is not valid JSON (Expecting property name enclosed in "
+        "settings is not valid JSON (Expecting property name enclosed in "
         "double quotes)."
     ]
     assert errors["env"] == ['kwargs must be a JSON object like {"key": 1}.']

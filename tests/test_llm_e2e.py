@@ -183,6 +183,46 @@ def test_train_one_step(project: Project, method: str) -> None:
     project.train_runs[method] = (run_dir.name, summary)
 
 
+def test_kto_with_cpu_hardware_defaults_trains(project: Project, monkeypatch) -> None:
+    """A CPU suggests a batch of one sequence, which TRL's KTO refuses ("Actual
+    (not effective) batch size must be > 1"); the job raises it and says so."""
+    if "kto" not in project.datasets:
+        pytest.skip("datasets not built")
+    from engine.hardware import recommend
+    from engine.llm import train as llm_train
+
+    rec = recommend([], 2, 2, cpu_bf16=False)
+    cpu = {
+        "batch_size": rec.batch_size,
+        "lora_rank": rec.lora_rank,
+        "num_generations": rec.grpo_num_generations,
+        "precision": rec.dtype,
+        "gradient_checkpointing": rec.gradient_checkpointing,
+        "device": rec.device,
+        "gpu_count": 0,
+    }
+    assert cpu["batch_size"] == 1
+    monkeypatch.setattr(llm_train, "hardware_defaults", lambda: dict(cpu))
+    cfg = {
+        "method": "kto",
+        "model": str(project.model),
+        "dataset": project.datasets["kto"],
+        "max_steps": 1,
+        "save_steps": 0,
+        "name": "adapter-kto-cpu",
+    }
+    validated = validate_config("llm.train", cfg)
+    assert validated["batch_size"] == 2
+    assert validated["notes"] == [
+        "batch_size 1 -> 2: KTO compares each row with the others of its batch."
+    ]
+    summary, _ = project.job("llm.train", cfg)
+    assert summary["metrics"]["global_step"] == 1
+    # a batch the user chose is theirs: one sentence instead of TRL's
+    with pytest.raises(ConfigError, match="KTO needs a batch_size of at least 2"):
+        validate_config("llm.train", {**cfg, "batch_size": 1})
+
+
 def test_sft_stop_then_resume(project: Project) -> None:
     if "sft" not in project.datasets:
         pytest.skip("datasets not built")

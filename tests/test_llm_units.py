@@ -337,7 +337,7 @@ HW = {
         ({"model": "/nowhere/model"}, "model", "does not exist"),
         ({"dataset": "/nowhere/ds"}, "dataset", "does not exist"),
         ({"method": "dpo"}, "dataset", "lacks the column"),
-        ({"learning_rate": 5}, "learning_rate", "between 0 and 1"),
+        ({"learning_rate": 5}, "learning_rate", "less than 1"),
         ({"precision": "fp16"}, "precision", "needs a GPU"),
         ({"rewards": [{"name": "nope"}]}, "rewards[0]", "Unknown reward"),
         ({"epochs": 3}, "epochs", "Unknown setting"),

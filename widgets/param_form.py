@@ -6,8 +6,9 @@ A schema is a dict (the engine's catalog sends them as JSON)::
      "min": 0.0, "max": 1.0, "help": "Adam step size.", "title": "Learning rate"}
 
 Types: ``int``, ``float``, ``str``, ``bool``, ``choice`` (with ``choices``),
-``path``. ``min``/``max`` are inclusive; ``exclusive_min`` makes ``min``
-strict; ``optional`` allows an empty value (``None``); ``suggestions`` offers
+``path``. ``min``/``max`` are inclusive; ``exclusive_min`` /
+``exclusive_max`` make them strict; ``optional`` allows an empty value
+(``None``; a bool or choice gets an empty first entry); ``suggestions`` offers
 common values for free text; ``group`` starts a titled section.
 """
 
@@ -64,8 +65,11 @@ def check_value(schema: Mapping[str, Any], text: str) -> tuple[Any, str]:
                 return None, f"{title} must be greater than {lo}."
             if value < lo:
                 return None, f"{title} must be at least {lo}."
-        if hi is not None and value > hi:
-            return None, f"{title} must be at most {hi}."
+        if hi is not None:
+            if schema.get("exclusive_max") and value >= hi:
+                return None, f"{title} must be less than {hi}."
+            if value > hi:
+                return None, f"{title} must be at most {hi}."
     return value, ""
 
 
@@ -151,6 +155,21 @@ class ParamForm(QWidget):
         kind = schema.get("type", "str")
         name = schema["name"]
         tip = schema.get("help", "")
+        if kind in ("bool", "choice") and schema.get("optional"):
+            # An empty first entry: leave the value to the engine.
+            options = (
+                [("yes", True), ("no", False)]
+                if kind == "bool"
+                else [(str(c), c) for c in schema.get("choices", [])]
+            )
+            combo = QComboBox(toolTip=tip)
+            for text, data in [("", None), *options]:
+                combo.addItem(text, data)
+            combo.setCurrentIndex(max(combo.findData(value), 0))
+            combo.currentIndexChanged.connect(
+                lambda i, n=name, c=combo: self._accept(n, c.itemData(i))
+            )
+            return combo
         if kind == "bool":
             box = QCheckBox(toolTip=tip)
             box.setChecked(bool(value))

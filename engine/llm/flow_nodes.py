@@ -39,7 +39,6 @@ node functions only: building the catalog imports this module.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from pathlib import Path
@@ -48,7 +47,7 @@ from typing import Any
 from engine.errors import EngineError
 from engine.flow import ParamSpec, PortSpec
 from engine.llm.merge import DTYPES
-from engine.llm.train import METHODS, TrainConfig
+from engine.llm.train import METHODS, SEED_MAX, TrainConfig
 from engine.nodes.base import (
     NodeError,
     NodeResult,
@@ -57,11 +56,10 @@ from engine.nodes.base import (
     parse_json_object,
 )
 from engine.nodes.registry import node_type
+from engine.settings import defaults_of, fields_of, param_specs
 
 CATEGORY = "Language models"
 DEFAULT_BASE_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-SEED_MAX = 2**31 - 1
-"""The llm.* jobs draw seeds below 2**31."""
 
 REWARD_KINDS: tuple[str, ...] = (
     "env_reward",
@@ -77,13 +75,7 @@ so the catalog keeps its own copy; a test checks they agree)."""
 
 COLLECT_POLICIES = ("llm", "expert", "rule")
 
-# Fine-tune settings that have their own parameter or input; "settings" may
-# carry any other TrainConfig field.
-_TRAIN_OWN = (
-    "method",
-    "model",
-    "dataset",
-    "name",
+TRAIN_PARAMS = (
     "max_steps",
     "learning_rate",
     "lora_rank",
@@ -93,10 +85,14 @@ _TRAIN_OWN = (
     "max_completion_length",
     "max_length",
     "temperature",
-    "rewards",
     "seed",
 )
-_TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+"""The llm.train settings the Fine-tune node has a parameter for (declared,
+with their defaults, bounds and help, by ``engine.llm.train.TrainConfig``)."""
+# Fine-tune settings that have their own parameter or input; "settings" may
+# carry any other TrainConfig field.
+_TRAIN_OWN = ("method", "model", "dataset", "name", "rewards", *TRAIN_PARAMS)
+_TRAIN_FIELDS = tuple(fields_of(TrainConfig))
 
 
 # ------------------------------------------------------------------ helpers
@@ -596,10 +592,8 @@ def _check_train(params: dict[str, Any]) -> list[str]:
                 )
             elif key not in _TRAIN_FIELDS:
                 problems.append(f"settings has an unknown training setting {key!r}.")
-    gens = params.get("num_generations", 0)
-    if gens == 1:
-        problems.append("num_generations must be 0 (from the hardware) or at least 2.")
-    batch = params.get("batch_size", 0)
+    gens = params.get("num_generations")
+    batch = params.get("batch_size")
     accum = params.get("gradient_accumulation_steps", 1)
     if (
         params.get("method") == "grpo"
@@ -649,91 +643,7 @@ def _check_train(params: dict[str, Any]) -> list[str]:
             help="TRL method: grpo (online RL with the rewards), sft, kto or dpo; "
             "auto: the method the dataset was built for.",
         ),
-        ParamSpec(
-            "max_steps",
-            "int",
-            100,
-            min=1,
-            max=10**7,
-            help="Optimizer steps (one step is a batch times the accumulation).",
-            label="Steps",
-        ),
-        ParamSpec(
-            "learning_rate",
-            "float",
-            5e-5,
-            min=1e-9,
-            max=0.5,
-            help="Peak learning rate (linear decay to zero).",
-        ),
-        ParamSpec(
-            "lora_rank",
-            "int",
-            0,
-            min=0,
-            max=1024,
-            help="LoRA rank r (adapter width); 0: chosen from the hardware.",
-            label="LoRA rank",
-        ),
-        ParamSpec(
-            "batch_size",
-            "int",
-            0,
-            min=0,
-            max=4096,
-            help="Sequences per device per step (GRPO: completions); 0: chosen "
-            "from the hardware.",
-        ),
-        ParamSpec(
-            "gradient_accumulation_steps",
-            "int",
-            1,
-            min=1,
-            max=1024,
-            help="Batches accumulated per optimizer step.",
-            label="Gradient accumulation",
-        ),
-        ParamSpec(
-            "num_generations",
-            "int",
-            0,
-            min=0,
-            max=256,
-            help="GRPO: answers sampled per prompt (at least 2); 0: chosen from "
-            "the hardware.",
-        ),
-        ParamSpec(
-            "max_completion_length",
-            "int",
-            16,
-            min=1,
-            max=32_768,
-            help="GRPO: tokens generated per answer.",
-        ),
-        ParamSpec(
-            "max_length",
-            "int",
-            512,
-            min=16,
-            max=131_072,
-            help="SFT, KTO, DPO: tokens per training sequence (prompt + answer).",
-        ),
-        ParamSpec(
-            "temperature",
-            "float",
-            1.0,
-            min=0.01,
-            max=5.0,
-            help="GRPO: sampling temperature of the answers.",
-        ),
-        ParamSpec(
-            "seed",
-            "int",
-            0,
-            min=0,
-            max=SEED_MAX,
-            help="Random seed of the run.",
-        ),
+        *param_specs(TrainConfig, TRAIN_PARAMS),
         ParamSpec(
             "settings",
             "str",
@@ -773,22 +683,15 @@ def train(node: NodeRun) -> NodeResult:
             f"Reward functions steer GRPO only, not {method.upper()}; unlink them "
             "or fine-tune with method grpo."
         )
+    defaults = defaults_of(TrainConfig)
     config: dict[str, Any] = {
         **parse_json_object(p["settings"], "settings"),
         "method": method,
         "model": model["path"],
         "dataset": data["path"],
         "name": None,  # the adapter folder is the job's run id: job_name(node)
-        "max_steps": p["max_steps"],
-        "learning_rate": p["learning_rate"],
-        "lora_rank": p["lora_rank"] or None,
-        "batch_size": p["batch_size"] or None,
-        "gradient_accumulation_steps": p["gradient_accumulation_steps"],
-        "num_generations": p["num_generations"] or None,
-        "max_completion_length": p["max_completion_length"],
-        "max_length": p["max_length"],
-        "temperature": p["temperature"],
-        "seed": p["seed"],
+        # Only what the user changed: the job fits the rest to the hardware.
+        **{k: p[k] for k in TRAIN_PARAMS if p[k] != defaults[k]},
     }
     if method == "grpo" and rewards:
         config["rewards"] = [dict(r) for r in rewards]

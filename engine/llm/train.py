@@ -36,8 +36,11 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError, with_defaults
+from engine.settings import check_fields, defaults_of, setting
 
 METHODS = ("grpo", "kto", "dpo", "sft")
+PRECISIONS = ("bf16", "fp16", "fp32")
+SEED_MAX = 2**31 - 1
 GRPO_DEFAULT_BETA = 0.04
 """KL coefficient of GRPO when the config leaves ``beta`` empty (the
 DeepSeekMath value TRL used before 0.19). With LoRA the reference model is
@@ -50,68 +53,82 @@ WORKER_ENV = "RLSTUDIO_ACCELERATE_WORKER"
 class TrainConfig:
     """Settings of one ``llm.train`` run. ``None`` means "from the hardware"."""
 
-    method: str = "grpo"
+    method: str = setting("grpo", choices=METHODS)
     """``grpo``, ``kto``, ``dpo`` or ``sft``."""
-    model: str = ""
+    model: str = setting("")
     """Base model: a local HF folder or a hub id in the local cache."""
-    dataset: str = ""
+    dataset: str = setting("")
     """Dataset folder (``train.jsonl`` or ``train.parquet`` inside, as
     llm.dataset writes) or one such file, with this method's columns."""
-    name: str | None = None
+    name: str | None = setting(None)
     """Folder name of the adapter under ``<project>/models/`` (run id if None)."""
-    max_steps: int = 100
+    max_steps: int = setting(
+        100, min=-1, max=10**7, unit="optimizer steps", label="Steps"
+    )
     """Optimizer steps to train (a step is one batch times accumulation)."""
-    num_epochs: float = 1.0
+    num_epochs: float = setting(1.0, min=0, exclusive_min=True, unit="epochs")
     """Passes over the dataset; used only when ``max_steps`` is -1."""
-    learning_rate: float = 5e-5
+    learning_rate: float = setting(
+        5e-5, min=0, max=1, exclusive_min=True, exclusive_max=True
+    )
     """Peak learning rate (linear decay to zero)."""
-    warmup_ratio: float = 0.0
+    warmup_ratio: float = setting(0.0, min=0, max=1)
     """Fraction of the steps spent warming the learning rate up."""
-    batch_size: int | None = None
-    """Sequences per device per step (GRPO: completions per step)."""
-    gradient_accumulation_steps: int = 1
+    batch_size: int | None = setting(None, min=1, max=4096, unit="sequences")
+    """Sequences per device per step (GRPO: completions per step); None:
+    from the hardware, fitted to the method and the dataset."""
+    gradient_accumulation_steps: int = setting(
+        1, min=1, max=1024, label="Gradient accumulation"
+    )
     """Batches accumulated per optimizer step."""
-    lora_rank: int | None = None
-    """LoRA rank r (adapter width)."""
-    lora_alpha: float | None = None
+    lora_rank: int | None = setting(None, min=1, max=1024, label="LoRA rank")
+    """LoRA rank r (adapter width); None: from the hardware."""
+    lora_alpha: float | None = setting(
+        None, min=0, exclusive_min=True, label="LoRA alpha"
+    )
     """LoRA scaling numerator (2 x rank if None)."""
-    lora_dropout: float = 0.0
+    lora_dropout: float = setting(
+        0.0, min=0, max=1, exclusive_max=True, label="LoRA dropout"
+    )
     """Dropout on the LoRA input (probability)."""
-    lora_target_modules: str | list[str] = "all-linear"
+    lora_target_modules: str | list[str] = setting(
+        "all-linear", label="LoRA target modules"
+    )
     """Modules that get adapters (``all-linear`` or names)."""
-    max_length: int = 512
+    max_length: int = setting(512, min=1, max=131_072, unit="tokens")
     """Tokens per training sequence (prompt + completion) for SFT/KTO/DPO."""
-    max_prompt_length: int | None = None
+    max_prompt_length: int | None = setting(None, min=1, unit="tokens")
     """Prompt tokens kept (left-truncated) for GRPO; None keeps all."""
-    max_completion_length: int = 16
+    max_completion_length: int = setting(16, min=1, max=32_768, unit="tokens")
     """Tokens generated per completion in GRPO."""
-    num_generations: int | None = None
-    """Completions sampled per prompt in GRPO (at least 2)."""
-    temperature: float = 1.0
+    num_generations: int | None = setting(None, min=2, max=256)
+    """Completions sampled per prompt in GRPO (at least 2); None: from the
+    hardware."""
+    temperature: float = setting(1.0, min=0, max=5, exclusive_min=True)
     """Sampling temperature of GRPO generations."""
-    beta: float | None = None
+    beta: float | None = setting(None, min=0)
     """KL (GRPO) / preference (DPO, KTO) coefficient. None: TRL's default for
     DPO and KTO, :data:`GRPO_DEFAULT_BETA` for GRPO (TRL's 0 would neither
     limit nor report the drift from the base model; 0 turns it off)."""
-    rewards: list[dict[str, Any]] | None = None
+    rewards: list[dict[str, Any]] | None = setting(None)
     """GRPO reward functions ``[{"name", "weight", ...params}]``."""
-    desirable_weight: float | None = None
+    desirable_weight: float | None = setting(None, min=0, exclusive_min=True)
     """KTO weight of desirable rows (balanced from the dataset if None)."""
-    undesirable_weight: float | None = None
+    undesirable_weight: float | None = setting(None, min=0, exclusive_min=True)
     """KTO weight of undesirable rows (balanced from the dataset if None)."""
-    precision: str | None = None
+    precision: str | None = setting(None, choices=PRECISIONS)
     """``bf16``, ``fp16`` or ``fp32``."""
-    gradient_checkpointing: bool | None = None
+    gradient_checkpointing: bool | None = setting(None)
     """Recompute activations in the backward pass to save memory."""
-    logging_steps: int = 1
+    logging_steps: int = setting(1, min=1, unit="optimizer steps")
     """Steps between metric reports."""
-    save_steps: int = 50
+    save_steps: int = setting(50, min=0, unit="optimizer steps")
     """Steps between checkpoints (0: only at the end and on stop)."""
-    save_total_limit: int = 2
+    save_total_limit: int = setting(2, min=1)
     """Checkpoints kept in the run folder."""
-    seed: int | None = None
+    seed: int | None = setting(None, min=0, max=SEED_MAX)
     """Random seed (chosen and saved if None)."""
-    device: str | None = None
+    device: str | None = setting(None)
     """``cuda``, ``mps`` or ``cpu`` (the detected best if None)."""
 
 
@@ -133,10 +150,40 @@ def hardware_defaults() -> dict[str, Any]:
     }
 
 
-def _positive_int(out: dict[str, Any], key: str, minimum: int = 1) -> None:
-    v = out[key]
-    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-        raise ConfigError(key, f"{key} must be a whole number of at least {minimum}.")
+KTO_MIN_BATCH = 2
+"""TRL's KTO estimates its KL reference from the other rows of a batch, so a
+device batch of one is refused ("Actual (not effective) batch size must be
+> 1")."""
+
+
+def fit_batch(out: dict[str, Any], batch_from_hardware: bool, n_rows: int) -> list[str]:
+    """Fit a batch size the hardware suggested (not one the user chose) to
+    what the method accepts and to the dataset, in place; one sentence per
+    change, for the run log."""
+    notes: list[str] = []
+    if not batch_from_hardware:
+        return notes
+
+    def change(value: int, why: str) -> None:
+        if value != out["batch_size"]:
+            notes.append(f"batch_size {out['batch_size']} -> {value}: {why}.")
+            out["batch_size"] = value
+
+    method = out["method"]
+    accum = out["gradient_accumulation_steps"]
+    if method != "grpo" and n_rows > 0 and out["batch_size"] > n_rows:
+        change(n_rows, f"the dataset has {n_rows} rows")
+    if method == "kto" and out["batch_size"] < KTO_MIN_BATCH:
+        change(KTO_MIN_BATCH, "KTO compares each row with the others of its batch")
+    if method == "grpo":
+        # The hardware suggests a batch without knowing the answers per
+        # prompt (a CPU: 1 sequence, 4 answers); raise it to the smallest
+        # batch GRPO accepts rather than refuse the user's run.
+        batch = out["batch_size"]
+        while batch * accum % out["num_generations"]:
+            batch += 1
+        change(batch, f"GRPO groups {out['num_generations']} answers per prompt")
+    return notes
 
 
 def validate(
@@ -146,12 +193,8 @@ def validate(
     from engine.llm.base import check_chat_template, check_trainable, inspect_model
     from engine.llm.datasets import check_columns, dataset_files
 
-    out = with_defaults(config, dataclasses.asdict(TrainConfig()), "llm.train")
-    if out["method"] not in METHODS:
-        raise ConfigError(
-            "method",
-            f"method must be one of {', '.join(METHODS)}, not {out['method']!r}.",
-        )
+    out = with_defaults(config, defaults_of(TrainConfig), "llm.train")
+    out = check_fields(TrainConfig, out)
     if not out["model"]:
         raise ConfigError("model", "model must name a base model folder or hub id.")
     info = inspect_model(out["model"])
@@ -180,43 +223,28 @@ def validate(
     ):
         if out[key] is None:
             out[key] = hw[key]
-    if out["max_steps"] != -1:
-        _positive_int(out, "max_steps")
-    for key in (
-        "batch_size",
-        "gradient_accumulation_steps",
-        "lora_rank",
-        "max_length",
-        "max_completion_length",
-        "logging_steps",
-    ):
-        _positive_int(out, key)
-    _positive_int(out, "save_steps", 0)
-    if out["precision"] not in ("bf16", "fp16", "fp32"):
-        raise ConfigError("precision", "precision must be bf16, fp16 or fp32.")
+    # Hardware values are checked like the user's.
+    out = check_fields(TrainConfig, out)
+    if out["max_steps"] == 0:
+        raise ConfigError(
+            "max_steps", "max_steps must be -1 (epochs) or at least 1, not 0."
+        )
     if out["precision"] == "fp16" and out["device"] == "cpu":
         raise ConfigError(
             "precision", "fp16 training needs a GPU; use bf16 or fp32 on the CPU."
         )
-    lr = out["learning_rate"]
-    if not isinstance(lr, int | float) or not 0 < lr < 1:
-        raise ConfigError("learning_rate", "learning_rate must be between 0 and 1.")
     if out["lora_alpha"] is None:
         out["lora_alpha"] = 2.0 * out["lora_rank"]
+    notes = fit_batch(out, batch_from_hardware, n_rows)
+    if out["method"] == "kto" and out["batch_size"] < KTO_MIN_BATCH:
+        raise ConfigError(
+            "batch_size",
+            f"KTO needs a batch_size of at least {KTO_MIN_BATCH}: it compares "
+            "each row with the others of its batch.",
+        )
     if out["method"] == "grpo":
         if out["beta"] is None:
             out["beta"] = GRPO_DEFAULT_BETA
-        _positive_int(out, "num_generations", 2)
-        if batch_from_hardware:
-            # The hardware suggests a batch without knowing the answers per
-            # prompt (a CPU: 1 sequence, 4 answers); raise it to the
-            # smallest batch GRPO accepts rather than refuse the user's run.
-            while (
-                out["batch_size"]
-                * out["gradient_accumulation_steps"]
-                % out["num_generations"]
-            ):
-                out["batch_size"] += 1
         if (
             out["batch_size"]
             * out["gradient_accumulation_steps"]
@@ -237,6 +265,7 @@ def validate(
 
             out["rewards"] = [dict(r) for r in DEFAULT_REWARDS]
     out["dataset_rows"] = n_rows
+    out["notes"] = notes
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
     return out
@@ -548,6 +577,8 @@ def train_model(
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+    for note in cfg.get("notes", []):
+        ctx.log(f"fitted to this run: {note}")
     resume_from = latest_checkpoint(ctx.checkpoint_dir) if ctx.resume else None
     if resume_from is not None:
         ctx.log(f"resuming from {resume_from.name}")

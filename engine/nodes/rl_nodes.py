@@ -33,30 +33,85 @@ from engine.nodes.base import (
     parse_json_object,
 )
 from engine.nodes.registry import node_type
+from engine.rl.config import ALGO_CONFIGS, SEED_MAX, TrainConfig
+from engine.settings import FieldInfo, fields_of, param_spec, parse_list_text
 
-ALGOS = ("auto", "PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
-SEED_MAX = 2**32 - 1
-
+HP_GROUP = "Hyperparameters"
+RUN_PARAMS = tuple(
+    name for name, info in fields_of(TrainConfig).items() if info.form and name != "env"
+)
+"""The run settings the Train node has a parameter for (the run dialog's)."""
 # Settings the Train node sets from its own parameters or inputs; the
 # "settings" JSON may carry any other rl.train setting.
 _OWN_SETTINGS = (
+    *RUN_PARAMS,
     "env",
     "env_kwargs",
-    "algo",
-    "total_steps",
-    "seed",
-    "n_envs",
-    "eval_every_steps",
-    "eval_episodes",
-    "checkpoint_every_steps",
     "hyperparameters",
-    "name",
     "project_dir",
+    "notes",
 )
 
 
+def _hyperparameter_fields() -> dict[str, list[FieldInfo]]:
+    """Every algorithm's hyperparameters by name (first declaration first)."""
+    out: dict[str, list[FieldInfo]] = {}
+    for cls in ALGO_CONFIGS.values():
+        for name, info in fields_of(cls).items():
+            out.setdefault(name, []).append(info)
+    return out
+
+
+HYPERPARAMETERS = _hyperparameter_fields()
+
+
+def _hyperparameter_param(infos: list[FieldInfo]) -> ParamSpec:
+    """One parameter for a hyperparameter of one or more algorithms: empty
+    (None) leaves it to the preset or the algorithm's default. Typed as the
+    dataclasses declare it; as text where they disagree (``ent_coef``: a
+    number for PPO, ``auto`` or a number for SAC) or for a list of widths."""
+    first = infos[0]
+    same = all(
+        (i.kind, i.min, i.max, i.exclusive_min, i.exclusive_max, i.choices)
+        == (
+            first.kind,
+            first.min,
+            first.max,
+            first.exclusive_min,
+            first.exclusive_max,
+            first.choices,
+        )
+        for i in infos
+    )
+    if same and first.kind != "list[int]":
+        return param_spec(first, default=None, optional=True, group=HP_GROUP)
+    return ParamSpec(
+        first.name,
+        "str",
+        None,
+        help=first.help,
+        label=first.label,
+        optional=True,
+        group=HP_GROUP,
+    )
+
+
+def _hyperparameter_value(name: str, value: Any) -> Any:
+    """A text-typed hyperparameter parameter as the job takes it."""
+    if not isinstance(value, str):
+        return value
+    if any(i.kind == "list[int]" for i in HYPERPARAMETERS[name]):
+        return parse_list_text(value, f"hyperparameters.{name}")
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 def train_config(node: NodeRun) -> dict[str, Any]:
-    """The ``rl.train`` config for this node (not yet validated)."""
+    """The ``rl.train`` config for this node (not yet validated): the
+    parameters the user changed from the job's defaults, so the engine keeps
+    choosing the rest (presets, rollout sizes fitted to the budget)."""
     p = node.params
     env = node.input("env")
     settings = parse_json_object(p["settings"], "settings")
@@ -65,19 +120,19 @@ def train_config(node: NodeRun) -> dict[str, Any]:
             raise NodeError(
                 f"settings must not set {key!r}; it has its own parameter or input."
             )
+    infos = fields_of(TrainConfig)
+    run = {k: p[k] for k in RUN_PARAMS if p[k] != infos[k].default}
+    hyper = {
+        k: _hyperparameter_value(k, p[k])
+        for k in HYPERPARAMETERS
+        if p.get(k) not in (None, "")
+    }
     return {
         **settings,
+        **run,
         "env": env["id"],
         "env_kwargs": dict(env.get("kwargs", {})),
-        "algo": p["algo"],
-        "total_steps": p["total_steps"],
-        "seed": p["seed"],
-        "n_envs": p["n_envs"] or None,
-        "eval_every_steps": p["eval_every_steps"],
-        "eval_episodes": p["eval_episodes"],
-        "checkpoint_every_steps": p["checkpoint_every_steps"],
-        "hyperparameters": parse_json_object(p["hyperparameters"], "hyperparameters"),
-        "name": p["name"],
+        "hyperparameters": hyper,
         "project_dir": str(node.project_dir),
     }
 
@@ -89,89 +144,19 @@ def train_config(node: NodeRun) -> dict[str, Any]:
     inputs=(PortSpec("env", "env", help="The environment to train on."),),
     outputs=(PortSpec("policy", "policy", help="The trained policy (model.zip)."),),
     params=(
-        ParamSpec(
-            "algo",
-            "choice",
-            "auto",
-            choices=ALGOS,
-            help="stable-baselines3 algorithm; auto: MaskablePPO for envs with "
-            "action masks, else PPO.",
-            label="Algorithm",
-        ),
-        ParamSpec(
-            "total_steps",
-            "int",
-            50_000,
-            min=1,
-            max=10**10,
-            help="Training length in environment steps (summed over env copies).",
-        ),
-        ParamSpec(
-            "seed",
-            "int",
-            0,
-            min=0,
-            max=SEED_MAX,
-            help="Random seed of the run (same seed, same result).",
-        ),
-        ParamSpec(
-            "n_envs",
-            "int",
-            0,
-            min=0,
-            max=1024,
-            help="Environment copies stepped together; 0: the preset's or one "
-            "chosen from the hardware.",
-            label="Parallel envs",
-        ),
-        ParamSpec(
-            "eval_every_steps",
-            "int",
-            0,
-            min=0,
-            help="Evaluate on a separate env every this many steps and keep the "
-            "best model; 0: never (the last model is the output).",
-        ),
-        ParamSpec(
-            "eval_episodes",
-            "int",
-            10,
-            min=1,
-            max=10_000,
-            help="Episodes per periodic evaluation.",
-        ),
-        ParamSpec(
-            "checkpoint_every_steps",
-            "int",
-            0,
-            min=0,
-            help="Save a checkpoint every this many steps; 0: only at the end.",
-        ),
-        ParamSpec(
-            "hyperparameters",
-            "str",
-            "{}",
-            help='Algorithm hyperparameters as a JSON object, e.g. {"n_steps": 128, '
-            '"learning_rate": 0.001}; missing ones come from the preset.',
-            label="Hyperparameters (JSON)",
-        ),
+        *(param_spec(fields_of(TrainConfig)[name]) for name in RUN_PARAMS),
+        *(_hyperparameter_param(infos) for infos in HYPERPARAMETERS.values()),
         ParamSpec(
             "settings",
             "str",
             "{}",
             help='Other training settings as a JSON object, e.g. {"vec_normalize": '
-            'true, "target_eval_reward": 475}.',
+            'true, "convergence_window": 3}.',
             label="Settings (JSON)",
         ),
-        ParamSpec(
-            "name",
-            "str",
-            "",
-            help="Name of the trained model; empty: '<algorithm> <env>'.",
-            label="Model name",
-        ),
     ),
-    check=json_object_check("hyperparameters", "settings"),
+    check=json_object_check("settings"),
+    version=2,
 )
 def train(node: NodeRun) -> NodeResult:
     """Train a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, MaskablePPO)

@@ -19,21 +19,25 @@ Errors on a hyperparameter name the field ``"hyperparameters.<name>"``.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 import importlib.util
-import inspect
-import itertools
-import math
 import os
 import random
-import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.settings import check_fields, field_docs, setting
+
+ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu")
+SCHEDULES = ("constant", "linear")
+ALGO_NAMES = ("auto", "PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+"""The device choices a form offers (``cuda:N`` is accepted too)."""
+POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
+SEED_MAX = 2**32 - 1
 
 # --------------------------------------------------------------------------
 # Algorithm hyperparameters
@@ -44,40 +48,40 @@ from engine.errors import ConfigError
 class _PPOBase:
     """Fields PPO and MaskablePPO share."""
 
-    learning_rate: float = 3e-4
+    learning_rate: float = setting(3e-4, min=0, exclusive_min=True)
     """Adam step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = "constant"
+    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    n_steps: int = 2048
+    n_steps: int = setting(2048, min=1, unit="steps")
     """Steps collected per environment copy before each update; a rollout is
     ``n_steps * n_envs`` steps."""
-    batch_size: int = 64
+    batch_size: int = setting(64, min=1, unit="transitions")
     """Transitions per minibatch (at most ``n_steps * n_envs``)."""
-    n_epochs: int = 10
+    n_epochs: int = setting(10, min=1)
     """Passes over each rollout per update."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
     """Discount factor per step, in (0, 1]."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = setting(0.95, min=0, max=1)
     """Generalized Advantage Estimation lambda, in [0, 1]."""
-    clip_range: float = 0.2
+    clip_range: float = setting(0.2, min=0, exclusive_min=True)
     """Policy ratio clipping (dimensionless, > 0)."""
-    clip_range_schedule: str = "constant"
+    clip_range_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: ``clip_range`` decays to 0 at the end."""
-    normalize_advantage: bool = True
+    normalize_advantage: bool = setting(True)
     """Normalize advantages per minibatch."""
-    ent_coef: float = 0.0
+    ent_coef: float = setting(0.0, min=0)
     """Weight of the entropy bonus in the loss (>= 0)."""
-    vf_coef: float = 0.5
+    vf_coef: float = setting(0.5, min=0)
     """Weight of the value loss in the loss (>= 0)."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = setting(0.5, min=0, exclusive_min=True)
     """Gradient norm clip (> 0)."""
-    target_kl: float | None = None
+    target_kl: float | None = setting(None, min=0, exclusive_min=True)
     """Stop an update's epochs early when the approximate KL exceeds this."""
-    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    net_arch: list[int] = setting(factory=lambda: [64, 64], min=1, unit="units")
     """Hidden layer widths of the policy and value networks (units)."""
-    activation: str = "tanh"
+    activation: str = setting("tanh", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
-    ortho_init: bool = True
+    ortho_init: bool = setting(True)
     """Orthogonal weight initialisation."""
 
 
@@ -85,11 +89,11 @@ class _PPOBase:
 class PPOConfig(_PPOBase):
     """Proximal Policy Optimization (stable-baselines3 ``PPO``)."""
 
-    use_sde: bool = False
+    use_sde: bool = setting(False)
     """State-dependent exploration (continuous actions only)."""
-    sde_sample_freq: int = -1
+    sde_sample_freq: int = setting(-1, min=-1, unit="steps")
     """Resample the SDE noise every this many steps (-1: once per rollout)."""
-    log_std_init: float = 0.0
+    log_std_init: float = setting(0.0)
     """Initial log standard deviation of Gaussian actions (continuous only)."""
 
 
@@ -103,37 +107,37 @@ class MaskablePPOConfig(_PPOBase):
 class A2CConfig:
     """Advantage Actor-Critic (stable-baselines3 ``A2C``)."""
 
-    learning_rate: float = 7e-4
+    learning_rate: float = setting(7e-4, min=0, exclusive_min=True)
     """Optimizer step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = "constant"
+    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    n_steps: int = 5
+    n_steps: int = setting(5, min=1, unit="steps")
     """Steps collected per environment copy before each update."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
     """Discount factor per step, in (0, 1]."""
-    gae_lambda: float = 1.0
+    gae_lambda: float = setting(1.0, min=0, max=1)
     """Generalized Advantage Estimation lambda, in [0, 1] (1 = plain returns)."""
-    ent_coef: float = 0.0
+    ent_coef: float = setting(0.0, min=0)
     """Weight of the entropy bonus in the loss (>= 0)."""
-    vf_coef: float = 0.5
+    vf_coef: float = setting(0.5, min=0)
     """Weight of the value loss in the loss (>= 0)."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = setting(0.5, min=0, exclusive_min=True)
     """Gradient norm clip (> 0)."""
-    normalize_advantage: bool = False
+    normalize_advantage: bool = setting(False)
     """Normalize advantages per update."""
-    use_rms_prop: bool = True
+    use_rms_prop: bool = setting(True)
     """RMSprop (as in the A2C paper) instead of Adam."""
-    use_sde: bool = False
+    use_sde: bool = setting(False)
     """State-dependent exploration (continuous actions only)."""
-    sde_sample_freq: int = -1
+    sde_sample_freq: int = setting(-1, min=-1, unit="steps")
     """Resample the SDE noise every this many steps (-1: once per rollout)."""
-    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    net_arch: list[int] = setting(factory=lambda: [64, 64], min=1, unit="units")
     """Hidden layer widths of the policy and value networks (units)."""
-    activation: str = "tanh"
+    activation: str = setting("tanh", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
-    ortho_init: bool = True
+    ortho_init: bool = setting(True)
     """Orthogonal weight initialisation."""
-    log_std_init: float = 0.0
+    log_std_init: float = setting(0.0)
     """Initial log standard deviation of Gaussian actions (continuous only)."""
 
 
@@ -141,37 +145,37 @@ class A2CConfig:
 class DQNConfig:
     """Deep Q-Network (stable-baselines3 ``DQN``); discrete actions only."""
 
-    learning_rate: float = 1e-4
+    learning_rate: float = setting(1e-4, min=0, exclusive_min=True)
     """Adam step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = "constant"
+    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = 1_000_000
+    buffer_size: int = setting(1_000_000, min=1, unit="transitions")
     """Replay buffer capacity (transitions)."""
-    learning_starts: int = 100
+    learning_starts: int = setting(100, min=0, unit="steps")
     """Steps collected before the first gradient step."""
-    batch_size: int = 32
+    batch_size: int = setting(32, min=1, unit="transitions")
     """Transitions per gradient step."""
-    tau: float = 1.0
+    tau: float = setting(1.0, min=0, exclusive_min=True, max=1)
     """Target network soft-update coefficient in (0, 1] (1 = hard copy)."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
     """Discount factor per step, in (0, 1]."""
-    train_freq: int = 4
+    train_freq: int = setting(4, min=1, unit="steps")
     """Update the network every this many steps (per environment copy)."""
-    gradient_steps: int = 1
+    gradient_steps: int = setting(1, min=-1)
     """Gradient steps per update (-1: as many as steps collected)."""
-    target_update_interval: int = 10_000
+    target_update_interval: int = setting(10_000, min=1, unit="steps")
     """Copy the network to the target network every this many steps."""
-    exploration_fraction: float = 0.1
+    exploration_fraction: float = setting(0.1, min=0, max=1)
     """Fraction of ``total_steps`` over which epsilon decays, in [0, 1]."""
-    exploration_initial_eps: float = 1.0
+    exploration_initial_eps: float = setting(1.0, min=0, max=1)
     """Epsilon (probability of a random action) at the start, in [0, 1]."""
-    exploration_final_eps: float = 0.05
+    exploration_final_eps: float = setting(0.05, min=0, max=1)
     """Epsilon after the decay, in [0, 1]."""
-    max_grad_norm: float = 10.0
+    max_grad_norm: float = setting(10.0, min=0, exclusive_min=True)
     """Gradient norm clip (> 0)."""
-    net_arch: list[int] = field(default_factory=lambda: [64, 64])
+    net_arch: list[int] = setting(factory=lambda: [64, 64], min=1, unit="units")
     """Hidden layer widths of the Q-network (units)."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
 
 
@@ -179,39 +183,39 @@ class DQNConfig:
 class SACConfig:
     """Soft Actor-Critic (stable-baselines3 ``SAC``); continuous actions only."""
 
-    learning_rate: float = 3e-4
+    learning_rate: float = setting(3e-4, min=0, exclusive_min=True)
     """Adam step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = "constant"
+    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = 1_000_000
+    buffer_size: int = setting(1_000_000, min=1, unit="transitions")
     """Replay buffer capacity (transitions)."""
-    learning_starts: int = 100
+    learning_starts: int = setting(100, min=0, unit="steps")
     """Steps collected (random actions) before the first gradient step."""
-    batch_size: int = 256
+    batch_size: int = setting(256, min=1, unit="transitions")
     """Transitions per gradient step."""
-    tau: float = 0.005
+    tau: float = setting(0.005, min=0, exclusive_min=True, max=1)
     """Target network soft-update coefficient in (0, 1]."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
     """Discount factor per step, in (0, 1]."""
-    train_freq: int = 1
+    train_freq: int = setting(1, min=1, unit="steps")
     """Update the networks every this many steps (per environment copy)."""
-    gradient_steps: int = 1
+    gradient_steps: int = setting(1, min=-1)
     """Gradient steps per update (-1: as many as steps collected)."""
-    ent_coef: str = "auto"
+    ent_coef: str = setting("auto", numeric_text=True)
     """Entropy weight: a number, ``auto`` (learned) or ``auto_0.1`` (learned,
     starting at 0.1)."""
-    target_entropy: str = "auto"
+    target_entropy: str = setting("auto", numeric_text=True)
     """Target entropy for a learned ``ent_coef``: ``auto`` (-action dims) or a
     number."""
-    use_sde: bool = False
+    use_sde: bool = setting(False)
     """State-dependent exploration instead of Gaussian noise."""
-    sde_sample_freq: int = -1
+    sde_sample_freq: int = setting(-1, min=-1, unit="steps")
     """Resample the SDE noise every this many steps (-1: at the start only)."""
-    net_arch: list[int] = field(default_factory=lambda: [256, 256])
+    net_arch: list[int] = setting(factory=lambda: [256, 256], min=1, unit="units")
     """Hidden layer widths of the actor and critics (units)."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
-    log_std_init: float = -3.0
+    log_std_init: float = setting(-3.0)
     """Initial log standard deviation of the actor (with ``use_sde``)."""
 
 
@@ -219,36 +223,36 @@ class SACConfig:
 class TD3Config:
     """Twin Delayed DDPG (stable-baselines3 ``TD3``); continuous actions only."""
 
-    learning_rate: float = 1e-3
+    learning_rate: float = setting(1e-3, min=0, exclusive_min=True)
     """Adam step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = "constant"
+    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = 1_000_000
+    buffer_size: int = setting(1_000_000, min=1, unit="transitions")
     """Replay buffer capacity (transitions)."""
-    learning_starts: int = 100
+    learning_starts: int = setting(100, min=0, unit="steps")
     """Steps collected (random actions) before the first gradient step."""
-    batch_size: int = 256
+    batch_size: int = setting(256, min=1, unit="transitions")
     """Transitions per gradient step."""
-    tau: float = 0.005
+    tau: float = setting(0.005, min=0, exclusive_min=True, max=1)
     """Target network soft-update coefficient in (0, 1]."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
     """Discount factor per step, in (0, 1]."""
-    train_freq: int = 1
+    train_freq: int = setting(1, min=1, unit="steps")
     """Update the networks every this many steps (per environment copy)."""
-    gradient_steps: int = 1
+    gradient_steps: int = setting(1, min=-1)
     """Gradient steps per update (-1: as many as steps collected)."""
-    policy_delay: int = 2
+    policy_delay: int = setting(2, min=1)
     """Actor and target updates once per this many critic updates."""
-    target_policy_noise: float = 0.2
+    target_policy_noise: float = setting(0.2, min=0)
     """Std of the smoothing noise added to target actions (action units)."""
-    target_noise_clip: float = 0.5
+    target_noise_clip: float = setting(0.5, min=0)
     """Absolute limit of that smoothing noise (action units)."""
-    action_noise_std: float = 0.1
+    action_noise_std: float = setting(0.1, min=0)
     """Std of the Gaussian exploration noise, as a fraction of the action
     range's half-width (0 = none)."""
-    net_arch: list[int] = field(default_factory=lambda: [400, 300])
+    net_arch: list[int] = setting(factory=lambda: [400, 300], min=1, unit="units")
     """Hidden layer widths of the actor and critics (units)."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
 
 
@@ -266,8 +270,6 @@ ON_POLICY = frozenset({"PPO", "A2C", "MaskablePPO"})
 OFF_POLICY = frozenset({"DQN", "SAC", "TD3"})
 DISCRETE_ONLY = frozenset({"DQN", "MaskablePPO"})
 CONTINUOUS_ONLY = frozenset({"SAC", "TD3"})
-ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu")
-SCHEDULES = ("constant", "linear")
 
 
 # --------------------------------------------------------------------------
@@ -280,58 +282,65 @@ class TrainConfig:
     """Everything about an ``rl.train`` run except the algorithm's own
     hyperparameters (those go in ``hyperparameters``)."""
 
-    env: str = ""
+    env: str = setting("", group="Run")
     """Gymnasium id (``CartPole-v1``) or designed env (``rlstudio/<name>-v0``)."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = setting(factory=dict, form=False)
     """Keyword arguments passed to ``gymnasium.make``."""
-    algo: str = "auto"
+    algo: str = setting("auto", choices=ALGO_NAMES, group="Run", label="Algorithm")
     """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``
     (MaskablePPO for envs with ``action_masks()``, else PPO). PPO on an env
     with action masks becomes MaskablePPO."""
-    total_steps: int | None = None
+    total_steps: int | None = setting(None, min=1, unit="steps", group="Run")
     """Training length in environment steps (summed over env copies);
     None: the preset's length."""
-    seed: int | None = None
+    seed: int | None = setting(None, min=0, max=SEED_MAX, group="Run")
     """Random seed; None: one is drawn and recorded."""
-    n_envs: int | None = None
+    n_envs: int | None = setting(
+        None, min=1, max=1024, group="Run", label="Parallel envs"
+    )
     """Environment copies stepped together; None: preset or hardware."""
-    vec_normalize: bool | None = None
+    vec_normalize: bool | None = setting(None, form=False)
     """Normalize observations and rewards with running statistics; None:
     preset."""
-    eval_every_steps: int = 10_000
+    eval_every_steps: int = setting(10_000, min=0, unit="steps", group="Run")
     """Evaluate on a separate env every this many steps (0: never)."""
-    eval_episodes: int = 10
+    eval_episodes: int = setting(10, min=1, unit="episodes", group="Run")
     """Episodes per evaluation."""
-    eval_deterministic: bool = True
+    eval_deterministic: bool = setting(True, form=False)
     """Evaluate with the greedy (deterministic) policy."""
-    checkpoint_every_steps: int = 50_000
+    checkpoint_every_steps: int = setting(50_000, min=0, unit="steps", group="Run")
     """Save a resumable checkpoint every this many steps (0: only at the end
     and on stop)."""
-    keep_checkpoints: int = 3
+    keep_checkpoints: int = setting(3, min=1, group="Run")
     """Periodic checkpoints kept (the best-by-eval one is kept besides)."""
-    target_eval_reward: float | None = None
+    target_eval_reward: float | None = setting(None, unit="reward", group="Run")
     """Stop once the eval mean reward reaches this (None: never)."""
-    convergence_window: int = 5
+    convergence_window: int = setting(5, min=1, unit="evaluations", form=False)
     """Evaluations averaged by the convergence test."""
-    convergence_patience: int | None = None
+    convergence_patience: int | None = setting(
+        None, min=1, unit="evaluations", group="Run"
+    )
     """Stop when the windowed eval mean has not improved by more than
     ``convergence_min_delta`` for this many evaluations (None: never)."""
-    convergence_min_delta: float = 0.0
+    convergence_min_delta: float = setting(0.0, min=0, unit="reward", form=False)
     """Smallest improvement of the windowed eval mean that counts (reward)."""
-    torch_threads: int | None = None
+    torch_threads: int | None = setting(None, min=1, form=False)
     """Torch intra-op threads; None: from the hardware."""
-    device: str = "auto"
+    device: str = setting("auto", choices=DEVICES, group="Run")
     """``auto`` (GPU if present, except for MLP policies), ``cpu``, ``cuda``,
     ``cuda:N`` or ``mps``."""
-    policy: str | None = None
+    policy: str | None = setting(None, choices=POLICIES, form=False)
     """SB3 policy class name; None: ``MultiInputPolicy`` for dict
     observations, ``CnnPolicy`` for images, else ``MlpPolicy``."""
-    name: str = ""
+    name: str = setting("", group="Run", label="Model name")
     """Display name of the model this run registers ('' = generated)."""
-    project_dir: str | None = None
+    project_dir: str | None = setting(None, form=False)
     """Project folder, used to find designed envs (``rlstudio/...``)."""
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    hyperparameters: dict[str, Any] = setting(factory=dict, form=False)
     """Overrides of the algorithm's dataclass fields (e.g. ``learning_rate``)."""
+    notes: list[str] = setting(factory=list, form=False)
+    """What the engine fitted among the values it chose (rollout sizes to the
+    step budget, ...); filled by validation and written to the run log."""
 
 
 TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
@@ -637,31 +646,6 @@ def default_torch_threads() -> int:
 # --------------------------------------------------------------------------
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings of a dataclass (including its bases), by field."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if not dataclasses.is_dataclass(klass):
-            continue
-        try:
-            source = textwrap.dedent(inspect.getsource(klass))
-        except (OSError, TypeError):
-            continue
-        body = ast.parse(source).body[0]
-        assert isinstance(body, ast.ClassDef)
-        statements = body.body
-        for stmt, following in itertools.pairwise(statements):
-            if (
-                isinstance(stmt, ast.AnnAssign)
-                and isinstance(stmt.target, ast.Name)
-                and isinstance(following, ast.Expr)
-                and isinstance(following.value, ast.Constant)
-                and isinstance(following.value.value, str)
-            ):
-                docs[stmt.target.id] = " ".join(following.value.value.split())
-    return docs
-
-
 def describe(algo: str) -> list[dict[str, Any]]:
     """Fields of ``algo``'s dataclass as ``{name, type, default, doc}`` rows."""
     cls = ALGO_CONFIGS[algo]
@@ -810,67 +794,6 @@ _ALGO_ALIASES = {name.lower(): name for name in ALGO_CONFIGS} | {
 }
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _need_int(
-    fld: str, value: Any, minimum: int | None = None, *, allow_none: bool = False
-) -> None:
-    if value is None and allow_none:
-        return
-    if not _is_int(value):
-        raise ConfigError(fld, f"{_short(fld)} must be a whole number, not {value!r}.")
-    if minimum is not None and value < minimum:
-        raise ConfigError(
-            fld, f"{_short(fld)} must be at least {minimum}, not {value}."
-        )
-
-
-def _need_number(
-    fld: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    allow_none: bool = False,
-) -> None:
-    if value is None and allow_none:
-        return
-    if not _is_number(value) or not math.isfinite(value):
-        raise ConfigError(fld, f"{_short(fld)} must be a number, not {value!r}.")
-    if low is not None and (value <= low if low_open else value < low):
-        word = "greater than" if low_open else "at least"
-        raise ConfigError(fld, f"{_short(fld)} must be {word} {low:g}, not {value:g}.")
-    if high is not None and value > high:
-        raise ConfigError(
-            fld, f"{_short(fld)} must be at most {high:g}, not {value:g}."
-        )
-
-
-def _need_bool(fld: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, bool):
-        raise ConfigError(fld, f"{_short(fld)} must be true or false, not {value!r}.")
-
-
-def _need_choice(fld: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ConfigError(
-            fld, f"{_short(fld)} must be one of {', '.join(choices)}, not {value!r}."
-        )
-
-
-def _short(fld: str) -> str:
-    return fld.rsplit(".", 1)[-1]
-
-
 def _resolve_algo(value: Any) -> str:
     if not isinstance(value, str) or value.lower() not in _ALGO_ALIASES:
         known = ", ".join([*ALGO_CONFIGS, "auto"])
@@ -881,38 +804,11 @@ def _resolve_algo(value: Any) -> str:
 
 
 def _check_top_level(cfg: dict[str, Any]) -> None:
-    _need_int("total_steps", cfg["total_steps"], 1)
-    _need_int("seed", cfg["seed"], 0)
-    if cfg["seed"] >= 2**32:
-        raise ConfigError("seed", f"seed must be below 2**32, not {cfg['seed']}.")
-    _need_int("n_envs", cfg["n_envs"], 1)
-    if cfg["n_envs"] > 1024:
-        raise ConfigError(
-            "n_envs", f"n_envs must be at most 1024, not {cfg['n_envs']}."
-        )
-    _need_bool("vec_normalize", cfg["vec_normalize"])
-    _need_int("eval_every_steps", cfg["eval_every_steps"], 0)
-    _need_int("eval_episodes", cfg["eval_episodes"], 1)
-    _need_bool("eval_deterministic", cfg["eval_deterministic"])
-    _need_int("checkpoint_every_steps", cfg["checkpoint_every_steps"], 0)
-    _need_int("keep_checkpoints", cfg["keep_checkpoints"], 1)
-    _need_number("target_eval_reward", cfg["target_eval_reward"], allow_none=True)
-    _need_int("convergence_window", cfg["convergence_window"], 1)
-    _need_int("convergence_patience", cfg["convergence_patience"], 1, allow_none=True)
-    _need_number("convergence_min_delta", cfg["convergence_min_delta"], low=0.0)
-    _need_int("torch_threads", cfg["torch_threads"], 1)
-    if not isinstance(cfg["name"], str):
-        raise ConfigError("name", f"name must be text, not {cfg['name']!r}.")
-    if cfg["policy"] is not None and cfg["policy"] not in (
-        "MlpPolicy",
-        "CnnPolicy",
-        "MultiInputPolicy",
+    cfg.update(check_fields(TrainConfig, cfg, skip=("algo", "device")))
+    if not isinstance(cfg["notes"], list) or not all(
+        isinstance(n, str) for n in cfg["notes"]
     ):
-        raise ConfigError(
-            "policy",
-            "policy must be MlpPolicy, CnnPolicy or MultiInputPolicy, "
-            f"not {cfg['policy']!r}.",
-        )
+        raise ConfigError("notes", "notes must be a list of sentences.")
     if (
         cfg["target_eval_reward"] is not None or cfg["convergence_patience"] is not None
     ) and (cfg["eval_every_steps"] == 0):
@@ -954,67 +850,18 @@ def _check_device(value: Any) -> str:
     )
 
 
-def _coerce_hyper(algo: str, hp: dict[str, Any]) -> dict[str, Any]:
-    """Type-check hyperparameters against the dataclass; ints become floats
-    where a float is expected."""
-    cls = ALGO_CONFIGS[algo]
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        fld = f"hyperparameters.{f.name}"
-        value = hp[f.name]
-        ftype = str(f.type)
-        if ftype == "float":
-            _need_number(fld, value)
-            value = float(value)
-        elif ftype == "float | None":
-            _need_number(fld, value, allow_none=True)
-            value = None if value is None else float(value)
-        elif ftype == "int":
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            _need_int(fld, value)
-        elif ftype == "bool":
-            _need_bool(fld, value)
-        elif ftype == "str":
-            if _is_number(value) and f.name in ("ent_coef", "target_entropy"):
-                value = str(float(value))
-            if not isinstance(value, str):
-                raise ConfigError(fld, f"{f.name} must be text, not {value!r}.")
-        elif ftype == "list[int]":
-            if not isinstance(value, list | tuple) or not all(
-                _is_int(v) and v > 0 for v in value
-            ):
-                raise ConfigError(
-                    fld,
-                    f"{f.name} must be a list of positive layer widths, not {value!r}.",
-                )
-            value = [int(v) for v in value]
-        else:  # pragma: no cover - a new field type needs a branch here
-            raise AssertionError(f"unhandled field type {ftype} for {f.name}")
-        out[f.name] = value
-    return out
-
-
 def _check_hyper(
     algo: str, hp: dict[str, Any], n_envs: int, info: EnvInfo | None
-) -> None:
+) -> dict[str, Any]:
+    """The hyperparameters checked against ``algo``'s dataclass (types,
+    bounds, choices) and against each other; coerced where harmless."""
+
     def f(name: str) -> str:
         return f"hyperparameters.{name}"
 
-    _need_number(f("learning_rate"), hp["learning_rate"], low=0.0, low_open=True)
-    _need_choice(f("learning_rate_schedule"), hp["learning_rate_schedule"], SCHEDULES)
-    _need_number(f("gamma"), hp["gamma"], low=0.0, high=1.0, low_open=True)
-    _need_choice(f("activation"), hp["activation"], ACTIVATIONS)
+    hp = check_fields(ALGO_CONFIGS[algo], hp, prefix="hyperparameters.")
     if not hp["net_arch"]:
         raise ConfigError(f("net_arch"), "net_arch needs at least one hidden layer.")
-    if "max_grad_norm" in hp:
-        _need_number(f("max_grad_norm"), hp["max_grad_norm"], low=0.0, low_open=True)
-    if "ent_coef" in hp and not isinstance(hp["ent_coef"], str):
-        _need_number(f("ent_coef"), hp["ent_coef"], low=0.0)
-    if "vf_coef" in hp:
-        _need_number(f("vf_coef"), hp["vf_coef"], low=0.0)
-    if "gae_lambda" in hp:
-        _need_number(f("gae_lambda"), hp["gae_lambda"], low=0.0, high=1.0)
     if (
         "use_sde" in hp
         and hp["use_sde"]
@@ -1025,7 +872,6 @@ def _check_hyper(
             f("use_sde"), "use_sde works only with continuous (Box) action spaces."
         )
     if algo in ON_POLICY:
-        _need_int(f("n_steps"), hp["n_steps"], 1)
         rollout = hp["n_steps"] * n_envs
         if hp.get("normalize_advantage", False) and rollout < 2:
             raise ConfigError(
@@ -1033,7 +879,6 @@ def _check_hyper(
                 "n_steps * n_envs must be at least 2 when advantages are normalized.",
             )
     if algo in ("PPO", "MaskablePPO"):
-        _need_int(f("batch_size"), hp["batch_size"], 1)
         rollout = hp["n_steps"] * n_envs
         if hp["batch_size"] > rollout:
             raise ConfigError(
@@ -1041,31 +886,10 @@ def _check_hyper(
                 f"batch_size ({hp['batch_size']}) is larger than the rollout "
                 f"n_steps * n_envs = {hp['n_steps']} * {n_envs} = {rollout}.",
             )
-        _need_int(f("n_epochs"), hp["n_epochs"], 1)
-        _need_number(f("clip_range"), hp["clip_range"], low=0.0, low_open=True)
-        _need_choice(f("clip_range_schedule"), hp["clip_range_schedule"], SCHEDULES)
-        _need_number(
-            f("target_kl"), hp["target_kl"], low=0.0, low_open=True, allow_none=True
+    if algo in OFF_POLICY and hp["gradient_steps"] == 0:
+        raise ConfigError(
+            f("gradient_steps"), "gradient_steps must be -1 or at least 1, not 0."
         )
-    if algo in OFF_POLICY:
-        _need_int(f("buffer_size"), hp["buffer_size"], 1)
-        _need_int(f("learning_starts"), hp["learning_starts"], 0)
-        _need_int(f("batch_size"), hp["batch_size"], 1)
-        _need_number(f("tau"), hp["tau"], low=0.0, high=1.0, low_open=True)
-        _need_int(f("train_freq"), hp["train_freq"], 1)
-        _need_int(f("gradient_steps"), hp["gradient_steps"], -1)
-        if hp["gradient_steps"] == 0:
-            raise ConfigError(
-                f("gradient_steps"), "gradient_steps must be -1 or at least 1, not 0."
-            )
-    if algo == "DQN":
-        _need_int(f("target_update_interval"), hp["target_update_interval"], 1)
-        for name in (
-            "exploration_fraction",
-            "exploration_initial_eps",
-            "exploration_final_eps",
-        ):
-            _need_number(f(name), hp[name], low=0.0, high=1.0)
     if algo == "SAC":
         ent = hp["ent_coef"]
         if not ent.startswith("auto"):
@@ -1098,11 +922,68 @@ def _check_hyper(
                     "target_entropy must be 'auto' or a number, "
                     f"not {hp['target_entropy']!r}.",
                 ) from None
-    if algo == "TD3":
-        _need_int(f("policy_delay"), hp["policy_delay"], 1)
-        _need_number(f("target_policy_noise"), hp["target_policy_noise"], low=0.0)
-        _need_number(f("target_noise_clip"), hp["target_noise_clip"], low=0.0)
-        _need_number(f("action_noise_std"), hp["action_noise_std"], low=0.0)
+    return hp
+
+
+MIN_UPDATES = 4
+"""Updates a run gets at least when the engine chooses the rollout size."""
+DEFAULT_ROLLOUT = 2048
+"""SB3's PPO rollout (``n_steps`` with one env copy), kept whatever the copies."""
+
+
+def fit_to_budget(
+    algo: str, hp: dict[str, Any], chosen: set[str], total_steps: int, n_envs: int
+) -> list[str]:
+    """Fit the rollout sizes the engine chose (not the user: ``chosen`` names
+    them) to the env copies and the step budget, in place; one sentence per
+    change, for the run log.
+
+    On-policy algorithms train in whole rollouts of ``n_steps * n_envs``
+    steps, so a rollout larger than the budget trains several times the
+    steps asked; off-policy ones learn nothing before ``learning_starts``.
+    """
+    notes: list[str] = []
+
+    def change(name: str, value: int, why: str) -> None:
+        if value != hp[name]:
+            notes.append(f"{name} {hp[name]} -> {value}: {why}.")
+            hp[name] = value
+
+    if algo in ON_POLICY and "n_steps" in chosen:
+        if algo != "A2C" and hp["n_steps"] == DEFAULT_ROLLOUT:
+            change(
+                "n_steps",
+                max(16, DEFAULT_ROLLOUT // n_envs),
+                f"a {DEFAULT_ROLLOUT}-step rollout spread over {n_envs} env copies",
+            )
+        fit = max(1, total_steps // (MIN_UPDATES * n_envs))
+        if hp["n_steps"] > fit:
+            change(
+                "n_steps",
+                fit,
+                f"{MIN_UPDATES} updates of n_steps x {n_envs} env copies within "
+                f"the {total_steps} steps asked",
+            )
+        if hp.get("normalize_advantage") and hp["n_steps"] * n_envs < 2:
+            change("n_steps", 2, "normalized advantages need 2 steps per rollout")
+    if algo in ("PPO", "MaskablePPO") and "batch_size" in chosen:
+        rollout = hp["n_steps"] * n_envs
+        if hp["batch_size"] > rollout:
+            change("batch_size", rollout, f"the rollout is {rollout} steps")
+    if algo in OFF_POLICY:
+        if "learning_starts" in chosen and hp["learning_starts"] > total_steps // 10:
+            change(
+                "learning_starts",
+                total_steps // 10,
+                f"learning from the first 90% of the {total_steps} steps asked",
+            )
+        if "buffer_size" in chosen and hp["buffer_size"] > total_steps:
+            change(
+                "buffer_size",
+                max(total_steps, hp["batch_size"]),
+                f"the run collects {total_steps} transitions",
+            )
+    return notes
 
 
 def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
@@ -1216,20 +1097,11 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         )
 
     hp = {**algo_defaults(algo), **preset_hp, **hp_in}
-    # SB3's n_steps default (2048) assumes one env copy; with the copies the
-    # hardware gives, keep the rollout near 2048 steps instead of multiplying it.
-    if (
-        algo in ("PPO", "MaskablePPO")
-        and "n_steps" not in preset_hp
-        and "n_steps" not in hp_in
-    ):
-        hp["n_steps"] = max(16, hp["n_steps"] // max(1, cfg["n_envs"]))
-    hp = _coerce_hyper(algo, hp)
-    # A preset's batch size was tuned for its n_envs; when the hardware gives
-    # fewer copies, shrink it to the rollout rather than refuse the defaults.
-    if algo in ("PPO", "MaskablePPO") and "batch_size" not in hp_in:
-        hp["batch_size"] = max(1, min(hp["batch_size"], hp["n_steps"] * cfg["n_envs"]))
-    _check_hyper(algo, hp, cfg["n_envs"], info)
+    chosen = set(hp) - set(hp_in)
+    hp = check_fields(ALGO_CONFIGS[algo], hp, prefix="hyperparameters.")
+    notes = fit_to_budget(algo, hp, chosen, cfg["total_steps"], cfg["n_envs"])
+    hp = _check_hyper(algo, hp, cfg["n_envs"], info)
+    cfg["notes"] = [*cfg["notes"], *notes]
     cfg["hyperparameters"] = hp
     cfg["env_kwargs"] = dict(cfg["env_kwargs"])
     return cfg

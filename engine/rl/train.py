@@ -265,7 +265,15 @@ def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
     ]
     defaults = TrainConfig()
     always = ("n_envs", "vec_normalize", "torch_threads")
-    skip = ("env", "algo", "total_steps", "seed", "hyperparameters", "project_dir")
+    skip = (
+        "env",
+        "algo",
+        "total_steps",
+        "seed",
+        "hyperparameters",
+        "project_dir",
+        "notes",
+    )
     for key in TRAIN_FIELDS:
         if key in skip:
             continue
@@ -427,6 +435,8 @@ class Trainer:
             f"{cfg['n_envs']} envs, seed {cfg['seed']}, device {model.device}, "
             f"{cfg['torch_threads']} torch threads"
         )
+        for note in cfg.get("notes", []):
+            ctx.log(f"fitted to this run: {note}")
         if self.resumed_from is None:
             every = cfg["eval_every_steps"]
             self.next_eval_step = every if every else 0

@@ -125,6 +125,11 @@ def param_schema(spec: ParamSpec) -> dict[str, Any]:
         schema["min"] = spec.min
     if spec.max is not None:
         schema["max"] = spec.max
+    for key in ("exclusive_min", "exclusive_max", "optional"):
+        if getattr(spec, key):
+            schema[key] = True
+    if spec.group:
+        schema["group"] = spec.group
     if spec.type == "choice":
         schema["choices"] = list(spec.choices)
     return schema

@@ -1,0 +1,373 @@
+"""Settings declared once: a job's config dataclass, read through this module.
+
+Each field of a job's config dataclass is the single declaration of one
+setting. Its annotation gives the type (``int | None`` makes it optional),
+its default the default, its attribute docstring the help, and
+:func:`setting` puts the rest in the field's metadata: unit, bounds
+(``exclusive_min`` / ``exclusive_max`` make them strict), choices, form group
+and label. Everything else is derived from that:
+
+- validation: :func:`check_value` / :func:`check_fields`, one generic checker
+  (type, bounds, choices, optional) raising :class:`~engine.errors.ConfigError`
+  with one sentence naming the field;
+- the run dialog's form fields: :func:`form_field`;
+- flow node parameters: :func:`param_spec` (an :class:`engine.flow.ParamSpec`).
+
+Stdlib only, so the supervisor and the GUI can import it for free.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import math
+import textwrap
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from engine.errors import ConfigError
+from engine.flow import ParamSpec, bounds_problem
+
+SCALAR_KINDS = ("int", "float", "bool", "str")
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    unit: str = "",
+    min: float | None = None,
+    max: float | None = None,
+    exclusive_min: bool = False,
+    exclusive_max: bool = False,
+    choices: tuple[str, ...] = (),
+    group: str = "",
+    label: str = "",
+    form: bool = True,
+    numeric_text: bool = False,
+) -> Any:
+    """A dataclass field carrying a setting's metadata.
+
+    ``form=False`` keeps the field out of generated forms and node
+    parameters; ``numeric_text`` lets a text field take a number (stored as
+    its text, e.g. SAC's ``ent_coef``). For a ``list[int]`` field the bounds
+    apply to each item.
+    """
+    metadata = {
+        "unit": unit,
+        "min": min,
+        "max": max,
+        "exclusive_min": exclusive_min,
+        "exclusive_max": exclusive_max,
+        "choices": tuple(choices),
+        "group": group,
+        "label": label,
+        "form": form,
+        "numeric_text": numeric_text,
+    }
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class FieldInfo:
+    """One setting as the dataclass declares it."""
+
+    name: str
+    kind: str
+    """``int``, ``float``, ``bool``, ``str``, ``list[int]``, or ``any`` (a
+    structure the job checks itself)."""
+    optional: bool
+    default: Any
+    help: str = ""
+    unit: str = ""
+    min: float | None = None
+    max: float | None = None
+    exclusive_min: bool = False
+    exclusive_max: bool = False
+    choices: tuple[str, ...] = ()
+    group: str = ""
+    label: str = ""
+    form: bool = True
+    numeric_text: bool = False
+
+
+def _kind(annotation: object) -> tuple[str, bool]:
+    parts = [p.strip() for p in str(annotation).split("|")]
+    optional = "None" in parts
+    base = " | ".join(p for p in parts if p != "None")
+    if base in SCALAR_KINDS or base == "list[int]":
+        return base, optional
+    return "any", optional
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Attribute docstrings of a dataclass (including its bases), by field,
+    on one line each."""
+    return dict(_field_docs(cls))
+
+
+@cache
+def _field_docs(cls: type) -> tuple[tuple[str, str], ...]:
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for stmt, following in itertools.pairwise(body.body):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                docs[stmt.target.id] = " ".join(following.value.value.split())
+    return tuple(docs.items())
+
+
+@cache
+def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
+    docs = field_docs(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        kind, optional = _kind(f.type)
+        if f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = None if f.default is dataclasses.MISSING else f.default
+        meta = dict(f.metadata)
+        out.append(
+            FieldInfo(
+                name=f.name,
+                kind=kind,
+                optional=optional,
+                default=default,
+                help=docs.get(f.name, ""),
+                unit=meta.get("unit", ""),
+                min=meta.get("min"),
+                max=meta.get("max"),
+                exclusive_min=meta.get("exclusive_min", False),
+                exclusive_max=meta.get("exclusive_max", False),
+                choices=tuple(meta.get("choices", ())),
+                group=meta.get("group", ""),
+                label=meta.get("label", ""),
+                form=meta.get("form", True),
+                numeric_text=meta.get("numeric_text", False),
+            )
+        )
+    return tuple(out)
+
+
+def fields_of(cls: type) -> dict[str, FieldInfo]:
+    """The settings ``cls`` declares, by name, in declaration order."""
+    return {info.name: info for info in _fields_of(cls)}
+
+
+def defaults_of(cls: type) -> dict[str, Any]:
+    """Every setting's default (a fresh copy of mutable ones)."""
+    return dataclasses.asdict(cls())
+
+
+# --------------------------------------------------------------------------
+# The checker
+# --------------------------------------------------------------------------
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bounds(info: FieldInfo, value: float, title: str) -> str | None:
+    return bounds_problem(
+        title, value, info.min, info.max, info.exclusive_min, info.exclusive_max
+    )
+
+
+def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
+    """``value`` checked against the setting (type, bounds, choices, None),
+    lightly coerced (a whole float for an int, an int for a float); a
+    ConfigError naming ``path`` (default: the field's name) otherwise."""
+    path = path or info.name
+    name = info.name
+    if value is None:
+        if info.optional:
+            return None
+        raise ConfigError(path, f"{name} needs a value.")
+    kind = info.kind
+    if kind == "int":
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not _is_int(value):
+            raise ConfigError(path, f"{name} must be a whole number, not {value!r}.")
+    elif kind == "float":
+        if not _is_number(value) or not math.isfinite(value):
+            raise ConfigError(path, f"{name} must be a number, not {value!r}.")
+    elif kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"{name} must be true or false, not {value!r}.")
+    elif kind == "str":
+        if info.numeric_text and _is_number(value):
+            value = str(float(value))
+        if not isinstance(value, str):
+            raise ConfigError(path, f"{name} must be text, not {value!r}.")
+    elif kind == "list[int]":
+        if not isinstance(value, list | tuple) or not all(_is_int(v) for v in value):
+            raise ConfigError(
+                path, f"{name} must be a list of whole numbers, not {value!r}."
+            )
+        for item in value:
+            problem = _bounds(info, item, f"Each item of {name}")
+            if problem:
+                raise ConfigError(path, problem)
+        return [int(v) for v in value]
+    if info.choices and value not in info.choices:
+        raise ConfigError(
+            path, f"{name} must be one of {', '.join(info.choices)}, not {value!r}."
+        )
+    if kind in ("int", "float"):
+        problem = _bounds(info, value, name)
+        if problem:
+            raise ConfigError(path, problem)
+    return float(value) if kind == "float" else value
+
+
+def check_fields(
+    cls: type,
+    values: dict[str, Any],
+    *,
+    prefix: str = "",
+    skip: Iterable[str] = (),
+) -> dict[str, Any]:
+    """``values`` with each setting of ``cls`` it holds checked and coerced
+    (errors name ``prefix + name``); keys ``cls`` does not declare, and
+    those in ``skip``, pass through unchecked."""
+    out = dict(values)
+    skipped = set(skip)
+    for name, info in fields_of(cls).items():
+        if name in out and name not in skipped:
+            out[name] = check_value(info, out[name], prefix + name)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Forms and node parameters
+# --------------------------------------------------------------------------
+
+
+def title_of(info: FieldInfo) -> str:
+    return info.label or info.name.replace("_", " ").capitalize()
+
+
+def form_type(info: FieldInfo) -> str | None:
+    """The form type of a setting, None for one a form cannot edit."""
+    if info.choices:
+        return "choice"
+    if info.kind in SCALAR_KINDS:
+        return info.kind
+    return None
+
+
+def form_field(
+    info: FieldInfo,
+    *,
+    name: str | None = None,
+    default: Any = dataclasses.MISSING,
+    group: str | None = None,
+) -> dict[str, Any]:
+    """The setting as a ``widgets.param_form`` schema."""
+    kind = form_type(info)
+    assert kind is not None, f"{info.name} cannot be edited in a form"
+    out: dict[str, Any] = {
+        "name": name or info.name,
+        "type": kind,
+        "default": info.default if default is dataclasses.MISSING else default,
+        "help": info.help,
+        "title": title_of(info),
+        "group": info.group if group is None else group,
+    }
+    if info.optional:
+        out["optional"] = True
+    if info.unit:
+        out["unit"] = info.unit
+    if kind == "choice":
+        out["choices"] = list(info.choices)
+    for key in ("min", "max"):
+        if getattr(info, key) is not None:
+            out[key] = getattr(info, key)
+    for key in ("exclusive_min", "exclusive_max"):
+        if getattr(info, key):
+            out[key] = True
+    return out
+
+
+def param_spec(
+    info: FieldInfo,
+    *,
+    name: str | None = None,
+    default: Any = dataclasses.MISSING,
+    optional: bool | None = None,
+    help: str | None = None,
+    group: str | None = None,
+) -> ParamSpec:
+    """The setting as a flow node parameter (same default, bounds, help)."""
+    kind = form_type(info) or "str"
+    if info.kind == "list[int]":
+        kind = "str"  # typed as "64, 64"; see parse_list_text
+    return ParamSpec(
+        name=name or info.name,
+        type=kind,
+        default=info.default if default is dataclasses.MISSING else default,
+        help=info.help if help is None else help,
+        label=info.label,
+        min=info.min if kind in ("int", "float") else None,
+        max=info.max if kind in ("int", "float") else None,
+        exclusive_min=info.exclusive_min and kind in ("int", "float"),
+        exclusive_max=info.exclusive_max and kind in ("int", "float"),
+        choices=info.choices,
+        optional=info.optional if optional is None else optional,
+        group=info.group if group is None else group,
+    )
+
+
+def param_specs(
+    cls: type, names: Iterable[str], *, group: str | None = None
+) -> tuple[ParamSpec, ...]:
+    """Flow node parameters for the named settings of ``cls``, in order."""
+    infos = fields_of(cls)
+    return tuple(param_spec(infos[n], group=group) for n in names)
+
+
+def parse_list_text(text: str, path: str) -> list[int]:
+    """``"64, 64"`` (or ``"[64, 64]"``) as ``[64, 64]``; ConfigError otherwise."""
+    inner = text.strip().removeprefix("[").removesuffix("]")
+    try:
+        return [int(part) for part in inner.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError(
+            path,
+            f"{path.rsplit('.', 1)[-1]} must be whole numbers separated by commas, "
+            f"not {text!r}.",
+        ) from None
+
+
+def changed_values(
+    values: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The entries of ``values`` that differ from ``defaults``: what the user
+    changed, so that the engine keeps choosing the rest."""
+    return {k: v for k, v in values.items() if k not in defaults or defaults[k] != v}
