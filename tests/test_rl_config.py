@@ -15,8 +15,9 @@ from engine.errors import ConfigError
 from engine.jobs.registry import get_kind, validate_config
 from engine.rl import config as rlconfig
 from engine.rl.cli import build_config, configure
-from engine.rl.config import ALGO_CONFIGS, TrainConfig, field_docs, validate
+from engine.rl.config import ALGO_CONFIGS, TrainConfig, validate
 from engine.rl.train import reproduce_argv
+from engine.settings import field_docs
 
 
 class MaskedEnv(gym.Env[np.ndarray, int]):

@@ -19,7 +19,6 @@ Errors on a hyperparameter name the field ``"hyperparameters.<name>"``.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import importlib.util
 import os
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.settings import check_fields, field_docs, setting
+from engine.settings import check_fields, defaults_of, fields_of, setting
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu")
 SCHEDULES = ("constant", "linear")
@@ -343,7 +342,7 @@ class TrainConfig:
     step budget, ...); filled by validation and written to the run log."""
 
 
-TRAIN_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig))
+TRAIN_FIELDS = tuple(fields_of(TrainConfig))
 CONTINUOUS_HINT = "SAC, TD3, PPO or A2C"
 DISCRETE_HINT = "PPO, A2C or DQN"
 
@@ -642,35 +641,13 @@ def default_torch_threads() -> int:
 
 
 # --------------------------------------------------------------------------
-# Field documentation (for parameter forms and --help)
+# Algorithm defaults
 # --------------------------------------------------------------------------
-
-
-def describe(algo: str) -> list[dict[str, Any]]:
-    """Fields of ``algo``'s dataclass as ``{name, type, default, doc}`` rows."""
-    cls = ALGO_CONFIGS[algo]
-    docs = field_docs(cls)
-    rows = []
-    for f in dataclasses.fields(cls):
-        default = (
-            f.default_factory()
-            if f.default_factory is not dataclasses.MISSING
-            else f.default
-        )
-        rows.append(
-            {
-                "name": f.name,
-                "type": str(f.type),
-                "default": default,
-                "doc": docs.get(f.name, ""),
-            }
-        )
-    return rows
 
 
 def algo_defaults(algo: str) -> dict[str, Any]:
     """The dataclass defaults of ``algo`` as a dict."""
-    return dataclasses.asdict(ALGO_CONFIGS[algo]())
+    return defaults_of(ALGO_CONFIGS[algo])
 
 
 # --------------------------------------------------------------------------
@@ -1034,7 +1011,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         close = difflib.get_close_matches(name, TRAIN_FIELDS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else "."
         raise ConfigError(name, f"Unknown setting {name!r}{hint}")
-    cfg: dict[str, Any] = dataclasses.asdict(TrainConfig())
+    cfg: dict[str, Any] = defaults_of(TrainConfig)
     cfg.update(config)
 
     env_id = cfg["env"]
@@ -1065,7 +1042,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     _check_algo_fits_env(algo, info)
     cfg["algo"] = algo
 
-    valid_names = list(ALGO_CONFIGS[algo].__dataclass_fields__)
+    valid_names = list(fields_of(ALGO_CONFIGS[algo]))
     for name in hp_in:
         if name not in valid_names:
             close = difflib.get_close_matches(str(name), valid_names, n=1)
