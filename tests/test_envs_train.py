@@ -73,14 +73,13 @@ def test_maskable_ppo_trains_on_issue_resolution(
     )
     print(f"MaskablePPO success rate {trained_rate:.2f}, random {random_rate:.2f}")
     # the designer's preview can replay a saved model from the project
-    from engine.envs.preview import PreviewConfig, preview, sb3_policy
+    from engine.envs.preview import PreviewConfig, preview
+    from engine.rl.policy import load_policy
 
     model.save(project / "policy.zip")
-    shown = preview(
-        env_id,
-        PreviewConfig(episodes=20, seed=5),
-        policy=sb3_policy(project / "policy.zip", "MaskablePPO"),
-    )
+    loaded = load_policy(project / "policy.zip", project_dir=project)
+    assert loaded.masked and loaded.notice is None
+    shown = preview(env_id, PreviewConfig(episodes=20, seed=5), policy=loaded.act)
     assert shown["success_rate"] >= 0.9
     assert trained_rate >= 0.9 and trained_rate > random_rate + 0.3, (
         trained_rate,

@@ -135,17 +135,23 @@ def run_check(ctx: Any) -> dict[str, Any]:
 
 
 def run_preview(ctx: Any) -> dict[str, Any]:
-    from engine.envs.preview import PreviewConfig, preview, sb3_policy
+    from engine.envs.preview import Policy, PreviewConfig, preview
     from engine.envs.registry import register_project_envs
 
     cfg = ctx.config
     register_project_envs(ctx.project_dir)
-    policy = None
+    policy: Policy | None = None
     if cfg["model"]:
-        model = Path(cfg["model"])
-        policy = sb3_policy(
-            model if model.is_absolute() else ctx.project_dir / model, cfg["algo"]
+        from engine.rl.policy import load_policy
+
+        path = Path(cfg["model"])
+        loaded = load_policy(
+            path if path.is_absolute() else ctx.project_dir / path,
+            project_dir=ctx.project_dir,
         )
+        if loaded.notice:
+            ctx.log(loaded.notice)
+        policy = loaded.act
     episodes = cfg["episodes"]
     ctx.progress(0, episodes, "playing")
 

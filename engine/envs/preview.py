@@ -52,30 +52,6 @@ def random_policy(seed: int) -> Policy:
     return act
 
 
-def sb3_policy(model_path: str | Path, algo: str) -> Policy:
-    """A trained stable-baselines3 / sb3-contrib model as a policy."""
-    import importlib
-
-    module = (
-        "sb3_contrib"
-        if algo
-        in ("MaskablePPO", "RecurrentPPO", "QRDQN", "TRPO", "ARS", "TQC", "CrossQ")
-        else "stable_baselines3"
-    )
-    cls = getattr(importlib.import_module(module), algo)
-    model = cls.load(str(model_path), device="cpu")
-
-    def act(obs: Any, env: Any) -> Any:
-        kwargs = {}
-        masks = getattr(env.unwrapped, "action_masks", None)
-        if algo == "MaskablePPO" and masks is not None:
-            kwargs["action_masks"] = masks()
-        action, _ = model.predict(obs, deterministic=True, **kwargs)
-        return action
-
-    return act
-
-
 def _jsonable(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return x.tolist()

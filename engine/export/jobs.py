@@ -243,7 +243,7 @@ def run_onnx(ctx: JobContext) -> dict[str, Any]:
         Path(cfg["out"]) if cfg["out"] else ctx.run_dir / "output" / f"{src.stem}.onnx"
     )
     ctx.progress(0, 2, "exporting")
-    report = export_onnx(src, out, samples=cfg["samples"])
+    report = export_onnx(src, out, samples=cfg["samples"], project_dir=ctx.project_dir)
     ctx.progress(2, 2, "verified")
     ctx.log(report.summary())
     return {

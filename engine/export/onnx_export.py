@@ -1,13 +1,23 @@
 """stable-baselines3 policies to ONNX: observation in, deterministic action out.
 
-The policy is rebuilt from the zip alone (its class, spaces and kwargs are in
-the zip's ``data``, the weights in ``policy.pth``), so PPO, A2C, DQN, SAC, TD3
-and MaskablePPO all work without knowing the algorithm. The exported graph
-includes SB3's observation preprocessing and its post-processing of actions
-(clipping to a Box, or unscaling a squashed action), so ``session.run`` gives
-what ``model.predict(obs, deterministic=True)`` gives. After export the file
-is run with onnxruntime on sampled observations and compared with the SB3
-policy (max absolute difference).
+The policy comes from :func:`engine.rl.policy.load_policy`, the one loader
+every player of saved policies uses: rebuilt from the zip alone (PPO, A2C,
+DQN, SAC, TD3 and MaskablePPO alike), without running code stored in the
+file, with the ``vecnormalize.pkl`` beside it. The exported graph holds the
+whole pipeline a trained policy runs in:
+
+* the observation normalization of ``VecNormalize`` (running mean and
+  variance, epsilon, ``clip_obs``), when the policy was trained with it;
+* SB3's observation preprocessing and the policy network;
+* for MaskablePPO, a second input ``action_mask`` (bool, one row per
+  observation): masked-out actions are never chosen;
+* SB3's post-processing of actions (clipping to a Box, or unscaling a
+  squashed action).
+
+So ``session.run`` gives what normalize-then-``predict(deterministic=True)``
+gives. After export the file is run with onnxruntime on sampled observations
+(and random masks) and compared with that pipeline (max absolute difference,
+mismatched discrete actions); a file that disagrees is not written.
 """
 
 from __future__ import annotations
@@ -40,6 +50,10 @@ class OnnxReport:
     seconds: float
     opset: int
     verified: bool
+    normalized: bool = False
+    """The graph normalizes observations with the saved VecNormalize statistics."""
+    action_mask_input: bool = False
+    """The graph takes an ``action_mask`` input (MaskablePPO)."""
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -48,84 +62,77 @@ class OnnxReport:
     def summary(self) -> str:
         return (
             f"Wrote {self.path} ({self.size_bytes / 1e3:.0f} kB, {self.policy_class}, "
-            f"obs {self.observation_shape} -> action {self.action_shape}). "
-            f"onnxruntime vs SB3 on {self.samples} observations: max |diff| "
-            f"{self.max_abs_diff:.2e}, {self.mismatches} mismatched actions; verified: "
+            f"obs {self.observation_shape}"
+            + (" + action_mask" if self.action_mask_input else "")
+            + f" -> action {self.action_shape}"
+            + (", observation normalization included" if self.normalized else "")
+            + f"). onnxruntime vs SB3 on {self.samples} observations"
+            + (" (normalized as in training)" if self.normalized else "")
+            + f": max |diff| {self.max_abs_diff:.2e}, {self.mismatches} "
+            "mismatched actions; verified: "
             + ("yes" if self.verified else "NO")
             + "."
+            + "".join(f" {w}" for w in self.warnings)
         )
 
 
-def load_policy(zip_path: Path) -> Any:
-    """The SB3 policy stored in ``zip_path``, on the CPU, in eval mode."""
-    from stable_baselines3.common.save_util import load_from_zip_file
-
-    if not zip_path.is_file():
-        raise EngineError(f"The policy file {zip_path} does not exist.")
-    try:
-        data, params, _ = load_from_zip_file(
-            zip_path, device="cpu", print_system_info=False
-        )
-    except Exception as exc:
-        raise EngineError(
-            f"{zip_path} is not a stable-baselines3 model zip "
-            f"({type(exc).__name__}: {exc})."
-        ) from None
-    if not data or "policy_class" not in data or not params or "policy" not in params:
-        raise EngineError(f"{zip_path} holds no stable-baselines3 policy.")
-    policy_class = data["policy_class"]
-    if isinstance(policy_class, dict):
-        raise EngineError(
-            f"The policy class of {zip_path} cannot be imported here; install the "
-            "library "
-            "that trained it (e.g. sb3-contrib)."
-        )
-    kwargs = dict(data.get("policy_kwargs") or {})
-    if data.get("use_sde"):
-        kwargs["use_sde"] = True
-    policy = policy_class(
-        data["observation_space"], data["action_space"], lambda _: 0.0, **kwargs
-    )
-    policy.load_state_dict(params["policy"])
-    policy.to("cpu")
-    policy.set_training_mode(False)
-    return policy
-
-
-def _wrap(policy: Any) -> Any:
+def _module(loaded: Any) -> Any:
+    """The torch module that is exported: normalize, act, post-process."""
     import numpy as np
     import torch
     from gymnasium import spaces
 
+    policy = loaded.policy
     action_space = policy.action_space
     box = isinstance(action_space, spaces.Box)
-    low = (
-        torch.as_tensor(np.asarray(action_space.low, dtype=np.float32)) if box else None
-    )
-    high = (
-        torch.as_tensor(np.asarray(action_space.high, dtype=np.float32))
-        if box
-        else None
-    )
     squash = bool(getattr(policy, "squash_output", False))
+    norm = loaded.normalization
 
-    class DeterministicPolicy(torch.nn.Module):
+    def f32(x: Any) -> Any:
+        return torch.as_tensor(np.asarray(x, dtype=np.float32))
+
+    class Exported(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.policy = policy
+            # Constants of the graph (plain tensors: the module is traced once).
+            self.obs_mean: Any = None
+            self.obs_std: Any = None
+            if norm is not None:
+                self.obs_mean = f32(norm.mean)
+                self.obs_std = f32(np.sqrt(norm.var + norm.epsilon))
+            self.low: Any = f32(action_space.low) if box else None
+            self.high: Any = f32(action_space.high) if box else None
 
-        def forward(self, obs: torch.Tensor) -> torch.Tensor:
-            action = self.policy._predict(obs, deterministic=True)
+        def forward(self, obs: Any, action_mask: Any = None) -> Any:
+            if norm is not None:
+                obs = torch.clamp(
+                    (obs - self.obs_mean) / self.obs_std, -norm.clip_obs, norm.clip_obs
+                )
+            if action_mask is not None:
+                action = self.policy._predict(
+                    obs, deterministic=True, action_masks=action_mask
+                )
+            else:
+                action = self.policy._predict(obs, deterministic=True)
             if box:
-                assert low is not None and high is not None
                 action = action.reshape((-1, *action_space.shape))
                 if squash:
-                    action = low + 0.5 * (action + 1.0) * (high - low)
+                    action = self.low + 0.5 * (action + 1.0) * (self.high - self.low)
                 else:
-                    action = torch.clamp(action, low, high)
+                    action = torch.clamp(action, self.low, self.high)
             return action
 
-    return DeterministicPolicy().eval()
+    return Exported().eval()
+
+
+def _random_masks(n: int, actions: int, rng: Any) -> Any:
+    """Random action masks, each row with at least one valid action."""
+    import numpy as np
+
+    masks = rng.random((n, actions)) < 0.5
+    masks[np.arange(n), rng.integers(0, actions, n)] = True
+    return masks
 
 
 def export_onnx(
@@ -135,17 +142,23 @@ def export_onnx(
     seed: int = 0,
     opset: int = 17,
     tolerance: float = 1e-4,
+    project_dir: str | os.PathLike[str] | None = None,
 ) -> OnnxReport:
     """Export the SB3 policy in ``zip_path`` to ``out_path`` and check it with
-    onnxruntime on ``samples`` observations drawn from the observation space."""
+    onnxruntime on ``samples`` observations drawn from the observation space
+    (and random action masks for MaskablePPO) against normalize-then-predict.
+    ``project_dir`` makes the report say when the file came from outside it."""
     import numpy as np
     import torch
     from gymnasium import spaces
 
+    from engine.rl.policy import load_policy
+
     t0 = time.perf_counter()
     zip_path = Path(zip_path)
     out_path = Path(out_path)
-    policy = load_policy(zip_path)
+    loaded = load_policy(zip_path, project_dir=project_dir)
+    policy = loaded.policy
     obs_space = policy.observation_space
     if isinstance(obs_space, (spaces.Dict, spaces.Tuple)):
         raise EngineError(
@@ -162,8 +175,15 @@ def export_onnx(
     obs = np.stack([obs_space.sample() for _ in range(samples)]).astype(np.float32)
     if isinstance(obs_space, spaces.Discrete):
         obs = obs.reshape(samples)
-    module = _wrap(policy)
-    example = torch.as_tensor(obs[:2])
+    module = _module(loaded)
+    inputs = {"observation": obs}
+    example: tuple[Any, ...] = (torch.as_tensor(obs[:2]),)
+    if loaded.masked:
+        n_actions = int(act_space.n) if isinstance(act_space, spaces.Discrete) else 0
+        masks = _random_masks(samples, n_actions, np.random.default_rng(seed))
+        inputs["action_mask"] = masks
+        example = (*example, torch.as_tensor(masks[:2]))
+    names = list(inputs)
 
     make_parent_folder(out_path)
     tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
@@ -179,19 +199,21 @@ def export_onnx(
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             torch.onnx.export(
                 module,
-                (example,),
+                example,
                 str(tmp),
-                input_names=["observation"],
+                input_names=names,
                 output_names=["action"],
-                dynamic_axes={"observation": {0: "batch"}, "action": {0: "batch"}},
+                dynamic_axes={name: {0: "batch"} for name in [*names, "action"]},
                 opset_version=opset,
                 dynamo=False,
             )
         import onnxruntime as ort
 
         sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-        onnx_actions = sess.run(["action"], {"observation": obs})[0]
-        sb3_actions, _ = policy.predict(obs, deterministic=True)
+        onnx_actions = sess.run(["action"], inputs)[0]
+        sb3_actions, _ = loaded.predict(
+            obs, deterministic=True, action_masks=inputs.get("action_mask")
+        )
         discrete = isinstance(act_space, spaces.Discrete)
         onnx_actions = np.asarray(onnx_actions).reshape(np.asarray(sb3_actions).shape)
         if discrete:
@@ -234,4 +256,7 @@ def export_onnx(
         seconds=time.perf_counter() - t0,
         opset=opset,
         verified=ok,
+        normalized=loaded.normalization is not None,
+        action_mask_input=loaded.masked,
+        warnings=[loaded.notice] if loaded.notice else [],
     )

@@ -252,10 +252,11 @@ def evaluate(node: NodeRun) -> NodeResult:
     import gymnasium as gym
     import numpy as np
     from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import DummyVecEnv
 
     from engine.rl.config import register_designed_envs
-    from engine.rl.train import algo_class
+    from engine.rl.policy import evaluate as play
+    from engine.rl.policy import load_policy
 
     policy = node.input("policy")
     env_ref = node.inputs.get("env") or policy["env"]
@@ -271,10 +272,9 @@ def evaluate(node: NodeRun) -> NodeResult:
             env = gym.wrappers.TimeLimit(env, max_episode_steps=max_steps)
         return Monitor(env)
 
-    try:
-        model = algo_class(policy["algo"]).load(policy["file"], device="cpu")
-    except FileNotFoundError:
-        raise NodeError(f"The policy file {policy['file']} does not exist.") from None
+    model = load_policy(policy["file"], project_dir=node.project_dir)
+    if model.notice:
+        node.log(model.notice)
     venv: Any = DummyVecEnv([make])
     if venv.observation_space != model.observation_space:
         raise NodeError(
@@ -286,48 +286,28 @@ def evaluate(node: NodeRun) -> NodeResult:
             f"The policy acts in {model.action_space} but {env_id!r} expects "
             f"{venv.action_space}."
         )
-    vecnorm = next(
-        (f for f in policy.get("extra_files", []) if f.endswith("vecnormalize.pkl")),
-        None,
-    )
-    if vecnorm:
-        venv = VecNormalize.load(vecnorm, venv)
-        venv.training = False
-        venv.norm_reward = False
-    masked = policy["algo"] == "MaskablePPO"
-    if masked:
-        from sb3_contrib.common.maskable.utils import get_action_masks
+
+    def on_episode(index: int, reward: float, _length: int) -> None:
+        node.metrics(index + 1, {"eval/episode_reward": reward})
+        node.progress(index + 1, episodes, f"episode {index + 1}")
 
     venv.seed(p["seed"])
-    obs = venv.reset()
-    rewards: list[float] = []
-    lengths: list[int] = []
-    successes: list[bool] = []
     node.progress(0, episodes, "playing")
     try:
-        while len(rewards) < episodes:
-            if node.should_stop:
-                return NodeResult(outputs={}, stopped=True)
-            if masked:
-                action, _ = model.predict(
-                    obs,
-                    deterministic=p["deterministic"],
-                    action_masks=get_action_masks(venv),
-                )
-            else:
-                action, _ = model.predict(obs, deterministic=p["deterministic"])
-            obs, _rew, dones, infos = venv.step(action)
-            if dones[0]:
-                info = infos[0]
-                episode = info.get("episode", {})
-                rewards.append(float(episode.get("r", 0.0)))
-                lengths.append(int(episode.get("l", 0)))
-                if "is_success" in info:
-                    successes.append(bool(info["is_success"]))
-                node.metrics(len(rewards), {"eval/episode_reward": rewards[-1]})
-                node.progress(len(rewards), episodes, f"episode {len(rewards)}")
+        result = play(
+            model,
+            venv,
+            episodes=episodes,
+            deterministic=p["deterministic"],
+            masked=model.masked,
+            should_stop=lambda: node.should_stop,
+            on_episode=on_episode,
+        )
     finally:
         venv.close()
+    if result.stopped:
+        return NodeResult(outputs={}, stopped=True)
+    rewards, lengths, successes = result.rewards, result.lengths, result.successes
     arr = np.asarray(rewards, dtype=float)
     report = {
         "env": env_id,

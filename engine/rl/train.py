@@ -49,6 +49,7 @@ from engine.rl.config import (
     algo_defaults,
     validate,
 )
+from engine.rl.policy import VECNORMALIZE_FILE, evaluate
 from engine.store.atomic import atomic_write_json, atomic_write_text
 from engine.store.metrics import iter_metrics
 
@@ -370,7 +371,7 @@ class Trainer:
             self._truncate_metrics(0)
         if latest is not None:
             if cfg["vec_normalize"]:
-                venv = VecNormalize.load(str(latest / "vecnormalize.pkl"), venv)
+                venv = VecNormalize.load(str(latest / VECNORMALIZE_FILE), venv)
                 venv.training = True
             model = cls.load(latest / "model.zip", env=venv, device=device)
             state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
@@ -516,38 +517,19 @@ class Trainer:
             return True
         if cfg["vec_normalize"]:
             sync_envs_normalization(self.venv, self.eval_env)
-        successes: list[bool] = []
-
-        def on_eval_step(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
-            if self.ctx.should_stop:  # a long evaluation must not delay Stop
-                raise _EvalInterrupted
-            if locals_["done"]:
-                flag = locals_["info"].get("is_success")
-                if flag is not None:
-                    successes.append(bool(flag))
-
-        evaluate_fn: Callable[..., Any]
-        if self.algo == "MaskablePPO":
-            from sb3_contrib.common.maskable.evaluation import evaluate_policy
-
-            evaluate_fn = evaluate_policy
-        else:
-            from stable_baselines3.common.evaluation import evaluate_policy
-
-            evaluate_fn = evaluate_policy
-        try:
-            rewards, lengths = evaluate_fn(
-                model,
-                self.eval_env,
-                n_eval_episodes=cfg["eval_episodes"],
-                deterministic=cfg["eval_deterministic"],
-                return_episode_rewards=True,
-                callback=on_eval_step,
-                warn=False,
-            )
-        except _EvalInterrupted:
+        result = evaluate(
+            model,
+            self.eval_env,
+            episodes=cfg["eval_episodes"],
+            deterministic=cfg["eval_deterministic"],
+            masked=self.algo == "MaskablePPO",
+            # a long evaluation must not delay Stop
+            should_stop=lambda: self.ctx.should_stop,
+        )
+        if result.stopped:
             self.stopped_by = "user"
             return False
+        rewards, lengths, successes = result.rewards, result.lengths, result.successes
         step = int(model.num_timesteps)
         mean = float(np.mean(rewards))
         metrics = {
@@ -631,7 +613,7 @@ class Trainer:
         folder.mkdir(parents=True)
         self.model.save(folder / "model.zip")
         if self.cfg["vec_normalize"]:
-            self.venv.save(str(folder / "vecnormalize.pkl"))
+            self.venv.save(str(folder / VECNORMALIZE_FILE))
         if replay and self.off_policy:
             self.model.save_replay_buffer(folder / "replay_buffer.pkl")
         atomic_write_json(folder / "state.json", self._state())
@@ -711,7 +693,7 @@ class Trainer:
             if key in self.last_logged:
                 metrics[key] = self.last_logged[key]
         extra = (
-            [str((model_dir / "vecnormalize.pkl").resolve())]
+            [str((model_dir / VECNORMALIZE_FILE).resolve())]
             if cfg["vec_normalize"]
             else []
         )
@@ -739,10 +721,6 @@ class Trainer:
         if self.resumed_from is not None:
             out["resumed_from"] = self.resumed_from
         return out
-
-
-class _EvalInterrupted(Exception):
-    """Raised inside an evaluation when the user presses Stop."""
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,352 @@
+"""One way to load, run and evaluate a trained stable-baselines3 policy.
+
+Everything that plays a saved policy goes through here: the flow's Evaluate
+node, Models → Evaluate/Play and the designer's preview (``env_preview``
+jobs), and the ONNX export; training's periodic evaluation uses the same
+:func:`evaluate` on its live model.
+
+:func:`load_policy` rebuilds the policy network from the zip alone (its class,
+spaces and keyword arguments are in the zip's ``data``, the weights in
+``policy.pth``), so PPO, A2C, DQN, SAC, TD3 and MaskablePPO all load without
+knowing the algorithm, and on the CPU. It never runs code from the file:
+every pickled ``data`` entry is replaced through SB3's ``custom_objects``
+(the four the policy needs are read by :mod:`engine.rl.safe_pickle`, the
+rest, such as schedules and buffer classes, are not needed to act), and
+tensors are read with ``weights_only``. A ``vecnormalize.pkl`` beside the zip
+(where training saves it) supplies the observation normalization, applied
+before every prediction as ``VecNormalize`` would; a MaskablePPO policy takes
+the env's action masks.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import EngineError
+from engine.rl.safe_pickle import Record, loads
+
+VECNORMALIZE_FILE = "vecnormalize.pkl"
+"""The normalization statistics training saves beside each ``model.zip``."""
+
+_POLICY_ENTRIES = ("policy_class", "policy_kwargs", "observation_space", "action_space")
+"""The pickled ``data`` entries a policy is built from; the other pickled
+entries (learning-rate and clip schedules, buffer classes, action noise,
+train frequency) only matter to training and are left unread."""
+
+
+@dataclass(frozen=True)
+class ObsNormalization:
+    """``VecNormalize``'s observation statistics:
+    ``clip((obs - mean) / sqrt(var + epsilon), -clip_obs, clip_obs)``."""
+
+    mean: Any
+    """Running mean (an array, or a dict of arrays per key for dict spaces)."""
+    var: Any
+    """Running variance, shaped like ``mean``."""
+    epsilon: float
+    clip_obs: float
+    keys: tuple[str, ...] | None = None
+    """For dict observations, the keys that are normalized."""
+
+    def apply(self, obs: Any) -> Any:
+        if isinstance(obs, dict):
+            out = dict(obs)
+            for key in self.keys or ():
+                out[key] = self._one(obs[key], self.mean[key], self.var[key])
+            return out
+        return self._one(obs, self.mean, self.var)
+
+    def _one(self, obs: Any, mean: Any, var: Any) -> Any:
+        scaled = (np.asarray(obs) - mean) / np.sqrt(var + self.epsilon)
+        return np.clip(scaled, -self.clip_obs, self.clip_obs).astype(np.float32)
+
+
+@dataclass
+class LoadedPolicy:
+    """A saved policy ready to act: normalization and masks included."""
+
+    path: Path
+    policy: Any
+    """The SB3 policy module (``BasePolicy``), on the CPU, in eval mode."""
+    normalization: ObsNormalization | None
+    masked: bool
+    """MaskablePPO: ``predict`` takes ``action_masks``."""
+    outside_project: bool = False
+    """The file lies outside the project the caller works in."""
+
+    @property
+    def observation_space(self) -> Any:
+        return self.policy.observation_space
+
+    @property
+    def action_space(self) -> Any:
+        return self.policy.action_space
+
+    @property
+    def notice(self) -> str | None:
+        """A sentence for the user when the file came from elsewhere."""
+        if not self.outside_project:
+            return None
+        return (
+            f"{self.path} comes from outside the project: only its weights, spaces "
+            "and network settings were read (no code stored in it ran)."
+        )
+
+    def normalize(self, obs: Any) -> Any:
+        """The observation as the policy saw it in training."""
+        return obs if self.normalization is None else self.normalization.apply(obs)
+
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+        action_masks: Any = None,
+    ) -> tuple[Any, Any]:
+        """SB3's ``predict`` (so SB3's ``evaluate_policy`` can drive it) on the
+        normalized observation."""
+        kwargs: dict[str, Any] = {}
+        if self.masked and action_masks is not None:
+            kwargs["action_masks"] = action_masks
+        return self.policy.predict(  # type: ignore[no-any-return]
+            self.normalize(observation),
+            state,
+            episode_start,
+            deterministic,
+            **kwargs,
+        )
+
+    def act(self, obs: Any, env: Any, deterministic: bool = True) -> Any:
+        """The action for one (unbatched) observation of a Gymnasium env,
+        with the env's action masks for a masked policy."""
+        masks = None
+        if self.masked:
+            get_masks = getattr(env.unwrapped, "action_masks", None)
+            masks = get_masks() if get_masks is not None else None
+        action, _ = self.predict(obs, deterministic=deterministic, action_masks=masks)
+        return action
+
+
+def _read_data(path: Path) -> dict[str, Any]:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            data = json.loads(zf.read("data").decode("utf-8"))
+    except KeyError:
+        raise EngineError(f"{path} holds no stable-baselines3 policy.") from None
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise EngineError(
+            f"{path} is not a stable-baselines3 model zip ({type(exc).__name__})."
+        ) from None
+    if not isinstance(data, dict):
+        raise EngineError(f"{path} is not a stable-baselines3 model zip.")
+    return data
+
+
+def _custom_objects(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """A replacement for every pickled ``data`` entry, so SB3 unpickles none."""
+    out: dict[str, Any] = {}
+    for key, item in data.items():
+        if not (isinstance(item, dict) and ":serialized:" in item):
+            continue
+        if key in _POLICY_ENTRIES:
+            try:
+                raw = base64.b64decode(str(item[":serialized:"]).encode())
+            except ValueError:
+                raise EngineError(f"The {key} entry of {path} is damaged.") from None
+            out[key] = loads(raw, f"The {key} entry of {path}")
+        else:
+            out[key] = None
+    return out
+
+
+def _normalization(path: Path) -> ObsNormalization | None:
+    """The observation statistics in the ``vecnormalize.pkl`` beside ``path``."""
+    stats = path.with_name(VECNORMALIZE_FILE)
+    if not stats.is_file():
+        return None
+    record = loads(stats.read_bytes(), f"The normalization file {stats}")
+    fields: dict[str, Any] = vars(record) if isinstance(record, Record) else {}
+    if not fields.get("norm_obs"):
+        return None
+    try:
+        rms = fields["obs_rms"]
+        keys = fields.get("norm_obs_keys")
+        mean: Any
+        var: Any
+        if isinstance(rms, dict):
+            mean = {k: np.asarray(v.mean, dtype=np.float64) for k, v in rms.items()}
+            var = {k: np.asarray(v.var, dtype=np.float64) for k, v in rms.items()}
+        else:
+            mean = np.asarray(rms.mean, dtype=np.float64)
+            var = np.asarray(rms.var, dtype=np.float64)
+        return ObsNormalization(
+            mean=mean,
+            var=var,
+            epsilon=float(fields["epsilon"]),
+            clip_obs=float(fields["clip_obs"]),
+            keys=tuple(keys) if isinstance(rms, dict) and keys else None,
+        )
+    except (AttributeError, KeyError, TypeError, ValueError):
+        raise EngineError(f"{stats} holds no observation statistics.") from None
+
+
+def is_inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def load_policy(
+    path: str | os.PathLike[str], *, project_dir: str | os.PathLike[str] | None = None
+) -> LoadedPolicy:
+    """The policy saved in ``path`` (an SB3 ``.zip``), with the
+    ``vecnormalize.pkl`` beside it; ``project_dir`` marks files from outside
+    the project (see :attr:`LoadedPolicy.notice`)."""
+    from stable_baselines3.common.save_util import load_from_zip_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise EngineError(f"The policy file {path} does not exist.")
+    custom = _custom_objects(path, _read_data(path))
+    try:
+        data, params, _ = load_from_zip_file(
+            path, device="cpu", custom_objects=custom, print_system_info=False
+        )
+    except Exception as exc:
+        raise EngineError(
+            f"{path} is not a stable-baselines3 model zip "
+            f"({type(exc).__name__}: {exc})."
+        ) from None
+    if not data or not params or "policy" not in params:
+        raise EngineError(f"{path} holds no stable-baselines3 policy.")
+    for key in ("policy_class", "observation_space", "action_space"):
+        if data.get(key) is None:
+            raise EngineError(f"{path} has no {key.replace('_', ' ')}.")
+    policy_class = data["policy_class"]
+    kwargs = dict(data.get("policy_kwargs") or {})
+    if data.get("use_sde"):
+        kwargs["use_sde"] = True
+    try:
+        policy = policy_class(
+            data["observation_space"], data["action_space"], _no_schedule, **kwargs
+        )
+        policy.load_state_dict(params["policy"])
+    except Exception as exc:
+        raise EngineError(
+            f"The policy in {path} cannot be rebuilt ({type(exc).__name__}: {exc})."
+        ) from None
+    policy.to("cpu")
+    policy.set_training_mode(False)
+    # A maskable policy class was imported while its name was read.
+    maskable = sys.modules.get("sb3_contrib.common.maskable.policies")
+    return LoadedPolicy(
+        path=path,
+        policy=policy,
+        normalization=_normalization(path),
+        masked=maskable is not None
+        and isinstance(policy, maskable.MaskableActorCriticPolicy),
+        outside_project=project_dir is not None
+        and not is_inside(path, Path(project_dir)),
+    )
+
+
+def _no_schedule(_progress: float) -> float:
+    """The learning rate of a policy that only acts (its optimizer is unused)."""
+    return 0.0
+
+
+# --------------------------------------------------------------------------
+# Evaluation
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Evaluation:
+    """Episodes played by :func:`evaluate`."""
+
+    rewards: list[float] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    successes: list[bool] = field(default_factory=list)
+    """``is_success`` of the episodes whose last info had it."""
+    stopped: bool = False
+    """Ended early because ``should_stop`` said so."""
+
+
+EpisodeCallback = Callable[[int, float, int], None]
+"""``on_episode(index, reward, length)`` after each finished episode."""
+
+
+class _Stopped(Exception):
+    pass
+
+
+def evaluate(
+    model: Any,
+    venv: Any,
+    *,
+    episodes: int,
+    deterministic: bool = True,
+    masked: bool = False,
+    should_stop: Callable[[], bool] | None = None,
+    on_episode: EpisodeCallback | None = None,
+) -> Evaluation:
+    """Play ``episodes`` episodes of ``model`` (an SB3 algorithm or a
+    :class:`LoadedPolicy`) in ``venv`` with SB3's ``evaluate_policy`` (sb3-contrib's
+    for a masked policy on an env with action masks); ``venv`` should be
+    Monitor-wrapped so that rewards are the env's own episode returns."""
+    result = Evaluation()
+
+    def on_step(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
+        if should_stop is not None and should_stop():
+            raise _Stopped
+        if not locals_["done"]:
+            return
+        info = locals_["info"]
+        if "is_success" in info:
+            result.successes.append(bool(info["is_success"]))
+        if on_episode is not None:
+            i = locals_["i"]
+            episode = info.get("episode")
+            reward = episode["r"] if episode else locals_["current_rewards"][i]
+            length = episode["l"] if episode else locals_["current_lengths"][i]
+            on_episode(int(locals_["episode_counts"].sum()), float(reward), int(length))
+
+    evaluate_fn: Callable[..., Any]
+    extra: dict[str, Any] = {}
+    if masked:
+        from sb3_contrib.common.maskable import evaluation as maskable
+        from sb3_contrib.common.maskable.utils import is_masking_supported
+
+        evaluate_fn = maskable.evaluate_policy
+        extra["use_masking"] = is_masking_supported(venv)
+    else:
+        from stable_baselines3.common import evaluation
+
+        evaluate_fn = evaluation.evaluate_policy
+    try:
+        played: Any = evaluate_fn(
+            model,
+            venv,
+            n_eval_episodes=episodes,
+            deterministic=deterministic,
+            return_episode_rewards=True,
+            callback=on_step,
+            warn=False,
+            **extra,
+        )
+    except _Stopped:
+        result.stopped = True
+        return result
+    rewards, lengths = played
+    result.rewards = [float(r) for r in rewards]
+    result.lengths = [int(n) for n in lengths]
+    return result
