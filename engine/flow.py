@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from engine import untrusted
+
 FORMAT_VERSION = 1
 """The format this module writes; older files are migrated on load."""
 
@@ -545,6 +547,10 @@ class FlowDocument:
         Raises :class:`FlowFormatError` (one sentence) when ``data`` is not a
         flow document or comes from a newer format.
         """
+        try:
+            untrusted.check(data, "The flow")
+        except untrusted.UntrustedDataError as exc:
+            raise FlowFormatError(str(exc)) from None
         data, original = migrate(data)
         nodes_raw = data.get("nodes", [])
         links_raw = data.get("links", [])
@@ -779,27 +785,24 @@ def _migrate_node_params(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def dumps(doc: FlowDocument) -> str:
-    """The document as the text of a ``.flow.json`` file."""
-    return (
-        json.dumps(doc.to_dict(), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
-    )
+    """The document as the text of a ``.flow.json`` file; FlowFormatError
+    (naming the field) for a value :func:`load` would refuse, so that every
+    file written can be opened again."""
+    data = doc.to_dict()
+    try:
+        untrusted.check(data, "The flow")
+    except untrusted.UntrustedDataError as exc:
+        raise FlowFormatError(str(exc)) from None
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def loads(text: str | bytes, source: str = "The flow") -> FlowDocument:
     """Parse the text of a ``.flow.json`` file; :class:`FlowFormatError` if it
     is not one (``source`` names it in the message)."""
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FlowFormatError(f"{source} is not UTF-8 text.") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise FlowFormatError(
-            f"{source} is not valid JSON ({exc.msg} at line {exc.lineno} "
-            f"column {exc.colno})."
-        ) from None
+        data = untrusted.loads(text, source)
+    except untrusted.UntrustedDataError as exc:
+        raise FlowFormatError(str(exc)) from None
     return FlowDocument.from_dict(data)
 
 
@@ -808,15 +811,9 @@ def load(path: str | os.PathLike[str]) -> FlowDocument:
     it is missing, unreadable or not a flow."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise FlowFormatError(f"The flow file {p} does not exist.") from None
-    except IsADirectoryError:
-        raise FlowFormatError(f"{p} is a folder, not a flow file.") from None
-    except OSError as exc:
-        raise FlowFormatError(
-            f"The flow file {p} cannot be read ({exc.strerror})."
-        ) from None
+        raw = untrusted.read_file(p, f"The flow file {p}")
+    except untrusted.UntrustedDataError as exc:
+        raise FlowFormatError(str(exc)) from None
     return loads(raw, source=f"The flow file {p.name}")
 
 

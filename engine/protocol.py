@@ -18,6 +18,12 @@ and ``decode`` convert between dataclasses and lines. Unknown fields are
 ignored on decode so that either side may be newer; an unknown ``type``
 raises :class:`ProtocolError`, which the engine answers with an ``error``
 and the GUI logs and ignores.
+
+Decoding trusts nothing: a line longer than :data:`MAX_LINE_BYTES`, nesting
+deeper than ``engine.untrusted.MAX_DEPTH``, integers beyond 64 bits, NaN or
+Infinity, invalid UTF-8, a field of the wrong type, or a value outside the
+bounds its field declares (:func:`limits`: ``min``, ``max``, ``max_len``,
+``max_items``) is a :class:`ProtocolError` naming the field.
 """
 
 from __future__ import annotations
@@ -30,17 +36,47 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from engine import untrusted
+
 PROTOCOL_VERSION = 1
 """Bumped on any incompatible change; ``hello`` refuses a mismatch."""
 
+MAX_LINE_BYTES = 16 * 1024 * 1024
+"""Longest line either side reads; big things travel as file paths."""
+MAX_ID_CHARS = 200
+"""Longest request id."""
+MAX_PATH_CHARS = 4096
+"""Longest file path or URL in a request."""
+MAX_NAME_CHARS = 500
+"""Longest name, id or kind in a request."""
+
 
 class ProtocolError(ValueError):
-    """A line that is not a valid message of this protocol."""
+    """A line that is not a valid message of this protocol; ``field`` names
+    the field at fault, if one is."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class UnknownMessageType(ProtocolError):
     """A well-formed message whose ``type`` this side does not know (it may be
     newer): the engine answers it with an error, the GUI ignores it."""
+
+
+def limits(
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    max_len: int | None = None,
+    max_items: int | None = None,
+) -> dict[str, float]:
+    """Field metadata with the bounds :func:`from_dict` enforces: numbers
+    within ``min``..``max``, text of at most ``max_len`` characters, lists
+    and objects of at most ``max_items`` entries."""
+    bounds = {"min": min, "max": max, "max_len": max_len, "max_items": max_items}
+    return {k: v for k, v in bounds.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -54,7 +90,7 @@ class Message:
 class Request(Message):
     """A command that expects exactly one ``Reply`` or ``Error``."""
 
-    id: str = ""
+    id: str = field(default="", metadata=limits(max_len=MAX_ID_CHARS))
 
 
 @dataclass(frozen=True)
@@ -94,8 +130,10 @@ def message_types() -> dict[str, type[Message]]:
 class Hello(Request):
     """Opens a session. Reply result: ``HelloResult`` fields."""
 
-    protocol_version: int = PROTOCOL_VERSION
-    client: str = ""
+    protocol_version: int = field(
+        default=PROTOCOL_VERSION, metadata=limits(min=0, max=1_000_000)
+    )
+    client: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
 @message("reply")
@@ -128,7 +166,7 @@ class Error(Message):
 class Ping(Request):
     """Liveness and latency probe. Reply result: ``{"payload": payload}``."""
 
-    payload: str = ""
+    payload: str = field(default="", metadata=limits(max_len=65_536))
 
 
 @message("shutdown")
@@ -151,7 +189,7 @@ class OpenProject(Request):
     ``path``, ``name``, ``envs``, ``flows``, ``runs``, ``models``.
     """
 
-    path: str = ""
+    path: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
     create: bool = False
     with_examples: bool = True
 
@@ -184,9 +222,11 @@ class StartRun(Request):
     process starts; a bad config is an ``error`` reply naming the field.
     """
 
-    kind: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
-    name: str = ""
+    kind: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    config: dict[str, Any] = field(
+        default_factory=dict, metadata=limits(max_items=1000)
+    )
+    name: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
 @message("run.stop")
@@ -194,8 +234,8 @@ class StartRun(Request):
 class StopRun(Request):
     """Ask a run to stop (cooperatively, then by force after ``timeout_s``)."""
 
-    run_id: str = ""
-    timeout_s: float = 10.0
+    run_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    timeout_s: float = field(default=10.0, metadata=limits(min=0.0, max=3600.0))
 
 
 @message("run.resume")
@@ -203,7 +243,7 @@ class StopRun(Request):
 class ResumeRun(Request):
     """Continue a stopped, failed or interrupted run from its last checkpoint."""
 
-    run_id: str = ""
+    run_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
 @message("run.schema")
@@ -217,8 +257,10 @@ class GetRunSchema(Request):
     optional, help, title, group).
     """
 
-    kind: str = ""
-    values: dict[str, Any] = field(default_factory=dict)
+    kind: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    values: dict[str, Any] = field(
+        default_factory=dict, metadata=limits(max_items=1000)
+    )
 
 
 @message("run.list")
@@ -350,7 +392,7 @@ class ValidateFlow(Request):
     that is not a flow is an ``error`` reply.
     """
 
-    path: str = ""
+    path: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
     document: dict[str, Any] | None = None
 
 
@@ -381,6 +423,10 @@ class FlowNodeState(Event):
 # --------------------------------------------------------------------------
 
 
+MAX_CHECK_STEPS = 10_000
+"""Longest determinism test ``env.check`` runs (env steps)."""
+
+
 @message("env.check")
 @dataclass(frozen=True)
 class CheckEnv(Request):
@@ -398,8 +444,8 @@ class CheckEnv(Request):
     """
 
     spec: dict[str, Any] | None = None
-    path: str = ""
-    steps: int = 200
+    path: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
+    steps: int = field(default=200, metadata=limits(min=1, max=MAX_CHECK_STEPS))
     env_checks: bool = True
 
 
@@ -415,7 +461,7 @@ class GetEnvCatalog(Request):
     "render_modes" | "error"]}, ...]}``.
     """
 
-    ids: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list, metadata=limits(max_items=200))
     with_spaces: bool = False
 
 
@@ -434,7 +480,7 @@ class GetModelLineage(Request):
     models outside the project) a path or hub id.
     """
 
-    model_id: str = ""
+    model_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
 @message("model.delete")
@@ -444,7 +490,7 @@ class DeleteModel(Request):
     an ``error`` reply. Reply result: ``{"model_id": model_id}``; a
     ``project.changed`` event follows."""
 
-    model_id: str = ""
+    model_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
 @message("ollama.list")
@@ -458,7 +504,7 @@ class ListOllamaModels(Request):
     one sentence.
     """
 
-    host: str = ""
+    host: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
 
 
 @message("ollama.delete")
@@ -467,8 +513,8 @@ class DeleteOllamaModel(Request):
     """Delete model ``name`` from the Ollama server at ``host``.
     Reply result: ``{"name": name}``."""
 
-    host: str = ""
-    name: str = ""
+    host: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
+    name: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
 @message("chat")
@@ -482,10 +528,12 @@ class Chat(Request):
     "model": model}``.
     """
 
-    model: str = ""
-    host: str = ""
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    max_new_tokens: int = 128
+    model: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
+    host: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
+    messages: list[dict[str, Any]] = field(
+        default_factory=list, metadata=limits(max_items=1000)
+    )
+    max_new_tokens: int = field(default=128, metadata=limits(min=1, max=4096))
 
 
 # --------------------------------------------------------------------------
@@ -523,35 +571,51 @@ def from_dict(data: Any) -> Message:
         raise ProtocolError("the message has no 'type'")
     cls = _REGISTRY.get(type_name)
     if cls is None:
-        raise UnknownMessageType(f"unknown message type {type_name!r}")
+        raise UnknownMessageType(f"unknown message type {_clip(type_name)!r}")
     kwargs: dict[str, Any] = {}
     hints = _hints(cls)
     for f in dataclasses.fields(cls):
         if f.name in data:
             value = data[f.name]
             _check_type(type_name, f.name, value, hints[f.name])
+            _check_bounds(type_name, f, value)
             kwargs[f.name] = value
     return cls(**kwargs)
 
 
+def parse(line: str | bytes) -> dict[str, Any]:
+    """The JSON object of one line, within the limits (see the module
+    docstring); ``ProtocolError`` if it is not one."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ProtocolError(f"the line is longer than {MAX_LINE_BYTES:,} bytes")
+    try:
+        data = untrusted.loads(line, "the line")
+    except untrusted.UntrustedDataError as exc:
+        raise ProtocolError(str(exc).rstrip("."), exc.field) from None
+    if not isinstance(data, dict):
+        raise ProtocolError("a message must be a JSON object")
+    return data
+
+
 def decode(line: str | bytes) -> Message:
     """Parse one line into its message; ``ProtocolError`` if it is not one."""
-    try:
-        data = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"the line is not valid JSON ({exc.msg})") from None
-    return from_dict(data)
+    return from_dict(parse(line))
 
 
 def request_id_of(line: str | bytes) -> str | None:
     """Best effort: the ``id`` of a line that failed to decode, to reply to."""
     try:
-        data = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = parse(line)
+    except ProtocolError:
         return None
-    if isinstance(data, dict) and isinstance(data.get("id"), str):
-        return str(data["id"])
+    value = data.get("id")
+    if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
+        return value
     return None
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 _hint_cache: dict[type, dict[str, Any]] = {}
@@ -567,7 +631,35 @@ def _check_type(type_name: str, name: str, value: Any, hint: Any) -> None:
     if not _matches(value, hint):
         raise ProtocolError(
             f"field {name!r} of {type_name!r} has the wrong type "
-            f"({type(value).__name__})"
+            f"({type(value).__name__})",
+            name,
+        )
+
+
+def _check_bounds(type_name: str, f: dataclasses.Field[Any], value: Any) -> None:
+    limits = f.metadata
+    if not limits or value is None:
+        return
+    where = f"field {f.name!r} of {type_name!r}"
+    low, high = limits.get("min"), limits.get("max")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if low is not None and value < low:
+            raise ProtocolError(
+                f"{where} must be at least {low:,} (got {value:,})", f.name
+            )
+        if high is not None and value > high:
+            raise ProtocolError(
+                f"{where} must be at most {high:,} (got {value:,})", f.name
+            )
+    if isinstance(value, str) and len(value) > limits.get("max_len", len(value)):
+        raise ProtocolError(
+            f"{where} is longer than {limits['max_len']:,} characters", f.name
+        )
+    if isinstance(value, list | dict) and len(value) > limits.get(
+        "max_items", len(value)
+    ):
+        raise ProtocolError(
+            f"{where} has more than {limits['max_items']:,} entries", f.name
         )
 
 
@@ -580,9 +672,13 @@ def _matches(value: Any, hint: Any) -> bool:
     if hint is type(None):
         return value is None
     if origin is list:
-        return isinstance(value, list)
+        (item,) = typing.get_args(hint) or (Any,)
+        return isinstance(value, list) and all(_matches(v, item) for v in value)
     if origin is dict:
-        return isinstance(value, dict)
+        _, item = typing.get_args(hint) or (str, Any)
+        return isinstance(value, dict) and all(
+            _matches(v, item) for v in value.values()
+        )
     if hint is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if hint is int:

@@ -11,15 +11,16 @@ fd 1 point at stderr, which the studio shows in its log panel.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
 import threading
 import traceback
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 from engine import protocol
 from engine.errors import EngineError
@@ -50,6 +51,8 @@ class Server:
         self._parallel = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="parallel"
         )
+        self._queued: dict[Future[None], protocol.Request] = {}
+        self._queued_lock = threading.Lock()
         self._stop_timeout_s = stop_timeout_s
         self._done = threading.Event()
         self.supervisor = Supervisor(self.send, examples=examples_dir())
@@ -94,7 +97,17 @@ class Server:
 
     # ------------------------------------------------------------ output
     def send(self, msg: protocol.Message) -> None:
-        line = protocol.encode(msg) + "\n"
+        try:
+            line = protocol.encode(msg) + "\n"
+        except (TypeError, ValueError) as exc:
+            # A result JSON cannot carry (NaN, an object): answer anyway.
+            log.error("could not encode %s: %s", msg.TYPE, exc)
+            msg = protocol.Error(
+                reply_to=getattr(msg, "reply_to", None),
+                error_type="EngineError",
+                message=f"The engine could not encode its answer ({exc}).",
+            )
+            line = protocol.encode(msg) + "\n"
         with self._write_lock:
             try:
                 self._out.write(line)
@@ -103,24 +116,54 @@ class Server:
                 self._done.set()  # the studio is gone
 
     # ------------------------------------------------------------- input
-    def serve(self, lines: TextIO) -> int:
-        for line in lines:
+    def serve(self, stream: IO[bytes]) -> int:
+        """Answer the lines of ``stream`` (bytes: invalid UTF-8 is a
+        malformed line, not a crash) until it ends or ``shutdown``."""
+        limit = protocol.MAX_LINE_BYTES
+        while not self._done.is_set():
+            line = stream.readline(limit + 1)
+            if not line:
+                break
+            if len(line) > limit and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):  # skip the rest
+                    line = stream.readline(limit)
+                self.send(
+                    protocol.Error(
+                        error_type="ProtocolError",
+                        message=f"Malformed message: the line is longer than "
+                        f"{limit:,} bytes.",
+                    )
+                )
+                continue
             if line.strip():
                 self.handle_line(line)
-            if self._done.is_set():
-                break
         self.supervisor.shutdown(self._stop_timeout_s)
         self._ordered.shutdown(wait=True, cancel_futures=True)
         self._parallel.shutdown(wait=False, cancel_futures=True)
+        # Requests still queued were cancelled: answer them all the same.
+        with self._queued_lock:
+            cancelled = [m for f, m in self._queued.items() if f.cancelled()]
+        for msg in cancelled:
+            self.send(
+                protocol.Error(
+                    reply_to=msg.id,
+                    error_type="EngineError",
+                    message="The engine shut down before answering this request.",
+                )
+            )
         return 0
 
-    def handle_line(self, line: str) -> None:
+    def handle_line(self, line: str | bytes) -> None:
+        """Answer one line: every line gets exactly one reply or error."""
+        reply_to: str | None = None
         try:
-            msg = protocol.decode(line)
+            data = protocol.parse(line)
+            reply_to = data["id"] = self._request_id(data)
+            msg = protocol.from_dict(data)
         except protocol.UnknownMessageType as exc:
             self.send(
                 protocol.Error(
-                    reply_to=protocol.request_id_of(line),
+                    reply_to=reply_to,
                     error_type="UnknownRequest",
                     message=f"The engine does not know this request ({exc}).",
                 )
@@ -129,9 +172,10 @@ class Server:
         except protocol.ProtocolError as exc:
             self.send(
                 protocol.Error(
-                    reply_to=protocol.request_id_of(line),
+                    reply_to=reply_to,
                     error_type="ProtocolError",
                     message=f"Malformed message: {exc}.",
+                    field=exc.field,
                 )
             )
             return
@@ -156,9 +200,38 @@ class Server:
         if type(msg) in self._inline:
             self._answer(handler, msg)
         elif type(msg) in self._slow_readonly:
-            self._parallel.submit(self._answer, handler, msg)
+            self._queue(self._parallel, handler, msg)
         else:
-            self._ordered.submit(self._answer, handler, msg)
+            self._queue(self._ordered, handler, msg)
+
+    def _queue(
+        self, pool: ThreadPoolExecutor, handler: Handler, msg: protocol.Request
+    ) -> None:
+        future = pool.submit(self._answer, handler, msg)
+        with self._queued_lock:
+            self._queued[future] = msg
+        future.add_done_callback(self._forget)
+
+    def _forget(self, future: Future[None]) -> None:
+        if not future.cancelled():
+            with self._queued_lock:
+                self._queued.pop(future, None)
+
+    @staticmethod
+    def _request_id(data: dict[str, Any]) -> str:
+        """The id to answer: a malformed one (a number, too long) is logged
+        and answered by its JSON text, so the sender can still match it."""
+        value = data.get("id", "")
+        if isinstance(value, str) and len(value) <= protocol.MAX_ID_CHARS:
+            return value
+        text = json.dumps(value)[: protocol.MAX_ID_CHARS]
+        log.warning(
+            "request id %s is not a string of at most %d characters; answering to %r",
+            text[:40],
+            protocol.MAX_ID_CHARS,
+            text,
+        )
+        return text
 
     def _answer(self, handler: Handler, msg: protocol.Request) -> None:
         try:
@@ -321,7 +394,7 @@ class Server:
     def _on_ollama_list(self, msg: protocol.ListOllamaModels) -> dict[str, Any]:
         from engine.export.ollama import DEFAULT_HOST, OllamaClient
 
-        client = OllamaClient(msg.host or DEFAULT_HOST, timeout=5.0)
+        client = OllamaClient(ollama_host(msg.host or DEFAULT_HOST), timeout=5.0)
         version = client.version()
         return {
             "host": client.host,
@@ -334,7 +407,9 @@ class Server:
 
         if not msg.name:
             raise EngineError("Name the Ollama model to delete.")
-        OllamaClient(msg.host or DEFAULT_HOST, timeout=10.0).delete(msg.name)
+        OllamaClient(ollama_host(msg.host or DEFAULT_HOST), timeout=10.0).delete(
+            msg.name
+        )
         return {"name": msg.name}
 
     def _on_chat(self, msg: protocol.Chat) -> dict[str, Any]:
@@ -357,7 +432,7 @@ class Server:
     def _chat_ollama(self, name: str, host: str, messages: list[dict[str, str]]) -> str:
         from engine.export.ollama import DEFAULT_HOST, OllamaClient
 
-        client = OllamaClient(host or DEFAULT_HOST, timeout=120.0)
+        client = OllamaClient(ollama_host(host or DEFAULT_HOST), timeout=120.0)
         # OllamaClient has no chat call; its JSON helper turns every failure
         # (no server, unknown model, HTTP error) into one sentence.
         data = client._json(
@@ -417,6 +492,24 @@ class Server:
             return str(tok.decode(new, skip_special_tokens=True)).strip()
 
 
+def ollama_host(url: str) -> str:
+    """``url`` if it can address an Ollama server (``http(s)://host[:port]``);
+    else an EngineError naming it."""
+    from urllib.parse import urlsplit
+
+    problem = f"The Ollama address {url[:200]!r} is not an http:// or https:// URL."
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise EngineError(problem)
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a port that is not a number
+    except ValueError:
+        raise EngineError(problem) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EngineError(problem)
+    return url
+
+
 # ---------------------------------------------------------------- CLI
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -435,4 +528,4 @@ def run(args: argparse.Namespace) -> int:
     )
     out = private_event_stream()
     server = Server(out, stop_timeout_s=args.stop_timeout)
-    return server.serve(sys.stdin)
+    return server.serve(sys.stdin.buffer)

@@ -180,7 +180,10 @@ def test_validation_errors_are_printed_per_node(tmp_path: Path) -> None:
     ("content", "expected"),
     [
         (b"\x89PNG\r\n\x1a\n\x00garbage", "is not UTF-8 text."),
-        (b'{"format": 1, "nodes": [', "is not valid JSON (Expecting value at line 1"),
+        (
+            b'{"format": 1, "nodes": [',
+            "is not valid JSON (line 1, column 25: Expecting value",
+        ),
         (b'{"format": 7, "nodes": []}', "written by a newer RL Studio"),
         (None, "does not exist."),
     ],

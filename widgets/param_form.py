@@ -31,6 +31,8 @@ from PySide6.QtWidgets import (
 )
 
 ERROR_STYLE = "border: 1px solid #d62728;"
+INT64_MAX = 2**63 - 1
+"""Largest whole number a field takes (the engine refuses larger ones)."""
 
 
 def check_value(schema: Mapping[str, Any], text: str) -> tuple[Any, str]:
@@ -49,6 +51,8 @@ def check_value(schema: Mapping[str, Any], text: str) -> tuple[Any, str]:
             value: Any = int(text.replace("_", "").replace(",", ""))
         except ValueError:
             return None, f"{title} must be a whole number."
+        if abs(value) > INT64_MAX:  # JSON readers refuse more than 64 bits
+            return None, f"{title} must be a whole number of at most 19 digits."
     elif kind == "float":
         try:
             value = float(text)

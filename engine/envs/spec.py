@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from engine import untrusted
 from engine.envs.schema import FORMAT_VERSION, KINDS, join_path, schema_problems
 from engine.errors import ConfigError, EngineError
 
@@ -91,7 +92,7 @@ class EnvSpec:
         if p.is_absolute():
             return p
         for base in self.base_dirs:
-            if (base / p).exists():
+            if path_exists(base / p):
                 return base / p
         return self.base_dirs[0] / p
 
@@ -112,10 +113,19 @@ class EnvSpec:
         for rel in _referenced_files(self):
             p = self.resolve(rel)
             h.update(str(p).encode())
-            if p.exists():
+            if path_exists(p):
                 st = p.stat()
                 h.update(f"{st.st_mtime_ns}:{st.st_size}".encode())
         return h.hexdigest()[:16]
+
+
+def path_exists(path: Path, *, file: bool = False) -> bool:
+    """Whether ``path`` exists (is a file); False, not an error, for a name
+    the OS refuses (too long, a NUL byte)."""
+    try:
+        return path.is_file() if file else path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def env_id_for(name: str) -> str:
@@ -146,6 +156,8 @@ def _migrate_0_to_1(data: dict[str, Any]) -> dict[str, Any]:
         "description": data.get("description", ""),
     }
     kind = out["kind"]
+    if not isinstance(kind, str):
+        raise SpecError("kind", f"kind must be text, not {type(kind).__name__}.")
     body = {
         k: v
         for k, v in data.items()
@@ -211,7 +223,15 @@ def migrate(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
     start = version
     data = copy.deepcopy(data)
     while version < FORMAT_VERSION:
-        data = MIGRATIONS[version](data)
+        try:
+            data = MIGRATIONS[version](data)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            # An old file of a shape that format never had.
+            raise SpecError(
+                "format",
+                f"The spec of format {version} cannot be brought up to date: its "
+                f"content is not laid out as format {version} was ({exc}).",
+            ) from None
         version += 1
     return data, start
 
@@ -222,17 +242,10 @@ def migrate(data: dict[str, Any]) -> tuple[dict[str, Any], int]:
 def read_spec_json(path: str | Path) -> dict[str, Any]:
     """Read a spec file as JSON; a missing or malformed file raises EngineError."""
     p = Path(path)
-    if not p.is_file():
-        raise EngineError(f"The spec file {p} does not exist.")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise EngineError(f"The spec file {p} is not UTF-8 text.") from None
-    except json.JSONDecodeError as exc:
-        raise EngineError(
-            f"The spec file {p} is not valid JSON (line {exc.lineno}, column "
-            f"{exc.colno}: {exc.msg})."
-        ) from None
+        data = untrusted.load_file(p, f"The spec file {p}")
+    except untrusted.UntrustedDataError as exc:
+        raise SpecError(exc.field, str(exc)) from None
     if not isinstance(data, dict):
         raise EngineError(f"The spec file {p} must hold a JSON object.")
     return data
@@ -244,7 +257,10 @@ def parse_spec(
     """Migrate and check ``data``; returns the spec (None if it cannot be
     built) and every problem found, errors and warnings."""
     try:
+        untrusted.check(data, "The spec")
         data, old = migrate(data)
+    except untrusted.UntrustedDataError as exc:
+        return None, [Problem("error", exc.field, str(exc))]
     except SpecError as exc:
         return None, [Problem("error", exc.field, str(exc))]
     problems = [Problem("error", p, m) for p, m in schema_problems(data)]
@@ -281,7 +297,7 @@ def kind_problems(spec: EnvSpec) -> list[Problem]:
         return grid_problems(spec)
     if spec.kind == "python":
         f = spec.resolve(spec.body["file"])
-        if not f.is_file():
+        if not path_exists(f, file=True):
             return [Problem("error", "python.file", f"python.file {f} does not exist.")]
     return []
 

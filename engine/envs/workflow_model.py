@@ -19,7 +19,6 @@ step from. Rewards, broken down by rule:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -27,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.envs.spec import EnvSpec, Problem, SpecError
+from engine import untrusted
+from engine.envs.spec import EnvSpec, Problem, SpecError, path_exists
 
 REWARD_RULES = ("step", "invalid_tool", "transition", "status", "success")
 PROB_TOLERANCE = 1e-6
@@ -63,24 +63,28 @@ class Outcome:
 
 @lru_cache(maxsize=32)
 def _read_json_cached(path: str, mtime_ns: int, size: int) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    return untrusted.load_file(path, f"The mock data file {path}", MOCK_DATA_BYTES)
+
+
+MOCK_DATA_BYTES = 64 * 1024 * 1024
+"""Largest mock data file read."""
 
 
 def read_mock_data(path: Path) -> dict[str, Any]:
     """Read an RL Hub Jira mock data file (cached until the file changes)."""
-    if not path.is_file():
+    if not path_exists(path, file=True):
         raise SpecError(
             "workflow.tasks.data", f"The mock data file {path} does not exist."
         )
-    st = path.stat()
     try:
+        st = path.stat()
         data = _read_json_cached(str(path), st.st_mtime_ns, st.st_size)
-    except json.JSONDecodeError as exc:
+    except OSError as exc:
         raise SpecError(
-            "workflow.tasks.data",
-            f"The mock data file {path} is not valid JSON "
-            f"(line {exc.lineno}: {exc.msg}).",
+            "workflow.tasks.data", f"The mock data file {path} cannot be read ({exc})."
         ) from None
+    except untrusted.UntrustedDataError as exc:
+        raise SpecError("workflow.tasks.data", str(exc)) from None
     if not isinstance(data, dict) or not isinstance(data.get("issues"), list):
         raise SpecError(
             "workflow.tasks.data",

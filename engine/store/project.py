@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import untrusted
 from engine.errors import ProjectError, UnknownRunError
 from engine.store.atomic import atomic_write_json, remove_stale_temp_files
 
@@ -601,8 +602,10 @@ def process_owns_run(run: RunRecord) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
-    with contextlib.suppress(OSError, ValueError):
-        data = json.loads(path.read_text(encoding="utf-8"))
+    """The JSON object in ``path``; None if it is missing, too big, not
+    JSON or outside the limits of ``engine.untrusted``."""
+    with contextlib.suppress(untrusted.UntrustedDataError):
+        data = untrusted.load_file(path, str(path))
         if isinstance(data, dict):
             return data
     return None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import untrusted
 from studio.models.observable import Observable
 
 FORMAT_VERSION = 1
@@ -134,17 +135,11 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     is missing, not JSON, or not an environment spec."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DesignError(f"The file {p.name} does not exist.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DesignError(f"The file {p.name} cannot be read ({exc}).") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = untrusted.load_file(p, p.name)
+    except untrusted.UntrustedDataError as exc:
         raise DesignError(
-            f"{p.name} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-            f"{exc.msg}); fix it in a text editor, the file was left as it is."
+            f"{str(exc).rstrip('.')}; fix it in a text editor, the file was left "
+            "as it is."
         ) from None
     if not isinstance(data, dict):
         raise DesignError(f"{p.name} must hold a JSON object, not a {_kind(data)}.")

@@ -1055,6 +1055,8 @@ class WorkflowsWorkspace(QWidget):
             flow.save(self.model.doc, target)
         except OSError as exc:
             self._set_status(f"Autosave failed: {exc.strerror}.", "error")
+        except flow.FlowError as exc:
+            self._set_status(f"Autosave failed: {exc}", "error")
 
     def _remove_autosave(self) -> None:
         target = self.autosave_file()
@@ -1164,6 +1166,9 @@ class WorkflowsWorkspace(QWidget):
             flow.save(self.model.doc, path)
         except OSError as exc:
             self.show_error(f"Could not save {path}: {exc.strerror or exc}.")
+            return False
+        except flow.FlowError as exc:
+            self.show_error(f"Could not save {path}: {exc}")
             return False
         if old_autosave is not None and old_autosave.exists():
             old_autosave.unlink(missing_ok=True)
