@@ -107,6 +107,38 @@ def test_onnx_bakes_normalization_in(normalized_policy: Path, tmp_path: Path) ->
     assert np.abs(got - want).max() < 1e-4
 
 
+def test_models_play_job_normalizes_like_training(
+    normalized_policy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Models → Play (an ``env_preview`` job with a model) acts on the
+    normalized observation, as the policy did in training, and says that a
+    policy from another folder came from outside the project."""
+    from engine.jobs.registry import load, validate_config
+
+    project = tmp_path / "project"
+    config = validate_config(
+        "env_preview",
+        {
+            "spec": "Pendulum-v1",
+            "episodes": 1,
+            "trace_episodes": 1,
+            "seed": 3,
+            "model": str(normalized_policy),
+            "algo": "PPO",
+        },
+    )
+    run_dir = project / "runs" / "play"
+    ctx = JobContext("play", run_dir, "env_preview", config, events=None)
+    load("engine.envs.job:run_preview")(ctx)
+    ctx.close()
+    trace = json.loads((run_dir / "preview.json").read_text())["trace"]
+    obs = np.asarray([row["observation"] for row in trace], dtype=np.float32)
+    actions = np.asarray([row["action"] for row in trace], dtype=np.float32)
+    assert len(trace) == 200
+    assert np.abs(actions - real_pipeline(normalized_policy, obs)).max() < 1e-5
+    assert "comes from outside the project" in capsys.readouterr().err  # ctx.log
+
+
 @pytest.fixture(scope="module")
 def maskable_policy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     from sb3_contrib import MaskablePPO
