@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, with_defaults
 from engine.flow import ParamSpec, bounds_problem
 
 SCALAR_KINDS = ("int", "float", "bool", "str")
@@ -262,6 +262,13 @@ def check_fields(
         if name in out and name not in skipped:
             out[name] = check_value(info, out[name], prefix + name)
     return out
+
+
+def checked_config(cls: type, config: Mapping[str, Any], job: str) -> dict[str, Any]:
+    """A job's config: ``cls``'s defaults overridden by ``config`` (a key
+    ``cls`` does not declare is a ConfigError naming it), every setting
+    checked by :func:`check_value`."""
+    return check_fields(cls, with_defaults(config, defaults_of(cls), job))
 
 
 # --------------------------------------------------------------------------

@@ -381,6 +381,36 @@ def test_a_hardware_batch_size_is_raised_to_what_grpo_accepts(
     assert err.value.field == "num_generations"
 
 
+@pytest.mark.parametrize(
+    ("method", "hardware_batch", "rows", "batch", "note"),
+    [
+        ("kto", 1, 100, 2, "KTO compares each row with the others of its batch"),
+        ("dpo", 16, 3, 3, "the dataset has 3 rows"),
+        ("sft", 16, 5, 5, "the dataset has 5 rows"),
+        ("sft", 1, 5, 1, None),
+        ("grpo", 1, 100, 4, "GRPO groups 4 answers per prompt"),
+    ],
+)
+def test_a_hardware_batch_size_fits_the_method_and_the_dataset(
+    method: str, hardware_batch: int, rows: int, batch: int, note: str | None
+) -> None:
+    from engine.llm.train import fit_batch
+
+    out = {
+        "method": method,
+        "batch_size": hardware_batch,
+        "gradient_accumulation_steps": 1,
+        "num_generations": 4,
+    }
+    notes = fit_batch(out, True, rows)
+    assert out["batch_size"] == batch
+    expected = [f"batch_size {hardware_batch} -> {batch}: {note}."] if note else []
+    assert notes == expected
+    # the user's own batch size is never changed
+    mine = {**out, "batch_size": hardware_batch}
+    assert fit_batch(mine, False, rows) == [] and mine["batch_size"] == hardware_batch
+
+
 def test_other_validators(tmp_path: Path) -> None:
     from engine.llm import evaluate, merge, rollouts
 

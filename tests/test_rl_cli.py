@@ -86,10 +86,12 @@ def test_settings_split_into_top_level_and_hyperparameters() -> None:
             "learning_rate=3e-4",
             "net_arch=[32,32]",
             "ent_coef=auto",
-            "name=my run",
+            "name=007",
+            "device=cpu",
         ]
     )
-    assert top == {"n_envs": 4, "name": "my run"}
+    # a text setting keeps its text, even when it would parse as a number
+    assert top == {"n_envs": 4, "name": "007", "device": "cpu"}
     assert hyper == {"learning_rate": 3e-4, "net_arch": [32, 32], "ent_coef": "auto"}
 
 

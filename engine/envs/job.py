@@ -22,32 +22,56 @@ unsaved, and the run's config.json keeps exactly what was played.
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, with_defaults
+from engine.errors import ConfigError
+from engine.settings import checked_config, setting
 from engine.store.atomic import atomic_write_json
 
-CHECK_DEFAULTS: dict[str, Any] = {"spec": None, "steps": 200, "seed": 0}
-PREVIEW_DEFAULTS: dict[str, Any] = {
-    "spec": None,
-    "episodes": 20,
-    "seed": None,
-    "trace_episodes": 1,
-    "frames": 0,
-    "model": None,
-    "algo": None,
-    "source": None,
-}
+
+@dataclass
+class EnvCheckConfig:
+    """Settings of an ``env_check`` job."""
+
+    spec: str | None = None
+    """The ``.env.json`` file (relative to the project or absolute) or env id."""
+    steps: int = setting(200, min=1, unit="steps")
+    """Random steps the check plays."""
+    seed: int = setting(0, min=0)
+    """Seed of the random steps."""
+
+
+@dataclass
+class EnvPreviewConfig:
+    """Settings of an ``env_preview`` job."""
+
+    spec: Any = None
+    """The ``.env.json`` file, env id, or the spec document itself."""
+    episodes: int = setting(20, min=1, unit="episodes")
+    """Episodes played."""
+    seed: int | None = setting(None, min=0)
+    """Seed of the first episode (None: drawn and recorded)."""
+    trace_episodes: int = setting(1, min=0, unit="episodes")
+    """Episodes whose steps are kept in the preview."""
+    frames: int = setting(0, min=0)
+    """Rendered frames saved to ``frames.npz`` (0: none)."""
+    model: str | None = None
+    """A policy file to play instead of random actions (needs ``algo``)."""
+    algo: str | None = None
+    """The policy's algorithm (needs ``model``)."""
+    source: str | None = None
+    """The file a spec document belongs to (resolves its relative paths)."""
 
 
 def _common(
     config: dict[str, Any],
-    defaults: dict[str, Any],
+    cls: type,
     what: str,
     allow_document: bool = False,
 ) -> dict[str, Any]:
-    out = with_defaults(config, defaults, f"the {what} job")
+    out = checked_config(cls, config, f"the {what} job")
     if allow_document and isinstance(out["spec"], dict):
         return out
     if not isinstance(out["spec"], str) or not out["spec"]:
@@ -55,32 +79,16 @@ def _common(
     return out
 
 
-def _positive(out: dict[str, Any], key: str, allow_zero: bool = False) -> None:
-    v = out[key]
-    if not isinstance(v, int) or isinstance(v, bool) or v < (0 if allow_zero else 1):
-        kind = "non-negative" if allow_zero else "positive"
-        raise ConfigError(key, f"{key} must be a {kind} whole number.")
-
-
 def validate_check(config: dict[str, Any]) -> dict[str, Any]:
-    out = _common(config, CHECK_DEFAULTS, "env check")
-    _positive(out, "steps")
-    _positive(out, "seed", allow_zero=True)
-    return out
+    return _common(config, EnvCheckConfig, "env check")
 
 
 def validate_preview(config: dict[str, Any]) -> dict[str, Any]:
-    out = _common(config, PREVIEW_DEFAULTS, "env preview", allow_document=True)
-    for key in ("episodes",):
-        _positive(out, key)
-    for key in ("trace_episodes", "frames"):
-        _positive(out, key, allow_zero=True)
+    out = _common(config, EnvPreviewConfig, "env preview", allow_document=True)
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
     if (out["model"] is None) != (out["algo"] is None):
         raise ConfigError("algo", "model and algo must be given together.")
-    if out["source"] is not None and not isinstance(out["source"], str):
-        raise ConfigError("source", "source must be the path of the spec file.")
     if isinstance(out["spec"], dict):
         _check_document(out["spec"], out["source"])
     return out

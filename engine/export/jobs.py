@@ -10,46 +10,79 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError, with_defaults
+from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
-
-GGUF_DEFAULTS: dict[str, Any] = {
-    "model_dir": None,
-    "out": None,
-    "type": "f16",
-    "adapter": False,
-    "base_model_dir": None,
-    "name": None,
-    "parents": [],
-}
-OLLAMA_DEFAULTS: dict[str, Any] = {
-    "gguf": None,
-    "name": None,
-    "host": "http://127.0.0.1:11434",
-    "system": None,
-    "parameters": {},
-    "quantize": None,
-    "adapter_gguf": None,
-    "family": None,
-    "bundle_dir": None,
-    "verify_prompt": "Hello",
-    "parents": [],
-}
-ONNX_DEFAULTS: dict[str, Any] = {
-    "policy": None,
-    "out": None,
-    "samples": 64,
-    "parents": [],
-}
+from engine.settings import checked_config, setting
 
 
-def _common(
-    config: dict[str, Any], defaults: dict[str, Any], what: str
-) -> dict[str, Any]:
-    out = with_defaults(config, defaults, what)
+@dataclass
+class GGUFExportConfig:
+    """Settings of an ``export.gguf`` job."""
+
+    model_dir: str | None = None
+    """The model folder (or, with ``adapter``, the LoRA adapter folder)."""
+    out: str | None = None
+    """The ``.gguf`` file to write (None: in the run folder)."""
+    type: str = "f16"
+    """Tensor type: f32, f16, bf16, q8_0, ... (adapters: f32, f16, bf16)."""
+    adapter: bool = False
+    """Export a LoRA adapter as a GGUF adapter instead of a whole model."""
+    base_model_dir: str | None = None
+    """The adapter's base model folder (None: the one the adapter names)."""
+    name: str | None = None
+    """Model name written in the file (None: the folder's name)."""
+    parents: list[str] = setting(factory=list)
+    """Model ids the output derives from (its lineage)."""
+
+
+@dataclass
+class OllamaDeployConfig:
+    """Settings of a ``deploy.ollama`` job."""
+
+    gguf: str | None = None
+    """The GGUF file to deploy."""
+    name: str | None = None
+    """The Ollama model name."""
+    host: str = "http://127.0.0.1:11434"
+    """The Ollama server's URL."""
+    system: str | None = None
+    """System prompt baked into the model."""
+    parameters: dict[str, Any] = setting(factory=dict)
+    """Ollama model parameters (``stop``, ``temperature``, ...)."""
+    quantize: str | None = None
+    """K-quant Ollama makes from an F16/BF16/F32 file (None: as it is)."""
+    adapter_gguf: str | None = None
+    """A LoRA adapter GGUF applied on top of ``gguf``."""
+    family: str | None = None
+    """Chat template family (None: read from the GGUF)."""
+    bundle_dir: str | None = None
+    """Where to write the Modelfile bundle (None: in the run folder)."""
+    verify_prompt: str | None = "Hello"
+    """A prompt the deployed model must answer (None: no check)."""
+    parents: list[str] = setting(factory=list)
+    """Model ids the output derives from (its lineage)."""
+
+
+@dataclass
+class ONNXExportConfig:
+    """Settings of an ``export.onnx`` job."""
+
+    policy: str | None = None
+    """The SB3 policy file (``model.zip``)."""
+    out: str | None = None
+    """The ``.onnx`` file to write (None: in the run folder)."""
+    samples: int = setting(64, min=1, unit="observations")
+    """Random observations the export is verified on."""
+    parents: list[str] = setting(factory=list)
+    """Model ids the output derives from (its lineage)."""
+
+
+def _common(config: dict[str, Any], cls: type, what: str) -> dict[str, Any]:
+    out = checked_config(cls, config, what)
     if not isinstance(out["parents"], list) or not all(
         isinstance(p, str) for p in out["parents"]
     ):
@@ -72,9 +105,8 @@ def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
 def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.gguf import ADAPTER_TYPES, GGUF_TYPES, SUPPORTED_ARCHITECTURES
 
-    out = _common(config, GGUF_DEFAULTS, "a GGUF export")
-    adapter = bool(out["adapter"])
-    out["adapter"] = adapter
+    out = _common(config, GGUFExportConfig, "a GGUF export")
+    adapter = out["adapter"]
     src = _existing(
         out, "model_dir", "adapter folder" if adapter else "model folder", folder=True
     )
@@ -159,7 +191,7 @@ def validate_ollama(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.modelfile import FAMILIES
     from engine.export.ollama import K_QUANTS, check_model_name
 
-    out = _common(config, OLLAMA_DEFAULTS, "an Ollama deployment")
+    out = _common(config, OllamaDeployConfig, "an Ollama deployment")
     out["gguf"] = str(_existing(out, "gguf", "GGUF file", folder=False))
     if not isinstance(out["name"], str):
         raise ConfigError("name", "name is required: the Ollama model name.")
@@ -225,10 +257,8 @@ def run_ollama(ctx: JobContext) -> dict[str, Any]:
 
 
 def validate_onnx(config: dict[str, Any]) -> dict[str, Any]:
-    out = _common(config, ONNX_DEFAULTS, "an ONNX export")
+    out = _common(config, ONNXExportConfig, "an ONNX export")
     out["policy"] = str(_existing(out, "policy", "policy file", folder=False))
-    if not isinstance(out["samples"], int) or out["samples"] <= 0:
-        raise ConfigError("samples", "samples must be a positive whole number.")
     if out["out"] is not None and not str(out["out"]).endswith(".onnx"):
         raise ConfigError("out", "out must be a file name ending in .onnx.")
     return out

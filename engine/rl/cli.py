@@ -93,9 +93,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split ``key=value`` items into (top-level settings, hyperparameters)."""
-    from engine.rl.config import TRAIN_FIELDS
+    """Split ``key=value`` items into (top-level settings, hyperparameters).
 
+    A value is read as its setting is declared (``engine.rl.config``): as it
+    is for a text setting (``name=007``), else as JSON when it parses
+    (``1e-3``, ``true``, ``[64,64]``), as text otherwise.
+    """
+    from engine.rl.config import ALGO_CONFIGS, TrainConfig
+    from engine.settings import fields_of
+
+    top_fields = fields_of(TrainConfig)
+    hyper_fields = {
+        name: info
+        for cls in ALGO_CONFIGS.values()
+        for name, info in fields_of(cls).items()
+    }
     top: dict[str, Any] = {}
     hyper: dict[str, Any] = {}
     for item in items:
@@ -103,13 +115,16 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         key = key.strip()
         if not sep or not key:
             raise EngineError(f"--set takes key=value, not {item!r}.")
-        try:
-            value: Any = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
         if key in ("env", "algo", "total_steps", "seed", "hyperparameters"):
             raise EngineError(f"Give {key} with its own option, not with --set.")
-        if key in TRAIN_FIELDS:
+        info = top_fields.get(key) or hyper_fields.get(key)
+        value: Any = raw
+        if info is None or info.kind != "str" or info.numeric_text:
+            try:
+                value = json.loads(raw)
+            except json.JSONDecodeError:
+                value = raw
+        if key in top_fields:
             top[key] = value
         else:
             hyper[key] = value
