@@ -1,7 +1,9 @@
 """What this machine can do, and the training settings that follow from it.
 
-``detect()`` imports torch (to see CUDA and MPS devices), so the supervisor
-calls it off its main thread; ``rl-studio-engine hardware`` prints it as JSON.
+``detect()`` reads the CPU and memory with psutil and NVIDIA GPUs through
+NVML or ``nvidia-smi``, never importing torch (a short-lived worker asks torch
+where other GPUs may exist: MPS, ROCm); ``rl-studio-engine hardware`` prints
+it as JSON.
 ``gpu_usage()`` reads live NVIDIA GPU utilisation and memory (NVML through
 ``pynvml`` when installed, else ``nvidia-smi``) without torch, for the
 studio's hardware meter.
@@ -11,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import json
 import os
 import platform
 import shutil
 import subprocess
+import sys
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -89,33 +94,190 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def _gpus() -> tuple[list[GpuInfo], str]:
+def _bf16(compute_capability: str) -> bool:
+    """Ampere (8.0) and newer NVIDIA GPUs train in bfloat16."""
+    major = _smi_number(compute_capability.partition(".")[0])
+    return major is not None and major >= 8
+
+
+def _nvml_gpus() -> list[GpuInfo] | None:
+    """NVIDIA GPUs through NVML, or None when ``pynvml`` or the driver is missing."""
     try:
-        import torch
+        import pynvml  # type: ignore[import-not-found]
     except ImportError:
-        return [], ""
-    gpus: list[GpuInfo] = []
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
-            props = torch.cuda.get_device_properties(i)
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError: no driver, no GPU
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            cc = ""
+            with contextlib.suppress(Exception):
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+                cc = f"{major}.{minor}"
+            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
             gpus.append(
                 GpuInfo(
                     index=i,
-                    name=props.name,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
                     backend="cuda",
-                    memory_total_bytes=int(props.total_memory),
-                    bf16=bool(props.major >= 8),
-                    compute_capability=f"{props.major}.{props.minor}",
+                    memory_total_bytes=total,
+                    bf16=_bf16(cc),
+                    compute_capability=cc,
+                )
+            )
+        return gpus
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+NVIDIA_SMI_DETECT_QUERY = "index,name,memory.total,compute_cap"
+
+
+def parse_nvidia_smi_gpus(text: str) -> list[GpuInfo]:
+    """Parse ``nvidia-smi --query-gpu=index,name,memory.total,compute_cap
+    --format=csv,noheader,nounits`` (memory in MiB); other lines are skipped."""
+    gpus = []
+    for line in text.splitlines():
+        head, *numbers = line.rsplit(",", 2)
+        index, _, name = head.partition(",")
+        idx = _smi_number(index)
+        if len(numbers) != 2 or not name.strip() or idx is None:
+            continue
+        total = _smi_number(numbers[0])
+        cc = numbers[1].strip() if _smi_number(numbers[1]) is not None else ""
+        gpus.append(
+            GpuInfo(
+                index=int(idx),
+                name=name.strip(),
+                backend="cuda",
+                memory_total_bytes=int(total * 2**20) if total is not None else 0,
+                bf16=_bf16(cc),
+                compute_capability=cc,
+            )
+        )
+    return gpus
+
+
+def _smi_gpus(executable: str | None) -> list[GpuInfo]:
+    path = executable or shutil.which("nvidia-smi")
+    if path is None:
+        return []
+    try:
+        done = subprocess.run(
+            [
+                path,
+                f"--query-gpu={NVIDIA_SMI_DETECT_QUERY}",
+                "--format=csv,noheader,nounits",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return parse_nvidia_smi_gpus(done.stdout) if done.returncode == 0 else []
+
+
+def torch_version() -> str:
+    """The installed torch's version, read from its metadata (no import)."""
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def torch_facts() -> dict[str, Any]:
+    """What only torch knows: the CUDA (or ROCm) and MPS devices it sees.
+
+    Imports torch; the supervisor asks a short-lived worker for it
+    (``rl-studio-engine hardware --torch-facts``) instead of calling it.
+    """
+    try:
+        import torch
+    except ImportError:
+        return {"gpus": []}
+    gpus: list[dict[str, Any]] = []
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            cc = f"{props.major}.{props.minor}"
+            gpus.append(
+                asdict(
+                    GpuInfo(
+                        i, props.name, "cuda", int(props.total_memory), _bf16(cc), cc
+                    )
                 )
             )
     elif getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         import psutil
 
         # Apple GPUs share system memory.
-        gpus.append(
-            GpuInfo(0, "Apple GPU", "mps", int(psutil.virtual_memory().total), True)
-        )
-    return gpus, str(torch.__version__)
+        total = int(psutil.virtual_memory().total)
+        gpus.append(asdict(GpuInfo(0, "Apple GPU", "mps", total, True)))
+    return {"gpus": gpus}
+
+
+TORCH_PROBE_TIMEOUT_S = 120.0
+_cache_lock = threading.Lock()
+_gpu_cache: dict[tuple[str | None, bool], list[GpuInfo]] = {}
+
+
+def _torch_probe_needed() -> bool:
+    """Whether GPUs may exist that NVML and nvidia-smi cannot see: Apple's
+    MPS, or AMD's ROCm (which torch calls ``cuda``)."""
+    return sys.platform == "darwin" or os.path.exists("/dev/kfd")
+
+
+def _probe_torch() -> list[GpuInfo]:
+    """Torch's view of the GPUs from a short-lived worker process, so that
+    the calling process never imports torch ([] when the worker fails)."""
+    if "torch" in sys.modules:  # a job process: torch is here anyway
+        facts = torch_facts()
+    else:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "engine", "hardware", "--torch-facts"],
+                capture_output=True,
+                text=True,
+                timeout=TORCH_PROBE_TIMEOUT_S,
+                check=False,
+            )
+            facts = json.loads(done.stdout) if done.returncode == 0 else {}
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            return []
+    try:
+        return [GpuInfo(**g) for g in facts.get("gpus", [])]
+    except TypeError:
+        return []
+
+
+def detect_gpus(
+    nvidia_smi: str | None = None, probe_torch: bool | None = None
+) -> list[GpuInfo]:
+    """The machine's GPUs, found once per process and cached.
+
+    NVIDIA GPUs come from NVML (``pynvml``) or ``nvidia-smi`` without torch;
+    only where neither sees one and another kind may exist (``probe_torch``
+    None: on macOS or with ROCm) does a worker ask torch.
+    """
+    probe = _torch_probe_needed() if probe_torch is None else probe_torch
+    key = (nvidia_smi, probe)
+    with _cache_lock:
+        if key not in _gpu_cache:
+            gpus = (None if nvidia_smi else _nvml_gpus()) or _smi_gpus(nvidia_smi)
+            if not gpus and probe:
+                gpus = _probe_torch()
+            _gpu_cache[key] = gpus
+        return list(_gpu_cache[key])
 
 
 def recommend(
@@ -164,7 +326,14 @@ def recommend(
     )
 
 
-def detect() -> HardwareInfo:
+def detect(
+    nvidia_smi: str | None = None, probe_torch: bool | None = None
+) -> HardwareInfo:
+    """This machine's CPU, memory and GPUs, and the settings they suggest.
+
+    Never imports torch (see ``detect_gpus``), so the supervisor answers it
+    in milliseconds once the GPUs are known.
+    """
     import psutil
 
     physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
@@ -172,7 +341,7 @@ def detect() -> HardwareInfo:
     mem = psutil.virtual_memory()
     flags = _cpu_flags()
     cpu_bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
-    gpus, torch_version = _gpus()
+    gpus = detect_gpus(nvidia_smi, probe_torch)
     return HardwareInfo(
         cpu_model=_cpu_model(),
         cpu_physical_cores=physical,
@@ -181,7 +350,7 @@ def detect() -> HardwareInfo:
         ram_available_bytes=int(mem.available),
         cpu_bf16=cpu_bf16,
         gpus=gpus,
-        torch_version=torch_version,
+        torch_version=torch_version(),
         recommendations=recommend(gpus, physical, logical, cpu_bf16),
     )
 
@@ -324,9 +493,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print live GPU utilisation and memory instead (no torch needed)",
     )
+    parser.add_argument(
+        "--torch-facts",
+        action="store_true",
+        help="print the GPUs torch sees (the worker the engine asks; imports torch)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.torch_facts:
+        print(json.dumps(torch_facts()))
+        return 0
     if args.usage:
         usage = {"gpus": [g.to_dict() for g in gpu_usage()]}
         print(json.dumps(usage, indent=None if args.compact else 2))

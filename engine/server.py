@@ -1,8 +1,8 @@
 """``rl-studio-engine serve``: the protocol on stdin/stdout.
 
 The main thread reads requests line by line; each is answered by a handler
-on a small thread pool so that a slow request (hardware detection imports
-torch) never delays a ``ping`` or a ``run.stop``. Every handler's failure is
+on a small thread pool so that a slow request (an env check, a catalog with
+spaces) never delays a ``ping`` or a ``run.stop``. Every handler's failure is
 turned into an ``error`` reply; nothing escapes, and the engine keeps
 serving. The real stdout is reserved for protocol lines: ``sys.stdout`` and
 fd 1 point at stderr, which the studio shows in its log panel.
@@ -27,9 +27,11 @@ from engine.errors import EngineError
 from engine.jobs.context import private_event_stream
 from engine.jobs.registry import JOB_KINDS, run_schema
 from engine.jobs.supervisor import Supervisor
+from engine.llm.chat_worker import ChatWorker
 from resources import resource_path
 
 ENGINE_VERSION = "0.1.0"
+HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
 log = logging.getLogger("engine.server")
 
 Handler = Callable[[Any], dict[str, Any]]
@@ -92,8 +94,7 @@ class Server:
             protocol.DeleteOllamaModel,
             protocol.Chat,
         }
-        self._chat_models: dict[str, Any] = {}  # HF folder -> (tokenizer, model)
-        self._chat_lock = threading.Lock()
+        self.chat_worker = ChatWorker()
 
     # ------------------------------------------------------------ output
     def send(self, msg: protocol.Message) -> None:
@@ -138,6 +139,7 @@ class Server:
             if line.strip():
                 self.handle_line(line)
         self.supervisor.shutdown(self._stop_timeout_s)
+        self.chat_worker.close()
         self._ordered.shutdown(wait=True, cancel_futures=True)
         self._parallel.shutdown(wait=False, cancel_futures=True)
         # Requests still queued were cancelled: answer them all the same.
@@ -273,6 +275,9 @@ class Server:
             "pid": os.getpid(),
             "python": sys.version.split()[0],
             "job_kinds": {k.name: k.description for k in JOB_KINDS.values()},
+            # Heavy libraries belong in job and worker processes; listed so
+            # that a test (or a curious user) can see none crept in here.
+            "heavy_modules": sorted(m for m in HEAVY_MODULES if m in sys.modules),
         }
 
     def _on_ping(self, msg: protocol.Ping) -> dict[str, Any]:
@@ -424,7 +429,8 @@ class Server:
             raise EngineError("Choose a model to chat with.")
         folder = Path(msg.model).expanduser()
         if folder.is_dir():
-            reply = self._chat_local(folder, messages, max(1, msg.max_new_tokens))
+            # Generation loads torch and a model: never in this process.
+            reply = self.chat_worker.chat(folder, messages, max(1, msg.max_new_tokens))
         else:
             reply = self._chat_ollama(msg.model, msg.host, messages)
         return {"reply": reply, "model": msg.model}
@@ -433,63 +439,7 @@ class Server:
         from engine.export.ollama import DEFAULT_HOST, OllamaClient
 
         client = OllamaClient(ollama_host(host or DEFAULT_HOST), timeout=120.0)
-        # OllamaClient has no chat call; its JSON helper turns every failure
-        # (no server, unknown model, HTTP error) into one sentence.
-        data = client._json(
-            "POST",
-            "/api/chat",
-            {"model": name, "messages": messages, "stream": False},
-            what=name,
-        )
-        return str((data.get("message") or {}).get("content", ""))
-
-    def _chat_local(
-        self, folder: Path, messages: list[dict[str, str]], max_new_tokens: int
-    ) -> str:
-        import torch
-
-        from engine.llm.policy import load_model
-
-        if (
-            not (folder / "config.json").is_file()
-            and not (folder / "adapter_config.json").is_file()
-        ):
-            raise EngineError(
-                f"{folder} holds neither a model (config.json) nor a LoRA adapter "
-                "(adapter_config.json) to chat with."
-            )
-        with self._chat_lock:
-            key = str(folder.resolve())
-            if key not in self._chat_models:
-                self._chat_models.clear()  # keep one model in memory at most
-                # A LoRA adapter is merged into its base in memory, so a
-                # fine-tune can be tried before it is merged on disk.
-                try:
-                    model, tok = load_model(key)
-                except ValueError as exc:
-                    raise EngineError(str(exc)) from None
-                self._chat_models[key] = (tok, model)
-            tok, model = self._chat_models[key]
-            if getattr(tok, "chat_template", None):
-                prompt = tok.apply_chat_template(
-                    messages, tokenize=False, add_generation_prompt=True
-                )
-            else:
-                prompt = (
-                    "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-                    + "assistant:"
-                )
-            inputs = tok(prompt, return_tensors="pt")
-            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-            with torch.no_grad():
-                out = model.generate(
-                    **inputs,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=pad,
-                )
-            new = out[0, inputs["input_ids"].shape[1] :]
-            return str(tok.decode(new, skip_special_tokens=True)).strip()
+        return client.chat(name, messages)
 
 
 def ollama_host(url: str) -> str:

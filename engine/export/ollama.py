@@ -328,6 +328,16 @@ class OllamaClient:
             raise
         return str(data.get("response", ""))
 
+    def chat(self, name: str, messages: list[dict[str, str]]) -> str:
+        """One non-streamed ``/api/chat`` turn; the assistant's answer."""
+        data = self._json(
+            "POST",
+            "/api/chat",
+            {"model": name, "messages": messages, "stream": False},
+            what=name,
+        )
+        return str((data.get("message") or {}).get("content", ""))
+
     def list_models(self) -> list[dict[str, Any]]:
         models: list[dict[str, Any]] = self._json("GET", "/api/tags").get("models", [])
         return models
