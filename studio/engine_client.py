@@ -1,7 +1,9 @@
 """The studio's side of the engine: a ``QProcess`` speaking the protocol.
 
 Requests are sent without waiting; their reply (or error) arrives later on
-the callbacks given to :meth:`EngineClient.request`. Events become the
+the callbacks given to :meth:`EngineClient.request`, unless the object that
+asked (its owner, see ``studio.lifetime``) was deleted meanwhile: then the
+answer is dropped instead of calling into a dead widget. Events become the
 ``event_received`` signal. When the engine dies unexpectedly the client says
 so (``crashed``), fails the requests still waiting, and starts a new engine
 after a short backoff; the session re-opens the project on ``ready``.
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from engine import protocol
+from studio.lifetime import is_alive, owner_of
 
 ReplyCallback = Callable[[dict], None]
 ErrorCallback = Callable[[protocol.Error], None]
@@ -34,6 +37,8 @@ class _Pending:
     msg: protocol.Request
     on_reply: ReplyCallback | None
     on_error: ErrorCallback | None
+    owner: QObject | None = None
+    """Who asked: the callbacks are dropped once it is deleted."""
 
 
 class EngineClient(QObject):
@@ -145,15 +150,20 @@ class EngineClient(QObject):
         msg: protocol.Request,
         on_reply: ReplyCallback | None = None,
         on_error: ErrorCallback | None = None,
+        owner: QObject | None = None,
     ) -> str:
         """Send ``msg`` (its id is filled in if empty); never blocks.
 
         Before the handshake completes the request waits in a queue; if the
         engine dies before answering, ``on_error`` receives an ``Error``.
+        ``owner`` (by default the QObject a callback is a bound method of)
+        ties the callbacks to its life: once it is deleted, the answer is
+        dropped. Callers whose callbacks are lambdas name it.
         """
         if not msg.id:
             msg = _with_id(msg, protocol.next_id())
-        self._pending[msg.id] = _Pending(msg, on_reply, on_error)
+        owner = owner or owner_of(on_reply, on_error)
+        self._pending[msg.id] = _Pending(msg, on_reply, on_error, owner)
         if self._state == READY:
             self._write(msg)
         else:
@@ -192,10 +202,12 @@ class EngineClient(QObject):
             return
         if isinstance(msg, protocol.Reply):
             pending = self._pending.pop(msg.reply_to, None)
-            if pending and pending.on_reply:
+            if pending and pending.on_reply and is_alive(pending.owner):
                 pending.on_reply(msg.result)
         elif isinstance(msg, protocol.Error) and msg.reply_to is not None:
             pending = self._pending.pop(msg.reply_to, None)
+            if pending is not None and not is_alive(pending.owner):
+                return  # who asked is gone
             if pending and pending.on_error:
                 pending.on_error(msg)
             elif pending is None or pending.on_error is None:
@@ -218,7 +230,9 @@ class EngineClient(QObject):
         queued, self._queued = self._queued, []
         for req_id in queued:
             pending = self._pending.get(req_id)
-            if pending is not None:
+            if pending is not None and not is_alive(pending.owner):
+                del self._pending[req_id]  # who asked is gone: do not ask
+            elif pending is not None:
                 self._write(pending.msg)
         self.hello_received.emit(result)
 
@@ -285,7 +299,7 @@ class EngineClient(QObject):
                 self._pending[req_id] = p
                 self._queued.append(req_id)
                 continue
-            if p.on_error:
+            if p.on_error and is_alive(p.owner):
                 p.on_error(
                     protocol.Error(
                         reply_to=req_id, error_type="EngineGone", message=message
@@ -295,7 +309,7 @@ class EngineClient(QObject):
     def _fail_pending_queued(self, message: str) -> None:
         for req_id in self._queued:
             p = self._pending.pop(req_id, None)
-            if p and p.on_error:
+            if p and p.on_error and is_alive(p.owner):
                 p.on_error(
                     protocol.Error(
                         reply_to=req_id, error_type="EngineGone", message=message

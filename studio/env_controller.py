@@ -12,6 +12,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from engine import protocol
+from studio.lifetime import subscribe
 from studio.session import Session
 
 
@@ -47,7 +48,7 @@ class EnvController(QObject):
         """The run of the preview in flight (empty when none)."""
         self.catalog: list[dict[str, Any]] = []
         session.run_ended.connect(self._on_session_run_ended)
-        session.state.subscribe(self._on_state_changed)
+        subscribe(session.state, self, self._on_state_changed)
 
     def check(
         self, spec: dict[str, Any], path: str = "", *, env_checks: bool = True

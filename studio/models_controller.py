@@ -20,6 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from engine import protocol
+from studio.lifetime import guard, owner_of
 from studio.session import Session
 
 ErrorCallback = Callable[[str], None]
@@ -249,12 +250,14 @@ class ModelsController(QObject):
             protocol.GetModelLineage(model_id=model_id),
             on_reply=lambda r: on_links([list(x) for x in r.get("links", [])]),
             on_error=lambda e: self.failed.emit(e.message),
+            owner=owner_of(on_links),
         )
 
     def delete_model(
         self, model: dict[str, Any], on_done: Callable[[], None] | None = None
     ) -> None:
         """Delete a registered model, or an Ollama model from its server."""
+        on_done = guard(on_done)
         if model.get("kind") == "ollama":
             self.client.request(
                 protocol.DeleteOllamaModel(
@@ -324,6 +327,7 @@ class ModelsController(QObject):
             ),
             on_reply=lambda r: on_reply(str(r.get("reply", ""))),
             on_error=lambda e: on_error(e.message),
+            owner=owner_of(on_reply, on_error),
         )
 
     # -------------------------------------------------------------- runs
@@ -336,6 +340,8 @@ class ModelsController(QObject):
         name: str = "",
         on_error: ErrorCallback | None = None,
     ) -> None:
+        on_error = guard(on_error)  # the dialog that asked may close meanwhile
+
         def started(run_id: str) -> None:
             self.actions[run_id] = ActionRun(run_id, purpose, str(model["id"]), config)
             self.action_started.emit(run_id, purpose)

@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine import protocol
 from studio.engine_client import READY, EngineClient
+from studio.lifetime import owner_of
 from studio.models.metric_store import MetricStore
 from studio.models.project_state import ProjectState
 from studio.settings import Settings
@@ -120,11 +121,14 @@ class Session(QObject):
         on_error: Callable[[protocol.Error], None] | None = None,
     ) -> None:
         """Start a run; a refused config goes to ``on_error`` when given
-        (a dialog shows it on the field), else to the log and ``request_failed``."""
+        (a dialog shows it on the field), else to the log and ``request_failed``.
+        The callbacks are dropped if the object they belong to is deleted
+        before the answer comes."""
         self.client.request(
             protocol.StartRun(kind=kind, config=config, name=name),
             on_reply=lambda r: on_started(r["run_id"]) if on_started else None,
             on_error=on_error or self._on_request_error,
+            owner=owner_of(on_started, on_error),
         )
 
     def request_run_schema(
@@ -138,6 +142,7 @@ class Session(QObject):
             protocol.GetRunSchema(kind=kind, values=values),
             on_reply=lambda r: on_fields(list(r.get("fields", []))),
             on_error=on_error or self._on_request_error,
+            owner=owner_of(on_fields, on_error),
         )
 
     # ---------------------------------------------------------- metrics

@@ -6,6 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
+from studio.lifetime import subscribe
 from studio.models.project_state import ProjectState
 from studio.workspaces.common import JsonPreview, fmt_time
 from widgets.record_table import Column, RecordTable
@@ -49,7 +50,7 @@ class DocumentsWorkspace(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(self.heading)
         layout.addWidget(split, 1)
-        state.subscribe(self._on_state_changed)
+        subscribe(state, self, self._on_state_changed)
         self._on_state_changed("reset", "")
 
     def documents(self) -> list[dict]:

@@ -62,6 +62,7 @@ from PySide6.QtWidgets import (
 from engine.flow import atomic_write_text
 from studio import env_commands as cmd
 from studio.env_controller import EnvController
+from studio.lifetime import subscribe
 from studio.models.env_design import (
     KINDS,
     NAME_PATTERN,
@@ -511,7 +512,7 @@ class EnvironmentsWorkspace(QWidget):
         self.controller.preview_progress.connect(self.preview_panel.set_progress)
         self.controller.preview_finished.connect(self._on_preview_finished)
         self.controller.preview_failed.connect(self._on_preview_failed)
-        self._state.subscribe(self._on_state_changed)
+        subscribe(self._state, self, self._on_state_changed)
         self._show_document()
         self._on_state_changed("reset", "")
 

@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.eval_report import ComparisonReport
+from studio.lifetime import subscribe
 from studio.model_dialogs import (
     ChatDialog,
     DeployOllamaDialog,
@@ -260,7 +261,7 @@ class ModelsWorkspace(QWidget):
         self.controller.action_started.connect(self._on_action_started)
         self.controller.action_ended.connect(self._on_action_ended)
         self.controller.failed.connect(self._on_controller_failed)
-        self._state.subscribe(self._on_state_changed)
+        subscribe(self._state, self, self._on_state_changed)
         self._on_state_changed("reset", "")
 
     # ------------------------------------------------------------ queries

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from studio.lifetime import subscribe
 from studio.models.project_state import ProjectState
 from studio.run_dialog import RunDialog
 from studio.session import Session
@@ -197,7 +198,7 @@ class TrainingWorkspace(QWidget):
         layout.addWidget(split, 1)
 
         self._log_shown: tuple[str, int] | None = None
-        self._state.subscribe(self._on_state_changed)
+        subscribe(self._state, self, self._on_state_changed)
         session.run_log_received.connect(self._on_session_run_log_received)
         # Durations of running runs tick even without events.
         self._tick = QTimer(self, interval=1000)

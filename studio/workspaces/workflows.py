@@ -61,6 +61,7 @@ from studio.flow_commands import (
     pasted_items,
 )
 from studio.flow_controller import FlowController
+from studio.lifetime import subscribe
 from studio.models.flow_document import FlowDocumentModel, link_from_key
 from studio.models.flow_results import (
     FlowRunResults,
@@ -344,7 +345,7 @@ class WorkflowsWorkspace(QWidget):
         self.controller.node_state_received.connect(self._on_node_state)
         self.controller.run_log_received.connect(self._on_run_log)
         self.controller.run_ended.connect(self._on_run_ended)
-        self._state.subscribe(self._on_state_changed)
+        subscribe(self._state, self, self._on_state_changed)
         QApplication.clipboard().dataChanged.connect(self._on_clipboard_data_changed)
         session.project_opened.connect(self._on_session_project_opened)
         self._on_state_changed("reset", "")
