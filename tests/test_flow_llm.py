@@ -105,12 +105,10 @@ def test_the_catalog_has_every_llm_and_export_node_with_help() -> None:
 def test_the_catalog_copies_of_engine_names_agree() -> None:
     """The node modules keep their own copies of names whose modules import
     numpy; they must match the engine's."""
-    from engine.llm import datasets, merge, rewards
     from engine.llm import flow_nodes as llm_nodes
+    from engine.llm import rewards
 
     assert tuple(rewards.REWARDS) == llm_nodes.REWARD_KINDS
-    assert set(llm_nodes.METHODS) == set(datasets.METHODS)
-    assert llm_nodes.DTYPES == merge.DTYPES
 
 
 def test_building_the_catalog_imports_no_heavy_library() -> None:
@@ -142,7 +140,11 @@ def test_building_the_catalog_imports_no_heavy_library() -> None:
         ("collect", {"policy": "ppo"}, "policy must be one of llm, expert, rule"),
         ("collect", {"noise": 1.5}, "noise must be at most 1"),
         ("dataset", {"method": "ppo"}, "method must be one of grpo, kto, dpo, sft"),
-        ("dataset", {"validation_fraction": 0.95}, "validation_fraction must be"),
+        (
+            "dataset",
+            {"validation_fraction": 1.0},
+            "validation_fraction must be less than 1",
+        ),
         ("reward_env", {"kind": "vibes"}, "kind must be one of env_reward"),
         ("reward_env", {"settings": "{unparsed: 1"}, "settings is not valid JSON"),
         (

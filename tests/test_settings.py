@@ -72,6 +72,31 @@ def test_fine_tune_node_agrees_with_the_llm_train_dataclass() -> None:
     assert lr is not None and (lr.min, lr.max) == (0, 1)
 
 
+@pytest.mark.parametrize(
+    ("node_type", "config"),
+    [
+        ("llm.collect", "engine.llm.rollouts:CollectConfig"),
+        ("llm.evaluate", "engine.llm.rollouts:EvaluateConfig"),
+        ("llm.dataset", "engine.llm.datasets:DatasetConfig"),
+        ("llm.merge", "engine.llm.merge:MergeConfig"),
+    ],
+)
+def test_language_model_nodes_agree_with_their_jobs(
+    node_type: str, config: str
+) -> None:
+    from engine.jobs.registry import load
+
+    infos = fields_of(load(config))
+    spec = specs()[node_type]
+    shared = [p for p in spec.params if p.name in infos]
+    assert shared  # the node's parameters for its job's settings
+    for param in shared:
+        info = infos[param.name]
+        if param.name in ("seed", "max_steps", "system_prompt", "name"):
+            continue  # the node's own meaning of 0 / empty (see the node)
+        _assert_agrees(param, info, info.default)
+
+
 def test_run_form_and_train_node_defaults_come_from_the_same_dataclass() -> None:
     node = specs()["rl.train"]
     # an env without a preset: every default is the dataclass's

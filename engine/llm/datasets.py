@@ -21,14 +21,16 @@ import hashlib
 import json
 import random
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, with_defaults
+from engine.errors import ConfigError
 from engine.llm.rollouts import iter_traces
+from engine.llm.train import METHODS, SEED_MAX
+from engine.settings import checked_config, setting
 from engine.store.atomic import atomic_write_json, atomic_write_text
 
-METHODS = ("sft", "kto", "dpo", "grpo")
 COLUMNS: dict[str, tuple[str, ...]] = {
     "sft": ("prompt", "completion"),
     "kto": ("prompt", "completion", "label"),
@@ -374,14 +376,27 @@ def check_columns(train_file: Path, method: str, field_name: str = "dataset") ->
 
 
 # ------------------------------------------------------------------ the job
-DATASET_DEFAULTS: dict[str, Any] = {
-    "traces": None,
-    "method": "sft",
-    "validation_fraction": 0.1,
-    "kto_max_ratio": 1.0,
-    "name": None,
-    "seed": None,
-}
+@dataclass
+class DatasetConfig:
+    """Settings of an ``llm.dataset`` job."""
+
+    traces: Any = None
+    """Trace files (JSON Lines from llm.collect): one path or a list."""
+    method: str = setting("sft", choices=METHODS)
+    """The format: grpo (prompts with env states to score answers), sft (good
+    steps), kto (steps labelled good or bad) or dpo (better / worse answer
+    pairs at the same state)."""
+    validation_fraction: float = setting(
+        0.1, min=0, max=1, exclusive_max=True, label="Validation split"
+    )
+    """Fraction of the rows held out for validation."""
+    kto_max_ratio: float = setting(1.0, min=0, max=100, label="KTO class ratio")
+    """KTO only: keep at most this many rows of the larger class per row of
+    the smaller one; 0 keeps all."""
+    name: str | None = None
+    """Folder name under ``data/datasets/`` (None: method and run id)."""
+    seed: int | None = setting(None, min=0, max=SEED_MAX)
+    """Seed of the shuffle and the split (None: drawn and recorded)."""
 
 
 def _trace_files(value: Any, project_dir: Path | None) -> list[Path]:
@@ -399,19 +414,9 @@ def _trace_files(value: Any, project_dir: Path | None) -> list[Path]:
 
 
 def validate_dataset(config: dict[str, Any]) -> dict[str, Any]:
-    out = with_defaults(config, DATASET_DEFAULTS, "llm.dataset")
-    if out["method"] not in METHODS:
-        raise ConfigError(
-            "method",
-            f"method must be one of {', '.join(METHODS)}, not {out['method']!r}.",
-        )
+    out = checked_config(DatasetConfig, config, "llm.dataset")
     if not out["traces"]:
         raise ConfigError("traces", "traces must name one or more trace files.")
-    frac = out["validation_fraction"]
-    if not isinstance(frac, int | float) or not 0.0 <= frac < 1.0:
-        raise ConfigError(
-            "validation_fraction", "validation_fraction must be at least 0 and below 1."
-        )
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
     return out

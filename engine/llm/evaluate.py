@@ -20,22 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import ConfigError, with_defaults
+from engine.errors import ConfigError
+from engine.llm.rollouts import EvaluateConfig
+from engine.settings import checked_config
 
-EVAL_DEFAULTS: dict[str, Any] = {
-    "model": None,
-    "baseline": None,
-    "env": None,
-    "episodes": 20,
-    "num_envs": 8,
-    "max_new_tokens": 16,
-    "greedy": True,
-    "fallback": "noop",
-    "system_prompt": None,
-    "tasks": None,
-    "max_steps": None,
-    "seed": None,
-}
 REPORT_KEYS = (
     "success_rate",
     "mean_return",
@@ -47,9 +35,8 @@ REPORT_KEYS = (
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import resolve_chat_model
-    from engine.llm.rollouts import check_max_steps
 
-    out = with_defaults(config, EVAL_DEFAULTS, "llm.evaluate")
+    out = checked_config(EvaluateConfig, config, "llm.evaluate")
     if not out["model"]:
         raise ConfigError("model", "model must name a model or adapter folder.")
     out["model"] = str(resolve_chat_model(out["model"]))
@@ -57,12 +44,6 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         out["baseline"] = str(resolve_chat_model(out["baseline"], "baseline"))
     if not out["env"]:
         raise ConfigError("env", "env must name an environment (id or spec file).")
-    for key in ("episodes", "num_envs", "max_new_tokens"):
-        if not isinstance(out[key], int) or out[key] < 1:
-            raise ConfigError(key, f"{key} must be a whole number of at least 1.")
-    if out["fallback"] not in ("rule", "noop"):
-        raise ConfigError("fallback", "fallback must be 'rule' or 'noop'.")
-    check_max_steps(out)
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
     return out

@@ -46,7 +46,9 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.flow import ParamSpec, PortSpec
-from engine.llm.merge import DTYPES
+from engine.llm.datasets import DatasetConfig
+from engine.llm.merge import MergeConfig
+from engine.llm.rollouts import CollectConfig, EvaluateConfig
 from engine.llm.train import METHODS, SEED_MAX, TrainConfig
 from engine.nodes.base import (
     NodeError,
@@ -73,7 +75,6 @@ REWARD_KINDS: tuple[str, ...] = (
 """The names of ``engine.llm.rewards.REWARDS`` (that module imports numpy,
 so the catalog keeps its own copy; a test checks they agree)."""
 
-COLLECT_POLICIES = ("llm", "expert", "rule")
 
 TRAIN_PARAMS = (
     "max_steps",
@@ -186,18 +187,6 @@ def optional_text(value: str) -> str | None:
 # --------------------------------------------------------------- base model
 # Parameters Collect rollouts and Evaluate share: both play the env with the
 # language-model policy.
-def _num_envs_param(default: int) -> ParamSpec:
-    return ParamSpec(
-        "num_envs",
-        "int",
-        default,
-        min=1,
-        max=256,
-        help="Episodes played together (one batched generation per step).",
-        label="Parallel envs",
-    )
-
-
 _MAX_STEPS_PARAM = ParamSpec(
     "max_steps",
     "int",
@@ -205,14 +194,6 @@ _MAX_STEPS_PARAM = ParamSpec(
     min=0,
     max=100_000,
     help="End an episode after this many steps; 0: the env's own limit.",
-)
-_MAX_NEW_TOKENS_PARAM = ParamSpec(
-    "max_new_tokens",
-    "int",
-    16,
-    min=1,
-    max=4096,
-    help="Tokens the model may generate per step.",
 )
 _SYSTEM_PROMPT_PARAM = ParamSpec(
     "system_prompt",
@@ -303,50 +284,14 @@ def base_model(node: NodeRun) -> NodeResult:
         ),
     ),
     params=(
-        ParamSpec(
-            "policy",
-            "choice",
-            "llm",
-            choices=COLLECT_POLICIES,
-            help="Who acts: llm (the linked model), expert (the env's solver, with "
-            "noise) or rule (a random valid tool).",
+        *param_specs(
+            CollectConfig,
+            ("policy", "episodes", "num_envs"),
         ),
-        ParamSpec(
-            "episodes", "int", 16, min=1, max=100_000, help="Episodes to record."
-        ),
-        _num_envs_param(4),
         _MAX_STEPS_PARAM,
-        _MAX_NEW_TOKENS_PARAM,
-        ParamSpec(
-            "temperature",
-            "float",
-            1.0,
-            min=0.01,
-            max=5.0,
-            help="Sampling temperature (ignored when greedy).",
-        ),
-        ParamSpec(
-            "greedy",
-            "bool",
-            False,
-            help="Always take the most likely tokens instead of sampling.",
-        ),
-        ParamSpec(
-            "fallback",
-            "choice",
-            "rule",
-            choices=("rule", "noop"),
-            help="What to do when an answer names no tool: rule (a random valid "
-            "tool) or noop (the first tool); either way it is counted.",
-        ),
-        ParamSpec(
-            "noise",
-            "float",
-            0.2,
-            min=0.0,
-            max=1.0,
-            help="Expert policy only: probability of a random valid tool instead "
-            "of the expert's.",
+        *param_specs(
+            CollectConfig,
+            ("max_new_tokens", "temperature", "greedy", "fallback", "noise"),
         ),
         _SYSTEM_PROMPT_PARAM,
         ParamSpec(
@@ -435,34 +380,7 @@ def collect(node: NodeRun) -> NodeResult:
         ),
     ),
     params=(
-        ParamSpec(
-            "method",
-            "choice",
-            "grpo",
-            choices=METHODS,
-            help="The format: grpo (prompts with env states to score answers), "
-            "sft (good steps), kto (steps labelled good or bad) or dpo (better / "
-            "worse answer pairs at the same state).",
-        ),
-        ParamSpec(
-            "validation_fraction",
-            "float",
-            0.1,
-            min=0.0,
-            max=0.9,
-            help="Fraction of the rows held out for validation.",
-            label="Validation split",
-        ),
-        ParamSpec(
-            "kto_max_ratio",
-            "float",
-            1.0,
-            min=0.0,
-            max=100.0,
-            help="KTO only: keep at most this many rows of the larger class per "
-            "row of the smaller one; 0 keeps all.",
-            label="KTO class ratio",
-        ),
+        *param_specs(DatasetConfig, ("method", "validation_fraction", "kto_max_ratio")),
         ParamSpec(
             "seed",
             "int",
@@ -748,15 +666,7 @@ def train(node: NodeRun) -> NodeResult:
         ),
     ),
     params=(
-        ParamSpec(
-            "dtype",
-            "choice",
-            "float32",
-            choices=DTYPES,
-            help="Precision of the saved weights: float32 keeps every bit of the "
-            "adapter; bfloat16 / float16 halve the size.",
-            label="Precision",
-        ),
+        *param_specs(MergeConfig, ("dtype",)),
         ParamSpec(
             "name",
             "str",
@@ -845,26 +755,9 @@ def merge(node: NodeRun) -> NodeResult:
         ),
     ),
     params=(
-        ParamSpec(
-            "episodes", "int", 20, min=1, max=100_000, help="Episodes per model."
-        ),
-        _num_envs_param(8),
+        *param_specs(EvaluateConfig, ("episodes", "num_envs")),
         _MAX_STEPS_PARAM,
-        _MAX_NEW_TOKENS_PARAM,
-        ParamSpec(
-            "greedy",
-            "bool",
-            True,
-            help="Take the most likely tokens instead of sampling.",
-        ),
-        ParamSpec(
-            "fallback",
-            "choice",
-            "noop",
-            choices=("noop", "rule"),
-            help="What an answer naming no tool does: noop (the first tool) or "
-            "rule (a random valid tool); either way it counts as invalid.",
-        ),
+        *param_specs(EvaluateConfig, ("max_new_tokens", "greedy", "fallback")),
         _SYSTEM_PROMPT_PARAM,
         ParamSpec(
             "seed",

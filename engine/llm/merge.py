@@ -6,26 +6,38 @@ import errno
 import os
 import random
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError, with_defaults
+from engine.errors import ConfigError, EngineError
+from engine.settings import checked_config, setting
 from engine.store.atomic import TMP_MARK
 
 DTYPES = ("float32", "float16", "bfloat16")
-MERGE_DEFAULTS: dict[str, Any] = {
-    "adapter": None,
-    "base": None,
-    "dtype": "float32",
-    "name": None,
-    "seed": None,
-}
+
+
+@dataclass
+class MergeConfig:
+    """Settings of an ``llm.merge`` job."""
+
+    adapter: str | None = None
+    """The LoRA adapter folder to merge."""
+    base: str | None = None
+    """Its base model (None: the one the adapter names)."""
+    dtype: str = setting("float32", choices=DTYPES, label="Precision")
+    """Precision of the saved weights: float32 keeps every bit of the adapter;
+    bfloat16 / float16 halve the size."""
+    name: str | None = None
+    """Folder name of the merged model under ``models/`` (None: the run id)."""
+    seed: int | None = None
+    """Recorded for reproducibility (merging draws nothing)."""
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import inspect_model
 
-    out = with_defaults(config, MERGE_DEFAULTS, "llm.merge")
+    out = checked_config(MergeConfig, config, "llm.merge")
     if not out["adapter"]:
         raise ConfigError("adapter", "adapter must name a LoRA adapter folder.")
     info = inspect_model(out["adapter"], "adapter")
@@ -41,8 +53,6 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError("base", "The adapter does not name its base model; set base.")
     else:
         out["base"] = info.base
-    if out["dtype"] not in DTYPES:
-        raise ConfigError("dtype", f"dtype must be one of {', '.join(DTYPES)}.")
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
     return out

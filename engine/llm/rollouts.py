@@ -21,10 +21,13 @@ import os
 import random
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError, with_defaults
+from engine.errors import ConfigError, EngineError
+from engine.llm.train import SEED_MAX
+from engine.settings import checked_config, setting
 
 
 class TraceRecorder:
@@ -320,60 +323,81 @@ def rollout_stats(episodes: list[dict[str, Any]]) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------ the job
-COLLECT_DEFAULTS: dict[str, Any] = {
-    "env": None,
-    "policy": "llm",
-    "model": None,
-    "episodes": 16,
-    "num_envs": 4,
-    "noise": 0.2,
-    "max_new_tokens": 16,
-    "greedy": False,
-    "temperature": 1.0,
-    "fallback": "rule",
-    "system_prompt": None,
-    "tasks": None,
-    "max_steps": None,
-    "name": None,
-    "seed": None,
-}
-POLICIES = ("llm", "rule", "expert")
+POLICIES = ("llm", "expert", "rule")
+FALLBACKS = ("rule", "noop")
+
+
+@dataclass
+class PlayConfig:
+    """Settings ``llm.collect`` and ``llm.evaluate`` share: both play the env
+    with a language-model policy."""
+
+    env: str | None = None
+    """The environment: a designed env's spec file or a registered id."""
+    model: str | None = None
+    """The language model (a model or adapter folder, or a hub id)."""
+    episodes: int = setting(16, min=1, max=100_000, unit="episodes")
+    """Episodes to play."""
+    num_envs: int = setting(4, min=1, max=256, label="Parallel envs")
+    """Episodes played together (one batched generation per step)."""
+    max_new_tokens: int = setting(16, min=1, max=4096, unit="tokens")
+    """Tokens the model may generate per step."""
+    greedy: bool = False
+    """Always take the most likely tokens instead of sampling."""
+    fallback: str = setting("rule", choices=FALLBACKS)
+    """What to do when an answer names no tool: rule (a random valid tool) or
+    noop (the first tool); either way it is counted as invalid."""
+    system_prompt: str | None = None
+    """System prompt; None: one listing the env's tools."""
+    tasks: Any = None
+    """Task variants to cycle through (None: the env's own)."""
+    max_steps: int | None = setting(None, min=1, max=100_000, unit="steps")
+    """End an episode after this many steps; None: the env's own limit."""
+    seed: int | None = setting(None, min=0, max=SEED_MAX)
+    """Seed of the episodes and of sampling (None: drawn and recorded)."""
+
+
+@dataclass
+class CollectConfig(PlayConfig):
+    """Settings of an ``llm.collect`` job."""
+
+    policy: str = setting("llm", choices=POLICIES)
+    """Who acts: llm (the model), expert (the env's solver, with noise) or rule
+    (a random valid tool)."""
+    noise: float = setting(0.2, min=0, max=1)
+    """Expert policy only: probability of a random valid tool instead of the
+    expert's."""
+    temperature: float = setting(1.0, min=0, max=5, exclusive_min=True)
+    """Sampling temperature (ignored when greedy)."""
+    name: str | None = None
+    """File name of the traces under ``data/traces/`` (None: the run id)."""
+
+
+@dataclass
+class EvaluateConfig(PlayConfig):
+    """Settings of an ``llm.evaluate`` job."""
+
+    episodes: int = setting(20, min=1, max=100_000, unit="episodes")
+    num_envs: int = setting(8, min=1, max=256, label="Parallel envs")
+    greedy: bool = True
+    fallback: str = setting("noop", choices=FALLBACKS)
+    baseline: str | None = None
+    """A second model played on the same episodes, for a before/after report."""
 
 
 def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import resolve_chat_model
 
-    out = with_defaults(config, COLLECT_DEFAULTS, "llm.collect")
-    if not out["env"] or not isinstance(out["env"], str):
+    out = checked_config(CollectConfig, config, "llm.collect")
+    if not out["env"]:
         raise ConfigError("env", "env must name an environment (id or spec file).")
-    if out["policy"] not in POLICIES:
-        raise ConfigError(
-            "policy",
-            f"policy must be one of {', '.join(POLICIES)}, not {out['policy']!r}.",
-        )
     if out["policy"] == "llm":
         if not out["model"]:
             raise ConfigError("model", "model is required when policy is 'llm'.")
         out["model"] = str(resolve_chat_model(out["model"]))
-    for key in ("episodes", "num_envs", "max_new_tokens"):
-        if not isinstance(out[key], int) or out[key] < 1:
-            raise ConfigError(key, f"{key} must be a whole number of at least 1.")
-    if not 0.0 <= float(out["noise"]) <= 1.0:
-        raise ConfigError("noise", "noise must be between 0 and 1.")
-    if out["fallback"] not in ("rule", "noop"):
-        raise ConfigError("fallback", "fallback must be 'rule' or 'noop'.")
-    check_max_steps(out)
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
     return out
-
-
-def check_max_steps(out: dict[str, Any]) -> None:
-    v = out.get("max_steps")
-    if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-        raise ConfigError(
-            "max_steps", "max_steps must be empty or a whole number >= 1."
-        )
 
 
 def env_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
