@@ -394,7 +394,7 @@ def test_a_hardware_batch_size_is_raised_to_what_grpo_accepts(
 def test_a_hardware_batch_size_fits_the_method_and_the_dataset(
     method: str, hardware_batch: int, rows: int, batch: int, note: str | None
 ) -> None:
-    from engine.llm.train import fit_batch
+    from engine.llm.train import fit_to_hardware
 
     out = {
         "method": method,
@@ -402,13 +402,29 @@ def test_a_hardware_batch_size_fits_the_method_and_the_dataset(
         "gradient_accumulation_steps": 1,
         "num_generations": 4,
     }
-    notes = fit_batch(out, True, rows)
+    notes = fit_to_hardware(out, {"batch_size"}, rows)
     assert out["batch_size"] == batch
     expected = [f"batch_size {hardware_batch} -> {batch}: {note}."] if note else []
     assert notes == expected
     # the user's own batch size is never changed
     mine = {**out, "batch_size": hardware_batch}
-    assert fit_batch(mine, False, rows) == [] and mine["batch_size"] == hardware_batch
+    assert fit_to_hardware(mine, set(), rows) == []
+    assert mine["batch_size"] == hardware_batch
+
+
+def test_hardware_generations_fit_the_users_grpo_batch(model_and_data) -> None:
+    from engine.llm.train import validate
+
+    model, data = model_and_data
+    gpu = {**HW, "batch_size": 16, "num_generations": 16}
+    out = validate(
+        {"model": str(model), "dataset": str(data), "batch_size": 6}, hardware=gpu
+    )
+    assert out["batch_size"] == 6 and out["num_generations"] == 6
+    assert out["notes"] == [
+        "num_generations 16 -> 6: GRPO groups answers within batch_size x "
+        "accumulation = 6."
+    ]
 
 
 def test_other_validators(tmp_path: Path) -> None:

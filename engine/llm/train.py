@@ -156,33 +156,49 @@ device batch of one is refused ("Actual (not effective) batch size must be
 > 1")."""
 
 
-def fit_batch(out: dict[str, Any], batch_from_hardware: bool, n_rows: int) -> list[str]:
-    """Fit a batch size the hardware suggested (not one the user chose) to
-    what the method accepts and to the dataset, in place; one sentence per
-    change, for the run log."""
+def fit_to_hardware(out: dict[str, Any], chosen: set[str], n_rows: int) -> list[str]:
+    """Fit the batch size and GRPO generations the hardware suggested (named
+    in ``chosen``; never what the user set) to what the method accepts and to
+    the dataset, in place; one sentence per change, for the run log."""
     notes: list[str] = []
-    if not batch_from_hardware:
-        return notes
 
-    def change(value: int, why: str) -> None:
-        if value != out["batch_size"]:
-            notes.append(f"batch_size {out['batch_size']} -> {value}: {why}.")
-            out["batch_size"] = value
+    def change(key: str, value: int, why: str) -> None:
+        if value != out[key]:
+            notes.append(f"{key} {out[key]} -> {value}: {why}.")
+            out[key] = value
 
     method = out["method"]
     accum = out["gradient_accumulation_steps"]
-    if method != "grpo" and n_rows > 0 and out["batch_size"] > n_rows:
-        change(n_rows, f"the dataset has {n_rows} rows")
-    if method == "kto" and out["batch_size"] < KTO_MIN_BATCH:
-        change(KTO_MIN_BATCH, "KTO compares each row with the others of its batch")
-    if method == "grpo":
+    if "batch_size" in chosen:
+        if method != "grpo" and n_rows > 0 and out["batch_size"] > n_rows:
+            change("batch_size", n_rows, f"the dataset has {n_rows} rows")
+        if method == "kto" and out["batch_size"] < KTO_MIN_BATCH:
+            change(
+                "batch_size",
+                KTO_MIN_BATCH,
+                "KTO compares each row with the others of its batch",
+            )
+    if method != "grpo":
+        return notes
+    gens = out["num_generations"]
+    if "batch_size" in chosen:
         # The hardware suggests a batch without knowing the answers per
         # prompt (a CPU: 1 sequence, 4 answers); raise it to the smallest
         # batch GRPO accepts rather than refuse the user's run.
         batch = out["batch_size"]
-        while batch * accum % out["num_generations"]:
+        while batch * accum % gens:
             batch += 1
-        change(batch, f"GRPO groups {out['num_generations']} answers per prompt")
+        change("batch_size", batch, f"GRPO groups {gens} answers per prompt")
+    elif "num_generations" in chosen and out["batch_size"] * accum % gens:
+        # The user's batch stays; the answers per prompt shrink to divide it.
+        total = out["batch_size"] * accum
+        fits = [g for g in range(2, gens + 1) if total % g == 0]
+        if fits:
+            change(
+                "num_generations",
+                max(fits),
+                f"GRPO groups answers within batch_size x accumulation = {total}",
+            )
     return notes
 
 
@@ -212,7 +228,7 @@ def validate(
     n_rows = check_columns(train_file, out["method"])
     out["dataset"] = str(ds.resolve())
     hw = hardware if hardware is not None else hardware_defaults()
-    batch_from_hardware = out["batch_size"] is None
+    chosen = set()
     for key in (
         "batch_size",
         "lora_rank",
@@ -223,6 +239,7 @@ def validate(
     ):
         if out[key] is None:
             out[key] = hw[key]
+            chosen.add(key)
     # Hardware values are checked like the user's.
     out = check_fields(TrainConfig, out)
     if out["max_steps"] == 0:
@@ -235,7 +252,7 @@ def validate(
         )
     if out["lora_alpha"] is None:
         out["lora_alpha"] = 2.0 * out["lora_rank"]
-    notes = fit_batch(out, batch_from_hardware, n_rows)
+    notes = fit_to_hardware(out, chosen, n_rows)
     if out["method"] == "kto" and out["batch_size"] < KTO_MIN_BATCH:
         raise ConfigError(
             "batch_size",
