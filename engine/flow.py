@@ -754,9 +754,20 @@ def _migrate_llm_train_params(params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _migrate_llm_play_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Collect rollouts and Evaluate before optional parameters: max_steps 0
+    ("the env's own limit") becomes empty."""
+    out = dict(params)
+    if out.get("max_steps") == 0:
+        out["max_steps"] = None
+    return out
+
+
 _NODE_PARAM_MIGRATIONS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "rl.train": _migrate_rl_train_params,
     "llm.train": _migrate_llm_train_params,
+    "llm.collect": _migrate_llm_play_params,
+    "llm.evaluate": _migrate_llm_play_params,
 }
 """Parameter changes of a node type within one format (idempotent: applied
 on every load)."""

@@ -92,8 +92,8 @@ def test_language_model_nodes_agree_with_their_jobs(
     assert shared  # the node's parameters for its job's settings
     for param in shared:
         info = infos[param.name]
-        if param.name in ("seed", "max_steps", "system_prompt", "name"):
-            continue  # the node's own meaning of 0 / empty (see the node)
+        if param.name == "name":
+            continue  # the node's name is the model's display name
         _assert_agrees(param, info, info.default)
 
 

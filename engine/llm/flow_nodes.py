@@ -49,7 +49,7 @@ from engine.flow import ParamSpec, PortSpec
 from engine.llm.datasets import DatasetConfig
 from engine.llm.merge import MergeConfig
 from engine.llm.rollouts import CollectConfig, EvaluateConfig
-from engine.llm.train import METHODS, SEED_MAX, TrainConfig
+from engine.llm.train import METHODS, TrainConfig
 from engine.nodes.base import (
     NodeError,
     NodeResult,
@@ -127,7 +127,7 @@ def finite(values: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def env_for_llm(env: dict[str, Any], max_steps: int) -> tuple[str, int | None]:
+def env_for_llm(env: dict[str, Any], max_steps: int | None) -> tuple[str, int | None]:
     """The env reference the llm.* jobs take (the designed spec file, else the
     Gymnasium id) and the episode cap (the node's, else the env node's
     ``max_steps`` argument)."""
@@ -180,27 +180,11 @@ def hf_model_value(path: str, *, ref: str, name: str, kind: str) -> dict[str, An
     }
 
 
-def optional_text(value: str) -> str | None:
-    return value.strip() or None
+def optional_text(value: str | None) -> str | None:
+    return (value or "").strip() or None
 
 
 # --------------------------------------------------------------- base model
-# Parameters Collect rollouts and Evaluate share: both play the env with the
-# language-model policy.
-_MAX_STEPS_PARAM = ParamSpec(
-    "max_steps",
-    "int",
-    0,
-    min=0,
-    max=100_000,
-    help="End an episode after this many steps; 0: the env's own limit.",
-)
-_SYSTEM_PROMPT_PARAM = ParamSpec(
-    "system_prompt",
-    "str",
-    "",
-    help="System prompt; empty: one listing the env's tools.",
-)
 
 
 def _check_base(params: dict[str, Any]) -> list[str]:
@@ -286,21 +270,19 @@ def base_model(node: NodeRun) -> NodeResult:
     params=(
         *param_specs(
             CollectConfig,
-            ("policy", "episodes", "num_envs"),
-        ),
-        _MAX_STEPS_PARAM,
-        *param_specs(
-            CollectConfig,
-            ("max_new_tokens", "temperature", "greedy", "fallback", "noise"),
-        ),
-        _SYSTEM_PROMPT_PARAM,
-        ParamSpec(
-            "seed",
-            "int",
-            0,
-            min=0,
-            max=SEED_MAX,
-            help="Seed of the episodes and of sampling.",
+            (
+                "policy",
+                "episodes",
+                "num_envs",
+                "max_steps",
+                "max_new_tokens",
+                "temperature",
+                "greedy",
+                "fallback",
+                "noise",
+                "system_prompt",
+                "seed",
+            ),
         ),
     ),
 )
@@ -380,14 +362,9 @@ def collect(node: NodeRun) -> NodeResult:
         ),
     ),
     params=(
-        *param_specs(DatasetConfig, ("method", "validation_fraction", "kto_max_ratio")),
-        ParamSpec(
-            "seed",
-            "int",
-            0,
-            min=0,
-            max=SEED_MAX,
-            help="Seed of the shuffle and the split.",
+        *param_specs(
+            DatasetConfig,
+            ("method", "validation_fraction", "kto_max_ratio", "seed"),
         ),
     ),
 )
@@ -755,17 +732,18 @@ def merge(node: NodeRun) -> NodeResult:
         ),
     ),
     params=(
-        *param_specs(EvaluateConfig, ("episodes", "num_envs")),
-        _MAX_STEPS_PARAM,
-        *param_specs(EvaluateConfig, ("max_new_tokens", "greedy", "fallback")),
-        _SYSTEM_PROMPT_PARAM,
-        ParamSpec(
-            "seed",
-            "int",
-            0,
-            min=0,
-            max=SEED_MAX,
-            help="Seed of the episodes (the same for every model compared).",
+        *param_specs(
+            EvaluateConfig,
+            (
+                "episodes",
+                "num_envs",
+                "max_steps",
+                "max_new_tokens",
+                "greedy",
+                "fallback",
+                "system_prompt",
+                "seed",
+            ),
         ),
     ),
 )
