@@ -34,6 +34,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "convert a HF model or LoRA adapter to GGUF",
     ),
     "deploy-ollama": ("engine.export.cli_ollama", "create an Ollama model from a GGUF"),
+    "export-ollama": (
+        "engine.export.cli_export_ollama",
+        "merge, export to GGUF and deploy to Ollama in one command",
+    ),
     "export-onnx": ("engine.export.cli_onnx", "export an SB3 policy to ONNX"),
     "run": (
         "engine.nodes.cli",

@@ -29,19 +29,14 @@ from PySide6.QtWidgets import (
 from studio.models_controller import (
     DEFAULT_OLLAMA_HOST,
     ModelsController,
-    OllamaPipeline,
+    OllamaExport,
     ollama_name_for,
 )
 
 GGUF_TYPES = ("f16", "bf16", "f32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+SERVER_QUANT_TYPES = ("q4_k_m", "q4_k_s")
+"""Types of the one-click export that Ollama makes from an F16 export."""
 QUANTIZE = ("", "q4_K_M", "q4_K_S", "q8_0")
-STEP_MARKS = {
-    "waiting": "○",
-    "running": "◐",
-    "completed": "●",
-    "failed": "✕",
-    "stopped": "■",
-}
 
 
 class ChatDialog(QDialog):
@@ -199,7 +194,7 @@ class DeployOllamaDialog(QDialog):
         for q in QUANTIZE:
             self.quantize.addItem(q or "none (keep the GGUF's type)", q)
         self.type_box = QComboBox()
-        self.type_box.addItems(list(GGUF_TYPES))
+        self.type_box.addItems([*SERVER_QUANT_TYPES, *GGUF_TYPES])
         self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
         self.message.hide()
         form = QFormLayout()
@@ -207,8 +202,10 @@ class DeployOllamaDialog(QDialog):
         form.addRow("Host", self.host)
         form.addRow("System prompt", self.system)
         if one_click:
-            form.addRow("GGUF type", self.type_box)
-        form.addRow("Quantize on server", self.quantize)
+            # The type covers quantizing on the server (q4_k_*).
+            form.addRow("Type", self.type_box)
+        else:
+            form.addRow("Quantize on server", self.quantize)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
@@ -222,7 +219,7 @@ class DeployOllamaDialog(QDialog):
             layout.addWidget(
                 QLabel(
                     "Merges the adapter, exports a GGUF, writes the Modelfile and "
-                    "creates the Ollama model, one run after another.",
+                    "creates the Ollama model, in one engine run.",
                     wordWrap=True,
                 )
             )
@@ -251,13 +248,14 @@ class DeployOllamaDialog(QDialog):
 
 
 class PipelineView(QWidget):
-    """The one-click chain's progress: its steps, one bar, the final line."""
+    """The one-click export's progress: the stage the engine reports, one
+    bar over all stages, and the final line."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.pipeline: OllamaPipeline | None = None
+        self.export: OllamaExport | None = None
         self.title = QLabel()
-        self.steps = QLabel()
+        self.stage = QLabel()
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.result = QLabel(wordWrap=True)
@@ -278,7 +276,7 @@ class PipelineView(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.addLayout(head)
-        layout.addWidget(self.steps)
+        layout.addWidget(self.stage)
         layout.addWidget(self.bar)
         layout.addWidget(self.result)
         self.setStyleSheet(
@@ -286,43 +284,37 @@ class PipelineView(QWidget):
         )
         self.hide()
 
-    def set_pipeline(self, pipeline: OllamaPipeline) -> None:
-        self.pipeline = pipeline
-        pipeline.changed.connect(self.refresh)
+    def set_export(self, export: OllamaExport) -> None:
+        self.export = export
+        export.changed.connect(self.refresh)
         self.title.setText(
-            f"<b>Export to Ollama</b>: {html.escape(str(pipeline.model.get('name')))}"
-            f" → {html.escape(pipeline.name)}"
+            f"<b>Export to Ollama</b>: {html.escape(str(export.model.get('name')))}"
+            f" → {html.escape(export.name)}"
         )
         self.result.clear()
         self.show()
         self.refresh()
 
     def refresh(self) -> None:
-        p = self.pipeline
-        if p is None:
+        e = self.export
+        if e is None:
             return
-        parts = []
-        for step in p.steps:
-            mark = STEP_MARKS.get(step.status, "○")
-            color = {"completed": "#2ca02c", "failed": "#d62728"}.get(
-                step.status, "#333333" if step.status == "running" else "#7f7f7f"
-            )
-            parts.append(f"<span style='color:{color}'>{mark} {step.title}</span>")
-        self.steps.setText("  →  ".join(parts))
-        done, total = p.progress()
-        self.bar.setValue(int(1000 * done / total) if total else 0)
-        self.stop_button.setEnabled(not p.done)
-        if p.done:
-            color = "#d62728" if any(s.status == "failed" for s in p.steps) else ""
-            style = f"color:{color}" if color else ""
+        self.stage.setText(e.stage_text() or ("" if e.done else "starting…"))
+        done, total = e.progress()
+        if e.done and e.ok:
+            done = total = 1.0
+        self.bar.setValue(int(1000 * min(done / total, 1.0)) if total else 0)
+        self.stop_button.setEnabled(not e.done)
+        if e.done:
+            style = "" if e.ok else "color:#d62728"
             self.result.setText(
                 f"<span style='{style}'>"
-                f"{html.escape(p.message).replace(chr(10), '<br>')}</span>"
+                f"{html.escape(e.message).replace(chr(10), '<br>')}</span>"
             )
 
     def result_text(self) -> str:
-        return self.pipeline.message if self.pipeline else ""
+        return self.export.message if self.export else ""
 
     def _on_stop_clicked(self) -> None:
-        if self.pipeline is not None:
-            self.pipeline.stop()
+        if self.export is not None:
+            self.export.stop()

@@ -44,22 +44,13 @@ class ActionRun:
     config: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class PipelineStep:
-    kind: str
-    title: str
-    run_id: str = ""
-    status: str = "waiting"
-    """``waiting``, ``running``, ``completed``, ``failed``, ``stopped``, ``skipped``."""
+class OllamaExport(QObject):
+    """The one-click Export to Ollama: one ``export.ollama`` run (merge →
+    GGUF → deploy, chained in the engine) followed until it ends.
 
-
-class OllamaPipeline(QObject):
-    """One click: adapter → merge → GGUF → Modelfile + deploy, as runs.
-
-    Each step starts when the previous one completes; ``changed`` fires on
-    every step or progress change and ``finished(ok, message)`` once. The
-    final message ends with ``ollama run NAME`` (or says where the bundle
-    was written when no Ollama server answered).
+    ``changed`` fires when the run starts or progresses, ``finished(ok,
+    message)`` once; the final message ends with ``ollama run NAME`` (or says
+    where the bundle was written when no Ollama server answered).
     """
 
     changed = Signal()
@@ -69,148 +60,82 @@ class OllamaPipeline(QObject):
         self,
         session: Session,
         model: dict[str, Any],
-        name: str,
-        host: str = DEFAULT_OLLAMA_HOST,
-        gguf_type: str = "f16",
-        system: str | None = None,
-        quantize: str | None = None,
+        config: dict[str, Any],
         parent: QObject | None = None,
     ) -> None:
         super().__init__(parent)
         self._session = session
         self.model = model
-        self.name = name
-        self.host = host
-        self.gguf_type = gguf_type
-        self.system = system or None
-        self.quantize = quantize or None
+        self.config = config
+        self.name = str(config["name"])
+        self.run_id = ""
         self.message = ""
         self.done = False
-        kind = model.get("kind")
-        self.steps: list[PipelineStep] = []
-        if kind == "lora-adapter":
-            self.steps.append(PipelineStep("llm.merge", "Merge adapter into base"))
-        if kind in ("lora-adapter", "hf-merged", "hf-model"):
-            self.steps.append(PipelineStep("export.gguf", "Export GGUF"))
-        self.steps.append(PipelineStep("deploy.ollama", "Modelfile and deploy"))
-        self._index = -1
-        # What the next step takes: a path and the model ids it came from.
-        self._input_path = str(model.get("path", ""))
-        self._parents = [str(model["id"])]
+        self.ok = False
         session.run_ended.connect(self._on_session_run_ended)
         self._unsubscribe = session.state.subscribe(self._on_state_changed)
 
-    # ---------------------------------------------------------------- API
     def start(self) -> None:
-        self._next()
-
-    def current(self) -> PipelineStep | None:
-        if 0 <= self._index < len(self.steps):
-            return self.steps[self._index]
-        return None
-
-    def progress(self) -> tuple[float, float]:
-        """(done, total) over all steps; each step counts as one unit."""
-        done = sum(1.0 for s in self.steps if s.status == "completed")
-        step = self.current()
-        if step is not None and step.status == "running" and step.run_id:
-            run = self._session.state.run(step.run_id) or {}
-            total = float(run.get("progress_total") or 0)
-            if total > 0:
-                done += min(1.0, float(run.get("progress_done") or 0) / total)
-        return done, float(len(self.steps))
-
-    def stop(self) -> None:
-        step = self.current()
-        if step is not None and step.status == "running" and step.run_id:
-            self._session.stop_run(step.run_id)
-
-    # ------------------------------------------------------------- steps
-    def _config(self, step: PipelineStep) -> dict[str, Any]:
-        if step.kind == "llm.merge":
-            return {"adapter": self._input_path, "name": f"{self.name}-merged"}
-        if step.kind == "export.gguf":
-            return {
-                "model_dir": self._input_path,
-                "type": self.gguf_type,
-                "name": self.name,
-                "parents": list(self._parents),
-            }
-        return {
-            "gguf": self._input_path,
-            "name": self.name,
-            "host": self.host,
-            "system": self.system,
-            "quantize": self.quantize,
-            "parents": list(self._parents),
-        }
-
-    def _next(self) -> None:
-        self._index += 1
-        step = self.current()
-        if step is None:
-            self._finish(True, self.message)
-            return
-        step.status = "running"
-        self.changed.emit()
         self._session.start_run(
-            step.kind,
-            self._config(step),
-            name=f"{step.title}: {self.name}",
-            on_started=self._on_step_started,
-            on_error=self._on_step_refused,
+            "export.ollama",
+            self.config,
+            name=f"Export to Ollama: {self.name}",
+            on_started=self._on_started,
+            on_error=lambda e: self._finish(False, e.message),
         )
 
-    def _on_step_started(self, run_id: str) -> None:
-        step = self.current()
-        if step is not None:
-            step.run_id = run_id
-            self.changed.emit()
+    def run(self) -> dict[str, Any]:
+        return (self._session.state.run(self.run_id) or {}) if self.run_id else {}
 
-    def _on_step_refused(self, error: protocol.Error) -> None:
-        step = self.current()
-        if step is not None:
-            step.status = "failed"
-        self._finish(False, f"{step.title if step else 'A step'}: {error.message}")
+    def progress(self) -> tuple[float, float]:
+        """(done, total): the run's stages, each one unit."""
+        run = self.run()
+        return float(run.get("progress_done") or 0), float(
+            run.get("progress_total") or 0
+        )
+
+    def stage_text(self) -> str:
+        """What the engine says it is doing (``Export GGUF: tensor 3/20``)."""
+        return str(self.run().get("progress_message") or "")
+
+    def stop(self) -> None:
+        if self.run_id and not self.done:
+            self._session.stop_run(self.run_id)
+
+    def _on_started(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.changed.emit()
 
     def _on_state_changed(self, what: str, key: str) -> None:
-        step = self.current()
-        if what == "run" and step is not None and key == step.run_id:
+        if what == "run" and self.run_id and key == self.run_id:
             self.changed.emit()
 
     def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:
-        step = self.current()
-        if step is None or run_id != step.run_id or self.done:
+        if self.done or not self.run_id or run_id != self.run_id:
             return
-        step.status = status
         if status != "completed":
-            self._finish(False, f"{step.title} {status}: {reason or 'stopped.'}")
+            self._finish(False, reason or f"The export {status}.")
             return
-        summary = (self._session.state.run(run_id) or {}).get("summary") or {}
-        models = summary.get("models") or []
-        registered = [str(m) for m in summary.get("registered_models") or []]
-        if step.kind == "deploy.ollama":
-            deploy = summary.get("deploy") or {}
-            if deploy.get("deployed"):
-                self.message = (
-                    f"{self.name} is deployed on {deploy.get('host', self.host)}.\n"
-                    f"ollama run {self.name}"
-                )
-            else:
-                self.message = (
-                    f"{deploy.get('message', 'No Ollama server answered.')}\n"
-                    f"Then: ollama run {self.name}"
-                )
-        elif models:
-            self._input_path = str(models[0].get("file", ""))
-            self._parents = registered or self._parents
-        self._next()
+        summary = self.run().get("summary") or {}
+        deploy = summary.get("deploy") or {}
+        if summary.get("stopped"):
+            self._finish(False, "The export stopped.")
+        elif deploy.get("deployed"):
+            host = deploy.get("host", self.config.get("host", ""))
+            self._finish(
+                True, f"{self.name} is deployed on {host}.\nollama run {self.name}"
+            )
+        else:
+            self._finish(
+                True,
+                f"{deploy.get('message', 'No Ollama server answered.')}\n"
+                f"Then: ollama run {self.name}",
+            )
 
     def _finish(self, ok: bool, message: str) -> None:
         if self.done:
             return
-        self.done = True
-        self.message = message
+        self.done, self.ok, self.message = True, ok, message
         self._session.run_ended.disconnect(self._on_session_run_ended)
         self._unsubscribe()
         self.changed.emit()
@@ -467,21 +392,20 @@ class ModelsController(QObject):
         model: dict[str, Any],
         name: str,
         host: str | None = None,
-        gguf_type: str = "f16",
+        gguf_type: str = "q4_k_m",
         system: str | None = None,
-        quantize: str | None = None,
-    ) -> OllamaPipeline:
-        """The one-click chain; call ``start()`` on the result."""
-        return OllamaPipeline(
-            self.session,
-            model,
-            name,
-            host or self.ollama_host,
-            gguf_type,
-            system,
-            quantize,
-            parent=self,
-        )
+    ) -> OllamaExport:
+        """The one-click export as one engine run; call ``start()`` on it."""
+        path = model.get("path", "")
+        config = {
+            "model": str(path if model.get("kind") == "gguf" else model_folder(model)),
+            "name": name,
+            "type": gguf_type,
+            "host": host or self.ollama_host,
+            "system": system or None,
+            "parents": [str(model["id"])],
+        }
+        return OllamaExport(self.session, model, config, parent=self)
 
     def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:
         action = self.actions.get(run_id)

@@ -302,7 +302,7 @@ class Session(QObject):
                 self.run_metrics_received.emit(run_id, rows)
             case protocol.RunProgress():
                 self.state.on_run_progress(
-                    msg.run_id, msg.done, msg.total, msg.rate, msg.eta_s
+                    msg.run_id, msg.done, msg.total, msg.rate, msg.eta_s, msg.message
                 )
             case protocol.RunLog(run_id=run_id, lines=lines):
                 self.run_log_received.emit(run_id, lines)

@@ -308,10 +308,9 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
         dialog.host.setText(fake.host)
         with qtbot.waitSignal(dialog.accepted):
             dialog._on_accepted()
-        pipeline = ws.pipeline_view.pipeline
-        assert pipeline is not None
-        assert [s.kind for s in pipeline.steps] == ["deploy.ollama"]
-        with qtbot.waitSignal(pipeline.finished, timeout=60_000) as done:
+        export = ws.pipeline_view.export
+        assert export is not None
+        with qtbot.waitSignal(export.finished, timeout=60_000) as done:
             pass
         assert done.args[0] is True, done.args
         assert ws.pipeline_view.result_text().endswith("ollama run tiny-agent")
@@ -320,8 +319,13 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
         assert "tiny-agent:latest" in fake.models
         create = next(b for m, p, b in fake.requests if p == "/api/create")
         assert create["model"] == "tiny-agent" and "<|im_start|>" in create["template"]
-    # The deploy run is in the Training list too.
-    assert any(
-        r["name"] == "Modelfile and deploy: tiny-agent" and r["status"] == "completed"
-        for r in win.session.state.runs.values()
+        # The default type asks the server for Q4_K_M from the F16 file.
+        assert create["quantize"] == "q4_K_M"
+    # One export.ollama run, deploy only, is in the Training list too.
+    run = win.session.state.run(export.run_id)
+    assert run is not None and run["kind"] == "export.ollama"
+    assert run["name"] == "Export to Ollama: tiny-agent"
+    assert run["status"] == "completed"
+    assert (
+        "Modelfile and deploy (1/1)" in (Path(run["run_dir"]) / "log.txt").read_text()
     )

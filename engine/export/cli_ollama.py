@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def _params(items: list[str]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from engine.export.cli import ProgressBar
-    from engine.export.ollama import deploy_gguf
+    from engine.export.ollama import BUNDLE_ONLY_EXIT, deploy_gguf
 
     result = deploy_gguf(
         args.gguf,
@@ -96,4 +97,11 @@ def run(args: argparse.Namespace) -> int:
         for w in result.warnings:
             print(f"Warning: {w}")
         print(result.command)
+    if not result.deployed:
+        print(
+            "rl-studio-engine deploy-ollama: deployed nothing; the bundle is in "
+            f"{result.bundle_dir}.",
+            file=sys.stderr,
+        )
+        return BUNDLE_ONLY_EXIT
     return 0

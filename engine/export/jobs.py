@@ -9,7 +9,6 @@ supervisor registers them with their lineage (``parents``: model ids).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,7 +188,7 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
 
 def validate_ollama(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.modelfile import FAMILIES
-    from engine.export.ollama import K_QUANTS, check_model_name
+    from engine.export.ollama import K_QUANTS, check_host, check_model_name
 
     out = _common(config, OllamaDeployConfig, "an Ollama deployment")
     out["gguf"] = str(_existing(out, "gguf", "GGUF file", folder=False))
@@ -199,10 +198,10 @@ def validate_ollama(config: dict[str, Any]) -> dict[str, Any]:
         out["name"] = check_model_name(out["name"])
     except EngineError as exc:
         raise ConfigError("name", str(exc)) from None
-    if not isinstance(out["host"], str) or not re.match(
-        r"^(https?://)?[\w.\-\[\]:]+(:\d+)?/?$", out["host"].strip()
-    ):
-        raise ConfigError("host", "host must be a URL like http://127.0.0.1:11434.")
+    try:
+        out["host"] = check_host(out["host"])
+    except EngineError as exc:
+        raise ConfigError("host", str(exc)) from None
     if out["quantize"] is not None and out["quantize"] not in K_QUANTS:
         raise ConfigError("quantize", f"quantize must be one of {', '.join(K_QUANTS)}.")
     if out["family"] is not None and out["family"] not in FAMILIES:

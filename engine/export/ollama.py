@@ -39,6 +39,9 @@ FILES_API_VERSION = (0, 5, 5)
 K_QUANTS = ("q4_K_M", "q4_K_S", "q8_0")
 """What /api/create's ``quantize`` accepts (from an F16/BF16/F32 GGUF)."""
 
+BUNDLE_ONLY_EXIT = 3
+"""Exit code of a command that wrote an import bundle but deployed nothing."""
+
 BytesProgress = Callable[[int, int, str], None]
 
 
@@ -355,6 +358,26 @@ _NAME_RE = re.compile(
 )
 
 
+def check_host(url: str) -> str:
+    """``url`` if it can address an Ollama server (``http(s)://host[:port]``,
+    the scheme may be left out); else an EngineError naming it."""
+    problem = f"The Ollama address {url[:200]!r} is not an http:// or https:// URL."
+    if not isinstance(url, str) or any(
+        c.isspace() or not c.isprintable() for c in url.strip()
+    ):
+        raise EngineError(problem)
+    url = url.strip()
+    full = url if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", url) else "http://" + url
+    try:
+        parts = urllib.parse.urlsplit(full)
+        _ = parts.port  # raises on a port that is not a number
+    except ValueError:
+        raise EngineError(problem) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EngineError(problem)
+    return url
+
+
 def check_model_name(name: str) -> str:
     name = name.strip()
     if not name or not _NAME_RE.match(name):
@@ -420,6 +443,7 @@ def write_bundle(
     gguf_path: Path,
     modelfile_builder: Callable[[str, str | None], Modelfile],
     adapter_path: Path | None = None,
+    quantize: str | None = None,
 ) -> tuple[Path, Modelfile, str]:
     """A folder ``ollama create`` can use as is: the GGUF(s), Modelfile, README.
 
@@ -455,7 +479,9 @@ def write_bundle(
             adapter_ref = f"./{adapter_file.name}"
         mf = modelfile_builder(f"./{model_file.name}", adapter_ref)
         write_text(bundle_dir / "Modelfile", mf.text)
-        command = f"ollama create {name} -f Modelfile"
+        command = f"ollama create {name} -f Modelfile" + (
+            f" --quantize {quantize}" if quantize else ""
+        )
         readme = (
             f"# {name}\n\n"
             f"Import into Ollama from this folder with: `{command}`, then `ollama "
@@ -552,7 +578,7 @@ def deploy_gguf(
         safe = re.sub(r"[^A-Za-z0-9._-]", "-", name)
         target = Path(bundle_dir) if bundle_dir else gguf_file.parent / f"{safe}-ollama"
         folder, mf, command = write_bundle(
-            target, name, gguf_file, builder, adapter_file
+            target, name, gguf_file, builder, adapter_file, quantize
         )
         return DeployResult(
             name=name,
@@ -609,7 +635,7 @@ def deploy_gguf(
     bundle = None
     if always_bundle and bundle_dir is not None:
         bundle, _, _ = write_bundle(
-            Path(bundle_dir), name, gguf_file, builder, adapter_file
+            Path(bundle_dir), name, gguf_file, builder, adapter_file, quantize
         )
     return DeployResult(
         name=name,

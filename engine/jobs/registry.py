@@ -198,6 +198,15 @@ register(
 )
 register(
     JobKind(
+        name="export.ollama",
+        entry="engine.export.ollama_job:run",
+        validator="engine.export.ollama_job:validate",
+        description="One-click export to Ollama: merges a LoRA adapter, exports "
+        "a GGUF and creates the Ollama model (or writes an import bundle).",
+    )
+)
+register(
+    JobKind(
         name="export.onnx",
         entry="engine.export.jobs:run_onnx",
         validator="engine.export.jobs:validate_onnx",

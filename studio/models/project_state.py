@@ -57,7 +57,13 @@ class ProjectState(Observable):
                 before = live.get(run["id"], {})
                 if run["id"] in self._event_fed:
                     # Engine events are newer than the database: keep them.
-                    for key in ("progress_done", "progress_total", "rate", "eta_s"):
+                    for key in (
+                        "progress_done",
+                        "progress_total",
+                        "rate",
+                        "eta_s",
+                        "progress_message",
+                    ):
                         if key in before:
                             merged[key] = before[key]
                 else:
@@ -126,13 +132,25 @@ class ProjectState(Observable):
         self.notify("run", run_id)
 
     def on_run_progress(
-        self, run_id: str, done: float, total: float, rate: float, eta_s: float | None
+        self,
+        run_id: str,
+        done: float,
+        total: float,
+        rate: float,
+        eta_s: float | None,
+        message: str = "",
     ) -> None:
         run = self.runs.get(run_id)
         if run is None:
             return
         self._event_fed.add(run_id)
-        run.update(progress_done=done, progress_total=total, rate=rate, eta_s=eta_s)
+        run.update(
+            progress_done=done,
+            progress_total=total,
+            rate=rate,
+            eta_s=eta_s,
+            progress_message=message,
+        )
         self.notify("run", run_id)
 
     def on_run_eval(self, run_id: str, best: float) -> None:

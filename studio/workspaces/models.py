@@ -560,7 +560,8 @@ class ModelsWorkspace(QWidget):
         return dialog
 
     def export_to_ollama(self) -> DeployOllamaDialog | None:
-        """The one-click chain, after a dialog for its name and server."""
+        """The one-click export (one engine run), after a dialog for its name,
+        type and server."""
         model = self.selected()
         if model is None:
             return None
@@ -570,12 +571,12 @@ class ModelsWorkspace(QWidget):
 
         def go() -> None:
             v = dialog.values()
-            pipeline = self.controller.export_to_ollama(
-                model, v["name"], v["host"], v["type"], v["system"], v["quantize"]
+            export = self.controller.export_to_ollama(
+                model, v["name"], v["host"], v["type"], v["system"]
             )
-            self.pipeline_view.set_pipeline(pipeline)
-            pipeline.finished.connect(lambda ok, _msg: self._rebuild())
-            pipeline.start()
+            self.pipeline_view.set_export(export)
+            export.finished.connect(lambda ok, _msg: self._rebuild())
+            export.start()
 
         dialog.accepted.connect(go)
         self._open(dialog)

@@ -1,0 +1,83 @@
+"""``rl-studio-engine export-ollama MODEL_DIR --name NAME [--type q4_k_m]
+[--host URL]``: the one-click export (merge → GGUF → deploy) headless.
+
+Exits 0 when the model was created on the server, 3 when no server answered
+and only an import bundle was written, 2 with one sentence on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.export.ollama import BUNDLE_ONLY_EXIT
+from engine.export.ollama_job import EXPORT_TYPES, OllamaExportConfig
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    defaults = OllamaExportConfig()
+    parser.add_argument(
+        "model_dir",
+        type=Path,
+        metavar="MODEL_DIR",
+        help="LoRA adapter folder, model folder or .gguf file",
+    )
+    parser.add_argument("--name", required=True, help="Ollama model name")
+    parser.add_argument(
+        "--type",
+        default=defaults.type,
+        choices=EXPORT_TYPES,
+        help=f"tensor type (default {defaults.type}; q4_k_* are made by Ollama)",
+    )
+    parser.add_argument("--host", default=defaults.host, help="Ollama server URL")
+    parser.add_argument("--system", default=None, help="system prompt")
+    parser.add_argument("--base", default=None, help="an adapter's base model")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for the merged model, the GGUF and a bundle "
+        "(default ./NAME-export)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.export.cli import ProgressBar
+    from engine.export.ollama_job import export_to_ollama, validate
+
+    cfg = validate(
+        {
+            "model": str(args.model_dir),
+            "name": args.name,
+            "type": args.type,
+            "host": args.host,
+            "system": args.system,
+            "base": args.base,
+        }
+    )
+    safe = cfg["name"].replace(":", "-").replace("/", "-")
+    work_dir = args.out or Path.cwd() / f"{safe}-export"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    result = export_to_ollama(
+        cfg,
+        work_dir,
+        progress=ProgressBar("export", quiet=args.quiet),
+        log=None if args.quiet or args.json else print,
+    )
+    deploy = result.deploy
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(deploy.get("command", ""))
+    if not deploy.get("deployed"):
+        print(
+            f"rl-studio-engine export-ollama: deployed nothing; the bundle is in "
+            f"{deploy.get('bundle_dir')}.",
+            file=sys.stderr,
+        )
+        return BUNDLE_ONLY_EXIT
+    return 0

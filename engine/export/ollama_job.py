@@ -1,0 +1,261 @@
+"""One-click Export to Ollama as one engine job (``export.ollama``) and one
+command (``rl-studio-engine export-ollama``): merge a LoRA adapter into its
+base, export the model to GGUF, then create the Ollama model (or write an
+import bundle when no server answers).
+
+The stages and their order live here only; the studio starts the job and
+shows its progress. What the job starts from decides the stages: a LoRA
+adapter folder gets all three, a model folder the last two, a ``.gguf`` file
+only the deployment. Each file made is listed in the summary's ``models`` so
+the supervisor registers it with its lineage (merged model → GGUF).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, EngineError
+from engine.export.types import GGUF_TYPES
+from engine.settings import checked_config, setting
+
+SERVER_QUANTS: dict[str, str] = {"q4_k_m": "q4_K_M", "q4_k_s": "q4_K_S"}
+"""Types only Ollama makes (from an F16 export): ours → /api/create's name."""
+EXPORT_TYPES: tuple[str, ...] = (*SERVER_QUANTS, *GGUF_TYPES)
+
+
+@dataclass
+class OllamaExportConfig:
+    """Settings of an ``export.ollama`` job (merge → GGUF → deploy)."""
+
+    model: str | None = None
+    """A LoRA adapter folder, a Hugging Face model folder or a ``.gguf`` file."""
+    name: str | None = None
+    """The Ollama model name, e.g. ``jira-agent:q4``."""
+    type: str = setting("q4_k_m", choices=EXPORT_TYPES)
+    """Tensor type: q4_k_m and q4_k_s are made by Ollama from an F16 export;
+    the others are written by the exporter."""
+    host: str = "http://127.0.0.1:11434"
+    """The Ollama server's URL."""
+    system: str | None = None
+    """System prompt baked into the model."""
+    base: str | None = None
+    """An adapter's base model (None: the one the adapter names)."""
+    dtype: str = setting("float32", choices=("float32", "float16", "bfloat16"))
+    """Precision of the merged model written before the GGUF export."""
+    parents: list[str] = setting(factory=list)
+    """Model ids the outputs derive from (their lineage)."""
+
+
+@dataclass
+class Stage:
+    kind: str
+    """``merge``, ``gguf`` or ``deploy``."""
+    title: str
+
+
+STAGE_TITLES = {
+    "merge": "Merge adapter into base",
+    "gguf": "Export GGUF",
+    "deploy": "Modelfile and deploy",
+}
+
+
+def source_kind(path: Path) -> str:
+    """``lora-adapter``, ``hf-model`` or ``gguf``; a ConfigError otherwise."""
+    if path.is_file() and path.suffix == ".gguf":
+        return "gguf"
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        return "lora-adapter"
+    if path.is_dir() and (path / "config.json").is_file():
+        return "hf-model"
+    raise ConfigError(
+        "model",
+        f"{path} is neither a LoRA adapter folder, a model folder nor a .gguf file.",
+    )
+
+
+def stages_for(kind: str) -> list[Stage]:
+    kinds = {
+        "lora-adapter": ["merge", "gguf", "deploy"],
+        "hf-model": ["gguf", "deploy"],
+    }
+    return [Stage(k, STAGE_TITLES[k]) for k in kinds.get(kind, ["deploy"])]
+
+
+def validate(config: dict[str, Any]) -> dict[str, Any]:
+    from engine.export.jobs import validate_gguf
+    from engine.export.ollama import check_host, check_model_name
+
+    out = checked_config(OllamaExportConfig, config, "an Ollama export")
+    if not isinstance(out["model"], str) or not out["model"]:
+        raise ConfigError("model", "model is required: the adapter, model or GGUF.")
+    src = Path(out["model"]).expanduser()
+    if not src.exists():
+        raise ConfigError("model", f"The model {src} does not exist.")
+    kind = source_kind(src)
+    out["model"] = str(src)
+    if not isinstance(out["name"], str):
+        raise ConfigError("name", "name is required: the Ollama model name.")
+    try:
+        out["name"] = check_model_name(out["name"])
+        out["host"] = check_host(out["host"])
+    except EngineError as exc:
+        raise ConfigError(
+            "name" if "model name" in str(exc) else "host", str(exc)
+        ) from None
+    out["type"] = out["type"].lower()
+    export_type = "f16" if out["type"] in SERVER_QUANTS else out["type"]
+    if kind == "lora-adapter":
+        from engine.llm.base import inspect_model
+
+        info = inspect_model(src, "model")
+        base = out["base"] or info.base
+        if not base:
+            raise ConfigError(
+                "base", "The adapter does not name its base model; set base."
+            )
+        out["base"] = str(inspect_model(base, "base").path)
+        if Path(out["base"]).is_dir():  # the merged model will have its type
+            validate_gguf({"model_dir": out["base"], "type": export_type})
+    elif kind == "hf-model":
+        validate_gguf({"model_dir": str(src), "type": export_type})
+    out["stages"] = [s.kind for s in stages_for(kind)]
+    return out
+
+
+@dataclass
+class ExportResult:
+    """What ``export_to_ollama`` made."""
+
+    deploy: dict[str, Any]
+    """``DeployResult.to_dict()``."""
+    models: list[dict[str, Any]] = field(default_factory=list)
+    """Model entries for the project (merged folder, GGUF, bundle)."""
+    stopped: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+Progress = Callable[[float, float, str], None]
+
+
+def export_to_ollama(
+    cfg: dict[str, Any],
+    work_dir: Path,
+    progress: Progress | None = None,
+    log: Callable[[str], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> ExportResult:
+    """Run the stages of a validated config, writing into ``work_dir``.
+
+    Progress is one bar over all stages (each stage one unit of the total);
+    a stop request ends the export between stages.
+    """
+    from engine.export.gguf import export_gguf
+    from engine.export.ollama import deploy_gguf
+
+    stages = [Stage(k, STAGE_TITLES[k]) for k in cfg["stages"]]
+    total = float(len(stages))
+    say = log or (lambda text: None)
+    src = Path(cfg["model"])
+    name: str = cfg["name"]
+    safe = name.replace(":", "-").replace("/", "-")
+    parents = list(cfg["parents"])
+    models: list[dict[str, Any]] = []
+    current = src
+    deploy: dict[str, Any] = {}
+
+    for index, stage in enumerate(stages):
+        if should_stop():
+            say(f"Stopped before {stage.title.lower()}.")
+            return ExportResult(deploy, models, stopped=True)
+
+        def report(done: float, of: float, message: str, i: int = index) -> None:
+            if progress is not None:
+                frac = min(max(done / of, 0.0), 1.0) if of > 0 else 0.0
+                progress(i + frac, total, f"{stages[i].title}: {message}")
+
+        report(0, 1, "starting")
+        say(f"{stage.title} ({index + 1}/{len(stages)})")
+        if stage.kind == "merge":
+            from engine.llm.merge import merge_adapter
+
+            out_dir = work_dir / f"{safe}-merged"
+            merge_adapter(str(src), cfg["base"], out_dir, cfg["dtype"])
+            models.append(
+                {
+                    "name": f"{safe}-merged",
+                    "kind": "hf-merged",
+                    "file": str(out_dir),
+                    "base": cfg["base"],
+                    "parents": [*parents, cfg["base"]],
+                    "metrics": {"dtype": cfg["dtype"]},
+                }
+            )
+            current = out_dir
+        elif stage.kind == "gguf":
+            export_type = "f16" if cfg["type"] in SERVER_QUANTS else cfg["type"]
+            gguf_file = work_dir / f"{safe}-{export_type}.gguf"
+            rep = export_gguf(current, gguf_file, export_type, report, name=safe)
+            say(rep.summary())
+            models.append(
+                {
+                    "name": gguf_file.stem,
+                    "kind": "gguf",
+                    "file": str(gguf_file.resolve()),
+                    "base": str(current),
+                    # The merged folder of this export, else the given ids.
+                    "parents": [str(current)] if models else parents,
+                    "metrics": {
+                        "size_mb": round(rep.size_bytes / 1e6, 3),
+                        "type": rep.file_type,
+                        "verified": rep.verified,
+                        "gguf_kind": rep.kind,
+                    },
+                }
+            )
+            current = gguf_file
+        else:
+            result = deploy_gguf(
+                current,
+                name,
+                host=cfg["host"],
+                system=cfg["system"],
+                quantize=SERVER_QUANTS.get(cfg["type"]),
+                bundle_dir=work_dir / f"{safe}-ollama",
+                progress=report,
+            )
+            say(result.message)
+            for w in result.warnings:
+                say(f"Warning: {w}")
+            deploy = result.to_dict()
+            if result.bundle_dir and not result.deployed:
+                models.append(
+                    {
+                        "name": name,
+                        "kind": "ollama-bundle",
+                        "file": result.bundle_dir,
+                        "parents": [str(current)] if models else parents,
+                        "metrics": {"family": result.family or "unknown"},
+                    }
+                )
+        report(1, 1, "done")
+    return ExportResult(deploy, models)
+
+
+def run(ctx: Any) -> dict[str, Any]:
+    """The ``export.ollama`` job: the stages in the run folder's ``output``."""
+    out = ctx.run_dir / "output"
+    out.mkdir(parents=True, exist_ok=True)
+    result = export_to_ollama(
+        ctx.config,
+        out,
+        progress=lambda d, t, m: ctx.progress(d, t, m),
+        log=ctx.log,
+        should_stop=lambda: bool(ctx.should_stop),
+    )
+    return result.to_dict()

@@ -1,0 +1,113 @@
+"""``rl-studio-engine export-ollama``: the one-click export headless (GGUF →
+deploy in one command, against a local fake Ollama server that follows
+Ollama's documented API), its exit codes, and ``deploy-ollama``'s code 3
+when it only wrote a bundle."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from models_workspace_support import FakeOllama
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("transformers")
+
+
+def engine(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def unreachable() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny_models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("m") / "tiny", "qwen2")
+
+
+def test_export_ollama_exports_and_deploys_in_one_command(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    with FakeOllama() as fake:
+        r = engine(
+            "export-ollama",
+            str(model_dir),
+            *("--name", "tiny-agent", "--host", fake.host, "--quiet"),
+            *("--out", str(tmp_path / "out")),
+        )
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[-1] == "ollama run tiny-agent"
+        assert "tiny-agent:latest" in fake.models
+        create = next(b for m, p, b in fake.requests if p == "/api/create")
+    # The default type: an F16 export that the server quantizes.
+    assert create["quantize"] == "q4_K_M"
+    assert list(create["files"]) == ["tiny-agent-f16.gguf"]
+    assert (tmp_path / "out" / "tiny-agent-f16.gguf").is_file()
+
+
+def test_without_a_server_it_writes_a_bundle_and_exits_3(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    host = unreachable()
+    out = tmp_path / "out"
+    r = engine(
+        "export-ollama",
+        str(model_dir),
+        *("--name", "tiny-agent", "--type", "q8_0", "--host", host, "--quiet"),
+        *("--out", str(out)),
+    )
+    assert r.returncode == 3, r.stderr
+    bundle = out / "tiny-agent-ollama"
+    assert r.stderr.strip() == (
+        f"rl-studio-engine export-ollama: deployed nothing; the bundle is in {bundle}."
+    )
+    assert r.stdout.splitlines()[-1] == "ollama create tiny-agent -f Modelfile"
+    assert sorted(p.name for p in bundle.iterdir()) == [
+        "Modelfile",
+        "README.md",
+        "tiny-agent-q8_0.gguf",
+    ]
+
+    # deploy-ollama of that GGUF: the same bundle, the same code.
+    r = engine(
+        "deploy-ollama",
+        str(out / "tiny-agent-q8_0.gguf"),
+        *("--name", "tiny-agent", "--host", host, "--quiet"),
+        *("--bundle-dir", str(tmp_path / "b2")),
+    )
+    assert r.returncode == 3, r.stderr
+    assert "No Ollama server answers at" in r.stdout
+    assert (tmp_path / "b2" / "Modelfile").is_file()
+
+
+def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path: Path) -> None:
+    r = engine("export-ollama", str(tmp_path / "nope"), "--name", "x", cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip() == (
+        f"rl-studio-engine export-ollama: The model {tmp_path / 'nope'} does not exist."
+    )
+    (tmp_path / "notes").mkdir()
+    r = engine("export-ollama", str(tmp_path / "notes"), "--name", "x", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "is neither a LoRA adapter folder, a model folder nor a .gguf" in r.stderr
+    r = engine(
+        "export-ollama", str(tmp_path / "notes"), "--name", "bad name!", cwd=tmp_path
+    )
+    assert r.returncode == 2 and "\n" not in r.stderr.strip()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
