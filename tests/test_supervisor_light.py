@@ -92,30 +92,49 @@ def test_smi_lines_it_cannot_read_are_skipped() -> None:
     ]
 
 
-def test_torch_facts_come_from_a_worker_and_are_cached(monkeypatch) -> None:
+PROBE = """
+import json, subprocess, sys
+from engine import hardware
+calls = []
+real_run = subprocess.run
+def counting_run(cmd, **kw):
+    calls.append(list(cmd))
+    return real_run(cmd, **kw)
+hardware.subprocess.run = counting_run
+first = hardware.detect_gpus(probe_torch=True)
+assert first == hardware.detect_gpus(probe_torch=True)
+print(json.dumps({
+    "gpus": [g.name for g in first],
+    "probes": sum("--torch-facts" in c for c in calls),
+    "torch": "torch" in sys.modules,
+}))
+"""
+
+
+def test_torch_facts_come_from_a_worker_and_are_cached() -> None:
     """Where only torch can see a GPU (MPS, ROCm) a worker process asks it;
     the calling process never imports torch, and asks once."""
-    calls: list[list[str]] = []
-    real_run = subprocess.run
-
-    def counting_run(cmd: list[str], **kw: object) -> subprocess.CompletedProcess:
-        calls.append(list(cmd))
-        return real_run(cmd, **kw)  # type: ignore[call-overload,no-any-return]
-
-    monkeypatch.setattr(hardware.subprocess, "run", counting_run)
-    monkeypatch.setattr(hardware, "_gpu_cache", {})
-    monkeypatch.delitem(sys.modules, "torch", raising=False)
-    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi
-    gpus = hardware.detect_gpus(probe_torch=True)
-    assert gpus == hardware.detect_gpus(probe_torch=True)
-    probes = [c for c in calls if "--torch-facts" in c]
-    assert len(probes) == 1, calls
-    assert "torch" not in sys.modules
-    # This machine has no GPU torch can see.
-    assert gpus == [GpuInfo(**g) for g in hardware.torch_facts()["gpus"]]
-
-
-GpuInfo = hardware.GpuInfo
+    env = {**os.environ, "PATH": "/nonexistent"}  # no nvidia-smi
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    result = json.loads(out.stdout)
+    assert result["probes"] == 1 and result["torch"] is False
+    worker = subprocess.run(
+        [sys.executable, "-m", "engine", "hardware", "--torch-facts"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert result["gpus"] == [g["name"] for g in json.loads(worker.stdout)["gpus"]]
 
 
 def _median_ms(call: Callable[[], object], n: int = 15) -> float:
