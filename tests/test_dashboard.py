@@ -89,6 +89,20 @@ def test_new_run_trains_and_plots_live(qtbot, window: MainWindow) -> None:
     assert window.session.state.models[0]["algo"] == "PPO"
 
 
+def test_the_dialog_sends_only_what_the_user_changed(qtbot, window: MainWindow) -> None:
+    """Untouched fields stay the engine's to choose (and fit to the budget)."""
+    dialog = open_dialog(qtbot, window)
+    type_into(qtbot, dialog, "total_steps", "3000")
+    type_into(qtbot, dialog, "hyperparameters.gamma", "0.95")
+    assert dialog.config() == {
+        "env": "CartPole-v1",
+        "algo": "auto",
+        "total_steps": 3000,
+        "hyperparameters": {"gamma": 0.95},
+    }
+    dialog.reject()
+
+
 def test_a_refused_config_is_shown_on_its_field(qtbot, window: MainWindow) -> None:
     dialog = open_dialog(qtbot, window)
     # The form checks bounds itself; the engine checks how fields fit together.

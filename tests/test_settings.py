@@ -174,3 +174,26 @@ def test_bundled_flows_have_no_parameter_errors(path: Path) -> None:
     catalog = specs()
     for node in doc.nodes:
         assert flow.param_errors(node.params, catalog[node.type]) == [], node.id
+
+
+def test_the_train_node_sends_only_what_the_user_changed(tmp_path: Path) -> None:
+    class Node:  # what train_config reads of a NodeRun
+        params = {
+            **specs()["rl.train"].defaults(),
+            "total_steps": 3000,
+            "n_steps": 64,
+            "net_arch": "32, 32",
+        }
+        project_dir = tmp_path
+
+        def input(self, port: str) -> dict[str, object]:
+            return {"id": "CartPole-v1", "kwargs": {}}
+
+    config = rl_nodes.train_config(Node())  # type: ignore[arg-type]
+    assert config == {
+        "env": "CartPole-v1",
+        "env_kwargs": {},
+        "total_steps": 3000,
+        "hyperparameters": {"n_steps": 64, "net_arch": [32, 32]},
+        "project_dir": str(tmp_path),
+    }
