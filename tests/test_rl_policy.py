@@ -5,6 +5,7 @@ pickles would run code."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import pickle
@@ -268,6 +269,30 @@ def test_a_pickle_that_runs_code_never_runs(
         assert loaded.notice is not None and "outside the project" in loaded.notice
         report = export_onnx(evil, tmp_path / "out.onnx", project_dir=project)
         assert report.verified and report.warnings == [loaded.notice]
+    assert not marker.exists()
+
+
+def test_weights_that_run_code_are_refused(
+    normalized_policy: Path, tmp_path: Path
+) -> None:
+    """``policy.pth`` is read with ``weights_only``: a pickle in it that
+    would call ``os.system`` is refused."""
+    import torch
+
+    from engine.rl.policy import load_policy
+
+    marker = tmp_path / "marker"
+    evil = tmp_path / "model.zip"
+    with zipfile.ZipFile(normalized_policy) as zin, zipfile.ZipFile(evil, "w") as zout:
+        for item in zin.infolist():
+            body = zin.read(item.filename)
+            if item.filename == "policy.pth":
+                buffer = io.BytesIO()
+                torch.save({"w": _RunsCode(marker)}, buffer)
+                body = buffer.getvalue()
+            zout.writestr(item, body)
+    with pytest.raises(EngineError, match="is not a stable-baselines3 model zip"):
+        load_policy(evil)
     assert not marker.exists()
 
 

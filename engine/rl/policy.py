@@ -144,7 +144,7 @@ def _read_data(path: Path) -> dict[str, Any]:
             data = json.loads(zf.read("data").decode("utf-8"))
     except KeyError:
         raise EngineError(f"{path} holds no stable-baselines3 policy.") from None
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, RecursionError) as exc:
         raise EngineError(
             f"{path} is not a stable-baselines3 model zip ({type(exc).__name__})."
         ) from None
@@ -201,8 +201,25 @@ def _normalization(path: Path) -> ObsNormalization | None:
         raise EngineError(f"{stats} holds no observation statistics.") from None
 
 
-def is_inside(path: Path, folder: Path) -> bool:
+def _is_inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
+
+
+def _policy_parts(path: Path, data: dict[str, Any]) -> tuple[type, dict[str, Any]]:
+    """The policy class and its keyword arguments, checked for their kind."""
+    from gymnasium import spaces
+    from stable_baselines3.common.policies import BasePolicy
+
+    policy_class = data.get("policy_class")
+    if not (isinstance(policy_class, type) and issubclass(policy_class, BasePolicy)):
+        raise EngineError(f"{path} names no stable-baselines3 policy class.")
+    for key in ("observation_space", "action_space"):
+        if not isinstance(data.get(key), spaces.Space):
+            raise EngineError(f"{path} has no {key.replace('_', ' ')}.")
+    kwargs = data.get("policy_kwargs") or {}
+    if not (isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
+        raise EngineError(f"The policy settings in {path} are not keyword arguments.")
+    return policy_class, dict(kwargs)
 
 
 def load_policy(
@@ -228,11 +245,7 @@ def load_policy(
         ) from None
     if not data or not params or "policy" not in params:
         raise EngineError(f"{path} holds no stable-baselines3 policy.")
-    for key in ("policy_class", "observation_space", "action_space"):
-        if data.get(key) is None:
-            raise EngineError(f"{path} has no {key.replace('_', ' ')}.")
-    policy_class = data["policy_class"]
-    kwargs = dict(data.get("policy_kwargs") or {})
+    policy_class, kwargs = _policy_parts(path, data)
     if data.get("use_sde"):
         kwargs["use_sde"] = True
     try:
@@ -255,7 +268,7 @@ def load_policy(
         masked=maskable is not None
         and isinstance(policy, maskable.MaskableActorCriticPolicy),
         outside_project=project_dir is not None
-        and not is_inside(path, Path(project_dir)),
+        and not _is_inside(path, Path(project_dir)),
     )
 
 
