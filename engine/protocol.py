@@ -172,7 +172,11 @@ class Ping(Request):
 @message("shutdown")
 @dataclass(frozen=True)
 class Shutdown(Request):
-    """Stop every run cooperatively, reply, and exit."""
+    """Stop every run cooperatively, reply, and exit. ``restart``: the studio
+    starts a new engine right after (runs record ``engine_restart`` as the
+    reason they stopped, instead of ``user``)."""
+
+    restart: bool = False
 
 
 # --------------------------------------------------------------------------
@@ -232,10 +236,15 @@ class StartRun(Request):
 @message("run.stop")
 @dataclass(frozen=True)
 class StopRun(Request):
-    """Ask a run to stop (cooperatively, then by force after ``timeout_s``)."""
+    """Ask a run to stop (cooperatively, then by force after ``timeout_s``).
+
+    The supervisor sends the same message to the job's stdin with ``reason``
+    set (``engine.jobs.context.STOP_REASONS``): who asked, recorded as the
+    run's ``stopped_by``."""
 
     run_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
     timeout_s: float = field(default=10.0, metadata=limits(min=0.0, max=3600.0))
+    reason: str = field(default="user", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
 @message("run.resume")

@@ -57,6 +57,7 @@ class Server:
         self._queued_lock = threading.Lock()
         self._stop_timeout_s = stop_timeout_s
         self._done = threading.Event()
+        self._stop_reason = ""  # why runs stop when serving ends (STOP_REASONS)
         self.supervisor = Supervisor(self.send, examples=examples_dir())
         self._handlers: dict[type[protocol.Message], Handler] = {
             protocol.Hello: self._on_hello,
@@ -138,7 +139,8 @@ class Server:
                 continue
             if line.strip():
                 self.handle_line(line)
-        self.supervisor.shutdown(self._stop_timeout_s)
+        # Without a shutdown request the studio vanished (its pipe closed).
+        self.supervisor.shutdown(self._stop_timeout_s, self._stop_reason or "gui_gone")
         self.chat_worker.close()
         self._ordered.shutdown(wait=True, cancel_futures=True)
         self._parallel.shutdown(wait=False, cancel_futures=True)
@@ -189,6 +191,9 @@ class Server:
                 )
             )
             return
+        if isinstance(msg, protocol.Shutdown):
+            # Known at once: the studio may close the pipe right after.
+            self._stop_reason = "engine_restart" if msg.restart else "user"
         handler = self._handlers.get(type(msg))
         if handler is None:
             self.send(
@@ -298,7 +303,7 @@ class Server:
         return {"run_id": self.supervisor.start_run(msg.kind, msg.config, msg.name)}
 
     def _on_stop_run(self, msg: protocol.StopRun) -> dict[str, Any]:
-        self.supervisor.stop_run(msg.run_id, msg.timeout_s)
+        self.supervisor.stop_run(msg.run_id, msg.timeout_s, "user")
         return {"run_id": msg.run_id}
 
     def _on_resume_run(self, msg: protocol.ResumeRun) -> dict[str, Any]:

@@ -122,8 +122,9 @@ class EngineClient(QObject):
         )
         self._write(hello)
 
-    def stop(self, timeout_ms: int = 15_000) -> None:
-        """Ask the engine to shut down (it stops its runs), wait, then kill."""
+    def stop(self, timeout_ms: int = 15_000, *, restart: bool = False) -> None:
+        """Ask the engine to shut down (it stops its runs, recording the user
+        or, with ``restart``, the engine restart as why), wait, then kill."""
         self._restart_timer.stop()
         proc = self._proc
         if proc is None:
@@ -131,7 +132,7 @@ class EngineClient(QObject):
             return
         self._intentional_stop = True
         if proc.state() == QProcess.ProcessState.Running:
-            self._write(protocol.Shutdown(id=protocol.next_id("s")))
+            self._write(protocol.Shutdown(id=protocol.next_id("s"), restart=restart))
             proc.closeWriteChannel()
             if not proc.waitForFinished(timeout_ms):
                 proc.kill()
@@ -140,7 +141,7 @@ class EngineClient(QObject):
         self._set_state(STOPPED)
 
     def restart(self) -> None:
-        self.stop()
+        self.stop(restart=True)
         self._rapid_restarts = 0
         self.start()
 

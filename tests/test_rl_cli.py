@@ -258,7 +258,7 @@ def test_ctrl_c_stops_with_a_checkpoint_and_resume_continues(
         proc.kill()
     assert proc.returncode == 0, err[-2000:]
     first = json.loads(out)
-    assert first["stopped_by"] == "user"
+    assert first["stopped_by"] == "signal"  # Ctrl-C in the terminal
     stopped_at = first["total_steps"]
     project = Project.open(tmp_path)
     try:

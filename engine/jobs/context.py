@@ -8,8 +8,11 @@ registered in ``engine.jobs.registry``. It reports through the context only:
   ``run.metrics`` event per flush;
 * ``ctx.progress(done, total)`` — rate and ETA are derived here;
 * ``ctx.log(text)`` — to ``log.txt`` (through the supervisor) and the GUI;
-* ``ctx.should_stop`` — becomes True when the user presses Stop (or the
-  supervisor disappears); the job then saves what it needs and returns.
+* ``ctx.should_stop`` — becomes True when the user presses Stop, the
+  engine restarts, the studio or the engine dies, or the process gets
+  SIGINT/SIGTERM (:func:`stop_on_signals`); the job then saves what it needs
+  and returns. ``ctx.stop_reason`` says which (one of :data:`STOP_REASONS`);
+  it becomes the summary's ``stopped_by``.
 
 Events travel to the supervisor as protocol lines on a private copy of the
 original stdout; ``sys.stdout`` and fd 1 are pointed at stderr so stray
@@ -20,17 +23,29 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO
 
 from engine import protocol
 from engine.store.metrics import MetricsWriter, clean_row
 
 FLUSH_INTERVAL_S = 0.1
+
+STOP_REASONS = ("user", "engine_restart", "engine_gone", "gui_gone", "signal")
+"""Why a run stopped before its end (its summary's ``stopped_by``): the user
+asked (Stop, ``run.stop``, closing the studio), the studio restarted the
+engine, the engine died (the job lost its supervisor), the studio died (its
+engine stopped the runs), or the job process got SIGINT or SIGTERM."""
+STOP_REQUEST_FILE = "stop.request"
+"""Written in the run folder by whoever stops a run it does not supervise
+(another engine on the project, before its SIGINT): holds the reason, so
+the job records who asked instead of just ``signal``."""
 
 
 class JobContext:
@@ -59,6 +74,10 @@ class JobContext:
         self._events_lock = threading.Lock()
         self._metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
         self._stop = threading.Event()
+        # A request left by an earlier stop of this run is not for this one.
+        (self.run_dir / STOP_REQUEST_FILE).unlink(missing_ok=True)
+        self.stop_reason = ""
+        """The first of :data:`STOP_REASONS` asked for; empty until then."""
         # On resume, wall time continues from where the run left off so that
         # curves drawn against time stay continuous.
         self._t0 = time.monotonic() - time_offset
@@ -74,7 +93,11 @@ class JobContext:
     def should_stop(self) -> bool:
         return self._stop.is_set()
 
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str = "user") -> None:
+        """Ask the job to stop; the first ``reason`` (of :data:`STOP_REASONS`)
+        is the one recorded."""
+        if not self._stop.is_set():
+            self.stop_reason = reason if reason in STOP_REASONS else "user"
         self._stop.set()
 
     def wait_for_stop(self, timeout: float) -> bool:
@@ -130,7 +153,7 @@ class JobContext:
                 self._events.flush()
             except (BrokenPipeError, ValueError, OSError):
                 # The supervisor is gone; stop instead of dying on a write.
-                self._stop.set()
+                self.request_stop("engine_gone")
 
     # --------------------------------------------------------------- flush
     def flush(self) -> None:
@@ -152,6 +175,37 @@ class JobContext:
                 self.flush()
             except OSError as exc:  # disk full: tell the log, keep training
                 print(f"could not write metrics: {exc}", file=sys.stderr, flush=True)
+
+
+def stop_on_signals(ctx: JobContext, say: Callable[[str], None]) -> Callable[[], None]:
+    """Handle SIGINT and SIGTERM as a cooperative stop of ``ctx`` (reason
+    ``signal``): the job saves its checkpoint and ends as stopped. A signal
+    after a stop was asked for aborts at once (``KeyboardInterrupt``).
+    ``say`` tells the user; returns a function that restores the previous
+    handlers. Call from the main thread."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if ctx.should_stop:
+            raise KeyboardInterrupt(f"{name} while stopping")
+        say(f"stopping: saving a checkpoint ({name} again to abort)")
+        ctx.request_stop(_requested_reason(ctx.run_dir) or "signal")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return restore
+
+
+def _requested_reason(run_dir: Path) -> str:
+    try:
+        reason = (run_dir / STOP_REQUEST_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return reason if reason in STOP_REASONS else ""
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any]:

@@ -2,9 +2,12 @@
 
 Reads ``RUN_DIR/config.json`` (written by the supervisor), runs the job
 function of its kind, and reports through the protocol on the private event
-stream. Stop requests arrive as ``run.stop`` lines on stdin; end of stdin
-(the supervisor vanished) is treated as a stop too, so an orphaned job saves
-its checkpoint and exits instead of training forever.
+stream. Stop requests arrive as ``run.stop`` lines on stdin (their
+``reason`` says who asked); end of stdin (the supervisor vanished) is a stop
+too, so an orphaned job saves its checkpoint and exits instead of training
+forever; so are SIGINT and SIGTERM (another engine stopping the run, a
+terminal, a service manager). A stopped run's summary says why in
+``stopped_by``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ import traceback
 from pathlib import Path
 
 from engine import protocol
-from engine.jobs.context import JobContext, private_event_stream, read_run_config
+from engine.jobs.context import (
+    JobContext,
+    private_event_stream,
+    read_run_config,
+    stop_on_signals,
+)
 from engine.jobs.registry import get_kind, load
 from engine.store.atomic import atomic_write_json
 from engine.store.metrics import iter_metrics
@@ -29,8 +37,8 @@ def _watch_stdin(ctx: JobContext) -> None:
         except protocol.ProtocolError:
             continue
         if isinstance(msg, protocol.StopRun):
-            ctx.request_stop()
-    ctx.request_stop()
+            ctx.request_stop(msg.reason)
+    ctx.request_stop("engine_gone")
 
 
 def _resume_time_offset(run_dir: Path) -> float:
@@ -61,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         time_offset=_resume_time_offset(run_dir) if args.resume else 0.0,
     )
     threading.Thread(target=_watch_stdin, args=(ctx,), daemon=True).start()
+    stop_on_signals(ctx, ctx.log)
     try:
         summary = load(kind.entry)(ctx) or {}
     except Exception as exc:
@@ -73,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         return 1
     status = "stopped" if ctx.should_stop else "completed"
+    if ctx.should_stop:
+        summary["stopped_by"] = ctx.stop_reason
     ctx.close()
     atomic_write_json(run_dir / "result.json", {"status": status, "summary": summary})
     ctx.emit(protocol.RunFinished(run_id=ctx.run_id, status=status, summary=summary))

@@ -28,6 +28,7 @@ from typing import IO, Any
 from engine import protocol
 from engine.errors import EngineError, ProjectError, UnknownRunError
 from engine.jobs import registry
+from engine.jobs.context import STOP_REQUEST_FILE
 from engine.store.project import Project, process_owns_run
 
 log = logging.getLogger("engine.supervisor")
@@ -145,7 +146,13 @@ class Supervisor:
         self._spawn(project, run_id, run.kind, resume=True)
         return run_id
 
-    def stop_run(self, run_id: str, timeout_s: float = 10.0) -> None:
+    def stop_run(
+        self, run_id: str, timeout_s: float = 10.0, reason: str = "user"
+    ) -> None:
+        """Stop a run cooperatively (then by force after ``timeout_s``);
+        ``reason`` (``engine.jobs.context.STOP_REASONS``) becomes its
+        ``stopped_by``. A run of another process (a headless run, a job of
+        another engine) gets SIGINT after the reason is written beside it."""
         with self._lock:
             job = self._jobs.get(run_id)
         if job is None:
@@ -158,11 +165,15 @@ class Supervisor:
                         f"The run {run_id} runs in another program (pid {run.pid}); "
                         "stop it there."
                     )
+                # Say who asks, so the run records it truthfully.
+                request = Path(run.run_dir) / STOP_REQUEST_FILE
+                request.write_text(reason, encoding="utf-8")
                 os.kill(run.pid, signal_module.SIGINT)
                 return
             raise EngineError(f"The run {run_id} is not running.")
         job.stop_requested = True
-        stop_line = protocol.encode(protocol.StopRun(run_id=run_id)) + "\n"
+        stop = protocol.StopRun(run_id=run_id, timeout_s=timeout_s, reason=reason)
+        stop_line = protocol.encode(stop) + "\n"
         try:
             assert job.proc.stdin is not None
             job.proc.stdin.write(stop_line.encode())
@@ -177,11 +188,12 @@ class Supervisor:
         with self._lock:
             return list(self._jobs)
 
-    def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Stop every run (cooperatively, then by force) and close the project."""
+    def shutdown(self, timeout_s: float = 10.0, reason: str = "user") -> None:
+        """Stop every run (cooperatively, then by force) and close the project;
+        ``reason`` as for :meth:`stop_run`."""
         for run_id in self.active_runs():
             with contextlib.suppress(EngineError):
-                self.stop_run(run_id, timeout_s)
+                self.stop_run(run_id, timeout_s, reason)
         deadline = time.monotonic() + timeout_s + KILL_GRACE_S * 2 + 2
         while self.active_runs() and time.monotonic() < deadline:
             time.sleep(0.05)

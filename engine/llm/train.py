@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError, with_defaults
+from engine.jobs.context import STOP_REQUEST_FILE
 from engine.settings import check_fields, defaults_of, setting
 
 METHODS = ("grpo", "kto", "dpo", "sft")
@@ -697,7 +698,7 @@ def _run_accelerate(ctx: Any, cfg: dict[str, Any], gpus: int) -> dict[str, Any]:
     mp = {"bf16": "bf16", "fp16": "fp16"}.get(cfg["precision"], "no")
     cmd = accelerate_command(ctx.run_dir, gpus, resume=ctx.resume, mixed_precision=mp)
     ctx.log("launching: " + " ".join(cmd))
-    stop_file = ctx.run_dir / "stop.request"
+    stop_file = ctx.run_dir / STOP_REQUEST_FILE
     stop_file.unlink(missing_ok=True)
     env = {**os.environ, WORKER_ENV: "1"}
     proc = subprocess.Popen(cmd, env=env, cwd=os.getcwd())
@@ -753,7 +754,7 @@ def _worker_main(argv: list[str]) -> int:
 
     def watch() -> None:
         while not ctx.should_stop:
-            if (args.run_dir / "stop.request").exists():
+            if (args.run_dir / STOP_REQUEST_FILE).exists():
                 ctx.request_stop()
             time.sleep(1.0)
 

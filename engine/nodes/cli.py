@@ -25,17 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 from engine import flow
 from engine.errors import EngineError
-from engine.jobs.context import JobContext, private_event_stream
+from engine.jobs.context import JobContext, private_event_stream, stop_on_signals
 from engine.store.atomic import atomic_write_json
 
 KIND = "flow.run"
@@ -279,18 +277,10 @@ def run(args: argparse.Namespace) -> int:
         ctx = ConsoleFlowContext(record.id, run_dir, KIND, config, events=None)
         ctx.report = report
 
-        def on_interrupt(_sig: int, _frame: FrameType | None) -> None:
-            if ctx.should_stop:
-                raise KeyboardInterrupt
-            report.line(
-                "stopping after the current node's checkpoint (Ctrl-C again to abort)"
-            )
-            ctx.request_stop()
-
         # Libraries print to stdout (transformers' PrinterCallback prints
         # every training log row); stdout carries the summary alone.
         summary_out = private_event_stream()
-        previous = signal.signal(signal.SIGINT, on_interrupt)
+        restore_signals = stop_on_signals(ctx, report.line)
         try:
             summary = run_flow(
                 ctx,
@@ -317,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
             )
             raise
         finally:
-            signal.signal(signal.SIGINT, previous)
+            restore_signals()
         ctx.close()
         status = summary["status"]
         if status != "failed":  # as the supervisor: stopped runs keep theirs

@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from engine.flow import ParamSpec, PortSpec
+from engine.jobs.context import STOP_REASONS
 from engine.nodes.base import (
     NodeError,
     NodeResult,
@@ -199,7 +200,7 @@ def train(node: NodeRun) -> NodeResult:
             )
         },
         files=[policy["file"], *policy["extra_files"]],
-        stopped=summary.get("stopped_by") == "user",
+        stopped=summary.get("stopped_by") in STOP_REASONS,
     )
 
 

@@ -25,18 +25,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.errors import EngineError
-from engine.jobs.context import JobContext
+from engine.jobs.context import STOP_REASONS, JobContext, stop_on_signals
 from engine.jobs.registry import run_name
 from engine.store.atomic import atomic_write_json
 
@@ -347,15 +345,11 @@ def _train_in_project(
         time_offset=0.0 if resume_id is None else _resume_time_offset(run_dir),
     )
 
-    def on_interrupt(_sig: int, _frame: FrameType | None) -> None:
-        if ctx.should_stop:  # second Ctrl-C: give up at once
-            raise KeyboardInterrupt
-        print(
-            "\nstopping: saving a checkpoint (Ctrl-C again to abort)", file=sys.stderr
-        )
-        ctx.request_stop()
-
-    previous = signal.signal(signal.SIGINT, on_interrupt)
+    # Ctrl-C, or a studio stopping this run (SIGINT), or SIGTERM: save a
+    # checkpoint and end as stopped; a second signal aborts.
+    restore_signals = stop_on_signals(
+        ctx, lambda text: print(f"\n{text}", file=sys.stderr)
+    )
     try:
         summary = train(ctx)
     except BaseException as exc:
@@ -372,9 +366,9 @@ def _train_in_project(
         project.update_run(record.id, status=status, ended=time.time(), reason=reason)
         raise
     finally:
-        signal.signal(signal.SIGINT, previous)
+        restore_signals()
     ctx.end_bar()
-    status = "stopped" if summary.get("stopped_by") == "user" else "completed"
+    status = "stopped" if summary.get("stopped_by") in STOP_REASONS else "completed"
     ctx.close()
     # As the supervisor does for a run started in the studio: a stopped run's
     # best model so far is registered too.

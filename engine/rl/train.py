@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.jobs.context import JobContext
+from engine.jobs.context import STOP_REASONS, JobContext
 from engine.rl.config import (
     OFF_POLICY,
     ON_POLICY,
@@ -454,10 +454,10 @@ class Trainer:
                     progress_bar=False,
                 )
             if ctx.should_stop and self.stopped_by == "steps":
-                self.stopped_by = "user"
+                self.stopped_by = ctx.stop_reason
             steps = int(model.num_timesteps)
             if (
-                self.stopped_by != "user"
+                self.stopped_by not in STOP_REASONS
                 and self.eval_env is not None
                 # SB3 may overshoot total_steps by part of a rollout; an eval
                 # at total_steps already describes the final policy.
@@ -492,7 +492,7 @@ class Trainer:
             self._last_progress = now
             self.ctx.progress(num_timesteps, self.total_steps)
         if self.ctx.should_stop:
-            self.stopped_by = "user"
+            self.stopped_by = self.ctx.stop_reason
             return False
         keep_going = True
         if self.next_eval_step and num_timesteps >= self.next_eval_step:
@@ -527,7 +527,7 @@ class Trainer:
             should_stop=lambda: self.ctx.should_stop,
         )
         if result.stopped:
-            self.stopped_by = "user"
+            self.stopped_by = self.ctx.stop_reason
             return False
         rewards, lengths, successes = result.rewards, result.lengths, result.successes
         step = int(model.num_timesteps)
