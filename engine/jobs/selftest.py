@@ -8,27 +8,32 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import ConfigError, with_defaults
 from engine.jobs.context import JobContext
+from engine.settings import checked_config, setting
 from engine.store.atomic import atomic_write_json
 
-DEFAULTS: dict[str, Any] = {
-    "steps": 200,
-    "step_seconds": 0.01,
-    "seed": None,
-    "fail_at_step": None,
-    "ignore_stop": False,
-}
+
+@dataclass
+class SelfTestConfig:
+    """Settings of a ``selftest`` job."""
+
+    steps: int = setting(200, min=1, unit="steps")
+    """Steps to count."""
+    step_seconds: float = setting(0.01, min=0, unit="seconds")
+    """Wall time each step waits."""
+    seed: int | None = setting(None, min=0)
+    """Seed of the noise in the metric (None: drawn and recorded)."""
+    fail_at_step: int | None = setting(None, min=0)
+    """Raise at this step, to exercise the failure path (None: never)."""
+    ignore_stop: bool = False
+    """Keep counting after a stop request, to exercise the kill path."""
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
-    out = with_defaults(config, DEFAULTS, "the self-test job")
-    if not isinstance(out["steps"], int) or out["steps"] <= 0:
-        raise ConfigError("steps", "steps must be a positive whole number.")
-    if not isinstance(out["step_seconds"], int | float) or out["step_seconds"] < 0:
-        raise ConfigError("step_seconds", "step_seconds must be zero or more.")
+    out = checked_config(SelfTestConfig, config, "the self-test job")
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
     return out
