@@ -152,9 +152,11 @@ def test_a_saved_train_node_with_json_hyperparameters_still_loads(
 ) -> None:
     data = json.loads((EXAMPLES / "cartpole_ppo.flow.json").read_text())
     train = next(n for n in data["nodes"] if n["id"] == "train")
+    # as flows were saved before typed hyperparameters
     train["params"]["hyperparameters"] = json.dumps(
         {"n_steps": 64, "net_arch": [32, 32], "learning_rate": 0.001}
     )
+    train["params"]["n_envs"] = 0
     path = tmp_path / "old.flow.json"
     path.write_text(json.dumps(data))
     doc = flow.load(path)
@@ -197,3 +199,21 @@ def test_the_train_node_sends_only_what_the_user_changed(tmp_path: Path) -> None
         "hyperparameters": {"n_steps": 64, "net_arch": [32, 32]},
         "project_dir": str(tmp_path),
     }
+
+
+def test_saved_language_model_nodes_with_zero_for_empty_still_load(
+    tmp_path: Path,
+) -> None:
+    data = json.loads((EXAMPLES / "jira_llm_grpo.flow.json").read_text())
+    nodes = {n["id"]: n for n in data["nodes"]}
+    nodes["train"]["params"].update(lora_rank=0, batch_size=0, num_generations=0)
+    nodes["collect"]["params"]["max_steps"] = 0
+    path = tmp_path / "old.flow.json"
+    path.write_text(json.dumps(data))
+    doc = flow.load(path)
+    train = doc.node("train").params
+    assert train["lora_rank"] is train["batch_size"] is train["num_generations"] is None
+    assert doc.node("collect").params["max_steps"] is None
+    catalog = specs()
+    for node in doc.nodes:
+        assert flow.param_errors(node.params, catalog[node.type]) == [], node.id
