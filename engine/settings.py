@@ -372,11 +372,3 @@ def parse_list_text(text: str, path: str) -> list[int]:
             f"{path.rsplit('.', 1)[-1]} must be whole numbers separated by commas, "
             f"not {text!r}.",
         ) from None
-
-
-def changed_values(
-    values: Mapping[str, Any], defaults: Mapping[str, Any]
-) -> dict[str, Any]:
-    """The entries of ``values`` that differ from ``defaults``: what the user
-    changed, so that the engine keeps choosing the rest."""
-    return {k: v for k, v in values.items() if k not in defaults or defaults[k] != v}

@@ -23,7 +23,6 @@ from PySide6.QtWidgets import (
 )
 
 from engine import protocol
-from engine.settings import changed_values
 from studio.session import Session
 from widgets.param_form import ParamForm
 
@@ -150,7 +149,11 @@ class RunDialog(QDialog):
     def config(self) -> dict[str, Any]:
         """The config to send: the fields the user changed from the schema's
         defaults, plus the environment and algorithm."""
-        changed = changed_values(self._values, self._defaults)
+        changed = {
+            k: v
+            for k, v in self._values.items()
+            if k not in self._defaults or self._defaults[k] != v
+        }
         for key in SHAPING_FIELDS:
             if key in self._values:
                 changed[key] = self._values[key]

@@ -8,7 +8,6 @@ from pathlib import Path
 from engine_harness import EngineProcess
 
 from engine import protocol
-from engine.settings import changed_values
 
 MAZE = "rlstudio/maze-v0"
 
@@ -33,8 +32,8 @@ def test_short_ppo_run_with_schema_defaults_trains_about_the_steps_asked(
             "algo": "PPO",
             **{
                 k: v
-                for k, v in changed_values(values, defaults).items()
-                if v is not None
+                for k, v in values.items()
+                if v is not None and v != defaults.get(k)
             },
         }
         assert set(config) == {"env", "algo", "total_steps", "eval_every_steps"}
