@@ -21,9 +21,9 @@ import json
 import os
 import re
 import shutil
-import urllib.error
+import socket
+import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,17 +68,34 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(n) for n in nums[:3]) or (0,)
 
 
-class _ProgressReader:
-    """A file object for http.client that reports bytes sent."""
+MAX_REPLY_BYTES = 8 * 2**20
+"""Largest JSON reply the client reads (a model list, a ``show``)."""
+MAX_LINE_BYTES = 2**20
+"""Longest status line of a streamed reply."""
+MAX_ERROR_BYTES = 64 * 1024
+"""Most of an HTTP error body read for its message."""
+SLOW_STEP_TIMEOUT_S = 600.0
+"""Seconds an upload or a create (which may quantize) may go silent."""
+DEFAULT_DEADLINE_S = 3600.0
+"""Seconds a client may take in all, from its creation."""
 
-    def __init__(self, path: Path, progress: BytesProgress | None) -> None:
+
+class _ProgressReader:
+    """A file object for http.client that reports bytes sent and stops the
+    upload at the client's deadline."""
+
+    def __init__(
+        self, path: Path, progress: BytesProgress | None, check: Callable[[], float]
+    ) -> None:
         self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
         self._total = path.stat().st_size
         self._done = 0
         self._progress = progress
+        self._check = check
         self._name = path.name
 
     def read(self, n: int = -1) -> bytes:
+        self._check()
         data = self._f.read(n if n and n > 0 else 1024 * 1024)
         self._done += len(data)
         if self._progress is not None and data:
@@ -90,31 +107,126 @@ class _ProgressReader:
 
 
 @dataclass
+class _Reply:
+    """An open response, its socket (for per-read timeouts) and connection."""
+
+    resp: http.client.HTTPResponse
+    sock: socket.socket
+    conn: http.client.HTTPConnection
+
+    def __enter__(self) -> _Reply:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.resp.close()
+        self.conn.close()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(getattr(exc, "strerror", None) or exc or type(exc).__name__)
+
+
+@dataclass
 class OllamaClient:
-    """Ollama's REST API at ``host``; every failure is one ``EngineError``."""
+    """Ollama's REST API at ``host``; every failure is one ``EngineError``
+    naming the step that failed (connect, upload, create, show, ...).
+
+    ``OllamaUnreachable`` means that nothing answered at all; a server that
+    answered once and then fails is reported as such.
+    """
 
     host: str = DEFAULT_HOST
     timeout: float = 10.0
-    """Seconds to wait for a connection or a reply line."""
+    """Seconds to wait for a connection or for the next bytes of a reply."""
+    deadline_s: float = DEFAULT_DEADLINE_S
+    """Seconds this client may take in all, from its creation."""
 
     def __post_init__(self) -> None:
         host = self.host.strip().rstrip("/")
         if not re.match(r"^https?://", host):
             host = "http://" + host
         self.host = host
+        self._end = time.monotonic() + self.deadline_s
+        self._answered = False
 
     # -- plumbing ----------------------------------------------------------
 
-    def _request(
+    def _left(self, step: str) -> float:
+        """Seconds left before the deadline; an EngineError once it passed."""
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise EngineError(
+                f"Ollama at {self.host} did not finish {step} within the "
+                f"{self.deadline_s:g} s deadline."
+            )
+        return left
+
+    def _wait(self, step: str, timeout: float | None = None) -> float:
+        return min(timeout or self.timeout, self._left(step))
+
+    def _transport_error(self, exc: BaseException, step: str) -> EngineError:
+        """One sentence for a failure below HTTP's status codes."""
+        if isinstance(exc, EngineError):
+            return exc
+        if isinstance(exc, TimeoutError) and self._end - time.monotonic() <= 0.01:
+            return EngineError(
+                f"Ollama at {self.host} did not finish {step} within the "
+                f"{self.deadline_s:g} s deadline."
+            )
+        if isinstance(exc, TimeoutError):
+            return EngineError(
+                f"Ollama at {self.host} went silent during {step} (nothing for "
+                f"{self.timeout:g} s or more)."
+            )
+        if isinstance(exc, http.client.RemoteDisconnected):
+            return EngineError(
+                f"The server at {self.host} closed the connection during {step} "
+                "without answering."
+            )
+        if isinstance(exc, http.client.IncompleteRead):
+            return EngineError(
+                f"The reply of Ollama at {self.host} to {step} broke off after "
+                f"{len(exc.partial)} bytes."
+            )
+        if isinstance(exc, http.client.HTTPException):
+            return EngineError(
+                f"The server at {self.host} did not answer {step} in HTTP; is it an "
+                "Ollama server?"
+            )
+        return EngineError(
+            f"The connection to Ollama at {self.host} broke off during {step} "
+            f"({_reason(exc)})."
+        )
+
+    def _open(
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: Any,
+        step: str,
         *,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
-    ) -> Any:
-        url = self.host + path
+    ) -> _Reply:
+        """Send a request and read the status line and headers. The caller
+        reads the body (with ``_read``) and closes the reply."""
+        parts = urllib.parse.urlsplit(self.host)
+        conn_cls = (
+            http.client.HTTPSConnection
+            if parts.scheme == "https"
+            else http.client.HTTPConnection
+        )
+        try:
+            conn = conn_cls(
+                parts.hostname or "", parts.port, timeout=self._wait(step, timeout)
+            )
+        except ValueError:
+            raise EngineError(
+                f"{self.host} is not an address Ollama can have."
+            ) from None
+        conn.blocksize = 1024 * 1024
         data: Any = None
         hdrs = dict(headers or {})
         if body is not None and not hasattr(body, "read"):
@@ -122,51 +234,132 @@ class OllamaClient:
             hdrs.setdefault("Content-Type", "application/json")
         elif body is not None:
             data = body
-        req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
         try:
-            return urllib.request.urlopen(req, timeout=timeout or self.timeout)
-        except urllib.error.HTTPError:
-            raise
-        except (TimeoutError, urllib.error.URLError, ConnectionError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
+            conn.connect()
+        except OSError as exc:  # refused, unreachable, unknown name, timed out
+            conn.close()
+            if self._answered:
+                raise EngineError(
+                    f"The Ollama server at {self.host} stopped answering during "
+                    f"{step} ({_reason(exc)})."
+                ) from None
             raise OllamaUnreachable(
-                f"No Ollama server answers at {self.host} ({reason}); start it with "
-                "`ollama serve` or check the address."
+                f"No Ollama server answers at {self.host} ({_reason(exc)}); start "
+                "it with `ollama serve` or check the address."
             ) from None
-
-    @staticmethod
-    def _error_text(exc: urllib.error.HTTPError) -> str:
+        sock = conn.sock
+        assert sock is not None
         try:
-            raw = exc.read().decode("utf-8", "replace")
-        except Exception:
+            conn.request(method, parts.path + path, body=data, headers=hdrs)
+            sock.settimeout(self._wait(step, timeout))
+            resp = conn.getresponse()
+        except Exception as exc:
+            conn.close()
+            raise self._transport_error(exc, step) from None
+        self._answered = True
+        return _Reply(resp, sock, conn)
+
+    def _read(
+        self,
+        resp: http.client.HTTPResponse,
+        sock: socket.socket,
+        step: str,
+        limit: int,
+        timeout: float | None = None,
+    ) -> bytes:
+        """The whole body, at most ``limit`` bytes, each block within the
+        timeout and all of it within the deadline."""
+        if resp.length is not None and resp.length > limit:
+            raise EngineError(
+                f"Ollama at {self.host} answered {step} with {resp.length} bytes, "
+                f"more than the {limit} a reply may have."
+            )
+        chunks: list[bytes] = []
+        got = 0
+        try:
+            while True:
+                sock.settimeout(self._wait(step, timeout))
+                block = resp.read1(64 * 1024)
+                if not block:
+                    break
+                got += len(block)
+                if got > limit:
+                    raise EngineError(
+                        f"Ollama at {self.host} answered {step} with more than the "
+                        f"{limit} bytes a reply may have."
+                    )
+                chunks.append(block)
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise self._transport_error(exc, step) from None
+        if resp.length:  # the server promised more than it sent
+            raise EngineError(
+                f"The reply of Ollama at {self.host} to {step} broke off after "
+                f"{got} bytes, {resp.length} short."
+            )
+        return b"".join(chunks)
+
+    def _error_text(
+        self, resp: http.client.HTTPResponse, sock: socket.socket, step: str
+    ) -> str:
+        try:
+            raw = self._read(resp, sock, step, MAX_ERROR_BYTES).decode(
+                "utf-8", "replace"
+            )
+        except EngineError:
             raw = ""
-        with contextlib.suppress(ValueError, AttributeError):
+        with contextlib.suppress(ValueError, AttributeError, RecursionError):
             err = json.loads(raw).get("error")
             if err:
-                return str(err)
-        return raw.strip() or f"HTTP {exc.code} {exc.reason}"
+                return str(err)[:500]
+        return raw.strip()[:500] or f"HTTP {resp.status} {resp.reason}"
 
-    def _json(self, method: str, path: str, body: Any = None, what: str = "") -> Any:
-        try:
-            with self._request(method, path, body) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            msg = self._error_text(exc)
-            if exc.code == 404 and what:
+    def _json(
+        self, method: str, path: str, step: str, body: Any = None, what: str = ""
+    ) -> dict[str, Any]:
+        """A JSON object reply; ``what`` names the model a 404 is about."""
+        reply = self._open(method, path, body, step)
+        with reply:
+            resp, sock = reply.resp, reply.sock
+            if resp.status >= 400:
+                msg = self._error_text(resp, sock, step)
+                if resp.status == 404 and what:
+                    raise EngineError(
+                        f"Ollama at {self.host} has no model named {what}."
+                    )
                 raise EngineError(
-                    f"Ollama at {self.host} has no model named {what}."
-                ) from None
+                    f"Ollama at {self.host} refused {step}: {msg.rstrip('.')}."
+                )
+            raw = self._read(resp, sock, step, MAX_REPLY_BYTES)
+        if not raw.strip():
+            return {}
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
             raise EngineError(
-                f"Ollama {method} {path} failed: {msg.rstrip('.')}."
+                f"Ollama at {self.host} answered {step} with something that is not "
+                "JSON."
             ) from None
-        return json.loads(raw) if raw.strip() else {}
+        if not isinstance(data, dict):
+            raise EngineError(
+                f"Ollama at {self.host} answered {step} with JSON that is not an "
+                "object."
+            )
+        return data
 
     # -- API ---------------------------------------------------------------
 
     def version(self) -> str:
         """The server version; raises ``OllamaUnreachable`` when none answers."""
-        data = self._json("GET", "/api/version")
-        return str(data.get("version", "0"))
+        data = self._json("GET", "/api/version", "connect")
+        version = data.get("version")
+        if not isinstance(version, str):
+            raise EngineError(
+                f"The server at {self.host} answered connect without an Ollama "
+                "version; is it an Ollama server?"
+            )
+        return version
 
     def available(self) -> str | None:
         """The server version, or None when no server answers."""
@@ -176,15 +369,17 @@ class OllamaClient:
             return None
 
     def has_blob(self, digest: str) -> bool:
-        try:
-            with self._request("HEAD", f"/api/blobs/{digest}"):
-                return True
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
+        reply = self._open("HEAD", f"/api/blobs/{digest}", None, "upload")
+        with reply:
+            resp, sock = reply.resp, reply.sock
+            if resp.status == 404:
                 return False
-            raise EngineError(
-                f"Ollama could not check blob {digest[:19]}: {self._error_text(exc)}."
-            ) from None
+            if resp.status >= 400:
+                raise EngineError(
+                    f"Ollama at {self.host} could not check blob {digest[:19]} during "
+                    f"upload: {self._error_text(resp, sock, 'upload').rstrip('.')}."
+                )
+        return True
 
     def push_blob(
         self,
@@ -200,65 +395,86 @@ class OllamaClient:
             if progress is not None:
                 progress(size, size, f"{path.name} already on the server")
             return digest, False
-        reader = _ProgressReader(path, progress)
+        reader = _ProgressReader(path, progress, lambda: self._left("upload"))
         try:
-            with self._request(
+            reply = self._open(
                 "POST",
                 f"/api/blobs/{digest}",
                 reader,
+                "upload",
                 headers={
                     "Content-Length": str(size),
                     "Content-Type": "application/octet-stream",
                 },
-                timeout=max(self.timeout, 600.0),
-            ):
-                pass
-        except urllib.error.HTTPError as exc:
-            raise EngineError(
-                f"Ollama refused the upload of {path.name}: {self._error_text(exc)}."
-            ) from None
+                timeout=max(self.timeout, SLOW_STEP_TIMEOUT_S),
+            )
         finally:
             reader.close()
+        with reply:
+            resp, sock = reply.resp, reply.sock
+            if resp.status >= 400:
+                raise EngineError(
+                    f"Ollama refused the upload of {path.name}: "
+                    f"{self._error_text(resp, sock, 'upload').rstrip('.')}."
+                )
+            self._read(resp, sock, "upload", MAX_ERROR_BYTES)
         return digest, True
 
     def _stream(
-        self, path: str, body: dict[str, Any], what: str
+        self, path: str, body: dict[str, Any], step: str, what: str
     ) -> Iterator[dict[str, Any]]:
-        try:
-            resp = self._request("POST", path, body, timeout=max(self.timeout, 600.0))
-        except urllib.error.HTTPError as exc:
-            raise EngineError(f"{what}: {self._error_text(exc).rstrip('.')}.") from None
-        broke_off = EngineError(
-            f"{what}: the connection to {self.host} broke off before the server "
-            "said it was done."
-        )
-        with resp:
-            lines = iter(resp)
+        """The JSON lines of a streamed reply; an ``error`` line raises."""
+        timeout = max(self.timeout, SLOW_STEP_TIMEOUT_S)
+        reply = self._open("POST", path, body, step, timeout=timeout)
+        with reply:
+            resp, sock = reply.resp, reply.sock
+            if resp.status >= 400:
+                text = self._error_text(resp, sock, step)
+                raise EngineError(f"{what}: {text.rstrip('.')}.")
+            broke_off = EngineError(
+                f"{what}: the connection to {self.host} broke off before the server "
+                "said it was done."
+            )
             while True:
                 try:
-                    line = next(lines)
-                except StopIteration:
-                    # http.client ends a truncated body quietly when read by
-                    # lines: a chunked reply still waits for its last chunk, a
-                    # sized one still has bytes to come.
+                    sock.settimeout(self._wait(step, timeout))
+                    line = resp.readline(MAX_LINE_BYTES + 1)
+                except EngineError:
+                    raise
+                except (http.client.IncompleteRead, ConnectionError):
+                    raise broke_off from None
+                except Exception as exc:
+                    raise self._transport_error(exc, step) from None
+                if not line:
+                    # A chunked reply still waiting for its last chunk, or a
+                    # sized one with bytes still to come, was cut short.
                     chunked = getattr(resp, "chunked", False)
                     if (chunked and getattr(resp, "chunk_left", None) is not None) or (
-                        not chunked and (getattr(resp, "length", 0) or 0) > 0
+                        not chunked and (resp.length or 0) > 0
                     ):
-                        raise broke_off from None
+                        raise broke_off
                     return
-                except (http.client.HTTPException, OSError):
-                    # The server went away mid-stream (crash, restart, proxy).
-                    raise broke_off from None
+                if len(line) > MAX_LINE_BYTES:
+                    raise EngineError(
+                        f"{what}: the server sent a status line of more than "
+                        f"{MAX_LINE_BYTES} bytes."
+                    )
                 line = line.strip()
                 if not line:
                     continue
                 try:
                     obj = json.loads(line)
-                except ValueError:
-                    continue
+                except (ValueError, RecursionError):
+                    raise EngineError(
+                        f"{what}: the server sent a status line that is not JSON."
+                    ) from None
+                if not isinstance(obj, dict):
+                    raise EngineError(
+                        f"{what}: the server sent a status line that is not a JSON "
+                        "object."
+                    )
                 if obj.get("error"):
-                    raise EngineError(f"{what}: {str(obj['error']).rstrip('.')}.")
+                    raise EngineError(f"{what}: {str(obj['error'])[:500].rstrip('.')}.")
                 yield obj
 
     def create(
@@ -297,38 +513,32 @@ class OllamaClient:
         if quantize:
             body["quantize"] = quantize
         statuses: list[str] = []
-        for obj in self._stream("/api/create", body, f"Ollama could not create {name}"):
-            status = str(obj.get("status", ""))
+        what = f"Ollama could not create {name}"
+        for obj in self._stream("/api/create", body, "create", what):
+            status = str(obj.get("status", ""))[:200]
             statuses.append(status)
             if on_status is not None:
                 on_status(obj)
             if status == "success":
                 return statuses
-        raise EngineError(
-            f"Ollama could not create {name}: the status stream ended without success."
-        )
+        raise EngineError(f"{what}: the status stream ended without success.")
 
     def show(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._json(
-            "POST", "/api/show", {"model": name}, what=name
-        )
-        return result
+        return self._json("POST", "/api/show", "show", {"model": name}, what=name)
 
     def generate(self, name: str, prompt: str, num_predict: int = 16) -> str:
-        try:
-            data = self._json(
-                "POST",
-                "/api/generate",
-                {
-                    "model": name,
-                    "prompt": prompt,
-                    "stream": False,
-                    "options": {"num_predict": num_predict, "temperature": 0},
-                },
-                what=name,
-            )
-        except OllamaUnreachable:
-            raise
+        data = self._json(
+            "POST",
+            "/api/generate",
+            "generate",
+            {
+                "model": name,
+                "prompt": prompt,
+                "stream": False,
+                "options": {"num_predict": num_predict, "temperature": 0},
+            },
+            what=name,
+        )
         return str(data.get("response", ""))
 
     def chat(self, name: str, messages: list[dict[str, str]]) -> str:
@@ -336,17 +546,23 @@ class OllamaClient:
         data = self._json(
             "POST",
             "/api/chat",
+            "chat",
             {"model": name, "messages": messages, "stream": False},
             what=name,
         )
-        return str((data.get("message") or {}).get("content", ""))
+        message = data.get("message")
+        return str(message.get("content", "")) if isinstance(message, dict) else ""
 
     def list_models(self) -> list[dict[str, Any]]:
-        models: list[dict[str, Any]] = self._json("GET", "/api/tags").get("models", [])
-        return models
+        models = self._json("GET", "/api/tags", "list").get("models", [])
+        if not isinstance(models, list):
+            raise EngineError(
+                f"Ollama at {self.host} answered list without a list of models."
+            )
+        return [m for m in models if isinstance(m, dict)]
 
     def delete(self, name: str) -> None:
-        self._json("DELETE", "/api/delete", {"model": name}, what=name)
+        self._json("DELETE", "/api/delete", "delete", {"model": name}, what=name)
 
 
 # --------------------------------------------------------------------------
@@ -524,6 +740,7 @@ def deploy_gguf(
     verify_prompt: str | None = "Hello",
     progress: BytesProgress | None = None,
     timeout: float = 10.0,
+    deadline_s: float = DEFAULT_DEADLINE_S,
 ) -> DeployResult:
     """Create Ollama model ``name`` from a GGUF (plus an optional LoRA adapter
     GGUF), or write a bundle folder when no server answers at ``host``.
@@ -531,8 +748,9 @@ def deploy_gguf(
     Without a server the bundle goes to ``bundle_dir`` (default
     ``<gguf folder>/<name>-ollama``); with ``always_bundle`` it is written
     after a successful deployment too. ``quantize`` (``q4_K_M``, ``q4_K_S``,
-    ``q8_0``) asks the server to
-    quantize an F16/BF16/F32 GGUF.
+    ``q8_0``) asks the server to quantize an F16/BF16/F32 GGUF. Each step
+    (connect, upload, create, show) waits at most ``timeout`` seconds for the
+    server's next bytes, and the whole deployment at most ``deadline_s``.
     """
     gguf_file = Path(gguf_path)
     if not gguf_file.is_file():
@@ -572,7 +790,7 @@ def deploy_gguf(
             family=family,
         )
 
-    client = OllamaClient(host or DEFAULT_HOST, timeout=timeout)
+    client = OllamaClient(host or DEFAULT_HOST, timeout=timeout, deadline_s=deadline_s)
     version = client.available()
     if version is None:
         safe = re.sub(r"[^A-Za-z0-9._-]", "-", name)
@@ -627,10 +845,18 @@ def deploy_gguf(
         statuses = client.create(name, modelfile=mf.text, quantize=quantize)
     warnings += mf.warnings
 
-    client.show(name)
     sample = None
-    if verify_prompt:
-        sample = client.generate(name, verify_prompt, num_predict=8)
+    try:
+        client.show(name)
+        if verify_prompt:
+            sample = client.generate(name, verify_prompt, num_predict=8)
+    except EngineError as exc:
+        # The model exists now; say so, and what went wrong after.
+        text = str(exc)
+        raise EngineError(
+            f"Ollama created {name} at {client.host}, but checking it failed: "
+            f"{text[:1].lower() + text[1:]}"
+        ) from None
 
     bundle = None
     if always_bundle and bundle_dir is not None:
