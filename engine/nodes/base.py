@@ -126,6 +126,7 @@ class NodeJobContext(JobContext):
     def __init__(
         self, node: NodeRun, run_id: str, kind: str, config: dict[str, Any]
     ) -> None:
+        self._own_stop_reason = ""
         super().__init__(run_id, node.work_dir, kind, config, events=None)
         self.project_dir = node.project_dir
         self._node = node
@@ -133,6 +134,17 @@ class NodeJobContext(JobContext):
     @property
     def should_stop(self) -> bool:
         return self._node.should_stop or self._stop.is_set()
+
+    @property
+    def stop_reason(self) -> str:
+        """This job's own reason, else the flow run's (its Cancel)."""
+        return self._own_stop_reason or (
+            self._node.parent.stop_reason if self._node.should_stop else ""
+        )
+
+    @stop_reason.setter
+    def stop_reason(self, value: str) -> None:
+        self._own_stop_reason = value
 
     def wait_for_stop(self, timeout: float) -> bool:
         return self._node.wait_for_stop(timeout)
