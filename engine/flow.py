@@ -42,7 +42,7 @@ import json
 import math
 import os
 import re
-import tempfile
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,8 +96,58 @@ DOCUMENT_KEY = ""
 link between two nodes that do not exist)."""
 
 TMP_MARK = ".tmp-"
-"""Temporary files carry this in their name; a crashed writer leaves them
-behind and ``engine.store.atomic.remove_stale_temp_files`` sweeps them."""
+"""Temporary files and folders carry this in their name (see
+:func:`temp_path`); a crashed writer leaves them behind and
+``engine.store.atomic.remove_stale_temp_files`` sweeps them once provably
+dead."""
+
+_TEMP_NAME = re.compile(
+    rf"\.(?P<target>.+){re.escape(TMP_MARK)}(?:(?P<purpose>[a-z]+)-)?"
+    r"(?P<pid>[0-9]{1,10})-(?P<tag>[0-9a-f]{8})"
+)
+
+PATH_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_ .,()+=@-]{0,98}[A-Za-z0-9_)+=@-])?")
+"""What a name or id that becomes part of a file path may be (node ids;
+model, run, env, flow and data set names): one folder entry of at most 100
+ASCII letters, digits, spaces and ``_ . , ( ) + = @ -``, starting with a
+letter, digit or ``_`` and ending with neither a space nor a dot. So it can
+never be absolute, ``..``, hidden, a temporary name, hold a separator or a
+NUL, or look like another name (no Unicode lookalikes)."""
+
+PATH_NAME_RULE = (
+    "use at most 100 letters, digits, spaces and _ . , ( ) + = @ -, "
+    "starting with a letter, digit or _"
+)
+""":data:`PATH_NAME` in words, for the sentences that refuse a name."""
+
+
+def path_name_problem(what: str, value: object) -> str | None:
+    """None when ``value`` may be used as one part of a path, else the one
+    sentence saying why not; ``what`` names the field (``"The node id"``)."""
+    if not isinstance(value, str):
+        return f"{what} must be text, not {type(value).__name__}."
+    if PATH_NAME.fullmatch(value):
+        return None
+    shown = value if len(value) <= 60 else value[:57] + "..."
+    return f"{what} {shown!r} cannot be used in a file name; {PATH_NAME_RULE}."
+
+
+def temp_path(target: str | os.PathLike[str], purpose: str = "") -> Path:
+    """A fresh temporary name beside ``target``, owned by this process:
+    ``.<name>.tmp-[<purpose>-]<pid>-<8 hex>``. The writer removes it when it
+    fails; start-up cleanup removes it only once its owner is gone."""
+    target = Path(target)
+    tag = f"{purpose}-" if purpose else ""
+    return target.with_name(
+        f".{target.name}{TMP_MARK}{tag}{os.getpid()}-{secrets.token_hex(4)}"
+    )
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid that owns a :func:`temp_path` name; None for any other name
+    (a user's ``results.tmp-final.csv`` is not a temporary file)."""
+    match = _TEMP_NAME.fullmatch(name)
+    return int(match["pid"]) if match else None
 
 
 # --------------------------------------------------------------------------
@@ -602,6 +652,9 @@ def _node_from_dict(index: int, raw: Any) -> Node:
     node_id = raw.get("id")
     if not isinstance(node_id, str) or not node_id.strip():
         raise FlowFormatError(f"{where} has no 'id'.")
+    problem = path_name_problem(f"The id of node {index + 1}", node_id)
+    if problem:
+        raise FlowFormatError(problem)
     where = f"Node {node_id!r}"
     node_type = raw.get("type")
     if not isinstance(node_type, str) or not node_type.strip():
@@ -846,7 +899,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     (env specs) and the engine (``engine.store.atomic``) share it."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}{TMP_MARK}", dir=target.parent)
+    tmp = temp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -14,7 +14,11 @@ from typing import Any
 import pytest
 
 from engine.errors import ProjectError, UnknownRunError
-from engine.store.atomic import atomic_write_json
+from engine.store.atomic import (
+    atomic_write_json,
+    remove_stale_temp_files,
+    temp_owner,
+)
 from engine.store.metrics import MetricsWriter, read_metrics
 from engine.store.project import Project
 
@@ -331,8 +335,14 @@ def test_killing_the_writer_mid_save_leaves_old_or_new_never_truncated(
         for name in ("a", "b", "c"):
             data = json.loads((folder / f"{name}.json").read_text())  # never truncated
             assert data["generation"] >= -1
-    # Whatever the kill left behind is only temporary files, which opening sweeps.
+    # Whatever the kill left behind is only temporary files named for their
+    # dead owner: opening keeps them while they are young (their owner could
+    # be a slow writer on another machine), the sweep takes them once old.
+    left = {p.name for p in folder.iterdir() if ".tmp-" in p.name}
     Project.open(folder, create=True).close()
+    assert left <= {p.name for p in folder.iterdir()}
+    assert all(temp_owner(name) is not None for name in left)
+    remove_stale_temp_files(folder, older_than=0)
     assert not [p for p in folder.iterdir() if ".tmp-" in p.name]
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from engine.errors import EngineError
 from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
-from engine.store.atomic import TMP_MARK, make_parent_folder
+from engine.store.atomic import make_parent_folder, temp_path
 
 log = logging.getLogger(__name__)
 
@@ -793,7 +793,7 @@ def _write_gguf(
     make_parent_folder(out_path)
     needed = sum(p.nbytes for p in planned) + 1024 * 1024
     _check_free_space(out_path.parent, needed)
-    tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
+    tmp = temp_path(out_path)
     total = sum(p.source.nbytes if p.source else p.nbytes for p in planned) or 1
     done = 0
     writer = gguf.GGUFWriter(tmp, arch)

@@ -16,6 +16,7 @@ from typing import Any
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.settings import checked_config, setting
+from engine.store.paths import child, inside
 
 
 @dataclass
@@ -89,6 +90,14 @@ def _common(config: dict[str, Any], cls: type, what: str) -> dict[str, Any]:
     return out
 
 
+def out_path(ctx: JobContext, out: str) -> Path:
+    """The file ``out`` names: an absolute path as it is (the user chose it in
+    a file dialog); a relative one is taken from the project folder and must
+    stay inside it."""
+    path = Path(out).expanduser()
+    return path if path.is_absolute() else inside(ctx.project_dir, path, "out")
+
+
 def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
     value = out.get(key)
     if not isinstance(value, str) or not value:
@@ -150,9 +159,9 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
     src = Path(cfg["model_dir"])
     name = cfg["name"] or src.name
     out = (
-        Path(cfg["out"])
+        out_path(ctx, cfg["out"])
         if cfg["out"]
-        else ctx.run_dir / "output" / f"{name}-{cfg['type']}.gguf"
+        else child(ctx.run_dir, "output", f"{name}-{cfg['type']}", "name", ".gguf")
     )
 
     def progress(done: int, total: int, message: str) -> None:
@@ -269,7 +278,9 @@ def run_onnx(ctx: JobContext) -> dict[str, Any]:
     cfg = ctx.config
     src = Path(cfg["policy"])
     out = (
-        Path(cfg["out"]) if cfg["out"] else ctx.run_dir / "output" / f"{src.stem}.onnx"
+        out_path(ctx, cfg["out"])
+        if cfg["out"]
+        else child(ctx.run_dir, "output", src.stem, "policy", ".onnx")
     )
     ctx.progress(0, 2, "exporting")
     report = export_onnx(src, out, samples=cfg["samples"], project_dir=ctx.project_dir)

@@ -31,7 +31,7 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.export.modelfile import Modelfile, modelfile_for_gguf
-from engine.store.atomic import TMP_MARK
+from engine.store.atomic import temp_path
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 FILES_API_VERSION = (0, 5, 5)
@@ -638,9 +638,7 @@ def _place(src: Path, dest: Path) -> None:
         with contextlib.suppress(OSError):
             if os.path.samefile(src, dest):
                 return
-    tmp = dest.with_name(f".{dest.name}{TMP_MARK}{os.getpid()}")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
+    tmp = temp_path(dest)
     try:
         try:
             os.link(src, tmp)

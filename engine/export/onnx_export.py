@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.store.atomic import TMP_MARK, make_parent_folder
+from engine.store.atomic import make_parent_folder, temp_path
 
 
 @dataclass
@@ -186,7 +186,7 @@ def export_onnx(
     names = list(inputs)
 
     make_parent_folder(out_path)
-    tmp = out_path.with_name(f".{out_path.name}{TMP_MARK}{os.getpid()}")
+    tmp = temp_path(out_path)
     try:
         with (
             torch.no_grad(),

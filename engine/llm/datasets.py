@@ -29,7 +29,8 @@ from engine.errors import ConfigError
 from engine.llm.rollouts import iter_traces
 from engine.llm.train import METHODS, SEED_MAX
 from engine.settings import checked_config, setting
-from engine.store.atomic import atomic_write_json, atomic_write_text
+from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
+from engine.store.paths import checked_name, child
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "sft": ("prompt", "completion"),
@@ -241,9 +242,14 @@ def save_dataset(
             "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
         )
         if rows:
-            tmp = folder / f".{name}.parquet.tmp"
-            Dataset.from_list(rows).to_parquet(str(tmp))
-            tmp.replace(folder / f"{name}.parquet")
+            target = folder / f"{name}.parquet"
+            tmp = temp_path(target)
+            try:
+                Dataset.from_list(rows).to_parquet(str(tmp))
+                tmp.replace(target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
     stats = statistics(method, train, val)
     atomic_write_json(folder / "stats.json", stats)
     atomic_write_json(folder / "dataset.json", {"method": method, "format": 1})
@@ -415,6 +421,8 @@ def _trace_files(value: Any, project_dir: Path | None) -> list[Path]:
 
 def validate_dataset(config: dict[str, Any]) -> dict[str, Any]:
     out = checked_config(DatasetConfig, config, "llm.dataset")
+    if out["name"] is not None:
+        checked_name("name", out["name"])
     if not out["traces"]:
         raise ConfigError("traces", "traces must name one or more trace files.")
     if out["seed"] is None:
@@ -458,7 +466,7 @@ def run_dataset(ctx: Any) -> dict[str, Any]:
     cfg = ctx.config
     files = _trace_files(cfg["traces"], Path(ctx.project_dir))
     name = cfg["name"] or f"{cfg['method']}-{ctx.run_id}"
-    folder = Path(ctx.project_dir) / "data" / "datasets" / name
+    folder = child(ctx.project_dir, "data/datasets", name, "name")
     stats = build_dataset(
         files,
         cfg["method"],

@@ -12,7 +12,8 @@ from typing import Any
 
 from engine.errors import ConfigError, EngineError
 from engine.settings import checked_config, setting
-from engine.store.atomic import TMP_MARK
+from engine.store.atomic import temp_path
+from engine.store.paths import checked_name, child
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -38,6 +39,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import inspect_model
 
     out = checked_config(MergeConfig, config, "llm.merge")
+    if out["name"] is not None:
+        checked_name("name", out["name"])
     if not out["adapter"]:
         raise ConfigError("adapter", "adapter must name a LoRA adapter folder.")
     info = inspect_model(out["adapter"], "adapter")
@@ -79,10 +82,9 @@ def merge_adapter(
     merged = merged.to(torch_dtype)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir.with_name(f".{out_dir.name}{TMP_MARK}{os.getpid()}")
-    old = out_dir.with_name(f".{out_dir.name}{TMP_MARK}replaced-{os.getpid()}")
+    tmp = temp_path(out_dir)
+    old = temp_path(out_dir, "replaced")
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         merged.save_pretrained(str(tmp), safe_serialization=True)
         tok_src = (
@@ -113,7 +115,7 @@ def run(ctx: Any) -> dict[str, Any]:
 
     cfg = ctx.config
     name = cfg["name"] or f"{Path(cfg['adapter']).name}-merged"
-    out_dir = Path(ctx.project_dir) / "models" / name
+    out_dir = child(ctx.project_dir, "models", name, "name")
     ctx.progress(0, 1, "merging")
     merge_adapter(cfg["adapter"], cfg["base"], out_dir, cfg["dtype"])
     atomic_write_json(

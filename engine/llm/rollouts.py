@@ -28,6 +28,7 @@ from typing import Any
 from engine.errors import ConfigError, EngineError
 from engine.llm.train import SEED_MAX
 from engine.settings import checked_config, setting
+from engine.store.paths import checked_name, child
 
 
 class TraceRecorder:
@@ -389,6 +390,8 @@ def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.base import resolve_chat_model
 
     out = checked_config(CollectConfig, config, "llm.collect")
+    if out["name"] is not None:
+        checked_name("name", out["name"])
     if not out["env"]:
         raise ConfigError("env", "env must name an environment (id or spec file).")
     if out["policy"] == "llm":
@@ -415,6 +418,8 @@ def run_collect(ctx: Any) -> dict[str, Any]:
     )
 
     cfg = ctx.config
+    out_name = cfg["name"] or ctx.run_id
+    path = child(ctx.project_dir, "data/traces", out_name, "name", ".jsonl")
     env_ref = resolve_env(cfg["env"], ctx.project_dir)
     if cfg["policy"] == "llm":
         policy: Any = LLMPolicy.from_pretrained(
@@ -436,8 +441,6 @@ def run_collect(ctx: Any) -> dict[str, Any]:
     else:
         policy = RulePolicy(cfg["seed"], cfg["system_prompt"])
         name = "rule"
-    out_name = cfg["name"] or ctx.run_id
-    path = Path(ctx.project_dir) / "data" / "traces" / f"{out_name}.jsonl"
     recorder = TraceRecorder(path, append=ctx.resume)
     done = [0]
 

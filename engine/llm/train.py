@@ -38,6 +38,7 @@ from typing import Any
 from engine.errors import ConfigError, EngineError, with_defaults
 from engine.jobs.context import STOP_REQUEST_FILE
 from engine.settings import check_fields, defaults_of, setting
+from engine.store.paths import checked_name, child
 
 METHODS = ("grpo", "kto", "dpo", "sft")
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -212,6 +213,8 @@ def validate(
 
     out = with_defaults(config, defaults_of(TrainConfig), "llm.train")
     out = check_fields(TrainConfig, out)
+    if out["name"] is not None:
+        checked_name("name", out["name"])
     if not out["model"]:
         raise ConfigError("model", "model must name a base model folder or hub id.")
     info = inspect_model(out["model"])
@@ -586,6 +589,9 @@ def train_model(
     """
     from engine.store.atomic import atomic_write_json
 
+    # Checked before training, so a bad name costs nothing.
+    name = cfg["name"] or ctx.run_id
+    model_dir = child(ctx.project_dir, "models", name, "name")
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     callback = make_callback(ctx, cfg["method"], cfg["max_steps"])
     trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback, *(callbacks or [])])
@@ -620,8 +626,6 @@ def train_model(
             ) from exc
         raise
     wall = time.monotonic() - t0
-    name = cfg["name"] or ctx.run_id
-    model_dir = Path(ctx.project_dir) / "models" / name
     model_dir.mkdir(parents=True, exist_ok=True)
     trainer.model.save_pretrained(str(model_dir))
     trainer.processing_class.save_pretrained(str(model_dir))

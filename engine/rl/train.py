@@ -50,7 +50,7 @@ from engine.rl.config import (
     validate,
 )
 from engine.rl.policy import VECNORMALIZE_FILE, evaluate
-from engine.store.atomic import atomic_write_json, atomic_write_text
+from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
 from engine.store.metrics import iter_metrics
 
 CHECKPOINT_PREFIX = "step-"
@@ -608,21 +608,25 @@ class Trainer:
 
     def _write_model_dir(self, folder: Path, *, replay: bool) -> None:
         """Save model, normalization stats, (replay buffer) and state into a
-        fresh folder; callers rename it into place."""
-        shutil.rmtree(folder, ignore_errors=True)
+        fresh folder (a :func:`temp_path`, removed again if this fails);
+        callers rename it into place."""
         folder.mkdir(parents=True)
-        self.model.save(folder / "model.zip")
-        if self.cfg["vec_normalize"]:
-            self.venv.save(str(folder / VECNORMALIZE_FILE))
-        if replay and self.off_policy:
-            self.model.save_replay_buffer(folder / "replay_buffer.pkl")
-        atomic_write_json(folder / "state.json", self._state())
+        try:
+            self.model.save(folder / "model.zip")
+            if self.cfg["vec_normalize"]:
+                self.venv.save(str(folder / VECNORMALIZE_FILE))
+            if replay and self.off_policy:
+                self.model.save_replay_buffer(folder / "replay_buffer.pkl")
+            atomic_write_json(folder / "state.json", self._state())
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def save_checkpoint(self) -> Path:
         """A resumable checkpoint at the current step; prunes old ones."""
         step = int(self.model.num_timesteps)
         final = self.ckpt_dir / f"{CHECKPOINT_PREFIX}{step:010d}"
-        tmp = self.ckpt_dir / f".tmp-{final.name}"
+        tmp = temp_path(final)
         self._write_model_dir(tmp, replay=True)
         if final.exists():
             shutil.rmtree(final)
@@ -638,7 +642,7 @@ class Trainer:
 
     def _save_best(self) -> None:
         best = self.ckpt_dir / "best"
-        tmp = self.ckpt_dir / ".tmp-best"
+        tmp = temp_path(best)
         self._write_model_dir(tmp, replay=False)
         old = self.ckpt_dir / ".old-best"
         if best.exists():

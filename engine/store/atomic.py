@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ from engine.errors import EngineError
 from engine.flow import TMP_MARK as TMP_MARK
 from engine.flow import atomic_write_bytes as atomic_write_bytes
 from engine.flow import atomic_write_text as atomic_write_text
+from engine.flow import temp_owner as temp_owner
+from engine.flow import temp_path as temp_path
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
@@ -38,12 +42,61 @@ def make_parent_folder(out_path: Path) -> None:
         ) from None
 
 
-def remove_stale_temp_files(folder: str | os.PathLike[str]) -> int:
-    """Delete temporary files left below ``folder`` by crashed writers."""
+STALE_TEMP_AGE_S = 3600.0
+"""Seconds a temporary file or folder whose owner is gone is kept before
+start-up cleanup removes it (the pid may belong to another machine sharing
+the folder, or have been reused)."""
+
+LEGACY_MODEL_TEMP = (".tmp-deleted", ".tmp-copy")
+"""Suffixes of the model folders older versions set aside in ``models/``
+while deleting or registering a model; they name no owner, so only their age
+proves them dead."""
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (a zombie counts)."""
+    import psutil
+
+    return pid > 0 and bool(psutil.pid_exists(pid))
+
+
+def is_stale_temp(path: Path, older_than: float = STALE_TEMP_AGE_S) -> bool:
+    """Whether ``path`` is provably a dead writer's leftover: a
+    :func:`temp_path` name whose owner pid is gone (or a legacy model
+    folder) and unchanged for ``older_than`` seconds. Anything else, a user's
+    ``results.tmp-final.csv`` included, is not."""
+    owner = temp_owner(path.name)
+    if owner is None:
+        legacy = path.parent.name == "models" and path.name.endswith(LEGACY_MODEL_TEMP)
+        if not legacy:
+            return False
+    elif pid_alive(owner):
+        return False
+    try:
+        age = time.time() - path.lstat().st_mtime
+    except OSError:
+        return False
+    return age >= older_than
+
+
+def remove_stale_temp_files(
+    folder: str | os.PathLike[str], older_than: float = STALE_TEMP_AGE_S
+) -> int:
+    """Remove the temporary files and folders below ``folder`` that crashed
+    writers left (:func:`is_stale_temp`); returns how many. Symbolic links
+    are neither followed nor their targets touched."""
     removed = 0
-    for p in Path(folder).rglob(f"*{TMP_MARK}*"):
-        if p.is_file():
-            with contextlib.suppress(OSError):
-                p.unlink()
-                removed += 1
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in [*dirnames, *filenames]:
+            path = Path(dirpath, name)
+            if not is_stale_temp(path, older_than):
+                continue
+            if name in dirnames:
+                dirnames.remove(name)  # do not walk into what goes away
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            removed += not path.exists()
     return removed

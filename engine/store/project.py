@@ -33,7 +33,11 @@ from typing import Any
 
 from engine import untrusted
 from engine.errors import ProjectError, UnknownRunError
-from engine.store.atomic import atomic_write_json, remove_stale_temp_files
+from engine.store.atomic import (
+    atomic_write_json,
+    remove_stale_temp_files,
+    temp_path,
+)
 
 SCHEMA_VERSION = 1
 FOLDERS = ("envs", "flows", "runs", "models", "data")
@@ -387,15 +391,19 @@ class Project:
                 raise ProjectError(f"The model file {f} does not exist.")
         model_id = new_id("m-")
         folder = self.path / "models" / model_id
-        tmp = folder.with_name(folder.name + ".tmp-copy")
+        tmp = temp_path(folder, "copy")
         tmp.mkdir(parents=True)
-        for f in files:
-            src = Path(f)
-            if src.is_dir():
-                shutil.copytree(src, tmp / src.name)
-            else:
-                shutil.copy2(src, tmp / src.name)
-        tmp.rename(folder)  # the model appears whole or not at all
+        try:
+            for f in files:
+                src = Path(f)
+                if src.is_dir():
+                    shutil.copytree(src, tmp / src.name)
+                else:
+                    shutil.copy2(src, tmp / src.name)
+            tmp.rename(folder)  # the model appears whole or not at all
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         main_path = folder / Path(files[0]).name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
         record = ModelRecord(
@@ -523,17 +531,16 @@ class Project:
 
     def delete_model(self, model_id: str) -> ModelRecord:
         """Remove a registered model: its folder, its row and the links that
-        made it. Atomic: the folder is renamed aside first (``.tmp-deleted``,
-        whose files ``remove_stale_temp_files`` sweeps if the removal is cut
-        short), so the model is either whole and listed or gone."""
+        made it. Atomic: the folder is renamed aside first (a ``temp_path``
+        of purpose ``deleted``, which ``remove_stale_temp_files`` sweeps if
+        the removal is cut short), so the model is either whole and listed or
+        gone."""
         record = next((m for m in self.list_models() if m.id == model_id), None)
         if record is None:
             raise ProjectError(f"There is no model {model_id!r} in this project.")
         folder = self.path / "models" / model_id
-        doomed = folder.with_name(f"{folder.name}.tmp-deleted")
+        doomed = temp_path(folder, "deleted")
         if folder.exists():
-            if doomed.exists():
-                shutil.rmtree(doomed, ignore_errors=True)
             try:
                 folder.rename(doomed)
             except OSError as exc:

@@ -1,0 +1,62 @@
+"""Paths built from names stay inside their root.
+
+Every name or id that becomes part of a path (a model, data set or trace
+name, a node id) is checked against the one pattern, ``engine.flow.PATH_NAME``,
+and the path it makes is resolved (symbolic links followed) and must lie
+inside its root. A violation is a ``ConfigError`` naming the field, raised
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from engine.errors import ConfigError
+from engine.flow import path_name_problem
+
+
+def checked_name(field: str, value: object) -> str:
+    """``value`` when it may be one part of a path, else a ConfigError."""
+    problem = path_name_problem(f"The {field}", value)
+    if problem:
+        raise ConfigError(field, problem)
+    assert isinstance(value, str)
+    return value
+
+
+def inside(
+    root: str | os.PathLike[str], path: str | os.PathLike[str], field: str
+) -> Path:
+    """``path`` (relative ones are taken from ``root``) when it resolves to a
+    place inside ``root``, symbolic links followed; else a ConfigError."""
+    base = Path(root)
+    target = base / path
+    if "\0" in str(target):
+        raise ConfigError(field, f"The {field} must not contain a NUL character.")
+    try:
+        real_root = base.resolve()
+        real = target.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
+        raise ConfigError(
+            field, f"The {field} {str(path)!r} cannot be resolved ({exc})."
+        ) from None
+    if real != real_root and not real.is_relative_to(real_root):
+        raise ConfigError(
+            field,
+            f"The {field} {str(path)!r} leads outside {base} (to {real}); "
+            "it must stay inside.",
+        )
+    return target
+
+
+def child(
+    root: str | os.PathLike[str],
+    folder: str,
+    name: object,
+    field: str,
+    suffix: str = "",
+) -> Path:
+    """``root/<folder>/<name><suffix>`` for a checked ``name``, proven inside
+    ``root`` (the project: a ``folder`` that links out is refused too)."""
+    return inside(root, Path(folder, checked_name(field, name) + suffix), field)
