@@ -421,7 +421,7 @@ def parse_nvidia_smi(text: str) -> list[GpuUsage]:
 def _nvml_usage() -> list[GpuUsage] | None:
     """Usage through NVML, or None when ``pynvml`` or the driver is missing."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:
