@@ -212,3 +212,48 @@ def test_overrides_are_checked(tmp_path: Path) -> None:
     assert "There is no node 'ghost' in the flow." in proc.stderr
     doc = flow.load(EXAMPLE)
     assert doc.node("train") is not None
+
+
+def test_a_flow_failing_at_its_last_node_registers_the_earlier_models(
+    tmp_path: Path,
+) -> None:
+    """The example flow plus a last node that fails on bad input (the trained
+    policy evaluated on an env with other observations): the run fails, and
+    the model its Register node made is registered, with its lineage."""
+    doc = flow.load(EXAMPLE)
+    doc.name = "fails_last"
+    doc.nodes.append(flow.Node("other_env", "env.environment", {"env": "Acrobot-v1"}))
+    doc.nodes.append(flow.Node("check", "rl.evaluate", {"episodes": 1}))
+    doc.links.append(flow.Link("train", "policy", "check", "policy"))
+    doc.links.append(flow.Link("other_env", "env", "check", "env"))
+    path = tmp_path / "flows" / "fails_last.flow.json"
+    path.parent.mkdir()
+    flow.save(doc, path)
+    proc = engine_run(path, "--project", tmp_path, *QUICK, "--quiet")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    summary = summary_of(proc)
+    assert summary["status"] == "failed" and summary["failed"] == ["check"]
+    assert "The policy expects observations" in summary["reason"]
+    assert summary["nodes"]["register"]["state"] == "done"
+    (model_id,) = summary["registered_models"]
+    project = Project.open(tmp_path)
+    try:
+        (run,) = project.list_runs()
+        (model,) = project.list_models()
+        lineage = project.lineage(model_id)
+    finally:
+        project.close()
+    assert run.status == "failed" and run.reason == summary["reason"]
+    assert run.summary["registered_models"] == [model_id]
+    assert model.id == model_id and model.name == "PPO CartPole"
+    assert model.source_run == run.id and Path(model.path).is_file()
+    assert (run.id, model_id, "trained") in lineage
+    assert json.loads((Path(run.run_dir) / "result.json").read_text()) == {
+        "status": "failed",
+        "summary": run.summary,
+        "reason": run.reason,
+    }
+    # a re-run takes Register from the cache and registers nothing again
+    again = engine_run(path, "--project", tmp_path, *QUICK, "--quiet")
+    assert again.returncode == 1, again.stderr[-3000:]
+    assert "registered_models" not in summary_of(again)

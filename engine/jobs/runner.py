@@ -1,13 +1,14 @@
 """Entry point of a job process: ``python -m engine.jobs.runner RUN_DIR``.
 
 Reads ``RUN_DIR/config.json`` (written by the supervisor), runs the job
-function of its kind, and reports through the protocol on the private event
-stream. Stop requests arrive as ``run.stop`` lines on stdin (their
-``reason`` says who asked); end of stdin (the supervisor vanished) is a stop
-too, so an orphaned job saves its checkpoint and exits instead of training
-forever; so are SIGINT and SIGTERM (another engine stopping the run, a
-terminal, a service manager). A stopped run's summary says why in
-``stopped_by``.
+function of its kind through :func:`engine.jobs.lifecycle.execute` (the
+supervisor does the lifecycle's other steps around this process), and
+reports through the protocol on the private event stream. Stop requests
+arrive as ``run.stop`` lines on stdin (their ``reason`` says who asked); end
+of stdin (the supervisor vanished) is a stop too, so an orphaned job saves
+its checkpoint and exits instead of training forever; so are SIGINT and
+SIGTERM (another engine stopping the run, a terminal, a service manager). A
+stopped run's summary says why in ``stopped_by``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import traceback
 from pathlib import Path
 
 from engine import protocol
@@ -25,9 +25,8 @@ from engine.jobs.context import (
     read_run_config,
     stop_on_signals,
 )
+from engine.jobs.lifecycle import execute, resume_time_offset
 from engine.jobs.registry import get_kind, load
-from engine.store.atomic import atomic_write_json
-from engine.store.metrics import iter_metrics
 
 
 def _watch_stdin(ctx: JobContext) -> None:
@@ -39,15 +38,6 @@ def _watch_stdin(ctx: JobContext) -> None:
         if isinstance(msg, protocol.StopRun):
             ctx.request_stop(msg.reason)
     ctx.request_stop("engine_gone")
-
-
-def _resume_time_offset(run_dir: Path) -> float:
-    last = 0.0
-    for row in iter_metrics(run_dir / "metrics.jsonl"):
-        t = row.get("time")
-        if isinstance(t, int | float):
-            last = max(last, float(t))
-    return last
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,27 +56,20 @@ def main(argv: list[str] | None = None) -> int:
         config=record["config"],
         resume=args.resume,
         events=events,
-        time_offset=_resume_time_offset(run_dir) if args.resume else 0.0,
+        time_offset=resume_time_offset(run_dir) if args.resume else 0.0,
     )
     threading.Thread(target=_watch_stdin, args=(ctx,), daemon=True).start()
     stop_on_signals(ctx, ctx.log)
-    try:
-        summary = load(kind.entry)(ctx) or {}
-    except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        ctx.close()
-        atomic_write_json(
-            run_dir / "result.json",
-            {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"},
-        )
-        sys.stderr.flush()
+    outcome = execute(ctx, load(kind.entry))
+    sys.stderr.flush()
+    if outcome.error is not None:
+        # The supervisor reads result.json for the summary (a failed flow's
+        # models) and the log's last line for the reason.
         return 1
-    status = "stopped" if ctx.should_stop else "completed"
-    if ctx.should_stop:
-        summary["stopped_by"] = ctx.stop_reason
-    ctx.close()
-    atomic_write_json(run_dir / "result.json", {"status": status, "summary": summary})
-    ctx.emit(protocol.RunFinished(run_id=ctx.run_id, status=status, summary=summary))
+    summary = outcome.summary or {}
+    ctx.emit(
+        protocol.RunFinished(run_id=ctx.run_id, status=outcome.status, summary=summary)
+    )
     return 0
 
 

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 from engine import protocol
 from engine.errors import EngineError, ProjectError, UnknownRunError
-from engine.jobs import registry
+from engine.jobs import lifecycle, registry
 from engine.jobs.context import STOP_REQUEST_FILE
 from engine.store.project import Project, process_owns_run
 
@@ -232,16 +232,7 @@ class Supervisor:
         job = _Job(run_id=run_id, run_dir=run_dir, proc=proc, log_file=log_file)
         with self._lock:
             self._jobs[run_id] = job
-        project.update_run(
-            run_id,
-            status="running",
-            started=time.time(),
-            pid=proc.pid,
-            ended=None,
-            exit_code=None,
-            signal=None,
-            reason="",
-        )
+        lifecycle.mark_running(project, run_id, proc.pid)
         run = project.get_run(run_id)
         self._emit(
             protocol.RunStarted(
@@ -365,51 +356,32 @@ class Supervisor:
         self._emit(protocol.ProjectChanged(what="runs"))
 
     def _report_end(self, job: _Job, project: Project, code: int) -> protocol.Message:
-        """Record how the run ended; return the event that says so."""
-        now = time.time()
-        done, total = job.progress
+        """Record how the run ended (the lifecycle's last step: its models
+        registered, its final status); return the event that says so."""
+        progress = job.progress
         if code == 0 and job.finished is not None:
-            summary = dict(job.finished.summary)
-            registered = self._register_models(project, job.run_id, summary)
-            if registered:
-                summary["registered_models"] = registered
-            project.update_run(
-                job.run_id,
-                status=job.finished.status,
-                ended=now,
-                exit_code=0,
-                summary=summary,
-                progress_done=done,
-                progress_total=total,
-            )
+            outcome = lifecycle.Outcome(job.finished.status, dict(job.finished.summary))
+            summary = self._finish(project, job.run_id, outcome, progress=progress)
             return protocol.RunFinished(
-                run_id=job.run_id, status=job.finished.status, summary=summary
+                run_id=job.run_id, status=outcome.status, summary=summary or {}
             )
         if job.stop_requested and (job.forced or code != 0):
             reason = "Stopped by force: the run did not stop in time."
-            project.update_run(
-                job.run_id,
-                status="stopped",
-                ended=now,
-                reason=reason,
-                progress_done=done,
-                progress_total=total,
-            )
+            outcome = lifecycle.Outcome("stopped", None, reason)
+            self._finish(project, job.run_id, outcome, progress=progress, code=None)
             return protocol.RunFinished(
                 run_id=job.run_id, status="stopped", summary={"forced": True}
             )
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
         reason = _failure_reason(code, list(job.tail))
-        project.update_run(
-            job.run_id,
-            status="failed",
-            ended=now,
-            exit_code=exit_code,
-            signal=sig,
-            reason=reason,
-            progress_done=done,
-            progress_total=total,
+        # A job that failed after making models (a flow whose last node
+        # failed) recorded them in its result.json; they are registered.
+        recorded = lifecycle.read_outcome(job.run_dir)
+        summary = recorded.summary if recorded is not None else {}
+        outcome = lifecycle.Outcome("failed", summary, reason)
+        self._finish(
+            project, job.run_id, outcome, progress=progress, code=exit_code, sig=sig
         )
         return protocol.RunFailed(
             run_id=job.run_id,
@@ -419,13 +391,27 @@ class Supervisor:
             last_log_lines=list(job.tail)[-20:],
         )
 
-    def _register_models(
-        self, project: Project, run_id: str, summary: dict[str, Any]
-    ) -> list[str]:
-        ids, problems = project.register_run_models(run_id, summary)
+    def _finish(
+        self,
+        project: Project,
+        run_id: str,
+        outcome: lifecycle.Outcome,
+        *,
+        progress: tuple[float, float],
+        code: int | None = 0,
+        sig: int | None = None,
+    ) -> dict[str, Any] | None:
+        summary, problems = lifecycle.finish(
+            project,
+            run_id,
+            outcome,
+            exit_code=code,
+            signal_number=sig,
+            progress=progress,
+        )
         for text in problems:
             self._emit(protocol.EngineLog(level="error", text=text))
-        return ids
+        return summary
 
 
 def _failure_reason(code: int, tail: list[str]) -> str:

@@ -10,7 +10,8 @@ Example::
 The run is recorded in the project like a run started from the studio
 (``runs/<run-id>/``, a row in the project's run list), and the models its
 nodes produce (Register, Fine-tune, Merge, Export GGUF) are registered with
-their lineage when it ends, unless it failed. Stdout carries the run's
+their lineage when it ends, however it ended (a flow failing at its last
+node keeps the models its earlier nodes made). Stdout carries the run's
 summary as JSON and nothing else. The project is
 ``--project DIR``, else the project whose ``flows/`` folder holds the file,
 else a temporary folder.
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -33,8 +33,8 @@ from typing import Any, TextIO
 
 from engine import flow
 from engine.errors import EngineError
-from engine.jobs.context import JobContext, private_event_stream, stop_on_signals
-from engine.store.atomic import atomic_write_json
+from engine.jobs.context import JobContext, private_event_stream
+from engine.jobs.lifecycle import Outcome
 
 KIND = "flow.run"
 LINE_INTERVAL_S = 2.0
@@ -212,11 +212,18 @@ class ConsoleFlowContext(JobContext):
             self._log_file.close()
 
 
+def _nodes_done(outcome: Outcome) -> tuple[float, float] | None:
+    """A finished flow's progress: every node of its plan accounted for."""
+    order = (outcome.summary or {}).get("order")
+    return None if order is None else (len(order), len(order))
+
+
 def run(args: argparse.Namespace) -> int:
+    from engine.jobs.lifecycle import run_in_process
     from engine.nodes.executor import (
-        FlowInvalid,
+        FlowFailed,
         apply_overrides,
-        run_flow,
+        run_document,
         validate_document,
     )
     from engine.nodes.executor import validate as validate_config
@@ -266,23 +273,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         record = project.create_run(KIND, config, name=f"flow {name}")
         run_dir = Path(record.run_dir)
-        # The pid tells a studio open on this project that the run is alive
-        # (its reconcile leaves the row alone and Stop sends SIGINT).
-        project.update_run(
-            record.id, status="running", started=time.time(), pid=os.getpid()
-        )
         print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
         labels = {n.id: flow.display_name(n, catalog) for n in doc.nodes}
         report = ConsoleReport(sys.stderr, labels, bars=not args.quiet)
         ctx = ConsoleFlowContext(record.id, run_dir, KIND, config, events=None)
         ctx.report = report
 
-        # Libraries print to stdout (transformers' PrinterCallback prints
-        # every training log row); stdout carries the summary alone.
-        summary_out = private_event_stream()
-        restore_signals = stop_on_signals(ctx, report.line)
-        try:
-            summary = run_flow(
+        def entry(ctx: JobContext) -> dict[str, Any]:
+            return run_document(
                 ctx,
                 doc,
                 flow_name=name,
@@ -290,47 +288,25 @@ def run(args: argparse.Namespace) -> int:
                 targets=config["targets"],
                 on_state=report.on_state,
             )
-        except FlowInvalid as exc:  # validated above; kept for safety
-            ctx.close()
-            project.update_run(
-                record.id, status="failed", ended=time.time(), reason=str(exc)
-            )
-            raise EngineError(str(exc)) from None
-        except BaseException as exc:
-            ctx.close()
-            reason = f"{type(exc).__name__}: {exc}"
-            atomic_write_json(
-                run_dir / "result.json", {"status": "failed", "reason": reason}
-            )
-            project.update_run(
-                record.id, status="failed", ended=time.time(), reason=reason
-            )
-            raise
-        finally:
-            restore_signals()
-        ctx.close()
-        status = summary["status"]
-        if status != "failed":  # as the supervisor: stopped runs keep theirs
-            registered, problems = project.register_run_models(record.id, summary)
-            for problem in problems:
-                report.line(problem)
-            if registered:
-                summary["registered_models"] = registered
-        atomic_write_json(
-            run_dir / "result.json", {"status": status, "summary": summary}
-        )
-        project.update_run(
+
+        # Libraries print to stdout (transformers' PrinterCallback prints
+        # every training log row); stdout carries the summary alone.
+        summary_out = private_event_stream()
+        outcome = run_in_process(
+            project,
             record.id,
-            status=status,
-            ended=time.time(),
-            exit_code=0,
-            summary=summary,
-            reason=summary.get("reason", ""),
-            progress_done=len(summary["order"]),
-            progress_total=len(summary["order"]),
+            ctx,
+            entry,
+            say=report.line,
+            progress=_nodes_done,
+            on_problem=report.line,
         )
     finally:
         project.close()
+    if outcome.error is not None and not isinstance(outcome.error, FlowFailed):
+        raise outcome.error
+    summary = outcome.summary or {}
+    status = outcome.status
     report.final(summary)
     print(json.dumps(summary, indent=2), file=summary_out, flush=True)
     return {"completed": 0, "failed": 1}.get(status, 130)

@@ -13,10 +13,12 @@ reports the node ``cached``. A failing node marks everything downstream
 node. Stop is cooperative: the running node sees ``should_stop``, the nodes
 after it are ``skipped``.
 
-The models nodes return are listed in the summary's ``models``; the caller
-registers them when the run did not fail. A cache entry keeps its node's
-models as ``pending_models`` until then, so a node reused from the cache
-after a failed run (Train done, Export failed) lists its models again.
+The models nodes return are listed in the summary's ``models``; the run's
+lifecycle (``engine.jobs.lifecycle.finish``) registers them however the run
+ended, so a flow failing at its last node keeps what the nodes before it
+made. A cache entry keeps its node's models as ``pending_models`` until the
+run ends; an entry left so by an older version (which registered nothing
+for a failed run) lists its models again when reused.
 
 Job config (``flow.run``)::
 
@@ -45,6 +47,7 @@ from typing import Any
 from engine import flow, protocol
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
+from engine.jobs.lifecycle import RunFailed
 from engine.nodes.base import NodeResult, NodeRun
 from engine.nodes.registry import node_types, specs
 from engine.store.atomic import atomic_write_json
@@ -75,8 +78,9 @@ class FlowInvalid(EngineError):
         self.errors = errors
 
 
-class FlowFailed(EngineError):
-    """A node failed; the message names it."""
+class FlowFailed(RunFailed):
+    """A node failed; the message names it, the summary lists the models the
+    nodes before it made (they are registered all the same)."""
 
 
 # --------------------------------------------------------------------------
@@ -403,12 +407,11 @@ class FlowExecution:
                 stopped = True
         self.ctx.progress(len(order), len(order), "finished")
         summary = self.summary(order)
-        if summary["status"] != "failed":
-            self._mark_registered()
+        self._mark_registered()
         return summary
 
     def _mark_registered(self) -> None:
-        """The caller registers the models of a run that did not fail; clear
+        """The caller registers the models of the run however it ended; clear
         them from the cache entries so a later run does not list them again."""
         for node_id in self._pending:
             path = self.cache / f"{node_id}.json"
@@ -574,17 +577,38 @@ def run_flow(
     ).run()
 
 
-def run(ctx: JobContext) -> dict[str, Any]:
-    """Job entry point (``engine.nodes.executor:run``)."""
-    cfg = ctx.config
-    doc = flow.FlowDocument.from_dict(cfg["document"])
+def run_document(
+    ctx: JobContext,
+    doc: flow.FlowDocument,
+    *,
+    flow_name: str,
+    only_stale: bool = True,
+    targets: list[str] | None = None,
+    on_state: StateSink | None = None,
+) -> dict[str, Any]:
+    """:func:`run_flow` as a job function: a failed node raises
+    :class:`FlowFailed` carrying the summary (the run's lifecycle still
+    registers the models of the nodes that finished)."""
     summary = run_flow(
         ctx,
         doc,
+        flow_name=flow_name,
+        only_stale=only_stale,
+        targets=targets,
+        on_state=on_state,
+    )
+    if summary["status"] == "failed":
+        raise FlowFailed(summary["reason"], summary)
+    return summary
+
+
+def run(ctx: JobContext) -> dict[str, Any]:
+    """Job entry point (``engine.nodes.executor:run``)."""
+    cfg = ctx.config
+    return run_document(
+        ctx,
+        flow.FlowDocument.from_dict(cfg["document"]),
         flow_name=cfg["flow_name"],
         only_stale=cfg.get("only_stale", True),
         targets=cfg.get("targets") or [],
     )
-    if summary["status"] == "failed":
-        raise FlowFailed(summary["reason"])
-    return summary

@@ -24,17 +24,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.errors import EngineError
-from engine.jobs.context import STOP_REASONS, JobContext, stop_on_signals
+from engine.jobs.context import JobContext
 from engine.jobs.registry import run_name
 from engine.store.atomic import atomic_write_json
 
@@ -297,19 +295,6 @@ def _resume(
         project.close()
 
 
-def _resume_time_offset(run_dir: Path) -> float:
-    """Wall time the run had trained when it stopped (its last metrics row),
-    so that curves against time continue instead of starting over."""
-    from engine.store.metrics import iter_metrics
-
-    times = [
-        float(t)
-        for row in iter_metrics(run_dir / "metrics.jsonl")
-        if isinstance(t := row.get("time"), int | float)
-    ]
-    return max(times, default=0.0)
-
-
 def _train_in_project(
     args: argparse.Namespace,
     project: Project,
@@ -317,21 +302,13 @@ def _train_in_project(
     train: Callable[[JobContext], dict[str, Any]],
     resume_id: str | None = None,
 ) -> int:
+    from engine.jobs.lifecycle import resume_time_offset, run_in_process
+
     if resume_id is None:
         record = project.create_run(KIND, config, name=run_name(KIND, config))
     else:
         record = project.get_run(resume_id)
     run_dir = Path(record.run_dir)
-    project.update_run(
-        record.id,
-        status="running",
-        started=time.time(),
-        pid=os.getpid(),
-        ended=None,
-        exit_code=None,
-        signal=None,
-        reason="",
-    )
     print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
     ctx = ConsoleContext(
         record.id,
@@ -342,53 +319,27 @@ def _train_in_project(
         stream=None if args.quiet else sys.stderr,
         project=project,
         resume=resume_id is not None,
-        time_offset=0.0 if resume_id is None else _resume_time_offset(run_dir),
+        time_offset=0.0 if resume_id is None else resume_time_offset(run_dir),
     )
-
-    # Ctrl-C, or a studio stopping this run (SIGINT), or SIGTERM: save a
-    # checkpoint and end as stopped; a second signal aborts.
-    restore_signals = stop_on_signals(
-        ctx, lambda text: print(f"\n{text}", file=sys.stderr)
+    total = float(config["total_steps"])
+    outcome = run_in_process(
+        project,
+        record.id,
+        ctx,
+        train,
+        trace=ctx.log_to_file,
+        progress=lambda o: (
+            None
+            if o.error is not None
+            else (min(float((o.summary or {}).get("total_steps", 0)), total), total)
+        ),
     )
-    try:
-        summary = train(ctx)
-    except BaseException as exc:
-        ctx.end_bar()
-        if isinstance(exc, KeyboardInterrupt):
-            status, reason = "interrupted", "Aborted with a second Ctrl-C."
-        else:
-            status, reason = "failed", f"{type(exc).__name__}: {exc}"
-            ctx.log_to_file(traceback.format_exc())
-        ctx.close()
-        atomic_write_json(run_dir / "result.json", {"status": status, "reason": reason})
+    ctx.end_bar()
+    if outcome.error is not None:
         # The row says how it ended; the run can be inspected and resumed
         # from its last checkpoint in the studio.
-        project.update_run(record.id, status=status, ended=time.time(), reason=reason)
-        raise
-    finally:
-        restore_signals()
-    ctx.end_bar()
-    status = "stopped" if summary.get("stopped_by") in STOP_REASONS else "completed"
-    ctx.close()
-    # As the supervisor does for a run started in the studio: a stopped run's
-    # best model so far is registered too.
-    registered, problems = project.register_run_models(record.id, summary)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if registered:
-        summary["registered_models"] = registered
-    atomic_write_json(run_dir / "result.json", {"status": status, "summary": summary})
-    total = float(config["total_steps"])
-    project.update_run(
-        record.id,
-        status=status,
-        ended=time.time(),
-        exit_code=0,
-        summary=summary,
-        progress_done=min(float(summary.get("total_steps", 0)), total),
-        progress_total=total,
-    )
-    print(json.dumps(summary, indent=2))
+        raise outcome.error
+    print(json.dumps(outcome.summary, indent=2))
     return 0
 
 

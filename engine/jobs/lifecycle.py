@@ -1,0 +1,227 @@
+"""The life of a run, the same wherever it runs.
+
+A run started in the studio (the supervisor spawns ``engine.jobs.runner``),
+by ``rl-studio-engine train --project`` or by ``rl-studio-engine run`` goes
+through the same steps, declared here once:
+
+1. :func:`mark_running` — the row says ``running`` with the owning pid;
+2. :func:`execute` — the job function runs; how it ended (an
+   :class:`Outcome`) is written to the run's ``result.json`` at once, so a
+   run whose recorder vanished is still reconciled;
+3. :func:`finish` — the models its summary lists are registered (also when
+   it failed or stopped: a flow failing at its last node keeps what its
+   earlier nodes made), and the row gets its final status.
+
+The supervisor does steps 1 and 3 around the job process, which does step 2;
+the headless commands do all three in their own process
+(:func:`run_in_process`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import EngineError
+from engine.store.atomic import atomic_write_json
+from engine.store.metrics import iter_metrics
+
+if TYPE_CHECKING:
+    from engine.jobs.context import JobContext
+    from engine.store.project import Project
+
+RESULT_FILE = "result.json"
+"""How the run ended, in its run folder (``status``, ``summary``, ``reason``)."""
+
+Entry = Callable[["JobContext"], "dict[str, Any] | None"]
+
+
+class RunFailed(EngineError):
+    """A job that failed after producing something worth keeping: its
+    ``summary`` (a flow whose last node failed lists the models its earlier
+    nodes made) is recorded and its models registered."""
+
+    def __init__(self, message: str, summary: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+@dataclass
+class Outcome:
+    """How a run ended."""
+
+    status: str
+    """``completed``, ``stopped``, ``failed`` or ``interrupted``."""
+    summary: dict[str, Any] | None = field(default_factory=dict)
+    """The job's summary; None when it left none (the row keeps the one it
+    had: a resumed run that then failed, a run stopped by force)."""
+    reason: str = ""
+    """One sentence when it did not complete."""
+    error: BaseException | None = None
+    """The exception that ended it, for a caller that re-raises it."""
+
+    def result(self) -> dict[str, Any]:
+        """The ``result.json`` record."""
+        out: dict[str, Any] = {"status": self.status}
+        if self.summary is not None:
+            out["summary"] = self.summary
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+def mark_running(project: Project, run_id: str, pid: int) -> None:
+    """Step 1: the row is ``running`` in process ``pid`` (a studio open on the
+    project leaves a live owner's row alone, and Stop signals it)."""
+    project.update_run(
+        run_id,
+        status="running",
+        started=time.time(),
+        pid=pid,
+        ended=None,
+        exit_code=None,
+        signal=None,
+        reason="",
+    )
+
+
+def resume_time_offset(run_dir: Path) -> float:
+    """Wall time a resumed run had trained (its last metrics row), so that
+    curves against time continue instead of starting over."""
+    times = [
+        float(t)
+        for row in iter_metrics(run_dir / "metrics.jsonl")
+        if isinstance(t := row.get("time"), int | float)
+    ]
+    return max(times, default=0.0)
+
+
+def execute(
+    ctx: JobContext, entry: Entry, *, trace: Callable[[str], None] | None = None
+) -> Outcome:
+    """Step 2: run ``entry`` in ``ctx``, close the context and write
+    ``result.json``. Never raises: the exception that ended the run is the
+    outcome's ``error``, its traceback goes to ``trace`` (default: the run's
+    log)."""
+    try:
+        summary = dict(entry(ctx) or {})
+    except KeyboardInterrupt as exc:
+        outcome = Outcome("interrupted", {}, "Aborted with a second Ctrl-C.", error=exc)
+    except Exception as exc:
+        (trace or ctx.log)(traceback.format_exc().rstrip())
+        if isinstance(exc, RunFailed):
+            outcome = Outcome("failed", dict(exc.summary), str(exc), error=exc)
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+            outcome = Outcome("failed", None, reason, error=exc)
+    else:
+        outcome = Outcome(_status(ctx, summary), summary)
+    ctx.close()
+    atomic_write_json(ctx.run_dir / RESULT_FILE, outcome.result())
+    return outcome
+
+
+def _status(ctx: JobContext, summary: dict[str, Any]) -> str:
+    """``stopped`` or ``completed``. A job that says how it ended is
+    believed (a flow: stopped when a node was; training: ``stopped_by`` is
+    ``steps`` or ``target`` when it reached its end before the stop request
+    came); otherwise a stop request made it stopped. A stopped run's summary
+    says who stopped it in ``stopped_by``."""
+    from engine.jobs.context import STOP_REASONS
+
+    status = summary.get("status")
+    if status not in ("completed", "stopped"):
+        stopped_by = summary.get("stopped_by")
+        ended_itself = stopped_by is not None and stopped_by not in STOP_REASONS
+        status = "stopped" if ctx.should_stop and not ended_itself else "completed"
+    if status == "stopped":
+        summary.setdefault("stopped_by", ctx.stop_reason or "user")
+    return str(status)
+
+
+def read_outcome(run_dir: Path) -> Outcome | None:
+    """The outcome a job process recorded, if it recorded one."""
+    from engine.store.project import FINAL_STATUSES, _read_json
+
+    data = _read_json(run_dir / RESULT_FILE)
+    if not data or data.get("status") not in FINAL_STATUSES:
+        return None
+    summary = data.get("summary")
+    return Outcome(
+        str(data["status"]),
+        dict(summary) if isinstance(summary, dict) else {},
+        str(data.get("reason", "")),
+    )
+
+
+def finish(
+    project: Project,
+    run_id: str,
+    outcome: Outcome,
+    *,
+    exit_code: int | None = 0,
+    signal_number: int | None = None,
+    progress: tuple[float, float] | None = None,
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Step 3: register the models ``outcome``'s summary lists (whatever the
+    status: a stopped run's best model so far, a failed flow's finished
+    nodes' models), rewrite ``result.json`` with their ids and give the row
+    its final status. Returns the summary as recorded and one sentence per
+    model that could not be registered."""
+    summary = None if outcome.summary is None else dict(outcome.summary)
+    problems: list[str] = []
+    if summary is not None:
+        registered, problems = project.register_run_models(run_id, summary)
+        if registered:
+            summary["registered_models"] = registered
+    recorded = Outcome(outcome.status, summary, outcome.reason)
+    atomic_write_json(project.run_dir(run_id) / RESULT_FILE, recorded.result())
+    fields: dict[str, Any] = {
+        "status": outcome.status,
+        "ended": time.time(),
+        "exit_code": exit_code,
+        "signal": signal_number,
+        "reason": outcome.reason,
+    }
+    if summary is not None:
+        fields["summary"] = summary
+    if progress is not None:
+        fields["progress_done"], fields["progress_total"] = progress
+    project.update_run(run_id, **fields)
+    return summary, problems
+
+
+def run_in_process(
+    project: Project,
+    run_id: str,
+    ctx: JobContext,
+    entry: Entry,
+    *,
+    trace: Callable[[str], None] | None = None,
+    progress: Callable[[Outcome], tuple[float, float] | None] = lambda _o: None,
+    say: Callable[[str], None] = lambda text: print(f"\n{text}", file=sys.stderr),
+    on_problem: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
+) -> Outcome:
+    """All three steps in this process, for the headless commands: Ctrl-C
+    (or a studio stopping the run, or SIGTERM) asks the job to stop, telling
+    the user through ``say``; a second signal aborts it. The outcome's
+    summary is the recorded one (with ``registered_models``)."""
+    from engine.jobs.context import stop_on_signals
+
+    mark_running(project, run_id, os.getpid())
+    restore_signals = stop_on_signals(ctx, say)
+    try:
+        outcome = execute(ctx, entry, trace=trace)
+    finally:
+        restore_signals()
+    summary, problems = finish(project, run_id, outcome, progress=progress(outcome))
+    for problem in problems:
+        on_problem(problem)
+    outcome.summary = summary
+    return outcome
