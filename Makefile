@@ -1,6 +1,7 @@
 # RL Studio — set up, start, test.
 #   make studio   create .venv, install, start the desktop app
-#   make test     create .venv, install, lint, run the test suite (offscreen)
+#   make test     create .venv, install, lint, type-check, check the import
+#                 contracts, run the test suite (offscreen)
 #   make bench    run the benchmarks in tests/benchmarks and print the figures
 # Override the torch wheel with e.g. `make studio TORCH_SPEC="torch==2.5.1"`.
 
@@ -27,6 +28,9 @@ studio: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests
 
 bench: $(STAMP)
@@ -35,6 +39,8 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Optional: what the real-window drag-and-drop test needs (it skips without it).
 xvfb-deps:
@@ -42,4 +48,4 @@ xvfb-deps:
 	apt-get install -y -qq xvfb xdotool imagemagick libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache

@@ -1261,8 +1261,8 @@ def validate(doc: FlowDocument, catalog: CatalogLike) -> dict[str, list[str]]:
 
     for cycle in cycles(doc):
         path = " -> ".join(cycle)
-        for n in cycle[:-1]:
-            add(n, f"This node is part of a cycle ({path}).")
+        for node_id in cycle[:-1]:
+            add(node_id, f"This node is part of a cycle ({path}).")
     return errors
 
 

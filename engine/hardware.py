@@ -103,7 +103,7 @@ def _bf16(compute_capability: str) -> bool:
 def _nvml_gpus() -> list[GpuInfo] | None:
     """NVIDIA GPUs through NVML, or None when ``pynvml`` or the driver is missing."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return None
     try:

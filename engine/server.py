@@ -382,7 +382,7 @@ class Server:
         for m in models:
             by_path[m.path] = by_path[str(Path(m.path).parent)] = m.id
         links: list[tuple[str, str, str]] = []
-        todo, seen = [msg.model_id], set()
+        todo, seen = [msg.model_id], set[str]()
         while todo and len(seen) < 100:
             node = todo.pop()
             if node in seen:

@@ -378,26 +378,33 @@ def _env_checks(spec: EnvSpec, report: Report, *, steps: int, seed: int) -> None
     from gymnasium.utils.env_checker import check_env as gym_check_env
 
     env = gym.make(env_id)
-    msgs, exc = _captured(gym_check_env, env, skip_render_check=True)
+    msgs, failure = _captured(gym_check_env, env, skip_render_check=True)
     env.close()
     for m in msgs:
         add(Problem("warning", where, m, "gymnasium_check_env"))
-    if exc is not None:
+    if failure is not None:
         add(
             Problem(
-                "error", where, f"{type(exc).__name__}: {exc}", "gymnasium_check_env"
+                "error",
+                where,
+                f"{type(failure).__name__}: {failure}",
+                "gymnasium_check_env",
             )
         )
 
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
     env = gym.make(env_id)
-    msgs, exc = _captured(sb3_check_env, env, warn=True, skip_render_check=True)
+    msgs, failure = _captured(sb3_check_env, env, warn=True, skip_render_check=True)
     env.close()
     for m in msgs:
         add(Problem("warning", where, m.splitlines()[0], "sb3_check_env"))
-    if exc is not None:
-        add(Problem("error", where, f"{type(exc).__name__}: {exc}", "sb3_check_env"))
+    if failure is not None:
+        add(
+            Problem(
+                "error", where, f"{type(failure).__name__}: {failure}", "sb3_check_env"
+            )
+        )
 
     _determinism(env_id, spec, report, steps=steps, seed=seed, where=where)
     if spec.kind == "workflow":
@@ -535,7 +542,8 @@ def _replay(env_id: str, report: Report, *, seed: int, steps: int = 60) -> None:
 
     import gymnasium as gym
 
-    env = gym.make(env_id).unwrapped
+    # A designed env: its own methods (action_masks, get_state) are used.
+    env: Any = gym.make(env_id).unwrapped
     env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     for _ in range(3):
@@ -553,7 +561,7 @@ def _replay(env_id: str, report: Report, *, seed: int, steps: int = 60) -> None:
         return rec
 
     original = play(env)
-    fresh = gym.make(env_id).unwrapped
+    fresh: Any = gym.make(env_id).unwrapped
     fresh.reset(seed=seed + 99)
     fresh.set_state(state)
     if not _same(original, play(fresh)):

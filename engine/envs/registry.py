@@ -287,7 +287,7 @@ _PARAM_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}
 _SKIPPED_PARAMS = {"self", "render_mode"}
 
 
-def constructor_parameters(cls: type) -> list[dict[str, Any]]:
+def constructor_parameters(cls: type[Any]) -> list[dict[str, Any]]:
     """The keyword arguments an env class takes, for the designer's form:
     ``name``, ``type`` (``bool``/``int``/``float``/``str``, or ``json`` for
     anything else), ``default`` (when it is plain JSON) and ``annotation``.

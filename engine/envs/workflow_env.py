@@ -235,7 +235,7 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
 
     def action_masks(self) -> np.ndarray:
         """Tools with a transition from the current status (all when none has)."""
-        mask = self.model.valid[self._status].copy()
+        mask: np.ndarray = self.model.valid[self._status].copy()
         if not mask.any():
             mask[:] = True
         return mask

@@ -519,10 +519,11 @@ class WorkflowBatch:
         return mask
 
     def _success(self, status: np.ndarray) -> np.ndarray:
+        reached: np.ndarray = self.model.success[status]
         if self.model.use_task_target:
             has = self.target >= 0
-            return np.where(has, status == self.target, self.model.success[status])
-        return self.model.success[status]
+            return np.where(has, status == self.target, reached)
+        return reached
 
     def _obs(
         self,

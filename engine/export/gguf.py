@@ -118,7 +118,7 @@ class ExportReport:
 # safetensors, memory-mapped
 
 
-_ST_DTYPES = {
+_ST_DTYPES: dict[str, np.dtype[Any]] = {
     "F32": np.dtype("<f4"),
     "F16": np.dtype("<f2"),
     "BF16": np.dtype("<u2"),
@@ -217,7 +217,7 @@ class _MemmapPool:
                 f"Tensor dtype {t.dtype} in {t.file.name} is not supported; "
                 "export from a float32, float16 or bfloat16 checkpoint."
             )
-        raw = (
+        raw: np.ndarray = (
             mm[t.start : t.start + t.nbytes].view(_ST_DTYPES[t.dtype]).reshape(t.shape)
         )
         return raw
@@ -491,6 +491,7 @@ def _read_sentencepiece_model(path: Path) -> list[tuple[str, float, int]]:
         while i < len(buf):
             key, i = varint(buf, i)
             num, wire = key >> 3, key & 7
+            val: int | bytes
             if wire == 0:
                 val, i = varint(buf, i)
             elif wire == 1:
@@ -539,7 +540,7 @@ def _uses_step(tj: dict[str, Any] | None, kind: str) -> bool:
         inner = node.get("pretokenizers", []) + node.get("decoders", [])
         return any(has(n) for n in inner)
 
-    return bool(tj) and (has(tj.get("pre_tokenizer")) or has(tj.get("decoder")))
+    return tj is not None and (has(tj.get("pre_tokenizer")) or has(tj.get("decoder")))
 
 
 def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:

@@ -111,7 +111,8 @@ def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
 
 
 def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
-    from engine.export.gguf import ADAPTER_TYPES, GGUF_TYPES, SUPPORTED_ARCHITECTURES
+    from engine.export.gguf import SUPPORTED_ARCHITECTURES
+    from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
 
     out = _common(config, GGUFExportConfig, "a GGUF export")
     adapter = out["adapter"]

@@ -196,7 +196,8 @@ def export_onnx(
             # The TorchScript exporter is deprecated but needs no onnxscript;
             # distribution argument checks trace as constants, which is fine.
             warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            # torch.jit defines TracerWarning but leaves it out of __all__.
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # type: ignore[attr-defined]
             torch.onnx.export(
                 module,
                 example,

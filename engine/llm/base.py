@@ -219,9 +219,8 @@ def read_chat_template(folder: Path) -> str | None:
 def _token_text(value: Any) -> str | None:
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
+    content = value.get("content") if isinstance(value, dict) else None
+    return content if isinstance(content, str) else None
 
 
 def special_tokens(folder: Path) -> dict[str, str]:
@@ -272,8 +271,8 @@ def inspect_model(ref: str | Path, field_name: str = "model") -> ModelInfo:
             or bool(base_info and base_info.has_chat_template),
         )
     cfg = _read_json(folder / "config.json")
-    text_cfg = (
-        cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    text_cfg: dict[str, Any] = (
+        cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
     )
     template = read_chat_template(folder)
     family = detect_chat_family(template)

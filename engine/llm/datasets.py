@@ -21,6 +21,7 @@ import hashlib
 import json
 import random
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,9 @@ def _assistant(text: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": text}]
 
 
-def _step_rows(episodes: list[dict[str, Any]]):
+def _step_rows(
+    episodes: list[dict[str, Any]],
+) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     for ep in episodes:
         for st in ep.get("steps", []):
             yield ep, st
@@ -72,7 +75,8 @@ def build_kto(
 ) -> list[dict[str, Any]]:
     """Desirable: a parsed, valid step that the expert would take (or, without
     an expert, one of a successful episode / with positive reward)."""
-    good, bad = [], []
+    good: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []
     for ep, st in _step_rows(episodes):
         row = {
             "prompt": st["messages"],
@@ -332,8 +336,8 @@ def _first_row(train_file: Path, field_name: str) -> tuple[dict[str, Any] | None
         n = pf.metadata.num_rows
         if n == 0:
             return None, 0
-        first = next(pf.iter_batches(batch_size=1)).to_pylist()[0]
-        return first, n
+        row: dict[str, Any] = next(pf.iter_batches(batch_size=1)).to_pylist()[0]
+        return row, n
     n = 0
     first: dict[str, Any] | None = None
     with open(train_file, encoding="utf-8") as fh:

@@ -759,7 +759,9 @@ def evaluate(node: NodeRun) -> NodeResult:
         raise NodeError("Link a model or an adapter to evaluate.")
     if model is not None and adapter is not None:
         raise NodeError("Link a model or an adapter to evaluate, not both.")
-    target = model["path"] if model is not None else adapter["path"]
+    linked = model if model is not None else adapter
+    assert linked is not None  # one of the two, checked above
+    target = linked["path"]
     baseline = node.inputs.get("baseline")
     env_ref, cap = env_for_llm(node.input("env"), p["max_steps"])
     summary = run_job(

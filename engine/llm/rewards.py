@@ -126,7 +126,7 @@ class EnvReward(RewardFunction):
         out = replay(row["env"], row["env_state"], tool)
         if out["reward"] is None:
             return float(self.params.get("unparsed", -1.0))
-        return out["reward"]
+        return float(out["reward"])
 
 
 class FormatReward(RewardFunction):

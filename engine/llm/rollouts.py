@@ -271,7 +271,7 @@ def collect_rollouts(
             s["unparsed"] += int(not d.parsed)
             if recorder is not None and keys[i] is not None:
                 recorder.record_step(
-                    keys[i],  # type: ignore[arg-type]
+                    keys[i],
                     messages=d.messages,
                     completion=d.completion,
                     tool=d.tool,
@@ -290,7 +290,7 @@ def collect_rollouts(
                 s["truncated"] = bool(truncated and not terminated)
                 if recorder is not None and keys[i] is not None:
                     recorder.end_episode(
-                        keys[i],  # type: ignore[arg-type]
+                        keys[i],
                         success=s["success"],
                         truncated=s["truncated"],
                     )

@@ -355,7 +355,7 @@ def make_callback(ctx: Any, method: str, total_steps: int) -> Any:
     training when ``ctx.should_stop`` becomes True."""
     from transformers import TrainerCallback
 
-    class StudioCallback(TrainerCallback):  # type: ignore[misc]
+    class StudioCallback(TrainerCallback):
         def __init__(self) -> None:
             self.last_tokens: float | None = None
             self.last_time = time.monotonic()
@@ -525,7 +525,7 @@ def build_trainer(
         from engine.llm.rewards import build_rewards
 
         rewards = build_rewards(cfg["rewards"])
-        args = GRPOConfig(
+        grpo_args = GRPOConfig(
             **common,
             **beta,
             num_generations=cfg["num_generations"],
@@ -533,30 +533,35 @@ def build_trainer(
             temperature=cfg["temperature"],
             reward_weights=[r.weight for r in rewards],
         )
-        if cfg["max_prompt_length"] is not None and hasattr(args, "max_prompt_length"):
-            args.max_prompt_length = cfg["max_prompt_length"]
-        return GRPOTrainer(reward_funcs=list(rewards), args=args, **kwargs)
+        if cfg["max_prompt_length"] is not None and hasattr(
+            grpo_args, "max_prompt_length"
+        ):
+            grpo_args.max_prompt_length = cfg["max_prompt_length"]
+        # TRL types a reward function as returning list[float | None]; a
+        # RewardFunction returns list[float] (it always scores).
+        reward_funcs: list[Any] = list(rewards)
+        return GRPOTrainer(reward_funcs=reward_funcs, args=grpo_args, **kwargs)
     if method == "sft":
         from trl import SFTConfig, SFTTrainer
 
-        args = SFTConfig(**common, max_length=cfg["max_length"])
-        return SFTTrainer(args=args, **kwargs)
+        sft_args = SFTConfig(**common, max_length=cfg["max_length"])
+        return SFTTrainer(args=sft_args, **kwargs)
     if method == "dpo":
         from trl import DPOConfig, DPOTrainer
 
-        args = DPOConfig(**common, **beta, max_length=cfg["max_length"])
-        return DPOTrainer(args=args, **kwargs)
+        dpo_args = DPOConfig(**common, **beta, max_length=cfg["max_length"])
+        return DPOTrainer(args=dpo_args, **kwargs)
     from trl import KTOConfig, KTOTrainer
 
     dw, uw = kto_weights(train)
-    args = KTOConfig(
+    kto_args = KTOConfig(
         **common,
         **beta,
         max_length=cfg["max_length"],
         desirable_weight=cfg["desirable_weight"] or dw,
         undesirable_weight=cfg["undesirable_weight"] or uw,
     )
-    return KTOTrainer(args=args, **kwargs)
+    return KTOTrainer(args=kto_args, **kwargs)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -226,7 +226,7 @@ def problem_target(spec: dict[str, Any], path: str) -> Target:
             cell = cells[i] if i < len(cells) else None
             if isinstance(cell, dict):
                 cell = cell.get("cell")
-            if _is_cell(cell):
+            if isinstance(cell, list) and _is_cell(cell):
                 return Target("cell", (cell[0], cell[1]), head.rsplit(".", 1)[-1])
             return Target("field", head)
         return Target("field", head)

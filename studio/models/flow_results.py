@@ -76,7 +76,7 @@ def run_config(run: Mapping[str, Any]) -> dict[str, Any]:
     run_dir = run.get("run_dir")
     data = _read_json(Path(run_dir) / CONFIG_FILE) if run_dir else None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
-        return data["config"]
+        return dict(data["config"])
     return {}
 
 

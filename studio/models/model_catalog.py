@@ -295,9 +295,9 @@ def lineage_chain(
                 )
                 return chain
             for child_id in summary.get("registered_models") or []:
-                child = by_id.get(str(child_id))
-                if child is not None and str(child["id"]) not in seen:
-                    follow = child
+                made = by_id.get(str(child_id))
+                if made is not None and str(made["id"]) not in seen:
+                    follow = made
                     break
             if follow is not None:
                 break

@@ -164,7 +164,7 @@ def comparison_from_report(data: Any, what: str = "the report") -> Comparison:
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
         raise ReportError(f"{what} is not an evaluation report (no results).")
     results: dict[str, Any] = data["results"]
-    labels = [k for k in ("before", "after") if k in results]
+    labels: list[str] = [k for k in ("before", "after") if k in results]
     labels += [k for k in results if k not in labels]
     if not labels:
         raise ReportError(f"{what} has no evaluated model.")
