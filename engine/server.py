@@ -402,9 +402,9 @@ class Server:
         return {"model_id": msg.model_id}
 
     def _on_ollama_list(self, msg: protocol.ListOllamaModels) -> dict[str, Any]:
-        from engine.export.ollama import DEFAULT_HOST, OllamaClient
+        from engine.export.ollama import DEFAULT_HOST, OllamaClient, check_host
 
-        client = OllamaClient(ollama_host(msg.host or DEFAULT_HOST), timeout=5.0)
+        client = OllamaClient(check_host(msg.host or DEFAULT_HOST), timeout=5.0)
         version = client.version()
         return {
             "host": client.host,
@@ -413,11 +413,11 @@ class Server:
         }
 
     def _on_ollama_delete(self, msg: protocol.DeleteOllamaModel) -> dict[str, Any]:
-        from engine.export.ollama import DEFAULT_HOST, OllamaClient
+        from engine.export.ollama import DEFAULT_HOST, OllamaClient, check_host
 
         if not msg.name:
             raise EngineError("Name the Ollama model to delete.")
-        OllamaClient(ollama_host(msg.host or DEFAULT_HOST), timeout=10.0).delete(
+        OllamaClient(check_host(msg.host or DEFAULT_HOST), timeout=10.0).delete(
             msg.name
         )
         return {"name": msg.name}
@@ -441,28 +441,10 @@ class Server:
         return {"reply": reply, "model": msg.model}
 
     def _chat_ollama(self, name: str, host: str, messages: list[dict[str, str]]) -> str:
-        from engine.export.ollama import DEFAULT_HOST, OllamaClient
+        from engine.export.ollama import DEFAULT_HOST, OllamaClient, check_host
 
-        client = OllamaClient(ollama_host(host or DEFAULT_HOST), timeout=120.0)
+        client = OllamaClient(check_host(host or DEFAULT_HOST), timeout=120.0)
         return client.chat(name, messages)
-
-
-def ollama_host(url: str) -> str:
-    """``url`` if it can address an Ollama server (``http(s)://host[:port]``);
-    else an EngineError naming it."""
-    from urllib.parse import urlsplit
-
-    problem = f"The Ollama address {url[:200]!r} is not an http:// or https:// URL."
-    if any(c.isspace() or not c.isprintable() for c in url):
-        raise EngineError(problem)
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # raises on a port that is not a number
-    except ValueError:
-        raise EngineError(problem) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise EngineError(problem)
-    return url
 
 
 # ---------------------------------------------------------------- CLI

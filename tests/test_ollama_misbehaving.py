@@ -402,3 +402,13 @@ def test_cli_says_one_line_and_exits_2_on_a_bad_server(serve, gguf_file: Path) -
         f"rl-studio-engine deploy-ollama: The server at {server.url} did not answer "
         "connect in HTTP; is it an Ollama server?"
     )
+
+
+@pytest.mark.parametrize("host", ["ftp://h", "http://h:port", "a b", "http://", ""])
+def test_an_address_that_cannot_be_ollamas_is_one_sentence(host: str) -> None:
+    with pytest.raises(EngineError) as exc:
+        ollama.check_host(host)
+    assert one_sentence(exc) == (
+        f"The Ollama address {host!r} is not an http:// or https:// URL."
+    )
+    assert ollama.check_host("127.0.0.1:11434") == "127.0.0.1:11434"

@@ -577,7 +577,9 @@ _NAME_RE = re.compile(
 def check_host(url: str) -> str:
     """``url`` if it can address an Ollama server (``http(s)://host[:port]``,
     the scheme may be left out); else an EngineError naming it."""
-    problem = f"The Ollama address {url[:200]!r} is not an http:// or https:// URL."
+    problem = (
+        f"The Ollama address {str(url)[:200]!r} is not an http:// or https:// URL."
+    )
     if not isinstance(url, str) or any(
         c.isspace() or not c.isprintable() for c in url.strip()
     ):
