@@ -112,7 +112,6 @@ class EnvController(QObject):
             config["seed"] = int(seed)
         if model is not None:
             config["model"] = str(model["path"])
-            config["algo"] = str(model.get("algo") or "")
         policy = f" with {model.get('name', 'a policy')}" if model else ""
         self._session.start_run(
             "env_preview",

@@ -324,7 +324,6 @@ class ModelsController(QObject):
             "trace_episodes": int(trace),
             "frames": int(frames),
             "model": str(model["path"]),
-            "algo": str(model.get("algo") or ""),
         }
 
     def export_onnx(self, model: dict[str, Any]) -> None:
@@ -422,7 +421,6 @@ class ModelsController(QObject):
                 "id": action.model_id,
                 "path": action.config["model"],
                 "env": action.config["spec"],
-                "algo": action.config["algo"],
             }
             self.start_action(
                 "play",

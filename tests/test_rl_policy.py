@@ -125,7 +125,6 @@ def test_models_play_job_normalizes_like_training(
             "trace_episodes": 1,
             "seed": 3,
             "model": str(normalized_policy),
-            "algo": "PPO",
         },
     )
     run_dir = project / "runs" / "play"

@@ -58,9 +58,9 @@ class EnvPreviewConfig:
     frames: int = setting(0, min=0)
     """Rendered frames saved to ``frames.npz`` (0: none)."""
     model: str | None = None
-    """A policy file to play instead of random actions (needs ``algo``)."""
-    algo: str | None = None
-    """The policy's algorithm (needs ``model``)."""
+    """A stable-baselines3 policy zip to play instead of random actions; its
+    policy class and a ``vecnormalize.pkl`` beside it are read from the files
+    (:func:`engine.rl.policy.load_policy`)."""
     source: str | None = None
     """The file a spec document belongs to (resolves its relative paths)."""
 
@@ -87,8 +87,6 @@ def validate_preview(config: dict[str, Any]) -> dict[str, Any]:
     out = _common(config, EnvPreviewConfig, "env preview", allow_document=True)
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
-    if (out["model"] is None) != (out["algo"] is None):
-        raise ConfigError("algo", "model and algo must be given together.")
     if isinstance(out["spec"], dict):
         _check_document(out["spec"], out["source"])
     return out
