@@ -111,3 +111,48 @@ def test_bad_input_is_one_sentence_and_writes_nothing(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "\n" not in r.stderr.strip()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+
+
+def test_a_stop_ends_the_export_inside_a_stage_and_leaves_no_partial_file(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    from engine.export.ollama_job import export_to_ollama, validate
+
+    cfg = validate({"model": str(model_dir), "name": "tiny", "type": "q8_0"})
+    assert cfg["stages"] == ["gguf", "deploy"]
+    reports: list[str] = []
+    logged: list[str] = []
+    result = export_to_ollama(
+        cfg,
+        tmp_path,
+        progress=lambda d, t, m: reports.append(m),
+        log=logged.append,
+        # Stop once the GGUF export has reported a tensor written.
+        should_stop=lambda: any(m.startswith("Export GGUF: ") for m in reports[1:]),
+    )
+    assert result.stopped and result.models == [] and result.deploy == {}
+    assert logged[-1] == "Stopped during export gguf."
+    assert list(tmp_path.iterdir()) == []  # no GGUF, no temporary file
+
+
+def test_the_job_refuses_bad_input_through_the_protocol(tmp_path: Path) -> None:
+    from engine_harness import EngineProcess
+
+    from engine import protocol
+
+    engine = EngineProcess()
+    try:
+        engine.call(protocol.OpenProject(path=str(tmp_path / "p"), create=True))
+        reply = engine.reply_to(
+            engine.send(
+                protocol.StartRun(
+                    kind="export.ollama",
+                    config={"model": str(tmp_path / "nope"), "name": "x"},
+                )
+            )
+        )
+    finally:
+        engine.close()
+    assert isinstance(reply, protocol.Error)
+    assert reply.field == "model"
+    assert reply.message == f"The model {tmp_path / 'nope'} does not exist."

@@ -143,6 +143,12 @@ class ExportResult:
 Progress = Callable[[float, float, str], None]
 
 
+class _Stopped(BaseException):
+    """Raised from a stage's progress callback when a stop was asked; a
+    BaseException so that no stage turns it into its own error (each stage
+    removes its partial output on the way out)."""
+
+
 def export_to_ollama(
     cfg: dict[str, Any],
     work_dir: Path,
@@ -153,7 +159,8 @@ def export_to_ollama(
     """Run the stages of a validated config, writing into ``work_dir``.
 
     Progress is one bar over all stages (each stage one unit of the total);
-    a stop request ends the export between stages.
+    a stop request ends the export at the stage's next progress report (the
+    merge reports none) or between stages, keeping what finished stages made.
     """
     from engine.export.gguf import export_gguf
     from engine.export.ollama import deploy_gguf
@@ -170,80 +177,84 @@ def export_to_ollama(
     deploy: dict[str, Any] = {}
 
     for index, stage in enumerate(stages):
-        if should_stop():
-            say(f"Stopped before {stage.title.lower()}.")
-            return ExportResult(deploy, models, stopped=True)
 
         def report(done: float, of: float, message: str, i: int = index) -> None:
+            if should_stop():
+                raise _Stopped
             if progress is not None:
                 frac = min(max(done / of, 0.0), 1.0) if of > 0 else 0.0
                 progress(i + frac, total, f"{stages[i].title}: {message}")
 
-        report(0, 1, "starting")
-        say(f"{stage.title} ({index + 1}/{len(stages)})")
-        if stage.kind == "merge":
-            from engine.llm.merge import merge_adapter
+        try:
+            report(0, 1, "starting")
+            say(f"{stage.title} ({index + 1}/{len(stages)})")
+            if stage.kind == "merge":
+                from engine.llm.merge import merge_adapter
 
-            out_dir = work_dir / f"{safe}-merged"
-            merge_adapter(str(src), cfg["base"], out_dir, cfg["dtype"])
-            models.append(
-                {
-                    "name": f"{safe}-merged",
-                    "kind": "hf-merged",
-                    "file": str(out_dir),
-                    "base": cfg["base"],
-                    "parents": [*parents, cfg["base"]],
-                    "metrics": {"dtype": cfg["dtype"]},
-                }
-            )
-            current = out_dir
-        elif stage.kind == "gguf":
-            export_type = "f16" if cfg["type"] in SERVER_QUANTS else cfg["type"]
-            gguf_file = work_dir / f"{safe}-{export_type}.gguf"
-            rep = export_gguf(current, gguf_file, export_type, report, name=safe)
-            say(rep.summary())
-            models.append(
-                {
-                    "name": gguf_file.stem,
-                    "kind": "gguf",
-                    "file": str(gguf_file.resolve()),
-                    "base": str(current),
-                    # The merged folder of this export, else the given ids.
-                    "parents": [str(current)] if models else parents,
-                    "metrics": {
-                        "size_mb": round(rep.size_bytes / 1e6, 3),
-                        "type": rep.file_type,
-                        "verified": rep.verified,
-                        "gguf_kind": rep.kind,
-                    },
-                }
-            )
-            current = gguf_file
-        else:
-            result = deploy_gguf(
-                current,
-                name,
-                host=cfg["host"],
-                system=cfg["system"],
-                quantize=SERVER_QUANTS.get(cfg["type"]),
-                bundle_dir=work_dir / f"{safe}-ollama",
-                progress=report,
-            )
-            say(result.message)
-            for w in result.warnings:
-                say(f"Warning: {w}")
-            deploy = result.to_dict()
-            if result.bundle_dir and not result.deployed:
+                out_dir = work_dir / f"{safe}-merged"
+                merge_adapter(str(src), cfg["base"], out_dir, cfg["dtype"])
                 models.append(
                     {
-                        "name": name,
-                        "kind": "ollama-bundle",
-                        "file": result.bundle_dir,
-                        "parents": [str(current)] if models else parents,
-                        "metrics": {"family": result.family or "unknown"},
+                        "name": f"{safe}-merged",
+                        "kind": "hf-merged",
+                        "file": str(out_dir),
+                        "base": cfg["base"],
+                        "parents": [*parents, cfg["base"]],
+                        "metrics": {"dtype": cfg["dtype"]},
                     }
                 )
-        report(1, 1, "done")
+                current = out_dir
+            elif stage.kind == "gguf":
+                export_type = "f16" if cfg["type"] in SERVER_QUANTS else cfg["type"]
+                gguf_file = work_dir / f"{safe}-{export_type}.gguf"
+                rep = export_gguf(current, gguf_file, export_type, report, name=safe)
+                say(rep.summary())
+                models.append(
+                    {
+                        "name": gguf_file.stem,
+                        "kind": "gguf",
+                        "file": str(gguf_file.resolve()),
+                        "base": str(current),
+                        # The merged folder of this export, else the given ids.
+                        "parents": [str(current)] if models else parents,
+                        "metrics": {
+                            "size_mb": round(rep.size_bytes / 1e6, 3),
+                            "type": rep.file_type,
+                            "verified": rep.verified,
+                            "gguf_kind": rep.kind,
+                        },
+                    }
+                )
+                current = gguf_file
+            else:
+                result = deploy_gguf(
+                    current,
+                    name,
+                    host=cfg["host"],
+                    system=cfg["system"],
+                    quantize=SERVER_QUANTS.get(cfg["type"]),
+                    bundle_dir=work_dir / f"{safe}-ollama",
+                    progress=report,
+                )
+                say(result.message)
+                for w in result.warnings:
+                    say(f"Warning: {w}")
+                deploy = result.to_dict()
+                if result.bundle_dir and not result.deployed:
+                    models.append(
+                        {
+                            "name": name,
+                            "kind": "ollama-bundle",
+                            "file": result.bundle_dir,
+                            "parents": [str(current)] if models else parents,
+                            "metrics": {"family": result.family or "unknown"},
+                        }
+                    )
+        except _Stopped:
+            say(f"Stopped during {stage.title.lower()}.")
+            return ExportResult(deploy, models, stopped=True)
+        if progress is not None:
+            progress(index + 1, total, f"{stage.title}: done")
     return ExportResult(deploy, models)
 
 
