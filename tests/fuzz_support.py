@@ -136,45 +136,44 @@ def flow_documents() -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in FLOWS]
 
 
-@st.composite
-def request_dicts(draw: Any, paths: st.SearchStrategy[str]) -> dict[str, Any]:
-    types = [
-        cls
-        for cls in protocol.message_types().values()
-        if issubclass(cls, protocol.Request)
-        and cls not in (protocol.Shutdown, protocol.StartRun, protocol.ResumeRun)
-    ]
-    cls = draw(st.sampled_from(types))
-    hints = typing.get_type_hints(cls)
-    body: dict[str, Any] = {"v": 1, "type": cls.TYPE}
-    for f in fields(cls):
-        if f.name == "id":
-            body["id"] = draw(
-                st.one_of(
-                    st.builds(lambda n: f"f{n}", st.integers(0, 10**6)),
-                    st.just(None),
-                    NUMBERS,
-                    st.lists(st.integers(), max_size=2),
-                    st.just("i" * 10_000),
-                )
+def request_dicts(paths: st.SearchStrategy[str]) -> st.SearchStrategy[dict[str, Any]]:
+    """Requests of every type the engine answers (not those that would stop
+    it or train), their fields mostly well typed, each field present or not."""
+    ids = st.one_of(
+        st.builds(lambda n: f"f{n}", st.integers(0, 10**6)),
+        st.just(None),
+        NUMBERS,
+        st.lists(st.integers(), max_size=2),
+        st.just("i" * 10_000),
+    )
+    special = {
+        "spec": st.one_of(st.sampled_from(spec_documents()), JSON_VALUES),
+        "document": st.one_of(st.sampled_from(flow_documents()), JSON_VALUES),
+        "steps": st.one_of(st.integers(-5, 50), st.sampled_from([10**9, 2**63])),
+    }
+    by_type = []
+    for cls in protocol.message_types().values():
+        if not issubclass(cls, protocol.Request) or cls in (
+            protocol.Shutdown,
+            protocol.StartRun,
+            protocol.ResumeRun,
+        ):
+            continue
+        hints = typing.get_type_hints(cls)
+        optional = {
+            f.name: special[f.name]
+            if f.name in special
+            else value_for(hints[f.name], f.name, paths)
+            for f in fields(cls)
+            if f.name != "id"
+        }
+        optional["id"] = ids
+        by_type.append(
+            st.fixed_dictionaries(
+                {"v": st.just(1), "type": st.just(cls.TYPE)}, optional=optional
             )
-            if draw(st.integers(0, 9)) == 0:
-                del body["id"]
-        elif f.name == "spec":
-            body["spec"] = draw(
-                st.one_of(st.sampled_from(spec_documents()), JSON_VALUES)
-            )
-        elif f.name == "document":
-            body["document"] = draw(
-                st.one_of(st.sampled_from(flow_documents()), JSON_VALUES)
-            )
-        elif f.name == "steps":
-            body["steps"] = draw(
-                st.one_of(st.integers(-5, 50), st.sampled_from([10**9, 2**63]))
-            )
-        elif draw(st.integers(0, 4)):
-            body[f.name] = draw(value_for(hints[f.name], f.name, paths))
-    return body
+        )
+    return st.one_of(by_type)
 
 
 def _deep(n: int, open_: str = "[", close: str = "]") -> bytes:
@@ -274,12 +273,14 @@ def _paths_of(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
-@st.composite
-def mutated_documents(draw: Any, docs: list[dict[str, Any]]) -> bytes:
-    """A document with a few values replaced or deleted, as file bytes."""
-    import copy
+def mutated_documents(docs: list[dict[str, Any]]) -> st.SearchStrategy[bytes]:
+    """One of ``docs`` with a few values replaced or deleted, as file bytes."""
+    return _mutated(st.sampled_from([json.dumps(d) for d in docs]))
 
-    doc = copy.deepcopy(draw(st.sampled_from(docs)))
+
+@st.composite
+def _mutated(draw: Any, texts: st.SearchStrategy[str]) -> bytes:
+    doc = json.loads(draw(texts))
     for _ in range(draw(st.integers(1, 3))):
         paths = _paths_of(doc)
         path = draw(st.sampled_from(paths[1:] or paths))

@@ -204,7 +204,10 @@ def test_a_job_that_ignores_stop_is_terminated_after_the_timeout(
     opened.wait_for(is_event(protocol.RunMetrics, run_id))
     opened.call(protocol.StopRun(run_id=run_id, timeout_s=0.5))
     finished = opened.wait_for(is_event(protocol.RunFinished, run_id), timeout=20)
-    assert finished.status == "stopped" and finished.summary == {"forced": True}
+    assert finished.status == "stopped" and finished.summary == {
+        "forced": True,
+        "stopped_by": "user",
+    }
 
 
 def test_runs_of_a_killed_engine_show_as_interrupted(project_dir: Path) -> None:

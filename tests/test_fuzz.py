@@ -174,11 +174,9 @@ def test_env_spec_and_flow_loaders_fuzz(
     flow_file = tmp_path / "fuzzed.flow.json"
 
     def load_spec(data: bytes) -> None:
-        spec_file.write_bytes(data)
         parse_spec(read_spec_json(spec_file), source=spec_file)
 
     def load_spec_in_studio(data: bytes) -> None:
-        spec_file.write_bytes(data)
         read_spec_file(spec_file)
 
     def load_flow(data: bytes) -> None:
@@ -198,6 +196,7 @@ def test_env_spec_and_flow_loaders_fuzz(
     )
     def batch(spec_cases: list[bytes], flow_cases: list[bytes]) -> None:
         for case in spec_cases:
+            spec_file.write_bytes(case)
             run_loader(specs, load_spec, (EngineError,), case)
             specs.cases -= 1  # one case, two loaders
             run_loader(specs, load_spec_in_studio, (DesignError,), case)

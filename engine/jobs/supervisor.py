@@ -53,6 +53,7 @@ class _Job:
     finished: protocol.RunFinished | None = None
     progress: tuple[float, float] = (0.0, 0.0)
     stop_requested: bool = False
+    stop_reason: str = ""
     forced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     readers: list[threading.Thread] = field(default_factory=list)
@@ -171,6 +172,8 @@ class Supervisor:
                 os.kill(run.pid, signal_module.SIGINT)
                 return
             raise EngineError(f"The run {run_id} is not running.")
+        if not job.stop_requested:
+            job.stop_reason = reason
         job.stop_requested = True
         stop = protocol.StopRun(run_id=run_id, timeout_s=timeout_s, reason=reason)
         stop_line = protocol.encode(stop) + "\n"
@@ -370,7 +373,9 @@ class Supervisor:
             outcome = lifecycle.Outcome("stopped", None, reason)
             self._finish(project, job.run_id, outcome, progress=progress, code=None)
             return protocol.RunFinished(
-                run_id=job.run_id, status="stopped", summary={"forced": True}
+                run_id=job.run_id,
+                status="stopped",
+                summary={"forced": True, "stopped_by": job.stop_reason},
             )
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
