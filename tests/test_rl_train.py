@@ -402,7 +402,10 @@ class StopDuringFirstEval(JobContext):
     @property
     def should_stop(self) -> bool:
         self.checks += 1
-        return self.checks > self.checks_before_eval
+        if self.checks > self.checks_before_eval:
+            self.stop_reason = self.stop_reason or "user"  # as request_stop does
+            return True
+        return False
 
 
 def test_stop_interrupts_a_long_evaluation(tmp_path: Path) -> None:
