@@ -247,6 +247,25 @@ class StopRun(Request):
     reason: str = field(default="user", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
+@message("run.detach")
+@dataclass(frozen=True)
+class DetachRun(Request):
+    """Sent by the supervisor to a job's stdin when the studio died: the run
+    keeps training headless (its log to ``log.txt``, its end recorded in the
+    project by itself) and a studio opened later shows it live as it shows
+    any headless run. The job answers with ``run.detached``."""
+
+    run_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+
+
+@message("run.detached")
+@dataclass(frozen=True)
+class RunDetached(Event):
+    """A job took over its own bookkeeping after ``run.detach``."""
+
+    run_id: str = ""
+
+
 @message("run.resume")
 @dataclass(frozen=True)
 class ResumeRun(Request):

@@ -139,8 +139,12 @@ class Server:
                 continue
             if line.strip():
                 self.handle_line(line)
-        # Without a shutdown request the studio vanished (its pipe closed).
-        self.supervisor.shutdown(self._stop_timeout_s, self._stop_reason or "gui_gone")
+        if self._stop_reason:
+            self.supervisor.shutdown(self._stop_timeout_s, self._stop_reason)
+        else:
+            # No shutdown request: the studio vanished (its pipe closed). The
+            # runs go on headless; a studio opened later shows them.
+            self.supervisor.detach(self._stop_timeout_s)
         self.chat_worker.close()
         self._ordered.shutdown(wait=True, cancel_futures=True)
         self._parallel.shutdown(wait=False, cancel_futures=True)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from engine_harness import EngineProcess
 
@@ -78,7 +79,7 @@ def test_a_second_engine_stopping_a_run_records_the_user(
 
 @pytest.mark.parametrize(
     ("how", "reason"),
-    [("stop", "user"), ("restart", "engine_restart"), ("studio gone", "gui_gone")],
+    [("stop", "user"), ("restart", "engine_restart")],
 )
 def test_stopped_by_says_who_stopped_the_run(
     project_dir: Path, how: str, reason: str
@@ -90,16 +91,46 @@ def test_stopped_by_says_who_stopped_the_run(
         engine.call(protocol.StopRun(run_id=run_id))
         engine.wait_for(is_event(protocol.RunFinished, run_id))
         engine.close()
-    elif how == "restart":
-        engine.send(protocol.Shutdown(restart=True))  # as EngineClient.restart
-        engine.proc.stdin.close()  # type: ignore[union-attr]
-        assert engine.proc.wait(30) == 0
     else:
+        engine.send(protocol.Shutdown(restart=True))  # as EngineClient.restart
         engine.proc.stdin.close()  # type: ignore[union-attr]
         assert engine.proc.wait(30) == 0
     result = json.loads((project_dir / "runs" / run_id / "result.json").read_text())
     assert result["status"] == "stopped"
     assert result["summary"]["stopped_by"] == reason
+
+
+def test_a_run_whose_studio_died_keeps_training_and_a_new_studio_stops_it(
+    project_dir: Path,
+) -> None:
+    """The studio's pipe closes without ``shutdown``: the engine detaches its
+    runs and exits; the job trains on headless, keeping its progress and log;
+    a new engine shows it running and stops it, and the job records its end."""
+    first = EngineProcess()
+    first.call(protocol.OpenProject(path=str(project_dir), create=True))
+    run_id, pid = start(first, "selftest", SLOW_SELFTEST)
+    first.proc.stdin.close()  # type: ignore[union-attr]  # the studio died
+    assert first.proc.wait(30) == 0
+    os.kill(pid, 0)  # still alive
+    metrics = project_dir / "runs" / run_id / "metrics.jsonl"
+    rows = len(metrics.read_text().splitlines())
+    second = EngineProcess()
+    try:
+        snap = second.call(protocol.OpenProject(path=str(project_dir)))
+        (run,) = [r for r in snap["runs"] if r["id"] == run_id]
+        assert run["status"] == "running" and run["pid"] == pid
+        job = psutil.Process(pid)
+        second.call(protocol.StopRun(run_id=run_id))
+        job.wait(30)  # it records its end before it exits
+    finally:
+        second.close()
+    record = stored_run(project_dir, run_id)
+    assert record["status"] == "stopped"
+    assert record["summary"]["stopped_by"] == "user"
+    assert record["summary"]["steps"] > rows  # it trained while alone
+    assert record["progress_done"] > 0
+    log = (project_dir / "runs" / run_id / "log.txt").read_text()
+    assert "stopping: saving a checkpoint (SIGINT again to abort)" in log
 
 
 def test_sigint_to_a_ppo_job_stops_it_with_a_checkpoint_and_it_resumes(

@@ -21,6 +21,7 @@ prints from libraries land in the log instead of corrupting the stream.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -82,6 +83,10 @@ class JobContext:
         # curves drawn against time stay continuous.
         self._t0 = time.monotonic() - time_offset
         self._progress_last: tuple[float, float] | None = None
+        self.last_progress: tuple[float, float] = (0.0, 0.0)
+        """``(done, total)`` of the latest :meth:`progress` call."""
+        self.detached = False
+        """True once the job keeps its own books (:meth:`detach`)."""
         self._rate = 0.0
         self._pending_progress: protocol.RunProgress | None = None
         self._closed = threading.Event()
@@ -128,6 +133,7 @@ class JobContext:
                 self._progress_last = (now, done)
         else:
             self._progress_last = (now, done)
+        self.last_progress = (float(done), float(total))
         eta = (total - done) / self._rate if self._rate > 0 and total > 0 else None
         self._pending_progress = protocol.RunProgress(
             run_id=self.run_id,
@@ -154,6 +160,29 @@ class JobContext:
             except (BrokenPipeError, ValueError, OSError):
                 # The supervisor is gone; stop instead of dying on a write.
                 self.request_stop("engine_gone")
+
+    def detach(self) -> None:
+        """Go on without the supervisor (``run.detach``: the studio died).
+        ``run.detached`` is the last line on the event stream; from then on
+        nothing is sent there (its reader is going away), and stdout and
+        stderr go to the run's ``log.txt``, so neither a write nor the end of
+        stdin stops the job."""
+        with self._events_lock:
+            events, self._events = self._events, None
+            self.detached = True
+            if events is not None:
+                with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+                    line = protocol.encode(protocol.RunDetached(run_id=self.run_id))
+                    events.write(line + "\n")
+                    events.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log_fd = os.open(
+            self.run_dir / "log.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT
+        )
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
 
     # --------------------------------------------------------------- flush
     def flush(self, sync: bool = False) -> None:

@@ -8,7 +8,10 @@ arrive as ``run.stop`` lines on stdin (their ``reason`` says who asked); end
 of stdin (the supervisor vanished) is a stop too, so an orphaned job saves
 its checkpoint and exits instead of training forever; so are SIGINT and
 SIGTERM (another engine stopping the run, a terminal, a service manager). A
-stopped run's summary says why in ``stopped_by``.
+stopped run's summary says why in ``stopped_by``. A ``run.detach`` line (the
+studio died) makes the job go on headless: it logs to ``log.txt``, keeps its
+progress in the project and records its own end (the lifecycle's last step),
+as ``rl-studio-engine train --project`` does.
 """
 
 from __future__ import annotations
@@ -25,8 +28,11 @@ from engine.jobs.context import (
     read_run_config,
     stop_on_signals,
 )
-from engine.jobs.lifecycle import execute, resume_time_offset
+from engine.jobs.lifecycle import Outcome, execute, finish, resume_time_offset
 from engine.jobs.registry import get_kind, load
+
+PROGRESS_SAVE_S = 2.0
+"""How often a detached job saves its progress in the project."""
 
 
 def _watch_stdin(ctx: JobContext) -> None:
@@ -37,7 +43,44 @@ def _watch_stdin(ctx: JobContext) -> None:
             continue
         if isinstance(msg, protocol.StopRun):
             ctx.request_stop(msg.reason)
-    ctx.request_stop("engine_gone")
+        elif isinstance(msg, protocol.DetachRun) and not ctx.detached:
+            ctx.detach()
+            threading.Thread(target=_save_progress, args=(ctx,), daemon=True).start()
+    if not ctx.detached:
+        ctx.request_stop("engine_gone")
+
+
+def _save_progress(ctx: JobContext) -> None:
+    """While detached: the progress in the project's run list, as a headless
+    run keeps it, so a studio opened later shows it."""
+    from engine.store.project import Project
+
+    project = Project.open(ctx.project_dir)
+    try:
+        while not ctx.wait_for_stop(PROGRESS_SAVE_S):
+            done, total = ctx.last_progress
+            project.update_run(ctx.run_id, progress_done=done, progress_total=total)
+    finally:
+        project.close()
+
+
+def _finish_detached(ctx: JobContext, outcome: Outcome) -> None:
+    """The supervisor's last step, done by the job itself (lifecycle step 3)."""
+    from engine.store.project import Project
+
+    project = Project.open(ctx.project_dir)
+    try:
+        _, problems = finish(
+            project,
+            ctx.run_id,
+            outcome,
+            exit_code=None if outcome.error else 0,
+            progress=ctx.last_progress,
+        )
+    finally:
+        project.close()
+    for problem in problems:
+        ctx.log(problem)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals(ctx, ctx.log)
     outcome = execute(ctx, load(kind.entry))
     sys.stderr.flush()
+    if ctx.detached:
+        _finish_detached(ctx, outcome)
+        return 1 if outcome.error is not None else 0
     if outcome.error is not None:
         # The supervisor reads result.json for the summary (a failed flow's
         # models) and the log's last line for the reason.

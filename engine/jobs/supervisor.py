@@ -36,6 +36,8 @@ log = logging.getLogger("engine.supervisor")
 LOG_TAIL_LINES = 40
 TICK_S = 0.2
 KILL_GRACE_S = 3.0
+DETACH_TIMEOUT_S = 5.0
+"""How long a job gets to answer ``run.detach``."""
 RECONCILE_S = 5.0
 """How often runs that no live process owns are settled from their folders."""
 
@@ -53,6 +55,8 @@ class _Job:
     finished: protocol.RunFinished | None = None
     progress: tuple[float, float] = (0.0, 0.0)
     stop_requested: bool = False
+    detached: threading.Event = field(default_factory=threading.Event)
+    """Set when the job answered ``run.detach``: it records its own end."""
     stop_reason: str = ""
     forced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -191,6 +195,27 @@ class Supervisor:
         with self._lock:
             return list(self._jobs)
 
+    def detach(self, timeout_s: float = 10.0) -> None:
+        """The studio died: let every run go on headless (``run.detach``) and
+        close the project; a run that does not answer within
+        :data:`DETACH_TIMEOUT_S` is stopped (``gui_gone``). A studio opened
+        later shows the detached runs live, as it shows runs started by
+        ``rl-studio-engine train``."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        line = protocol.encode(protocol.DetachRun()) + "\n"
+        for job in jobs:
+            with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+                assert job.proc.stdin is not None
+                job.proc.stdin.write(line.encode())
+                job.proc.stdin.flush()
+        deadline = time.monotonic() + DETACH_TIMEOUT_S
+        for job in jobs:
+            if job.detached.wait(max(0.0, deadline - time.monotonic())):
+                with self._lock:  # its end is its own business now
+                    self._jobs.pop(job.run_id, None)
+        self.shutdown(timeout_s, "gui_gone")  # the runs that did not answer
+
     def shutdown(self, timeout_s: float = 10.0, reason: str = "user") -> None:
         """Stop every run (cooperatively, then by force) and close the project;
         ``reason`` as for :meth:`stop_run`."""
@@ -262,7 +287,9 @@ class Supervisor:
             except protocol.ProtocolError:
                 self._add_log(job, raw.decode("utf-8", "replace").rstrip("\n"))
                 continue
-            if isinstance(msg, protocol.RunFinished):
+            if isinstance(msg, protocol.RunDetached):
+                job.detached.set()
+            elif isinstance(msg, protocol.RunFinished):
                 job.finished = msg  # reported by the waiter, after the exit
             elif isinstance(msg, protocol.RunProgress):
                 job.progress = (msg.done, msg.total)
@@ -346,7 +373,8 @@ class Supervisor:
                 job.proc.stdin.close()
         final: protocol.Message | None = None
         try:
-            final = self._report_end(job, project, code)
+            if not job.detached.is_set():  # else the job recorded its end
+                final = self._report_end(job, project, code)
         except UnknownRunError:
             pass  # project closed or replaced meanwhile
         finally:
