@@ -166,6 +166,30 @@ def test_invalid_utf8_on_stdin_is_answered_and_the_engine_keeps_serving(
     assert isinstance(second, protocol.Reply) and second.result == {"payload": "ok"}
 
 
+def test_an_over_long_line_on_stdin_is_skipped_with_an_error(tmp_path: Path) -> None:
+    """The engine reads at most the limit of a line, answers, and goes on with
+    the next line instead of holding the whole line in memory."""
+    long_line = b'{"type": "ping", "id": "big", "payload": "' + b"x" * (
+        protocol.MAX_LINE_BYTES + 10
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "serve"],
+        input=long_line
+        + b'"}\n'
+        + protocol.encode(protocol.Ping(id="p2", payload="ok")).encode()
+        + b"\n",
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    first, second = map(protocol.decode, proc.stdout.splitlines())
+    assert isinstance(first, protocol.Error)
+    assert (
+        first.message == "Malformed message: the line is longer than 16,777,216 bytes."
+    )
+    assert isinstance(second, protocol.Reply) and second.reply_to == "p2"
+
+
 # ------------------------------------------------------------------ files
 def nan_flow(tmp_path: Path) -> Path:
     text = FLOWS[0].read_text().replace('"total_steps": 30000', '"total_steps": NaN')
