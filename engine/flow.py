@@ -35,20 +35,19 @@ have a type this engine does not know: the document still loads, and
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import heapq
 import json
 import math
 import os
 import re
-import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from engine import untrusted
+from engine.contract import atomic_write_bytes
 
 FORMAT_VERSION = 1
 """The format this module writes; older files are migrated on load."""
@@ -95,17 +94,6 @@ DOCUMENT_KEY = ""
 """Key of :func:`validate`'s result for errors that belong to no node (a
 link between two nodes that do not exist)."""
 
-TMP_MARK = ".tmp-"
-"""Temporary files and folders carry this in their name (see
-:func:`temp_path`); a crashed writer leaves them behind and
-``engine.store.atomic.remove_stale_temp_files`` sweeps them once provably
-dead."""
-
-_TEMP_NAME = re.compile(
-    rf"\.(?P<target>.+){re.escape(TMP_MARK)}(?:(?P<purpose>[a-z]+)-)?"
-    r"(?P<pid>[0-9]{1,10})-(?P<tag>[0-9a-f]{8})"
-)
-
 PATH_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_ .,()+=@-]{0,98}[A-Za-z0-9_)+=@-])?")
 """What a name or id that becomes part of a file path may be (node ids;
 model, run, env, flow and data set names): one folder entry of at most 100
@@ -130,24 +118,6 @@ def path_name_problem(what: str, value: object) -> str | None:
         return None
     shown = value if len(value) <= 60 else value[:57] + "..."
     return f"{what} {shown!r} cannot be used in a file name; {PATH_NAME_RULE}."
-
-
-def temp_path(target: str | os.PathLike[str], purpose: str = "") -> Path:
-    """A fresh temporary name beside ``target``, owned by this process:
-    ``.<name>.tmp-[<purpose>-]<pid>-<8 hex>``. The writer removes it when it
-    fails; start-up cleanup removes it only once its owner is gone."""
-    target = Path(target)
-    tag = f"{purpose}-" if purpose else ""
-    return target.with_name(
-        f".{target.name}{TMP_MARK}{tag}{os.getpid()}-{secrets.token_hex(4)}"
-    )
-
-
-def temp_owner(name: str) -> int | None:
-    """The pid that owns a :func:`temp_path` name; None for any other name
-    (a user's ``results.tmp-final.csv`` is not a temporary file)."""
-    match = _TEMP_NAME.fullmatch(name)
-    return int(match["pid"]) if match else None
 
 
 # --------------------------------------------------------------------------
@@ -884,39 +854,6 @@ def load(path: str | os.PathLike[str]) -> FlowDocument:
 def save(doc: FlowDocument, path: str | os.PathLike[str]) -> None:
     """Write atomically (:func:`atomic_write_bytes`)."""
     atomic_write_bytes(path, dumps(doc).encode("utf-8"))
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """:func:`atomic_write_bytes` of ``text`` as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` so that a reader sees the old file or the new one: a
-    temporary file in the same folder, fsync, rename, fsync of the folder.
-
-    It lives here, in the module the GUI may import, so that the studio
-    (env specs) and the engine (``engine.store.atomic``) share it."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temp_path(target)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    if os.name == "posix":  # directories cannot be fsync'ed on Windows
-        dir_fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
 
 
 def flow_name(doc: FlowDocument, path: str | os.PathLike[str] | None = None) -> str:

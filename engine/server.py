@@ -17,12 +17,12 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from engine import protocol
+from engine import contract, protocol
 from engine.errors import EngineError
 from engine.jobs.context import private_event_stream
 from engine.jobs.registry import JOB_KINDS, run_schema
@@ -34,7 +34,7 @@ ENGINE_VERSION = "0.1.0"
 HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
 log = logging.getLogger("engine.server")
 
-Handler = Callable[[Any], dict[str, Any]]
+Handler = Callable[[Any], Mapping[str, Any]]
 
 
 def examples_dir() -> Path:
@@ -269,7 +269,7 @@ class Server:
                 )
             )
             return
-        self.send(protocol.Reply(reply_to=msg.id, result=result))
+        self.send(protocol.Reply(reply_to=msg.id, result=dict(result)))
 
     # ---------------------------------------------------------- handlers
     def _on_hello(self, msg: protocol.Hello) -> dict[str, Any]:
@@ -296,24 +296,26 @@ class Server:
         self._done.set()
         return {}
 
-    def _on_open_project(self, msg: protocol.OpenProject) -> dict[str, Any]:
+    def _on_open_project(self, msg: protocol.OpenProject) -> contract.ProjectSnapshot:
         project = self.supervisor.open_project(msg.path, msg.create, msg.with_examples)
         return project.snapshot()
 
-    def _on_snapshot(self, msg: protocol.GetProjectSnapshot) -> dict[str, Any]:
+    def _on_snapshot(
+        self, msg: protocol.GetProjectSnapshot
+    ) -> contract.ProjectSnapshot:
         return self.supervisor.require_project().snapshot()
 
-    def _on_start_run(self, msg: protocol.StartRun) -> dict[str, Any]:
+    def _on_start_run(self, msg: protocol.StartRun) -> contract.RunIdReply:
         return {"run_id": self.supervisor.start_run(msg.kind, msg.config, msg.name)}
 
-    def _on_stop_run(self, msg: protocol.StopRun) -> dict[str, Any]:
+    def _on_stop_run(self, msg: protocol.StopRun) -> contract.RunIdReply:
         self.supervisor.stop_run(msg.run_id, msg.timeout_s, "user")
         return {"run_id": msg.run_id}
 
-    def _on_resume_run(self, msg: protocol.ResumeRun) -> dict[str, Any]:
+    def _on_resume_run(self, msg: protocol.ResumeRun) -> contract.RunIdReply:
         return {"run_id": self.supervisor.resume_run(msg.run_id)}
 
-    def _on_list_runs(self, msg: protocol.ListRuns) -> dict[str, Any]:
+    def _on_list_runs(self, msg: protocol.ListRuns) -> contract.RunListReply:
         runs = self.supervisor.require_project().list_runs()
         return {"runs": [r.to_dict() for r in runs]}
 

@@ -5,13 +5,12 @@ that a newer one replaced is dropped."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine import protocol
+from engine import contract, protocol
 from studio.lifetime import subscribe
 from studio.session import Session
 
@@ -166,12 +165,7 @@ class EnvController(QObject):
         run_dir = (self._session.state.run(run_id) or {}).get("run_dir")
         if not run_dir:
             return None
-        try:
-            text = (Path(run_dir) / "preview.json").read_text(encoding="utf-8")
-            data = json.loads(text)
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return contract.read_json_object(Path(run_dir) / contract.PREVIEW_FILE)
 
     def _on_check_reply(self, req_id: str, result: dict[str, Any]) -> None:
         if req_id == self._check_id:

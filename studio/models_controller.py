@@ -10,7 +10,6 @@ track of the ones it started by purpose.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,12 +18,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine import protocol
+from engine import contract, protocol
+from engine.contract import DEFAULT_OLLAMA_HOST
 from studio.lifetime import guard, owner_of
 from studio.session import Session
 
 ErrorCallback = Callable[[str], None]
-DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 
 
 def ollama_name_for(name: str) -> str:
@@ -442,11 +441,7 @@ class ModelsController(QObject):
         folder = self.run_dir(run_id)
         if folder is None:
             return None
-        try:
-            data = json.loads((folder / "preview.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return contract.read_json_object(folder / contract.PREVIEW_FILE)
 
 
 def renders_frames(entry: dict[str, Any]) -> bool:

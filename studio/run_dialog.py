@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import protocol
+from engine import contract, protocol
 from studio.session import Session
 from widgets.param_form import ParamForm
 
@@ -112,7 +112,7 @@ class RunDialog(QDialog):
         for f in fields:
             if f["name"] == "env":
                 designed = [
-                    f"rlstudio/{e['name']}-v0"
+                    contract.env_id(e["name"])
                     for e in self._session.state.envs
                     if e.get("kind") in ("workflow", "grid", "python")
                 ]

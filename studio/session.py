@@ -18,7 +18,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine import protocol
+from engine import contract, protocol
 from studio.engine_client import READY, EngineClient
 from studio.lifetime import owner_of
 from studio.models.metric_store import MetricStore
@@ -152,7 +152,7 @@ class Session(QObject):
         project), read the rows its file gained since."""
         run = self.state.run(run_id)
         path = (
-            Path(run["run_dir"]) / "metrics.jsonl"
+            Path(run["run_dir"]) / contract.METRICS_FILE
             if run and run.get("run_dir")
             else None
         )
@@ -201,7 +201,9 @@ class Session(QObject):
             return []
         try:
             with open(
-                Path(run["run_dir"]) / "log.txt", encoding="utf-8", errors="replace"
+                Path(run["run_dir"]) / contract.LOG_FILE,
+                encoding="utf-8",
+                errors="replace",
             ) as fh:
                 return [line.rstrip("\n") for line in deque(fh, maxlen=max_lines)]
         except OSError:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PySide6.QtGui import QUndoStack
 
-from engine.flow import atomic_write_text
+from engine.contract import atomic_write_text
 from studio import env_commands as cmd
 from studio.models.env_design import (
     DesignError,

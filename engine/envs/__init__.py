@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.envs.schema import FORMAT_VERSION, SCHEMA
-from engine.envs.spec import EnvSpec, Problem, SpecError, env_id_for, load_spec
+from engine.envs.spec import EnvSpec, Problem, SpecError, load_spec
 
 if TYPE_CHECKING:
     from engine.envs.check import Report
@@ -87,7 +87,6 @@ __all__ = [
     "SpecError",
     "catalog",
     "check_spec",
-    "env_id_for",
     "load_spec",
     "make",
     "preview",

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import contract
 from engine.errors import ConfigError
 from engine.settings import checked_config, setting
 from engine.store.atomic import atomic_write_json
@@ -129,7 +130,7 @@ def run_check(ctx: Any) -> dict[str, Any]:
     report = check_spec(
         _resolve(cfg["spec"], ctx.project_dir), steps=cfg["steps"], seed=cfg["seed"]
     )
-    atomic_write_json(ctx.run_dir / "report.json", report.to_dict())
+    atomic_write_json(ctx.run_dir / contract.REPORT_FILE, report.to_dict())
     for p in report.problems:
         ctx.log(f"{p.severity}: {p.path or '(spec)'}: {p.message}")
     ctx.progress(1, 1, "done")
@@ -177,11 +178,11 @@ def run_preview(ctx: Any) -> dict[str, Any]:
             frames=cfg["frames"],
         ),
         policy=policy,
-        frames_path=ctx.run_dir / "frames.npz" if cfg["frames"] else None,
+        frames_path=ctx.run_dir / contract.FRAMES_FILE if cfg["frames"] else None,
         should_stop=lambda: ctx.should_stop,
         on_episode=on_episode,
     )
-    atomic_write_json(ctx.run_dir / "preview.json", result)
+    atomic_write_json(ctx.run_dir / contract.PREVIEW_FILE, result)
     return {
         "episodes": len(result["episodes"]),
         "return_mean": result["return_mean"],

@@ -20,13 +20,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 from engine import untrusted
+from engine.contract import (
+    ENV_NAMESPACE,
+    SPEC_SUFFIX,
+    env_id,
+    env_name,
+    read_json_object,
+    spec_file,
+)
 from engine.envs.schema import FORMAT_VERSION, KINDS, join_path, schema_problems
 from engine.errors import ConfigError, EngineError
 
 Severity = Literal["error", "warning", "info"]
-
-SPEC_SUFFIX = ".env.json"
-ENV_NAMESPACE = "rlstudio"
 
 
 class SpecError(ConfigError):
@@ -71,7 +76,7 @@ class EnvSpec:
 
     @property
     def env_id(self) -> str:
-        return env_id_for(self.name)
+        return env_id(self.name)
 
     @property
     def base_dirs(self) -> list[Path]:
@@ -126,10 +131,6 @@ def path_exists(path: Path, *, file: bool = False) -> bool:
         return path.is_file() if file else path.exists()
     except (OSError, ValueError):
         return False
-
-
-def env_id_for(name: str) -> str:
-    return f"{ENV_NAMESPACE}/{name}-v0"
 
 
 def _referenced_files(spec: EnvSpec) -> list[str]:
@@ -302,6 +303,23 @@ def kind_problems(spec: EnvSpec) -> list[Problem]:
     return []
 
 
+def designed_spec_file(env_id: str, project_dir: str | Path | None) -> Path | None:
+    """The spec file of the designed env ``env_id`` (``rlstudio/<name>-v0``)
+    in the project, if there is one: ``envs/<name>.env.json``, else the spec
+    whose ``name`` it is (a file may be named otherwise)."""
+    name = env_name(env_id)
+    if name is None or project_dir is None:
+        return None
+    path = spec_file(project_dir, name)
+    if path.is_file():
+        return path
+    for candidate in sorted(path.parent.glob(f"*{SPEC_SUFFIX}")):
+        data = read_json_object(candidate)
+        if data is not None and data.get("name") == name:
+            return candidate
+    return None
+
+
 def load_spec(path: str | Path) -> EnvSpec:
     """Read, migrate and check a spec file.
 
@@ -374,7 +392,7 @@ __all__ = [
     "Problem",
     "SpecError",
     "coerce_spec",
-    "env_id_for",
+    "designed_spec_file",
     "join_path",
     "load_spec",
     "migrate",

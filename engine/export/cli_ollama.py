@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import EngineError
 
 
@@ -21,9 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", required=True, help="Ollama model name, e.g. jira-agent:q8"
     )
-    parser.add_argument(
-        "--host", default="http://127.0.0.1:11434", help="Ollama server URL"
-    )
+    parser.add_argument("--host", default=DEFAULT_OLLAMA_HOST, help="Ollama server URL")
     parser.add_argument("--system", default=None, help="system prompt")
     parser.add_argument(
         "--quantize",

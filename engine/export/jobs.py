@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.settings import checked_config, setting
@@ -47,7 +48,7 @@ class OllamaDeployConfig:
     """The GGUF file to deploy."""
     name: str | None = None
     """The Ollama model name."""
-    host: str = "http://127.0.0.1:11434"
+    host: str = DEFAULT_OLLAMA_HOST
     """The Ollama server's URL."""
     system: str | None = None
     """System prompt baked into the model."""

@@ -29,11 +29,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import EngineError
 from engine.export.modelfile import Modelfile, modelfile_for_gguf
 from engine.store.atomic import temp_path
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
+DEFAULT_HOST = DEFAULT_OLLAMA_HOST
 FILES_API_VERSION = (0, 5, 5)
 """First Ollama version whose /api/create takes ``files`` instead of a Modelfile."""
 K_QUANTS = ("q4_K_M", "q4_K_S", "q8_0")

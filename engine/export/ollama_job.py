@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import ConfigError, EngineError
 from engine.export.types import GGUF_TYPES
 from engine.settings import checked_config, setting
@@ -37,7 +38,7 @@ class OllamaExportConfig:
     type: str = setting("q4_k_m", choices=EXPORT_TYPES)
     """Tensor type: q4_k_m and q4_k_s are made by Ollama from an F16 export;
     the others are written by the exporter."""
-    host: str = "http://127.0.0.1:11434"
+    host: str = DEFAULT_OLLAMA_HOST
     """The Ollama server's URL."""
     system: str | None = None
     """System prompt baked into the model."""

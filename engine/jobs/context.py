@@ -33,7 +33,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from engine import protocol
+from engine import contract, protocol
 from engine.store.metrics import MetricsWriter, clean_row
 
 FLUSH_INTERVAL_S = 0.1
@@ -43,7 +43,7 @@ STOP_REASONS = ("user", "engine_restart", "engine_gone", "gui_gone", "signal")
 asked (Stop, ``run.stop``, closing the studio), the studio restarted the
 engine, the engine died (the job lost its supervisor), the studio died (its
 engine stopped the runs), or the job process got SIGINT or SIGTERM."""
-STOP_REQUEST_FILE = "stop.request"
+STOP_REQUEST_FILE = contract.STOP_REQUEST_FILE
 """Written in the run folder by whoever stops a run it does not supervise
 (another engine on the project, before its SIGINT): holds the reason, so
 the job records who asked instead of just ``signal``."""
@@ -73,7 +73,7 @@ class JobContext:
         self.project_dir = self.run_dir.parent.parent
         self._events = events
         self._events_lock = threading.Lock()
-        self._metrics = MetricsWriter(self.run_dir / "metrics.jsonl")
+        self._metrics = MetricsWriter(self.run_dir / contract.METRICS_FILE)
         self._stop = threading.Event()
         # A request left by an earlier stop of this run is not for this one.
         (self.run_dir / STOP_REQUEST_FILE).unlink(missing_ok=True)
@@ -239,7 +239,7 @@ def _requested_reason(run_dir: Path) -> str:
 
 
 def read_run_config(run_dir: Path) -> dict[str, Any]:
-    with open(run_dir / "config.json", encoding="utf-8") as fh:
+    with open(run_dir / contract.CONFIG_FILE, encoding="utf-8") as fh:
         data: dict[str, Any] = json.load(fh)
     return data
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine import contract
 from engine.errors import EngineError
 from engine.store.atomic import atomic_write_json
 from engine.store.metrics import iter_metrics
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from engine.jobs.context import JobContext
     from engine.store.project import Project
 
-RESULT_FILE = "result.json"
+RESULT_FILE = contract.RESULT_FILE
 """How the run ended, in its run folder (``status``, ``summary``, ``reason``)."""
 
 Entry = Callable[["JobContext"], "dict[str, Any] | None"]
@@ -96,7 +97,7 @@ def resume_time_offset(run_dir: Path) -> float:
     curves against time continue instead of starting over."""
     times = [
         float(t)
-        for row in iter_metrics(run_dir / "metrics.jsonl")
+        for row in iter_metrics(run_dir / contract.METRICS_FILE)
         if isinstance(t := row.get("time"), int | float)
     ]
     return max(times, default=0.0)
@@ -147,10 +148,8 @@ def _status(ctx: JobContext, summary: dict[str, Any]) -> str:
 
 def read_outcome(run_dir: Path) -> Outcome | None:
     """The outcome a job process recorded, if it recorded one."""
-    from engine.store.project import FINAL_STATUSES, _read_json
-
-    data = _read_json(run_dir / RESULT_FILE)
-    if not data or data.get("status") not in FINAL_STATUSES:
+    data = contract.read_json_object(run_dir / RESULT_FILE)
+    if not data or data.get("status") not in contract.FINAL_STATUSES:
         return None
     summary = data.get("summary")
     return Outcome(

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from engine import protocol
+from engine import contract, protocol
 from engine.errors import EngineError, ProjectError, UnknownRunError
 from engine.jobs import lifecycle, registry
 from engine.jobs.context import STOP_REQUEST_FILE
@@ -147,7 +147,7 @@ class Supervisor:
             raise EngineError(
                 f"The run {run_id} already completed; duplicate it instead."
             )
-        (Path(run.run_dir) / "result.json").unlink(missing_ok=True)
+        (Path(run.run_dir) / contract.RESULT_FILE).unlink(missing_ok=True)
         self._spawn(project, run_id, run.kind, resume=True)
         return run_id
 
@@ -240,7 +240,7 @@ class Supervisor:
         cmd = [sys.executable, "-m", "engine.jobs.runner", str(run_dir)]
         if resume:
             cmd.append("--resume")
-        log_file = open(run_dir / "log.txt", "a", encoding="utf-8")  # noqa: SIM115
+        log_file = open(run_dir / contract.LOG_FILE, "a", encoding="utf-8")  # noqa: SIM115
         try:
             proc = subprocess.Popen(
                 cmd,

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import contract
 from engine.errors import ConfigError
 from engine.llm.rollouts import EvaluateConfig
 from engine.settings import checked_config
@@ -202,12 +203,12 @@ def run(ctx: Any) -> dict[str, Any]:
     }
     if "before" in results and "after" in results:
         report["comparison"] = compare(results["before"], results["after"])
-    atomic_write_json(ctx.run_dir / "report.json", report)
+    atomic_write_json(ctx.run_dir / contract.REPORT_FILE, report)
     atomic_write_bytes(
         ctx.run_dir / "report.png", bar_chart_png([results[k] for k in results])
     )
     return {
-        "report": str(ctx.run_dir / "report.json"),
+        "report": str(ctx.run_dir / contract.REPORT_FILE),
         "plot": str(ctx.run_dir / "report.png"),
         "results": results,
         "comparison": report.get("comparison"),

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import contract
 from engine.errors import ConfigError, EngineError
 from engine.llm.train import SEED_MAX
 from engine.settings import checked_config, setting
@@ -158,10 +159,8 @@ def resolve_env(ref: str, project_dir: Path | None = None) -> str:
         return str(p.resolve())
     if project_dir is not None:
         for cand in (
-            Path(project_dir) / "envs" / f"{ref}.env.json",
-            Path(project_dir)
-            / "envs"
-            / f"{ref.removeprefix('rlstudio/').removesuffix('-v0')}.env.json",
+            contract.spec_file(project_dir, ref),
+            contract.spec_file(project_dir, contract.env_name(ref) or ref),
             Path(project_dir) / ref,
         ):
             if cand.is_file():

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine import flow
+from engine import contract, flow
 from engine.errors import EngineError
 from engine.jobs.context import JobContext, private_event_stream
 from engine.jobs.lifecycle import Outcome
@@ -200,7 +200,7 @@ class ConsoleFlowContext(JobContext):
             self.report.line(text)
         if self._log_file is None:
             self._log_file = open(  # noqa: SIM115 - closed in close()
-                self.run_dir / "log.txt", "a", encoding="utf-8"
+                self.run_dir / contract.LOG_FILE, "a", encoding="utf-8"
             )
         if not self._log_file.closed:
             self._log_file.write(text.rstrip("\n") + "\n")

@@ -21,31 +21,10 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+from engine import contract
 from engine.flow import ParamSpec, PortSpec
 from engine.nodes.base import NodeError, NodeResult, NodeRun, json_object_check
 from engine.nodes.registry import node_type
-
-ENV_NAMESPACE = "rlstudio/"
-
-
-def designed_spec_file(env_id: str, project_dir: Path) -> Path | None:
-    """The spec file of ``rlstudio/<name>-v0`` in the project, if any."""
-    if not env_id.startswith(ENV_NAMESPACE):
-        return None
-    name = env_id.removeprefix(ENV_NAMESPACE).rsplit("-v", 1)[0]
-    folder = project_dir / "envs"
-    path = folder / f"{name}.env.json"
-    if path.is_file():
-        return path
-    from engine.envs import load_spec
-
-    for candidate in sorted(folder.glob("*.env.json")):
-        try:
-            if load_spec(candidate).name == name:
-                return candidate
-        except Exception:  # a broken spec is not this one
-            continue
-    return None
 
 
 def resolve_env_id(value: str, project_dir: Path) -> str:
@@ -55,8 +34,8 @@ def resolve_env_id(value: str, project_dir: Path) -> str:
     if not value:
         raise NodeError("Choose an environment: a Gymnasium id or a designed env.")
     bare = "/" not in value and "-v" not in value
-    if bare and (project_dir / "envs" / f"{value}.env.json").is_file():
-        return f"{ENV_NAMESPACE}{value}-v0"
+    if bare and contract.spec_file(project_dir, value).is_file():
+        return contract.env_id(value)
     return value
 
 
@@ -104,6 +83,7 @@ def environment(node: NodeRun) -> NodeResult:
     """A Gymnasium environment or one designed in the studio, checked by
     building it once."""
     from engine.envs import register_project_envs
+    from engine.envs.spec import designed_spec_file
     from engine.nodes.base import parse_json_object
     from engine.rl.config import inspect_env
 
@@ -116,7 +96,7 @@ def environment(node: NodeRun) -> NodeResult:
     ref: dict[str, Any] = {
         "id": env_id,
         "kwargs": kwargs,
-        "designed": env_id.startswith(ENV_NAMESPACE),
+        "designed": contract.env_name(env_id) is not None,
         "action_space": info.action_space,
         "action_kind": info.action_kind,
         "observation_kind": info.observation_kind,

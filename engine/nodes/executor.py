@@ -44,7 +44,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine import flow, protocol
+from engine import contract, flow, protocol
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import RunFailed
@@ -53,7 +53,7 @@ from engine.nodes.registry import node_types, specs
 from engine.store.atomic import atomic_write_json
 
 KIND = "flow.run"
-STATE_FILE = "flow_state.json"
+STATE_FILE = contract.FLOW_STATE_FILE
 PROGRESS_INTERVAL_S = 0.25
 """Running-state events per node are at most this often."""
 

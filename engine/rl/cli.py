@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from engine import contract
 from engine.errors import EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import run_name
@@ -159,7 +160,7 @@ class ConsoleContext(JobContext):
         self._first: tuple[float, float] | None = None
         # The run's log.txt, as the supervisor keeps it for a studio run.
         self._log_file: TextIO = open(  # noqa: SIM115 - closed in close()
-            self.run_dir / "log.txt", "a", encoding="utf-8"
+            self.run_dir / contract.LOG_FILE, "a", encoding="utf-8"
         )
 
     def log(self, text: str) -> None:
@@ -285,11 +286,11 @@ def _resume(
                 raise EngineError(f"--steps must be at least 1, not {args.steps}.")
             config["total_steps"] = args.steps
             atomic_write_json(
-                Path(run.run_dir) / "config.json",
+                Path(run.run_dir) / contract.CONFIG_FILE,
                 {"run_id": run.id, "kind": KIND, "name": run.name, "config": config},
             )
             project.update_run(run.id, config=config)
-        (Path(run.run_dir) / "result.json").unlink(missing_ok=True)
+        (Path(run.run_dir) / contract.RESULT_FILE).unlink(missing_ok=True)
         return _train_in_project(args, project, config, train, resume_id=run.id)
     finally:
         project.close()

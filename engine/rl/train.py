@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from engine import contract
+from engine.envs.spec import designed_spec_file
 from engine.errors import EngineError
 from engine.jobs.context import STOP_REASONS, JobContext
 from engine.rl.config import (
@@ -202,30 +204,12 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def designed_env_file(env_id: str, project_dir: str | None) -> Path | None:
-    """The spec file of a designed env (``rlstudio/<name>-v0``), if present."""
-    if not env_id.startswith("rlstudio/") or project_dir is None:
-        return None
-    name = env_id.removeprefix("rlstudio/").rsplit("-v", 1)[0]
-    folder = Path(project_dir) / "envs"
-    path = folder / f"{name}.env.json"
-    if path.is_file():
-        return path
-    # The id comes from the spec's "name", which may differ from the file name.
-    for candidate in sorted(folder.glob("*.env.json")):
-        with contextlib.suppress(OSError, ValueError):
-            data = json.loads(candidate.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and data.get("name") == name:
-                return candidate
-    return None
-
-
 def env_spec_hash(
     env_id: str, env_kwargs: dict[str, Any], project_dir: str | None
 ) -> str:
     """sha256 of the designed env's spec file, or of the Gymnasium spec
     (id, entry point, keyword arguments, time limit)."""
-    spec_file = designed_env_file(env_id, project_dir)
+    spec_file = designed_spec_file(env_id, project_dir)
     if spec_file is not None:
         return "sha256:" + hashlib.sha256(spec_file.read_bytes()).hexdigest()
     import gymnasium as gym
@@ -285,7 +269,7 @@ def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
     for key, value in cfg["hyperparameters"].items():
         if value != hp_defaults.get(key):
             argv += ["--set", f"{key}={_set_value(value)}"]
-    if designed_env_file(cfg["env"], cfg.get("project_dir")) is not None:
+    if designed_spec_file(cfg["env"], cfg.get("project_dir")) is not None:
         argv += ["--project", str(cfg["project_dir"])]
     return argv
 
@@ -676,7 +660,7 @@ class Trainer:
     def _truncate_metrics(self, step: int) -> None:
         """Drop rows logged after the checkpoint (a crash between checkpoint
         and the end leaves some), so that the resumed curves stay monotonic."""
-        path = self.run_dir / "metrics.jsonl"
+        path = self.run_dir / contract.METRICS_FILE
         if not path.exists():
             return
         rows = list(iter_metrics(path))

@@ -8,26 +8,20 @@ then renamed over the target (atomic on POSIX and on Windows via
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
 
-# The one implementation, in the stdlib-only module the GUI may import too;
-# re-exported here for the engine.
+# The one implementation, in the stdlib-only module the GUI may import too
+# (engine.contract); re-exported here for the engine.
+from engine.contract import TMP_MARK as TMP_MARK
+from engine.contract import atomic_write_bytes as atomic_write_bytes
+from engine.contract import atomic_write_json as atomic_write_json
+from engine.contract import atomic_write_text as atomic_write_text
+from engine.contract import temp_owner as temp_owner
+from engine.contract import temp_path as temp_path
 from engine.errors import EngineError
-from engine.flow import TMP_MARK as TMP_MARK
-from engine.flow import atomic_write_bytes as atomic_write_bytes
-from engine.flow import atomic_write_text as atomic_write_text
-from engine.flow import temp_owner as temp_owner
-from engine.flow import temp_path as temp_path
-
-
-def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
-    """Write ``data`` as indented JSON (NaN refused: other readers choke on it)."""
-    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def make_parent_folder(out_path: Path) -> None:

@@ -18,7 +18,6 @@ row says ``running`` but whose process is gone is reconciled from its
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -29,9 +28,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from engine import untrusted
+from engine import contract
 from engine.errors import ProjectError, UnknownRunError
 from engine.store.atomic import (
     atomic_write_json,
@@ -41,8 +40,8 @@ from engine.store.atomic import (
 
 SCHEMA_VERSION = 1
 FOLDERS = ("envs", "flows", "runs", "models", "data")
-ACTIVE_STATUSES = ("queued", "running")
-FINAL_STATUSES = ("completed", "stopped", "failed", "interrupted")
+ACTIVE_STATUSES = contract.ACTIVE_STATUSES
+FINAL_STATUSES = contract.FINAL_STATUSES
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -104,8 +103,8 @@ class RunRecord:
     progress_total: float = 0.0
     run_dir: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> contract.RunRow:
+        return cast(contract.RunRow, asdict(self))
 
 
 @dataclass
@@ -122,8 +121,8 @@ class ModelRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     size_bytes: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> contract.ModelRow:
+        return cast(contract.ModelRow, asdict(self))
 
 
 def new_id(prefix: str = "") -> str:
@@ -270,7 +269,7 @@ class Project:
             run_dir=str(run_dir),
         )
         atomic_write_json(
-            run_dir / "config.json",
+            run_dir / contract.CONFIG_FILE,
             {"run_id": run_id, "kind": kind, "name": record.name, "config": config},
         )
         with self._lock, self._db:
@@ -338,7 +337,9 @@ class Project:
                 continue
             if process_owns_run(run):
                 continue
-            result = _read_json(self.run_dir(run.id) / "result.json")
+            result = contract.read_json_object(
+                self.run_dir(run.id) / contract.RESULT_FILE
+            )
             if result and result.get("status") in FINAL_STATUSES:
                 self.update_run(
                     run.id,
@@ -565,7 +566,7 @@ class Project:
                 "path": str(p),
                 "modified": p.stat().st_mtime,
             }
-            data = _read_json(p)
+            data = contract.read_json_object(p)
             if data is None:
                 entry["error"] = "The file is not valid JSON."
             else:
@@ -574,7 +575,7 @@ class Project:
             docs.append(entry)
         return docs
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> contract.ProjectSnapshot:
         return {
             "path": str(self.path),
             "name": self.name,
@@ -606,13 +607,3 @@ def process_owns_run(run: RunRecord) -> bool:
         )
     except psutil.Error:
         return False
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    """The JSON object in ``path``; None if it is missing, too big, not
-    JSON or outside the limits of ``engine.untrusted``."""
-    with contextlib.suppress(untrusted.UntrustedDataError):
-        data = untrusted.load_file(path, str(path))
-        if isinstance(data, dict):
-            return data
-    return None

@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from engine import untrusted
+from engine.contract import SPEC_SUFFIX
 from studio.models.observable import Observable
 
 FORMAT_VERSION = 1
 KINDS = ("workflow", "grid", "gymnasium", "python")
-SPEC_SUFFIX = ".env.json"
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
 TOOL_PATTERN = re.compile(r"^[A-Za-z_][\w\-]*$")
 WILDCARD = "*"

@@ -14,7 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-ENV_NAMESPACE = "rlstudio"
+from engine.contract import ENVS_FOLDER, SPEC_SUFFIX, env_id, env_name
+
 POLICY_KIND = "sb3-policy"
 SB3_ALGOS = ("PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
 PREVIEW_FRAMES = 200
@@ -33,14 +34,10 @@ def grid_preview_frames(rows: int, cols: int) -> int:
     return max(1, min(PREVIEW_FRAMES, FRAME_BUDGET_BYTES // frame_bytes))
 
 
-def env_id_for(name: str) -> str:
-    return f"{ENV_NAMESPACE}/{name}-v0"
-
-
 def env_refs(spec: dict[str, Any], path: str | Path | None) -> set[str]:
     """Every way a model's ``env`` may name this spec."""
     name = str(spec.get("name", ""))
-    refs = {env_id_for(name), f"envs/{name}.env.json"}
+    refs = {env_id(name), f"{ENVS_FOLDER}/{name}{SPEC_SUFFIX}"}
     if path is not None:
         refs.add(str(path))
         refs.add(str(Path(path).resolve()))
@@ -106,7 +103,7 @@ def train_env(spec: dict[str, Any]) -> str:
             and body.get("max_episode_steps") is None
         ):
             return base
-    return env_id_for(str(spec.get("name", "")))
+    return env_id(str(spec.get("name", "")))
 
 
 def train_config(
@@ -191,9 +188,9 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
     length, success rate (None when the env has no notion of success)."""
     eps = data.get("episodes") or []
     returns = [float(e["return"]) for e in eps]
-    env_id = str(data.get("env_id") or "")
+    env = str(data.get("env_id") or "")
     # Only designed envs say what success is; elsewhere 0 % would mislead.
-    designed = env_id.startswith(f"{ENV_NAMESPACE}/")
+    designed = env_name(env) is not None
     return {
         "episodes": len(eps),
         "return_mean": data.get("return_mean"),

@@ -14,7 +14,6 @@ downstream of such a node, is stale and shows no result.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -22,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import contract
 from engine.flow import CycleError, FlowDocument, FlowFormatError, topological_order
 
 FLOW_RUN_KIND = "flow.run"
-STATE_FILE = "flow_state.json"
-CONFIG_FILE = "config.json"
-LOG_FILE = "log.txt"
+STATE_FILE = contract.FLOW_STATE_FILE
+CONFIG_FILE = contract.CONFIG_FILE
+LOG_FILE = contract.LOG_FILE
 MAX_LOG_LINES = 5000
 FINAL_NODE_STATES = ("done", "cached", "failed", "skipped", "stopped")
 _NODE_LINE = re.compile(r"^(?:\[(?P<tag>[^\]]+)\] |node (?P<failed>\S+) \()")
@@ -51,13 +51,6 @@ class FlowRunResults:
     """Nodes of that run whose results no longer match the open document."""
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def _same_path(a: str | Path | None, b: Path) -> bool:
     if not a:
         return False
@@ -74,7 +67,7 @@ def run_config(run: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(config, dict) and config:
         return config
     run_dir = run.get("run_dir")
-    data = _read_json(Path(run_dir) / CONFIG_FILE) if run_dir else None
+    data = contract.read_json(Path(run_dir) / CONFIG_FILE) if run_dir else None
     if isinstance(data, dict) and isinstance(data.get("config"), dict):
         return dict(data["config"])
     return {}
@@ -168,7 +161,7 @@ def read_flow_run(
         reason=str(run.get("reason") or ""),
         ended=run.get("ended"),
     )
-    state = _read_json(run_dir / STATE_FILE) if run.get("run_dir") else None
+    state = contract.read_json(run_dir / STATE_FILE) if run.get("run_dir") else None
     nodes = state.get("nodes") if isinstance(state, dict) else None
     if not isinstance(nodes, dict):
         summary = run.get("summary")

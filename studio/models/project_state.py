@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from engine import contract
+from engine.contract import ModelRow, ProjectSnapshot
 from studio.models.observable import Observable
 
 SNAPSHOT_RATE_WINDOW_S = 6.0
 """Shortest time over which a headless run's speed is measured."""
-FINAL_STATUSES = ("completed", "stopped", "failed", "interrupted")
+FINAL_STATUSES = contract.FINAL_STATUSES
 
 
 class ProjectState(Observable):
@@ -28,7 +30,7 @@ class ProjectState(Observable):
         self.name = ""
         self.envs: list[dict[str, Any]] = []
         self.flows: list[dict[str, Any]] = []
-        self.models: list[dict[str, Any]] = []
+        self.models: list[ModelRow] = []
         self.runs: dict[str, dict[str, Any]] = {}  # insertion order = creation order
         # Runs whose progress engine events report; the others' is read from
         # snapshots: (monotonic time, steps done) when it last changed.
@@ -39,7 +41,7 @@ class ProjectState(Observable):
     def is_open(self) -> bool:
         return bool(self.path)
 
-    def load_snapshot(self, snap: dict[str, Any]) -> None:
+    def load_snapshot(self, snap: ProjectSnapshot) -> None:
         self.path = str(snap.get("path", ""))
         self.name = str(snap.get("name", ""))
         self.envs = list(snap.get("envs", []))
@@ -49,7 +51,7 @@ class ProjectState(Observable):
         live = {rid: r for rid, r in previous.items() if r.get("status") == "running"}
         self.runs = {}
         for run in snap.get("runs", []):
-            merged = dict(run)
+            merged: dict[str, Any] = dict(run)
             best = previous.get(run["id"], {}).get("best_eval_live")
             if best is not None:
                 merged["best_eval_live"] = best

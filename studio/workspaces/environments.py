@@ -59,7 +59,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.flow import atomic_write_text
+from engine import contract
+from engine.contract import atomic_write_text
 from studio import env_commands as cmd
 from studio.env_controller import EnvController
 from studio.lifetime import subscribe
@@ -81,7 +82,6 @@ from studio.models.env_design import (
 )
 from studio.models.env_preview import (
     PREVIEW_FRAMES,
-    env_id_for,
     grid_preview_frames,
     matching_policies,
     train_config,
@@ -1158,7 +1158,7 @@ class EnvironmentsWorkspace(QWidget):
         ):
             return self._described.get("action_space")
         data = self.preview_panel.data or {}
-        if data.get("env_id") == env_id_for(self.model.name):
+        if data.get("env_id") == contract.env_id(self.model.name):
             return data.get("action_space")
         return None
 

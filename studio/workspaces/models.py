@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine import contract
 from studio.eval_report import ComparisonReport
 from studio.lifetime import subscribe
 from studio.model_dialogs import (
@@ -686,7 +687,9 @@ class ModelsWorkspace(QWidget):
         success = data.get("success_rate")
         env_id = str(data.get("env_id") or "")
         # Only designed envs say what success is; elsewhere 0 % would mislead.
-        designed = env_id.startswith("rlstudio/") or env_id.endswith(".env.json")
+        designed = contract.env_name(env_id) is not None or env_id.endswith(
+            contract.SPEC_SUFFIX
+        )
         self.result_label.setText(
             f"<b>Evaluation</b> on {html.escape(str(data.get('env_id')))}: "
             f"{len(eps)} episodes<br>"
@@ -771,7 +774,7 @@ class ModelsWorkspace(QWidget):
             if run.get("kind") != "llm.evaluate" or run.get("status") != "completed":
                 continue
             path = (run.get("summary") or {}).get("report") or str(
-                Path(run.get("run_dir") or "") / "report.json"
+                Path(run.get("run_dir") or "") / contract.REPORT_FILE
             )
             if Path(path).is_file():
                 out.append((str(run.get("name") or run["id"]), str(path)))

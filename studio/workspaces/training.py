@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine import contract
 from studio.lifetime import subscribe
 from studio.models.project_state import ProjectState
 from studio.run_dialog import RunDialog
@@ -50,7 +51,7 @@ def _log_size(run: dict[str, Any]) -> int:
     if not run.get("run_dir"):
         return -1
     try:
-        return (Path(run["run_dir"]) / "log.txt").stat().st_size
+        return (Path(run["run_dir"]) / contract.LOG_FILE).stat().st_size
     except OSError:
         return -1
 

@@ -1,0 +1,248 @@
+"""What the GUI and the engine share, declared once: designed-env ids, the
+run-folder layout, run statuses, the default Ollama host, atomic writes and
+JSON reading, and the records the engine sends (project snapshot rows).
+
+Standard library only, like :mod:`engine.protocol` and :mod:`engine.flow`:
+the studio imports it (the import-linter contract in ``pyproject.toml`` names
+the modules it may import), so it must never pull in numpy, torch or the
+rest of the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any, TypedDict
+
+from engine import untrusted
+
+# --------------------------------------------------------------------------
+# Designed environments
+# --------------------------------------------------------------------------
+
+ENV_NAMESPACE = "rlstudio"
+"""Gymnasium namespace of the environments designed in a project."""
+
+ENV_VERSION = 0
+"""Gymnasium version of a designed env's id (``-v0``)."""
+
+ENVS_FOLDER = "envs"
+"""Project folder holding the designed envs' spec files."""
+
+SPEC_SUFFIX = ".env.json"
+"""Suffix of a designed env's spec file: ``envs/<name>.env.json``."""
+
+
+def env_id(name: str) -> str:
+    """The Gymnasium id a designed env ``name`` registers as:
+    ``rlstudio/<name>-v0``."""
+    return f"{ENV_NAMESPACE}/{name}-v{ENV_VERSION}"
+
+
+def env_name(env_id: str) -> str | None:
+    """The designed env's name in an id made by :func:`env_id`; None for any
+    other id (``CartPole-v1``, ``ALE/Pong-v5``)."""
+    prefix, suffix = f"{ENV_NAMESPACE}/", f"-v{ENV_VERSION}"
+    if env_id.startswith(prefix) and env_id.endswith(suffix):
+        name = env_id[len(prefix) : -len(suffix)]
+        return name or None
+    return None
+
+
+def spec_file(project_dir: str | os.PathLike[str], name: str) -> Path:
+    """Where the designed env ``name`` of a project is saved (it may not
+    exist; a spec's ``name`` may also differ from its file's)."""
+    return Path(project_dir) / ENVS_FOLDER / f"{name}{SPEC_SUFFIX}"
+
+
+# --------------------------------------------------------------------------
+# Run folders: runs/<run-id>/...
+# --------------------------------------------------------------------------
+
+CONFIG_FILE = "config.json"
+"""The run's kind and config as started (``{"kind", "config", ...}``)."""
+METRICS_FILE = "metrics.jsonl"
+"""One JSON object per metrics row, appended while the run goes."""
+LOG_FILE = "log.txt"
+"""The run's log (the worker's output, kept by the supervisor or the CLI)."""
+RESULT_FILE = "result.json"
+"""The run's outcome, written once when it ends (status, summary)."""
+REPORT_FILE = "report.json"
+"""A check or evaluation report (``env.check``, ``llm.evaluate``)."""
+PREVIEW_FILE = "preview.json"
+"""Episodes played by ``env.preview`` (returns, lengths, step trace)."""
+FRAMES_FILE = "frames.npz"
+"""Rendered frames of a preview or a play, beside its JSON."""
+FLOW_STATE_FILE = "flow_state.json"
+"""A flow run's per-node states and outputs."""
+STOP_REQUEST_FILE = "stop.request"
+"""Created to ask a running job to stop at its next check."""
+
+ACTIVE_STATUSES = ("queued", "running")
+"""Statuses of a run that has not ended."""
+FINAL_STATUSES = ("completed", "stopped", "failed", "interrupted")
+"""Statuses of a run that has ended."""
+
+# --------------------------------------------------------------------------
+# Ollama
+# --------------------------------------------------------------------------
+
+DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
+"""Where a local Ollama server listens unless told otherwise."""
+
+# --------------------------------------------------------------------------
+# Records the engine sends (project snapshot: project.open, project.snapshot)
+# --------------------------------------------------------------------------
+
+
+class RunRow(TypedDict):
+    """A run as the engine sends it (``engine.store.project.RunRecord``)."""
+
+    id: str
+    name: str
+    kind: str
+    status: str
+    created: float
+    started: float | None
+    ended: float | None
+    pid: int | None
+    exit_code: int | None
+    signal: int | None
+    reason: str
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    progress_done: float
+    progress_total: float
+    run_dir: str
+
+
+class ModelRow(TypedDict):
+    """A registered model (``engine.store.project.ModelRecord``)."""
+
+    id: str
+    name: str
+    kind: str
+    path: str
+    created: float
+    source_run: str | None
+    env: str
+    algo: str
+    base: str
+    metrics: dict[str, Any]
+    size_bytes: int
+
+
+class ProjectSnapshot(TypedDict):
+    """The reply to ``project.open`` and ``project.snapshot``. ``envs`` and
+    ``flows`` list the documents (``name``, ``path``, ``kind``, ...)."""
+
+    path: str
+    name: str
+    envs: list[dict[str, Any]]
+    flows: list[dict[str, Any]]
+    runs: list[RunRow]
+    models: list[ModelRow]
+
+
+class RunIdReply(TypedDict):
+    """The reply to ``run.start``, ``run.stop`` and ``run.resume``."""
+
+    run_id: str
+
+
+class RunListReply(TypedDict):
+    """The reply to ``run.list``."""
+
+    runs: list[RunRow]
+
+
+# --------------------------------------------------------------------------
+# Files: atomic writes, temporary names, JSON reading
+# --------------------------------------------------------------------------
+
+TMP_MARK = ".tmp-"
+"""Temporary files and folders carry this in their name (see
+:func:`temp_path`); a crashed writer leaves them behind and
+``engine.store.atomic.remove_stale_temp_files`` sweeps them once provably
+dead."""
+
+_TEMP_NAME = re.compile(
+    rf"\.(?P<target>.+){re.escape(TMP_MARK)}(?:(?P<purpose>[a-z]+)-)?"
+    r"(?P<pid>[0-9]{1,10})-(?P<tag>[0-9a-f]{8})"
+)
+
+
+def temp_path(target: str | os.PathLike[str], purpose: str = "") -> Path:
+    """A fresh temporary name beside ``target``, owned by this process:
+    ``.<name>.tmp-[<purpose>-]<pid>-<8 hex>``. The writer removes it when it
+    fails; start-up cleanup removes it only once its owner is gone."""
+    target = Path(target)
+    tag = f"{purpose}-" if purpose else ""
+    return target.with_name(
+        f".{target.name}{TMP_MARK}{tag}{os.getpid()}-{secrets.token_hex(4)}"
+    )
+
+
+def temp_owner(name: str) -> int | None:
+    """The pid that owns a :func:`temp_path` name; None for any other name
+    (a user's ``results.tmp-final.csv`` is not a temporary file)."""
+    match = _TEMP_NAME.fullmatch(name)
+    return int(match["pid"]) if match else None
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` so that a reader sees the old file or the new one: a
+    temporary file in the same folder, fsync, rename, fsync of the folder."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    if os.name == "posix":  # directories cannot be fsync'ed on Windows
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
+    """Write ``data`` as indented JSON (NaN refused: other readers choke on it)."""
+    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in ``path``; None if it is missing, not a regular file,
+    too big, not JSON or outside the limits of :mod:`engine.untrusted`.
+
+    For files that may be absent or half-made (a run still writing, a model
+    folder from elsewhere); where a bad file must be reported, use
+    ``engine.untrusted.load_file``, which says why in one sentence."""
+    try:
+        return untrusted.load_file(path, str(path))
+    except untrusted.UntrustedDataError:
+        return None
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """:func:`read_json`, kept only when it is a JSON object."""
+    data = read_json(path)
+    return data if isinstance(data, dict) else None
