@@ -178,7 +178,7 @@ class JobContext:
         sys.stdout.flush()
         sys.stderr.flush()
         log_fd = os.open(
-            self.run_dir / "log.txt", os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            self.run_dir / contract.LOG_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT
         )
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
