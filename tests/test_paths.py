@@ -222,3 +222,23 @@ def test_a_shared_flow_with_escaping_node_ids_writes_nothing_outside(
     assert snapshot(outside) == before
     assert not (tmp_path / "x").exists() and not (tmp_path / "x.json").exists()
     assert snapshot(project) == project_before
+
+
+def test_designed_env_ids_resolve_inside_the_project(
+    project: Path, outside: Path
+) -> None:
+    from engine.envs.spec import designed_spec_file
+
+    (project / "envs").mkdir()
+    (outside / "evil.env.json").write_text("{}")
+    for env_id in (
+        "rlstudio/../../../../outside/evil-v0",
+        f"rlstudio/{outside}/evil-v0",
+    ):
+        with pytest.raises(ConfigError, match="cannot be used in a file name") as info:
+            designed_spec_file(env_id, project)
+        assert info.value.field == "env"
+    (project / "envs" / "linked.env.json").symlink_to(outside / "evil.env.json")
+    with pytest.raises(ConfigError, match="leads outside"):
+        designed_spec_file("rlstudio/linked-v0", project)
+    assert designed_spec_file("rlstudio/missing-v0", project) is None

@@ -30,6 +30,7 @@ from engine.contract import (
 )
 from engine.envs.schema import FORMAT_VERSION, KINDS, join_path, schema_problems
 from engine.errors import ConfigError, EngineError
+from engine.store.paths import checked_name, inside
 
 Severity = Literal["error", "warning", "info"]
 
@@ -306,11 +307,14 @@ def kind_problems(spec: EnvSpec) -> list[Problem]:
 def designed_spec_file(env_id: str, project_dir: str | Path | None) -> Path | None:
     """The spec file of the designed env ``env_id`` (``rlstudio/<name>-v0``)
     in the project, if there is one: ``envs/<name>.env.json``, else the spec
-    whose ``name`` it is (a file may be named otherwise)."""
+    whose ``name`` it is (a file may be named otherwise). A name that cannot
+    be a file name, or a file that links out of the project, is a ConfigError
+    naming ``env``: a shared flow cannot point at a spec elsewhere."""
     name = env_name(env_id)
     if name is None or project_dir is None:
         return None
-    path = spec_file(project_dir, name)
+    path = spec_file(project_dir, checked_name("env", name))
+    inside(project_dir, path.relative_to(project_dir), "env")
     if path.is_file():
         return path
     for candidate in sorted(path.parent.glob(f"*{SPEC_SUFFIX}")):

@@ -91,12 +91,12 @@ def _common(config: dict[str, Any], cls: type, what: str) -> dict[str, Any]:
     return out
 
 
-def out_path(ctx: JobContext, out: str) -> Path:
-    """The file ``out`` names: an absolute path as it is (the user chose it in
-    a file dialog); a relative one is taken from the project folder and must
-    stay inside it."""
+def out_path(ctx: JobContext, out: str, field: str = "out") -> Path:
+    """The file or folder ``out`` names: an absolute path as it is (the user
+    chose it in a file dialog); a relative one is taken from the project
+    folder and must stay inside it (else a ConfigError naming ``field``)."""
     path = Path(out).expanduser()
-    return path if path.is_absolute() else inside(ctx.project_dir, path, "out")
+    return path if path.is_absolute() else inside(ctx.project_dir, path, field)
 
 
 def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
@@ -244,7 +244,11 @@ def run_ollama(ctx: JobContext) -> dict[str, Any]:
         adapter_path=cfg["adapter_gguf"],
         family=cfg["family"],
         # Without a server the bundle goes to the run folder unless named.
-        bundle_dir=bundle_dir or ctx.run_dir / "output" / "ollama-bundle",
+        bundle_dir=(
+            out_path(ctx, bundle_dir, "bundle_dir")
+            if bundle_dir
+            else ctx.run_dir / "output" / "ollama-bundle"
+        ),
         always_bundle=bundle_dir is not None,
         verify_prompt=cfg["verify_prompt"],
         progress=lambda d, t, m: ctx.progress(d, t, m),
