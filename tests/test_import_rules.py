@@ -22,7 +22,7 @@ def shared_modules() -> list[str]:
     in pyproject.toml lets studio import (the one list of them)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     contracts = config["tool"]["importlinter"]["contracts"]
-    (contract,) = [c for c in contracts if c["source_modules"] == ["studio"]]
+    (contract,) = [c for c in contracts if c.get("source_modules") == ["studio"]]
     return sorted(rule.split("->")[1].strip() for rule in contract["ignore_imports"])
 
 

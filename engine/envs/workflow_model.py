@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from engine import untrusted
-from engine.envs.spec import EnvSpec, Problem, SpecError, path_exists
+from engine.envs.spec_types import EnvSpec, Problem, SpecError, path_exists
 
 REWARD_RULES = ("step", "invalid_tool", "transition", "status", "success")
 PROB_TOLERANCE = 1e-6
