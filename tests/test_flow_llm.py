@@ -431,6 +431,33 @@ def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
         project.close()
 
 
+def test_the_flows_report_is_listed_in_models_and_models_are_stored_once(
+    chain: Chain,
+) -> None:
+    """The Evaluate node's before/after report reaches Models → Evaluation
+    report; the adapter and the merged model the flow wrote are the
+    registered models' folders, one per model under ``models/<id>/``."""
+    from studio.models.model_catalog import evaluation_reports
+    from studio.models.traces import load_report
+
+    assert chain.first.returncode == 0, chain.first.stderr[-4000:]
+    nodes = json.loads(chain.first.stdout)["nodes"]
+    project = Project.open(chain.project)
+    try:
+        snapshot = project.snapshot()
+    finally:
+        project.close()
+    report_file = nodes["evaluate"]["outputs"]["report"]["report_file"]
+    ((title, path),) = evaluation_reports(snapshot["runs"])
+    assert path == report_file and title.endswith(" · evaluate")
+    assert load_report(path).labels == ["before", "after"]
+    paths = {m["kind"]: Path(m["path"]) for m in snapshot["models"]}
+    assert paths["lora-adapter"] == Path(nodes["train"]["outputs"]["adapter"]["path"])
+    assert paths["hf-merged"] == Path(nodes["merge"]["outputs"]["model"]["path"])
+    folders = sorted(p.name for p in (chain.project / "models").iterdir())
+    assert folders == sorted(m["id"] for m in snapshot["models"])
+
+
 def test_a_rerun_reuses_every_cached_node_and_deploys_again(chain: Chain) -> None:
     assert chain.first.returncode == 0, chain.first.stderr[-4000:]
     first = json.loads(chain.first.stdout)
@@ -532,11 +559,14 @@ def test_an_adapter_exports_as_lora_gguf_and_deploys_over_the_base(
     )
     assert summary["nodes"]["deploy_lora"]["state"] == "skipped"
     assert "train" in summary["cached"]  # the adapter came from the cache
+    # the run failed, yet the base GGUF export_base made is registered
+    assert [m["name"] for m in summary["models"]] == ["tiny-qwen2 (F16)"]
+    assert len(summary["registered_models"]) == 1
 
     summary = run("--set", "export_lora.type=q8_0")
     assert summary["status"] == "completed", summary.get("reason")
-    # export_base succeeded in the failed run: cached now, and its model,
-    # never registered then, is listed (and registered) with this run's
+    # export_base succeeded in the failed run: cached now, its model
+    # registered then and not again
     assert summary["ran"] == ["env", "base", "export_lora", "deploy_lora"]
     assert "export_base" in summary["cached"]
     lora = summary["nodes"]["export_lora"]["outputs"]["gguf"]
@@ -551,11 +581,8 @@ def test_an_adapter_exports_as_lora_gguf_and_deploys_over_the_base(
     create = [b for m, p, b in chain.ollama.requests if p == "/api/create"][-1]
     assert create["model"] == "jira-lora"
     assert list(create["adapters"]) == [Path(lora["file"]).name]
-    assert sorted(m["name"] for m in summary["models"]) == [
-        "Jira-GRPO-agent-lora (Q8_0)",
-        "tiny-qwen2 (F16)",
-    ]
-    assert len(summary["registered_models"]) == 2
+    assert [m["name"] for m in summary["models"]] == ["Jira-GRPO-agent-lora (Q8_0)"]
+    assert len(summary["registered_models"]) == 1
 
 
 # ------------------------------------------------------------ bad input

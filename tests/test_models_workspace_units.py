@@ -21,7 +21,12 @@ from models_workspace_support import (
 )
 
 from studio.eval_report import ComparisonReport
-from studio.models.model_catalog import lineage_chain, model_record, ollama_record
+from studio.models.model_catalog import (
+    evaluation_reports,
+    lineage_chain,
+    model_record,
+    ollama_record,
+)
 from studio.models.sb3_zip import Sb3ZipError, read_sb3_zip
 from studio.models.traces import ReportError, comparison_from_report
 from studio.trace_viewer import TraceViewer
@@ -231,3 +236,38 @@ def test_frame_viewer_steps_through_frames(qtbot) -> None:
     viewer.play_button.setChecked(False)
     viewer.set_frames(np.zeros((3, 4)))  # not frames: shown as none
     assert viewer.frame_count() == 0
+
+
+def test_evaluation_reports_list_jobs_and_flow_evaluate_nodes(tmp_path: Path) -> None:
+    """Models → Evaluation report lists llm.evaluate runs and the Evaluate
+    nodes of flow runs (also of a flow that failed later), newest first,
+    each report once (a later run reusing the node from the cache)."""
+    files = {}
+    for name in ("job", "flow", "failed_flow"):
+        files[name] = tmp_path / name / "report.json"
+        files[name].parent.mkdir()
+        files[name].write_text("{}")
+
+    def flow_run(run_id: str, created: float, report: Path, status: str) -> dict:
+        state = {"state": "done", "outputs": {"report": {"report_file": str(report)}}}
+        nodes = {"evaluate": state, "deploy": {"state": "failed", "outputs": {}}}
+        summary = {"nodes": nodes}
+        return {"id": run_id, "name": f"flow {run_id}", "kind": "flow.run",
+                "status": status, "created": created, "summary": summary}  # fmt: skip
+
+    runs = [
+        {"id": "j1", "name": "evaluate tuned", "kind": "llm.evaluate",
+         "status": "completed", "created": 1.0,
+         "summary": {"report": str(files["job"])}},
+        {"id": "j2", "name": "stopped", "kind": "llm.evaluate", "status": "stopped",
+         "created": 2.0, "summary": {"report": str(files["job"])}},
+        flow_run("f1", 3.0, files["flow"], "completed"),
+        flow_run("f2", 4.0, files["failed_flow"], "failed"),
+        flow_run("f3", 5.0, files["flow"], "completed"),  # cached node
+        flow_run("f4", 6.0, tmp_path / "gone.json", "completed"),
+    ]  # fmt: skip
+    assert evaluation_reports(runs) == [
+        ("flow f2 · evaluate", str(files["failed_flow"])),
+        ("flow f1 · evaluate", str(files["flow"])),
+        ("evaluate tuned", str(files["job"])),
+    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -163,7 +164,10 @@ def test_symlinks_that_escape_the_root_are_refused(
     assert info.value.field == "name"
     with pytest.raises(ConfigError, match="leads outside"):
         child(project, "data/traces", "t", "name", ".jsonl")
-    # The job functions check before they write: merge into models/evil.
+    # The job functions check before they write: merge into a models
+    # folder that links out.
+    shutil.rmtree(project / "models")
+    (project / "models").symlink_to(outside)
     ctx = SimpleNamespace(
         config={"adapter": "/nowhere/adapter", "name": "evil", "base": "/nowhere"},
         project_dir=str(project),

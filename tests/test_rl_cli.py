@@ -263,7 +263,8 @@ def test_ctrl_c_stops_with_a_checkpoint_and_resume_continues(
     project = Project.open(tmp_path)
     try:
         (run,) = project.list_runs()
-        assert run.status == "stopped" and len(project.list_models()) == 1
+        assert run.status == "stopped"
+        (stopped_model,) = project.list_models()
     finally:
         project.close()
     rows_before = read_metrics(Path(run.run_dir) / "metrics.jsonl")
@@ -288,7 +289,10 @@ def test_ctrl_c_stops_with_a_checkpoint_and_resume_continues(
         again = project.get_run(run.id)
         assert again.status == "completed" and again.config["total_steps"] == target
         assert again.summary["resumed_from"]["step"] == stopped_at
-        assert len(project.list_models()) == 2  # the stopped one and the final one
+        # one model per run: the resumed run updated the one it registered
+        (model,) = project.list_models()
+        assert model.id == stopped_model.id and model.source_run == run.id
+        assert Path(model.path).is_file() and model.created > stopped_model.created
     finally:
         project.close()
     assert cli.main(argv) == 2

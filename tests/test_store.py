@@ -20,7 +20,7 @@ from engine.store.atomic import (
     temp_owner,
 )
 from engine.store.metrics import MetricsWriter, read_metrics
-from engine.store.project import Project
+from engine.store.project import Project, new_model_folder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,6 +219,87 @@ def test_run_models_link_to_parents_by_the_files_they_came_from(
         "run3", {"models": [entry(gguf_file, ambiguous)]}
     )
     assert (ambiguous, other, "derived") in project.lineage(other)
+    project.close()
+
+
+def test_a_model_a_job_wrote_into_the_project_is_stored_once(
+    project_dir: Path, tmp_path: Path
+) -> None:
+    """A model folder a job made with new_model_folder (a merge, an adapter)
+    is adopted where it lies: one folder on disk, ``models/<id>/<name>``."""
+    project = Project.open(project_dir, create=True)
+    folder = new_model_folder(project_dir, "tuned-merged")
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"w" * 10)
+    extra = tmp_path / "notes.txt"
+    extra.write_text("n")
+    (model_id,), problems = project.register_run_models(
+        "run1",
+        {
+            "models": [
+                {
+                    "name": "tuned-merged",
+                    "kind": "hf-merged",
+                    "file": str(folder),
+                    "extra_files": [str(extra)],
+                }
+            ]
+        },
+    )
+    assert problems == []
+    (model,) = project.list_models()
+    assert Path(model.path) == folder and model.id == folder.parent.name == model_id
+    assert sorted(p.name for p in (project_dir / "models").iterdir()) == [model_id]
+    assert sorted(p.name for p in folder.parent.iterdir()) == [
+        "notes.txt",
+        "tuned-merged",
+    ]
+    assert model.size_bytes == 11
+    project.close()
+
+
+def test_a_resumed_run_updates_its_model_instead_of_adding_one(
+    project_dir: Path, tmp_path: Path
+) -> None:
+    """Stop then resume: the second registration of the run's model
+    replaces its files and facts, keeping its id and lineage."""
+    project = Project.open(project_dir, create=True)
+    run = project.create_run("rl.train", {})
+    src = tmp_path / "model.zip"
+
+    def register(content: bytes, reward: float) -> list[str]:
+        src.write_bytes(content)
+        entry = {"name": "PPO x", "kind": "sb3-policy", "file": str(src)}
+        ids, problems = project.register_run_models(
+            run.id, {"models": [{**entry, "metrics": {"r": reward}}]}
+        )
+        assert problems == []
+        return ids
+
+    (first,) = register(b"stopped", 1.0)
+    (second,) = register(b"finished", 2.0)
+    assert second == first
+    (model,) = project.list_models()
+    assert Path(model.path).read_bytes() == b"finished"
+    assert model.metrics == {"r": 2.0} and model.size_bytes == len(b"finished")
+    assert project.lineage(first) == [(run.id, first, "trained")]
+    assert sorted(p.name for p in (project_dir / "models").iterdir()) == [first]
+    # an adapter a resumed LLM run wrote to a new folder replaces the old one
+    other = project.create_run("llm.train", {})
+    paths = []
+    for text in ("a", "bb"):
+        folder = new_model_folder(project_dir, "adapter")
+        folder.mkdir(parents=True)
+        (folder / "adapter.safetensors").write_text(text)
+        entry = {"name": "adapter", "kind": "lora-adapter", "file": str(folder)}
+        (adapter,), _ = project.register_run_models(other.id, {"models": [entry]})
+        paths.append(Path(project.list_models()[-1].path))
+    assert len(project.list_models()) == 2
+    assert paths[0] == paths[1] and paths[1].parent.name == adapter
+    assert (paths[1] / "adapter.safetensors").read_text() == "bb"
+    assert sorted(p.name for p in (project_dir / "models").iterdir()) == sorted(
+        [first, adapter]
+    )
     project.close()
 
 

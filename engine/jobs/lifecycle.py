@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from engine.jobs.context import JobContext
     from engine.store.project import Project
 
-RESULT_FILE = contract.RESULT_FILE
-"""How the run ended, in its run folder (``status``, ``summary``, ``reason``)."""
-
 Entry = Callable[["JobContext"], "dict[str, Any] | None"]
 
 
@@ -124,7 +121,7 @@ def execute(
     else:
         outcome = Outcome(_status(ctx, summary), summary)
     ctx.close()
-    atomic_write_json(ctx.run_dir / RESULT_FILE, outcome.result())
+    atomic_write_json(ctx.run_dir / contract.RESULT_FILE, outcome.result())
     return outcome
 
 
@@ -148,7 +145,7 @@ def _status(ctx: JobContext, summary: dict[str, Any]) -> str:
 
 def read_outcome(run_dir: Path) -> Outcome | None:
     """The outcome a job process recorded, if it recorded one."""
-    data = contract.read_json_object(run_dir / RESULT_FILE)
+    data = contract.read_json_object(run_dir / contract.RESULT_FILE)
     if not data or data.get("status") not in contract.FINAL_STATUSES:
         return None
     summary = data.get("summary")
@@ -180,7 +177,7 @@ def finish(
         if registered:
             summary["registered_models"] = registered
     recorded = Outcome(outcome.status, summary, outcome.reason)
-    atomic_write_json(project.run_dir(run_id) / RESULT_FILE, recorded.result())
+    atomic_write_json(project.run_dir(run_id) / contract.RESULT_FILE, recorded.result())
     fields: dict[str, Any] = {
         "status": outcome.status,
         "ended": time.time(),

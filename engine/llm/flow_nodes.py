@@ -16,7 +16,7 @@ Values that travel along links (JSON, files as paths)::
                    "model_type": "qwen2", "architectures": [...],
                    "chat_family": "chatml", "fingerprint": "...",
                    "env_id": "..."}  # merged models: the env trained on
-    adapter       {"path": "<project>/models/<run>.<node>", "base": "/abs/base",
+    adapter       {"path": "<project>/models/<id>/<run>.<node>", "base": "/abs/base",
                    "name": "GRPO Qwen2.5-0.5B-Instruct", "method": "grpo",
                    "env_id": "rlstudio/x-v0", "chat_family": "chatml",
                    "metrics": {...}, "run_dir": "..."}

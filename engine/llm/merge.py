@@ -13,7 +13,8 @@ from typing import Any
 from engine.errors import ConfigError, EngineError
 from engine.settings import checked_config, setting
 from engine.store.atomic import temp_path
-from engine.store.paths import checked_name, child
+from engine.store.paths import checked_name
+from engine.store.project import new_model_folder
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -30,7 +31,8 @@ class MergeConfig:
     """Precision of the saved weights: float32 keeps every bit of the adapter;
     bfloat16 / float16 halve the size."""
     name: str | None = None
-    """Folder name of the merged model under ``models/`` (None: the run id)."""
+    """Name of the merged model, its folder in ``models/<id>/`` (None: the
+    adapter's name with ``-merged``)."""
     seed: int | None = None
     """Recorded for reproducibility (merging draws nothing)."""
 
@@ -115,7 +117,7 @@ def run(ctx: Any) -> dict[str, Any]:
 
     cfg = ctx.config
     name = cfg["name"] or f"{Path(cfg['adapter']).name}-merged"
-    out_dir = child(ctx.project_dir, "models", name, "name")
+    out_dir = new_model_folder(ctx.project_dir, name)
     ctx.progress(0, 1, "merging")
     merge_adapter(cfg["adapter"], cfg["base"], out_dir, cfg["dtype"])
     atomic_write_json(

@@ -38,7 +38,8 @@ from typing import Any
 from engine.errors import ConfigError, EngineError, with_defaults
 from engine.jobs.context import STOP_REQUEST_FILE
 from engine.settings import check_fields, defaults_of, setting
-from engine.store.paths import checked_name, child
+from engine.store.paths import checked_name
+from engine.store.project import new_model_folder
 
 METHODS = ("grpo", "kto", "dpo", "sft")
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -63,7 +64,8 @@ class TrainConfig:
     """Dataset folder (``train.jsonl`` or ``train.parquet`` inside, as
     llm.dataset writes) or one such file, with this method's columns."""
     name: str | None = setting(None)
-    """Folder name of the adapter under ``<project>/models/`` (run id if None)."""
+    """Name of the adapter, its folder in ``<project>/models/<id>/`` (run id
+    if None)."""
     max_steps: int = setting(
         100, min=-1, max=10**7, unit="optimizer steps", label="Steps"
     )
@@ -596,7 +598,7 @@ def train_model(
 
     # Checked before training, so a bad name costs nothing.
     name = cfg["name"] or ctx.run_id
-    model_dir = child(ctx.project_dir, "models", name, "name")
+    model_dir = new_model_folder(ctx.project_dir, name)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     callback = make_callback(ctx, cfg["method"], cfg["max_steps"])
     trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback, *(callbacks or [])])

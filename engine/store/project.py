@@ -37,6 +37,7 @@ from engine.store.atomic import (
     remove_stale_temp_files,
     temp_path,
 )
+from engine.store.paths import child
 
 SCHEMA_VERSION = 1
 FOLDERS = ("envs", "flows", "runs", "models", "data")
@@ -379,31 +380,43 @@ class Project:
         base: str = "",
         metrics: dict[str, Any] | None = None,
         parents: Iterable[str] = (),
+        replace: str | None = None,
     ) -> ModelRecord:
-        """Copy ``files`` (files or folders) into ``models/<id>/`` and index them.
+        """Store ``files`` (files or folders) in ``models/<id>/`` and index them.
 
-        The first file is the model's main path. Lineage links the source run
-        and ``parents`` (other model ids) to the new model.
+        The first file is the model's main path. One a job wrote into a
+        fresh folder of :func:`new_model_folder` is adopted where it lies
+        (the model is stored once); the others are copied in. With
+        ``replace`` (a model id) that model's files and facts are replaced,
+        keeping its id and lineage (a resumed run updates its model). Lineage
+        links the source run and ``parents`` (other model ids) to the model.
         """
         if not files:
             raise ValueError("a model needs at least one file")
         for f in files:
             if not Path(f).exists():
                 raise ProjectError(f"The model file {f} does not exist.")
-        model_id = new_id("m-")
+        adopted = self._adoptable(Path(files[0]))
+        model_id = replace or adopted or new_id("m-")
         folder = self.path / "models" / model_id
-        tmp = temp_path(folder, "copy")
-        tmp.mkdir(parents=True)
+        if adopted is not None:
+            staged = self.path / "models" / adopted
+            extra = [Path(f) for f in files[1:] if Path(f).parent != staged]
+        else:
+            staged = temp_path(folder, "copy")
+            staged.mkdir(parents=True)
+            extra = [Path(f) for f in files]
         try:
-            for f in files:
-                src = Path(f)
+            for src in extra:
                 if src.is_dir():
-                    shutil.copytree(src, tmp / src.name)
+                    shutil.copytree(src, staged / src.name)
                 else:
-                    shutil.copy2(src, tmp / src.name)
-            tmp.rename(folder)  # the model appears whole or not at all
+                    shutil.copy2(src, staged / src.name)
+            if staged != folder:
+                _swap_in(staged, folder)  # the model appears whole or not at all
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if adopted is None:
+                shutil.rmtree(staged, ignore_errors=True)
             raise
         main_path = folder / Path(files[0]).name
         size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -420,31 +433,68 @@ class Project:
             metrics=metrics or {},
             size_bytes=size,
         )
+        row = (
+            name,
+            kind,
+            str(main_path.relative_to(self.path)),
+            record.created,
+            source_run,
+            env,
+            algo,
+            base,
+            json.dumps(record.metrics),
+            size,
+            model_id,
+        )
         with self._lock, self._db:
-            self._db.execute(
-                "INSERT INTO models (id, name, kind, path, created, source_run, env,"
-                " algo, base, metrics, size_bytes) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    record.id,
-                    name,
-                    kind,
-                    str(main_path.relative_to(self.path)),
-                    record.created,
-                    source_run,
-                    env,
-                    algo,
-                    base,
-                    json.dumps(record.metrics),
-                    size,
-                ),
-            )
-            links = [(p, model_id, "derived") for p in parents]
+            if replace is not None:
+                self._db.execute(
+                    "UPDATE models SET name = ?, kind = ?, path = ?, created = ?,"
+                    " source_run = ?, env = ?, algo = ?, base = ?, metrics = ?,"
+                    " size_bytes = ? WHERE id = ?",
+                    row,
+                )
+            else:
+                self._db.execute(
+                    "INSERT INTO models (name, kind, path, created, source_run, env,"
+                    " algo, base, metrics, size_bytes, id)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    row,
+                )
+            links = [(p, model_id, "derived") for p in parents if p != model_id]
             if source_run:
                 links.append((source_run, model_id, "trained"))
             self._db.executemany(
                 "INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", links
             )
         return record
+
+    def _registered_folder(self, path: Path) -> tuple[str, bool] | None:
+        """``(folder id, registered)`` when ``path`` lies in a model folder
+        ``models/<id>/`` of this project; None elsewhere."""
+        try:
+            rel = path.resolve().relative_to((self.path / "models").resolve())
+        except (OSError, ValueError):
+            return None
+        if len(rel.parts) < 2 or not rel.parts[0].startswith("m-"):
+            return None
+        with self._lock:
+            known = self._db.execute(
+                "SELECT 1 FROM models WHERE id = ?", (rel.parts[0],)
+            ).fetchone()
+        return rel.parts[0], known is not None
+
+    def _adoptable(self, main: Path) -> str | None:
+        """The id of the unregistered ``models/<id>/`` folder ``main`` lies
+        directly in (written there by a job through :func:`new_model_folder`)."""
+        found = self._registered_folder(main)
+        if (
+            found is None
+            or found[1]
+            or main.resolve().parent.parent != ((self.path / "models").resolve())
+        ):
+            return None
+        return found[0]
 
     def register_run_models(
         self, run_id: str, summary: dict[str, Any]
@@ -476,6 +526,9 @@ class Project:
                 return by_file[key]
             if not Path(key).is_relative_to(_path_key(str(self.path))):
                 return parent  # a base model outside the project: never copied
+            found = self._registered_folder(Path(key))
+            if found is not None and found[1]:
+                return found[0]  # a file of a registered model's folder
             if by_name is None:
                 by_name = {}
                 for m in self.list_models():
@@ -483,10 +536,17 @@ class Project:
             found = by_name.get(Path(key).name, [])
             return found[0] if len(found) == 1 else parent
 
+        # A resumed run lists again the models its first part registered:
+        # they are updated, not registered a second time.
+        earlier = {
+            (m.name, m.kind): m.id for m in self.list_models() if m.source_run == run_id
+        }
         for entry in summary.get("models", []) or []:
             try:
                 files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
+                key = (str(entry.get("name", run_id)), str(entry.get("kind", "model")))
                 record = self.register_model(
+                    replace=earlier.pop(key, None),
                     name=str(entry.get("name", run_id)),
                     kind=str(entry.get("kind", "model")),
                     files=files,
@@ -584,6 +644,29 @@ class Project:
             "runs": [r.to_dict() for r in self.list_runs()],
             "models": [m.to_dict() for m in self.list_models()],
         }
+
+
+def new_model_folder(project_dir: str | os.PathLike[str], name: str) -> Path:
+    """Where a job writes a model folder it makes in the project:
+    ``models/<new id>/<name>``. Registering it adopts the folder as it lies,
+    so the model is stored once (older versions wrote ``models/<name>`` and
+    registered a copy; projects holding such folders stay readable)."""
+    return child(project_dir, f"models/{new_id('m-')}", name, "name")
+
+
+def _swap_in(staged: Path, folder: Path) -> None:
+    """Rename ``staged`` to ``folder``, replacing an older ``folder`` whole."""
+    aside = temp_path(folder, "replaced") if folder.exists() else None
+    if aside is not None:
+        folder.rename(aside)
+    try:
+        staged.rename(folder)
+    except BaseException:
+        if aside is not None:
+            aside.rename(folder)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _path_key(path: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import contract
 from studio.models.sb3_zip import Sb3Info, Sb3ZipError, read_sb3_zip
 
 OLLAMA_PREFIX = "ollama:"
@@ -138,6 +139,39 @@ def table_records(
     models: Iterable[Mapping[str, Any]], ollama: Iterable[Mapping[str, Any]] = ()
 ) -> list[dict[str, Any]]:
     return [model_record(m) for m in models] + [dict(o) for o in ollama]
+
+
+# ------------------------------------------------------------------ reports
+def evaluation_reports(runs: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(title, report file) of every before/after evaluation report of the
+    project's runs, newest run first: those of completed ``llm.evaluate``
+    runs, and those the Evaluate nodes of flow runs made (whatever became of
+    the nodes after them). A report a later flow run reused from the cache
+    is listed once, under the run that made it. Files that are gone are
+    left out."""
+    found: dict[str, str] = {}
+    ordered = sorted(runs, key=lambda r: float(r.get("created") or 0.0))
+    for run in ordered:
+        title = str(run.get("name") or run.get("id", ""))
+        summary = run.get("summary") or {}
+        if run.get("kind") == "llm.evaluate":
+            if run.get("status") != "completed":
+                continue
+            path = summary.get("report") or str(
+                Path(run.get("run_dir") or "") / contract.REPORT_FILE
+            )
+            found.setdefault(str(path), title)
+        elif run.get("kind") == "flow.run":
+            for node_id, state in (summary.get("nodes") or {}).items():
+                if state.get("state") != "done":
+                    continue
+                for value in (state.get("outputs") or {}).values():
+                    if isinstance(value, Mapping) and value.get("report_file"):
+                        found.setdefault(
+                            str(value["report_file"]), f"{title} · {node_id}"
+                        )
+    listed = [(title, path) for path, title in found.items() if Path(path).is_file()]
+    return listed[::-1]
 
 
 # ------------------------------------------------------------------ lineage

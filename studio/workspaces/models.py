@@ -44,6 +44,7 @@ from studio.models.model_catalog import (
     KIND_LABELS,
     OLLAMA_PREFIX,
     ChainNode,
+    evaluation_reports,
     key_metric,
     lineage_chain,
     ollama_record,
@@ -768,17 +769,9 @@ class ModelsWorkspace(QWidget):
             self._refresh_reports()
 
     def evaluation_reports(self) -> list[tuple[str, str]]:
-        """(title, report path) of every completed ``llm.evaluate`` run."""
-        out = []
-        for run in reversed(list(self._state.runs.values())):
-            if run.get("kind") != "llm.evaluate" or run.get("status") != "completed":
-                continue
-            path = (run.get("summary") or {}).get("report") or str(
-                Path(run.get("run_dir") or "") / contract.REPORT_FILE
-            )
-            if Path(path).is_file():
-                out.append((str(run.get("name") or run["id"]), str(path)))
-        return out
+        """(title, report path) of every evaluation report of the project's
+        runs (``llm.evaluate`` runs and flows' Evaluate nodes)."""
+        return evaluation_reports(self._state.runs.values())
 
     def _refresh_reports(self) -> None:
         reports = self.evaluation_reports()
@@ -794,8 +787,9 @@ class ModelsWorkspace(QWidget):
             self._on_report_box_changed(index)
         else:
             self.report.clear(
-                "No evaluation reports yet: run llm.evaluate with a baseline to "
-                "compare a model before and after training."
+                "No evaluation reports yet: run llm.evaluate, or a flow's "
+                "Evaluate node, with a baseline to compare a model before and "
+                "after training."
             )
 
     def _on_report_box_changed(self, index: int) -> None:
