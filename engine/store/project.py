@@ -526,9 +526,9 @@ class Project:
                 return by_file[key]
             if not Path(key).is_relative_to(_path_key(str(self.path))):
                 return parent  # a base model outside the project: never copied
-            found = self._registered_folder(Path(key))
-            if found is not None and found[1]:
-                return found[0]  # a file of a registered model's folder
+            folder = self._registered_folder(Path(key))
+            if folder is not None and folder[1]:
+                return folder[0]  # a file of a registered model's folder
             if by_name is None:
                 by_name = {}
                 for m in self.list_models():
