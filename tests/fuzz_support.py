@@ -12,6 +12,7 @@ dispatch).
 from __future__ import annotations
 
 import json
+import random
 import threading
 import traceback
 import typing
@@ -274,40 +275,55 @@ def _paths_of(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 
 
 def mutated_documents(docs: list[dict[str, Any]]) -> st.SearchStrategy[bytes]:
-    """One of ``docs`` with a few values replaced or deleted, as file bytes."""
-    return _mutated(st.sampled_from([json.dumps(d) for d in docs]))
+    """One of ``docs`` with a few values replaced or deleted, as file bytes.
+
+    Hypothesis draws the document and one seed; the mutation itself is
+    plain ``random`` from that seed (a draw per choice would cost more than
+    loading the file)."""
+    texts = [json.dumps(d) for d in docs]
+    return st.builds(_mutate, st.sampled_from(texts), st.integers(0, 2**32 - 1))
 
 
-@st.composite
-def _mutated(draw: Any, texts: st.SearchStrategy[str]) -> bytes:
-    doc = json.loads(draw(texts))
-    for _ in range(draw(st.integers(1, 3))):
+def _random_json(rng: random.Random, depth: int = 0) -> Any:
+    kind = rng.randrange(8 if depth < 2 else 6)
+    if kind < 6:
+        scalars = [None, True, rng.randint(-(2**70), 2**70), rng.uniform(-1e9, 1e9)]
+        return rng.choice([*scalars, "", "a", float("nan"), "\udc80"])
+    if kind == 6:
+        return [_random_json(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {str(i): _random_json(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+def _mutate(text: str, seed: int) -> bytes:
+    rng = random.Random(seed)
+    doc = json.loads(text)
+    for _ in range(rng.randint(1, 3)):
         paths = _paths_of(doc)
-        path = draw(st.sampled_from(paths[1:] or paths))
+        path = rng.choice(paths[1:] or paths)
         if not path:
             break
         parent = doc
         for key in path[:-1]:
             parent = parent[key]
         key = path[-1]
-        choice = draw(st.integers(0, 5))
+        choice = rng.randrange(6)
         if choice == 0 and isinstance(parent, dict):
             del parent[key]
         elif choice == 1:
-            parent[key] = f"@deep{draw(st.sampled_from([70, 500, 2000]))}@"
+            parent[key] = f"@deep{rng.choice([70, 500, 2000])}@"
         elif choice == 2:
-            parent[key] = draw(JSON_VALUES)
+            parent[key] = _random_json(rng)
         else:
-            parent[key] = draw(st.sampled_from(MUTANTS))
-    text = json.dumps(doc, allow_nan=True).encode("utf-8", "surrogatepass")
+            parent[key] = rng.choice(MUTANTS)
+    data = json.dumps(doc, allow_nan=True).encode("utf-8", "surrogatepass")
     for n in (70, 500, 2000):  # nesting too deep for json.dumps to write
-        text = text.replace(f'"@deep{n}@"'.encode(), b"[" * n + b"1" + b"]" * n)
-    if draw(st.integers(0, 9)) == 0:
-        text = text.replace(b"1", b"9" * draw(st.sampled_from([25, 5000])), 1)
-    if draw(st.integers(0, 9)) == 0:
-        cut = draw(st.integers(0, len(text)))
-        text = text[:cut] + draw(st.sampled_from([b"", b"\xff", b"\x00"]))
-    return text
+        data = data.replace(f'"@deep{n}@"'.encode(), b"[" * n + b"1" + b"]" * n)
+    if rng.randrange(10) == 0:
+        data = data.replace(b"1", b"9" * rng.choice([25, 5000]), 1)
+    if rng.randrange(10) == 0:
+        cut = rng.randrange(len(data) + 1)
+        data = data[:cut] + rng.choice([b"", b"\xff", b"\x00"])
+    return data
 
 
 # -------------------------------------------------------------- counting
