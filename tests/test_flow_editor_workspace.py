@@ -284,8 +284,16 @@ def test_bad_files_open_with_a_clear_message_and_lose_nothing(
     garbage.write_bytes(b"\x00\xff not json")
     future = flows / "future.flow.json"
     future.write_text(json.dumps({"format": 99, "nodes": []}))
+    # A value the editor could not save again is refused when opening.
+    nan = flows / "nan.flow.json"
+    nan.write_text(before.replace('"total_steps": ', '"total_steps": NaN, "x": ', 1))
     for path, message in (
         (garbage, "The flow file garbage.flow.json is not UTF-8 text."),
+        (
+            nan,
+            "The flow file nan.flow.json: 'nodes[1].params.total_steps' is not a "
+            "finite number (NaN).",
+        ),
         (
             future,
             "The flow is in format 99, written by a newer RL Studio; this one "

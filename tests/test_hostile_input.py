@@ -271,3 +271,16 @@ def test_a_spec_given_in_memory_with_nan_is_a_problem_naming_the_field() -> None
     data["grid"]["size"][0] = float("nan")
     built, problems = parse_spec(data)
     assert built is None and problems[0].path == "grid.size[0]"
+
+
+def test_a_form_refuses_whole_numbers_no_json_reader_takes() -> None:
+    """The inspector and the run dialog cannot put a value into a flow or a
+    config that the engine would refuse to read back."""
+    from widgets.param_form import check_value
+
+    schema = {"name": "total_steps", "type": "int"}
+    assert check_value(schema, str(2**63 - 1)) == (2**63 - 1, "")
+    assert check_value(schema, str(2**63)) == (
+        None,
+        "total_steps must be a whole number of at most 19 digits.",
+    )
