@@ -246,3 +246,18 @@ def test_designed_env_ids_resolve_inside_the_project(
     with pytest.raises(ConfigError, match="leads outside"):
         designed_spec_file("rlstudio/linked-v0", project)
     assert designed_spec_file("rlstudio/missing-v0", project) is None
+
+
+@pytest.mark.parametrize("label", ["absolute", "dotdot", "NUL", "empty"])
+def test_run_ids_are_checked_where_they_become_folders(
+    tmp_path: Path, label: str
+) -> None:
+    from engine.store.project import Project
+
+    project = Project.open(tmp_path / "p", create=True)
+    try:
+        with pytest.raises(ConfigError) as info:
+            project.run_dir(ESCAPES[label])
+        assert info.value.field == "run id"
+    finally:
+        project.close()

@@ -37,7 +37,7 @@ from engine.store.atomic import (
     remove_stale_temp_files,
     temp_path,
 )
-from engine.store.paths import child
+from engine.store.paths import checked_name, child
 
 SCHEMA_VERSION = 1
 FOLDERS = ("envs", "flows", "runs", "models", "data")
@@ -251,7 +251,9 @@ class Project:
 
     # --------------------------------------------------------------- runs
     def run_dir(self, run_id: str) -> Path:
-        return self.path / "runs" / run_id
+        """``runs/<run_id>``; a ConfigError for an id that is no file name
+        (ids come from the database and from requests)."""
+        return self.path / "runs" / checked_name("run id", run_id)
 
     def create_run(
         self, kind: str, config: dict[str, Any], name: str = ""
