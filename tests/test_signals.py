@@ -1,4 +1,4 @@
-"""PySide6 6.12.0 aborts after a few thousand emits on Python 3.11 (FACTS.md);
+"""PySide6 6.12.0 aborts after a few thousand emits on Python 3.11 (`bool_dealloc`);
 the pin keeps us below it and this test proves the installed one is sound."""
 
 from __future__ import annotations
