@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_harness import EngineProcess
 
-from engine import flow
+from engine import flow, protocol
 from engine.store.project import Project
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,21 +215,32 @@ def test_overrides_are_checked(tmp_path: Path) -> None:
     assert doc.node("train") is not None
 
 
+def failing_last() -> flow.FlowDocument:
+    """The example flow (256 steps) with a last node that fails on bad input:
+    the trained policy evaluated on an env with other observations."""
+    doc = flow.load(EXAMPLE)
+    doc.name = "fails_last"
+    for key, value in (("train.total_steps", 256), ("evaluate.episodes", 3)):
+        node_id, param = key.split(".")
+        node = doc.node(node_id)
+        assert node is not None
+        node.params[param] = value
+    doc.nodes.append(flow.Node("other_env", "env.environment", {"env": "Acrobot-v1"}))
+    doc.nodes.append(flow.Node("check", "rl.evaluate", {"episodes": 1}))
+    doc.links.append(flow.Link("train", "policy", "check", "policy"))
+    doc.links.append(flow.Link("other_env", "env", "check", "env"))
+    return doc
+
+
 def test_a_flow_failing_at_its_last_node_registers_the_earlier_models(
     tmp_path: Path,
 ) -> None:
     """The example flow plus a last node that fails on bad input (the trained
     policy evaluated on an env with other observations): the run fails, and
     the model its Register node made is registered, with its lineage."""
-    doc = flow.load(EXAMPLE)
-    doc.name = "fails_last"
-    doc.nodes.append(flow.Node("other_env", "env.environment", {"env": "Acrobot-v1"}))
-    doc.nodes.append(flow.Node("check", "rl.evaluate", {"episodes": 1}))
-    doc.links.append(flow.Link("train", "policy", "check", "policy"))
-    doc.links.append(flow.Link("other_env", "env", "check", "env"))
     path = tmp_path / "flows" / "fails_last.flow.json"
     path.parent.mkdir()
-    flow.save(doc, path)
+    flow.save(failing_last(), path)
     proc = engine_run(path, "--project", tmp_path, *QUICK, "--quiet")
     assert proc.returncode == 1, proc.stderr[-3000:]
     summary = summary_of(proc)
@@ -257,3 +269,36 @@ def test_a_flow_failing_at_its_last_node_registers_the_earlier_models(
     again = engine_run(path, "--project", tmp_path, *QUICK, "--quiet")
     assert again.returncode == 1, again.stderr[-3000:]
     assert "registered_models" not in summary_of(again)
+
+
+def test_a_studio_flow_run_failing_at_its_last_node_registers_the_earlier_models(
+    project_dir: Path,
+) -> None:
+    """The same through the engine protocol, as the studio runs it: the job
+    process records the failed flow's summary, the supervisor registers."""
+    engine = EngineProcess()
+    try:
+        engine.call(protocol.Hello())
+        engine.call(protocol.OpenProject(path=str(project_dir), create=True))
+        config = {"document": failing_last().to_dict()}
+        run_id = engine.call(protocol.StartRun(kind="flow.run", config=config))[
+            "run_id"
+        ]
+        failed = engine.wait_for(
+            lambda m: isinstance(m, protocol.RunFailed) and m.run_id == run_id,
+            timeout=120,
+        )
+    finally:
+        engine.close()
+    assert "The policy expects observations" in failed.reason
+    project = Project.open(project_dir)
+    try:
+        run = project.get_run(run_id)
+        (model,) = project.list_models()
+        lineage = project.lineage(model.id)
+    finally:
+        project.close()
+    assert run.status == "failed" and run.summary["failed"] == ["check"]
+    assert run.summary["registered_models"] == [model.id]
+    assert model.name == "PPO CartPole" and model.source_run == run_id
+    assert (run_id, model.id, "trained") in lineage
