@@ -107,15 +107,25 @@ def test_reconcile_marks_vanished_runs_interrupted_and_reads_results(
     live = project.create_run("selftest", {})
     for r in (lost, done, live):
         project.update_run(r.id, status="running")
+    # a job that ended while no engine watched: its model is registered too
+    model_file = project.run_dir(done.id) / "model.zip"
+    model_file.write_bytes(b"z")
+    entry = {"name": "best", "kind": "sb3-policy", "file": str(model_file)}
     atomic_write_json(
         project.run_dir(done.id) / "result.json",
-        {"status": "completed", "summary": {"steps": 9}},
+        {"status": "completed", "summary": {"steps": 9, "models": [entry]}},
     )
     changed = project.reconcile_runs(live_run_ids=[live.id])
     assert set(changed) == {lost.id, done.id}
     assert project.get_run(lost.id).status == "interrupted"
     assert project.get_run(done.id).status == "completed"
-    assert project.get_run(done.id).summary == {"steps": 9}
+    (model,) = project.list_models()
+    assert model.source_run == done.id
+    assert project.get_run(done.id).summary == {
+        "steps": 9,
+        "models": [entry],
+        "registered_models": [model.id],
+    }
     assert project.get_run(live.id).status == "running"
     project.close()
 

@@ -32,6 +32,7 @@ from typing import Any, cast
 
 from engine import contract
 from engine.errors import ProjectError, UnknownRunError
+from engine.jobs import lifecycle
 from engine.store.atomic import (
     atomic_write_json,
     remove_stale_temp_files,
@@ -327,8 +328,10 @@ class Project:
     def reconcile_runs(self, live_run_ids: Iterable[str] = ()) -> list[str]:
         """Settle runs the database thinks are active but no live process owns.
 
-        A run that finished while nobody watched left a ``result.json``; a run
-        without one was interrupted (engine killed, machine rebooted). A run
+        A run that finished while nobody watched left a ``result.json``: it is
+        finished as its recorder would have (models registered, final
+        status; ``engine.jobs.lifecycle.finish``); a run without one was
+        interrupted (engine killed, machine rebooted). A run
         whose recorded process is still alive (a headless ``rl-studio-engine
         train`` in a terminal, a job finishing after its engine died) is left
         as it is: it reports its own end. Returns the ids whose status changed.
@@ -340,17 +343,11 @@ class Project:
                 continue
             if process_owns_run(run):
                 continue
-            result = contract.read_json_object(
-                self.run_dir(run.id) / contract.RESULT_FILE
-            )
-            if result and result.get("status") in FINAL_STATUSES:
-                self.update_run(
-                    run.id,
-                    status=result["status"],
-                    summary=result.get("summary", {}),
-                    reason=result.get("reason", ""),
-                    ended=run.ended or time.time(),
-                )
+            outcome = lifecycle.read_outcome(self.run_dir(run.id))
+            if outcome is not None:
+                # The run's last step, which its recorder did not live to
+                # take: its models registered, its final status.
+                lifecycle.finish(self, run.id, outcome, exit_code=run.exit_code)
             else:
                 self.update_run(
                     run.id,
