@@ -36,6 +36,23 @@ ENVS_FOLDER = "envs"
 SPEC_SUFFIX = ".env.json"
 """Suffix of a designed env's spec file: ``envs/<name>.env.json``."""
 
+SPEC_FORMAT = 1
+"""The spec format the engine and the designer write; older files are
+migrated on load (``engine.envs.spec.MIGRATIONS``)."""
+
+ENV_KINDS = ("workflow", "grid", "gymnasium", "python")
+"""The kinds of designed env; a spec holds its body under its kind's key."""
+
+ENV_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
+"""What a designed env's name may be (it becomes part of its Gymnasium id)."""
+
+TOOL_NAME_PATTERN = r"^[A-Za-z_][\w\-]*$"
+"""What a workflow tool's name may be."""
+
+WILDCARD = "*"
+"""A workflow transition's ``from`` or ``to`` meaning any status (``to``: the
+same status)."""
+
 
 def env_id(name: str) -> str:
     """The Gymnasium id a designed env ``name`` registers as:

@@ -21,12 +21,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-FORMAT_VERSION = 1
+from engine.contract import (
+    ENV_KINDS,
+    ENV_NAME_PATTERN,
+    SPEC_FORMAT,
+    TOOL_NAME_PATTERN,
+)
+
+FORMAT_VERSION = SPEC_FORMAT
 """The spec format this engine writes; older files are migrated on load."""
 
-KINDS = ("workflow", "grid", "gymnasium", "python")
+KINDS = ENV_KINDS
 
-NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$"
+NAME_PATTERN = ENV_NAME_PATTERN
 
 _CELL = {
     "type": "array",
@@ -73,7 +80,7 @@ WORKFLOW_SCHEMA: dict[str, Any] = {
                 "required": ["name"],
                 "additionalProperties": False,
                 "properties": {
-                    "name": {"type": "string", "pattern": r"^[A-Za-z_][\w\-]*$"},
+                    "name": {"type": "string", "pattern": TOOL_NAME_PATTERN},
                     "description": {"type": "string"},
                 },
             },

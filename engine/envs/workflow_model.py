@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from engine import untrusted
+from engine.contract import WILDCARD
 from engine.envs.spec_types import EnvSpec, Problem, SpecError, path_exists
 
 REWARD_RULES = ("step", "invalid_tool", "transition", "status", "success")
 PROB_TOLERANCE = 1e-6
-WILDCARD = "*"
 DEFAULT_MAX_STEPS = 50
 
 

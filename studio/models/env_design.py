@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine import untrusted
+from engine import contract, untrusted
 from engine.contract import SPEC_SUFFIX
 from studio.models.observable import Observable
 
-FORMAT_VERSION = 1
-KINDS = ("workflow", "grid", "gymnasium", "python")
-NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,63}$")
-TOOL_PATTERN = re.compile(r"^[A-Za-z_][\w\-]*$")
-WILDCARD = "*"
+FORMAT_VERSION = contract.SPEC_FORMAT
+KINDS = contract.ENV_KINDS
+NAME_PATTERN = re.compile(contract.ENV_NAME_PATTERN)
+TOOL_PATTERN = re.compile(contract.TOOL_NAME_PATTERN)
+WILDCARD = contract.WILDCARD
 CELL_KINDS = ("empty", "wall", "start", "goal", "trap")
 
 Position = tuple[float, float]
