@@ -324,3 +324,23 @@ def test_damaged_files_are_one_sentence(tmp_path: Path) -> None:
         zf.writestr("other", "x")
     with pytest.raises(EngineError, match="holds no stable-baselines3 policy"):
         load_policy(empty)
+
+
+def test_safe_unpickler_builds_data_but_never_rewires_objects() -> None:
+    """Spaces and arrays are rebuilt; a pickle that gives a rebuilt object
+    another class (or sets its internals) is refused."""
+    import gymnasium as gym
+
+    from engine.rl.safe_pickle import UnsafePickle, loads
+
+    space = gym.spaces.Box(-1.0, 1.0, (3,))
+    space.seed(0)
+    assert loads(pickle.dumps(space), "A space") == space
+
+    # NEWOBJ Discrete, then BUILD {"__class__": 1}
+    rewired = (
+        b"\x80\x02cgymnasium.spaces.discrete\nDiscrete\n)\x81}"
+        b"X\x09\x00\x00\x00__class__K\x01sb."
+    )
+    with pytest.raises(UnsafePickle, match="class or internals"):
+        loads(rewired, "A space")

@@ -176,6 +176,13 @@ class _Unpickler(_PyUnpickler):  # type: ignore[misc]
         # the pickle built, never on a class or function it named.
         if callable(self.stack[-2]):
             raise self._refuse(f"a change to {self.stack[-2]!r}")
+        state = self.stack[-1]
+        parts = state if isinstance(state, tuple) else (state,)
+        for part in parts:
+            if isinstance(part, dict) and any(
+                not isinstance(k, str) or k.startswith("__") for k in part
+            ):
+                raise self._refuse("a change to an object's class or internals")
         super().load_build()
 
     def load_inst(self) -> None:
