@@ -20,7 +20,6 @@ the headless commands do all three in their own process
 from __future__ import annotations
 
 import os
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -30,14 +29,17 @@ from typing import TYPE_CHECKING, Any
 
 from engine import contract
 from engine.errors import EngineError
+from engine.jobs.context import JobContext
 from engine.store.atomic import atomic_write_json
 from engine.store.metrics import iter_metrics
 
 if TYPE_CHECKING:
-    from engine.jobs.context import JobContext
     from engine.store.project import Project
 
-Entry = Callable[["JobContext"], "dict[str, Any] | None"]
+PROGRESS_SAVE_INTERVAL_S = 2.0
+"""How often a headless run writes its progress to the project's run list."""
+
+Entry = Callable[[JobContext], "dict[str, Any] | None"]
 
 
 class RunFailed(EngineError):
@@ -193,31 +195,77 @@ def finish(
     return summary, problems
 
 
+class HeadlessContext(JobContext):
+    """The context of a run in a headless command's own process: its log
+    lines go to the terminal (:meth:`say`) and to the run's ``log.txt``, and
+    its progress to the project's run list, as the supervisor keeps them for
+    a studio run (a studio open on the project shows both live)."""
+
+    def __init__(
+        self, *args: Any, project: Project | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._project = project
+        self._saved_at = 0.0
+        self._log_file = open(  # noqa: SIM115 - closed in close()
+            self.run_dir / contract.LOG_FILE, "a", encoding="utf-8"
+        )
+
+    def say(self, text: str) -> None:
+        """Show a line on the terminal (stderr)."""
+        super().log(text)
+
+    def log(self, text: str) -> None:
+        self.say(text)
+        self.log_to_file(text)
+
+    def log_to_file(self, text: str) -> None:
+        """Append to the run's ``log.txt`` only (not the terminal)."""
+        if not self._log_file.closed:
+            self._log_file.write(text.rstrip("\n") + "\n")
+            self._log_file.flush()
+
+    def progress(self, done: float, total: float, message: str = "") -> None:
+        super().progress(done, total, message)
+        now = time.monotonic()
+        if self._project is not None and (
+            now - self._saved_at >= PROGRESS_SAVE_INTERVAL_S or done >= total
+        ):
+            self._saved_at = now
+            self._project.update_run(
+                self.run_id, progress_done=float(done), progress_total=float(total)
+            )
+
+    def close(self) -> None:
+        super().close()
+        self._log_file.close()
+
+
 def run_in_process(
     project: Project,
     run_id: str,
-    ctx: JobContext,
+    ctx: HeadlessContext,
     entry: Entry,
     *,
     trace: Callable[[str], None] | None = None,
     progress: Callable[[Outcome], tuple[float, float] | None] = lambda _o: None,
-    say: Callable[[str], None] = lambda text: print(f"\n{text}", file=sys.stderr),
-    on_problem: Callable[[str], None] = lambda text: print(text, file=sys.stderr),
 ) -> Outcome:
     """All three steps in this process, for the headless commands: Ctrl-C
     (or a studio stopping the run, or SIGTERM) asks the job to stop, telling
-    the user through ``say``; a second signal aborts it. The outcome's
-    summary is the recorded one (with ``registered_models``)."""
+    the user through ``ctx.say``; a second signal aborts it. ``trace``
+    takes a failure's traceback (default: the log), ``progress`` gives the
+    final progress of the row. The outcome's summary is the recorded one
+    (with ``registered_models``)."""
     from engine.jobs.context import stop_on_signals
 
     mark_running(project, run_id, os.getpid())
-    restore_signals = stop_on_signals(ctx, say)
+    restore_signals = stop_on_signals(ctx, ctx.say)
     try:
         outcome = execute(ctx, entry, trace=trace)
     finally:
         restore_signals()
     summary, problems = finish(project, run_id, outcome, progress=progress(outcome))
     for problem in problems:
-        on_problem(problem)
+        ctx.say(problem)
     outcome.summary = summary
     return outcome

@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine import contract, flow
+from engine import flow
 from engine.errors import EngineError
 from engine.jobs.context import JobContext, private_event_stream
-from engine.jobs.lifecycle import Outcome
+from engine.jobs.lifecycle import HeadlessContext, Outcome
 
 KIND = "flow.run"
 LINE_INTERVAL_S = 2.0
@@ -185,31 +185,18 @@ class ConsoleReport:
             self.line(summary["reason"])
 
 
-class ConsoleFlowContext(JobContext):
-    """A JobContext whose log lines go through the console report, and into
-    the run's ``log.txt`` as the supervisor keeps it for a studio run (the
-    editor shows each node's lines from there)."""
+class ConsoleFlowContext(HeadlessContext):
+    """A headless flow run's context whose terminal lines go through the
+    console report (the editor shows each node's lines from the run's
+    ``log.txt``)."""
 
     report: ConsoleReport | None = None
-    _log_file: TextIO | None = None
 
-    def log(self, text: str) -> None:
+    def say(self, text: str) -> None:
         if self.report is None:
-            super().log(text)
+            super().say(text)
         else:
             self.report.line(text)
-        if self._log_file is None:
-            self._log_file = open(  # noqa: SIM115 - closed in close()
-                self.run_dir / contract.LOG_FILE, "a", encoding="utf-8"
-            )
-        if not self._log_file.closed:
-            self._log_file.write(text.rstrip("\n") + "\n")
-            self._log_file.flush()
-
-    def close(self) -> None:
-        super().close()
-        if self._log_file is not None:
-            self._log_file.close()
 
 
 def _nodes_done(outcome: Outcome) -> tuple[float, float] | None:
@@ -276,7 +263,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
         labels = {n.id: flow.display_name(n, catalog) for n in doc.nodes}
         report = ConsoleReport(sys.stderr, labels, bars=not args.quiet)
-        ctx = ConsoleFlowContext(record.id, run_dir, KIND, config, events=None)
+        ctx = ConsoleFlowContext(
+            record.id, run_dir, KIND, config, events=None, project=project
+        )
         ctx.report = report
 
         def entry(ctx: JobContext) -> dict[str, Any]:
@@ -297,9 +286,7 @@ def run(args: argparse.Namespace) -> int:
             record.id,
             ctx,
             entry,
-            say=report.line,
             progress=_nodes_done,
-            on_problem=report.line,
         )
     finally:
         project.close()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from engine import contract
 from engine.errors import EngineError
 from engine.jobs.context import JobContext
+from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.registry import run_name
 from engine.store.atomic import atomic_write_json
 
@@ -41,8 +42,6 @@ if TYPE_CHECKING:
     from engine.store.project import Project
 
 KIND = "rl.train"
-PROGRESS_SAVE_INTERVAL_S = 2.0
-"""How often a running headless run writes its progress to the project's run list."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -141,57 +140,26 @@ def build_config(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]:
     return config
 
 
-class ConsoleContext(JobContext):
-    """A JobContext that also draws a progress bar (steps, steps/s, ETA) and,
-    given ``project``, keeps the run's progress in the project's run list."""
+class ConsoleContext(HeadlessContext):
+    """A headless run's context that also draws a progress bar (steps,
+    steps/s, ETA) on ``stream``."""
 
-    def __init__(
-        self,
-        *args: Any,
-        stream: TextIO | None = None,
-        project: Project | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *args: Any, stream: TextIO | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._stream = stream
-        self._project = project
         self._drawn_at = 0.0
-        self._saved_at = 0.0
         self._first: tuple[float, float] | None = None
-        # The run's log.txt, as the supervisor keeps it for a studio run.
-        self._log_file: TextIO = open(  # noqa: SIM115 - closed in close()
-            self.run_dir / contract.LOG_FILE, "a", encoding="utf-8"
-        )
 
-    def log(self, text: str) -> None:
+    def say(self, text: str) -> None:
         if self._first is not None and self._stream is not None:
             self._stream.write("\n")  # keep the line off the progress bar
-        super().log(text)
-        self.log_to_file(text)
-
-    def log_to_file(self, text: str) -> None:
-        """Append to the run's ``log.txt`` only (not the terminal)."""
-        if not self._log_file.closed:
-            self._log_file.write(text.rstrip("\n") + "\n")
-            self._log_file.flush()
-
-    def close(self) -> None:
-        super().close()
-        self._log_file.close()
+        super().say(text)
 
     def progress(self, done: float, total: float, message: str = "") -> None:
         super().progress(done, total, message)
-        now = time.monotonic()
-        if self._project is not None and (
-            now - self._saved_at >= PROGRESS_SAVE_INTERVAL_S or done >= total
-        ):
-            self._saved_at = now
-            # A studio open on the same project shows the steps done so far.
-            self._project.update_run(
-                self.run_id, progress_done=float(done), progress_total=float(total)
-            )
         if self._stream is None:
             return
+        now = time.monotonic()
         if self._first is None:
             self._first = (now, done)
         if now - self._drawn_at < 0.2 and done < total:
