@@ -18,7 +18,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import IO, Any, TextIO
 
@@ -31,6 +31,9 @@ from engine.llm.chat_worker import ChatWorker
 from resources import resource_path
 
 ENGINE_VERSION = "0.1.0"
+EXIT_GRACE_S = 2.0
+"""How long requests still running at shutdown get before the engine exits
+without them (they are answered with an error)."""
 HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
 log = logging.getLogger("engine.server")
 
@@ -55,6 +58,9 @@ class Server:
         )
         self._queued: dict[Future[None], protocol.Request] = {}
         self._queued_lock = threading.Lock()
+        self._abandoned: set[int] = set()  # requests answered at shutdown
+        self.stalled = False
+        """A request still ran when serving ended (its thread is abandoned)."""
         self._stop_timeout_s = stop_timeout_s
         self._done = threading.Event()
         self._stop_reason = ""  # why runs stop when serving ends (STOP_REASONS)
@@ -148,10 +154,19 @@ class Server:
         self.chat_worker.close()
         self._ordered.shutdown(wait=True, cancel_futures=True)
         self._parallel.shutdown(wait=False, cancel_futures=True)
-        # Requests still queued were cancelled: answer them all the same.
+        # Requests still queued were cancelled; those still running (a
+        # stalled Ollama server, a slow catalog) get EXIT_GRACE_S. Both are
+        # answered all the same, and none keeps the engine alive (run()).
         with self._queued_lock:
-            cancelled = [m for f, m in self._queued.items() if f.cancelled()]
-        for msg in cancelled:
+            running = [f for f in self._queued if not f.cancelled()]
+        wait(running, timeout=EXIT_GRACE_S)
+        with self._queued_lock:
+            unanswered = [
+                m for f, m in self._queued.items() if f.cancelled() or not f.done()
+            ]
+            self._abandoned.update(id(m) for m in unanswered)
+            self.stalled = any(not f.done() for f in self._queued)
+        for msg in unanswered:
             self.send(
                 protocol.Error(
                     reply_to=msg.id,
@@ -248,28 +263,36 @@ class Server:
         try:
             result = handler(msg)
         except EngineError as exc:
-            self.send(
+            self._reply(
+                msg,
                 protocol.Error(
                     reply_to=msg.id,
                     error_type=type(exc).__name__,
                     message=str(exc),
                     traceback=traceback.format_exc(),
                     field=getattr(exc, "field", ""),
-                )
+                ),
             )
             return
         except Exception as exc:
             log.exception("handler for %s failed", msg.TYPE)
-            self.send(
+            self._reply(
+                msg,
                 protocol.Error(
                     reply_to=msg.id,
                     error_type=type(exc).__name__,
                     message=f"The engine failed on {msg.TYPE!r}: {exc}",
                     traceback=traceback.format_exc(),
-                )
+                ),
             )
             return
-        self.send(protocol.Reply(reply_to=msg.id, result=dict(result)))
+        self._reply(msg, protocol.Reply(reply_to=msg.id, result=dict(result)))
+
+    def _reply(self, msg: protocol.Request, answer: protocol.Message) -> None:
+        with self._queued_lock:
+            if id(msg) in self._abandoned:
+                return  # answered at shutdown already
+        self.send(answer)
 
     # ---------------------------------------------------------- handlers
     def _on_hello(self, msg: protocol.Hello) -> dict[str, Any]:
@@ -471,4 +494,9 @@ def run(args: argparse.Namespace) -> int:
     )
     out = private_event_stream()
     server = Server(out, stop_timeout_s=args.stop_timeout)
-    return server.serve(sys.stdin.buffer)
+    code = server.serve(sys.stdin.buffer)
+    if server.stalled:
+        # The thread of a request that did not end would hold the exit.
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -284,3 +284,35 @@ def test_a_form_refuses_whole_numbers_no_json_reader_takes() -> None:
         None,
         "total_steps must be a whole number of at most 19 digits.",
     )
+
+
+def test_shutdown_is_prompt_while_a_request_waits_on_a_stalled_server(
+    tmp_path: Path,
+) -> None:
+    """A chat with an Ollama server that accepts and never answers would hold
+    the engine for its whole timeout; shutdown answers it and exits."""
+    import socket
+
+    with socket.socket() as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen()
+        host = f"http://127.0.0.1:{stalled.getsockname()[1]}"
+        chat = protocol.Chat(
+            id="c", model="m", host=host, messages=[{"role": "user", "content": "hi"}]
+        )
+        lines = [chat, protocol.Ping(id="p"), protocol.Shutdown(id="bye")]
+        start = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "engine", "serve"],
+            input="".join(protocol.encode(m) + "\n" for m in lines),
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+        elapsed = time.monotonic() - start
+    answers = {m.reply_to: m for m in map(protocol.decode, proc.stdout.splitlines())}
+    assert proc.returncode == 0 and elapsed < 20
+    assert isinstance(answers["bye"], protocol.Reply)
+    assert isinstance(answers["c"], protocol.Error)
+    assert answers["c"].message == "The engine shut down before answering this request."
