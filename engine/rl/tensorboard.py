@@ -96,8 +96,10 @@ def masked_crc32c(data: bytes) -> int:
 
 class EventFile:
     """One ``events.out.tfevents.*`` file in ``folder``; ``scalars`` appends
-    one event holding several scalars, flushed at once so that a running
-    TensorBoard sees it."""
+    one event holding several scalars. The file is flushed at most every
+    ``FLUSH_S`` seconds (TensorBoard itself reloads every 30 s) and on close."""
+
+    FLUSH_S = 1.0
 
     def __init__(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -107,6 +109,7 @@ class EventFile:
         )
         self.path = folder / name
         self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
+        self._flushed = 0.0
         from tensorboard.compat.proto.event_pb2 import Event
 
         self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
@@ -129,7 +132,10 @@ class EventFile:
             + data
             + masked_crc32c(data).to_bytes(4, "little")
         )
-        self._fh.flush()
+        now = time.monotonic()
+        if now - self._flushed >= self.FLUSH_S:
+            self._fh.flush()
+            self._flushed = now
 
     def close(self) -> None:
         self._fh.close()
