@@ -6,15 +6,18 @@ own writer computes the CRC in pure Python, byte by byte, on a background
 thread that holds the GIL: about 0.6 % of PPO's CartPole throughput for the
 few kilobytes SB3 logs. Here the CRC is a table look-up per byte position
 done by numpy (CRC-32C is linear over GF(2), so the register after a message
-is the XOR of each byte's contribution at its distance from the end), and the
-records are written by the training thread itself: tens of microseconds per
-dump, no thread.
+is the XOR of each byte's contribution at its distance from the end): a few
+microseconds per event, and done on a writer thread so that the training
+thread only queues the values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -95,9 +98,15 @@ def masked_crc32c(data: bytes) -> int:
 
 
 class EventFile:
-    """One ``events.out.tfevents.*`` file in ``folder``; ``scalars`` appends
-    one event holding several scalars. The file is flushed at most every
-    ``FLUSH_S`` seconds (TensorBoard itself reloads every 30 s) and on close."""
+    """One ``events.out.tfevents.*`` file in ``folder``.
+
+    ``scalars`` only queues the values: a writer thread builds the events,
+    computes their CRCs and writes them while the training thread goes on
+    (it mostly waits in torch, which releases the GIL). The file is flushed
+    at most every ``FLUSH_S`` seconds (TensorBoard reloads every 30 s) and on
+    ``close``. A write error (a full disk) ends the TensorBoard file, never
+    the training; ``error`` keeps it.
+    """
 
     FLUSH_S = 1.0
 
@@ -108,20 +117,48 @@ class EventFile:
             f"{socket.gethostname()}.{os.getpid()}.0"
         )
         self.path = folder / name
+        self.error: OSError | None = None
         self._fh = open(self.path, "wb")  # noqa: SIM115 - closed in close()
         self._flushed = 0.0
         from tensorboard.compat.proto.event_pb2 import Event
 
         self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+        self._queue: queue.SimpleQueue[tuple[float, int, dict[str, float]] | None]
+        self._queue = queue.SimpleQueue()
+        self._writer = threading.Thread(
+            target=self._write_loop, name="tensorboard-events", daemon=True
+        )
+        self._writer.start()
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
+        """Queue one event holding ``values`` at ``step``."""
+        self._queue.put((time.time(), int(step), values))
+
+    def close(self) -> None:
+        """Write what is queued, then close the file."""
+        self._queue.put(None)
+        self._writer.join()
+        with contextlib.suppress(OSError):
+            self._fh.close()
+
+    def _write_loop(self) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        summary = Summary(
-            value=[Summary.Value(tag=k, simple_value=v) for k, v in values.items()]
-        )
-        self._write(Event(wall_time=time.time(), step=int(step), summary=summary))
+        while (item := self._queue.get()) is not None:
+            if self.error is not None:
+                continue
+            wall_time, step, values = item
+            summary = Summary(
+                value=[Summary.Value(tag=k, simple_value=v) for k, v in values.items()]
+            )
+            try:
+                self._write(Event(wall_time=wall_time, step=step, summary=summary))
+            except OSError as exc:
+                self.error = exc
+        if self.error is None:
+            with contextlib.suppress(OSError):
+                self._fh.flush()
 
     def _write(self, event: Any) -> None:
         data = event.SerializeToString()
@@ -136,6 +173,3 @@ class EventFile:
         if now - self._flushed >= self.FLUSH_S:
             self._fh.flush()
             self._flushed = now
-
-    def close(self) -> None:
-        self._fh.close()
