@@ -42,10 +42,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# Optional: what the real-window drag-and-drop test needs (it skips without it).
+# Optional: what the real-window drag-and-drop test needs (it skips without
+# it), and bubblewrap, which confines untrusted code (engine/confine.py falls
+# back to unshare, and refuses such code where neither works).
 xvfb-deps:
 	apt-get update -qq
-	apt-get install -y -qq xvfb xdotool imagemagick libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1
+	apt-get install -y -qq xvfb xdotool imagemagick libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 bubblewrap
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache

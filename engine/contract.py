@@ -112,6 +112,14 @@ DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 """Where a local Ollama server listens unless told otherwise."""
 
 # --------------------------------------------------------------------------
+# Untrusted code (engine.confine)
+# --------------------------------------------------------------------------
+
+ALLOW_UNCONFINED_ENV = "RLSTUDIO_ALLOW_UNCONFINED"
+"""Environment variable: 1 lets untrusted code run unconfined where neither
+bubblewrap nor unshare works (the studio sets it from Settings)."""
+
+# --------------------------------------------------------------------------
 # Records the engine sends (project snapshot: project.open, project.snapshot)
 # --------------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         project, create = str(settings.default_project), True
 
     client = EngineClient()
+    client.environment = settings.engine_environment()
     state = ProjectState()
     session = Session(client, state, settings)
     window = MainWindow(session, settings)

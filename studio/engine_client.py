@@ -67,6 +67,8 @@ class EngineClient(QObject):
             arguments if arguments is not None else ["-m", "engine", "serve"]
         )
         self.auto_restart = auto_restart
+        self.environment: dict[str, str] = {}
+        """Variables set for the engine when it (re)starts, over the studio's."""
         self._proc: QProcess | None = None
         self._state = STOPPED
         self._pending: dict[str, _Pending] = {}
@@ -108,6 +110,8 @@ class EngineClient(QObject):
         proc = QProcess(self)
         env = QProcessEnvironment.systemEnvironment()
         env.insert("PYTHONUNBUFFERED", "1")
+        for key, value in self.environment.items():
+            env.insert(key, value)
         proc.setProcessEnvironment(env)
         proc.readyReadStandardOutput.connect(self._on_proc_stdout)
         proc.readyReadStandardError.connect(self._on_proc_stderr)

@@ -241,7 +241,8 @@ class MainWindow(QMainWindow):
             self.recent_menu.addAction("No recent projects").setEnabled(False)
 
     def _on_settings(self) -> None:
-        SettingsDialog(self.settings, self).exec()
+        if SettingsDialog(self.settings, self).exec():
+            self.session.client.environment = self.settings.engine_environment()
 
     def _on_run_selftest(self) -> None:
         self.session.start_run(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -17,6 +18,8 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QWidget,
 )
+
+from engine.contract import ALLOW_UNCONFINED_ENV
 
 MAX_RECENT = 8
 
@@ -101,6 +104,20 @@ class Settings:
     def log_max_lines(self, value: int) -> None:
         self._s.setValue("log_max_lines", int(value))
 
+    @property
+    def allow_unconfined(self) -> bool:
+        """Run untrusted code (code rewards, python env files) unconfined
+        where neither bubblewrap nor unshare works; off by default."""
+        return str(self._s.value("allow_unconfined", "false")).lower() == "true"
+
+    @allow_unconfined.setter
+    def allow_unconfined(self, value: bool) -> None:
+        self._s.setValue("allow_unconfined", "true" if value else "false")
+
+    def engine_environment(self) -> dict[str, str]:
+        """What the engine process (and the jobs it starts) are told."""
+        return {ALLOW_UNCONFINED_ENV: "1" if self.allow_unconfined else "0"}
+
     def sync(self) -> None:
         self._s.sync()
 
@@ -125,10 +142,21 @@ class SettingsDialog(QDialog):
         )
         self.log_lines = QSpinBox(minimum=500, maximum=200_000, singleStep=500)
         self.log_lines.setValue(settings.log_max_lines)
+        self.allow_unconfined = QCheckBox(
+            "Run untrusted code unconfined where no sandbox works"
+        )
+        self.allow_unconfined.setChecked(settings.allow_unconfined)
+        self.allow_unconfined.setToolTip(
+            "Code-execution rewards and python env files run confined by "
+            "bubblewrap or unshare (no network, read-only files, limits). Where "
+            "neither works they are refused; check this only if you trust the "
+            "code. Applies when the engine next starts (Engine → Restart engine)."
+        )
         form = QFormLayout(self)
         form.addRow("Projects folder", row)
         form.addRow("Stop timeout", self.stop_timeout)
         form.addRow("Log lines kept", self.log_lines)
+        form.addRow("Untrusted code", self.allow_unconfined)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
@@ -147,5 +175,6 @@ class SettingsDialog(QDialog):
         self._settings.projects_root = Path(self.projects_root.text()).expanduser()
         self._settings.stop_timeout_s = self.stop_timeout.value()
         self._settings.log_max_lines = self.log_lines.value()
+        self._settings.allow_unconfined = self.allow_unconfined.isChecked()
         self._settings.sync()
         super().accept()

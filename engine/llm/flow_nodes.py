@@ -435,7 +435,7 @@ def _check_reward(params: dict[str, Any]) -> list[str]:
             "the answer is just a tool; tool_validity: the tool is valid now; "
             "task_completion: the tool finishes the task; efficiency: short "
             "answers; python_syntax / code_execution: code that parses / runs "
-            "(in a limited child process).",
+            "(confined: no network, read-only files, limits).",
             label="Reward",
         ),
         ParamSpec(

@@ -6,26 +6,24 @@ with a ``__name__`` (TRL logs ``rewards/<name>/mean``) and a ``weight``
 lists: ``env``, ``env_state``, ``valid_tools``, ``expert_tool``, and for code
 rewards ``tests`` (assertions appended to the program).
 
-Code execution runs ``python -I`` in a child process with a wall-clock
-timeout and ``resource.setrlimit`` limits (CPU seconds, address space, file
-size, no core files). Network is blocked best effort only: proxy variables
-are removed from the child's environment and ``socket`` is replaced by a
-stub before the user code runs; code that re-imports the C module can still
-reach the network. Use a container for untrusted code.
+Code execution runs ``python -I`` confined by the operating system
+(``engine.confine``: bubblewrap or unshare): its own network namespace, a
+read-only file system but for a scratch folder, CPU/memory/file-size/process
+limits and a wall-clock timeout; the whole process tree dies at the end.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import os
+import math
 import re
-import subprocess
 import sys
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from engine import confine
 from engine.errors import ConfigError
 from engine.llm.policy import format_ok, parse_tool
 
@@ -208,80 +206,34 @@ class PythonSyntaxReward(RewardFunction):
         return 1.0
 
 
-_SANDBOX_PRELUDE = """
-import socket as _s
-def _blocked(*a, **k):
-    raise OSError("network access is disabled in RL Studio's code reward")
-_s.socket = _blocked
-_s.create_connection = _blocked
-_s.getaddrinfo = _blocked
-del _s, _blocked
-"""
-
-
-def _limits(cpu_s: int, memory_mb: int) -> Callable[[], None]:
-    def apply() -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
-        mem = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (10 * 1024 * 1024,) * 2)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        os.setsid()
-
-    return apply
-
-
 def run_code(
-    code: str, *, timeout_s: float = 5.0, memory_mb: int = 512, cwd: str | None = None
+    code: str,
+    *,
+    timeout_s: float = 5.0,
+    memory_mb: int = 512,
 ) -> dict[str, Any]:
-    """Run ``code`` in a separate, limited Python process.
+    """Run ``code`` confined (``engine.confine``): no network, a read-only
+    file system but for its scratch folder, CPU/memory/file/process limits,
+    every process it started killed at the end.
 
     Returns ``ok`` (exit 0 in time), ``returncode``, ``timed_out``,
-    ``stdout`` and ``stderr`` (each cut to 2,000 characters).
+    ``stdout``, ``stderr`` (each cut to 2,000 characters) and ``confinement``
+    (the method, None where the user allowed unconfined runs). Raises
+    ``ConfinementUnavailable`` (one sentence) where nothing confines.
     """
-    import tempfile
-
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if "proxy" not in k.lower() and k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")
-    }
-    env["no_proxy"] = "*"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    with tempfile.TemporaryDirectory(prefix="rlstudio-code-") as tmp:
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-I", "-c", _SANDBOX_PRELUDE + "\n" + code],
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-                env=env,
-                cwd=cwd or tmp,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=_limits(max(1, int(timeout_s + 1)), memory_mb),
-            )
-        except subprocess.TimeoutExpired as exc:
-
-            def cut(v: Any) -> str:
-                if isinstance(v, bytes):
-                    v = v.decode("utf-8", "replace")
-                return (v or "")[-2000:]
-
-            return {
-                "ok": False,
-                "returncode": None,
-                "timed_out": True,
-                "stdout": cut(exc.stdout),
-                "stderr": cut(exc.stderr),
-            }
+    result = confine.run(
+        [sys.executable, "-I", "-c", code],
+        what="The code_execution reward",
+        timeout_s=timeout_s,
+        limits=confine.Limits(cpu_s=max(1, math.ceil(timeout_s)), memory_mb=memory_mb),
+    )
     return {
-        "ok": proc.returncode == 0,
-        "returncode": proc.returncode,
-        "timed_out": False,
-        "stdout": proc.stdout[-2000:],
-        "stderr": proc.stderr[-2000:],
+        "ok": result.ok,
+        "returncode": result.returncode,
+        "timed_out": result.timed_out,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "confinement": result.method,
     }
 
 
@@ -290,6 +242,29 @@ class CodeExecutionReward(RewardFunction):
     ``timeout_s`` (default 5 s) and ``memory_mb`` (default 512 MB), else 0."""
 
     name = "code_execution"
+    TIMEOUT_S = (0.1, 60.0)
+    MEMORY_MB = (64, 8192)
+
+    def __init__(self, weight: float = 1.0, **params: Any) -> None:
+        super().__init__(weight, **params)
+        self.timeout_s = self._number("timeout_s", 5.0, self.TIMEOUT_S)
+        self.memory_mb = int(self._number("memory_mb", 512, self.MEMORY_MB))
+        # Refuse at set-up, not at the first completion minutes into training.
+        confine.require("The code_execution reward")
+
+    def _number(self, key: str, default: float, bounds: tuple[float, float]) -> float:
+        value = self.params.get(key, default)
+        low, high = bounds
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high
+        ):
+            raise ConfigError(
+                f"code_execution.{key}",
+                f"{key} must be a number from {low:g} to {high:g}, not {value!r}.",
+            )
+        return float(value)
 
     def score(self, text: str, row: dict[str, Any]) -> float:
         code = extract_code(text)
@@ -297,9 +272,7 @@ class CodeExecutionReward(RewardFunction):
             return 0.0
         tests = row.get("tests") or ""
         result = run_code(
-            code + "\n" + tests,
-            timeout_s=float(self.params.get("timeout_s", 5.0)),
-            memory_mb=int(self.params.get("memory_mb", 512)),
+            code + "\n" + tests, timeout_s=self.timeout_s, memory_mb=self.memory_mb
         )
         return 1.0 if result["ok"] else 0.0
 

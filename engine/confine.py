@@ -1,0 +1,518 @@
+"""Run untrusted code in a process the operating system confines.
+
+Code-execution rewards and ``python``-kind env files are code the studio did
+not write. They run here, never in the engine or a job's own process:
+
+* **no network**: a network namespace of their own (only a loopback that is
+  down);
+* **read-only file system** except one scratch folder (``TMPDIR`` and
+  ``HOME`` point into it);
+* **limits**: CPU seconds, address space, file size, open files and a
+  process count (``RLIMIT_NPROC`` inside a user namespace, or a ``pids``
+  cgroup when the studio runs as root, where the kernel does not apply
+  ``RLIMIT_NPROC``);
+* **a pid namespace and a session of their own**: the code cannot see or
+  signal the process that started it, and when it ends (or is killed) every
+  process it started dies with it.
+
+Two ways to get there, tried in order: bubblewrap (``bwrap``, Debian's
+``bubblewrap`` package) and util-linux's ``unshare`` with a small launcher
+that remounts every mount read-only and drops all capabilities before it
+runs the code. Where neither works, confined runs are refused with one
+sentence, unless the user allowed unconfined runs (``RLSTUDIO_ALLOW_UNCONFINED=1``,
+or Settings → "Run untrusted code unconfined"); ``RLSTUDIO_CONFINEMENT`` picks
+a method by name (``bwrap``, ``unshare`` or ``none``) for tests and for users
+who know better than the probe.
+
+Stdlib only: the supervisor imports this module to answer what it can do.
+``ALLOW_UNCONFINED_ENV`` is re-exported from ``engine.contract``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from engine.contract import ALLOW_UNCONFINED_ENV as ALLOW_UNCONFINED_ENV
+from engine.errors import EngineError
+
+METHOD_ENV = "RLSTUDIO_CONFINEMENT"
+"""Force a method: ``bwrap``, ``unshare`` or ``none`` (skip the probe)."""
+METHODS = ("bwrap", "unshare")
+
+LAUNCHER_FAILED = 125
+"""Exit code of the launcher when it could not set the confinement up."""
+
+
+class ConfinementUnavailable(EngineError):
+    """No confinement works here and unconfined runs are not allowed."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one confined process tree."""
+
+    cpu_s: int = 10
+    """CPU seconds (``RLIMIT_CPU``); the kernel kills the process after."""
+    memory_mb: int = 512
+    """Address space per process (``RLIMIT_AS``), in MiB."""
+    file_mb: int = 10
+    """Largest file the code may write (``RLIMIT_FSIZE``), in MiB."""
+    processes: int = 32
+    """Processes and threads the code may have at once."""
+    open_files: int = 256
+    """Open file descriptors per process (``RLIMIT_NOFILE``)."""
+
+
+# ------------------------------------------------------------------- probing
+
+
+def allow_unconfined() -> bool:
+    """Whether the user allowed unconfined runs (environment setting)."""
+    return os.environ.get(ALLOW_UNCONFINED_ENV, "").strip().lower() in (
+        "1",
+        "true",
+        "yes",
+    )
+
+
+@cache
+def _works(method: str) -> bool:
+    """Whether ``method`` can run ``true`` confined here (probed once)."""
+    with tempfile.TemporaryDirectory(prefix="rlstudio-probe-") as scratch:
+        try:
+            argv = _wrap(method, [sys.executable, "-c", "pass"], Path(scratch), ())
+            proc = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=20,
+                env=_child_env(Path(scratch), None),
+                start_new_session=True,
+                preexec_fn=_preexec(None),
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return proc.returncode == 0
+
+
+def method() -> str | None:
+    """The confinement used here: ``"bwrap"``, ``"unshare"`` or None."""
+    forced = os.environ.get(METHOD_ENV, "").strip().lower()
+    if forced == "none":
+        return None
+    if forced in METHODS:
+        return forced if _works(forced) else None
+    for name in METHODS:
+        if _works(name):
+            return name
+    return None
+
+
+def describe() -> dict[str, Any]:
+    """What the studio can do here, for the hardware/about views."""
+    found = method()
+    return {
+        "confinement": found,
+        "allow_unconfined": allow_unconfined(),
+        "pids_cgroup": _pids_cgroup_root() is not None,
+    }
+
+
+def require(what: str) -> str | None:
+    """The method to run ``what`` with; raise when none and not allowed.
+
+    Returns None when the user allowed unconfined runs and nothing works.
+    """
+    found = method()
+    if found is None and not allow_unconfined():
+        raise ConfinementUnavailable(
+            f"{what} needs confinement (bubblewrap or unshare), and neither "
+            "works here; install bubblewrap, or allow unconfined runs with "
+            f"{ALLOW_UNCONFINED_ENV}=1 if you trust this code."
+        )
+    return found
+
+
+# ----------------------------------------------------------------- the command
+
+
+# Runs inside the namespaces, before the untrusted code: for ``unshare`` it
+# makes every mount but the scratch read-only and drops all capabilities
+# (bubblewrap does both itself), then it sets the limits and execs the code.
+# It is passed with -c so it needs nothing importable inside the sandbox.
+_LAUNCHER = r"""
+import ctypes, json, os, resource, sys
+cfg = json.loads(sys.argv[1])
+argv = sys.argv[2:]
+def fail(msg):
+    sys.stderr.write("rl-studio confinement: " + msg + "\n")
+    os._exit(125)
+libc = ctypes.CDLL(None, use_errno=True)
+if cfg["method"] == "unshare":
+    RDONLY, NOSUID, NODEV, NOEXEC = 1, 2, 4, 8
+    NOATIME, NODIRATIME, REMOUNT, BIND, REC = 1024, 2048, 32, 4096, 16384
+    RELATIME, STRICTATIME = 1 << 21, 1 << 24
+    KEEP = {"nosuid": NOSUID, "nodev": NODEV, "noexec": NOEXEC,
+            "noatime": NOATIME, "nodiratime": NODIRATIME,
+            "relatime": RELATIME, "strictatime": STRICTATIME}
+    def mount(src, target, flags):
+        if libc.mount(src, target.encode(), None, flags, None) != 0:
+            e = ctypes.get_errno()
+            fail("mount %s: %s" % (target, os.strerror(e)))
+    scratch = cfg["scratch"]
+    mount(scratch.encode(), scratch, BIND | REC)
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            point = parts[4].encode().decode("unicode_escape")
+            points.append((point, parts[5].split(",")))
+    for point, opts in points:
+        if point == scratch or point.startswith(scratch.rstrip("/") + "/"):
+            continue
+        flags = REMOUNT | BIND | RDONLY
+        for o in opts:
+            flags |= KEEP.get(o, 0)
+        if libc.mount(None, point.encode(), None, flags, None) != 0:
+            e = ctypes.get_errno()
+            if e in (2, 20):  # a mount point that vanished or is hidden
+                continue
+            fail("cannot make %s read-only: %s" % (point, os.strerror(e)))
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        fail("no_new_privs refused")
+    for cap in range(64):
+        libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; EINVAL past the last
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+    data = (Data * 2)()
+    if libc.capset(ctypes.byref(Header(0x20080522, 0)), data) != 0:
+        fail("cannot drop capabilities")
+    os.setsid()
+lim = cfg["limits"]
+mb = 1024 * 1024
+for name, value in (("RLIMIT_CPU", lim["cpu_s"]),
+                    ("RLIMIT_AS", lim["memory_mb"] * mb),
+                    ("RLIMIT_FSIZE", lim["file_mb"] * mb),
+                    ("RLIMIT_NOFILE", lim["open_files"]),
+                    ("RLIMIT_NPROC", lim["processes"]),
+                    ("RLIMIT_CORE", 0)):
+    res = getattr(resource, name)
+    hard = value + 1 if name == "RLIMIT_CPU" else value
+    cur = resource.getrlimit(res)[1]
+    if cur != resource.RLIM_INFINITY:
+        hard = min(hard, cur)
+    resource.setrlimit(res, (min(value, hard), hard))
+os.chdir(cfg["scratch"])
+try:
+    os.execve(argv[0], argv, os.environ)
+except OSError as e:
+    fail("cannot run %s: %s" % (argv[0], e))
+"""
+
+
+def _wrap(
+    method: str | None,
+    argv: Sequence[str],
+    scratch: Path,
+    readable: Sequence[Path],
+    limits: Limits | None = None,
+) -> list[str]:
+    """``argv`` run by ``method`` with ``scratch`` writable (None: as is)."""
+    if method is None:
+        return list(argv)
+    cfg = {
+        "method": method,
+        "scratch": str(scratch),
+        "limits": asdict(limits or Limits()),
+    }
+    inner = [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(cfg), *argv]
+    if method == "bwrap":
+        outer = [
+            "bwrap",
+            "--ro-bind", "/", "/",
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--bind", str(scratch), str(scratch),
+        ]  # fmt: skip
+        for path in readable:
+            # Visible read-only through "/" already; binding it again keeps
+            # it readable even where it lies under a folder bwrap replaced.
+            outer += ["--ro-bind", str(path), str(path)]
+        outer += [
+            "--unshare-user",
+            "--unshare-all",
+            "--cap-drop", "ALL",
+            "--die-with-parent",
+            "--new-session",
+            "--chdir", str(scratch),
+            "--",
+        ]  # fmt: skip
+        return outer + inner
+    if method == "unshare":
+        user = [] if os.geteuid() == 0 else ["--map-root-user"]
+        return [
+            "unshare",
+            *user,
+            "--net",
+            "--pid",
+            "--ipc",
+            "--uts",
+            "--mount-proc",
+            "--propagation", "private",
+            "--kill-child",
+            "--",
+            *inner,
+        ]  # fmt: skip
+    raise ValueError(f"unknown confinement method {method!r}")
+
+
+def _child_env(scratch: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
+    """A clean environment: no proxies, tokens or credentials of the user."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL")}
+    env.update(
+        HOME=str(scratch),
+        TMPDIR=str(scratch),
+        PYTHONDONTWRITEBYTECODE="1",
+        no_proxy="*",
+    )
+    env.update(extra or {})
+    return env
+
+
+# ------------------------------------------------------------------ pids cgroup
+
+
+@cache
+def _pids_cgroup_root() -> Path | None:
+    """A cgroup v1 ``pids`` hierarchy we may create groups in (root only)."""
+    if os.geteuid() != 0:
+        return None  # RLIMIT_NPROC works for everyone else
+    root = Path("/sys/fs/cgroup/pids")
+    probe = root / f"rlstudio-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+        probe.rmdir()
+    except OSError:
+        return None
+    _sweep_stale_cgroups(root)
+    return root
+
+
+@contextmanager
+def _pids_cgroup(limit: int) -> Iterator[int | None]:
+    """A fresh pids cgroup capped at ``limit``; yields an fd of its procs file.
+
+    The kernel does not apply ``RLIMIT_NPROC`` to root's processes, so when
+    the studio runs as root a cgroup bounds a fork bomb instead.
+    """
+    root = _pids_cgroup_root()
+    if root is None:
+        yield None
+        return
+    group = root / f"rlstudio-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(limit))
+        fd = os.open(group / "cgroup.procs", os.O_WRONLY)
+    except OSError:
+        with suppress(OSError):
+            group.rmdir()
+        yield None
+        return
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+        _remove_group(group)
+
+
+def _remove_group(group: Path) -> None:
+    """Remove a cgroup once its processes are gone (they are being killed)."""
+    import time
+
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            group.rmdir()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                return  # left for the next start-up's sweep
+            time.sleep(0.01)
+
+
+def _sweep_stale_cgroups(root: Path) -> None:
+    """Remove cgroups earlier processes left (their owner pid is gone)."""
+    for group in root.glob("rlstudio-*-*"):
+        try:
+            owner = int(group.name.split("-")[1])
+        except ValueError:
+            continue
+        if not _alive(owner):
+            with suppress(OSError):
+                group.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _preexec(cgroup_fd: int | None) -> Any:
+    """Runs in the child before exec: join the pids cgroup, if any."""
+    if cgroup_fd is None:
+        return None
+
+    def join() -> None:
+        os.write(cgroup_fd, b"0")
+
+    return join
+
+
+# ------------------------------------------------------------------- running
+
+
+class Confined:
+    """A confined process tree: ``popen`` plus the cleanup it needs.
+
+    Use as a context manager or call ``close()``: the whole tree is killed
+    (its session, and the pid namespace with it) and the cgroup removed.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        what: str,
+        scratch: Path,
+        limits: Limits | None = None,
+        readable: Sequence[Path] = (),
+        env: Mapping[str, str] | None = None,
+        **popen_kwargs: Any,
+    ) -> None:
+        limits = limits or Limits()
+        self.method = require(what)
+        self._cgroup = _pids_cgroup(limits.processes + 8)
+        fd = self._cgroup.__enter__() if self.method else None
+        self._entered = self.method is not None
+        try:
+            self.proc = subprocess.Popen(
+                _wrap(self.method, argv, scratch, readable, limits),
+                env=_child_env(scratch, env),
+                cwd=scratch,
+                start_new_session=True,
+                preexec_fn=_preexec(fd),
+                pass_fds=() if fd is None else (fd,),
+                **popen_kwargs,
+            )
+        except BaseException:
+            self._exit_cgroup()
+            raise
+
+    def _exit_cgroup(self) -> None:
+        if self._entered:
+            self._entered = False
+            self._cgroup.__exit__(None, None, None)
+
+    def kill(self) -> None:
+        """Kill the whole tree now (idempotent)."""
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with suppress(ProcessLookupError):
+            self.proc.kill()
+
+    def close(self) -> None:
+        """Kill what is left, reap it, remove the cgroup."""
+        self.kill()
+        with suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        self._exit_cgroup()
+
+    def __enter__(self) -> Confined:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a confined run did."""
+
+    returncode: int | None
+    """Exit code; negative for a signal; None when it ran out of time."""
+    timed_out: bool
+    stdout: str
+    stderr: str
+    method: str | None
+    """The confinement it ran under (None: unconfined, as allowed)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    what: str,
+    timeout_s: float,
+    limits: Limits | None = None,
+    stdin: str | None = None,
+    output_chars: int = 2000,
+) -> Result:
+    """Run ``argv`` confined in a fresh scratch folder, then remove it.
+
+    Output is cut to its last ``output_chars`` characters each.
+    """
+
+    def cut(v: bytes | None) -> str:
+        return (v or b"").decode("utf-8", "replace")[-output_chars:]
+
+    scratch = Path(tempfile.mkdtemp(prefix="rlstudio-confined-"))
+    try:
+        with Confined(
+            argv,
+            what=what,
+            scratch=scratch,
+            limits=limits,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        ) as c:
+            try:
+                out, err = c.proc.communicate(
+                    None if stdin is None else stdin.encode(), timeout=timeout_s
+                )
+            except subprocess.TimeoutExpired as exc:
+                c.kill()
+                out, err = exc.stdout, exc.stderr
+                # Confined, the pipes close with the pid namespace; unconfined
+                # (as allowed), a detached grandchild may hold them open.
+                with suppress(subprocess.TimeoutExpired):
+                    out, err = c.proc.communicate(timeout=5)
+                return Result(None, True, cut(out), cut(err), c.method)
+            return Result(c.proc.returncode, False, cut(out), cut(err), c.method)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
