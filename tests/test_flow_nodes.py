@@ -386,11 +386,13 @@ def test_a_failure_skips_downstream_names_the_node_and_spares_other_branches(
     assert (failed.node_id, failed.message) == ("bad", "RuntimeError: boom")
 
 
-def test_models_of_a_failed_run_are_listed_again_when_reused_from_the_cache(
+def test_models_of_a_failed_run_are_registered_once_even_when_reused(
     tmp_path: Path, fake_types: list[str]
 ) -> None:
-    """Train done, Export failed: the run's models are not registered, so
-    the next run, which reuses Train from the cache, lists them again."""
+    """Train done, Export failed: the run lists (and its lifecycle registers)
+    Train's models; the next run, which reuses Train from the cache, does not
+    list them again. A cache entry an older version left with models it never
+    registered lists them once more."""
 
     @node_type(
         "test.maybe",
@@ -415,14 +417,24 @@ def test_models_of_a_failed_run_are_listed_again_when_reused_from_the_cache(
     h = Harness(tmp_path)
     summary, _ = h.run(doc)
     assert summary["status"] == "failed"
-    assert [m["name"] for m in summary["models"]] == ["a"]  # not registered
+    assert [m["name"] for m in summary["models"]] == ["a"]  # registered
     doc.node("b").params["fail"] = False
     summary, _ = h.run(doc)
     assert summary["status"] == "completed"
     assert summary["cached"] == ["src", "a"]
+    assert summary["models"] == []  # not a second time
+    # An entry from before failed runs registered their models:
+    entry_path = executor.cache_dir(tmp_path, "t") / "a.json"
+    entry = json.loads(entry_path.read_text(encoding="utf-8"))
+    entry["pending_models"] = [{"name": "a", "path": "x"}]
+    entry_path.write_text(json.dumps(entry), encoding="utf-8")
+    doc.node("b").params["fail"] = True
+    summary, _ = h.run(doc)
+    assert summary["cached"] == ["src", "a"]
     assert [m["name"] for m in summary["models"]] == ["a"]  # listed once more
-    summary, _ = h.run(doc)  # that run registered them: never again
-    assert summary["cached"] == ["src", "a", "b"] and summary["models"] == []
+    doc.node("b").params["fail"] = False
+    summary, _ = h.run(doc)
+    assert summary["models"] == []
 
 
 def test_downstream_of_a_failed_node_is_skipped(
@@ -545,7 +557,7 @@ def test_flow_requests_through_the_engine(
     assert isinstance(reply, protocol.Error)
     assert reply.message == (
         "The flow file g.flow.json is not valid JSON "
-        "(Expecting value at line 1 column 1)."
+        "(line 1, column 1: Expecting value)."
     )
 
 
