@@ -174,6 +174,22 @@ def test_a_tiny_run_prints_its_summary(
     assert listed.returncode == 0 and model.id in listed.stdout
 
 
+def test_a_new_project_trains_on_a_bundled_designed_env(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bundled examples a new project gets are valid --env ids before the
+    project folder exists."""
+    project_dir = tmp_path / "new-project"
+    argv = ["train", "--env", "rlstudio/maze-v0", "--algo", "PPO", "--steps", "64"]
+    argv += ["--project", str(project_dir), "--set", "n_steps=32"]
+    argv += ["--set", "batch_size=32", "--set", "n_epochs=1"]
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["total_steps"] >= 64
+    assert (project_dir / "envs" / "maze.env.json").is_file()
+
+
 @pytest.mark.slow
 def test_a_failing_run_is_recorded_as_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]

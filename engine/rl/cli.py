@@ -195,7 +195,7 @@ def progress_line(done: float, total: float, rate: float, width: int = 30) -> st
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.rl.config import validate
+    from engine.rl.config import register_designed_envs, validate
     from engine.rl.train import run as train
     from engine.store.project import Project
     from resources import resource_path
@@ -212,10 +212,15 @@ def run(args: argparse.Namespace) -> int:
             )
     else:
         project_dir = Path(tempfile.mkdtemp(prefix="rlstudio-train-"))
+    examples = resource_path("examples")
+    if not project_dir.exists():
+        # A new project will get the bundled envs, so its designed env ids
+        # (e.g. rlstudio/maze-v0) are valid before the folder exists.
+        register_designed_envs(examples)
     # Refuse bad settings before anything is written to the project.
     config = validate(build_config(args, project_dir))
     # A fresh project gets the bundled examples (envs, data), as in the studio.
-    project = Project.open(project_dir, create=True, examples=resource_path("examples"))
+    project = Project.open(project_dir, create=True, examples=examples)
     try:
         return _train_in_project(args, project, config, train)
     finally:
