@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "engine.server",
         "speak the studio protocol (JSON Lines) on stdin/stdout",
     ),
+    "serve-http": (
+        "engine.service.cli",
+        "serve a project's engine over HTTP (FastAPI: train, watch, stop runs)",
+    ),
     "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
     "models": ("engine.store.cli", "list the models registered in a project"),
     "train": ("engine.rl.cli", "train a stable-baselines3 agent with a progress bar"),

@@ -1,0 +1,234 @@
+"""A small typed client of ``rl-studio-engine serve-http`` (standard library
+only), for scripts and tests.
+
+>>> client = StudioClient("http://127.0.0.1:8765")
+>>> job = client.train("CartPole-v1", algo="PPO", steps=20_000)
+>>> client.wait(job)["status"]
+'completed'
+
+Every error answer becomes an :class:`ApiError` carrying the HTTP status,
+the server's one-sentence ``error`` and the ``field`` it names.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+FINAL_STATUSES = ("completed", "stopped", "failed", "interrupted")
+
+
+class ApiError(Exception):
+    """An error answer: ``status`` (HTTP), ``message`` (one sentence),
+    ``field`` (the request field to blame, or empty)."""
+
+    def __init__(self, status: int, message: str, field: str = "") -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Event:
+    """One Server-Sent Event: its name and its JSON data."""
+
+    event: str
+    data: Any
+
+
+class StudioClient:
+    """One connection per request (the service is local or behind a proxy;
+    simplicity beats keep-alive here)."""
+
+    def __init__(
+        self, base_url: str, token: str | None = None, timeout: float = 30.0
+    ) -> None:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{base_url!r} is not an http(s) URL.")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    # ------------------------------------------------------------ plumbing
+    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        return cls(self._host, self._port, timeout=timeout)
+
+    def _headers(self, body: bytes | None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        raw_body: bytes | None = None,
+        query: dict[str, Any] | None = None,
+    ) -> Any:
+        """``method path`` with ``body`` as JSON (or ``raw_body`` as is);
+        the decoded JSON answer, or ApiError."""
+        data = raw_body if raw_body is not None else None
+        if body is not None:
+            data = json.dumps(body).encode()
+        url = self._prefix + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        conn = self._connection(self.timeout)
+        try:
+            conn.request(method, url, body=data, headers=self._headers(data))
+            response = conn.getresponse()
+            payload = response.read()
+        finally:
+            conn.close()
+        try:
+            decoded = json.loads(payload) if payload else None
+        except json.JSONDecodeError:
+            decoded = None
+        if response.status >= 400:
+            if isinstance(decoded, dict) and "error" in decoded:
+                raise ApiError(
+                    response.status,
+                    str(decoded["error"]),
+                    str(decoded.get("field", "")),
+                )
+            raise ApiError(response.status, payload.decode("utf-8", "replace")[:200])
+        return decoded
+
+    # -------------------------------------------------------------- routes
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/health")
+        return result
+
+    def train(
+        self,
+        env: str,
+        *,
+        algo: str = "auto",
+        steps: int | None = None,
+        settings: dict[str, Any] | None = None,
+        name: str = "",
+    ) -> str:
+        """Start training; returns the job id."""
+        body: dict[str, Any] = {"algo": algo, "settings": settings or {}}
+        if steps is not None:
+            body["steps"] = steps
+        if name:
+            body["name"] = name
+        path = "/train/" + urllib.parse.quote(env, safe="/")
+        return str(self.request("POST", path, body)["job_id"])
+
+    def training(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"/training/{_q(job_id)}")
+        return result
+
+    def stop(self, job_id: str) -> None:
+        self.request("POST", f"/training/{_q(job_id)}/stop")
+
+    def wait(
+        self, job_id: str, timeout: float = 300.0, poll_s: float = 0.25
+    ) -> dict[str, Any]:
+        """Poll until the job ended; its last status (TimeoutError after
+        ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.training(job_id)
+            if status["status"] in FINAL_STATUSES:
+                return status
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"job {job_id} still {status['status']} after {timeout:.0f} s"
+                )
+            time.sleep(poll_s)
+
+    def runs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/runs")["runs"]
+        return result
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", f"/runs/{_q(run_id)}")
+        return result
+
+    def metrics(self, run_id: str, since: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Metric rows from index ``since``, and the index to ask next."""
+        answer = self.request(
+            "GET", f"/runs/{_q(run_id)}/metrics", query={"since": since}
+        )
+        return list(answer["rows"]), int(answer["next"])
+
+    def events(
+        self, run_id: str, since: int = 0, timeout: float | None = 60.0
+    ) -> Iterator[Event]:
+        """The run's Server-Sent Events as they come; ends after ``end``.
+        Closing the iterator closes the connection."""
+        url = f"{self._prefix}/runs/{_q(run_id)}/events?since={since}"
+        conn = self._connection(timeout)
+        try:
+            headers = self._headers(None)
+            headers["Accept"] = "text/event-stream"
+            conn.request("GET", url, headers=headers)
+            response = conn.getresponse()
+            if response.status >= 400:
+                payload = json.loads(response.read() or b"{}")
+                raise ApiError(
+                    response.status,
+                    str(payload.get("error", "")),
+                    str(payload.get("field", "")),
+                )
+            name, data = "message", list[str]()
+            for raw in response:
+                line = raw.decode("utf-8").rstrip("\r\n")
+                if not line:
+                    if data:
+                        yield Event(name, json.loads("\n".join(data)))
+                        if name == "end":
+                            return
+                    name, data = "message", list[str]()
+                elif line.startswith("event:"):
+                    name = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+        finally:
+            conn.close()
+
+    def run_flow(
+        self,
+        name: str,
+        *,
+        overrides: dict[str, Any] | None = None,
+        only_stale: bool = True,
+    ) -> str:
+        """Run the project's flow ``name``; returns the job id."""
+        body = {"overrides": overrides or {}, "only_stale": only_stale}
+        return str(self.request("POST", f"/flows/{_q(name)}/run", body)["job_id"])
+
+    def flows(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/flows")["flows"]
+        return result
+
+    def models(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/models")["models"]
+        return result
+
+    def envs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.request("GET", "/envs")["envs"]
+        return result
+
+
+def _q(part: str) -> str:
+    return urllib.parse.quote(part, safe="")

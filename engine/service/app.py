@@ -1,0 +1,339 @@
+"""The HTTP API of ``rl-studio-engine serve-http`` (FastAPI).
+
+Routes are thin: each checks its request, calls :class:`Service` and returns
+JSON. Every failure is one HTTP status with ``{"error": "<one sentence>"}``
+(and ``"field"`` when one field is to blame): FastAPI's own validation body
+is replaced by a sentence naming the field. With a token, every route
+(``/docs`` and ``/openapi.json`` included) wants ``Authorization: Bearer
+<token>``, compared in constant time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import Body, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engine import contract
+from engine.errors import ConfigError, EngineError, UnknownRunError
+from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
+
+API_VERSION = "1"
+HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
+SSE_POLL_S = 0.2
+"""How often an event stream looks for new metric rows and status."""
+SSE_KEEPALIVE_S = 10.0
+"""A comment line this often keeps proxies from closing a quiet stream."""
+
+
+# ------------------------------------------------------------------ bodies
+class TrainRequest(BaseModel):
+    """``POST /train/{env}``: what the run dialog asks for."""
+
+    model_config = ConfigDict(extra="forbid")
+    algo: str = "auto"
+    """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``."""
+    steps: StrictInt | None = None
+    """Training length in environment steps; None: the preset's length."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """Run settings and hyperparameters by name, as the run dialog's form
+    (``n_envs``, ``seed``, ``learning_rate``, ...)."""
+    name: str = ""
+    """The run's name; empty: ``"<algo> <env>"``."""
+
+
+class FlowRunRequest(BaseModel):
+    """``POST /flows/{name}/run``."""
+
+    model_config = ConfigDict(extra="forbid")
+    overrides: dict[str, Any] = Field(default_factory=dict)
+    """``node_id.param`` -> value, applied to this run only."""
+    only_stale: StrictBool = True
+    """Reuse the outputs of nodes unchanged since their last successful run."""
+    targets: list[str] = Field(default_factory=list)
+    """Run only these nodes (and what they need); empty: all."""
+
+
+# ------------------------------------------------------------------ errors
+def error_response(
+    status: int, message: str, field: str = "", headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body: dict[str, str] = {"error": message}
+    if field:
+        body["field"] = field
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+_TYPE_WORDS = {
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be text",
+    "dict_type": "must be a JSON object",
+    "list_type": "must be a list",
+}
+
+
+def validation_sentence(exc: RequestValidationError) -> tuple[int, str, str]:
+    """(status, sentence, field) for the first problem FastAPI found."""
+    errors = list(exc.errors())
+    if not errors:
+        return 422, "The request is not valid.", ""
+    err = errors[0]
+    kind = str(err.get("type", ""))
+    loc = [str(p) for p in err.get("loc", ())]
+    where, parts = (loc[0], loc[1:]) if loc else ("body", [])
+    if kind == "json_invalid":
+        return 400, "The request body is not valid JSON.", ""
+    if where == "body" and not parts:
+        if kind == "missing":
+            return 422, "The request needs a JSON object body.", ""
+        return 400, "The request body must be a JSON object.", ""
+    name = ".".join(parts) or where
+    value = err.get("input")
+    if kind == "missing":
+        return 422, f"{name} is required.", name
+    if kind == "extra_forbidden":
+        return 422, f"Unknown field {name!r}.", name
+    if kind in _TYPE_WORDS:
+        shown = json.dumps(value) if _jsonable(value) else repr(value)
+        return 422, f"{name} {_TYPE_WORDS[kind]}, not {shown[:80]}.", name
+    message = str(err.get("msg", "is not valid")).rstrip(".")
+    return 422, f"{name}: {message[:1].lower()}{message[1:]}.", name
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _status_of(exc: EngineError) -> int:
+    if isinstance(exc, NotFound | UnknownRunError):
+        return 404
+    if isinstance(exc, ConfigError):
+        return 422
+    return 409  # the request does not fit the state: a run not running, ...
+
+
+# -------------------------------------------------------------------- auth
+def bearer_guard(
+    token: str,
+) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
+    """Middleware refusing any request without ``Authorization: Bearer
+    <token>`` (constant-time comparison)."""
+    expected = token.encode()
+
+    async def guard(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            given.strip().encode(), expected
+        ):
+            return error_response(
+                401,
+                "This server needs the header 'Authorization: Bearer <token>' "
+                "with its token.",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return await call_next(request)
+
+    return guard
+
+
+# --------------------------------------------------------------------- app
+def create_app(service: Service, token: str | None = None) -> FastAPI:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        # Here, not after uvicorn returns: uvicorn re-raises the signal that
+        # stopped it (SIGTERM ends the process) once serving is over.
+        await asyncio.to_thread(service.close)
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="RL Studio engine",
+        version=API_VERSION,
+        description="Train, watch and stop the runs of one RL Studio project.",
+    )
+    if token:
+        app.middleware("http")(bearer_guard(token))
+
+    @app.exception_handler(EngineError)
+    async def on_engine_error(request: Request, exc: EngineError) -> JSONResponse:
+        return error_response(_status_of(exc), str(exc), getattr(exc, "field", ""))
+
+    @app.exception_handler(RequestValidationError)
+    async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        status, message, field = validation_sentence(exc)
+        content_type = request.headers.get("content-type", "")
+        if status == 400 and "json" not in content_type:
+            status = 415
+            message = "Send the body as JSON, with 'Content-Type: application/json'."
+        return error_response(status, message, field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            message = f"There is no route {request.method} {request.url.path}."
+        elif exc.status_code == 405:
+            message = f"{request.url.path} does not answer {request.method}."
+        else:
+            message = str(exc.detail).rstrip(".") + "."
+        return error_response(exc.status_code, message)
+
+    @app.exception_handler(Exception)
+    async def on_crash(request: Request, exc: Exception) -> JSONResponse:
+        return error_response(
+            500, f"The engine failed on {request.url.path}: {type(exc).__name__}."
+        )
+
+    # ------------------------------------------------------------ routes
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        """Readiness: the project is open and the service answers."""
+        return {
+            "status": "ok",
+            "project": str(service.project.path),
+            "api_version": API_VERSION,
+            "pid": os.getpid(),
+            "active_runs": service.supervisor.active_runs(),
+            # Heavy libraries belong in job processes; listed so that a test
+            # can see none crept into the service.
+            "heavy_modules": sorted(m for m in HEAVY_MODULES if m in sys.modules),
+        }
+
+    @app.post("/train/{env:path}", status_code=201)
+    def train(
+        env: str, body: Annotated[TrainRequest | None, Body()] = None
+    ) -> dict[str, str]:
+        """Start training ``env`` (a designed env's name, or a Gymnasium id)."""
+        req = body or TrainRequest()
+        job_id = service.start_training(
+            env, algo=req.algo, steps=req.steps, settings=req.settings, name=req.name
+        )
+        return {"job_id": job_id}
+
+    @app.get("/training/{job_id}")
+    def training(job_id: str) -> dict[str, Any]:
+        """Status, progress, rate, ETA, latest metrics and error of a run."""
+        return service.job(job_id)
+
+    @app.post("/training/{job_id}/stop", status_code=202)
+    def stop(job_id: str) -> dict[str, str]:
+        """Ask a run to save and stop (by force after a timeout)."""
+        service.stop(job_id)
+        return {"job_id": job_id, "status": "stopping"}
+
+    @app.get("/runs", response_model=None)
+    def runs() -> dict[str, list[contract.RunRow]]:
+        return {"runs": [r.to_dict() for r in service.runs()]}
+
+    @app.get("/runs/{run_id}", response_model=None)
+    def run(run_id: str) -> contract.RunRow:
+        return service.run(run_id).to_dict()
+
+    @app.get("/runs/{run_id}/metrics")
+    def metrics(
+        run_id: str,
+        since: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_METRIC_ROWS)] = MAX_METRIC_ROWS,
+    ) -> dict[str, Any]:
+        """Metric rows from index ``since``; ``next`` is where to go on."""
+        rows, next_index = service.metrics(run_id, since, limit)
+        return {"run_id": run_id, "rows": rows, "next": next_index}
+
+    @app.get("/runs/{run_id}/events")
+    async def events(
+        run_id: str, since: Annotated[int, Query(ge=0)] = 0
+    ) -> StreamingResponse:
+        """Server-Sent Events: ``metrics`` (new rows and ``next``),
+        ``status`` (when it changes) and a last ``end`` once the run ended
+        and every row was sent."""
+        path = await asyncio.to_thread(service.metrics_path, run_id)  # 404 early
+        return StreamingResponse(
+            _event_stream(service, run_id, MetricsTail(path, skip=since), since),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.post("/flows/{name}/run", status_code=201)
+    def run_flow(
+        name: str, body: Annotated[FlowRunRequest | None, Body()] = None
+    ) -> dict[str, str]:
+        """Run the project's flow ``flows/<name>.flow.json``."""
+        req = body or FlowRunRequest()
+        job_id = service.start_flow(
+            name,
+            overrides=req.overrides,
+            only_stale=req.only_stale,
+            targets=req.targets,
+        )
+        return {"job_id": job_id}
+
+    @app.get("/flows")
+    def flows() -> dict[str, list[dict[str, Any]]]:
+        return {"flows": service.flows()}
+
+    @app.get("/models", response_model=None)
+    def models() -> dict[str, list[contract.ModelRow]]:
+        return {"models": [m.to_dict() for m in service.project.list_models()]}
+
+    @app.get("/envs")
+    def envs() -> dict[str, list[dict[str, Any]]]:
+        return {"envs": service.envs()}
+
+    return app
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+async def _event_stream(
+    service: Service, run_id: str, tail: MetricsTail, since: int
+) -> AsyncIterator[bytes]:
+    """Poll the run's row and metrics file. A client that goes away only
+    ends this generator (Starlette cancels it); the run goes on."""
+    last_status: dict[str, Any] | None = None
+    next_index = since
+    quiet_since = time.monotonic()
+    while True:
+        job = await asyncio.to_thread(service.job, run_id)
+        rows = await asyncio.to_thread(tail.read, MAX_METRIC_ROWS)
+        if rows:
+            next_index += len(rows)
+            quiet_since = time.monotonic()
+            yield _sse("metrics", {"rows": rows, "next": next_index})
+        status = {k: job[k] for k in ("status", "progress", "steps_per_s", "eta_s")}
+        if status != last_status:
+            last_status = status
+            quiet_since = time.monotonic()
+            yield _sse("status", {**status, "error": job["error"]})
+        if job["status"] not in contract.ACTIVE_STATUSES and not rows:
+            # Rows written just before the end were read above: all sent.
+            yield _sse("end", {"status": job["status"], "next": next_index})
+            return
+        if time.monotonic() - quiet_since > SSE_KEEPALIVE_S:
+            quiet_since = time.monotonic()
+            yield b": keep-alive\n\n"
+        await asyncio.sleep(SSE_POLL_S)

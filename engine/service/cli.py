@@ -1,0 +1,143 @@
+"""``rl-studio-engine serve-http``: the project's engine as an HTTP service.
+
+One process holds the project's supervisor (as ``rl-studio-engine serve``
+does for the studio) and answers HTTP with uvicorn; runs are job processes
+as everywhere else. The first line on stdout, printed once the socket is
+bound, says where it listens (``--port 0`` takes a free port); the service
+answers as soon as ``GET /health`` does. Ctrl-C or SIGTERM ends it (the
+process then ends by that signal, as uvicorn re-raises it); its runs go on
+headless and record their own end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import socket
+import sys
+from pathlib import Path
+
+from engine.errors import EngineError
+
+DEFAULT_PORT = 8765
+GRACEFUL_SHUTDOWN_S = 3.0
+"""How long open requests (an event stream) get when the service stops."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", required=True, help="the project folder")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; any other than loopback "
+        "needs --token-file)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port (default {DEFAULT_PORT}; 0: any free one)",
+    )
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        help="file holding the bearer token every request must send",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="uvicorn's log level (default info: one line per request)",
+    )
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: may resolve to anything
+
+
+def read_token(path: str | None, host: str) -> str | None:
+    """The token of ``--token-file``; None on loopback without one. An
+    EngineError (exit 2) for a missing or empty file, or no token off
+    loopback."""
+    if path is None:
+        if not is_loopback(host):
+            raise EngineError(
+                f"Listening on {host} (not loopback) needs a token: "
+                "give --token-file FILE."
+            )
+        return None
+    try:
+        token = Path(path).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EngineError(f"The token file {path} cannot be read ({exc}).") from None
+    if not token or any(c.isspace() for c in token):
+        raise EngineError(
+            f"The token file {path} must hold one token (no spaces), not "
+            f"{'nothing' if not token else 'several words'}."
+        )
+    return token
+
+
+def bind(host: str, port: int) -> socket.socket:
+    if not 0 <= port <= 65535:
+        raise EngineError(f"--port must be between 0 and 65535, not {port}.")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise EngineError(
+            f"Cannot listen on {host}:{port} ({exc.strerror or exc})."
+        ) from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from engine.service.app import create_app
+    from engine.service.state import Service
+    from resources import resource_path
+
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="engine %(levelname)s: %(message)s",
+    )
+    token = read_token(args.token_file, args.host)
+    sock = bind(args.host, args.port)
+    try:
+        service = Service(args.project, examples=resource_path("examples"))
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        app = create_app(service, token)
+        config = uvicorn.Config(
+            app,
+            log_level=args.log_level,
+            timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S),
+        )
+        server = uvicorn.Server(config)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(
+            f"rl-studio-engine serve-http: http://{shown}:{port} "
+            f"(project {service.project.path})",
+            flush=True,
+        )
+        server.run(sockets=[sock])
+    finally:
+        service.close()
+        sock.close()
+    return 0

@@ -1,0 +1,396 @@
+"""``rl-studio-engine serve-http``: the real server (uvicorn on 127.0.0.1, an
+ephemeral port) in a subprocess, used over real HTTP through
+``engine.client_http``: training to completion, stop, metrics and events,
+flows, runs started by another engine, each bad input's one-sentence error,
+and the token."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine import protocol
+from engine.client_http import ApiError, StudioClient
+from engine.jobs.supervisor import Supervisor
+from engine.store.project import Project
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 60.0
+# Small and quick: two env copies, short rollouts, no evaluation.
+QUICK = {"n_envs": 2, "n_steps": 128, "batch_size": 64, "eval_every_steps": 0}
+
+
+class Served:
+    """A ``serve-http`` process and a client of it."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, log: Path) -> None:
+        self.proc = proc
+        self.url = url
+        self.log = log
+
+    def client(self, token: str | None = None) -> StudioClient:
+        return StudioClient(self.url, token=token, timeout=30)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def serve(project: Path, log: Path, *extra: str) -> Served:
+    """Start the server; wait for its address line, then poll ``/health``
+    until it answers (with a deadline)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open(log, "w") as err:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "engine.cli", "serve-http"),
+                *("--project", str(project), "--port", "0", "--log-level", "warning"),
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=REPO,
+            env=env,
+        )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # printed once the socket is bound
+    assert line.startswith("rl-studio-engine serve-http: http://"), (
+        line + log.read_text()
+    )
+    served = Served(proc, line.split()[2], log)
+    token = None
+    if "--token-file" in extra:
+        token = Path(extra[extra.index("--token-file") + 1]).read_text().strip()
+    client = served.client(token)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            client.health()
+            return served
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                served.stop()
+                message = "the server did not answer: " + log.read_text()
+                raise AssertionError(message) from None
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("http")
+    served = serve(root / "project", root / "server.log")
+    yield served
+    served.stop()
+    # uvicorn ends by the signal it was stopped with, after a clean shutdown.
+    assert served.proc.returncode in (0, -signal.SIGTERM), served.log.read_text()
+    assert "Traceback" not in served.log.read_text()
+
+
+@pytest.fixture
+def client(server: Served) -> StudioClient:
+    return server.client()
+
+
+def wait_until(what: str, check: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def one_sentence(message: str) -> bool:
+    return (
+        message.endswith((".", "?"))
+        and "\n" not in message
+        and "Traceback" not in message
+        and len(message) < 300
+    )
+
+
+# ---------------------------------------------------------------- service
+def test_health_openapi_and_docs(server: Served, client: StudioClient) -> None:
+    health = client.health()
+    assert health["status"] == "ok"
+    assert health["heavy_modules"] == []
+    spec = client.request("GET", "/openapi.json")
+    for path in ("/train/{env}", "/training/{job_id}", "/runs/{run_id}/events"):
+        assert path in spec["paths"]
+    assert "/flows/{name}/run" in spec["paths"]
+    import urllib.request
+
+    with urllib.request.urlopen(server.url + "/docs", timeout=10) as page:
+        assert page.status == 200
+        assert b"swagger" in page.read().lower()
+
+
+@pytest.mark.slow
+def test_cartpole_ppo_runs_to_completion_with_metrics_and_events(
+    server: Served, client: StudioClient
+) -> None:
+    job = client.train("CartPole-v1", algo="PPO", steps=2048, settings=QUICK)
+    # Live events from the start to the end of the run, on their own stream.
+    events = list(client.events(job, timeout=120))
+    names = [e.event for e in events]
+    assert names[-1] == "end" and events[-1].data["status"] == "completed"
+    assert "metrics" in names and "status" in names
+    streamed = [row for e in events if e.event == "metrics" for row in e.data["rows"]]
+
+    status = client.wait(job, timeout=120)
+    assert status["status"] == "completed", status
+    assert status["error"] is None
+    assert status["progress"]["fraction"] == 1.0
+    assert status["progress"]["done"] >= 2048
+    assert status["steps_per_s"] > 0 and status["eta_s"] == 0.0
+    assert "rollout/ep_rew_mean" in status["last_metrics"]
+
+    rows, next_index = client.metrics(job)
+    assert rows == streamed and next_index == len(rows) > 0
+    assert rows[-1]["step"] >= 2048
+    assert client.metrics(job, since=next_index) == ([], next_index)
+    assert client.metrics(job, since=1)[0] == rows[1:]
+
+    # An ordinary project run: in the list, its model registered, and in the
+    # project's own store, as the desktop studio reads it.
+    assert job in [r["id"] for r in client.runs()]
+    assert [m for m in client.models() if m["source_run"] == job]
+    project = Project.open(Path(client.health()["project"]))
+    try:
+        assert project.get_run(job).status == "completed"
+    finally:
+        project.close()
+    assert client.health()["heavy_modules"] == []  # torch stayed in the job
+
+
+@pytest.mark.slow
+def test_stop_a_run_and_a_stream_that_disconnects(
+    server: Served, client: StudioClient
+) -> None:
+    job = client.train("CartPole-v1", algo="PPO", steps=5_000_000, settings=QUICK)
+    wait_until("training", lambda: client.training(job)["steps_per_s"])
+
+    # A client that reads one event and vanishes mid-stream.
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET /runs/{job}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert b"text/event-stream" in sock.recv(4096)
+    assert client.health()["status"] == "ok"
+
+    running = client.training(job)
+    assert running["status"] == "running"
+    assert running["steps_per_s"] > 0 and running["eta_s"] > 0
+    client.stop(job)
+    status = client.wait(job, timeout=60)
+    assert status["status"] == "stopped", status
+    assert status["summary"]["stopped_by"] == "user"
+    with pytest.raises(ApiError) as err:
+        client.stop(job)
+    assert err.value.status == 409 and "not running" in err.value.message
+
+
+@pytest.mark.slow
+def test_a_project_flow_runs(client: StudioClient) -> None:
+    assert "cartpole_ppo" in [f["name"] for f in client.flows()]
+    job = client.run_flow(
+        "cartpole_ppo",
+        overrides={"train.total_steps": 512, "train.n_envs": 2, "evaluate.episodes": 2},
+    )
+    status = client.wait(job, timeout=120)
+    assert status["status"] == "completed", status
+    assert status["kind"] == "flow.run"
+    assert [m for m in client.models() if m["source_run"] == job]
+
+
+def test_runs_of_another_engine_are_listed_and_stopped(
+    server: Served, client: StudioClient
+) -> None:
+    """The desktop studio's engine (a Supervisor of its own) on the same
+    project: its run is listed, read and stopped over HTTP."""
+    seen: list[protocol.Message] = []
+    studio = Supervisor(seen.append)
+    studio.open_project(client.health()["project"], create=False, with_examples=False)
+    try:
+        run_id = studio.start_run("selftest", {"steps": 100_000, "step_seconds": 0.01})
+        assert run_id in [r["id"] for r in client.runs()]
+        wait_until("progress", lambda: client.metrics(run_id)[1] > 0)
+        assert client.training(run_id)["status"] == "running"
+        client.stop(run_id)
+        wait_until("the stop", lambda: not studio.active_runs(), timeout=30)
+        assert client.training(run_id)["status"] == "stopped"
+    finally:
+        studio.shutdown(5)
+
+
+# -------------------------------------------------------------- bad input
+def post(client: StudioClient, path: str, body: Any = None, raw: bytes | None = None):
+    with pytest.raises(ApiError) as err:
+        client.request("POST", path, body, raw_body=raw)
+    return err.value
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "raw", "status", "field", "words"),
+    [
+        ("/train/CartPol-v1", {}, None, 404, "", "did you mean 'CartPole-v1'"),
+        ("/train/CartPole-v1", None, b'{"steps": 5', 400, "", "not valid JSON"),
+        ("/train/CartPole-v1", [1, 2], None, 400, "", "must be a JSON object"),
+        ("/train/CartPole-v1", {"steps": "x"}, None, 422, "steps", "whole number"),
+        ("/train/CartPole-v1", {"steps": 2.5}, None, 422, "steps", "whole number"),
+        ("/train/CartPole-v1", {"steps": 0}, None, 422, "steps", "at least 1"),
+        ("/train/CartPole-v1", {"steps": -5}, None, 422, "steps", "at least 1"),
+        ("/train/CartPole-v1", {"algo": 5}, None, 422, "algo", "must be text"),
+        ("/train/CartPole-v1", {"algo": "PPOO"}, None, 422, "algo", "PPOO"),
+        ("/train/CartPole-v1", {"settings": []}, None, 422, "settings", "object"),
+        ("/train/CartPole-v1", {"stepz": 5}, None, 422, "stepz", "Unknown field"),
+        (
+            "/train/CartPole-v1",
+            {"settings": {"n_envs": 0}},
+            None,
+            422,
+            "settings.n_envs",
+            "n_envs must be at least 1",
+        ),
+        (
+            "/train/CartPole-v1",
+            {"settings": {"learning_rat": 0.1}},
+            None,
+            422,
+            "settings.learning_rat",
+            "did you mean 'learning_rate'",
+        ),
+        (
+            "/train/CartPole-v1",
+            {"settings": {"total_steps": 5}},
+            None,
+            422,
+            "settings.total_steps",
+            "as steps",
+        ),
+        ("/flows/no_such_flow/run", {}, None, 404, "", "no flow 'no_such_flow'"),
+        (
+            "/flows/cartpole_ppo/run",
+            {"overrides": {"nonode.x": 1}},
+            None,
+            422,
+            "overrides",
+            "nonode",
+        ),
+        ("/flows/cartpole_ppo/run", {"only_stale": "yes"}, None, 422, "only_stale", ""),
+        ("/training/no-such-job/stop", None, None, 404, "", "no run 'no-such-job'"),
+    ],
+)
+def test_bad_input_is_one_status_and_one_sentence(
+    client: StudioClient,
+    path: str,
+    body: Any,
+    raw: bytes | None,
+    status: int,
+    field: str,
+    words: str,
+) -> None:
+    before = len(client.runs())
+    error = post(client, path, body, raw)
+    assert error.status == status, error
+    assert words in error.message
+    assert one_sentence(error.message), error.message
+    assert error.field == field
+    assert len(client.runs()) == before  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/training/no-such-job",
+        "/runs/no-such-job",
+        "/runs/no-such-job/metrics",
+        "/runs/no-such-job/events",
+        "/runs/..%2F..%2Fetc/metrics",
+    ],
+)
+def test_unknown_ids_are_404(client: StudioClient, path: str) -> None:
+    with pytest.raises(ApiError) as err:
+        client.request("GET", path)
+    assert err.value.status == 404
+    assert one_sentence(err.value.message)
+
+
+def test_wrong_query_types_and_content_type(client: StudioClient) -> None:
+    for since in (-1, "a"):
+        with pytest.raises(ApiError) as err:
+            client.request("GET", "/runs/x/metrics", query={"since": since})
+        assert err.value.status == 422 and err.value.field == "since"
+        assert one_sentence(err.value.message)
+    import http.client
+
+    host, port = client._host, client._port
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request("POST", "/train/CartPole-v1", body=b"steps=5")
+    answer = conn.getresponse()
+    payload = json.loads(answer.read())
+    conn.close()
+    assert answer.status == 415
+    assert one_sentence(payload["error"]) and "application/json" in payload["error"]
+
+
+# ------------------------------------------------------------------ token
+def test_off_loopback_without_a_token_refuses_to_start(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            *(sys.executable, "-m", "engine.cli", "serve-http"),
+            *("--project", str(tmp_path / "p"), "--host", "0.0.0.0", "--port", "0"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert out.stdout == ""
+    message = out.stderr.strip()
+    assert message.startswith("rl-studio-engine serve-http: ")
+    assert "needs a token" in message and "--token-file" in message
+    assert len(message.splitlines()) == 1 and one_sentence(message)
+    assert not (tmp_path / "p").exists()  # refused before anything was made
+
+
+def test_a_token_is_required_on_every_route(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-123\n")
+    served = serve(
+        tmp_path / "project", tmp_path / "server.log", "--token-file", str(token_file)
+    )
+    try:
+        assert served.client("s3cret-token-123").health()["status"] == "ok"
+        for token in (None, "wrong", "s3cret-token-12", "s3cret-token-1234"):
+            for path in ("/health", "/runs", "/openapi.json", "/docs", "/nothing"):
+                with pytest.raises(ApiError) as err:
+                    served.client(token).request("GET", path)
+                assert err.value.status == 401
+                assert one_sentence(err.value.message)
+                assert "Authorization: Bearer" in err.value.message
+        with pytest.raises(ApiError) as err:
+            served.client("wrong").train("CartPole-v1", steps=100)
+        assert err.value.status == 401
+        assert served.client("s3cret-token-123").runs() == []
+    finally:
+        served.stop()
