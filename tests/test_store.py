@@ -156,6 +156,21 @@ def test_reconcile_leaves_runs_whose_process_still_runs(project_dir: Path) -> No
     project.close()
 
 
+def test_reconcile_leaves_a_run_being_started_by_another_engine(
+    project_dir: Path,
+) -> None:
+    """A queued row has no pid until its process starts; another engine's
+    reconcile must not call it interrupted meanwhile."""
+    project = Project.open(project_dir, create=True)
+    starting = project.create_run("selftest", {})
+    stale = project.create_run("selftest", {})
+    project.update_run(stale.id, created=time.time() - 3600)
+    assert project.reconcile_runs() == [stale.id]
+    assert project.get_run(starting.id).status == "queued"
+    assert project.get_run(stale.id).status == "interrupted"
+    project.close()
+
+
 def test_register_model_copies_files_and_records_lineage(
     project_dir: Path, tmp_path: Path
 ) -> None:

@@ -43,6 +43,11 @@ from engine.store.paths import checked_name, child
 SCHEMA_VERSION = 1
 FOLDERS = ("envs", "flows", "runs", "models", "data")
 ACTIVE_STATUSES = contract.ACTIVE_STATUSES
+QUEUED_GRACE_S = 30.0
+"""How long a ``queued`` row without a process is left alone by
+:meth:`Project.reconcile_runs`: the row of a run is made before its process
+starts and records its pid, and the process may belong to another engine
+on the project (a studio beside ``serve-http``, a headless ``train``)."""
 FINAL_STATUSES = contract.FINAL_STATUSES
 
 _SCHEMA = """
@@ -334,7 +339,9 @@ class Project:
         interrupted (engine killed, machine rebooted). A run
         whose recorded process is still alive (a headless ``rl-studio-engine
         train`` in a terminal, a job finishing after its engine died) is left
-        as it is: it reports its own end. Returns the ids whose status changed.
+        as it is: it reports its own end, and so is a run queued less than
+        :data:`QUEUED_GRACE_S` ago (its process is being started, perhaps by
+        another engine). Returns the ids whose status changed.
         """
         live = set(live_run_ids)
         changed = []
@@ -343,6 +350,8 @@ class Project:
                 continue
             if process_owns_run(run):
                 continue
+            if run.status == "queued" and time.time() - run.created < QUEUED_GRACE_S:
+                continue  # being started, maybe by another process
             outcome = lifecycle.read_outcome(self.run_dir(run.id))
             if outcome is not None:
                 # The run's last step, which its recorder did not live to
