@@ -229,6 +229,72 @@ class StudioClient:
         result: list[dict[str, Any]] = self.request("GET", "/envs")["envs"]
         return result
 
+    # ------------------------------------------------------- trajectories
+    def start_trajectory(
+        self,
+        agent: str,
+        *,
+        scenario: str = "",
+        window: str = "",
+        env: str = "",
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Start recording; returns the trajectory id."""
+        body: dict[str, Any] = {
+            "agent": agent,
+            "scenario": scenario,
+            "window": window,
+            "env": env,
+        }
+        if meta:
+            body["meta"] = meta
+        return str(self.request("POST", "/trajectories", body)["trajectory_id"])
+
+    def add_step(
+        self,
+        trajectory_id: str,
+        *,
+        action: Any,
+        reward: float,
+        state: Any = None,
+        prompt: str | list[dict[str, str]] | None = None,
+        completion: str | None = None,
+        valid: bool = True,
+    ) -> int:
+        """Record a step; returns its index once the server stored it."""
+        body: dict[str, Any] = {"state": state, "action": action, "reward": reward}
+        if prompt is not None:
+            body["prompt"] = prompt
+        if completion is not None:
+            body["completion"] = completion
+        if not valid:
+            body["valid"] = False
+        path = f"/trajectories/{_q(trajectory_id)}/steps"
+        return int(self.request("POST", path, body)["t"])
+
+    def end_trajectory(
+        self, trajectory_id: str, status: str, total_reward: float | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"status": status}
+        if total_reward is not None:
+            body["total_reward"] = total_reward
+        path = f"/trajectories/{_q(trajectory_id)}/end"
+        result: dict[str, Any] = self.request("POST", path, body)
+        return result
+
+    def trajectories(self, agent: str = "", status: str = "") -> list[dict[str, Any]]:
+        query = {k: v for k, v in (("agent", agent), ("status", status)) if v}
+        answer = self.request("GET", "/trajectories", query=query or None)
+        result: list[dict[str, Any]] = answer["trajectories"]
+        return result
+
+    def trajectory(self, trajectory_id: str) -> dict[str, Any]:
+        """The trajectory as a trace episode, steps included."""
+        result: dict[str, Any] = self.request(
+            "GET", f"/trajectories/{_q(trajectory_id)}"
+        )
+        return result
+
 
 def _q(part: str) -> str:
     return urllib.parse.quote(part, safe="")

@@ -232,10 +232,12 @@ def test_runs_of_another_engine_are_listed_and_stopped(
         run_id = studio.start_run("selftest", {"steps": 100_000, "step_seconds": 0.01})
         assert run_id in [r["id"] for r in client.runs()]
         wait_until("progress", lambda: client.metrics(run_id)[1] > 0)
-        assert client.training(run_id)["status"] == "running"
+        status = client.training(run_id)
+        assert status["status"] == "running", status
         client.stop(run_id)
         wait_until("the stop", lambda: not studio.active_runs(), timeout=30)
-        assert client.training(run_id)["status"] == "stopped"
+        status = client.training(run_id)
+        assert status["status"] == "stopped", status
     finally:
         studio.shutdown(5)
 
@@ -394,3 +396,143 @@ def test_a_token_is_required_on_every_route(tmp_path: Path) -> None:
         assert served.client("s3cret-token-123").runs() == []
     finally:
         served.stop()
+
+
+# ----------------------------------------------------------- trajectories
+def record(
+    client: StudioClient,
+    agent: str,
+    scenario: str,
+    rewards: list[float],
+    status: str = "completed",
+    completions: list[str] | None = None,
+) -> str:
+    tid = client.start_trajectory(agent, scenario=scenario, window="2026-11-24T06")
+    for t, reward in enumerate(rewards):
+        index = client.add_step(
+            tid,
+            state={"task": {"id": scenario}, "status": "open", "t": t},
+            action="comment",
+            reward=reward,
+            prompt=f"Issue {scenario}: what next?",
+            completion=(completions or ["<tool>comment</tool>"] * len(rewards))[t],
+        )
+        assert index == t
+    client.end_trajectory(tid, status)
+    return tid
+
+
+def test_trajectories_become_trace_episodes_for_the_viewer_and_datasets(
+    client: StudioClient, tmp_path: Path
+) -> None:
+    from engine.llm.datasets import build_rows
+    from engine.llm.rollouts import iter_traces
+    from studio.models.traces import episode_row, list_trace_files, load_trace_file
+
+    good = record(client, "triage-bot", "RLHUB-1", [0.5, 1.0])
+    bad = record(
+        client, "triage-bot", "RLHUB-1", [-1.0], "failed", ["<tool>close</tool>"]
+    )
+    row = client.trajectories(agent="triage-bot")[-1]
+    assert row["id"] == bad and row["status"] == "failed" and row["exported"]
+    assert row["total_reward"] == -1.0 and row["steps"] == 1
+    assert client.trajectory(good)["return"] == 1.5
+    assert [r["id"] for r in client.trajectories(status="completed")] == [good]
+
+    project = Path(client.health()["project"])
+    path = project / "data" / "traces" / "agent-triage-bot.jsonl"
+    assert path in list_trace_files(project)  # the studio's traces view
+    episodes = load_trace_file(path).episodes
+    assert [e["trajectory_id"] for e in episodes] == [good, bad]
+    assert [episode_row(e, i)["outcome"] for i, e in enumerate(episodes)] == [
+        "success",
+        "failed",
+    ]
+    recorded = list(iter_traces(path))  # as the dataset builder reads them
+    assert len(build_rows("sft", recorded)) == 2
+    kto = build_rows("kto", recorded)  # balanced: one desirable, one not
+    assert sorted(r["label"] for r in kto) == [False, True]
+    assert len(build_rows("dpo", recorded)) == 1  # two completions, one prompt
+    assert len(build_rows("grpo", recorded)) == 1  # one prompt of one task
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "status", "field", "words"),
+    [
+        ("start", {"scenario": "x"}, 422, "agent", "agent is required"),
+        ("start", {"agent": "../etc"}, 422, "agent", "cannot be used in a file"),
+        ("start", {"agent": "a", "scenario": "x" * 300}, 422, "scenario", "at most"),
+        ("step", {"action": 1, "reward": "x"}, 422, "reward", "must be a number"),
+        ("step", {"action": 1}, 422, "reward", "reward is required"),
+        ("step", {"reward": 1.0}, 422, "action", "action is required"),
+        ("step", {"action": 1, "reward": 1, "prompt": 5}, 422, "prompt", "text or"),
+        ("step_raw", b'{"action": NaN, "reward": 1}', 422, "action", "NaN"),
+        ("step_raw", b'{"action": 1, "reward": Infinity}', 422, "reward", "finite"),
+        ("end", {"status": "done"}, 422, "status", "one of completed"),
+        ("end", {"status": "failed", "total_reward": "a"}, 422, "total_reward", ""),
+        ("ended_step", {"action": 1, "reward": 1.0}, 409, "", "has ended"),
+        ("ended_end", {"status": "completed"}, 409, "", "ended already"),
+        ("unknown_step", {"action": 1, "reward": 1.0}, 404, "", "no trajectory"),
+        ("unknown_end", {"status": "completed"}, 404, "", "no trajectory"),
+    ],
+)
+def test_bad_trajectory_input_is_one_status_and_one_sentence(
+    client: StudioClient, route: str, body: Any, status: int, field: str, words: str
+) -> None:
+    tid = client.start_trajectory("checker")
+    client.add_step(tid, action=0, reward=0.0)
+    if route.startswith("ended"):
+        client.end_trajectory(tid, "completed")
+    target = "t-unknown" if route.startswith("unknown") else tid
+    path = {
+        "start": "/trajectories",
+        "end": f"/trajectories/{target}/end",
+        "ended_end": f"/trajectories/{target}/end",
+        "unknown_end": f"/trajectories/{target}/end",
+    }.get(route, f"/trajectories/{target}/steps")
+    before = client.trajectory(tid)
+    raw = body if isinstance(body, bytes) else None
+    error = post(client, path, None if raw else body, raw)
+    assert error.status == status, error
+    assert words in error.message and one_sentence(error.message), error.message
+    assert error.field == field
+    assert client.trajectory(tid) == before  # nothing half-written
+
+
+def test_every_acknowledged_step_survives_a_kill_9(tmp_path: Path) -> None:
+    """Steps are acknowledged once committed: kill -9 the server while a
+    client ingests, start it again, and every acknowledged step is there."""
+    import threading
+
+    project = tmp_path / "project"
+    served = serve(project, tmp_path / "server1.log")
+    client = served.client()
+    tid = client.start_trajectory("ingest", scenario="crash")
+    acked: list[int] = []
+    failed = threading.Event()
+
+    def ingest() -> None:
+        try:
+            while True:
+                acked.append(client.add_step(tid, action=len(acked), reward=1.0))
+        except (OSError, ApiError):
+            failed.set()
+
+    thread = threading.Thread(target=ingest, daemon=True)
+    thread.start()
+    wait_until("some steps", lambda: len(acked) >= 50, timeout=30)
+    served.proc.kill()  # SIGKILL: no shutdown, no flush
+    served.proc.wait()
+    thread.join(timeout=30)
+    assert failed.is_set() and acked == list(range(len(acked)))
+
+    again = serve(project, tmp_path / "server2.log")
+    try:
+        episode = again.client().trajectory(tid)
+        stored = [s["t"] for s in episode["steps"]]
+        assert stored[: len(acked)] == acked  # perhaps one more, unacknowledged
+        assert len(stored) - len(acked) in (0, 1)
+        again.client().end_trajectory(tid, "abandoned")
+        assert again.client().trajectory(tid)["length"] == len(stored)
+    finally:
+        again.stop()

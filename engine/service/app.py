@@ -29,9 +29,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from engine import contract
 from engine.errors import ConfigError, EngineError, UnknownRunError
 from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
+from engine.store.trajectories import UnknownTrajectoryError
 
 API_VERSION = "1"
 HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body taken (a step with a long prompt fits)."""
 SSE_POLL_S = 0.2
 """How often an event stream looks for new metric rows and status."""
 SSE_KEEPALIVE_S = 10.0
@@ -64,6 +67,51 @@ class FlowRunRequest(BaseModel):
     """Reuse the outputs of nodes unchanged since their last successful run."""
     targets: list[str] = Field(default_factory=list)
     """Run only these nodes (and what they need); empty: all."""
+
+
+class TrajectoryStart(BaseModel):
+    """``POST /trajectories``: an agent starts recording."""
+
+    model_config = ConfigDict(extra="forbid")
+    agent: str
+    """The agent's name (its trace file is ``data/traces/agent-<agent>.jsonl``)."""
+    scenario: str = ""
+    """The scenario (task) it works on; trajectories are grouped by it."""
+    window: str = ""
+    """The time window or batch it belongs to."""
+    env: str = ""
+    """The environment it acts in, when it has one (a designed env, an id)."""
+    meta: dict[str, Any] = Field(default_factory=dict)
+    """Anything else to keep with it."""
+
+
+class TrajectoryStep(BaseModel):
+    """``POST /trajectories/{id}/steps``: one step, acknowledged once stored."""
+
+    model_config = ConfigDict(extra="forbid")
+    state: Any = None
+    """What the agent saw (a JSON object is kept as is)."""
+    action: Any
+    """What it did (a tool name, an index, an object)."""
+    reward: float = Field(strict=True, allow_inf_nan=False)
+    prompt: Any = None
+    """A language-model agent's prompt: text or chat messages
+    (``[{"role": ..., "content": ...}]``; checked by the store)."""
+    completion: str | None = None
+    """A language-model agent's reply."""
+    valid: StrictBool = True
+    """False for an action the environment refused."""
+    info: dict[str, Any] | None = None
+
+
+class TrajectoryEnd(BaseModel):
+    """``POST /trajectories/{id}/end``."""
+
+    model_config = ConfigDict(extra="forbid")
+    status: str
+    """``completed``, ``failed``, ``error``, ``timeout`` or ``abandoned``."""
+    total_reward: float | None = Field(default=None, strict=True, allow_inf_nan=False)
+    """The episode's return; None: the sum of the steps' rewards."""
 
 
 # ------------------------------------------------------------------ errors
@@ -127,7 +175,7 @@ def _jsonable(value: Any) -> bool:
 
 
 def _status_of(exc: EngineError) -> int:
-    if isinstance(exc, NotFound | UnknownRunError):
+    if isinstance(exc, NotFound | UnknownRunError | UnknownTrajectoryError):
         return 404
     if isinstance(exc, ConfigError):
         return 422
@@ -175,7 +223,19 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         version=API_VERSION,
         description="Train, watch and stop the runs of one RL Studio project.",
     )
-    if token:
+
+    @app.middleware("http")
+    async def limit_body(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return error_response(
+                413, f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
+            )
+        return await call_next(request)
+
+    if token:  # added last: the outermost, so it answers before anything else
         app.middleware("http")(bearer_guard(token))
 
     @app.exception_handler(EngineError)
@@ -301,6 +361,55 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
     @app.get("/envs")
     def envs() -> dict[str, list[dict[str, Any]]]:
         return {"envs": service.envs()}
+
+    # ------------------------------------------------------ trajectories
+    @app.post("/trajectories", status_code=201)
+    def start_trajectory(body: TrajectoryStart) -> dict[str, str]:
+        """Start recording a trajectory; its id."""
+        trajectory_id = service.trajectories.start(
+            body.agent,
+            scenario=body.scenario,
+            window=body.window,
+            env=body.env,
+            meta=body.meta,
+        )
+        return {"trajectory_id": trajectory_id}
+
+    @app.post("/trajectories/{trajectory_id}/steps", status_code=201)
+    def add_step(trajectory_id: str, body: TrajectoryStep) -> dict[str, Any]:
+        """Record one step; answered once it is committed."""
+        t = service.trajectories.add_step(
+            trajectory_id,
+            state=body.state,
+            action=body.action,
+            reward=body.reward,
+            prompt=body.prompt,
+            completion=body.completion,
+            valid=body.valid,
+            info=body.info,
+        )
+        return {"trajectory_id": trajectory_id, "t": t}
+
+    @app.post("/trajectories/{trajectory_id}/end")
+    def end_trajectory(trajectory_id: str, body: TrajectoryEnd) -> dict[str, Any]:
+        """End it: its episode goes to its agent's trace file."""
+        return service.trajectories.end(
+            trajectory_id, status=body.status, total_reward=body.total_reward
+        )
+
+    @app.get("/trajectories")
+    def list_trajectories(
+        agent: str = "",
+        status: str = "",
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    ) -> dict[str, list[dict[str, Any]]]:
+        rows = service.trajectories.list_trajectories(agent, status, limit)
+        return {"trajectories": rows}
+
+    @app.get("/trajectories/{trajectory_id}")
+    def trajectory(trajectory_id: str) -> dict[str, Any]:
+        """The trajectory as a trace episode, steps included."""
+        return service.trajectories.episode(trajectory_id)
 
     return app
 

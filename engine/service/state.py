@@ -27,6 +27,7 @@ from engine.errors import ConfigError, EngineError
 from engine.jobs.supervisor import Supervisor
 from engine.store.paths import checked_name
 from engine.store.project import Project, RunRecord
+from engine.store.trajectories import TrajectoryStore
 
 log = logging.getLogger("engine.service")
 
@@ -110,6 +111,12 @@ class Service:
         self.project: Project = self.supervisor.open_project(
             str(project_dir), create=True, with_examples=examples is not None
         )
+        self.trajectories = TrajectoryStore(self.project.path)
+        if self.trajectories.recovered:
+            log.info(
+                "wrote the trace lines of %d ended trajectories",
+                len(self.trajectories.recovered),
+            )
 
     def close(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """The service ends: its runs go on headless and record their own end,
@@ -120,6 +127,7 @@ class Service:
                 return
             self._closed = True
         self.supervisor.detach(timeout_s)
+        self.trajectories.close()
 
     def _on_event(self, msg: protocol.Message) -> None:
         """The supervisor's events (job threads): progress is kept for rate

@@ -1,0 +1,451 @@
+"""Recorded trajectories: what an operating agent did, step by step.
+
+An agent (a control policy or a language model at work elsewhere) reports
+each step as it happens; the step is committed to SQLite
+(``data/trajectories.sqlite``, WAL) before it is acknowledged, so a crash of
+the recording process loses no acknowledged step. When the trajectory ends
+it becomes one episode line of ``data/traces/agent-<agent>.jsonl`` in the
+trace format of :mod:`engine.llm.rollouts` (``messages``, ``completion``,
+``action``, ``reward``, ``state`` per step; ``return``, ``success`` per
+episode), so the studio's traces view shows it and the dataset builder
+(SFT, KTO, DPO, GRPO) reads it as it reads rollouts.
+
+The database is its own file, not ``studio.sqlite``: ingesting hundreds of
+steps a second must neither wait on the project's lock nor make an open
+studio reload its run list at every commit.
+
+Durability: a line is appended (flushed, fsync'ed) only after the end is
+committed, and marked exported after; a crash between the two is repaired
+when the store opens (the line is written unless the file has it), and a
+torn last line is cut off first so that the next line is not glued to it.
+``synchronous=NORMAL``: a process crash loses nothing committed; a power cut
+may lose the last commits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, EngineError
+from engine.store.paths import checked_name, child
+
+DB_FILE = "data/trajectories.sqlite"
+TRACE_PREFIX = "agent-"
+"""Trace files of recorded trajectories: ``data/traces/agent-<agent>.jsonl``
+(apart from the ``llm.collect`` rollouts, which may overwrite theirs)."""
+END_STATUSES = ("completed", "failed", "error", "timeout", "abandoned")
+"""How a trajectory may end; ``completed`` is a success, ``timeout`` a
+truncation."""
+MAX_TEXT_CHARS = 200
+"""The longest ``scenario``, ``window`` or ``env``."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS trajectories (
+    id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    scenario TEXT NOT NULL DEFAULT '',
+    window TEXT NOT NULL DEFAULT '',
+    env TEXT NOT NULL DEFAULT '',
+    meta TEXT NOT NULL DEFAULT '{}',
+    status TEXT NOT NULL DEFAULT 'open',
+    created REAL NOT NULL,
+    ended REAL,
+    steps INTEGER NOT NULL DEFAULT 0,
+    reward_sum REAL NOT NULL DEFAULT 0,
+    total_reward REAL,
+    episode INTEGER,
+    trace_file TEXT NOT NULL DEFAULT '',
+    exported INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS trajectories_agent ON trajectories (agent, created);
+CREATE TABLE IF NOT EXISTS trajectory_steps (
+    trajectory TEXT NOT NULL,
+    t INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (trajectory, t)
+) WITHOUT ROWID;
+"""
+
+_COLUMNS = (
+    "id",
+    "agent",
+    "scenario",
+    "window",
+    "env",
+    "meta",
+    "status",
+    "created",
+    "ended",
+    "steps",
+    "total_reward",
+    "episode",
+    "trace_file",
+    "exported",
+)
+
+
+class UnknownTrajectoryError(EngineError):
+    """An id the store does not know."""
+
+
+class TrajectoryEndedError(EngineError):
+    """A step or an end for a trajectory that ended already."""
+
+
+def _json(field: str, value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        raise ConfigError(
+            field, f"{field} must not hold NaN or Infinity (JSON has neither)."
+        ) from None
+    except TypeError as exc:
+        raise ConfigError(field, f"{field} cannot be stored as JSON ({exc}).") from None
+
+
+def _text(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(field, f"{field} must be text, not {value!r}.")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ConfigError(
+            field, f"{field} must be at most {MAX_TEXT_CHARS} characters long."
+        )
+    return value
+
+
+def _reward(field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(field, f"{field} must be a number, not {value!r}.")
+    if not math.isfinite(value):
+        raise ConfigError(field, f"{field} must be a finite number, not {value!r}.")
+    return float(value)
+
+
+def _messages(prompt: Any) -> list[dict[str, str]]:
+    """A step's prompt as chat messages (text is one user message)."""
+    if prompt is None:
+        return []
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, list) and all(
+        isinstance(m, dict)
+        and isinstance(m.get("role"), str)
+        and isinstance(m.get("content"), str)
+        for m in prompt
+    ):
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    raise ConfigError(
+        "prompt",
+        "prompt must be text or a list of {role, content} messages.",
+    )
+
+
+class TrajectoryStore:
+    """The project's recorded trajectories. Thread-safe: one connection
+    behind a lock."""
+
+    def __init__(self, project_dir: str | os.PathLike[str]) -> None:
+        self.project_dir = Path(project_dir)
+        path = self.project_dir / DB_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(path, check_same_thread=False, timeout=10)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.commit()
+        except sqlite3.DatabaseError as exc:
+            raise EngineError(
+                f"The trajectory database {path} is damaged ({exc})."
+            ) from None
+        self.recovered = self._export_pending()
+        """Ended trajectories whose trace line was written when the store
+        opened (their writer died before it could)."""
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---------------------------------------------------------- recording
+    def start(
+        self,
+        agent: str,
+        *,
+        scenario: str = "",
+        window: str = "",
+        env: str = "",
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """A new open trajectory of ``agent``; its id."""
+        checked_name("agent", agent)
+        row = (
+            f"t-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}",
+            agent,
+            _text("scenario", scenario),
+            _text("window", window),
+            _text("env", env),
+            _json("meta", meta or {}),
+            time.time(),
+            str(self._trace_path(agent).relative_to(self.project_dir)),
+        )
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT INTO trajectories"
+                " (id, agent, scenario, window, env, meta, created, trace_file)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        return row[0]
+
+    def add_step(
+        self,
+        trajectory_id: str,
+        *,
+        state: Any = None,
+        action: Any = None,
+        reward: float = 0.0,
+        prompt: Any = None,
+        completion: str | None = None,
+        valid: bool = True,
+        info: dict[str, Any] | None = None,
+    ) -> int:
+        """Append one step; its index ``t`` once it is committed."""
+        reward = _reward("reward", reward)
+        for name, value in (("state", state), ("action", action), ("info", info)):
+            _json(name, value)
+        if completion is not None and not isinstance(completion, str):
+            raise ConfigError("completion", "completion must be text.")
+        step: dict[str, Any] = {
+            "messages": _messages(prompt),
+            "completion": completion or "",
+            "tool": action if isinstance(action, str) else None,
+            "action": action,
+            "parsed": True,
+            "valid": bool(valid),
+            "reward": reward,
+            "reward_breakdown": {},
+            # GRPO rows read a dict state; anything else is kept under a key.
+            "state": state
+            if isinstance(state, dict) or state is None
+            else {"observation": state},
+        }
+        if info:
+            step["info"] = info
+        with self._lock, self._db:
+            status, t = self._status(trajectory_id)
+            if status != "open":
+                raise TrajectoryEndedError(
+                    f"The trajectory {trajectory_id} has ended ({status}); "
+                    "it takes no more steps."
+                )
+            step["t"] = t
+            self._db.execute(
+                "INSERT INTO trajectory_steps VALUES (?, ?, ?)",
+                (trajectory_id, t, _json("step", step)),
+            )
+            self._db.execute(
+                "UPDATE trajectories SET steps = ?, reward_sum = reward_sum + ?"
+                " WHERE id = ?",
+                (t + 1, reward, trajectory_id),
+            )
+        return t
+
+    def end(
+        self,
+        trajectory_id: str,
+        *,
+        status: str,
+        total_reward: float | None = None,
+    ) -> dict[str, Any]:
+        """End a trajectory and write its episode line; its row."""
+        if status not in END_STATUSES:
+            raise ConfigError(
+                "status",
+                f"status must be one of {', '.join(END_STATUSES)}, not {status!r}.",
+            )
+        if total_reward is not None:
+            total_reward = _reward("total_reward", total_reward)
+        with self._lock:
+            with self._db:
+                current, _ = self._status(trajectory_id)
+                if current != "open":
+                    raise TrajectoryEndedError(
+                        f"The trajectory {trajectory_id} has ended already ({current})."
+                    )
+                self._db.execute(
+                    "UPDATE trajectories SET status = ?, ended = ?,"
+                    " total_reward = COALESCE(?, reward_sum),"
+                    " episode = (SELECT COALESCE(MAX(episode) + 1, 0)"
+                    "  FROM trajectories WHERE trace_file ="
+                    "  (SELECT trace_file FROM trajectories WHERE id = ?))"
+                    " WHERE id = ?",
+                    (status, time.time(), total_reward, trajectory_id, trajectory_id),
+                )
+            self._export(trajectory_id, check_file=False)
+        return self.get(trajectory_id)
+
+    # ------------------------------------------------------------ reading
+    def get(self, trajectory_id: str, with_steps: bool = False) -> dict[str, Any]:
+        with self._lock:
+            out = self._get(trajectory_id)
+            if with_steps:
+                out["steps_data"] = list(self._steps(trajectory_id))
+        return out
+
+    def _get(self, trajectory_id: str) -> dict[str, Any]:
+        row = self._db.execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM trajectories WHERE id = ?",
+            (trajectory_id,),
+        ).fetchone()
+        if row is None:
+            raise UnknownTrajectoryError(
+                f"There is no trajectory {trajectory_id!r} in this project."
+            )
+        return self._row(row)
+
+    def list_trajectories(
+        self, agent: str = "", status: str = "", limit: int = 1000
+    ) -> list[dict[str, Any]]:
+        """The latest ``limit`` trajectories (oldest first), of ``agent`` and
+        ``status`` when given (``open`` for those still recording)."""
+        where, args = [], []
+        if agent:
+            where.append("agent = ?")
+            args.append(agent)
+        if status:
+            where.append("status = ?")
+            args.append(status)
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM trajectories"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created DESC, rowid DESC LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(sql, (*args, limit)).fetchall()
+        return [self._row(r) for r in reversed(rows)]
+
+    def _row(self, row: tuple[Any, ...]) -> dict[str, Any]:
+        out = dict(zip(_COLUMNS, row, strict=True))
+        out["meta"] = json.loads(out["meta"] or "{}")
+        out["exported"] = bool(out["exported"])
+        return out
+
+    def _status(self, trajectory_id: str) -> tuple[str, int]:
+        row = self._db.execute(
+            "SELECT status, steps FROM trajectories WHERE id = ?", (trajectory_id,)
+        ).fetchone()
+        if row is None:
+            raise UnknownTrajectoryError(
+                f"There is no trajectory {trajectory_id!r} in this project."
+            )
+        return str(row[0]), int(row[1])
+
+    def _steps(self, trajectory_id: str) -> Iterator[dict[str, Any]]:
+        for (data,) in self._db.execute(
+            "SELECT data FROM trajectory_steps WHERE trajectory = ? ORDER BY t",
+            (trajectory_id,),
+        ):
+            step: dict[str, Any] = json.loads(data)
+            yield step
+
+    # ------------------------------------------------------------- traces
+    def _trace_path(self, agent: str) -> Path:
+        return child(
+            self.project_dir, "data/traces", TRACE_PREFIX + agent, "agent", ".jsonl"
+        )
+
+    def episode(self, trajectory_id: str) -> dict[str, Any]:
+        """The trajectory as a trace episode (the line its file gets)."""
+        with self._lock:
+            return self._episode(trajectory_id)
+
+    def _episode(self, trajectory_id: str) -> dict[str, Any]:
+        row = self._get(trajectory_id)
+        steps = list(self._steps(trajectory_id))
+        status = row["status"]
+        return {
+            "episode": row["episode"],
+            "trajectory_id": row["id"],
+            "env": row["env"],
+            "task_id": row["scenario"],
+            "seed": None,
+            "policy": f"agent:{row['agent']}",
+            "agent": row["agent"],
+            "scenario": row["scenario"],
+            "window": row["window"],
+            "meta": row["meta"],
+            "steps": steps,
+            "return": row["total_reward"],
+            "length": len(steps),
+            "success": status == "completed",
+            "truncated": status == "timeout",
+            "status": status,
+            "created": row["created"],
+            "ended": row["ended"],
+        }
+
+    def _export(self, trajectory_id: str, check_file: bool) -> None:
+        """Append the episode line (unless ``check_file`` finds it in the
+        file already), then mark it exported. Called with the lock held."""
+        episode = self._episode(trajectory_id)
+        path = self.project_dir / self._get(trajectory_id)["trace_file"]
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not (check_file and _has_trajectory(path, trajectory_id)):
+                _append_line(path, json.dumps(episode, separators=(",", ":")) + "\n")
+        except OSError as exc:
+            raise EngineError(
+                f"The trajectory {trajectory_id} ended, but its trace line could "
+                f"not be written to {path} ({exc.strerror or exc}); it is written "
+                "when the service starts again."
+            ) from None
+        with self._db:
+            self._db.execute(
+                "UPDATE trajectories SET exported = 1 WHERE id = ?", (trajectory_id,)
+            )
+
+    def _export_pending(self) -> list[str]:
+        with self._lock:
+            pending = [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT id FROM trajectories WHERE status != 'open'"
+                    " AND exported = 0 ORDER BY ended"
+                )
+            ]
+            for trajectory_id in pending:
+                self._export(trajectory_id, check_file=True)
+        return pending
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append ``line`` durably, after cutting off a torn last line."""
+    with open(path, "ab+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size:
+            fh.seek(size - 1)
+            if fh.read(1) != b"\n":
+                fh.seek(0)
+                data = fh.read()
+                fh.truncate(data.rfind(b"\n") + 1)
+        fh.seek(0, os.SEEK_END)
+        fh.write(line.encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _has_trajectory(path: Path, trajectory_id: str) -> bool:
+    if not path.is_file():
+        return False
+    needle = f'"trajectory_id":"{trajectory_id}"'.encode()
+    with open(path, "rb") as fh:
+        return any(needle in line and line.endswith(b"\n") for line in fh)
