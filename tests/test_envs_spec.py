@@ -154,10 +154,10 @@ def test_python_file_that_fails_to_import(tmp_path: Path) -> None:
         "python": {"file": "broken_env.py", "class": "Broken"},
     }
     spec = load_spec(_write(tmp_path, doc))  # the file exists: fields are fine
-    from engine.envs.registry import load_python_env_class
+    from engine.envs.remote import load_env_class
 
-    with pytest.raises(SpecError) as info:
-        load_python_env_class(spec)
+    with pytest.raises(SpecError) as info:  # imported in an env process
+        load_env_class(spec.resolve("broken_env.py"), "Broken")
     assert info.value.field == "python.file"
     assert "failed to import at line 2: ZeroDivisionError" in str(info.value)
     doc["python"]["file"] = "missing.py"

@@ -315,9 +315,10 @@ def _static_gymnasium(spec: EnvSpec, report: Report) -> None:
 
 
 def _static_python(spec: EnvSpec, report: Report) -> None:
-    from engine.envs.registry import load_python_env_class
+    # Imported in an env process of its own, never in this one.
+    from engine.envs.remote import load_env_class
 
-    load_python_env_class(spec)
+    load_env_class(spec.resolve(spec.body["file"]), spec.body["class"])
 
 
 _STATIC = {
@@ -358,7 +359,10 @@ def _env_checks(spec: EnvSpec, report: Report, *, steps: int, seed: int) -> None
     add = report.problems.append
     try:
         env_id = register_spec(spec)
-        _, exc = _captured(gym.make, env_id)
+        made: list[Any] = []
+        _, exc = _captured(lambda: made.append(gym.make(env_id)))
+        for env in made:
+            env.close()  # a python env's process ends here
         if exc is not None:
             raise exc
     except SpecError as exc:
@@ -377,38 +381,44 @@ def _env_checks(spec: EnvSpec, report: Report, *, steps: int, seed: int) -> None
 
     from gymnasium.utils.env_checker import check_env as gym_check_env
 
-    env = gym.make(env_id)
-    msgs, failure = _captured(gym_check_env, env, skip_render_check=True)
-    env.close()
+    msgs, failure = _captured(_on_made, env_id, gym_check_env, skip_render_check=True)
     for m in msgs:
         add(Problem("warning", where, m, "gymnasium_check_env"))
     if failure is not None:
-        add(
-            Problem(
-                "error",
-                where,
-                f"{type(failure).__name__}: {failure}",
-                "gymnasium_check_env",
-            )
-        )
+        add(_failed(failure, where, "gymnasium_check_env"))
 
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
 
-    env = gym.make(env_id)
-    msgs, failure = _captured(sb3_check_env, env, warn=True, skip_render_check=True)
-    env.close()
+    msgs, failure = _captured(
+        _on_made, env_id, sb3_check_env, warn=True, skip_render_check=True
+    )
     for m in msgs:
         add(Problem("warning", where, m.splitlines()[0], "sb3_check_env"))
     if failure is not None:
-        add(
-            Problem(
-                "error", where, f"{type(failure).__name__}: {failure}", "sb3_check_env"
-            )
-        )
+        add(_failed(failure, where, "sb3_check_env"))
 
     _determinism(env_id, spec, report, steps=steps, seed=seed, where=where)
     if spec.kind == "workflow":
         _replay(env_id, report, seed=seed)
+
+
+def _on_made(env_id: str, check: Any, **kwargs: Any) -> None:
+    """``check(env, **kwargs)`` on a fresh instance, closed whatever happens."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        check(env, **kwargs)
+    finally:
+        env.close()
+
+
+def _failed(exc: BaseException, where: str, check: str, prefix: str = "") -> Problem:
+    """The problem for a check that raised; a python env's process that
+    died or misbehaved is its own sentence on ``python.file``."""
+    if isinstance(exc, SpecError):
+        return Problem("error", exc.field, str(exc), check)
+    return Problem("error", where, f"{prefix}{type(exc).__name__}: {exc}", check)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -435,6 +445,13 @@ def _rollout(env_id: str, seed: int, steps: int) -> list[tuple[Any, ...]]:
     import gymnasium as gym
 
     env = gym.make(env_id)
+    try:
+        return _play(env, seed, steps)
+    finally:
+        env.close()
+
+
+def _play(env: Any, seed: int, steps: int) -> list[tuple[Any, ...]]:
     rng = np.random.default_rng(seed + 1)
     env.action_space.seed(seed + 2)
     obs, info = env.reset(seed=seed)
@@ -462,7 +479,6 @@ def _rollout(env_id: str, seed: int, steps: int) -> list[tuple[Any, ...]]:
         if terminated or truncated:
             obs, info = env.reset()
             out.append(("reset", obs, info.get("task_id")))
-    env.close()
     return out
 
 
@@ -473,14 +489,7 @@ def _determinism(
         first = _rollout(env_id, seed, steps)
         second = _rollout(env_id, seed, steps)
     except Exception as exc:
-        report.problems.append(
-            Problem(
-                "error",
-                where,
-                f"Stepping failed: {type(exc).__name__}: {exc}",
-                "determinism",
-            )
-        )
+        report.problems.append(_failed(exc, where, "determinism", "Stepping failed: "))
         return
     fields = (
         "kind",

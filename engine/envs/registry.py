@@ -9,11 +9,9 @@ underlying env's own entry point with the merged keyword arguments.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import logging
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -62,65 +60,19 @@ def build_env(spec: EnvSpec, **kwargs: Any) -> Any:
 
         return GridEnv(spec, **kwargs)
     if spec.kind == "python":
-        cls = load_python_env_class(spec)
-        merged = {**spec.body.get("kwargs", {}), **kwargs}
-        try:
-            return cls(**merged)
-        except Exception as exc:
-            raise SpecError(
-                "python.kwargs",
-                f"{spec.body['class']}(...) failed: {type(exc).__name__}: {exc}",
-            ) from exc
+        # The user's code runs in its own process, never in this one.
+        from engine.envs.remote import RemoteEnv
+
+        return RemoteEnv(
+            spec.resolve(spec.body["file"]),
+            spec.body["class"],
+            **{**spec.body.get("kwargs", {}), **kwargs},
+        )
     if spec.kind == "gymnasium":
         import gymnasium as gym
 
         return gym.make(spec.body["id"], **{**spec.body.get("kwargs", {}), **kwargs})
     raise SpecError("kind", f"Unknown kind {spec.kind!r}.")
-
-
-def load_python_env_class(spec: EnvSpec) -> type:
-    """Import the user's file of a ``python`` spec and return its env class."""
-    import gymnasium as gym
-
-    path = spec.resolve(spec.body["file"])
-    if not path.is_file():
-        raise SpecError("python.file", f"python.file {path} does not exist.")
-    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
-    module_name = f"rlstudio_user_env_{digest}"
-    mod_spec = importlib.util.spec_from_file_location(module_name, path)
-    if mod_spec is None or mod_spec.loader is None:
-        raise SpecError("python.file", f"python.file {path} cannot be imported.")
-    module = importlib.util.module_from_spec(mod_spec)
-    sys.modules[module_name] = module
-    try:
-        mod_spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        line = ""
-        tb = exc.__traceback__
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == str(path):
-                line = f" at line {tb.tb_lineno}"
-            tb = tb.tb_next
-        if isinstance(exc, SyntaxError) and exc.lineno:
-            line = f" at line {exc.lineno}"
-        raise SpecError(
-            "python.file",
-            f"python.file {path.name} failed to import{line}: "
-            f"{type(exc).__name__}: {exc}",
-        ) from exc
-    cls = getattr(module, spec.body["class"], None)
-    if cls is None:
-        raise SpecError(
-            "python.class",
-            f"python.class {spec.body['class']!r} is not defined in {path.name}.",
-        )
-    if not (isinstance(cls, type) and issubclass(cls, gym.Env)):
-        raise SpecError(
-            "python.class",
-            f"python.class {spec.body['class']!r} is not a gymnasium.Env subclass.",
-        )
-    return cls
 
 
 # ---------------------------------------------------------------- registration
@@ -277,10 +229,18 @@ def _describe_cached(env_id: str, fingerprint: str) -> tuple[tuple[str, Any], ..
             ("observation_space", str(env.observation_space)),
             ("action_space", str(env.action_space)),
             ("render_modes", list(env.metadata.get("render_modes", []))),
-            ("parameters", constructor_parameters(type(env.unwrapped))),
+            ("parameters", _parameters(env.unwrapped)),
         )
     finally:
         env.close()
+
+
+def _parameters(env: Any) -> list[dict[str, Any]]:
+    from engine.envs.remote import RemoteEnv
+
+    if isinstance(env, RemoteEnv):  # read in the env's own process
+        return env.parameters
+    return constructor_parameters(type(env))
 
 
 _PARAM_TYPES = {bool: "bool", int: "int", float: "float", str: "str"}

@@ -1,0 +1,300 @@
+"""What a python-kind env's process and the engine say to each other: plain
+JSON, never pickle.
+
+Values (observations, actions, rewards, info dicts, renders) are JSON with a
+few tagged objects, ``{"__rls__": kind, ...}``:
+
+* ``nd``: a numpy array, ``{"dtype", "shape", "data"}`` with the raw bytes
+  in base64; ``np``: a numpy scalar, the same with shape ``[]``. Only bool,
+  integer and float dtypes travel (an object array would need pickle);
+* ``f``: a float JSON cannot write (``"nan"``, ``"inf"``, ``"-inf"``);
+* ``tuple``: a tuple (observations of ``Tuple`` spaces stay tuples);
+* ``dict``: a dict whose keys would be mistaken for a tag.
+
+:func:`encode` never fails: what cannot travel (an object in an info dict,
+a dict nested too deeply, an integer beyond 64 bits) is reduced to its
+``repr``, shortened. :func:`decode` checks every tag and raises
+:class:`ValueError` on anything malformed, so the engine can read what a
+hostile env process sends once :func:`engine.untrusted.loads` has bounded
+the line.
+
+Spaces travel as data (:func:`describe_space`, :func:`build_space`): Box,
+Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple of those.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+import numpy as np
+
+TAG = "__rls__"
+MAX_ENCODE_DEPTH = 32
+"""Deeper values are sent as their ``repr`` (below the reader's depth limit)."""
+MAX_REPR_CHARS = 200
+MAX_INT = 2**63 - 1
+DTYPES = frozenset(
+    (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+    )
+)
+"""The array dtypes that travel (native byte order)."""
+_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+# ---------------------------------------------------------------- values
+
+
+def encode(value: Any, depth: int = 0) -> Any:
+    """``value`` as plain JSON (see the module docstring); never raises."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) <= MAX_INT else _reduced(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return {TAG: "f", "v": "nan" if math.isnan(value) else repr(value)}
+    if isinstance(value, str):
+        return _text(value)
+    if depth >= MAX_ENCODE_DEPTH:
+        return _reduced(value)
+    if isinstance(value, np.ndarray | np.generic):
+        return _encode_array(value)
+    if isinstance(value, tuple):
+        return {TAG: "tuple", "items": [encode(v, depth + 1) for v in value]}
+    if isinstance(value, list):
+        return [encode(v, depth + 1) for v in value]
+    if isinstance(value, dict):
+        if TAG in value or not all(isinstance(k, str) for k in value):
+            return {
+                TAG: "dict",
+                "items": [
+                    [k if isinstance(k, str) else repr(k), encode(v, depth + 1)]
+                    for k, v in value.items()
+                ],
+            }
+        return {_text(k): encode(v, depth + 1) for k, v in value.items()}
+    return _reduced(value)
+
+
+def _encode_array(value: np.ndarray[Any, Any] | np.generic) -> Any:
+    arr = np.asarray(value)
+    if arr.dtype.name not in DTYPES:
+        return _reduced(value)
+    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    return {
+        TAG: "np" if isinstance(value, np.generic) else "nd",
+        "dtype": arr.dtype.name,
+        "shape": list(arr.shape),
+        "data": base64.b64encode(arr.tobytes()).decode("ascii"),
+    }
+
+
+def _text(s: str) -> str:
+    if s.isascii():
+        return s
+    # Lone surrogates cannot be written as UTF-8; the reader would refuse
+    # the whole line.
+    return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def _reduced(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # a user object whose repr fails
+        text = f"<{type(value).__name__}>"
+    if len(text) > MAX_REPR_CHARS:
+        text = text[: MAX_REPR_CHARS - 3] + "..."
+    return _text(text)
+
+
+def decode(value: Any) -> Any:
+    """The value :func:`encode` sent; :class:`ValueError` if malformed."""
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    kind = value.get(TAG)
+    if kind is None:
+        return {k: decode(v) for k, v in value.items()}
+    if kind in ("nd", "np"):
+        arr = decode_array(value)
+        return arr[()] if kind == "np" else arr
+    if kind == "f":
+        if value.get("v") not in _FLOATS:
+            raise ValueError("an unknown float")
+        return _FLOATS[value["v"]]
+    items = value.get("items")
+    if not isinstance(items, list):
+        raise ValueError(f"a {kind!r} value without items")
+    if kind == "tuple":
+        return tuple(decode(v) for v in items)
+    if kind == "dict":
+        out = {}
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise ValueError("a dict item that is not a pair")
+            out[str(item[0])] = decode(item[1])
+        return out
+    raise ValueError(f"an unknown tag {str(kind)[:20]!r}")
+
+
+def decode_array(value: Any) -> np.ndarray[Any, Any]:
+    """An array sent as ``{"dtype", "shape", "data"}``; the byte count must
+    match the shape, so a claimed shape cannot allocate more than was sent."""
+    if not isinstance(value, dict):
+        raise ValueError("an array that is not an object")
+    dtype, shape, data = value.get("dtype"), value.get("shape"), value.get("data")
+    if dtype not in DTYPES:
+        raise ValueError(f"an array of dtype {str(dtype)[:20]!r}")
+    if not (
+        isinstance(shape, list)
+        and len(shape) <= 32
+        and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+        )
+    ):
+        raise ValueError("an array with a malformed shape")
+    if not isinstance(data, str):
+        raise ValueError("an array without data")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        raise ValueError("an array whose data is not base64") from None
+    dt = np.dtype(dtype)
+    count = 1
+    for n in shape:
+        count *= n
+    if count * dt.itemsize != len(raw):
+        raise ValueError(f"an array of shape {shape} with {len(raw)} bytes")
+    return np.frombuffer(bytearray(raw), dtype=dt).reshape(shape)
+
+
+# ---------------------------------------------------------------- spaces
+
+
+class UnsupportedSpaceError(ValueError):
+    """A space that cannot travel as data; the message names it."""
+
+
+def describe_space(space: Any) -> dict[str, Any]:
+    """A gymnasium space as JSON data (:func:`build_space` makes it again)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Box):
+        return {
+            "type": "Box",
+            "low": _encode_array(space.low),
+            "high": _encode_array(space.high),
+            "dtype": np.dtype(space.dtype).name,
+        }
+    if isinstance(space, spaces.Discrete):
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "nvec": _encode_array(space.nvec),
+            "start": _encode_array(space.start),
+            "dtype": np.dtype(space.dtype).name,
+        }
+    if isinstance(space, spaces.MultiBinary):
+        n = space.n
+        return {
+            "type": "MultiBinary",
+            "n": int(n) if isinstance(n, int | np.integer) else [int(x) for x in n],
+        }
+    if isinstance(space, spaces.Dict):
+        return {
+            "type": "Dict",
+            "spaces": [[str(k), describe_space(s)] for k, s in space.spaces.items()],
+        }
+    if isinstance(space, spaces.Tuple):
+        return {"type": "Tuple", "spaces": [describe_space(s) for s in space.spaces]}
+    raise UnsupportedSpaceError(
+        f"a {type(space).__name__} space cannot cross to the env process (Box, "
+        "Discrete, MultiDiscrete, MultiBinary and Dict/Tuple of those can)"
+    )
+
+
+def build_space(desc: Any) -> Any:
+    """The gymnasium space :func:`describe_space` described, once
+    :func:`decode` has read it (arrays are arrays); ValueError if the
+    description is malformed."""
+    from gymnasium import spaces
+
+    if not isinstance(desc, dict):
+        raise ValueError("a space that is not an object")
+    kind = desc.get("type")
+    try:
+        if kind == "Box":
+            return spaces.Box(
+                low=_array(desc.get("low")),
+                high=_array(desc.get("high")),
+                dtype=_dtype(desc.get("dtype")),
+            )
+        if kind == "Discrete":
+            return spaces.Discrete(_int(desc.get("n")), start=_int(desc.get("start")))
+        if kind == "MultiDiscrete":
+            return spaces.MultiDiscrete(
+                _array(desc.get("nvec")),
+                dtype=_dtype(desc.get("dtype")),
+                start=_array(desc.get("start")),
+            )
+        if kind == "MultiBinary":
+            n = desc.get("n")
+            return spaces.MultiBinary(
+                [_int(x) for x in n] if isinstance(n, list) else _int(n)
+            )
+        if kind == "Dict":
+            pairs = desc.get("spaces")
+            if not isinstance(pairs, list):
+                raise ValueError("a Dict space without spaces")
+            return spaces.Dict({str(k): build_space(s) for k, s in _pairs(pairs)})
+        if kind == "Tuple":
+            items = desc.get("spaces")
+            if not isinstance(items, list):
+                raise ValueError("a Tuple space without spaces")
+            return spaces.Tuple([build_space(s) for s in items])
+    except (TypeError, AssertionError) as exc:
+        # gymnasium's own checks of the arguments
+        raise ValueError(f"a {kind} space gymnasium refuses ({exc})") from None
+    raise ValueError(f"an unknown space type {str(kind)[:20]!r}")
+
+
+def _array(value: Any) -> np.ndarray[Any, Any]:
+    if not isinstance(value, np.ndarray):
+        raise ValueError("a space bound that is not an array")
+    return value
+
+
+def _pairs(items: list[Any]) -> list[tuple[Any, Any]]:
+    if not all(isinstance(p, list) and len(p) == 2 for p in items):
+        raise ValueError("a Dict space item that is not a pair")
+    return [(p[0], p[1]) for p in items]
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"a space size that is not a whole number ({value!r:.20})")
+    return value
+
+
+def _dtype(value: Any) -> np.dtype[Any]:
+    if value not in DTYPES:
+        raise ValueError(f"a space of dtype {str(value)[:20]!r}")
+    dtype: np.dtype[Any] = np.dtype(value)
+    return dtype

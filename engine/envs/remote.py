@@ -1,0 +1,331 @@
+"""A python-kind env as seen from the engine, a job or a check: a proxy
+(:class:`RemoteEnv`) for the env living in its own process
+(:mod:`engine.envs.env_worker`).
+
+The user's file is never imported here. Every call is one JSON line each way
+(:mod:`engine.envs.env_wire`); answers are read as hostile input: bounded in
+size (:data:`engine.untrusted.MAX_FILE_BYTES` a line), depth and numbers,
+and checked tag by tag. A process that exits, is killed, stops answering or
+answers nonsense becomes one :class:`SpecError` on ``python.file`` that names
+the file and what it was doing ("python.file my_env.py: the env process
+exited with code 7 during step."); the caller never crashes with it. An
+exception raised by the env's own code comes back as the same builtin
+exception type with its message (a user-defined one as a
+:class:`RemoteEnvError` subclass of the same name); its traceback is in the
+worker's stderr, which is the caller's.
+
+Every worker starts through :func:`start_env_process`, the one place its
+command line is built.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any, NoReturn
+
+import gymnasium as gym
+
+from engine import untrusted
+from engine.envs import env_wire
+from engine.envs.spec_types import SpecError
+from engine.errors import EngineError
+
+LOAD_TIMEOUT_S = 120.0
+"""Longest the env process may take to start and import the file."""
+CALL_TIMEOUT_S = 120.0
+"""Longest one call (make, reset, step, render, close) may take."""
+CLOSE_GRACE_S = 5.0
+"""How long ``close`` waits for the env's own close before killing it."""
+MAX_LINE_BYTES = untrusted.MAX_FILE_BYTES
+"""Largest answer line read from the env process."""
+
+_OP_WORDS = {"load": "import", "make": "making the env"}
+
+
+class RemoteEnvError(EngineError):
+    """An exception raised by the env's code that is not a builtin one;
+    raised as a subclass named like the original."""
+
+
+_remote_types: dict[str, type[RemoteEnvError]] = {}
+
+
+def _user_exception(type_name: str, message: str) -> Exception:
+    """The env's exception, rebuilt here from its type name and message."""
+    builtin = getattr(builtins, type_name, None)
+    if (
+        isinstance(builtin, type)
+        and issubclass(builtin, Exception)
+        and not issubclass(builtin, OSError | UnicodeError)  # need more args
+    ):
+        try:
+            exc: Exception = builtin(message)
+            return exc
+        except Exception:  # a builtin with another signature
+            pass
+    name = type_name if type_name.isidentifier() and len(type_name) <= 80 else "Error"
+    cls = _remote_types.get(name)
+    if cls is None:
+        cls = _remote_types[name] = type(name, (RemoteEnvError,), {})
+    return cls(message)
+
+
+def start_env_process(folder: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start ``python -m engine.envs.env_worker`` in its own process group
+    and a fresh scratch folder (its working directory); ``folder`` (the env
+    file's) must stay readable to it. Returns the process and the scratch
+    folder, which the caller removes."""
+    scratch = Path(tempfile.mkdtemp(prefix="rlstudio-env-"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        # The worker's engine.envs must not register a project's envs.
+        if k != "RL_STUDIO_PROJECT"
+    }
+    env["PYTHONPATH"] = _engine_pythonpath()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.envs.env_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=scratch,
+            env=env,
+            start_new_session=True,
+        )
+    except OSError:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return proc, scratch
+
+
+def _engine_pythonpath() -> str:
+    # The worker must import the same engine as its caller, installed or not.
+    root = str(Path(__file__).resolve().parents[2])
+    existing = os.environ.get("PYTHONPATH", "")
+    return root + (os.pathsep + existing if existing else "")
+
+
+def _stop(proc: subprocess.Popen[bytes], scratch: Path) -> None:
+    """Kill the worker's whole process group and remove its scratch folder."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    for stream in (proc.stdin, proc.stdout):
+        with contextlib.suppress(OSError):
+            if stream is not None:
+                stream.close()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=CLOSE_GRACE_S)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+class EnvProcess:
+    """One env worker and the calls to it (one at a time)."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        try:
+            self._proc, scratch = start_env_process(file.parent)
+        except OSError as exc:
+            raise SpecError(
+                "python.file",
+                f"python.file {file.name}: the env process could not start "
+                f"({exc.strerror or exc}).",
+            ) from None
+        self._finalizer = weakref.finalize(self, _stop, self._proc, scratch)
+        assert self._proc.stdout is not None
+        self._fd = self._proc.stdout.fileno()
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN | select.POLLHUP)
+        self._buf = bytearray()
+        self._failure: SpecError | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def alive(self) -> bool:
+        return self._failure is None and self._finalizer.alive
+
+    def call(self, op: str, timeout_s: float = CALL_TIMEOUT_S, **args: Any) -> Any:
+        """Send one request and return its ``ok`` value (decoded)."""
+        if self._failure is not None:
+            raise self._failure
+        if not self._finalizer.alive:
+            self._fail(f"was already closed before {op}")
+        line = json.dumps({"op": op, **args}, allow_nan=False).encode() + b"\n"
+        try:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(line)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            self._died(op)
+        reply = self._read_reply(op, time.monotonic() + timeout_s, timeout_s)
+        if not isinstance(reply, dict) or len(reply) != 1:
+            self._fail(f"sent a malformed answer to {op}")
+        if "ok" in reply:
+            try:
+                return env_wire.decode(reply["ok"])
+            except ValueError as exc:
+                self._fail(f"sent a malformed answer to {op} ({exc})")
+        error = reply.get("error")
+        if not isinstance(error, dict):
+            self._fail(f"sent a malformed answer to {op}")
+        message = str(error.get("message", ""))[:2000]
+        if error.get("kind") == "spec":
+            field = str(error.get("field", "python.file"))
+            if field not in ("python.file", "python.class", "python.kwargs"):
+                field = "python.file"
+            raise SpecError(field, message)
+        raise _user_exception(str(error.get("type", "Error")), message)
+
+    def _read_reply(self, op: str, deadline: float, timeout_s: float) -> Any:
+        while True:
+            end = self._buf.find(b"\n")
+            if end >= 0:
+                line = bytes(self._buf[:end])
+                del self._buf[: end + 1]
+                try:
+                    return untrusted.loads(line, "The answer")
+                except untrusted.UntrustedDataError as exc:
+                    self._fail(f"sent a malformed answer to {op} ({exc})")
+            if len(self._buf) > MAX_LINE_BYTES:
+                self._fail(
+                    f"sent an answer to {op} larger than "
+                    f"{MAX_LINE_BYTES // (1024 * 1024)} MiB"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._fail(
+                    f"did not answer {_OP_WORDS.get(op, op)} within {timeout_s:g} s "
+                    "and was stopped"
+                )
+            if not self._poll.poll(int(remaining * 1000) + 1):
+                continue
+            chunk = os.read(self._fd, 1 << 20)
+            if not chunk:
+                self._died(op)
+            self._buf += chunk
+
+    def _died(self, op: str) -> NoReturn:
+        try:
+            code = self._proc.wait(timeout=CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._fail(f"closed its output during {_OP_WORDS.get(op, op)}")
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            self._fail(f"was killed by {name} during {_OP_WORDS.get(op, op)}")
+        self._fail(f"exited with code {code} during {_OP_WORDS.get(op, op)}")
+
+    def _fail(self, what: str) -> NoReturn:
+        """Stop the worker for good; this and every later call raise."""
+        self._failure = SpecError(
+            "python.file", f"python.file {self.file.name}: the env process {what}."
+        )
+        self.kill()
+        raise self._failure
+
+    def close(self) -> None:
+        """Ask the env to close, then end the process group, whatever it does."""
+        if self._finalizer.alive and self._failure is None:
+            with contextlib.suppress(EngineError):
+                self.call("close", timeout_s=CLOSE_GRACE_S)
+        self.kill()
+
+    def kill(self) -> None:
+        self._finalizer()
+
+
+def load_env_class(file: Path, class_name: str) -> dict[str, Any]:
+    """Import ``file`` in a fresh env process and describe ``class_name``:
+    ``parameters``, ``render_modes``, ``render_fps``, ``action_masks``.
+    SpecError when the file or class is wrong or the process fails."""
+    proc = EnvProcess(file)
+    try:
+        info: dict[str, Any] = proc.call(
+            "load", LOAD_TIMEOUT_S, file=str(file), **{"class": class_name}
+        )
+        return info
+    finally:
+        proc.kill()
+
+
+class RemoteEnv(gym.Env[Any, Any]):
+    """A python-kind env whose code runs in its own process.
+
+    Spaces, ``metadata`` (render modes and fps), ``render_mode``,
+    ``action_masks()`` (when the class has it) and the constructor's
+    ``parameters`` mirror the real env's; other attributes of the user's
+    class are not reachable from here.
+    """
+
+    def __init__(self, file: Path, class_name: str, **kwargs: Any) -> None:
+        self._process = EnvProcess(file)
+        try:
+            info = self._process.call(
+                "load", LOAD_TIMEOUT_S, file=str(file), **{"class": class_name}
+            )
+            made = self._process.call("make", kwargs=env_wire.encode(kwargs))
+            try:
+                self.observation_space = env_wire.build_space(
+                    made.get("observation_space")
+                )
+                self.action_space = env_wire.build_space(made.get("action_space"))
+            except ValueError as exc:
+                self._process._fail(f"described a malformed space ({exc})")
+        except BaseException:
+            self._process.kill()
+            raise
+        self.parameters: list[dict[str, Any]] = list(info.get("parameters") or [])
+        render_modes = made.get("render_modes") or info.get("render_modes") or []
+        self.metadata = {
+            "render_modes": [str(m) for m in render_modes],
+            "render_fps": made.get("render_fps", info.get("render_fps")),
+        }
+        mode = made.get("render_mode")
+        self.render_mode = mode if isinstance(mode, str) else None
+        if info.get("action_masks"):
+            # An instance attribute: getattr(env.unwrapped, "action_masks")
+            # finds it exactly when the user's class has one.
+            self.action_masks = self._action_masks
+
+    @property
+    def pid(self) -> int:
+        """The env process's id."""
+        return self._process.pid
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> Any:
+        # Seeds this proxy's np_random too, as the env seeds its own.
+        super().reset(seed=seed)
+        return self._process.call("reset", seed=seed, options=env_wire.encode(options))
+
+    def step(self, action: Any) -> Any:
+        return self._process.call("step", action=env_wire.encode(action))
+
+    def render(self) -> Any:
+        return self._process.call("render")
+
+    def _action_masks(self) -> Any:
+        return self._process.call("action_masks")
+
+    def close(self) -> None:
+        self._process.close()
