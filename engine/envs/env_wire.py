@@ -95,7 +95,9 @@ def _encode_array(value: np.ndarray[Any, Any] | np.generic) -> Any:
     arr = np.asarray(value)
     if arr.dtype.name not in DTYPES:
         return _reduced(value)
-    arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    # tobytes() is C order whatever the strides.
     return {
         TAG: "np" if isinstance(value, np.generic) else "nd",
         "dtype": arr.dtype.name,

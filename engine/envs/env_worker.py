@@ -156,7 +156,15 @@ def serve(inp: BinaryIO, out: BinaryIO) -> None:
         try:
             reply: dict[str, Any] = {"ok": worker.call(op, req)}
         except SpecError as exc:
-            reply = {"error": {"kind": "spec", "field": exc.field, "message": str(exc)}}
+            cause = exc.__cause__
+            reply = {
+                "error": {
+                    "kind": "spec",
+                    "field": exc.field,
+                    "message": str(exc),
+                    "type": "" if cause is None else type(cause).__name__,
+                }
+            }
         except Exception as exc:
             traceback.print_exc()
             reply = {

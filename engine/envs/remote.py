@@ -59,6 +59,12 @@ class RemoteEnvError(EngineError):
     raised as a subclass named like the original."""
 
 
+class EnvArgumentError(SpecError, TypeError):
+    """The env class refused its keyword arguments. A TypeError too, as if
+    the class were called here: stable-baselines3's ``make_vec_env`` tries
+    ``render_mode="rgb_array"`` and retries without it on a TypeError."""
+
+
 _remote_types: dict[str, type[RemoteEnvError]] = {}
 
 
@@ -161,8 +167,11 @@ class EnvProcess:
     def alive(self) -> bool:
         return self._failure is None and self._finalizer.alive
 
-    def call(self, op: str, timeout_s: float = CALL_TIMEOUT_S, **args: Any) -> Any:
-        """Send one request and return its ``ok`` value (decoded)."""
+    def call(self, op: str, timeout_s: float | None = None, **args: Any) -> Any:
+        """Send one request and return its ``ok`` value (decoded); the
+        timeout is :data:`CALL_TIMEOUT_S` unless given."""
+        if timeout_s is None:
+            timeout_s = CALL_TIMEOUT_S
         if self._failure is not None:
             raise self._failure
         if not self._finalizer.alive:
@@ -190,6 +199,8 @@ class EnvProcess:
             field = str(error.get("field", "python.file"))
             if field not in ("python.file", "python.class", "python.kwargs"):
                 field = "python.file"
+            if field == "python.kwargs" and error.get("type") == "TypeError":
+                raise EnvArgumentError(field, message)
             raise SpecError(field, message)
         raise _user_exception(str(error.get("type", "Error")), message)
 
@@ -202,7 +213,8 @@ class EnvProcess:
                 try:
                     return untrusted.loads(line, "The answer")
                 except untrusted.UntrustedDataError as exc:
-                    self._fail(f"sent a malformed answer to {op} ({exc})")
+                    detail = str(exc).rstrip(".")
+                    self._fail(f"sent a malformed answer to {op} ({detail})")
             if len(self._buf) > MAX_LINE_BYTES:
                 self._fail(
                     f"sent an answer to {op} larger than "
@@ -246,7 +258,7 @@ class EnvProcess:
         """Ask the env to close, then end the process group, whatever it does."""
         if self._finalizer.alive and self._failure is None:
             with contextlib.suppress(EngineError):
-                self.call("close", timeout_s=CLOSE_GRACE_S)
+                self.call("close", CLOSE_GRACE_S)
         self.kill()
 
     def kill(self) -> None:
