@@ -152,9 +152,7 @@ def _spec(folder: Path, name: str, code: str, cls: str, **body: Any) -> Path:
 
 
 def _plain(folder: Path, name: str, hook: str = "pass", at_import: str = "") -> Path:
-    return _spec(
-        folder, name, PLAIN.replace("STEP_HOOK", hook) + at_import, "Plain"
-    )
+    return _spec(folder, name, PLAIN.replace("STEP_HOOK", hook) + at_import, "Plain")
 
 
 def _remote(spec_path: Path, **kwargs: Any) -> RemoteEnv:
@@ -224,6 +222,26 @@ def test_a_gym_make_of_a_python_spec_is_the_proxy(tmp_path: Path) -> None:
         env.close()
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_subclasses_travel_as_their_plain_types() -> None:
+    import collections
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    value = collections.OrderedDict(a=Level.HIGH, b=np.bool_(True))
+    back = env_wire.decode(env_wire.encode(value))
+    assert back == {"a": 3, "b": True} and type(back["a"]) is int
+    assert type(back["b"]) is np.bool_
+
+
 def test_decode_refuses_malformed_values() -> None:
     good = env_wire.encode(np.arange(6, dtype=np.int32).reshape(2, 3))
     assert env_wire.decode(good).tolist() == [[0, 1, 2], [3, 4, 5]]
@@ -235,10 +253,27 @@ def test_decode_refuses_malformed_values() -> None:
         {"__rls__": "pickle", "items": []},
         {"__rls__": "f", "v": "1e999"},
         {"__rls__": "dict", "items": [[1, 2, 3]]},
+        {"__rls__": "dict", "items": [[1, 2]]},
+        {"__rls__": "tuple"},
+        "\ud800",
+        _nested(70),
     ]
     for value in bad:
         with pytest.raises(ValueError):
             env_wire.decode(value)
+    for line in (
+        b"[1e999]",
+        b"[" + b"9" * 30 + b"]",
+        b"[-Infinity]",
+        b"\xff",
+        b"[" * 5000 + b"]" * 5000,
+        b'{"a": ',
+    ):
+        with pytest.raises(ValueError):
+            env_wire.parse_line(line)
+    assert env_wire.parse_line(b'{"ok": [1, -2.5, "\\u00e9"]}') == {
+        "ok": [1, -2.5, "é"]
+    }
     for desc in (
         {"type": "Graph"},
         {"type": "Discrete", "n": "2", "start": 0},
@@ -283,27 +318,27 @@ def test_a_space_that_cannot_cross_is_named(tmp_path: Path) -> None:
         ),
         (
             # A hostile env writes to the protocol's own pipe.
-            "[os.write(fd, b'{\"ok\": 1, \"x\": 2}\\n') for fd in range(3, 40)"
+            '[os.write(fd, b\'{"ok": 1, "x": 2}\\n\') for fd in range(3, 40)'
             " if _is_pipe_out(fd)]",
             "the env process sent a malformed answer to step.",
         ),
         (
             "[os.write(fd, b'{\"ok\": NaN}\\n') for fd in range(3, 40)"
             " if _is_pipe_out(fd)]",
-            "the env process sent a malformed answer to step (The answer: "
-            "'ok' is not a finite number (NaN)).",
+            "the env process sent a malformed answer to step (NaN, which JSON "
+            "does not allow).",
         ),
         (
-            "[os.write(fd, b'{\"ok\": {\"__rls__\": \"nd\", \"dtype\": "
-            "\"object\"}}\\n') for fd in range(3, 40) if _is_pipe_out(fd)]",
+            '[os.write(fd, b\'{"ok": {"__rls__": "nd", "dtype": '
+            '"object"}}\\n\') for fd in range(3, 40) if _is_pipe_out(fd)]',
             "the env process sent a malformed answer to step (an array of dtype "
             "'object').",
         ),
         (
             "[os.write(fd, b'[' * 99 + b']' * 99 + b'\\n') for fd in range(3, 40)"
             " if _is_pipe_out(fd)]",
-            "the env process sent a malformed answer to step (The answer: "
-            "'[0][0]",
+            "the env process sent a malformed answer to step (nested deeper "
+            "than 64 levels).",
         ),
         (
             "[os.write(fd, b'x' * (17 << 20)) for fd in range(3, 40)"
@@ -460,4 +495,3 @@ def test_ppo_trains_on_a_python_env_through_the_proxy(tmp_path: Path) -> None:
     assert not [c for c in me.children(recursive=True) if c.status() != "zombie"]
     model = PPO.load(next(run_dir.glob("checkpoints/*/model.zip")))
     assert model.observation_space == spaces.Box(-np.inf, np.inf, (4,), np.float32)
-

@@ -13,10 +13,10 @@ few tagged objects, ``{"__rls__": kind, ...}``:
 
 :func:`encode` never fails: what cannot travel (an object in an info dict,
 a dict nested too deeply, an integer beyond 64 bits) is reduced to its
-``repr``, shortened. :func:`decode` checks every tag and raises
-:class:`ValueError` on anything malformed, so the engine can read what a
-hostile env process sends once :func:`engine.untrusted.loads` has bounded
-the line.
+``repr``, shortened. :func:`parse_line` reads a line within
+:mod:`engine.untrusted`'s limits and :func:`decode` checks every tag; both
+raise :class:`ValueError` on anything malformed, so the engine can read what
+a hostile env process sends.
 
 Spaces travel as data (:func:`describe_space`, :func:`build_space`): Box,
 Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple of those.
@@ -25,16 +25,18 @@ Discrete, MultiDiscrete, MultiBinary, and Dict/Tuple of those.
 from __future__ import annotations
 
 import base64
+import json
 import math
 from typing import Any
 
 import numpy as np
 
+from engine.untrusted import MAX_DEPTH, MAX_INT
+
 TAG = "__rls__"
 MAX_ENCODE_DEPTH = 32
 """Deeper values are sent as their ``repr`` (below the reader's depth limit)."""
 MAX_REPR_CHARS = 200
-MAX_INT = 2**63 - 1
 DTYPES = frozenset(
     (
         "bool",
@@ -60,47 +62,72 @@ _FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 def encode(value: Any, depth: int = 0) -> Any:
     """``value`` as plain JSON (see the module docstring); never raises."""
-    if value is None or isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return value if abs(value) <= MAX_INT else _reduced(value)
-    if isinstance(value, float):
-        if math.isfinite(value):
+    t = type(value)
+    # The common types first, by exact type: this runs on every step.
+    if t is np.ndarray:
+        return _encode_array(value)
+    if t is float:
+        if value - value == 0.0:
             return value
         return {TAG: "f", "v": "nan" if math.isnan(value) else repr(value)}
-    if isinstance(value, str):
+    if t is bool or value is None:
+        return value
+    if t is int:
+        return value if -MAX_INT <= value <= MAX_INT else _reduced(value)
+    if t is str:
         return _text(value)
     if depth >= MAX_ENCODE_DEPTH:
         return _reduced(value)
+    if t is tuple:
+        return {TAG: "tuple", "items": [encode(v, depth + 1) for v in value]}
+    if t is list:
+        return [encode(v, depth + 1) for v in value]
+    if t is dict:
+        return _encode_dict(value, depth)
+    # Subclasses (numpy scalars, OrderedDict, IntEnum, ...)
     if isinstance(value, np.ndarray | np.generic):
         return _encode_array(value)
-    if isinstance(value, tuple):
-        return {TAG: "tuple", "items": [encode(v, depth + 1) for v in value]}
-    if isinstance(value, list):
-        return [encode(v, depth + 1) for v in value]
-    if isinstance(value, dict):
-        if TAG in value or not all(isinstance(k, str) for k in value):
-            return {
-                TAG: "dict",
-                "items": [
-                    [k if isinstance(k, str) else repr(k), encode(v, depth + 1)]
-                    for k, v in value.items()
-                ],
-            }
-        return {_text(k): encode(v, depth + 1) for k, v in value.items()}
+    for base in _PLAIN:
+        if isinstance(value, base):
+            try:
+                plain = base(value)
+            except Exception:  # a subclass whose conversion fails
+                return _reduced(value)
+            return encode(plain, depth)
     return _reduced(value)
+
+
+_PLAIN: tuple[Any, ...] = (bool, int, float, str, tuple, list, dict)
+
+
+def _encode_dict(value: dict[Any, Any], depth: int) -> Any:
+    if TAG in value or not all(type(k) is str for k in value):
+        return {
+            TAG: "dict",
+            "items": [
+                [_text(k) if isinstance(k, str) else _reduced(k), encode(v, depth + 1)]
+                for k, v in value.items()
+            ],
+        }
+    return {_text(k): encode(v, depth + 1) for k, v in value.items()}
+
+
+_NAMES = {np.dtype(name): name for name in DTYPES}
+_BY_NAME = {name: np.dtype(name) for name in DTYPES}
 
 
 def _encode_array(value: np.ndarray[Any, Any] | np.generic) -> Any:
     arr = np.asarray(value)
-    if arr.dtype.name not in DTYPES:
-        return _reduced(value)
-    if not arr.dtype.isnative:
+    name = _NAMES.get(arr.dtype)
+    if name is None:
+        if arr.dtype.isnative or arr.dtype.newbyteorder("=") not in _NAMES:
+            return _reduced(value)
         arr = arr.astype(arr.dtype.newbyteorder("="))
+        name = _NAMES[arr.dtype]
     # tobytes() is C order whatever the strides.
     return {
-        TAG: "np" if isinstance(value, np.generic) else "nd",
-        "dtype": arr.dtype.name,
+        TAG: "nd" if type(value) is np.ndarray else "np",
+        "dtype": name,
         "shape": list(arr.shape),
         "data": base64.b64encode(arr.tobytes()).decode("ascii"),
     }
@@ -124,16 +151,66 @@ def _reduced(value: Any) -> str:
     return _text(text)
 
 
-def decode(value: Any) -> Any:
-    """The value :func:`encode` sent; :class:`ValueError` if malformed."""
-    if isinstance(value, list):
-        return [decode(v) for v in value]
-    if not isinstance(value, dict):
+# ---------------------------------------------------------------- reading
+
+
+def _parse_int(text: str) -> int:
+    # Length first: int() of a 100,000-digit string is slow.
+    if len(text) > 20 or not -MAX_INT <= (value := int(text)) <= MAX_INT:
+        raise ValueError("an integer beyond 64 bits")
+    return value
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:
+        raise ValueError("a number too large to be finite")
+    return value
+
+
+def _parse_constant(text: str) -> Any:
+    raise ValueError(f"{text}, which JSON does not allow")
+
+
+def parse_line(line: bytes) -> Any:
+    """One line from the other side, parsed and decoded (:func:`decode`),
+    refused with :class:`ValueError` unless it is UTF-8 JSON within
+    :mod:`engine.untrusted`'s limits: no NaN or Infinity, integers within
+    64 bits, nesting at most :data:`~engine.untrusted.MAX_DEPTH` deep, text
+    that is valid Unicode. (One pass instead of :func:`engine.untrusted.loads`
+    and a second walk: this runs on every step.)"""
+    try:
+        data = json.loads(
+            line.decode("utf-8"),
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+            parse_constant=_parse_constant,
+        )
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON (column {exc.colno}: {exc.msg})") from None
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels") from None
+    return decode(data)
+
+
+def decode(value: Any, depth: int = 0) -> Any:
+    """The value :func:`encode` sent (parsed JSON); :class:`ValueError` if
+    malformed or nested deeper than :data:`~engine.untrusted.MAX_DEPTH`."""
+    t = type(value)
+    if t is str:
+        return value if value.isascii() else _checked_text(value)
+    if t is not list and t is not dict:
         return value
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+    if t is list:
+        return [decode(v, depth + 1) for v in value]
     kind = value.get(TAG)
     if kind is None:
-        return {k: decode(v) for k, v in value.items()}
-    if kind in ("nd", "np"):
+        return {_checked_text(k): decode(v, depth + 1) for k, v in value.items()}
+    if kind == "nd" or kind == "np":
         arr = decode_array(value)
         return arr[()] if kind == "np" else arr
     if kind == "f":
@@ -141,18 +218,27 @@ def decode(value: Any) -> Any:
             raise ValueError("an unknown float")
         return _FLOATS[value["v"]]
     items = value.get("items")
-    if not isinstance(items, list):
-        raise ValueError(f"a {kind!r} value without items")
+    if type(items) is not list:
+        raise ValueError(f"a {str(kind)[:20]!r} value without items")
     if kind == "tuple":
-        return tuple(decode(v) for v in items)
+        return tuple([decode(v, depth + 1) for v in items])
     if kind == "dict":
         out = {}
         for item in items:
-            if not (isinstance(item, list) and len(item) == 2):
+            if not (type(item) is list and len(item) == 2 and type(item[0]) is str):
                 raise ValueError("a dict item that is not a pair")
-            out[str(item[0])] = decode(item[1])
+            out[_checked_text(item[0])] = decode(item[1], depth + 1)
         return out
     raise ValueError(f"an unknown tag {str(kind)[:20]!r}")
+
+
+def _checked_text(s: str) -> str:
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text that is not valid Unicode") from None
+    return s
 
 
 def decode_array(value: Any) -> np.ndarray[Any, Any]:
@@ -160,28 +246,23 @@ def decode_array(value: Any) -> np.ndarray[Any, Any]:
     match the shape, so a claimed shape cannot allocate more than was sent."""
     if not isinstance(value, dict):
         raise ValueError("an array that is not an object")
-    dtype, shape, data = value.get("dtype"), value.get("shape"), value.get("data")
-    if dtype not in DTYPES:
-        raise ValueError(f"an array of dtype {str(dtype)[:20]!r}")
+    dt = _BY_NAME.get(value.get("dtype"))  # type: ignore[arg-type]
+    shape, data = value.get("shape"), value.get("data")
+    if dt is None:
+        raise ValueError(f"an array of dtype {str(value.get('dtype'))[:20]!r}")
     if not (
-        isinstance(shape, list)
+        type(shape) is list
         and len(shape) <= 32
-        and all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
-        )
+        and all(type(n) is int and n >= 0 for n in shape)
     ):
         raise ValueError("an array with a malformed shape")
-    if not isinstance(data, str):
+    if type(data) is not str:
         raise ValueError("an array without data")
     try:
         raw = base64.b64decode(data, validate=True)
     except ValueError:
         raise ValueError("an array whose data is not base64") from None
-    dt = np.dtype(dtype)
-    count = 1
-    for n in shape:
-        count *= n
-    if count * dt.itemsize != len(raw):
+    if math.prod(shape) * dt.itemsize != len(raw):
         raise ValueError(f"an array of shape {shape} with {len(raw)} bytes")
     return np.frombuffer(bytearray(raw), dtype=dt).reshape(shape)
 

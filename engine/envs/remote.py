@@ -187,10 +187,7 @@ class EnvProcess:
         if not isinstance(reply, dict) or len(reply) != 1:
             self._fail(f"sent a malformed answer to {op}")
         if "ok" in reply:
-            try:
-                return env_wire.decode(reply["ok"])
-            except ValueError as exc:
-                self._fail(f"sent a malformed answer to {op} ({exc})")
+            return reply["ok"]
         error = reply.get("error")
         if not isinstance(error, dict):
             self._fail(f"sent a malformed answer to {op}")
@@ -211,10 +208,9 @@ class EnvProcess:
                 line = bytes(self._buf[:end])
                 del self._buf[: end + 1]
                 try:
-                    return untrusted.loads(line, "The answer")
-                except untrusted.UntrustedDataError as exc:
-                    detail = str(exc).rstrip(".")
-                    self._fail(f"sent a malformed answer to {op} ({detail})")
+                    return env_wire.parse_line(line)
+                except ValueError as exc:
+                    self._fail(f"sent a malformed answer to {op} ({exc})")
             if len(self._buf) > MAX_LINE_BYTES:
                 self._fail(
                     f"sent an answer to {op} larger than "
