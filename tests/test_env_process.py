@@ -215,6 +215,8 @@ def test_a_gym_make_of_a_python_spec_is_the_proxy(tmp_path: Path) -> None:
     try:
         assert isinstance(env.unwrapped, RemoteEnv)
         assert env.render_mode == "ansi"
+        # MaskablePPO finds the masks as it would on the user's class.
+        assert env.get_wrapper_attr("action_masks")().tolist() == [True, False]
         env.reset(seed=0)
         assert env.render() == "text"
         assert not any(m.startswith("rlstudio_user_env_") for m in sys.modules)
@@ -413,6 +415,7 @@ Plain.reset = reset
 
 def test_a_dropped_proxy_ends_its_process(tmp_path: Path) -> None:
     env = _remote(_plain(tmp_path, "p"))
+    assert not hasattr(env, "action_masks")  # Plain has none
     pid = env.pid
     del env  # never closed
     assert _gone(pid)
