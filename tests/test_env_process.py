@@ -311,8 +311,8 @@ def test_a_space_that_cannot_cross_is_named(tmp_path: Path) -> None:
     [
         ("os._exit(7)", "the env process exited with code 7 during step."),
         (
-            "os.kill(os.getpid(), 9)",
-            "the env process was killed by SIGKILL during step.",
+            "import ctypes; ctypes.string_at(0)",
+            "the env process was killed by SIGSEGV during step.",
         ),
         (
             "import time; time.sleep(60)",
@@ -375,6 +375,22 @@ def _is_pipe_out(fd):
     env.close()
 
 
+def test_a_process_killed_from_outside_is_named(tmp_path: Path) -> None:
+    env = _remote(_plain(tmp_path, "oom"))
+    env.reset(seed=0)
+    tree = [env.pid, *(p.pid for p in psutil.Process(env.pid).children(True))]
+    os.killpg(env.pid, 9)  # as the out-of-memory killer would
+    deadline = time.monotonic() + 10
+    while not all(_gone(pid) for pid in tree):  # the sandbox dies with it
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with pytest.raises(SpecError) as info:
+        env.step(0)
+    assert str(info.value) == (
+        "python.file oom.py: the env process was killed by SIGKILL during step."
+    )
+
+
 def test_import_failures_and_wrong_classes_are_named(tmp_path: Path) -> None:
     path = _plain(tmp_path, "x", at_import="\nos._exit(3)\n")
     with pytest.raises(SpecError, match=r"exited with code 3 during import\.$"):
@@ -390,25 +406,19 @@ def test_import_failures_and_wrong_classes_are_named(tmp_path: Path) -> None:
     assert "Plain(...) failed: TypeError" in str(info.value)
 
 
-def test_close_ends_the_whole_process_group(tmp_path: Path) -> None:
-    hook = "pass"
+def test_close_ends_the_whole_process_tree(tmp_path: Path) -> None:
     at_import = """
 import subprocess
 _child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-_reset = Plain.reset
-def reset(self, *, seed=None, options=None):
-    obs, _ = _reset(self, seed=seed)
-    return obs, {"child": _child.pid}
-Plain.reset = reset
 """
-    env = _remote(_plain(tmp_path, "kids", hook, at_import))
-    _, info = env.reset(seed=0)
-    child = info["child"]
-    assert not _gone(child)
+    env = _remote(_plain(tmp_path, "kids", "pass", at_import))
+    env.reset(seed=0)
+    tree = psutil.Process(env.pid).children(recursive=True)
+    assert any("time.sleep(600)" in " ".join(p.cmdline()) for p in tree)
     env.close()
     deadline = time.monotonic() + 10
-    while not _gone(child):
-        assert time.monotonic() < deadline, "the env's child survived close"
+    while not all(_gone(p.pid) for p in tree):
+        assert time.monotonic() < deadline, "a process of the env survived close"
         time.sleep(0.05)
     assert _gone(env.pid)
 
@@ -498,3 +508,90 @@ def test_ppo_trains_on_a_python_env_through_the_proxy(tmp_path: Path) -> None:
     assert not [c for c in me.children(recursive=True) if c.status() != "zombie"]
     model = PPO.load(next(run_dir.glob("checkpoints/*/model.zip")))
     assert model.observation_space == spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+
+# ---------------------------------------------------------------- confinement
+
+PROBE = """
+import socket
+_reset = Plain.reset
+def reset(self, *, seed=None, options=None):
+    obs, _ = _reset(self, seed=seed)
+    tried = {}
+    try:
+        with open(OUTSIDE, "w") as f:
+            f.write("escaped")
+        tried["write"] = "done"
+    except OSError as exc:
+        tried["write"] = type(exc).__name__
+    try:
+        socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
+        tried["connect"] = "done"
+    except OSError as exc:
+        tried["connect"] = type(exc).__name__
+    with open("scratch.txt", "w") as f:  # the working folder is writable
+        tried["scratch"] = f.write("ok")
+    return obs, tried
+Plain.reset = reset
+"""
+
+
+def _methods() -> list[Any]:
+    from engine import confine
+
+    return [
+        pytest.param(m)
+        if confine._works(m)
+        else pytest.param(m, marks=pytest.mark.skip(reason=f"{m} does not work here"))
+        for m in confine.METHODS
+    ]
+
+
+@pytest.mark.parametrize("method", _methods())
+def test_the_env_process_is_confined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    import socket
+
+    from engine import confine
+
+    monkeypatch.setenv(confine.METHOD_ENV, method)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    outside = tmp_path / "escaped.txt"
+    probe = PROBE.replace("OUTSIDE", repr(str(outside)))
+    probe = probe.replace("PORT", str(server.getsockname()[1]))
+    env = _remote(_plain(tmp_path, "probe", at_import=probe))
+    try:
+        _, tried = env.reset(seed=0)
+        assert tried["write"] in ("OSError", "PermissionError")
+        assert tried["connect"] != "done" and tried["scratch"] == 2
+        assert env.step(0)[1] == 1.0
+    finally:
+        env.close()
+        server.close()
+    assert not outside.exists()
+
+
+def test_without_confinement_a_python_env_is_refused_in_one_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine import confine
+
+    monkeypatch.setenv(confine.METHOD_ENV, "none")
+    monkeypatch.delenv(confine.ALLOW_UNCONFINED_ENV, raising=False)
+    path = _plain(tmp_path, "free")
+    with pytest.raises(SpecError) as info:
+        _remote(path)
+    assert info.value.field == "python.file"
+    assert str(info.value).startswith(
+        "The python env free.py needs confinement (bubblewrap or unshare)"
+    )
+    monkeypatch.setenv(confine.ALLOW_UNCONFINED_ENV, "1")  # the user allows it
+    env = _remote(path)
+    try:
+        env.reset(seed=0)
+        assert env.step(0)[1] == 1.0
+    finally:
+        env.close()

@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 
 import gymnasium as gym
 
-from engine import untrusted
+from engine import confine, untrusted
 from engine.envs import env_wire
 from engine.envs.spec_types import SpecError
 from engine.errors import EngineError
@@ -88,32 +88,50 @@ def _user_exception(type_name: str, message: str) -> Exception:
     return cls(message)
 
 
-def start_env_process(folder: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start ``python -m engine.envs.env_worker`` in its own process group
-    and a fresh scratch folder (its working directory); ``folder`` (the env
-    file's) must stay readable to it. Returns the process and the scratch
-    folder, which the caller removes."""
+ENV_LIMITS = confine.Limits(
+    cpu_s=7 * 24 * 3600,
+    memory_mb=8192,
+    file_mb=256,
+    processes=64,
+    open_files=512,
+)
+"""Limits of one env process: it lives as long as a training run, so CPU
+time is bounded only by a week (a hung call is caught by
+:data:`CALL_TIMEOUT_S`); address space is virtual memory, which numpy and
+its thread pools reserve generously."""
+
+
+def start_env_process(file: Path) -> tuple[confine.Confined, Path]:
+    """Start ``python -m engine.envs.env_worker`` for the env ``file``,
+    confined (:mod:`engine.confine`: no network, a read-only file system
+    except a fresh scratch folder, its working directory, and
+    :data:`ENV_LIMITS`); the file's folder stays readable. Returns the
+    confined process and the scratch folder, which the caller removes.
+    :class:`~engine.confine.ConfinementUnavailable` where nothing confines
+    and unconfined runs are not allowed."""
     scratch = Path(tempfile.mkdtemp(prefix="rlstudio-env-"))
     env = {
-        k: v
-        for k, v in os.environ.items()
-        # The worker's engine.envs must not register a project's envs.
-        if k != "RL_STUDIO_PROJECT"
+        "PYTHONPATH": _engine_pythonpath(),
+        # One thread each: an env process per env, and the process limit.
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
     }
-    env["PYTHONPATH"] = _engine_pythonpath()
     try:
-        proc = subprocess.Popen(
+        confined = confine.Confined(
             [sys.executable, "-m", "engine.envs.env_worker"],
+            what=f"The python env {file.name}",
+            scratch=scratch,
+            limits=ENV_LIMITS,
+            readable=[file.parent],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            cwd=scratch,
-            env=env,
-            start_new_session=True,
         )
-    except OSError:
+    except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
-    return proc, scratch
+    return confined, scratch
 
 
 def _engine_pythonpath() -> str:
@@ -123,18 +141,14 @@ def _engine_pythonpath() -> str:
     return root + (os.pathsep + existing if existing else "")
 
 
-def _stop(proc: subprocess.Popen[bytes], scratch: Path) -> None:
-    """Kill the worker's whole process group and remove its scratch folder."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        proc.kill()
+def _stop(confined: confine.Confined, scratch: Path) -> None:
+    """Kill the worker's whole process tree and remove its scratch folder."""
+    proc = confined.proc
     for stream in (proc.stdin, proc.stdout):
         with contextlib.suppress(OSError):
             if stream is not None:
                 stream.close()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=CLOSE_GRACE_S)
+    confined.close()
     shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -144,14 +158,17 @@ class EnvProcess:
     def __init__(self, file: Path) -> None:
         self.file = file
         try:
-            self._proc, scratch = start_env_process(file.parent)
+            self._confined, scratch = start_env_process(file)
+        except confine.ConfinementUnavailable as exc:
+            raise SpecError("python.file", str(exc)) from None
         except OSError as exc:
             raise SpecError(
                 "python.file",
                 f"python.file {file.name}: the env process could not start "
                 f"({exc.strerror or exc}).",
             ) from None
-        self._finalizer = weakref.finalize(self, _stop, self._proc, scratch)
+        self._proc = self._confined.proc
+        self._finalizer = weakref.finalize(self, _stop, self._confined, scratch)
         assert self._proc.stdout is not None
         self._fd = self._proc.stdout.fileno()
         self._poll = select.poll()
@@ -234,11 +251,13 @@ class EnvProcess:
             code = self._proc.wait(timeout=CLOSE_GRACE_S)
         except subprocess.TimeoutExpired:
             self._fail(f"closed its output during {_OP_WORDS.get(op, op)}")
-        if code < 0:
+        # bubblewrap reports a child killed by a signal as 128 + its number.
+        signum = -code if code < 0 else code - 128 if self._confined.method else 0
+        if signum > 0:
             try:
-                name = signal.Signals(-code).name
+                name = signal.Signals(signum).name
             except ValueError:
-                name = f"signal {-code}"
+                name = f"signal {signum}"
             self._fail(f"was killed by {name} during {_OP_WORDS.get(op, op)}")
         self._fail(f"exited with code {code} during {_OP_WORDS.get(op, op)}")
 
