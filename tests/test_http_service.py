@@ -143,6 +143,20 @@ def test_health_openapi_and_docs(server: Served, client: StudioClient) -> None:
         assert b"swagger" in page.read().lower()
 
 
+def test_kept_alive_connections_answer_without_a_nagle_delay(
+    client: StudioClient,
+) -> None:
+    """Responses on a reused connection must not wait for a delayed ACK
+    (40 ms each when the accepted sockets lack TCP_NODELAY)."""
+    client.close()
+    times = []
+    for _ in range(15):
+        start = time.perf_counter()
+        client.health()
+        times.append(time.perf_counter() - start)
+    assert sorted(times)[len(times) // 2] < 0.025, times
+
+
 @pytest.mark.slow
 def test_cartpole_ppo_runs_to_completion_with_metrics_and_events(
     server: Served, client: StudioClient

@@ -88,7 +88,10 @@ def bind(host: str, port: int) -> socket.socket:
     if not 0 <= port <= 65535:
         raise EngineError(f"--port must be between 0 and 65535, not {port}.")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP spelled out: asyncio sets TCP_NODELAY on accepted sockets
+    # only when their proto says TCP, and without it a kept-alive connection
+    # waits 40 ms per request (Nagle's algorithm against delayed ACKs).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
