@@ -21,8 +21,11 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,9 @@ def _bf16(compute_capability: str) -> bool:
     return major is not None and major >= 8
 
 
-def _nvml_gpus() -> list[GpuInfo] | None:
-    """NVIDIA GPUs through NVML, or None when ``pynvml`` or the driver is missing."""
+def _each_nvml_gpu(read: Callable[[Any, int, Any, str], T]) -> list[T] | None:
+    """``read(pynvml, index, handle, name)`` for every NVIDIA GPU NVML sees;
+    None when ``pynvml`` or the driver is missing or NVML fails."""
     try:
         import pynvml
     except ImportError:
@@ -111,31 +115,38 @@ def _nvml_gpus() -> list[GpuInfo] | None:
     except Exception:  # NVMLError: no driver, no GPU
         return None
     try:
-        gpus = []
+        out = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(handle)
-            cc = ""
-            with contextlib.suppress(Exception):
-                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
-                cc = f"{major}.{minor}"
-            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-            gpus.append(
-                GpuInfo(
-                    index=i,
-                    name=name.decode() if isinstance(name, bytes) else str(name),
-                    backend="cuda",
-                    memory_total_bytes=total,
-                    bf16=_bf16(cc),
-                    compute_capability=cc,
-                )
-            )
-        return gpus
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            out.append(read(pynvml, i, handle, name))
+        return out
     except Exception:
         return None
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
+
+
+def _nvml_gpus() -> list[GpuInfo] | None:
+    """NVIDIA GPUs through NVML, or None when ``pynvml`` or the driver is missing."""
+
+    def read(pynvml: Any, index: int, handle: Any, name: str) -> GpuInfo:
+        cc = ""
+        with contextlib.suppress(Exception):
+            major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+            cc = f"{major}.{minor}"
+        return GpuInfo(
+            index=index,
+            name=name,
+            backend="cuda",
+            memory_total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+            bf16=_bf16(cc),
+            compute_capability=cc,
+        )
+
+    return _each_nvml_gpu(read)
 
 
 NVIDIA_SMI_DETECT_QUERY = "index,name,memory.total,compute_cap"
@@ -420,41 +431,24 @@ def parse_nvidia_smi(text: str) -> list[GpuUsage]:
 
 def _nvml_usage() -> list[GpuUsage] | None:
     """Usage through NVML, or None when ``pynvml`` or the driver is missing."""
-    try:
-        import pynvml
-    except ImportError:
-        return None
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # NVMLError: no driver, no GPU
-        return None
-    try:
-        gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            util: float | None = None
-            with contextlib.suppress(Exception):
-                util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            used = total = None
-            with contextlib.suppress(Exception):
-                mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-                used, total = int(mem.used), int(mem.total)
-            gpus.append(
-                GpuUsage(
-                    index=i,
-                    name=name.decode() if isinstance(name, bytes) else str(name),
-                    util_percent=util,
-                    memory_used_bytes=used,
-                    memory_total_bytes=total,
-                )
-            )
-        return gpus
-    except Exception:
-        return None
-    finally:
+
+    def read(pynvml: Any, index: int, handle: Any, name: str) -> GpuUsage:
+        util: float | None = None
         with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
+            util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+        used = total = None
+        with contextlib.suppress(Exception):
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            used, total = int(mem.used), int(mem.total)
+        return GpuUsage(
+            index=index,
+            name=name,
+            util_percent=util,
+            memory_used_bytes=used,
+            memory_total_bytes=total,
+        )
+
+    return _each_nvml_gpu(read)
 
 
 def gpu_usage(nvidia_smi: str | None = None) -> list[GpuUsage]:

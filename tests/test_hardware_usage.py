@@ -61,6 +61,48 @@ def test_nvidia_smi_output_is_parsed_with_unknowns_as_none() -> None:
     assert parse_nvidia_smi("") == []
 
 
+class FakeNvml:
+    """The few pynvml calls engine.hardware makes, for one H100 at 37 %."""
+
+    shut_down = 0
+
+    def nvmlInit(self) -> None:  # pynvml's names
+        pass
+
+    def nvmlShutdown(self) -> None:
+        FakeNvml.shut_down += 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return f"h{i}"
+
+    def nvmlDeviceGetName(self, handle: str) -> bytes:
+        return b"NVIDIA H100"
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: str) -> tuple[int, int]:
+        return 9, 0
+
+    def nvmlDeviceGetMemoryInfo(self, handle: str) -> object:
+        return type("Mem", (), {"used": 3 * MIB, "total": 80 * 1024 * MIB})()
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str) -> object:
+        raise RuntimeError("not supported")  # as on a MIG slice
+
+
+def test_nvml_reads_gpus_and_usage(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import hardware
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    (gpu,) = hardware._nvml_gpus() or []
+    assert (gpu.name, gpu.compute_capability, gpu.bf16) == ("NVIDIA H100", "9.0", True)
+    assert gpu.memory_total_bytes == 80 * 1024 * MIB
+    (use,) = hardware._nvml_usage() or []
+    assert use == GpuUsage(0, "NVIDIA H100", None, 3 * MIB, 80 * 1024 * MIB)
+    assert FakeNvml.shut_down == 2
+
+
 def test_gpu_usage_runs_nvidia_smi_and_survives_its_failure(tmp_path: Path) -> None:
     good = fake_nvidia_smi(tmp_path / "good")
     (h100, a100) = gpu_usage(str(good))
