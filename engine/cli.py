@@ -29,6 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
     "models": ("engine.store.cli", "list the models registered in a project"),
     "train": ("engine.rl.cli", "train a stable-baselines3 agent with a progress bar"),
+    "tune": (
+        "engine.rl.tune",
+        "an Optuna sweep over a training run's settings, trials as project runs",
+    ),
     "env": (
         "engine.envs.cli",
         "designed environments: `env check FILE` validates a spec",

@@ -70,6 +70,18 @@ def env_name(env_id: str) -> str | None:
     return None
 
 
+PRESETS_FOLDER = "presets"
+"""Project folder holding the training presets a sweep saved."""
+
+PRESET_SUFFIX = ".preset.json"
+"""Suffix of a project preset: ``presets/<name>.preset.json``."""
+
+
+def preset_file(project_dir: str | os.PathLike[str], name: str) -> Path:
+    """Where the project preset ``name`` is saved (it may not exist)."""
+    return Path(project_dir) / PRESETS_FOLDER / f"{name}{PRESET_SUFFIX}"
+
+
 def spec_file(project_dir: str | os.PathLike[str], name: str) -> Path:
     """Where the designed env ``name`` of a project is saved (it may not
     exist; a spec's ``name`` may also differ from its file's)."""

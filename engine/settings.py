@@ -5,7 +5,8 @@ setting. Its annotation gives the type (``int | None`` makes it optional),
 its default the default, its attribute docstring the help, and
 :func:`setting` puts the rest in the field's metadata: unit, bounds
 (``exclusive_min`` / ``exclusive_max`` make them strict), choices, form group
-and label. Everything else is derived from that:
+and label, and the default range a sweep searches (:class:`Search`).
+Everything else is derived from that:
 
 - validation: :func:`check_value` / :func:`check_fields`, one generic checker
   (type, bounds, choices, optional) raising :class:`~engine.errors.ConfigError`
@@ -35,6 +36,18 @@ from engine.flow import ParamSpec, bounds_problem
 SCALAR_KINDS = ("int", "float", "bool", "str")
 
 
+@dataclass(frozen=True)
+class Search:
+    """Where a sweep (``rl-studio-engine tune``) looks for a setting by
+    default: ``low`` to ``high`` (on a log scale with ``log``), or the
+    setting's own choices (``True`` and ``False`` for a flag) when neither is
+    given. A setting without one is searched only when asked for."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+
+
 def setting(
     default: Any = dataclasses.MISSING,
     *,
@@ -49,6 +62,7 @@ def setting(
     label: str = "",
     form: bool = True,
     numeric_text: bool = False,
+    search: Search | None = None,
 ) -> Any:
     """A dataclass field carrying a setting's metadata.
 
@@ -68,6 +82,7 @@ def setting(
         "label": label,
         "form": form,
         "numeric_text": numeric_text,
+        "search": search,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -95,6 +110,7 @@ class FieldInfo:
     label: str = ""
     form: bool = True
     numeric_text: bool = False
+    search: Search | None = None
 
 
 def _kind(annotation: object) -> tuple[str, bool]:
@@ -164,6 +180,7 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
                 label=meta.get("label", ""),
                 form=meta.get("form", True),
                 numeric_text=meta.get("numeric_text", False),
+                search=meta.get("search"),
             )
         )
     return tuple(out)

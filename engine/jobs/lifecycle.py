@@ -121,7 +121,10 @@ def execute(
             reason = f"{type(exc).__name__}: {exc}"
             outcome = Outcome("failed", None, reason, error=exc)
     else:
-        outcome = Outcome(_status(ctx, summary), summary)
+        status = _status(ctx, summary)
+        # A job that stopped itself (a sweep's pruned trial) says why.
+        reason = str(summary.get("reason", "")) if status == "stopped" else ""
+        outcome = Outcome(status, summary, reason)
     ctx.close()
     atomic_write_json(ctx.run_dir / contract.RESULT_FILE, outcome.result())
     return outcome

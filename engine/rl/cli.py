@@ -70,6 +70,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--seed", type=int, default=None, help="random seed (default: drawn)"
     )
     parser.add_argument(
+        "--preset",
+        default=None,
+        metavar="NAME",
+        help="a preset of --project (saved by `tune --save-preset`) instead of "
+        "the built-in one; it gives --env and --algo when they are left out",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -111,7 +118,7 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         key = key.strip()
         if not sep or not key:
             raise EngineError(f"--set takes key=value, not {item!r}.")
-        if key in ("env", "algo", "total_steps", "seed", "hyperparameters"):
+        if key in ("env", "algo", "total_steps", "seed", "preset", "hyperparameters"):
             raise EngineError(f"Give {key} with its own option, not with --set.")
         info = top_fields.get(key) or hyper_fields.get(key)
         value: Any = raw
@@ -134,6 +141,8 @@ def build_config(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]:
         config["total_steps"] = args.steps
     if args.seed is not None:
         config["seed"] = args.seed
+    if getattr(args, "preset", None):
+        config["preset"] = args.preset
     if hyper:
         config["hyperparameters"] = hyper
     config["project_dir"] = str(project_dir)
@@ -202,8 +211,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.resume is not None:
         return _resume(args, train)
-    if args.env is None:
+    if args.env is None and not args.preset:
         raise EngineError("Give the environment with --env, e.g. --env CartPole-v1.")
+    if args.preset and args.project is None:
+        raise EngineError("--preset needs the --project that holds the preset.")
     if args.project is not None:
         project_dir: Path = args.project.expanduser().resolve()
         if project_dir.exists() and not project_dir.is_dir():
@@ -234,7 +245,13 @@ def _resume(
 
     if args.project is None:
         raise EngineError("--resume needs the --project that holds the run.")
-    if args.env or args.seed is not None or args.settings or args.algo != "auto":
+    if (
+        args.env
+        or args.seed is not None
+        or args.settings
+        or args.algo != "auto"
+        or args.preset
+    ):
         raise EngineError(
             "A resumed run keeps its settings; give only --project, --resume "
             "and optionally --steps."

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import contract
 from engine.errors import ConfigError
-from engine.settings import check_fields, defaults_of, fields_of, setting
+from engine.settings import Search, check_fields, defaults_of, fields_of, setting
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu")
 SCHEDULES = ("constant", "linear")
@@ -47,7 +48,9 @@ SEED_MAX = 2**32 - 1
 class _PPOBase:
     """Fields PPO and MaskablePPO share."""
 
-    learning_rate: float = setting(3e-4, min=0, exclusive_min=True)
+    learning_rate: float = setting(
+        3e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
@@ -56,19 +59,21 @@ class _PPOBase:
     ``n_steps * n_envs`` steps."""
     batch_size: int = setting(64, min=1, unit="transitions")
     """Transitions per minibatch (at most ``n_steps * n_envs``)."""
-    n_epochs: int = setting(10, min=1)
+    n_epochs: int = setting(10, min=1, search=Search(1, 20))
     """Passes over each rollout per update."""
-    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
+    gamma: float = setting(
+        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
+    )
     """Discount factor per step, in (0, 1]."""
-    gae_lambda: float = setting(0.95, min=0, max=1)
+    gae_lambda: float = setting(0.95, min=0, max=1, search=Search(0.8, 1.0))
     """Generalized Advantage Estimation lambda, in [0, 1]."""
-    clip_range: float = setting(0.2, min=0, exclusive_min=True)
+    clip_range: float = setting(0.2, min=0, exclusive_min=True, search=Search(0.1, 0.4))
     """Policy ratio clipping (dimensionless, > 0)."""
     clip_range_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: ``clip_range`` decays to 0 at the end."""
     normalize_advantage: bool = setting(True)
     """Normalize advantages per minibatch."""
-    ent_coef: float = setting(0.0, min=0)
+    ent_coef: float = setting(0.0, min=0, search=Search(1e-8, 0.1, log=True))
     """Weight of the entropy bonus in the loss (>= 0)."""
     vf_coef: float = setting(0.5, min=0)
     """Weight of the value loss in the loss (>= 0)."""
@@ -106,17 +111,21 @@ class MaskablePPOConfig(_PPOBase):
 class A2CConfig:
     """Advantage Actor-Critic (stable-baselines3 ``A2C``)."""
 
-    learning_rate: float = setting(7e-4, min=0, exclusive_min=True)
+    learning_rate: float = setting(
+        7e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
     """Optimizer step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    n_steps: int = setting(5, min=1, unit="steps")
+    n_steps: int = setting(5, min=1, unit="steps", search=Search(1, 64, log=True))
     """Steps collected per environment copy before each update."""
-    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
+    gamma: float = setting(
+        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
+    )
     """Discount factor per step, in (0, 1]."""
-    gae_lambda: float = setting(1.0, min=0, max=1)
+    gae_lambda: float = setting(1.0, min=0, max=1, search=Search(0.8, 1.0))
     """Generalized Advantage Estimation lambda, in [0, 1] (1 = plain returns)."""
-    ent_coef: float = setting(0.0, min=0)
+    ent_coef: float = setting(0.0, min=0, search=Search(1e-8, 0.1, log=True))
     """Weight of the entropy bonus in the loss (>= 0)."""
     vf_coef: float = setting(0.5, min=0)
     """Weight of the value loss in the loss (>= 0)."""
@@ -144,7 +153,9 @@ class A2CConfig:
 class DQNConfig:
     """Deep Q-Network (stable-baselines3 ``DQN``); discrete actions only."""
 
-    learning_rate: float = setting(1e-4, min=0, exclusive_min=True)
+    learning_rate: float = setting(
+        1e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
@@ -156,19 +167,23 @@ class DQNConfig:
     """Transitions per gradient step."""
     tau: float = setting(1.0, min=0, exclusive_min=True, max=1)
     """Target network soft-update coefficient in (0, 1] (1 = hard copy)."""
-    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
+    gamma: float = setting(
+        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
+    )
     """Discount factor per step, in (0, 1]."""
-    train_freq: int = setting(4, min=1, unit="steps")
+    train_freq: int = setting(4, min=1, unit="steps", search=Search(1, 256, log=True))
     """Update the network every this many steps (per environment copy)."""
     gradient_steps: int = setting(1, min=-1)
     """Gradient steps per update (-1: as many as steps collected)."""
-    target_update_interval: int = setting(10_000, min=1, unit="steps")
+    target_update_interval: int = setting(
+        10_000, min=1, unit="steps", search=Search(1, 20_000, log=True)
+    )
     """Copy the network to the target network every this many steps."""
-    exploration_fraction: float = setting(0.1, min=0, max=1)
+    exploration_fraction: float = setting(0.1, min=0, max=1, search=Search(0, 0.5))
     """Fraction of ``total_steps`` over which epsilon decays, in [0, 1]."""
     exploration_initial_eps: float = setting(1.0, min=0, max=1)
     """Epsilon (probability of a random action) at the start, in [0, 1]."""
-    exploration_final_eps: float = setting(0.05, min=0, max=1)
+    exploration_final_eps: float = setting(0.05, min=0, max=1, search=Search(0, 0.2))
     """Epsilon after the decay, in [0, 1]."""
     max_grad_norm: float = setting(10.0, min=0, exclusive_min=True)
     """Gradient norm clip (> 0)."""
@@ -182,7 +197,9 @@ class DQNConfig:
 class SACConfig:
     """Soft Actor-Critic (stable-baselines3 ``SAC``); continuous actions only."""
 
-    learning_rate: float = setting(3e-4, min=0, exclusive_min=True)
+    learning_rate: float = setting(
+        3e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
@@ -192,9 +209,13 @@ class SACConfig:
     """Steps collected (random actions) before the first gradient step."""
     batch_size: int = setting(256, min=1, unit="transitions")
     """Transitions per gradient step."""
-    tau: float = setting(0.005, min=0, exclusive_min=True, max=1)
+    tau: float = setting(
+        0.005, min=0, exclusive_min=True, max=1, search=Search(1e-3, 0.08, log=True)
+    )
     """Target network soft-update coefficient in (0, 1]."""
-    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
+    gamma: float = setting(
+        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
+    )
     """Discount factor per step, in (0, 1]."""
     train_freq: int = setting(1, min=1, unit="steps")
     """Update the networks every this many steps (per environment copy)."""
@@ -222,7 +243,9 @@ class SACConfig:
 class TD3Config:
     """Twin Delayed DDPG (stable-baselines3 ``TD3``); continuous actions only."""
 
-    learning_rate: float = setting(1e-3, min=0, exclusive_min=True)
+    learning_rate: float = setting(
+        1e-3, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
@@ -232,9 +255,13 @@ class TD3Config:
     """Steps collected (random actions) before the first gradient step."""
     batch_size: int = setting(256, min=1, unit="transitions")
     """Transitions per gradient step."""
-    tau: float = setting(0.005, min=0, exclusive_min=True, max=1)
+    tau: float = setting(
+        0.005, min=0, exclusive_min=True, max=1, search=Search(1e-3, 0.08, log=True)
+    )
     """Target network soft-update coefficient in (0, 1]."""
-    gamma: float = setting(0.99, min=0, exclusive_min=True, max=1)
+    gamma: float = setting(
+        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
+    )
     """Discount factor per step, in (0, 1]."""
     train_freq: int = setting(1, min=1, unit="steps")
     """Update the networks every this many steps (per environment copy)."""
@@ -331,6 +358,10 @@ class TrainConfig:
     policy: str | None = setting(None, choices=POLICIES, form=False)
     """SB3 policy class name; None: ``MultiInputPolicy`` for dict
     observations, ``CnnPolicy`` for images, else ``MlpPolicy``."""
+    preset: str = setting("", group="Run")
+    """A project preset (``presets/<name>.preset.json``, saved by
+    ``rl-studio-engine tune --save-preset``) used instead of the built-in one
+    for the environment and algorithm ('' = the built-in one)."""
     name: str = setting("", group="Run", label="Model name")
     """Display name of the model this run registers ('' = generated)."""
     project_dir: str | None = setting(None, form=False)
@@ -588,6 +619,12 @@ PRESETS["LunarLanderContinuous-v3"] = {
 DEFAULT_TOTAL_STEPS = 100_000
 
 
+PRESET_FORMAT = 1
+"""Format version of a project preset file."""
+_RUN_ONLY = ("env", "algo", "seed", "project_dir", "preset", "name", "notes")
+"""Settings a preset never holds: they name the run, not how it trains."""
+
+
 def preset_for(env_id: str, algo: str) -> dict[str, Any]:
     """The preset for ``env_id`` and ``algo`` ({} when there is none)."""
     by_algo = PRESETS.get(env_id, {})
@@ -596,6 +633,77 @@ def preset_for(env_id: str, algo: str) -> dict[str, Any]:
     if algo == "MaskablePPO" and "PPO" in by_algo:
         return dict(by_algo["PPO"])
     return {}
+
+
+def save_preset(
+    project_dir: str | os.PathLike[str],
+    name: str,
+    *,
+    env: str,
+    algo: str,
+    settings: dict[str, Any],
+    provenance: dict[str, Any],
+) -> Path:
+    """Write the project preset ``name``: ``settings`` shaped like a
+    built-in preset (TrainConfig keys and hyperparameters mixed), for
+    ``env`` and ``algo``, with where it came from (a sweep's study, trials,
+    budget). Returns its file."""
+    from engine.store.atomic import atomic_write_json
+    from engine.store.paths import checked_name
+
+    path = contract.preset_file(project_dir, checked_name("preset", name))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "format": PRESET_FORMAT,
+        "name": name,
+        "env": env,
+        "algo": algo,
+        "settings": {k: v for k, v in settings.items() if k not in _RUN_ONLY},
+        "provenance": provenance,
+    }
+    atomic_write_json(path, record)
+    return path
+
+
+def load_preset(
+    project_dir: str | os.PathLike[str] | None, name: str
+) -> dict[str, Any]:
+    """The project preset record ``name`` (see :func:`save_preset`); a
+    ConfigError naming ``preset`` when there is none or it is malformed."""
+    from engine import untrusted
+    from engine.store.paths import checked_name
+
+    checked_name("preset", name)
+    if project_dir is None:
+        raise ConfigError(
+            "preset", f"The preset {name!r} needs a project to be read from."
+        )
+    path = contract.preset_file(project_dir, name)
+    if not path.is_file():
+        raise ConfigError(
+            "preset", f"There is no preset {name!r} in this project ({path})."
+        )
+    try:
+        record = untrusted.load_file(path, str(path))
+    except untrusted.UntrustedDataError as exc:
+        raise ConfigError("preset", str(exc)) from None
+    if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("env"), str)
+        or record.get("algo") not in ALGO_CONFIGS
+        or not isinstance(record.get("settings"), dict)
+    ):
+        raise ConfigError(
+            "preset", f"The preset file {path} is not an RL Studio preset."
+        )
+    algo_fields = fields_of(ALGO_CONFIGS[record["algo"]])
+    for key in record["settings"]:
+        if key in _RUN_ONLY or (key not in TRAIN_FIELDS and key not in algo_fields):
+            raise ConfigError(
+                "preset",
+                f"The preset {name!r} has a setting {key!r} a preset cannot set.",
+            )
+    return record
 
 
 # --------------------------------------------------------------------------
@@ -1013,6 +1121,16 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(name, f"Unknown setting {name!r}{hint}")
     cfg: dict[str, Any] = defaults_of(TrainConfig)
     cfg.update(config)
+    record = None
+    if cfg["preset"]:
+        if not isinstance(cfg["preset"], str):
+            raise ConfigError("preset", f"preset must be text, not {cfg['preset']!r}.")
+        record = load_preset(cfg["project_dir"], cfg["preset"])
+        # A preset knows what it was tuned for.
+        if not cfg["env"]:
+            cfg["env"] = record["env"]
+        if cfg["algo"] == "auto":
+            cfg["algo"] = record["algo"]
 
     env_id = cfg["env"]
     if not isinstance(env_id, str) or not env_id.strip():
@@ -1052,15 +1170,27 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
                 f"Unknown hyperparameter {name!r} for {algo}{hint}",
             )
 
-    preset = preset_for(env_id, algo)
+    if record is None:
+        preset = preset_for(env_id, algo)
+    elif (record["env"], record["algo"]) != (env_id, algo):
+        raise ConfigError(
+            "preset",
+            f"The preset {cfg['preset']!r} was tuned for {record['algo']} on "
+            f"{record['env']}, not {algo} on {env_id}.",
+        )
+    else:
+        preset = dict(record["settings"])
     preset_train = {k: v for k, v in preset.items() if k in TRAIN_FIELDS}
     preset_hp = {k: v for k, v in preset.items() if k not in TRAIN_FIELDS}
+    for key, value in preset_train.items():
+        if config.get(key) is None:
+            cfg[key] = value
     if cfg["total_steps"] is None:
-        cfg["total_steps"] = preset_train.get("total_steps", DEFAULT_TOTAL_STEPS)
+        cfg["total_steps"] = DEFAULT_TOTAL_STEPS
     if cfg["n_envs"] is None:
-        cfg["n_envs"] = preset_train.get("n_envs", default_n_envs(algo))
+        cfg["n_envs"] = default_n_envs(algo)
     if cfg["vec_normalize"] is None:
-        cfg["vec_normalize"] = bool(preset_train.get("vec_normalize", False))
+        cfg["vec_normalize"] = False
     if cfg["torch_threads"] is None:
         cfg["torch_threads"] = default_torch_threads()
     if cfg["seed"] is None:

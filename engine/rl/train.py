@@ -62,13 +62,20 @@ EVAL_SEED_OFFSET = 1_000_003
 training envs' episodes."""
 
 
-def run(ctx: JobContext) -> dict[str, Any]:
-    """Job entry point (``engine.rl.train:run``); returns the run summary."""
+EvalHook = Callable[[int, float], "str | None"]
+"""Told each evaluation's step and mean reward; a sentence stops the run as
+``stopped`` by ``pruned`` (a sweep's pruner), with that sentence as its
+reason."""
+
+
+def run(ctx: JobContext, *, on_eval: EvalHook | None = None) -> dict[str, Any]:
+    """Job entry point (``engine.rl.train:run``); returns the run summary.
+    ``on_eval`` (a sweep's trial) sees every evaluation and may stop the run."""
     config = dict(ctx.config)
     if config.get("project_dir") is None:
         config["project_dir"] = str(ctx.project_dir)
     cfg = validate(config)  # also registers the project's designed envs
-    return Trainer(ctx, cfg).train()
+    return Trainer(ctx, cfg, on_eval=on_eval).train()
 
 
 # --------------------------------------------------------------------------
@@ -258,6 +265,7 @@ def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
         "hyperparameters",
         "project_dir",
         "notes",
+        "preset",  # its values are spelled out below
     )
     for key in TRAIN_FIELDS:
         if key in skip:
@@ -299,9 +307,13 @@ def write_reproduce(run_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
 class Trainer:
     """One training run: builds everything, then lets SB3's ``learn`` drive."""
 
-    def __init__(self, ctx: JobContext, cfg: dict[str, Any]) -> None:
+    def __init__(
+        self, ctx: JobContext, cfg: dict[str, Any], on_eval: EvalHook | None = None
+    ) -> None:
         self.ctx = ctx
         self.cfg = cfg
+        self.on_eval = on_eval
+        self.pruned_reason = ""
         self.algo: str = cfg["algo"]
         self.total_steps: int = cfg["total_steps"]
         self.off_policy = self.algo in OFF_POLICY
@@ -446,7 +458,7 @@ class Trainer:
                 self.stopped_by = ctx.stop_reason
             steps = int(model.num_timesteps)
             if (
-                self.stopped_by not in STOP_REASONS
+                self.stopped_by not in (*STOP_REASONS, "pruned")
                 and self.eval_env is not None
                 # SB3 may overshoot total_steps by part of a rollout; an eval
                 # at total_steps already describes the final policy.
@@ -539,6 +551,13 @@ class Trainer:
             self.best_eval_reward = mean
             self.best_eval_metrics = {**metrics, "step": step}
             self._save_best()
+        if self.on_eval is not None:
+            reason = self.on_eval(step, mean)
+            if reason:
+                self.stopped_by = "pruned"
+                self.pruned_reason = reason
+                self.ctx.log(reason)
+                return False
         target = cfg["target_eval_reward"]
         if target is not None and mean >= target:
             self.stopped_by = "target"
@@ -713,6 +732,10 @@ class Trainer:
         }
         if self.resumed_from is not None:
             out["resumed_from"] = self.resumed_from
+        if self.pruned_reason:
+            # Stopped on purpose, though by no one of STOP_REASONS.
+            out["status"] = "stopped"
+            out["reason"] = self.pruned_reason
         return out
 
 

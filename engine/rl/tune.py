@@ -1,0 +1,825 @@
+"""``rl-studio-engine tune``: an Optuna sweep over an ``rl.train`` run's settings.
+
+A sweep is an Optuna study (TPE sampler, median pruner) kept in an RDB
+storage: by default ``sqlite:///PROJECT/data/sweeps.db``; PostgreSQL or MySQL
+URLs let machines share one. Every trial is an ordinary run of the project
+(listed, with its config, metrics, log, model and lineage); the pruner reads
+the run's periodic evaluations (``eval/mean_reward``) through the trainer's
+evaluation hook, and a pruned trial's run ends ``stopped`` by ``pruned`` with
+the reason. A trial's value is its last evaluation's mean reward.
+
+Where each setting may be searched is declared once, on its config field
+(:class:`engine.settings.Search`); ``--search`` picks the settings and may
+give other ranges or choices::
+
+    rl-studio-engine tune --env CartPole-v1 --algo PPO --trials 16 --steps 20000 \\
+        --project P --workers 2 --search learning_rate=1e-4:1e-2:log \\
+        --search gamma --search n_epochs=5,10,20 --save-preset cartpole-fast
+
+``--workers K`` starts K worker processes here; ``rl-studio-engine tune
+--study NAME --storage URL --project DIR`` on another machine joins the same
+study with workers of its own. The command prints a line per finished trial
+and, at the end, a JSON summary (best value, params, run id) on stdout;
+``--save-preset NAME`` saves the best trial's settings as a project preset
+(``train --preset NAME``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import json
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import ConfigError, EngineError
+from engine.jobs.lifecycle import HeadlessContext
+
+if TYPE_CHECKING:
+    import optuna
+
+    from engine.settings import FieldInfo
+    from engine.store.project import Project
+
+KIND = "rl.train"
+SETTINGS_ATTR = "rlstudio_sweep"
+"""The study's user attribute holding what it searches (:func:`settings_of`)."""
+SETTINGS_FORMAT = 1
+EVALS_PER_TRIAL = 5
+"""Evaluations a trial makes (each one a point the pruner compares) when
+``eval_every_steps`` is not given."""
+DEFAULT_PRUNE_STARTUP = 5
+POLL_S = 0.5
+"""How often the command reads the study for finished trials."""
+NOT_SEARCHED = (
+    "env",
+    "algo",
+    "total_steps",
+    "seed",
+    "name",
+    "device",
+    "preset",
+    "policy",
+    "torch_threads",
+)
+"""Run settings a sweep never varies: what and how long it trains, and where."""
+SURPLUS_ATTR = "surplus"
+"""Marks a trial asked for after the study had all its trials (workers
+racing for the last one); it has no run and counts for nothing."""
+
+
+# --------------------------------------------------------------------------
+# The search space
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searched setting, as Optuna is asked for it."""
+
+    name: str
+    kind: str
+    """``float``, ``int`` or ``choice``."""
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+    top: bool = False
+    """A run setting (``n_envs``) rather than a hyperparameter."""
+
+    def suggest(self, trial: optuna.trial.Trial) -> Any:
+        if self.kind == "choice":
+            return trial.suggest_categorical(self.name, list(self.choices))
+        assert self.low is not None and self.high is not None
+        if self.kind == "int":
+            return trial.suggest_int(
+                self.name, int(self.low), int(self.high), log=self.log
+            )
+        return trial.suggest_float(self.name, self.low, self.high, log=self.log)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["choices"] = list(self.choices)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Dimension:
+        return cls(**{**data, "choices": tuple(data.get("choices", ()))})
+
+
+def searchable(algo: str) -> dict[str, tuple[FieldInfo, bool]]:
+    """The settings a sweep of ``algo`` may vary: name -> (field, is a run
+    setting)."""
+    from engine.rl.config import ALGO_CONFIGS, TrainConfig
+    from engine.settings import SCALAR_KINDS, fields_of
+
+    out = {
+        name: (info, True)
+        for name, info in fields_of(TrainConfig).items()
+        if name not in NOT_SEARCHED and info.kind in SCALAR_KINDS
+    }
+    for name, info in fields_of(ALGO_CONFIGS[algo]).items():
+        if info.kind in SCALAR_KINDS and not (info.kind == "str" and not info.choices):
+            out[name] = (info, False)
+    return out
+
+
+def _hinted(info: FieldInfo, top: bool) -> Dimension:
+    """The setting's default range, from its declaration."""
+    hint = info.search
+    if hint is None:
+        raise ConfigError(
+            info.name,
+            f"{info.name} has no default range; give --search "
+            f"{info.name}=low:high or {info.name}=a,b,c.",
+        )
+    if hint.low is None or hint.high is None:
+        choices = info.choices or ((False, True) if info.kind == "bool" else ())
+        return Dimension(info.name, "choice", choices=tuple(choices), top=top)
+    kind = "int" if info.kind == "int" else "float"
+    return Dimension(info.name, kind, hint.low, hint.high, hint.log, top=top)
+
+
+def default_space(algo: str) -> list[Dimension]:
+    """Every setting of ``algo``'s sweep that declares a default range."""
+    return [
+        _hinted(info, top)
+        for info, top in searchable(algo).values()
+        if info.search is not None
+    ]
+
+
+def _value(info: FieldInfo, raw: str) -> Any:
+    """``raw`` read as the setting is (text as it is, else JSON when it
+    parses) and checked against its bounds and choices."""
+    from engine.settings import check_value
+
+    value: Any = raw.strip()
+    if info.kind != "str":
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value)
+    return check_value(info, value, info.name)
+
+
+def parse_search(items: list[str], algo: str) -> list[Dimension]:
+    """``--search`` items as dimensions: ``KEY`` (its declared range),
+    ``KEY=low:high[:log]`` or ``KEY=a,b,c``; a ConfigError naming the
+    setting on anything that cannot be searched."""
+    fields = searchable(algo)
+    out: dict[str, Dimension] = {}
+    for item in items:
+        key, sep, raw = (part.strip() for part in item.partition("="))
+        if not key or (sep and not raw):
+            raise EngineError(
+                f"--search takes KEY, KEY=low:high[:log] or KEY=a,b,c, not {item!r}."
+            )
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else "."
+            raise ConfigError(
+                key, f"{key!r} is no setting a sweep of {algo} can search{hint}"
+            )
+        info, top = fields[key]
+        if not sep:
+            out[key] = _hinted(info, top)
+            continue
+        numeric = info.kind in ("int", "float") and not info.choices
+        if ":" in raw and numeric:
+            parts = raw.split(":")
+            log = len(parts) == 3 and parts[2].strip() == "log"
+            if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
+                raise ConfigError(
+                    key, f"--search {key} takes low:high or low:high:log, not {raw!r}."
+                )
+            low, high = (_value(info, p) for p in parts[:2])
+            if low > high:
+                raise ConfigError(
+                    key,
+                    f"--search {key}: the low end {low:g} is above the high end "
+                    f"{high:g}.",
+                )
+            if log and low <= 0:
+                raise ConfigError(
+                    key,
+                    f"--search {key}: a log scale needs a low end above 0, "
+                    f"not {low:g}.",
+                )
+            kind = "int" if info.kind == "int" else "float"
+            out[key] = Dimension(key, kind, low, high, log, top=top)
+        elif ":" in raw and not numeric:
+            raise ConfigError(
+                key, f"{key} takes choices (--search {key}=a,b,c), not a range."
+            )
+        else:
+            choices = tuple(dict.fromkeys(_value(info, p) for p in raw.split(",")))
+            out[key] = Dimension(key, "choice", choices=choices, top=top)
+    return list(out.values())
+
+
+# --------------------------------------------------------------------------
+# The study
+# --------------------------------------------------------------------------
+
+
+def quiet_optuna() -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logging.getLogger("sqlalchemy").setLevel(logging.ERROR)
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """The RDB storage at ``url``; an EngineError in one sentence when it
+    cannot be opened (a bad URL, a missing driver, a folder that is not
+    there, a server that does not answer)."""
+    import optuna
+
+    quiet_optuna()
+    # Workers share a SQLite file: wait for its lock instead of failing.
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except Exception as exc:  # SQLAlchemy and drivers raise many kinds
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        why = f" ({text[:200]})" if text else ""
+        raise EngineError(
+            f"The storage {url!r} cannot be opened{why}; give an RDB URL such as "
+            "sqlite:///path/sweeps.db or postgresql://host/db."
+        ) from None
+
+
+def default_storage(project_dir: Path) -> str:
+    return f"sqlite:///{project_dir / 'data' / 'sweeps.db'}"
+
+
+def settings_of(study: optuna.Study) -> dict[str, Any]:
+    """What a study made by this command searches: env, algo, steps, trials,
+    the search space, fixed settings, seed and pruner start."""
+    data = study.user_attrs.get(SETTINGS_ATTR)
+    if not isinstance(data, dict):
+        raise EngineError(
+            f"The study {study.study_name!r} was not made by rl-studio-engine tune."
+        )
+    return data
+
+
+def study_exists(storage: optuna.storages.RDBStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _sampler(settings: dict[str, Any], worker: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
+    seed = settings.get("seed")
+    # constant_liar: running trials count as bad, so parallel workers spread.
+    return optuna.samplers.TPESampler(
+        seed=None if seed is None else seed + worker, constant_liar=True
+    )
+
+
+def _pruner(settings: dict[str, Any]) -> optuna.pruners.BasePruner:
+    import optuna
+
+    return optuna.pruners.MedianPruner(n_startup_trials=settings["prune_startup"])
+
+
+def load(storage: optuna.storages.RDBStorage, name: str, worker: int = 0) -> Any:
+    """(study, settings) of the sweep ``name``."""
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=storage)
+    settings = settings_of(study)
+    study = optuna.load_study(
+        study_name=name,
+        storage=storage,
+        sampler=_sampler(settings, worker),
+        pruner=_pruner(settings),
+    )
+    return study, settings
+
+
+def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's finished trials, surplus ones left out."""
+    from optuna.trial import TrialState
+
+    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=done)
+        if not t.user_attrs.get(SURPLUS_ATTR)
+    ]
+
+
+# --------------------------------------------------------------------------
+# A worker: trials one after another, each a run of the project
+# --------------------------------------------------------------------------
+
+
+class TrialContext(HeadlessContext):
+    """A trial's run context: the log goes to the run's ``log.txt`` only
+    (the sweep's own lines are the terminal's)."""
+
+    def say(self, text: str) -> None:
+        pass
+
+
+def trial_config(
+    settings: dict[str, Any],
+    dims: list[Dimension],
+    params: dict[str, Any],
+    project_dir: Path,
+    number: int,
+) -> dict[str, Any]:
+    """The ``rl.train`` config of trial ``number`` with ``params``."""
+    tops = {d.name for d in dims if d.top}
+    config: dict[str, Any] = {
+        "env": settings["env"],
+        "algo": settings["algo"],
+        "total_steps": settings["steps"],
+        **settings["settings"],
+        **{k: v for k, v in params.items() if k in tops},
+        "project_dir": str(project_dir),
+        "hyperparameters": {
+            **settings["hyperparameters"],
+            **{k: v for k, v in params.items() if k not in tops},
+        },
+    }
+    config.setdefault("eval_every_steps", max(1, settings["steps"] // EVALS_PER_TRIAL))
+    if settings.get("seed") is not None:
+        config["seed"] = settings["seed"] + number
+    return config
+
+
+def run_trial(
+    study: optuna.Study,
+    settings: dict[str, Any],
+    project: Project,
+    storage_url: str,
+) -> bool:
+    """Ask the study for a trial, train it as a run of ``project`` and tell
+    the study how it went. False when the study has all its trials or the
+    worker was asked to stop."""
+    from optuna.trial import TrialState
+
+    from engine.rl.config import validate
+    from engine.rl.train import run as train
+
+    if len(study.get_trials(deepcopy=False)) >= settings["trials"]:
+        return False
+    trial = study.ask()
+    n = trial.number
+    if n >= settings["trials"]:
+        # Another worker took the last trial between our count and ask.
+        trial.set_user_attr(SURPLUS_ATTR, True)
+        study.tell(trial, state=TrialState.FAIL)
+        return False
+    dims = [Dimension.from_json(d) for d in settings["search"]]
+    params = {d.name: d.suggest(trial) for d in dims}
+    try:
+        config = validate(trial_config(settings, dims, params, project.path, n))
+    except ConfigError as exc:
+        # These values do not go together (a batch larger than the rollout).
+        trial.set_user_attr("error", str(exc))
+        study.tell(trial, state=TrialState.FAIL)
+        print(f"trial {n}: not run: {exc}", file=sys.stderr, flush=True)
+        return True
+    name = f"{study.study_name} #{n}"
+    record = project.create_run(KIND, config, name=name)
+    trial.set_user_attr("run_id", record.id)
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("project", str(project.path))
+
+    def on_eval(step: int, mean: float) -> str | None:
+        trial.report(mean, step)
+        if trial.should_prune():
+            return (
+                f"Pruned by the sweep {study.study_name!r}: eval mean reward "
+                f"{mean:.4g} at step {step} was below the median of earlier "
+                "trials at that step."
+            )
+        return None
+
+    from engine.jobs.lifecycle import run_in_process
+
+    ctx = TrialContext(
+        record.id, Path(record.run_dir), KIND, config, events=None, project=project
+    )
+    total = float(config["total_steps"])
+    outcome = run_in_process(
+        project,
+        record.id,
+        ctx,
+        partial(train, on_eval=on_eval),
+        trace=ctx.log_to_file,
+        progress=lambda o: (
+            None
+            if o.error is not None
+            else (min(float((o.summary or {}).get("total_steps", 0)), total), total)
+        ),
+    )
+    summary = dict(outcome.summary or {})
+    summary["sweep"] = {"study": study.study_name, "trial": n, "storage": storage_url}
+    project.update_run(record.id, summary=summary)
+    value = summary.get("last_eval_reward")
+    if outcome.status == "completed" and isinstance(value, int | float):
+        study.tell(trial, float(value))
+        return True
+    if summary.get("stopped_by") == "pruned":
+        study.tell(trial, state=TrialState.PRUNED)
+        return True
+    trial.set_user_attr("error", outcome.reason or outcome.status)
+    study.tell(trial, state=TrialState.FAIL)
+    # A stopped (Ctrl-C) or aborted trial stops its worker; a failed one not.
+    return outcome.status == "failed"
+
+
+def work(storage_url: str, study_name: str, project_dir: Path, worker: int) -> int:
+    """A worker process: trials until the study has all of them."""
+    from engine.rl.config import register_designed_envs
+    from engine.store.project import Project
+
+    storage = open_storage(storage_url)
+    study, settings = load(storage, study_name, worker)
+    project = Project.open(project_dir)
+    register_designed_envs(project_dir)
+    try:
+        while run_trial(study, settings, project, storage_url):
+            pass
+    finally:
+        project.close()
+    return 0
+
+
+# --------------------------------------------------------------------------
+# The command
+# --------------------------------------------------------------------------
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env", default=None, help="Gymnasium id or rlstudio/<name>-v0"
+    )
+    parser.add_argument(
+        "--algo", default=None, help="PPO, A2C, DQN, SAC, TD3, MaskablePPO or auto"
+    )
+    parser.add_argument("--trials", type=int, default=None, help="trials in the study")
+    parser.add_argument(
+        "--steps", type=int, default=None, help="environment steps per trial"
+    )
+    parser.add_argument(
+        "--search",
+        action="append",
+        default=None,
+        metavar="KEY[=low:high[:log]|=a,b,c]",
+        help="a setting to search (repeatable); KEY alone takes its declared "
+        "range (default: every setting that declares one)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="settings",
+        help="a fixed setting or hyperparameter for every trial (repeatable)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seeds the sampler and each trial (trial n gets seed + n)",
+    )
+    parser.add_argument(
+        "--prune-startup",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"trials finished before pruning starts (default {DEFAULT_PRUNE_STARTUP})",
+    )
+    parser.add_argument(
+        "--project", type=Path, default=None, help="project folder the runs go to"
+    )
+    parser.add_argument(
+        "--storage",
+        default=None,
+        help="Optuna RDB storage URL (default: sqlite:///PROJECT/data/sweeps.db)",
+    )
+    parser.add_argument(
+        "--study", default=None, help="study name; an existing one is joined"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes on this machine"
+    )
+    parser.add_argument(
+        "--save-preset",
+        default=None,
+        metavar="NAME",
+        help="save the best trial's settings as the project preset NAME",
+    )
+
+
+def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]:
+    """The sweep's settings from the command line, checked (nothing written)."""
+    from engine.rl.cli import parse_settings
+    from engine.rl.config import validate
+
+    if args.env is None:
+        raise EngineError("Give the environment with --env, e.g. --env CartPole-v1.")
+    for option, value in (("--trials", args.trials), ("--steps", args.steps)):
+        if value is None:
+            raise EngineError(f"A new sweep needs {option}.")
+        if value < 1:
+            raise EngineError(f"{option} must be at least 1, not {value}.")
+    top, hyper = parse_settings(args.settings)
+    prune_startup = (
+        DEFAULT_PRUNE_STARTUP if args.prune_startup is None else args.prune_startup
+    )
+    if prune_startup < 0:
+        raise EngineError(f"--prune-startup must be 0 or more, not {prune_startup}.")
+    if top.get("eval_every_steps") == 0:
+        raise ConfigError(
+            "eval_every_steps",
+            "A sweep needs evaluations; set eval_every_steps above 0.",
+        )
+    base = {
+        "env": args.env,
+        "algo": args.algo or "auto",
+        "total_steps": args.steps,
+        **top,
+        "project_dir": str(project_dir),
+    }
+    if hyper:
+        base["hyperparameters"] = hyper
+    checked = validate(base)
+    algo = checked["algo"]
+    dims = (
+        default_space(algo) if args.search is None else parse_search(args.search, algo)
+    )
+    if not dims:
+        raise EngineError(f"There is nothing to search for {algo}; give --search.")
+    return {
+        "format": SETTINGS_FORMAT,
+        "env": checked["env"],
+        "algo": algo,
+        "steps": args.steps,
+        "trials": args.trials,
+        "search": [d.to_json() for d in dims],
+        "settings": top,
+        "hyperparameters": hyper,
+        "seed": args.seed,
+        "prune_startup": prune_startup,
+    }
+
+
+def _clash(existing: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    keys = ("env", "algo", "steps", "trials", "search", "settings", "hyperparameters")
+    return [k for k in keys if existing.get(k) != wanted.get(k)]
+
+
+def _gave_settings(args: argparse.Namespace) -> bool:
+    return any(
+        value is not None
+        for value in (args.env, args.algo, args.trials, args.steps, args.search)
+    ) or bool(args.settings or args.seed is not None or args.prune_startup is not None)
+
+
+def _monitor(
+    study: optuna.Study, settings: dict[str, Any], procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Print a line per finished trial until the workers are done."""
+    from optuna.trial import TrialState
+
+    seen: set[int] = set()
+    best: tuple[float, int] | None = None
+    total = settings["trials"]
+    while True:
+        running = any(p.poll() is None for p in procs)
+        for t in sorted(finished(study), key=lambda t: t.number):
+            if t.number in seen:
+                continue
+            seen.add(t.number)
+            value = t.value if t.state == TrialState.COMPLETE else None
+            if value is not None and (best is None or value > best[0]):
+                best = (value, t.number)
+            state = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned"}
+            what = state.get(t.state, "failed")
+            value_text = f" value {value:.4g}" if value is not None else ""
+            best_text = (
+                f"  best {best[0]:.4g} (trial {best[1]})" if best else "  best -"
+            )
+            run = t.user_attrs.get("run_id", "")
+            print(
+                f"trial {len(seen)}/{total} (#{t.number}) {what}{value_text}{best_text}"
+                + (f"  run {run}" if run else ""),
+                file=sys.stderr,
+                flush=True,
+            )
+        if not running:
+            return
+        time.sleep(POLL_S)
+
+
+def _summary(
+    study: optuna.Study, settings: dict[str, Any], storage_url: str
+) -> dict[str, Any]:
+    from optuna.trial import TrialState
+
+    done = finished(study)
+    complete = [t for t in done if t.state == TrialState.COMPLETE]
+    best = max(complete, key=lambda t: t.value or 0.0) if complete else None
+    return {
+        "study": study.study_name,
+        "storage": storage_url,
+        "env": settings["env"],
+        "algo": settings["algo"],
+        "trials": settings["trials"],
+        "finished": len(done),
+        "completed": len(complete),
+        "pruned": sum(t.state == TrialState.PRUNED for t in done),
+        "failed": sum(t.state == TrialState.FAIL for t in done),
+        "best_value": None if best is None else best.value,
+        "best_params": None if best is None else best.params,
+        "best_trial": None if best is None else best.number,
+        "best_run_id": None if best is None else best.user_attrs.get("run_id"),
+    }
+
+
+def preset_settings(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's settings shaped as a preset: the built-in preset the trial
+    started from, the sweep's fixed settings and the trial's values, with
+    the budget it was tuned for."""
+    from engine.rl.config import preset_for
+
+    return {
+        **preset_for(settings["env"], settings["algo"]),
+        **settings["settings"],
+        **settings["hyperparameters"],
+        **params,
+        "total_steps": settings["steps"],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.rl.config import register_designed_envs, save_preset
+    from engine.store.paths import checked_name
+    from engine.store.project import Project
+    from resources import resource_path
+
+    if args.workers < 1:
+        raise EngineError(f"--workers must be at least 1, not {args.workers}.")
+    if args.save_preset is not None:
+        checked_name("preset", args.save_preset)
+    if args.study is not None:
+        checked_name("study", args.study)
+    if args.project is not None:
+        project_dir: Path = args.project.expanduser().resolve()
+        if project_dir.exists() and not project_dir.is_dir():
+            raise EngineError(
+                f"--project {str(args.project)!r} is a file, not a folder."
+            )
+    else:
+        project_dir = Path(tempfile.mkdtemp(prefix="rlstudio-tune-"))
+    examples = resource_path("examples")
+    if not project_dir.exists():
+        register_designed_envs(examples)
+    wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
+    storage_url = args.storage or default_storage(project_dir)
+    storage = None
+    existing: dict[str, Any] | None = None
+    default_db = project_dir / "data" / "sweeps.db"
+    if args.study is not None and (args.storage or default_db.exists()):
+        storage = open_storage(storage_url)
+        if study_exists(storage, args.study):
+            _, existing = load(storage, args.study)
+    if existing is not None and wanted is not None:
+        differ = _clash(existing, wanted)
+        if differ:
+            raise EngineError(
+                f"The study {args.study!r} in {storage_url} searches other settings "
+                f"(its {', '.join(differ)} differ); give another --study name, or "
+                "only --study and --storage to join it."
+            )
+    if existing is None and wanted is None:
+        raise EngineError(
+            f"There is no study {args.study!r} in {storage_url} to join; give "
+            "--env, --trials and --steps to start one."
+            if args.study
+            else "Give --env, --trials and --steps to start a sweep, or --study "
+            "and --storage to join one."
+        )
+    # Everything is checked; from here on the project and the study are written.
+    project = Project.open(project_dir, create=True, examples=examples)
+    project.close()
+    if storage is None:
+        storage = open_storage(storage_url)
+    if args.study is not None:
+        name: str = args.study
+    else:
+        assert wanted is not None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        name = f"{wanted['algo']}-{wanted['env']}-{stamp}".replace("/", "-")
+    if existing is None:
+        import optuna
+
+        assert wanted is not None
+        try:
+            study = optuna.create_study(
+                study_name=name, storage=storage, direction="maximize"
+            )
+            study.set_user_attr(SETTINGS_ATTR, wanted)
+        except optuna.exceptions.DuplicatedStudyError:
+            raise EngineError(
+                f"The study {name!r} was made by someone else a moment ago; "
+                "run the command again to join it."
+            ) from None
+    study, settings = load(storage, name)
+    print(
+        f"sweep {name!r}: {settings['algo']} on {settings['env']}, "
+        f"{settings['trials']} trials of {settings['steps']} steps, "
+        f"{args.workers} worker(s); storage {storage_url}; runs in {project_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
+    cmd = [sys.executable, "-m", "engine.rl.tune", storage_url, name, str(project_dir)]
+    # Their own sessions: a Ctrl-C reaches them once, forwarded from here
+    # (a second one would abort their trials without a checkpoint).
+    procs = [
+        subprocess.Popen([*cmd, str(i)], start_new_session=True)
+        for i in range(args.workers)
+    ]
+    interrupted = False
+    try:
+        _monitor(study, settings, procs)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("stopping the workers' trials (saving checkpoints)", file=sys.stderr)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    summary = _summary(study, settings, storage_url)
+    summary["project"] = str(project_dir)
+    bad = [p.returncode for p in procs if p.returncode not in (0, None)]
+    if args.save_preset and summary["best_params"] is not None:
+        path = save_preset(
+            project_dir,
+            args.save_preset,
+            env=settings["env"],
+            algo=settings["algo"],
+            settings=preset_settings(settings, summary["best_params"]),
+            provenance={
+                "study": name,
+                "storage": storage_url,
+                "trial": summary["best_trial"],
+                "run_id": summary["best_run_id"],
+                "value": summary["best_value"],
+                "objective": "eval/mean_reward (last evaluation)",
+                "trials": summary["finished"],
+                "steps_per_trial": settings["steps"],
+            },
+        )
+        summary["preset"] = str(path)
+    print(json.dumps(summary, indent=2))
+    if interrupted:
+        return 130
+    if summary["best_value"] is None:
+        print("No trial completed.", file=sys.stderr)
+        return 1
+    if bad and not interrupted:
+        print(f"A worker ended with exit code {bad[0]}.", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A worker process: ``python -m engine.rl.tune STORAGE STUDY PROJECT N``."""
+    argv = sys.argv[1:] if argv is None else argv
+    storage_url, study_name, project_dir, worker = argv
+    try:
+        return work(storage_url, study_name, Path(project_dir), int(worker))
+    except EngineError as exc:
+        print(f"rl-studio-engine tune worker {worker}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
