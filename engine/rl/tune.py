@@ -697,12 +697,13 @@ def run(args: argparse.Namespace) -> int:
         register_designed_envs(examples)
     wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
     storage_url = args.storage or default_storage(project_dir)
-    storage = None
+    # A storage that cannot be opened is refused before anything is written.
+    storage = open_storage(storage_url) if args.storage else None
     existing: dict[str, Any] | None = None
-    default_db = project_dir / "data" / "sweeps.db"
-    if args.study is not None and (args.storage or default_db.exists()):
-        storage = open_storage(storage_url)
-        if study_exists(storage, args.study):
+    if args.study is not None:
+        if storage is None and (project_dir / "data" / "sweeps.db").exists():
+            storage = open_storage(storage_url)
+        if storage is not None and study_exists(storage, args.study):
             _, existing = load(storage, args.study)
     if existing is not None and wanted is not None:
         differ = _clash(existing, wanted)
