@@ -222,6 +222,35 @@ def test_stop_a_run_and_a_stream_that_disconnects(
 
 
 @pytest.mark.slow
+def test_a_job_that_dies_is_failed_with_its_reason(
+    client: StudioClient, server: Served
+) -> None:
+    job = client.train("CartPole-v1", algo="PPO", steps=5_000_000, settings=QUICK)
+    wait_until("training", lambda: client.training(job)["steps_per_s"])
+    os.kill(client.run(job)["pid"], signal.SIGKILL)
+    status = client.wait(job, timeout=60)
+    assert status["status"] == "failed"
+    # The supervisor's reason (with its out-of-memory hint), as the studio shows.
+    assert "killed by SIGKILL" in status["error"] and "\n" not in status["error"]
+    assert (
+        client.health()["status"] == "ok" and job not in client.health()["active_runs"]
+    )
+
+
+def test_designed_env_names_and_ids_are_both_accepted(client: StudioClient) -> None:
+    envs = {e["id"]: e for e in client.envs()}
+    assert envs["rlstudio/maze-v0"]["name"] == "maze"
+    assert envs["rlstudio/maze-v0"]["source"] == "designed"
+    assert envs["CartPole-v1"]["source"] == "gym"
+    # Both spellings reach the run's own checks (a bad setting), not a 404.
+    for env in ("maze", "rlstudio/maze-v0"):
+        error = post(client, f"/train/{env}", {"settings": {"n_envs": 0}})
+        assert (error.status, error.field) == (422, "settings.n_envs"), error
+    error = post(client, "/train/mazes", {})
+    assert error.status == 404 and "'mazes'" in error.message
+
+
+@pytest.mark.slow
 def test_a_project_flow_runs(client: StudioClient) -> None:
     assert "cartpole_ppo" in [f["name"] for f in client.flows()]
     job = client.run_flow(
