@@ -316,7 +316,7 @@ def test_a_space_that_cannot_cross_is_named(tmp_path: Path) -> None:
         ),
         (
             "import time; time.sleep(60)",
-            "the env process did not answer step within 1 s and was stopped.",
+            "the env process took longer than 1 s during step and was stopped.",
         ),
         (
             # A hostile env writes to the protocol's own pipe.
@@ -439,22 +439,38 @@ def test_env_check_survives_an_env_that_exits(tmp_path: Path) -> None:
     process; env.check answers with the sentence and the engine goes on."""
     at_import = _plain(tmp_path, "exit_import", at_import="\nos._exit(7)\n")
     in_step = _plain(tmp_path, "exit_step", hook="os._exit(7)")
+    in_init = _plain(
+        tmp_path, "exit_init", at_import="\nPlain.__init__ = lambda s: os._exit(7)\n"
+    )
     engine = EngineProcess()
     try:
         engine.call(protocol.Hello(client="test"))
-        for path, when in ((at_import, "import"), (in_step, "step")):
+        for path, when in (
+            (at_import, "during import"),
+            (in_step, "during step"),
+            (in_init, "while building the env"),
+        ):
             report = engine.call(
                 protocol.CheckEnv(path=str(path), steps=20), timeout=120
             )
             assert report["ok"] is False
             sentence = (
                 f"python.file {path.stem.removesuffix('.env')}.py: the env process "
-                f"exited with code 7 during {when}."
+                f"exited with code 7 {when}."
             )
             errors = [p for p in report["problems"] if p["severity"] == "error"]
             assert errors and all(p["path"] == "python.file" for p in errors)
             assert errors[0]["message"] == sentence
             assert engine.call(protocol.Ping())  # and the engine answers
+        # The catalog makes its instances in env processes too.
+        ids = ["rlstudio/exit_step-v0", "rlstudio/exit_init-v0"]
+        envs = engine.call(protocol.GetEnvCatalog(ids=ids, with_spaces=True))["envs"]
+        by_id = {e["id"]: e for e in envs}
+        assert by_id[ids[0]]["observation_space"] == "Box(0.0, 1.0, (1,), float32)"
+        assert by_id[ids[1]]["error"] == (
+            "SpecError: python.file exit_init.py: the env process exited with "
+            "code 7 while building the env."
+        )
         assert engine.proc.poll() is None
     finally:
         assert engine.close() == 0
@@ -508,6 +524,28 @@ def test_ppo_trains_on_a_python_env_through_the_proxy(tmp_path: Path) -> None:
     assert not [c for c in me.children(recursive=True) if c.status() != "zombie"]
     model = PPO.load(next(run_dir.glob("checkpoints/*/model.zip")))
     assert model.observation_space == spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+
+@pytest.mark.slow
+def test_a_run_whose_env_process_dies_fails_with_the_sentence(tmp_path: Path) -> None:
+    from engine import cli
+    from engine.store.project import Project
+
+    _plain(tmp_path, "dies", hook="if self.t == 5: os._exit(7)")
+    argv = ["train", "--env", "rlstudio/dies-v0", "--algo", "PPO", "--steps", "128"]
+    argv += ["--project", str(tmp_path), "--quiet", "--set", "n_envs=1"]
+    argv += ["--set", "n_steps=64", "--set", "batch_size=32"]
+    assert cli.main(argv) == 2  # the CLI says the sentence, no traceback
+    project = Project.open(tmp_path)
+    try:
+        (run,) = project.list_runs()
+    finally:
+        project.close()
+    assert run.status == "failed"
+    assert run.reason == (
+        "SpecError: python.file dies.py: the env process exited with code 7 "
+        "during step."
+    )
 
 
 # ---------------------------------------------------------------- confinement

@@ -106,7 +106,11 @@ class _Worker:
         try:
             self.env = env = self.cls(**kwargs)
         except Exception as exc:
-            traceback.print_exc()
+            if not isinstance(exc, TypeError):
+                # A TypeError is the arguments' (the sentence says it all,
+                # and make_vec_env's try without render_mode would leave a
+                # traceback in every run's log).
+                traceback.print_exc()
             raise SpecError(
                 "python.kwargs",
                 f"{self.cls.__name__}(...) failed: {type(exc).__name__}: {exc}",

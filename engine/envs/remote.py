@@ -51,7 +51,12 @@ CLOSE_GRACE_S = 5.0
 MAX_LINE_BYTES = untrusted.MAX_FILE_BYTES
 """Largest answer line read from the env process."""
 
-_OP_WORDS = {"load": "import", "make": "making the env"}
+_WHEN = {"load": "during import", "make": "while building the env"}
+
+
+def _when(op: str) -> str:
+    """When something happened, for the sentence: "during step"."""
+    return _WHEN.get(op, f"during {op}")
 
 
 class RemoteEnvError(EngineError):
@@ -236,8 +241,7 @@ class EnvProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._fail(
-                    f"did not answer {_OP_WORDS.get(op, op)} within {timeout_s:g} s "
-                    "and was stopped"
+                    f"took longer than {timeout_s:g} s {_when(op)} and was stopped"
                 )
             if not self._poll.poll(int(remaining * 1000) + 1):
                 continue
@@ -250,7 +254,7 @@ class EnvProcess:
         try:
             code = self._proc.wait(timeout=CLOSE_GRACE_S)
         except subprocess.TimeoutExpired:
-            self._fail(f"closed its output during {_OP_WORDS.get(op, op)}")
+            self._fail(f"closed its output {_when(op)}")
         # bubblewrap reports a child killed by a signal as 128 + its number.
         signum = -code if code < 0 else code - 128 if self._confined.method else 0
         if signum > 0:
@@ -258,8 +262,8 @@ class EnvProcess:
                 name = signal.Signals(signum).name
             except ValueError:
                 name = f"signal {signum}"
-            self._fail(f"was killed by {name} during {_OP_WORDS.get(op, op)}")
-        self._fail(f"exited with code {code} during {_OP_WORDS.get(op, op)}")
+            self._fail(f"was killed by {name} {_when(op)}")
+        self._fail(f"exited with code {code} {_when(op)}")
 
     def _fail(self, what: str) -> NoReturn:
         """Stop the worker for good; this and every later call raise."""
