@@ -1,0 +1,94 @@
+"""Benchmark: ``serve-http`` request latency and trajectory ingest, idle and
+while a PPO run trains beside it.
+
+Run: ``.venv/bin/pytest tests/benchmarks/test_bench_http.py -s -o addopts=""``
+
+Client and server share the machine (and, on a small one, its cores with the
+training run), so the figures are what one machine serving itself gets.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_http_service import QUICK, serve
+
+from engine.client_http import StudioClient
+
+pytestmark = pytest.mark.bench
+
+STEPS = 2000
+
+
+def _percentiles(ms: list[float]) -> str:
+    ms = sorted(ms)
+    return f"p50 {ms[len(ms) // 2]:.2f} ms, p99 {ms[int(len(ms) * 0.99)]:.2f} ms"
+
+
+def _ingest(url: str, clients: int) -> str:
+    times: list[list[float]] = [[] for _ in range(clients)]
+
+    def one(out: list[float]) -> None:
+        client = StudioClient(url)
+        tid = client.start_trajectory("bench", scenario="s")
+        for i in range(STEPS // clients):
+            start = time.perf_counter()
+            client.add_step(
+                tid,
+                state={"i": i},
+                action=i % 3,
+                reward=0.1,
+                prompt="p",
+                completion="c",
+            )
+            out.append((time.perf_counter() - start) * 1000)
+        client.end_trajectory(tid, "completed")
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in times]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    every = [x for t in times for x in t]
+    return f"{len(every) / elapsed:.0f} steps/s, {_percentiles(every)}"
+
+
+def test_bench_requests_and_ingest(tmp_path: Path) -> None:
+    served = serve(tmp_path / "project", tmp_path / "server.log")
+    try:
+        client = served.client()
+        job = client.train("CartPole-v1", algo="PPO", steps=2048, settings=QUICK)
+        client.wait(job, timeout=300)
+        for name, call in (
+            ("GET /health", client.health),
+            ("GET /training/{id}", lambda: client.training(job)),
+            ("GET /runs/{id}/metrics", lambda: client.metrics(job)),
+        ):
+            ms = []
+            for _ in range(300):
+                start = time.perf_counter()
+                call()
+                ms.append((time.perf_counter() - start) * 1000)
+            print(f"\n{name}: {_percentiles(ms)}")
+        for clients in (1, 4):
+            print(
+                f"\ningest, idle, {clients} client(s): {_ingest(served.url, clients)}"
+            )
+        job = client.train(
+            "CartPole-v1", algo="PPO", steps=5_000_000, settings={"n_envs": 2}
+        )
+        while not client.training(job)["steps_per_s"]:
+            time.sleep(0.2)
+        for clients in (1, 4):
+            figures = _ingest(served.url, clients)
+            print(f"\ningest, PPO training, {clients} client(s): {figures}")
+        print(f"\nPPO meanwhile: {client.training(job)['steps_per_s']:.0f} steps/s")
+        client.stop(job)
+        client.wait(job, timeout=60)
+    finally:
+        served.stop()
