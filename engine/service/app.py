@@ -17,14 +17,16 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import contract
 from engine.errors import ConfigError, EngineError, UnknownRunError
@@ -182,30 +184,44 @@ def _status_of(exc: EngineError) -> int:
     return 409  # the request does not fit the state: a run not running, ...
 
 
-# -------------------------------------------------------------------- auth
-def bearer_guard(
-    token: str,
-) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
-    """Middleware refusing any request without ``Authorization: Bearer
-    <token>`` (constant-time comparison)."""
-    expected = token.encode()
+# ------------------------------------------------------------ gatekeeping
+class Gate:
+    """ASGI middleware answering before any route: 401 without the bearer
+    token (when there is one; compared in constant time), 413 for a body
+    declared larger than :data:`MAX_BODY_BYTES`. Plain ASGI, not
+    ``@app.middleware``: that wraps every request in a task group and
+    streams, which cost more than a whole trajectory step."""
 
-    async def guard(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            given.strip().encode(), expected
-        ):
-            return error_response(
-                401,
-                "This server needs the header 'Authorization: Bearer <token>' "
-                "with its token.",
-                headers={"WWW-Authenticate": "Bearer"},
+    def __init__(self, app: ASGIApp, token: str | None = None) -> None:
+        self.app = app
+        self.expected = token.encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        refusal: JSONResponse | None = None
+        if self.expected is not None:
+            scheme, _, given = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.strip().encode(), self.expected
+            ):
+                refusal = error_response(
+                    401,
+                    "This server needs the header 'Authorization: Bearer <token>' "
+                    "with its token.",
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
+        length = headers.get("content-length", "")
+        if refusal is None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            refusal = error_response(
+                413, f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
             )
-        return await call_next(request)
-
-    return guard
+        if refusal is not None:
+            await refusal(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
 
 
 # --------------------------------------------------------------------- app
@@ -224,19 +240,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         description="Train, watch and stop the runs of one RL Studio project.",
     )
 
-    @app.middleware("http")
-    async def limit_body(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return error_response(
-                413, f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
-            )
-        return await call_next(request)
-
-    if token:  # added last: the outermost, so it answers before anything else
-        app.middleware("http")(bearer_guard(token))
+    app.add_middleware(Gate, token=token)
 
     @app.exception_handler(EngineError)
     async def on_engine_error(request: Request, exc: EngineError) -> JSONResponse:
