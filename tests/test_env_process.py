@@ -423,6 +423,29 @@ _child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]
     assert _gone(env.pid)
 
 
+def test_the_next_env_gets_a_process_started_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each env process starts the next one's interpreter; one nobody takes
+    ends by itself."""
+    monkeypatch.setattr(remote, "SPARE_IDLE_S", 2.0)
+    path = _plain(tmp_path, "ahead")
+    remote.drop_spare()
+    first = _remote(path)
+    spare = remote._spare
+    assert spare is not None
+    second = _remote(path)
+    assert second.pid == spare.confined.proc.pid != first.pid
+    for env in (first, second):
+        env.close()
+    spare = remote._spare
+    assert spare is not None and spare.confined.proc.wait(timeout=30) == 0
+    third = _remote(path)  # a spare that ended is not used
+    assert third.pid != spare.confined.proc.pid
+    third.close()
+    remote.drop_spare()
+
+
 def test_a_dropped_proxy_ends_its_process(tmp_path: Path) -> None:
     env = _remote(_plain(tmp_path, "p"))
     assert not hasattr(env, "action_masks")  # Plain has none
@@ -521,6 +544,7 @@ def test_ppo_trains_on_a_python_env_through_the_proxy(tmp_path: Path) -> None:
         ctx.close()
     assert summary["total_steps"] >= 384
     assert not any(m.startswith("rlstudio_user_env_") for m in sys.modules)
+    remote.drop_spare()
     assert not [c for c in me.children(recursive=True) if c.status() != "zombie"]
     model = PPO.load(next(run_dir.glob("checkpoints/*/model.zip")))
     assert model.observation_space == spaces.Box(-np.inf, np.inf, (4,), np.float32)

@@ -28,6 +28,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import select
 import sys
 import traceback
 from pathlib import Path
@@ -151,8 +152,14 @@ class _Worker:
         raise ValueError(f"unknown op {op!r}")
 
 
-def serve(inp: BinaryIO, out: BinaryIO) -> None:
-    """Answer requests until ``close`` or the end of ``inp``."""
+def serve(inp: BinaryIO, out: BinaryIO, first_request_s: float | None = None) -> None:
+    """Answer requests until ``close`` or the end of ``inp``; end at once
+    if the first request does not come within ``first_request_s`` (a
+    process started ahead that nobody took)."""
+    if first_request_s is not None:
+        ready, _, _ = select.select([inp], [], [], first_request_s)
+        if not ready:
+            return
     worker = _Worker()
     for line in inp:
         req = json.loads(line)
@@ -211,7 +218,8 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     sys.stdin = open(os.devnull)  # noqa: SIM115
-    serve(inp, out)
+    first_request_s = float(sys.argv[1]) if len(sys.argv) > 1 else None
+    serve(inp, out, first_request_s)
 
 
 if __name__ == "__main__":

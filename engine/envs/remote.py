@@ -20,6 +20,7 @@ command line is built.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import contextlib
 import json
@@ -30,8 +31,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -48,6 +51,9 @@ CALL_TIMEOUT_S = 120.0
 """Longest one call (make, reset, step, render, close) may take."""
 CLOSE_GRACE_S = 5.0
 """How long ``close`` waits for the env's own close before killing it."""
+SPARE_IDLE_S = 30.0
+"""How long an env process waits for its first request before it ends by
+itself (a spare nobody took)."""
 MAX_LINE_BYTES = untrusted.MAX_FILE_BYTES
 """Largest answer line read from the env process."""
 
@@ -124,7 +130,7 @@ def start_env_process(file: Path) -> tuple[confine.Confined, Path]:
     }
     try:
         confined = confine.Confined(
-            [sys.executable, "-m", "engine.envs.env_worker"],
+            [sys.executable, "-m", "engine.envs.env_worker", str(SPARE_IDLE_S)],
             what=f"The python env {file.name}",
             scratch=scratch,
             limits=ENV_LIMITS,
@@ -157,13 +163,78 @@ def _stop(confined: confine.Confined, scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+@dataclass
+class _Spare:
+    key: tuple[str, ...]
+    confined: confine.Confined
+    scratch: Path
+    started: float
+
+
+_spare: _Spare | None = None
+_spare_lock = threading.Lock()
+
+
+def _spare_key(file: Path) -> tuple[str, ...]:
+    # A spare serves only an env of the same folder, under the confinement
+    # settings it was started with.
+    return (
+        str(file.parent),
+        os.environ.get(confine.METHOD_ENV, ""),
+        os.environ.get(confine.ALLOW_UNCONFINED_ENV, ""),
+    )
+
+
+def _take_process(file: Path) -> tuple[confine.Confined, Path]:
+    """An env process for ``file``: the spare started ahead for its folder
+    (its Python and numpy already imported) or a new one; then start the
+    next spare, so a check's or a vector env's instances after the first
+    do not each wait for an interpreter to start."""
+    global _spare
+    key = _spare_key(file)
+    with _spare_lock:
+        spare, _spare = _spare, None
+    taken = None
+    if spare is not None:
+        # Half the time it waits: it must not end as it is taken.
+        fresh = time.monotonic() - spare.started < SPARE_IDLE_S / 2
+        if spare.key == key and fresh and spare.confined.proc.poll() is None:
+            taken = (spare.confined, spare.scratch)
+        else:
+            _stop(spare.confined, spare.scratch)
+    if taken is None:
+        taken = start_env_process(file)
+    try:
+        confined, scratch = start_env_process(file)
+    except (EngineError, OSError):
+        return taken  # no spare this time; the next env starts its own
+    with _spare_lock:
+        old, _spare = _spare, _Spare(key, confined, scratch, time.monotonic())
+    if old is not None:
+        _stop(old.confined, old.scratch)
+    return taken
+
+
+def drop_spare() -> None:
+    """End the spare env process, if any (at exit, and for tests that count
+    processes)."""
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is not None:
+        _stop(spare.confined, spare.scratch)
+
+
+atexit.register(drop_spare)
+
+
 class EnvProcess:
     """One env worker and the calls to it (one at a time)."""
 
     def __init__(self, file: Path) -> None:
         self.file = file
         try:
-            self._confined, scratch = start_env_process(file)
+            self._confined, scratch = _take_process(file)
         except confine.ConfinementUnavailable as exc:
             raise SpecError("python.file", str(exc)) from None
         except OSError as exc:
