@@ -1,0 +1,441 @@
+"""llama.cpp's K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) in numpy.
+
+Each function follows ``quantize_row_q*_K_ref`` of llama.cpp's
+``ggml/src/ggml-quants.c`` (the path ``llama-quantize`` takes when no
+importance matrix is given): super-blocks of 256 values, 16 or 32-value
+sub-blocks with their own scale (and min), those scales quantized to 4, 6 or
+8 bits against one fp16 scale per super-block, and the same iterative scale
+searches (``make_qkx2_quants``, ``make_qx_quants``, ``make_q3_quants``).
+
+Every step is vectorized over all sub-blocks at once; the searches keep one
+state per sub-block and take a candidate where it is better, which is what
+the per-block loops of the C code do one block at a time. Arithmetic is
+float32 in the C code's order, sums included (a sequential sum over the
+sub-block, not numpy's pairwise one), so the blocks are the ones a plain C
+build of the reference writes. ``gguf.quants.dequantize`` reads them back.
+
+``quantize`` works through a bounded number of blocks at a time, so its
+temporary memory stays a few tens of MB whatever it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+QK_K = 256
+"""Values per super-block."""
+
+BLOCK_BYTES: dict[str, int] = {
+    "Q2_K": 84,
+    "Q3_K": 110,
+    "Q4_K": 144,
+    "Q5_K": 176,
+    "Q6_K": 210,
+}
+"""Bytes per super-block of each type (llama.cpp's ``block_q*_K``)."""
+
+_F32 = np.float32
+_GROUP_MAX_EPS = _F32(1e-15)
+# Blocks quantized at once: about 1M values, a few MB per temporary array.
+_BLOCKS_PER_PASS = 4096
+
+
+def _f(v: float) -> np.float32:
+    return _F32(v)
+
+
+def _seq_sum(a: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 one row after another, as the C loops add."""
+    acc: np.ndarray = a[0].copy()
+    for k in range(1, a.shape[0]):
+        acc += a[k]
+    return acc
+
+
+def _round(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """``MAX(lo, MIN(hi, nearest_int(v)))`` as float32 (ties to even, as the
+    C code's magic-number rounding)."""
+    out: np.ndarray = np.clip(np.rint(v), lo, hi)
+    return out
+
+
+def _fp16_round(v: np.ndarray) -> np.ndarray:
+    """A float32 as stored in fp16 and read back (GGML_FP16_TO_FP32(FP32_TO_FP16))."""
+    return np.asarray(v, dtype=_F32).astype(np.float16).astype(_F32)
+
+
+def _to_u8(v: np.ndarray) -> np.ndarray:
+    """An int stored in a uint8_t (C's modulo-256 conversion)."""
+    return (v.astype(np.int64) & 0xFF).astype(np.uint8)
+
+
+def _abs_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per column: the value of largest magnitude (first one on ties) and
+    that magnitude."""
+    ax = np.abs(x)
+    idx = np.argmax(ax, axis=0)
+    cols = np.arange(x.shape[1])
+    return x[idx, cols], ax[idx, cols]
+
+
+# --------------------------------------------------------------------------
+# the scale searches; x is (values per sub-block, sub-blocks)
+
+
+def make_qkx2_quants(
+    x: np.ndarray,
+    w: np.ndarray,
+    nmax: int,
+    rmin: float,
+    rdelta: float,
+    nstep: int,
+    use_mad: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scale and min search of an asymmetric sub-block: (scale, -min, L)."""
+    f_nmax, f_rmin, f_rdelta = _f(nmax), _f(rmin), _f(rdelta)
+    mn = np.minimum(x.min(axis=0), _f(0))
+    mx = x.max(axis=0)
+    flat = mx == mn
+    sum_w = _seq_sum(w)
+    sum_x = _seq_sum(w * x)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = f_nmax / (mx - mn)
+        scale = _f(1) / iscale
+        levels = _round(iscale * (x - mn), 0, nmax)
+        diff = scale * levels + mn - x
+        best = _seq_sum(w * (np.abs(diff) if use_mad else diff * diff))
+        for step in range(nstep + 1):
+            iscale = (f_rmin + f_rdelta * _f(step) + f_nmax) / (mx - mn)
+            aux = _round(iscale * (x - mn), 0, nmax)
+            wl = w * aux
+            sum_l = _seq_sum(wl)
+            sum_l2 = _seq_sum(wl * aux)
+            sum_xl = _seq_sum(wl * x)
+            d = sum_w * sum_l2 - sum_l * sum_l
+            this_scale = (sum_w * sum_xl - sum_x * sum_l) / d
+            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d
+            positive = this_min > 0
+            this_min = np.where(positive, _f(0), this_min)
+            this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
+            diff = this_scale * aux + this_min - x
+            cur = _seq_sum(w * (np.abs(diff) if use_mad else diff * diff))
+            better = (d > 0) & (cur < best)
+            levels = np.where(better, aux, levels)
+            best = np.where(better, cur, best)
+            scale = np.where(better, this_scale, scale)
+            mn = np.where(better, this_min, mn)
+    levels[:, flat] = 0
+    scale = np.where(flat, _f(0), scale)
+    return scale.astype(_F32), (-mn).astype(_F32), levels
+
+
+def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric scale search weighted by x² (``rmse_type`` 1, no importance
+    weights): (scale, L with L in [0, 2*nmax))."""
+    mx, amax = _abs_max(x)
+    zero = amax < _GROUP_MAX_EPS
+    w = x * x
+    wx = w * x
+    f_nmax = _f(nmax)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = -f_nmax / mx
+        q = _round(iscale * x, -nmax, nmax - 1)
+        sumlx = _seq_sum(wx * q)
+        suml2 = _seq_sum(w * q * q)
+        scale = np.where(suml2 != 0, sumlx / suml2, _f(0))
+        best = scale * sumlx
+        levels = q + f_nmax
+        for step in range(-9, 10):
+            if step == 0:
+                continue
+            iscale = -(f_nmax + _f(0.1) * _f(step)) / mx
+            q = _round(iscale * x, -nmax, nmax - 1)
+            sumlx = _seq_sum(wx * q)
+            suml2 = _seq_sum(w * q * q)
+            take = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+            levels = np.where(take, q + f_nmax, levels)
+            scale = np.where(take, sumlx / suml2, scale)
+            best = np.where(take, scale * sumlx, best)
+    levels[:, zero] = 0
+    scale = np.where(zero, _f(0), scale)
+    return scale.astype(_F32), levels
+
+
+def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric search of Q3_K with the coordinate-descent refinement
+    (``do_rmse``): (scale, L with L in [0, 2*nmax))."""
+    mx, amax = _abs_max(x)
+    zero = amax < _GROUP_MAX_EPS
+    w = x * x
+    wx = w * x
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = -_f(nmax) / mx
+        q = _round(iscale * x, -nmax, nmax - 1)
+        sumlx = _seq_sum(wx * q)
+        suml2 = _seq_sum(w * q * q)
+        # Five passes, each value in turn; a pass that changes nothing leaves
+        # the state as it was, so the C code's early exit changes no result.
+        for _ in range(5):
+            for i in range(x.shape[0]):
+                qi = q[i]
+                slx = sumlx - wx[i] * qi
+                sl2 = suml2 - w[i] * qi * qi
+                new = _round(x[i] * sl2 / slx, -nmax, nmax - 1)
+                slx_new = slx + wx[i] * new
+                sl2_new = sl2 + w[i] * new * new
+                take = (
+                    (slx > 0)
+                    & (new != qi)
+                    & (sl2_new > 0)
+                    & (slx_new * slx_new * suml2 > sumlx * sumlx * sl2_new)
+                )
+                q[i] = np.where(take, new, qi)
+                sumlx = np.where(take, slx_new, sumlx)
+                suml2 = np.where(take, sl2_new, suml2)
+        scale = np.where(suml2 > 0, sumlx / suml2, _f(0))
+    levels = q + _f(nmax)
+    levels[:, zero] = 0
+    scale = np.where(zero, _f(0), scale)
+    return scale.astype(_F32), levels
+
+
+# --------------------------------------------------------------------------
+# packing helpers
+
+
+def _sub_blocks(x: np.ndarray, size: int) -> np.ndarray:
+    """(blocks, 256) to (size, blocks * 256/size): one column per sub-block."""
+    return np.ascontiguousarray(x.reshape(-1, size).T)
+
+
+def _levels_by_block(levels_t: np.ndarray, n_blocks: int) -> np.ndarray:
+    """The inverse of ``_sub_blocks`` for levels: (blocks, 256)."""
+    return levels_t.T.reshape(n_blocks, QK_K)
+
+
+def _fp16_bytes(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v, dtype=_F32).astype("<f2").reshape(-1, 1).view(np.uint8)
+
+
+def _pack_2bit(levels: np.ndarray) -> np.ndarray:
+    """2-bit levels (blocks, 256) to the 64 ``qs`` bytes of Q2_K/Q3_K."""
+    n = levels.shape[0]
+    parts = (
+        levels.reshape(n, 2, 4, 32)
+        << np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]
+    )
+    out: np.ndarray = np.bitwise_or.reduce(parts, axis=2).reshape(n, 64)
+    return out
+
+
+def _pack_k4_scales(ls: np.ndarray, lm: np.ndarray) -> np.ndarray:
+    """Eight 6-bit scales and mins to Q4_K/Q5_K's 12 bytes."""
+    n = ls.shape[0]
+    out = np.zeros((n, 12), np.uint8)
+    out[:, 0:4] = ls[:, 0:4] | ((ls[:, 4:8] >> 4) << 6)
+    out[:, 4:8] = lm[:, 0:4] | ((lm[:, 4:8] >> 4) << 6)
+    out[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
+    return out
+
+
+# --------------------------------------------------------------------------
+# the block quantizers; x is (blocks, 256) float32
+
+
+def _max_positive(v: np.ndarray) -> np.ndarray:
+    """``max`` over a block's sub-blocks starting from 0, as the C loops do."""
+    out: np.ndarray = np.maximum(v.max(axis=1), _f(0))
+    return out
+
+
+def _k4_scales(
+    scales: np.ndarray, mins: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Q4_K/Q5_K: the 6-bit scales and mins and the fp16 d, dmin of each block."""
+    max_scale = _max_positive(scales)
+    max_min = _max_positive(mins)
+    with np.errstate(divide="ignore"):
+        inv_scale = np.where(max_scale > 0, _f(63) / max_scale, _f(0))
+        inv_min = np.where(max_min > 0, _f(63) / max_min, _f(0))
+    ls = np.minimum(_to_u8(np.rint(inv_scale[:, None] * scales)), 63)
+    lm = np.minimum(_to_u8(np.rint(inv_min[:, None] * mins)), 63)
+    d = _fp16_round(max_scale / _f(63))
+    dmin = _fp16_round(max_min / _f(63))
+    return ls, lm, d, dmin
+
+
+def _asym_requantize(
+    x: np.ndarray,
+    levels: np.ndarray,
+    d_sub: np.ndarray,
+    m_sub: np.ndarray,
+    size: int,
+    nmax: int,
+) -> np.ndarray:
+    """Levels against the stored scales, kept from the search where a
+    sub-block's scale is zero."""
+    n = x.shape[0]
+    xs = x.reshape(n, -1, size)
+    d = d_sub[:, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = _round((xs + m_sub[:, :, None]) / d, 0, nmax)
+    keep = levels.reshape(n, -1, size)
+    return np.where(d != 0, new, keep).reshape(n, QK_K).astype(np.uint8)
+
+
+def _q4_k_like(
+    x: np.ndarray, nmax: int, rmin: float, nstep: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Q4_K and Q5_K share all but the level width and the search's range:
+    (levels, packed scales, d, dmin)."""
+    n = x.shape[0]
+    xt = _sub_blocks(x, 32)
+    av_x = np.sqrt(_seq_sum(xt * xt) / _f(32))
+    w = av_x + np.abs(xt)
+    scales, mins, levels_t = make_qkx2_quants(xt, w, nmax, rmin, 0.1, nstep, False)
+    ls, lm, d, dmin = _k4_scales(scales.reshape(n, 8), mins.reshape(n, 8))
+    d_sub = d[:, None] * ls.astype(_F32)
+    m_sub = dmin[:, None] * lm.astype(_F32)
+    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 32, nmax)
+    return levels, _pack_k4_scales(ls, lm), d, dmin
+
+
+def quantize_q4_k_blocks(x: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    levels, scales, d, dmin = _q4_k_like(x, 15, -1.0, 20)
+    pairs = levels.reshape(n, 4, 2, 32)
+    qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
+    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), scales, qs], axis=1)
+
+
+def quantize_q5_k_blocks(x: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    levels, scales, d, dmin = _q4_k_like(x, 31, -0.5, 15)
+    pairs = levels.reshape(n, 4, 2, 32)
+    qs = ((pairs[:, :, 0] & 0xF) | ((pairs[:, :, 1] & 0xF) << 4)).reshape(n, 128)
+    high = ((levels >> 4) & 1).reshape(n, 8, 32) << np.arange(8, dtype=np.uint8)[
+        None, :, None
+    ]
+    qh = np.bitwise_or.reduce(high, axis=1)
+    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), scales, qh, qs], axis=1)
+
+
+def quantize_q2_k_blocks(x: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    xt = _sub_blocks(x, 16)
+    scales_t, mins_t, levels_t = make_qkx2_quants(
+        xt, np.abs(xt), 3, -0.5, 0.1, 15, True
+    )
+    scales = scales_t.reshape(n, 16)
+    mins = mins_t.reshape(n, 16)
+    max_scale = _max_positive(scales)
+    max_min = _max_positive(mins)
+    q4scale = _f(15)
+    has_scale = max_scale > 0
+    has_min = max_min > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        l_sc = np.rint((q4scale / max_scale)[:, None] * scales)
+        l_mn = np.rint((q4scale / max_min)[:, None] * mins)
+    # Low nibble the scale, high nibble the min, each left at 0 where the
+    # block has none; stored in a uint8_t as C does (modulo 256).
+    sc = np.where(has_scale[:, None], l_sc, 0).astype(np.int64)
+    sc |= np.where(has_min[:, None], l_mn, 0).astype(np.int64) << 4
+    sc_u8 = (sc & 0xFF).astype(np.uint8)
+    d = np.where(has_scale, _fp16_round(max_scale / q4scale), _f(0))
+    dmin = np.where(has_min, _fp16_round(max_min / q4scale), _f(0))
+    d_sub = d[:, None] * (sc_u8 & 0xF).astype(_F32)
+    m_sub = dmin[:, None] * (sc_u8 >> 4).astype(_F32)
+    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 16, 3)
+    return np.concatenate(
+        [sc_u8, _pack_2bit(levels), _fp16_bytes(d), _fp16_bytes(dmin)], axis=1
+    )
+
+
+def quantize_q3_k_blocks(x: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    xt = _sub_blocks(x, 16)
+    scales_t, levels_t = make_q3_quants(xt, 4)
+    scales = scales_t.reshape(n, 16)
+    abs_scales = np.abs(scales)
+    idx = np.argmax(abs_scales, axis=1)
+    max_scale = scales[np.arange(n), idx]
+    has = max_scale != 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iscale = _f(-32) / max_scale
+        l6 = np.clip(np.rint(iscale[:, None] * scales), -32, 31) + 32
+    l6 = np.where(has[:, None], l6, 0).astype(np.uint8)
+    packed = np.zeros((n, 12), np.uint8)
+    packed[:, 0:8] = (l6[:, 0:8] & 0xF) | ((l6[:, 8:16] & 0xF) << 4)
+    high = (l6 >> 4).reshape(n, 4, 4) << (2 * np.arange(4, dtype=np.uint8))[
+        None, :, None
+    ]
+    packed[:, 8:12] = np.bitwise_or.reduce(high, axis=1)
+    with np.errstate(divide="ignore"):
+        d = np.where(has, _fp16_round(_f(1) / iscale), _f(0))
+    # A block without scales stores zeros, which read back as -32.
+    d_sub = d[:, None] * (l6.astype(_F32) - _f(32))
+    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -4, 3) + _f(4)
+    levels = np.where(d_sub[:, :, None] != 0, new, keep).reshape(n, QK_K)
+    levels = levels.astype(np.uint8)
+    high_bits = (levels > 3).reshape(n, 8, 32).astype(np.uint8) << np.arange(
+        8, dtype=np.uint8
+    )[None, :, None]
+    hmask = np.bitwise_or.reduce(high_bits, axis=1)
+    return np.concatenate(
+        [hmask, _pack_2bit(levels & 3), packed, _fp16_bytes(d)], axis=1
+    )
+
+
+def quantize_q6_k_blocks(x: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    xt = _sub_blocks(x, 16)
+    scales_t, levels_t = make_qx_quants(xt, 32)
+    scales = scales_t.reshape(n, 16)
+    idx = np.argmax(np.abs(scales), axis=1)
+    max_scale = scales[np.arange(n), idx]
+    zero = np.abs(max_scale) < _GROUP_MAX_EPS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iscale = _f(-128) / max_scale
+        d = _fp16_round(_f(1) / iscale)
+        sc = np.minimum(np.rint(iscale[:, None] * scales), 127)
+    sc = np.where(zero[:, None], 0, sc).astype(np.int8)
+    d = np.where(zero, _f(0), d)
+    d_sub = d[:, None] * sc.astype(_F32)
+    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -32, 31) + _f(32)
+    levels = np.where(d_sub[:, :, None] != 0, new, keep).astype(np.uint8)
+    levels[zero] = 0
+    lr = levels.reshape(n, 2, 4, 32)
+    ql = ((lr[:, :, 0:2] & 0xF) | ((lr[:, :, 2:4] & 0xF) << 4)).reshape(n, 128)
+    high = (lr >> 4) << (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]
+    qh = np.bitwise_or.reduce(high, axis=2).reshape(n, 64)
+    return np.concatenate([ql, qh, sc.view(np.uint8), _fp16_bytes(d)], axis=1)
+
+
+QUANTIZERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Q2_K": quantize_q2_k_blocks,
+    "Q3_K": quantize_q3_k_blocks,
+    "Q4_K": quantize_q4_k_blocks,
+    "Q5_K": quantize_q5_k_blocks,
+    "Q6_K": quantize_q6_k_blocks,
+}
+"""Block quantizer of each K type: (blocks, 256) float32 to (blocks, bytes)."""
+
+
+def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
+    """Rows of float values (last axis a multiple of 256) to K-quant bytes,
+    shaped (rows..., row bytes) like ``gguf.quants.quantize``."""
+    fn = QUANTIZERS[type_name]
+    size = BLOCK_BYTES[type_name]
+    if values.shape[-1] % QK_K != 0:
+        raise ValueError(f"rows of {values.shape[-1]} values do not fit {type_name}")
+    blocks = np.ascontiguousarray(values, dtype=_F32).reshape(-1, QK_K)
+    out = np.empty((blocks.shape[0], size), np.uint8)
+    for b0 in range(0, blocks.shape[0], _BLOCKS_PER_PASS):
+        out[b0 : b0 + _BLOCKS_PER_PASS] = fn(blocks[b0 : b0 + _BLOCKS_PER_PASS])
+    return out.reshape(*values.shape[:-1], values.shape[-1] // QK_K * size)
