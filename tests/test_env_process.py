@@ -446,6 +446,34 @@ def test_the_next_env_gets_a_process_started_ahead(
     remote.drop_spare()
 
 
+def _child_drops(env: RemoteEnv) -> None:
+    with pytest.raises(SpecError, match="made in another process"):
+        env.step(0)
+    env.close()
+    remote.drop_spare()
+
+
+def test_a_forked_child_leaves_the_parents_env_processes_alone(
+    tmp_path: Path,
+) -> None:
+    import multiprocessing
+
+    env = _remote(_plain(tmp_path, "forked"))
+    env.reset(seed=0)
+    spare = remote._spare
+    assert spare is not None
+    child = multiprocessing.get_context("fork").Process(
+        target=_child_drops, args=(env,)
+    )
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    assert env.step(0)[1] == 1.0  # still the parent's
+    assert spare.confined.proc.poll() is None
+    env.close()
+    remote.drop_spare()
+
+
 def test_a_dropped_proxy_ends_its_process(tmp_path: Path) -> None:
     env = _remote(_plain(tmp_path, "p"))
     assert not hasattr(env, "action_masks")  # Plain has none

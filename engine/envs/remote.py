@@ -152,8 +152,12 @@ def _engine_pythonpath() -> str:
     return root + (os.pathsep + existing if existing else "")
 
 
-def _stop(confined: confine.Confined, scratch: Path) -> None:
-    """Kill the worker's whole process tree and remove its scratch folder."""
+def _stop(confined: confine.Confined, scratch: Path, owner: int) -> None:
+    """Kill the worker's whole process tree and remove its scratch folder;
+    only in the process that started it (a forked child inherits the
+    finalizers and the spare, not the env processes)."""
+    if os.getpid() != owner:
+        return
     proc = confined.proc
     for stream in (proc.stdin, proc.stdout):
         with contextlib.suppress(OSError):
@@ -169,6 +173,7 @@ class _Spare:
     confined: confine.Confined
     scratch: Path
     started: float
+    owner: int
 
 
 _spare: _Spare | None = None
@@ -198,10 +203,15 @@ def _take_process(file: Path) -> tuple[confine.Confined, Path]:
     if spare is not None:
         # Half the time it waits: it must not end as it is taken.
         fresh = time.monotonic() - spare.started < SPARE_IDLE_S / 2
-        if spare.key == key and fresh and spare.confined.proc.poll() is None:
+        if (
+            spare.key == key
+            and fresh
+            and spare.owner == os.getpid()
+            and spare.confined.proc.poll() is None
+        ):
             taken = (spare.confined, spare.scratch)
         else:
-            _stop(spare.confined, spare.scratch)
+            _stop(spare.confined, spare.scratch, spare.owner)
     if taken is None:
         taken = start_env_process(file)
     try:
@@ -209,9 +219,12 @@ def _take_process(file: Path) -> tuple[confine.Confined, Path]:
     except (EngineError, OSError):
         return taken  # no spare this time; the next env starts its own
     with _spare_lock:
-        old, _spare = _spare, _Spare(key, confined, scratch, time.monotonic())
+        old, _spare = (
+            _spare,
+            _Spare(key, confined, scratch, time.monotonic(), os.getpid()),
+        )
     if old is not None:
-        _stop(old.confined, old.scratch)
+        _stop(old.confined, old.scratch, old.owner)
     return taken
 
 
@@ -222,7 +235,7 @@ def drop_spare() -> None:
     with _spare_lock:
         spare, _spare = _spare, None
     if spare is not None:
-        _stop(spare.confined, spare.scratch)
+        _stop(spare.confined, spare.scratch, spare.owner)
 
 
 atexit.register(drop_spare)
@@ -244,7 +257,10 @@ class EnvProcess:
                 f"({exc.strerror or exc}).",
             ) from None
         self._proc = self._confined.proc
-        self._finalizer = weakref.finalize(self, _stop, self._confined, scratch)
+        self._owner = os.getpid()
+        self._finalizer = weakref.finalize(
+            self, _stop, self._confined, scratch, self._owner
+        )
         assert self._proc.stdout is not None
         self._fd = self._proc.stdout.fileno()
         self._poll = select.poll()
@@ -267,6 +283,12 @@ class EnvProcess:
             timeout_s = CALL_TIMEOUT_S
         if self._failure is not None:
             raise self._failure
+        if os.getpid() != self._owner:
+            raise SpecError(
+                "python.file",
+                f"python.file {self.file.name}: this env was made in another "
+                "process; a forked process must make its own.",
+            )
         if not self._finalizer.alive:
             self._fail(f"was already closed before {op}")
         line = json.dumps({"op": op, **args}, allow_nan=False).encode() + b"\n"
@@ -345,7 +367,11 @@ class EnvProcess:
         raise self._failure
 
     def close(self) -> None:
-        """Ask the env to close, then end the process group, whatever it does."""
+        """Ask the env to close, then end the process group, whatever it does
+        (nothing in a forked child: the process is its parent's)."""
+        if os.getpid() != self._owner:
+            self._finalizer.detach()
+            return
         if self._finalizer.alive and self._failure is None:
             with contextlib.suppress(EngineError):
                 self.call("close", CLOSE_GRACE_S)
