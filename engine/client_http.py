@@ -7,7 +7,9 @@ only), for scripts and tests.
 'completed'
 
 Every error answer becomes an :class:`ApiError` carrying the HTTP status,
-the server's one-sentence ``error`` and the ``field`` it names.
+the server's one-sentence ``error`` and the ``field`` it names; a server
+that cannot be reached or dies mid-answer is an ``OSError``
+(``ConnectionError``).
 """
 
 from __future__ import annotations
@@ -129,6 +131,13 @@ class StudioClient:
                 if reused and method == "GET":
                     continue  # closed by the server meanwhile: once more, fresh
                 raise
+            except http.client.HTTPException as exc:
+                # A torn answer (the server died mid-response): a connection
+                # failure like the others, one exception type for callers.
+                self.close()
+                raise ConnectionError(
+                    f"The server's answer to {method} {path} was cut short ({exc!r})."
+                ) from exc
             except BaseException:
                 self.close()
                 raise

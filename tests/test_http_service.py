@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from engine_harness import EngineProcess
 
 from engine import protocol
 from engine.client_http import ApiError, StudioClient
@@ -161,9 +162,26 @@ def test_kept_alive_connections_answer_without_a_nagle_delay(
 def test_cartpole_ppo_runs_to_completion_with_metrics_and_events(
     server: Served, client: StudioClient
 ) -> None:
-    job = client.train("CartPole-v1", algo="PPO", steps=2048, settings=QUICK)
-    # Live events from the start to the end of the run, on their own stream.
-    events = list(client.events(job, timeout=120))
+    # The desktop studio's engine, open on the same project.
+    studio = EngineProcess()
+    try:
+        studio.call(protocol.OpenProject(path=client.health()["project"]))
+        job = client.train("CartPole-v1", algo="PPO", steps=2048, settings=QUICK)
+        # Live events from the start to the end of the run, on their own stream.
+        events = list(client.events(job, timeout=120))
+        # The studio was told, and lists the run as it lists its own.
+        studio.wait_for(lambda m: isinstance(m, protocol.ProjectChanged))
+        listed = wait_until(
+            "the studio's list",
+            lambda: [
+                r
+                for r in studio.call(protocol.ListRuns())["runs"]
+                if r["id"] == job and r["status"] == "completed"
+            ],
+        )
+        assert listed[0]["kind"] == "rl.train"
+    finally:
+        assert studio.close() == 0
     names = [e.event for e in events]
     assert names[-1] == "end" and events[-1].data["status"] == "completed"
     assert "metrics" in names and "status" in names
