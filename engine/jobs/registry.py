@@ -126,6 +126,20 @@ register(
 
 register(
     JobKind(
+        name="rl.tune",
+        entry="engine.rl.tune:job",
+        validator="engine.rl.tune:validate_job",
+        schema="engine.rl.tune:schema",
+        project_field="project_dir",
+        default_name="sweep {study}",
+        description="An Optuna sweep over an rl.train run's settings: its "
+        "trials are rl.train runs of the project, trained by worker processes.",
+    )
+)
+
+
+register(
+    JobKind(
         name="flow.run",
         entry="engine.nodes.executor:run",
         validator="engine.nodes.executor:validate",

@@ -37,13 +37,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError, EngineError
+from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import HeadlessContext
+from engine.rl.config import ALGO_NAMES
+from engine.settings import setting
 
 if TYPE_CHECKING:
     import optuna
@@ -596,15 +600,27 @@ def _gave_settings(args: argparse.Namespace) -> bool:
     ) or bool(args.settings or args.seed is not None or args.prune_startup is not None)
 
 
-def _monitor(
-    study: optuna.Study, settings: dict[str, Any], procs: list[subprocess.Popen[bytes]]
-) -> None:
-    """Print a line per finished trial until the workers are done."""
+TrialSeen = Callable[
+    ["optuna.trial.FrozenTrial", int, "tuple[float, int] | None"], None
+]
+"""Told each newly finished trial, how many have finished and the best
+(value, trial number) so far."""
+
+
+def watch(
+    study: optuna.Study,
+    procs: list[subprocess.Popen[bytes]],
+    on_trial: TrialSeen,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Read the study for finished trials until the workers are done; when
+    ``should_stop`` turns true, ask the workers to stop (their trials save a
+    checkpoint) and wait for them. True when it was stopped so."""
     from optuna.trial import TrialState
 
     seen: set[int] = set()
     best: tuple[float, int] | None = None
-    total = settings["trials"]
+    stopped = False
     while True:
         running = any(p.poll() is None for p in procs)
         for t in sorted(finished(study), key=lambda t: t.number):
@@ -614,22 +630,44 @@ def _monitor(
             value = t.value if t.state == TrialState.COMPLETE else None
             if value is not None and (best is None or value > best[0]):
                 best = (value, t.number)
-            state = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned"}
-            what = state.get(t.state, "failed")
-            value_text = f" value {value:.4g}" if value is not None else ""
-            best_text = (
-                f"  best {best[0]:.4g} (trial {best[1]})" if best else "  best -"
-            )
-            run = t.user_attrs.get("run_id", "")
-            print(
-                f"trial {len(seen)}/{total} (#{t.number}) {what}{value_text}{best_text}"
-                + (f"  run {run}" if run else ""),
-                file=sys.stderr,
-                flush=True,
-            )
+            on_trial(t, len(seen), best)
         if not running:
-            return
+            return stopped
+        if not stopped and should_stop():
+            stopped = True
+            stop_workers(procs)
         time.sleep(POLL_S)
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    """SIGINT each worker once (its trial stops with a checkpoint); a worker
+    still there after ``timeout`` seconds is killed."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def trial_line(
+    t: optuna.trial.FrozenTrial, done: int, total: int, best: tuple[float, int] | None
+) -> str:
+    """``trial 3/16 (#2) completed value 187.2  best 201.5 (trial 1)  run ID``"""
+    from optuna.trial import TrialState
+
+    state = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned"}
+    what = state.get(t.state, "failed")
+    value = f" value {t.value:.4g}" if t.state == TrialState.COMPLETE else ""
+    best_text = f"  best {best[0]:.4g} (trial {best[1]})" if best else "  best -"
+    run = t.user_attrs.get("run_id", "")
+    return f"trial {done}/{total} (#{t.number}) {what}{value}{best_text}" + (
+        f"  run {run}" if run else ""
+    )
 
 
 def _summary(
@@ -672,8 +710,124 @@ def preset_settings(settings: dict[str, Any], params: dict[str, Any]) -> dict[st
     }
 
 
+def study_name(wanted: dict[str, Any]) -> str:
+    """A new study's name when none is given: ``PPO-CartPole-v1-<time>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{wanted['algo']}-{wanted['env']}-{stamp}".replace("/", "-")
+
+
+def find_study(
+    name: str | None,
+    wanted: dict[str, Any] | None,
+    storage_arg: str,
+    project_dir: Path,
+) -> tuple[optuna.storages.RDBStorage | None, dict[str, Any] | None]:
+    """(storage, the existing study's settings) for a study ``name`` —
+    refusing one made with other settings than ``wanted``; writes nothing.
+    The storage is opened when given (so a bad URL is refused at once) or
+    when the project's default one exists."""
+    storage_url = storage_arg or default_storage(project_dir)
+    storage = open_storage(storage_url) if storage_arg else None
+    existing: dict[str, Any] | None = None
+    if name is not None:
+        if storage is None and (project_dir / "data" / "sweeps.db").exists():
+            storage = open_storage(storage_url)
+        if storage is not None and study_exists(storage, name):
+            _, existing = load(storage, name)
+    if existing is not None and wanted is not None:
+        differ = _clash(existing, wanted)
+        if differ:
+            raise ConfigError(
+                "study",
+                f"The study {name!r} in {storage_url} searches other settings "
+                f"(its {', '.join(differ)} differ); give another study name, or "
+                "only the study and its storage to join it.",
+            )
+    if existing is None and wanted is None:
+        raise EngineError(
+            f"There is no study {name!r} in {storage_url} to join; give "
+            "--env, --trials and --steps to start one."
+            if name
+            else "Give --env, --trials and --steps to start a sweep, or --study "
+            "and --storage to join one."
+        )
+    return storage, existing
+
+
+def open_study(
+    storage: optuna.storages.RDBStorage,
+    name: str,
+    wanted: dict[str, Any] | None,
+) -> tuple[optuna.Study, dict[str, Any]]:
+    """The study ``name``, made with ``wanted`` settings when it is new."""
+    import optuna
+
+    if not study_exists(storage, name):
+        assert wanted is not None
+        try:
+            study = optuna.create_study(
+                study_name=name, storage=storage, direction="maximize"
+            )
+            study.set_user_attr(SETTINGS_ATTR, wanted)
+        except optuna.exceptions.DuplicatedStudyError:
+            raise EngineError(
+                f"The study {name!r} was made by someone else a moment ago; "
+                "start again to join it."
+            ) from None
+    study, settings = load(storage, name)
+    return study, settings
+
+
+def start_workers(
+    storage_url: str, name: str, project_dir: Path, count: int
+) -> list[subprocess.Popen[bytes]]:
+    """``count`` worker processes on this machine."""
+    cmd = [sys.executable, "-m", "engine.rl.tune", storage_url, name, str(project_dir)]
+    # Their own sessions: a Ctrl-C reaches them once, forwarded by
+    # stop_workers (a second one would abort their trials without a
+    # checkpoint).
+    return [
+        subprocess.Popen([*cmd, str(i)], start_new_session=True) for i in range(count)
+    ]
+
+
+def conclude(
+    study: optuna.Study,
+    settings: dict[str, Any],
+    storage_url: str,
+    project_dir: Path,
+    save_as: str | None,
+) -> dict[str, Any]:
+    """The sweep's summary; with ``save_as``, the best trial saved as that
+    project preset (its file in the summary's ``preset``)."""
+    from engine.rl.config import save_preset
+
+    summary = _summary(study, settings, storage_url)
+    summary["project"] = str(project_dir)
+    if save_as and summary["best_params"] is not None:
+        path = save_preset(
+            project_dir,
+            save_as,
+            env=settings["env"],
+            algo=settings["algo"],
+            settings=preset_settings(settings, summary["best_params"]),
+            provenance={
+                "study": study.study_name,
+                "storage": storage_url,
+                "trial": summary["best_trial"],
+                "run_id": summary["best_run_id"],
+                "value": summary["best_value"],
+                "objective": "eval/mean_reward (last evaluation)",
+                "trials": summary["finished"],
+                "steps_per_trial": settings["steps"],
+            },
+        )
+        summary["preset"] = str(path)
+    return summary
+
+
 def run(args: argparse.Namespace) -> int:
-    from engine.rl.config import register_designed_envs, save_preset
+    from engine.rl.config import register_designed_envs
     from engine.store.paths import checked_name
     from engine.store.project import Project
     from resources import resource_path
@@ -697,116 +851,167 @@ def run(args: argparse.Namespace) -> int:
         register_designed_envs(examples)
     wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
     storage_url = args.storage or default_storage(project_dir)
-    # A storage that cannot be opened is refused before anything is written.
-    storage = open_storage(storage_url) if args.storage else None
-    existing: dict[str, Any] | None = None
-    if args.study is not None:
-        if storage is None and (project_dir / "data" / "sweeps.db").exists():
-            storage = open_storage(storage_url)
-        if storage is not None and study_exists(storage, args.study):
-            _, existing = load(storage, args.study)
-    if existing is not None and wanted is not None:
-        differ = _clash(existing, wanted)
-        if differ:
-            raise EngineError(
-                f"The study {args.study!r} in {storage_url} searches other settings "
-                f"(its {', '.join(differ)} differ); give another --study name, or "
-                "only --study and --storage to join it."
-            )
-    if existing is None and wanted is None:
-        raise EngineError(
-            f"There is no study {args.study!r} in {storage_url} to join; give "
-            "--env, --trials and --steps to start one."
-            if args.study
-            else "Give --env, --trials and --steps to start a sweep, or --study "
-            "and --storage to join one."
-        )
+    storage, _ = find_study(args.study, wanted, args.storage or "", project_dir)
     # Everything is checked; from here on the project and the study are written.
-    project = Project.open(project_dir, create=True, examples=examples)
-    project.close()
+    Project.open(project_dir, create=True, examples=examples).close()
     if storage is None:
         storage = open_storage(storage_url)
-    if args.study is not None:
-        name: str = args.study
-    else:
-        assert wanted is not None
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        name = f"{wanted['algo']}-{wanted['env']}-{stamp}".replace("/", "-")
-    if existing is None:
-        import optuna
-
-        assert wanted is not None
-        try:
-            study = optuna.create_study(
-                study_name=name, storage=storage, direction="maximize"
-            )
-            study.set_user_attr(SETTINGS_ATTR, wanted)
-        except optuna.exceptions.DuplicatedStudyError:
-            raise EngineError(
-                f"The study {name!r} was made by someone else a moment ago; "
-                "run the command again to join it."
-            ) from None
-    study, settings = load(storage, name)
+    name = args.study if args.study is not None else study_name(wanted or {})
+    study, settings = open_study(storage, name, wanted)
+    total = settings["trials"]
     print(
         f"sweep {name!r}: {settings['algo']} on {settings['env']}, "
-        f"{settings['trials']} trials of {settings['steps']} steps, "
+        f"{total} trials of {settings['steps']} steps, "
         f"{args.workers} worker(s); storage {storage_url}; runs in {project_dir}",
         file=sys.stderr,
         flush=True,
     )
-    cmd = [sys.executable, "-m", "engine.rl.tune", storage_url, name, str(project_dir)]
-    # Their own sessions: a Ctrl-C reaches them once, forwarded from here
-    # (a second one would abort their trials without a checkpoint).
-    procs = [
-        subprocess.Popen([*cmd, str(i)], start_new_session=True)
-        for i in range(args.workers)
-    ]
+    procs = start_workers(storage_url, name, project_dir, args.workers)
+
+    def say(t: optuna.trial.FrozenTrial, done: int, best: Any) -> None:
+        print(trial_line(t, done, total, best), file=sys.stderr, flush=True)
+
     interrupted = False
     try:
-        _monitor(study, settings, procs)
+        watch(study, procs, say)
     except KeyboardInterrupt:
         interrupted = True
         print("stopping the workers' trials (saving checkpoints)", file=sys.stderr)
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-    summary = _summary(study, settings, storage_url)
-    summary["project"] = str(project_dir)
-    bad = [p.returncode for p in procs if p.returncode not in (0, None)]
-    if args.save_preset and summary["best_params"] is not None:
-        path = save_preset(
-            project_dir,
-            args.save_preset,
-            env=settings["env"],
-            algo=settings["algo"],
-            settings=preset_settings(settings, summary["best_params"]),
-            provenance={
-                "study": name,
-                "storage": storage_url,
-                "trial": summary["best_trial"],
-                "run_id": summary["best_run_id"],
-                "value": summary["best_value"],
-                "objective": "eval/mean_reward (last evaluation)",
-                "trials": summary["finished"],
-                "steps_per_trial": settings["steps"],
-            },
-        )
-        summary["preset"] = str(path)
+        stop_workers(procs)
+    summary = conclude(study, settings, storage_url, project_dir, args.save_preset)
     print(json.dumps(summary, indent=2))
+    bad = [p.returncode for p in procs if p.returncode not in (0, None)]
     if interrupted:
         return 130
     if summary["best_value"] is None:
         print("No trial completed.", file=sys.stderr)
         return 1
-    if bad and not interrupted:
+    if bad:
         print(f"A worker ended with exit code {bad[0]}.", file=sys.stderr)
         return 1
     return 0
+
+
+# --------------------------------------------------------------------------
+# The rl.tune job: the same sweep started from the studio
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class TuneConfig:
+    """An ``rl.tune`` job (the Sweep panel): the command's options."""
+
+    env: str = setting("", group="Sweep")
+    """Gymnasium id or designed env every trial trains on."""
+    algo: str = setting("auto", choices=ALGO_NAMES, group="Sweep", label="Algorithm")
+    """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``."""
+    trials: int = setting(16, min=1, max=10_000, group="Sweep")
+    """Trials in the study (over all its workers)."""
+    steps: int = setting(20_000, min=1, unit="steps", group="Sweep")
+    """Training length of each trial."""
+    workers: int = setting(1, min=1, max=64, group="Sweep")
+    """Worker processes on this machine."""
+    search: list[str] | None = setting(None, form=False)
+    """``KEY``, ``KEY=low:high[:log]`` or ``KEY=a,b,c`` items (None: every
+    setting that declares a default range)."""
+    settings: list[str] = setting(factory=list, form=False)
+    """``key=value`` items fixed for every trial."""
+    seed: int | None = setting(None, min=0, max=2**31 - 1, group="Sweep")
+    """Seeds the sampler and each trial (trial n gets seed + n)."""
+    prune_startup: int = setting(DEFAULT_PRUNE_STARTUP, min=0, group="Sweep")
+    """Trials finished before pruning starts."""
+    study: str = setting("", group="Sweep")
+    """Study name ('' = generated); an existing one is joined."""
+    storage: str = setting("", group="Sweep")
+    """Optuna RDB storage URL ('' = the project's ``data/sweeps.db``)."""
+    save_preset: str = setting("", group="Sweep")
+    """Save the best trial's settings as this project preset ('' = no)."""
+    project_dir: str | None = setting(None, form=False)
+    """The project the trials are runs of."""
+
+
+def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The Sweep panel's form, from :class:`TuneConfig`."""
+    from engine.rl.schema import COMMON_ENVS
+    from engine.settings import fields_of, form_field, form_type
+
+    fields = []
+    for info in fields_of(TuneConfig).values():
+        if not info.form or form_type(info) is None:
+            continue
+        default = "CartPole-v1" if info.name == "env" else info.default
+        item = form_field(info, default=values.get(info.name, default))
+        if info.name == "env":
+            item["suggestions"] = list(COMMON_ENVS)
+        fields.append(item)
+    return fields
+
+
+def _text_list(cfg: dict[str, Any], key: str) -> None:
+    value = cfg[key]
+    if value is not None and (
+        not isinstance(value, list) or not all(isinstance(v, str) for v in value)
+    ):
+        raise ConfigError(key, f"{key} must be a list of texts, not {value!r}.")
+
+
+def validate_job(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``rl.tune`` validator: the checked config with its study named,
+    or a ConfigError naming the field; writes nothing."""
+    from engine.settings import checked_config
+    from engine.store.paths import checked_name
+
+    cfg = checked_config(TuneConfig, config, "rl.tune")
+    _text_list(cfg, "search")
+    _text_list(cfg, "settings")
+    for key, what in (("study", "study"), ("save_preset", "preset")):
+        if cfg[key]:
+            checked_name(what, cfg[key])
+    if cfg["project_dir"] is None:
+        raise ConfigError("project_dir", "A sweep needs a project for its runs.")
+    project_dir = Path(cfg["project_dir"])
+    wanted = _new_settings(argparse.Namespace(**cfg), project_dir)
+    find_study(cfg["study"] or None, wanted, cfg["storage"], project_dir)
+    cfg["algo"] = wanted["algo"]
+    cfg["study"] = cfg["study"] or study_name(wanted)
+    return cfg
+
+
+def job(ctx: JobContext) -> dict[str, Any]:
+    """The ``rl.tune`` job: the sweep's workers started and watched; each
+    finished trial is a metrics row at its number (``sweep/value`` when it
+    completed, ``sweep/best``), progress counts finished trials, Stop stops
+    the workers' trials."""
+    cfg = validate_job(dict(ctx.config))
+    project_dir = Path(cfg["project_dir"])
+    wanted = _new_settings(argparse.Namespace(**cfg), project_dir)
+    storage_url = cfg["storage"] or default_storage(project_dir)
+    study, settings = open_study(open_storage(storage_url), cfg["study"], wanted)
+    total = settings["trials"]
+    ctx.log(
+        f"sweep {study.study_name!r}: {total} trials of {settings['steps']} steps, "
+        f"{cfg['workers']} worker(s); storage {storage_url}"
+    )
+    procs = start_workers(storage_url, study.study_name, project_dir, cfg["workers"])
+    ctx.progress(0, total)
+
+    def seen(t: optuna.trial.FrozenTrial, done: int, best: Any) -> None:
+        row = {"sweep/trial": float(t.number)}
+        if t.value is not None:
+            row["sweep/value"] = float(t.value)
+        if best is not None:
+            row["sweep/best"] = float(best[0])
+        ctx.metrics(done, row)
+        ctx.progress(done, total)
+        ctx.log(trial_line(t, done, total, best))
+
+    try:
+        watch(study, procs, seen, lambda: ctx.should_stop)
+    finally:
+        stop_workers(procs)
+    summary = conclude(study, settings, storage_url, project_dir, cfg["save_preset"])
+    summary["stopped_by"] = ctx.stop_reason if ctx.should_stop else "trials"
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 The run list on the left; the selected runs' live plots on the right (several
 selected runs are overlaid for comparison); progress, ETA and the controls
-above; the run's log and full config below. Plots read from the session's
+above; the run's log, full config and the Sweep panel (an Optuna study over
+a run's settings, its trials live) below. Plots read from the session's
 ``MetricStore`` and redraw on the panel's own timer; this workspace only marks
 series dirty when the store grows.
 """
@@ -38,6 +39,7 @@ from studio.workspaces.common import (
     open_folder,
     run_duration,
 )
+from studio.workspaces.sweep import SweepPanel
 from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
 from widgets.record_table import Column, RecordTable
@@ -188,6 +190,8 @@ class TrainingWorkspace(QWidget):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_log, "Log")
         self.tabs.addTab(self.details, "Details")
+        self.sweep = SweepPanel(session)
+        self.tabs.addTab(self.sweep, "Sweep")
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(self.tabs)

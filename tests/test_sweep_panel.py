@@ -1,0 +1,97 @@
+"""The Sweep panel of the Training workspace driven like a user: a tiny
+Optuna study started through the real engine, its trials appearing in the
+run list as runs and its optimization history drawn live; a bad search item
+is refused with the engine's sentence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QLineEdit
+from studio_harness import build_main_window, start_on_project
+
+from studio.main_window import MainWindow
+from studio.workspaces.sweep import SweepPanel, text_items
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
+    win = build_main_window(qtbot, tmp_path)
+    start_on_project(qtbot, win, tmp_path / "project", create=True)
+    win.show()
+    win.set_workspace("training")
+    yield win
+    win.session.client.stop()
+
+
+def _panel(qtbot, win: MainWindow) -> SweepPanel:
+    training = win.workspaces["training"]
+    training.tabs.setCurrentWidget(training.sweep)
+    panel: SweepPanel = training.sweep
+    qtbot.waitUntil(lambda: "trials" in panel.form.values(), timeout=30_000)
+    return panel
+
+
+def _type(qtbot, panel: SweepPanel, name: str, text: str) -> None:
+    editor = panel.form.editor(name)
+    line = editor.property("line_edit") if not isinstance(editor, QLineEdit) else editor
+    assert isinstance(line, QLineEdit)
+    line.selectAll()
+    qtbot.keyClicks(line, text)
+
+
+def test_text_items_are_one_a_line() -> None:
+    assert text_items(" gamma \n\nlearning_rate=1e-4:1e-2:log\n") == [
+        "gamma",
+        "learning_rate=1e-4:1e-2:log",
+    ]
+
+
+def test_a_sweep_runs_its_trials_as_runs_and_draws_its_history(
+    qtbot, window: MainWindow
+) -> None:
+    panel = _panel(qtbot, window)
+    algo = panel.form.editor("algo")
+    assert isinstance(algo, QComboBox)
+    algo.setCurrentText("PPO")
+    _type(qtbot, panel, "trials", "2")
+    _type(qtbot, panel, "steps", "512")
+    _type(qtbot, panel, "prune_startup", "2")
+    panel.search_edit.setPlainText("learning_rate=1e-4:1e-2:log")
+    panel.settings_edit.setPlainText("eval_episodes=2")
+    assert panel.form.is_valid(), panel.form.errors()
+    with qtbot.waitSignal(panel.sweep_started, timeout=30_000) as started:
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    run_id = started.args[0]
+    state = window.session.state
+    qtbot.waitUntil(
+        lambda: (state.run(run_id) or {}).get("status") == "completed", timeout=180_000
+    )
+    sweep = state.run(run_id) or {}
+    assert sweep["kind"] == "rl.tune"
+    completed = sweep["summary"]["completed"]
+    assert completed >= 1 and sweep["summary"]["finished"] == 2
+    # Every trial is a run of the project, listed beside the sweep.
+    qtbot.waitUntil(
+        lambda: len([r for r in state.runs.values() if r["kind"] == "rl.train"]) == 2,
+        timeout=30_000,
+    )
+    qtbot.waitUntil(lambda: panel.history.point_count() == completed, timeout=10_000)
+    assert "2/2 trials" in panel.status.text()
+    assert f"best {sweep['summary']['best_value']:.4g}" in panel.status.text()
+    assert panel.start_button.isEnabled() and not panel.stop_button.isEnabled()
+
+
+def test_a_bad_search_item_is_refused_with_the_engines_sentence(
+    qtbot, window: MainWindow
+) -> None:
+    panel = _panel(qtbot, window)
+    panel.search_edit.setPlainText("lerning_rate=1e-4:1e-2")
+    qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(panel.message.isVisible, timeout=30_000)
+    assert "did you mean 'learning_rate'?" in panel.message.text()
+    assert panel.run_id == ""
+    assert not window.session.state.runs

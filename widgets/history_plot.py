@@ -1,0 +1,54 @@
+"""An optimization history: one point per trial value and the best value so
+far as a step line, drawn with pyqtgraph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+POINT_COLOR = "#4272c4"
+BEST_COLOR = "#d62728"
+
+
+class HistoryPlot(QWidget):
+    """``set_history(x, values, best)``: ``values`` may hold NaN for trials
+    without a value (pruned, failed), which get no point."""
+
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        x_label: str = "trial",
+        y_label: str = "value",
+    ) -> None:
+        super().__init__(parent)
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setMenuEnabled(False)
+        self.plot.showGrid(x=True, y=True, alpha=0.25)
+        self.plot.setLabel("bottom", x_label)
+        self.plot.setLabel("left", y_label)
+        self.plot.addLegend(offset=(10, 10))
+        self.points = pg.ScatterPlotItem(
+            size=8, brush=pg.mkBrush(POINT_COLOR), pen=None, name="trial"
+        )
+        self.best = pg.PlotDataItem(
+            pen=pg.mkPen(BEST_COLOR, width=2), stepMode=None, name="best so far"
+        )
+        self.plot.addItem(self.points)
+        self.plot.addItem(self.best)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.plot)
+
+    def set_history(self, x: np.ndarray, values: np.ndarray, best: np.ndarray) -> None:
+        shown = np.isfinite(values)
+        self.points.setData(x=x[shown], y=values[shown])
+        kept = np.isfinite(best)
+        self.best.setData(x=x[kept], y=best[kept])
+
+    def point_count(self) -> int:
+        return len(self.points.data)
+
+    def clear(self) -> None:
+        self.points.setData(x=[], y=[])
+        self.best.setData(x=[], y=[])
