@@ -352,7 +352,6 @@ def test_a_space_that_cannot_cross_is_named(tmp_path: Path) -> None:
 def test_a_worker_that_dies_or_misbehaves_is_one_sentence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hook: str, sentence: str
 ) -> None:
-    monkeypatch.setattr(remote, "CALL_TIMEOUT_S", 1.0)
     helper = """
 import fcntl, stat
 def _is_pipe_out(fd):
@@ -365,6 +364,7 @@ def _is_pipe_out(fd):
 """
     env = _remote(_plain(tmp_path, "bad", hook, at_import=helper))
     env.reset(seed=0)
+    monkeypatch.setattr(remote, "CALL_TIMEOUT_S", 1.0)  # for the step only
     with pytest.raises(SpecError) as info:
         env.step(0)
     assert info.value.field == "python.file"
@@ -428,7 +428,6 @@ def test_the_next_env_gets_a_process_started_ahead(
 ) -> None:
     """Each env process starts the next one's interpreter; one nobody takes
     ends by itself."""
-    monkeypatch.setattr(remote, "SPARE_IDLE_S", 2.0)
     path = _plain(tmp_path, "ahead")
     remote.drop_spare()
     first = _remote(path)
@@ -436,13 +435,15 @@ def test_the_next_env_gets_a_process_started_ahead(
     assert spare is not None
     second = _remote(path)
     assert second.pid == spare.confined.proc.pid != first.pid
-    for env in (first, second):
+    monkeypatch.setattr(remote, "SPARE_IDLE_S", 1.0)
+    third = _remote(path)  # starts a spare that waits 1 s
+    for env in (first, second, third):
         env.close()
     spare = remote._spare
     assert spare is not None and spare.confined.proc.wait(timeout=30) == 0
-    third = _remote(path)  # a spare that ended is not used
-    assert third.pid != spare.confined.proc.pid
-    third.close()
+    fourth = _remote(path)  # a spare that ended is not used
+    assert fourth.pid != spare.confined.proc.pid
+    fourth.close()
     remote.drop_spare()
 
 
