@@ -34,6 +34,10 @@ log = logging.getLogger("engine.service")
 MAX_METRIC_ROWS = 10_000
 """The most metric rows one ``/runs/{id}/metrics`` answer holds; ``next``
 says where the following page starts."""
+READ_CHUNK_BYTES = 4 << 20
+"""How much of a metrics file is read at once."""
+MAX_LINE_BYTES = 16 << 20
+"""A longer line is no metrics row: its bytes are passed over."""
 STOP_TIMEOUT_S = 10.0
 """How long a run stopped over HTTP gets to save and stop by itself."""
 
@@ -61,33 +65,50 @@ class MetricsTail:
     _offset: int = 0
 
     def read(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """New rows (at most ``limit``), in file order."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read()
-        except FileNotFoundError:
-            return []
+        """New rows (at most ``limit``), in file order; the file is read in
+        chunks, so a long run's file is never read whole."""
         rows: list[dict[str, Any]] = []
-        consumed = 0
-        for line in data.splitlines(keepends=True):
-            if not line.endswith(b"\n") or (limit is not None and len(rows) >= limit):
-                break
-            consumed += len(line)
-            try:
-                row = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue
-            if not isinstance(row, dict):
-                continue
-            self.latest.update(row)
-            if self.skip > 0:
-                self.skip -= 1
-                continue
-            self.rows_seen += 1
-            rows.append(row)
-        self._offset += consumed
+        try:
+            fh = open(self.path, "rb")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return rows
+        size = READ_CHUNK_BYTES
+        with fh:
+            while limit is None or len(rows) < limit:
+                fh.seek(self._offset)
+                data = fh.read(size)
+                end = data.rfind(b"\n")
+                if end < 0:
+                    if len(data) < size:
+                        break  # nothing, or a line still being written
+                    if size < MAX_LINE_BYTES:
+                        size *= 2  # a line longer than a chunk
+                    else:
+                        self._offset += len(data)  # no metrics row is that long
+                    continue
+                size = READ_CHUNK_BYTES
+                consumed = 0
+                for line in data[:end].split(b"\n"):
+                    if limit is not None and len(rows) >= limit:
+                        break
+                    consumed += len(line) + 1
+                    self._take(line, rows)
+                self._offset += consumed
         return rows
+
+    def _take(self, line: bytes, rows: list[dict[str, Any]]) -> None:
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return
+        if not isinstance(row, dict):
+            return
+        self.latest.update(row)
+        if self.skip > 0:
+            self.skip -= 1
+            return
+        self.rows_seen += 1
+        rows.append(row)
 
 
 def _request_field(field: str) -> str:
