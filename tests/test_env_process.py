@@ -596,8 +596,7 @@ def test_a_run_whose_env_process_dies_fails_with_the_sentence(tmp_path: Path) ->
         project.close()
     assert run.status == "failed"
     assert run.reason == (
-        "SpecError: python.file dies.py: the env process exited with code 7 "
-        "during step."
+        "python.file dies.py: the env process exited with code 7 during step."
     )
 
 

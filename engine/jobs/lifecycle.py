@@ -118,7 +118,13 @@ def execute(
         if isinstance(exc, RunFailed):
             outcome = Outcome("failed", dict(exc.summary), str(exc), error=exc)
         else:
-            reason = f"{type(exc).__name__}: {exc}"
+            # The engine's own errors are sentences already; anything else
+            # (a bug, a library's error) is named by its type.
+            reason = (
+                str(exc)
+                if isinstance(exc, EngineError)
+                else (f"{type(exc).__name__}: {exc}")
+            )
             outcome = Outcome("failed", None, reason, error=exc)
     else:
         status = _status(ctx, summary)
