@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from engine.errors import EngineError
@@ -54,6 +55,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+TRACKED_COMMANDS = ("train", "run", "serve", "serve-http")
+"""Commands that run jobs, and so take ``--mlflow-uri``: every run they start
+logs to that MLflow server (:mod:`engine.jobs.tracking`)."""
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The full parser (``only`` None), or one where only the subcommand
     ``only`` is configured and the others are listed by name, so running one
@@ -66,6 +72,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub = subs.add_parser(name, help=help_text, description=help_text)
+        if name in TRACKED_COMMANDS:
+            sub.add_argument(
+                "--mlflow-uri",
+                metavar="URI",
+                help="log every run to this MLflow tracking server (default: "
+                "$MLFLOW_TRACKING_URI; needs rl-studio[mlflow])",
+            )
         if only is None or name == only:
             module = importlib.import_module(module_name)
             module.configure(sub)
@@ -80,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else ""
     args = build_parser(wanted).parse_args(argv)
     try:
+        if getattr(args, "mlflow_uri", None) is not None:
+            from engine.contract import TRACKING_URI_ENV
+            from engine.jobs.tracking import check_uri
+
+            # Jobs read it from the environment, as job processes inherit it.
+            os.environ[TRACKING_URI_ENV] = check_uri(args.mlflow_uri)
         code: int = args._module.run(args)
     except EngineError as exc:
         print(f"rl-studio-engine {args.command}: {exc}", file=sys.stderr)

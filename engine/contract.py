@@ -110,6 +110,11 @@ FLOW_STATE_FILE = "flow_state.json"
 """A flow run's per-node states and outputs."""
 STOP_REQUEST_FILE = "stop.request"
 """Created to ask a running job to stop at its next check."""
+MLFLOW_RUN_FILE = "mlflow_run.json"
+"""The MLflow run a run logs to (``{"uri", "run_id", "experiment_id"}``), so
+that a resumed run continues it."""
+MLFLOW_SPOOL_FILE = "mlflow_spool.jsonl"
+"""What could not reach the MLflow server yet, replayed when it answers."""
 
 ACTIVE_STATUSES = ("queued", "running")
 """Statuses of a run that has not ended."""
@@ -130,6 +135,15 @@ DEFAULT_OLLAMA_HOST = "http://127.0.0.1:11434"
 ALLOW_UNCONFINED_ENV = "RLSTUDIO_ALLOW_UNCONFINED"
 """Environment variable: 1 lets untrusted code run unconfined where neither
 bubblewrap nor unshare works (the studio sets it from Settings)."""
+
+# --------------------------------------------------------------------------
+# Experiment tracking (engine.jobs.tracking)
+# --------------------------------------------------------------------------
+
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+"""Environment variable: the MLflow tracking server every run logs to (the
+studio sets it from Settings, the CLI from ``--mlflow-uri``); unset or empty,
+nothing is tracked."""
 
 # --------------------------------------------------------------------------
 # Records the engine sends (project snapshot: project.open, project.snapshot)

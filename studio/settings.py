@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.contract import ALLOW_UNCONFINED_ENV
+from engine.contract import ALLOW_UNCONFINED_ENV, TRACKING_URI_ENV
 
 MAX_RECENT = 8
 
@@ -114,9 +114,22 @@ class Settings:
     def allow_unconfined(self, value: bool) -> None:
         self._s.setValue("allow_unconfined", "true" if value else "false")
 
+    @property
+    def mlflow_uri(self) -> str:
+        """The MLflow tracking server every run logs to; empty: none (then
+        ``MLFLOW_TRACKING_URI`` from the studio's own environment applies)."""
+        return str(self._get("mlflow_uri", "", str)).strip()
+
+    @mlflow_uri.setter
+    def mlflow_uri(self, value: str) -> None:
+        self._s.setValue("mlflow_uri", value.strip())
+
     def engine_environment(self) -> dict[str, str]:
         """What the engine process (and the jobs it starts) are told."""
-        return {ALLOW_UNCONFINED_ENV: "1" if self.allow_unconfined else "0"}
+        env = {ALLOW_UNCONFINED_ENV: "1" if self.allow_unconfined else "0"}
+        if self.mlflow_uri:
+            env[TRACKING_URI_ENV] = self.mlflow_uri
+        return env
 
     def sync(self) -> None:
         self._s.sync()
@@ -152,11 +165,19 @@ class SettingsDialog(QDialog):
             "neither works they are refused; check this only if you trust the "
             "code. Applies when the engine next starts (Engine → Restart engine)."
         )
+        self.mlflow_uri = QLineEdit(settings.mlflow_uri)
+        self.mlflow_uri.setPlaceholderText("http://127.0.0.1:5000 (none: no MLflow)")
+        self.mlflow_uri.setToolTip(
+            "Every run logs its settings, metrics, files and models that reach "
+            "their target to this MLflow tracking server (needs "
+            "rl-studio[mlflow]). Applies when the engine next starts."
+        )
         form = QFormLayout(self)
         form.addRow("Projects folder", row)
         form.addRow("Stop timeout", self.stop_timeout)
         form.addRow("Log lines kept", self.log_lines)
         form.addRow("Untrusted code", self.allow_unconfined)
+        form.addRow("MLflow tracking URI", self.mlflow_uri)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
@@ -176,5 +197,6 @@ class SettingsDialog(QDialog):
         self._settings.stop_timeout_s = self.stop_timeout.value()
         self._settings.log_max_lines = self.log_lines.value()
         self._settings.allow_unconfined = self.allow_unconfined.isChecked()
+        self._settings.mlflow_uri = self.mlflow_uri.text()
         self._settings.sync()
         super().accept()

@@ -4,8 +4,9 @@ A job is a function ``run(ctx: JobContext) -> dict`` (the dict is its summary)
 registered in ``engine.jobs.registry``. It reports through the context only:
 
 * ``ctx.metrics(step, {...})`` — buffered, flushed about 10 times a second to
-  ``runs/<id>/metrics.jsonl`` (fsync'ed) and to the supervisor as one
-  ``run.metrics`` event per flush;
+  ``runs/<id>/metrics.jsonl`` (fsync'ed), to the supervisor as one
+  ``run.metrics`` event per flush and, when the run is tracked, to MLflow
+  (``ctx.tracker``, :mod:`engine.jobs.tracking`);
 * ``ctx.progress(done, total)`` — rate and ETA are derived here;
 * ``ctx.log(text)`` — to ``log.txt`` (through the supervisor) and the GUI;
 * ``ctx.should_stop`` — becomes True when the user presses Stop, the
@@ -31,10 +32,13 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from engine import contract, protocol
 from engine.store.metrics import MetricsWriter, clean_row
+
+if TYPE_CHECKING:
+    from engine.jobs.tracking import Tracker
 
 FLUSH_INTERVAL_S = 0.1
 
@@ -87,6 +91,9 @@ class JobContext:
         """``(done, total)`` of the latest :meth:`progress` call."""
         self.detached = False
         """True once the job keeps its own books (:meth:`detach`)."""
+        self.tracker: Tracker | None = None
+        """Where flushed metric rows also go (MLflow), when the run is
+        tracked (:mod:`engine.jobs.tracking`)."""
         self._rate = 0.0
         self._pending_progress: protocol.RunProgress | None = None
         self._closed = threading.Event()
@@ -188,16 +195,22 @@ class JobContext:
     def flush(self, sync: bool = False) -> None:
         """Write buffered metrics (fsync'ed with ``sync``) and send them."""
         rows = self._metrics.flush(sync)
+        if rows and self.tracker is not None:
+            self.tracker.metrics(rows)
         if rows:
             self.emit(protocol.RunMetrics(run_id=self.run_id, rows=rows))
         progress, self._pending_progress = self._pending_progress, None
         if progress is not None:
             self.emit(progress)
 
-    def close(self) -> None:
+    def stop_flushing(self) -> None:
+        """Stop the flusher thread and write what is buffered (fsync'ed)."""
         self._closed.set()
         self._flusher.join(timeout=2)
         self.flush(sync=True)
+
+    def close(self) -> None:
+        self.stop_flushing()
 
     def _flush_loop(self) -> None:
         while not self._closed.wait(FLUSH_INTERVAL_S):

@@ -109,7 +109,10 @@ def execute(
     ``result.json``. Never raises: the exception that ended the run is the
     outcome's ``error``, its traceback goes to ``trace`` (default: the run's
     log)."""
+    from engine.jobs import tracking
+
     try:
+        ctx.tracker = tracking.start(ctx)
         summary = dict(entry(ctx) or {})
     except KeyboardInterrupt as exc:
         outcome = Outcome("interrupted", {}, "Aborted with a second Ctrl-C.", error=exc)
@@ -131,8 +134,14 @@ def execute(
         # A job that stopped itself (a sweep's pruned trial) says why.
         reason = str(summary.get("reason", "")) if status == "stopped" else ""
         outcome = Outcome(status, summary, reason)
-    ctx.close()
+    ctx.stop_flushing()
     atomic_write_json(ctx.run_dir / contract.RESULT_FILE, outcome.result())
+    if ctx.tracker is not None:
+        # After the last metrics, with result.json written and the run's log
+        # still open for what the tracker has to say.
+        ctx.tracker.finish(outcome.status, outcome.summary)
+        ctx.tracker = None
+    ctx.close()
     return outcome
 
 

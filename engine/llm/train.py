@@ -7,8 +7,10 @@ rank, number of generations, precision and gradient checkpointing come from
 :func:`engine.hardware.detect`; every field of :class:`TrainConfig` can be
 overridden.
 
-Metrics stream to ``ctx.metrics`` through :class:`StudioCallback` (a
-``transformers.TrainerCallback``) under slash-namespaced keys:
+Metrics stream to ``ctx.metrics`` and to TensorBoard event files in the
+run's ``tensorboard/`` (as SB3 runs write them) through
+:class:`StudioCallback` (a ``transformers.TrainerCallback``) under
+slash-namespaced keys:
 ``train/loss``, ``train/learning_rate``, ``train/grad_norm``, ``train/kl``,
 ``train/entropy``, ``train/tokens_per_s``, ``reward/mean``, ``reward/std``,
 ``reward/<fn>_mean``, ``reward/<fn>_std``, ``completion/mean_length``, and the
@@ -352,16 +354,27 @@ def studio_metric_keys(logs: dict[str, Any], method: str) -> dict[str, float]:
     return out
 
 
-def make_callback(ctx: Any, method: str, total_steps: int) -> Any:
-    """A TrainerCallback streaming metrics/progress to ``ctx`` and stopping
-    training when ``ctx.should_stop`` becomes True."""
+def make_callback(
+    ctx: Any, method: str, total_steps: int, tensorboard: Path | None = None
+) -> Any:
+    """A TrainerCallback streaming metrics/progress to ``ctx`` (and the same
+    rows to TensorBoard event files in ``tensorboard``, with the writer SB3
+    runs use) and stopping training when ``ctx.should_stop`` becomes True.
+    Its ``close()`` ends the event file."""
     from transformers import TrainerCallback
+
+    from engine.rl.tensorboard import EventFile
 
     class StudioCallback(TrainerCallback):
         def __init__(self) -> None:
             self.last_tokens: float | None = None
             self.last_time = time.monotonic()
             self.stopped = False
+            self.events = None if tensorboard is None else EventFile(tensorboard)
+
+        def close(self) -> None:
+            if self.events is not None:
+                self.events.close()
 
         def on_train_begin(
             self, args: Any, state: Any, control: Any, **kw: Any
@@ -389,6 +402,8 @@ def make_callback(ctx: Any, method: str, total_steps: int) -> Any:
                 self.last_time = now
             if row:
                 ctx.metrics(state.global_step, row)
+                if self.events is not None:
+                    self.events.scalars(state.global_step, row)
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
             ctx.progress(state.global_step, total_steps or state.max_steps)
@@ -594,13 +609,30 @@ def train_model(
     ``callbacks`` are extra ``TrainerCallback`` objects (after the studio's
     own), for code that drives training itself.
     """
-    from engine.store.atomic import atomic_write_json
-
     # Checked before training, so a bad name costs nothing.
     name = cfg["name"] or ctx.run_id
     model_dir = new_model_folder(ctx.project_dir, name)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    callback = make_callback(ctx, cfg["method"], cfg["max_steps"])
+    # Beside SB3's: runs/<id>/tensorboard/ (one writer: rank 0 of accelerate).
+    rank0 = os.environ.get("RANK", "0") == "0"
+    tensorboard = ctx.run_dir / "tensorboard" if rank0 else None
+    callback = make_callback(ctx, cfg["method"], cfg["max_steps"], tensorboard)
+    try:
+        return _train_with(ctx, cfg, name, model_dir, callback, callbacks)
+    finally:
+        callback.close()
+
+
+def _train_with(
+    ctx: Any,
+    cfg: dict[str, Any],
+    name: str,
+    model_dir: Path,
+    callback: Any,
+    callbacks: list[Any] | None,
+) -> dict[str, Any]:
+    from engine.store.atomic import atomic_write_json
+
     trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback, *(callbacks or [])])
     # With tqdm off, transformers adds a PrinterCallback that prints every
     # log row into the run's log; StudioCallback already streams them as

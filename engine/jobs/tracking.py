@@ -1,0 +1,554 @@
+"""Every run to MLflow, when the project has a tracking URI.
+
+The URI comes from ``MLFLOW_TRACKING_URI`` (:data:`contract.TRACKING_URI_ENV`),
+which the studio sets from Settings and the CLI from ``--mlflow-uri``. Without
+it, or without the ``mlflow`` package (the ``rl-studio[mlflow]`` extra),
+:func:`start` returns None and nothing imports mlflow.
+
+One hook in the lifecycle (:func:`engine.jobs.lifecycle.execute`) serves
+every job kind: the tracker logs the resolved config as parameters (flattened,
+``hyperparameters.learning_rate``), receives each batch of metric rows the
+context flushes (so the metrics stream is the one ``metrics.jsonl`` gets, with
+its steps), and at the end logs the run folder's records and the final
+model files where small, ends the MLflow run with the run's status and
+registers the models of a run that reached its target (``stopped_by`` is
+``target``, or ``best_eval_reward >= target_eval_reward``) in the model
+registry, with the studio's lineage as tags. Tags link the MLflow run to the
+project's run id; the MLflow run id is kept in the run folder
+(:data:`contract.MLFLOW_RUN_FILE`), so a resumed run continues it.
+
+Everything MLflow does happens on the tracker's own thread, fed by a queue:
+the training thread never waits for the server. A server that does not answer
+costs one warning in the run's log; from then on what would have been sent is
+appended to the run folder's spool (:data:`contract.MLFLOW_SPOOL_FILE`), the
+server is retried every :data:`RETRY_S` seconds and once more at the end, and
+the spool is replayed in order once it answers (or when the run is resumed, or
+by :func:`replay`), so no metric is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from engine import contract
+from engine.errors import ConfigError
+from engine.store.atomic import atomic_write_json, atomic_write_text
+
+BATCH_S = 1.0
+"""Metric rows are gathered this long before one request sends them."""
+RETRY_S = 5.0
+"""How often an unreachable server is tried again while the run goes on."""
+REQUEST_TIMEOUT_S = 10
+"""Each request's timeout (mlflow's own default retries for minutes)."""
+FINISH_TIMEOUT_S = 60.0
+"""How long the end of a run waits for the tracker to send what is queued."""
+MODEL_ARTIFACT_MAX_BYTES = 100 * 2**20
+"""Model files (or folders) up to this size are logged as artifacts."""
+PARAM_VALUE_MAX = 6000
+"""MLflow's limit on a parameter value's length."""
+RUN_ARTIFACTS = (
+    contract.CONFIG_FILE,
+    contract.RESULT_FILE,
+    contract.REPORT_FILE,
+    contract.FLOW_STATE_FILE,
+    "reproduce.json",
+)
+"""The run folder's records logged as artifacts, where the run has them."""
+STATUSES = {
+    "completed": "FINISHED",
+    "failed": "FAILED",
+    "stopped": "KILLED",
+    "interrupted": "KILLED",
+}
+"""Run status -> MLflow run status."""
+URI_SCHEMES = (
+    "http",
+    "https",
+    "file",
+    "sqlite",
+    "postgresql",
+    "mysql",
+    "mssql",
+    "databricks",
+    "databricks-uc",
+    "uc",
+)
+"""Schemes of the tracking URIs MLflow understands (``postgresql+psycopg2``
+counts as ``postgresql``); a URI without a scheme is a local folder."""
+_REJECTED = {
+    "INVALID_PARAMETER_VALUE",
+    "RESOURCE_ALREADY_EXISTS",
+    "RESOURCE_DOES_NOT_EXIST",
+    "BAD_REQUEST",
+    "INVALID_STATE",
+}
+"""MLflow error codes meaning the server answered and refused the request
+(retrying would not help), as against not answering."""
+
+
+def check_uri(uri: str) -> str:
+    """``uri`` stripped, or a ConfigError (field ``mlflow_uri``) in one
+    sentence when MLflow could not use it."""
+    text = uri.strip()
+    problem = ""
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        problem = "its host or port is not valid"
+    else:
+        scheme = parts.scheme.lower()
+        if not text or any(c.isspace() or ord(c) < 32 for c in text):
+            problem = "it is empty or holds spaces"
+        elif len(scheme) > 1 and scheme.split("+")[0] not in URI_SCHEMES:
+            problem = f"MLflow has no {scheme!r} store"
+        elif scheme in ("http", "https") and not parts.hostname:
+            problem = "it names no host"
+    if problem:
+        raise ConfigError(
+            "mlflow_uri",
+            f"The MLflow tracking URI {uri!r} cannot be used ({problem}); give "
+            "http://host:port, file:/folder, sqlite:///file.db or a folder.",
+        )
+    return text
+
+
+def tracking_uri() -> str:
+    """The tracking URI runs log to; empty when tracking is off."""
+    return os.environ.get(contract.TRACKING_URI_ENV, "").strip()
+
+
+def start(ctx: Any) -> Tracker | None:
+    """A tracker logging ``ctx``'s run (a :class:`JobContext`), or None when
+    there is no tracking URI or mlflow is not installed (said once in the
+    run's log). A malformed URI is a ConfigError."""
+    uri = tracking_uri()
+    if not uri:
+        return None
+    uri = check_uri(uri)
+    # Only looked up: importing mlflow takes seconds, so the tracker thread
+    # does it while the run starts.
+    if importlib.util.find_spec("mlflow") is None:
+        ctx.log(
+            f"{contract.TRACKING_URI_ENV} is set but mlflow is not installed; "
+            "install rl-studio[mlflow] to track runs in MLflow."
+        )
+        return None
+    return Tracker(ctx, uri)
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested settings as MLflow parameters: ``a.b`` keys, lists as JSON,
+    values cut to MLflow's length limit."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, name + "."))
+            continue
+        text = (
+            value
+            if isinstance(value, str)
+            else json.dumps(value, separators=(",", ":"), default=str)
+        )
+        out[_key(name)] = text[:PARAM_VALUE_MAX]
+    return out
+
+
+def reached_target(config: Mapping[str, Any], summary: Mapping[str, Any]) -> bool:
+    """Whether the run reached its target (the models the registry gets)."""
+    if summary.get("stopped_by") == "target":
+        return True
+    target, best = config.get("target_eval_reward"), summary.get("best_eval_reward")
+    return (
+        isinstance(target, int | float)
+        and isinstance(best, int | float)
+        and best >= target
+    )
+
+
+def _key(name: str) -> str:
+    # MLflow keys: alphanumerics, underscores, dashes, periods, spaces, slashes.
+    return re.sub(r"[^\w\-. /]", "_", name)[:250]
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+class _Unreachable(Exception):
+    """The server did not answer (as against refusing a request)."""
+
+
+class Tracker:
+    """One studio run's MLflow run, fed from a queue by its own thread."""
+
+    def __init__(
+        self,
+        ctx: Any,
+        uri: str,
+        *,
+        thread: bool = True,
+    ) -> None:
+        # mlflow retries a refused connection with backoff for minutes; the
+        # tracker has its own retry queue, so one quick try is enough.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
+        self.uri = uri
+        self.run_dir = Path(ctx.run_dir)
+        self.studio_run_id: str = ctx.run_id
+        self.kind: str = ctx.kind
+        self.project_dir = Path(ctx.project_dir)
+        self._log: Callable[[str], None] = ctx.log
+        self.config: dict[str, Any] = dict(ctx.config)
+        self.run_id: str | None = None
+        """The MLflow run id, once the server gave or confirmed one."""
+        self.offline = False
+        self.warned = False
+        self._client: Any = None
+        self._next_try = 0.0
+        self._spool = self.run_dir / contract.MLFLOW_SPOOL_FILE
+        self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=self._loop, name="mlflow-tracker", daemon=True
+        )
+        if thread:  # without: only :meth:`_try_replay` (:func:`replay`)
+            self._put({"op": "params", "params": flatten(self.config)})
+            self._thread.start()
+
+    # ------------------------------------------------ the training side
+    def metrics(self, rows: list[dict[str, Any]]) -> None:
+        """Queue flushed metric rows (``step`` and values)."""
+        if rows:
+            self._put({"op": "metrics", "ts": int(time.time() * 1000), "rows": rows})
+
+    def finish(self, status: str, summary: Mapping[str, Any] | None) -> None:
+        """Queue the run's end (artifacts, status, registry) and wait up to
+        :data:`FINISH_TIMEOUT_S` for the queue to be sent or spooled."""
+        summary = dict(summary or {})
+        models = [m for m in summary.get("models") or [] if isinstance(m, dict)]
+        register = status in ("completed", "stopped") and reached_target(
+            self.config, summary
+        )
+        self._put(
+            {
+                "op": "finish",
+                "status": STATUSES.get(status, "FINISHED"),
+                "models": models,
+                "register": register,
+            }
+        )
+        self._queue.put(None)
+        self._thread.join(FINISH_TIMEOUT_S)
+        if self._thread.is_alive():
+            self._log(
+                f"MLflow at {self.uri} is still busy after {FINISH_TIMEOUT_S:g} s; "
+                "the rest is not sent."
+            )
+
+    def _put(self, op: dict[str, Any]) -> None:
+        self._queue.put(op)
+
+    # ------------------------------------------------ the tracker thread
+    def _loop(self) -> None:
+        # A spool left by an earlier part of this run (the server was away
+        # when it ended) goes first.
+        if self._spool.exists():
+            self.offline = True
+        done = False
+        while not done:
+            ops: list[dict[str, Any]] = []
+            item = self._queue.get()
+            deadline = time.monotonic() + BATCH_S
+            while item is not None:
+                ops.append(item)
+                if item["op"] == "finish":
+                    item = self._queue.get()  # the None after it
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    item = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    break
+            done = item is None
+            try:
+                self._handle(_merge(ops), last=done)
+            except Exception as exc:  # never let tracking end the run
+                self._log(f"MLflow tracking stopped: {type(exc).__name__}: {exc}")
+                return
+
+    def _handle(self, ops: list[dict[str, Any]], *, last: bool) -> None:
+        if self.offline and (last or time.monotonic() >= self._next_try):
+            self._try_replay()
+        if self.offline:
+            self._append_spool(ops)
+            if last:
+                self._log(
+                    f"MLflow at {self.uri} did not answer; what it missed is kept "
+                    f"in {self._spool} and is sent when the run is resumed "
+                    "(or by engine.jobs.tracking.replay)."
+                )
+            return
+        for i, op in enumerate(ops):
+            try:
+                self._send(op)
+            except _Unreachable as exc:
+                self._go_offline(exc)
+                self._append_spool(ops[i:])
+                return
+
+    def _go_offline(self, exc: BaseException) -> None:
+        self.offline = True
+        self._next_try = time.monotonic() + RETRY_S
+        if not self.warned:
+            self.warned = True
+            self._log(
+                f"warning: MLflow at {self.uri} does not answer ({exc}); the run "
+                f"goes on, its metrics wait in {contract.MLFLOW_SPOOL_FILE} and "
+                "are sent when the server answers."
+            )
+
+    def _try_replay(self) -> None:
+        """Send the spool, in order; back online when all of it went."""
+        lines = _read_lines(self._spool)
+        for i, op in enumerate(lines):
+            try:
+                self._send(op)
+            except _Unreachable as exc:
+                self._go_offline(exc)
+                atomic_write_text(self._spool, _lines(lines[i:]))
+                return
+        self._spool.unlink(missing_ok=True)
+        self.offline = False
+
+    def _append_spool(self, ops: list[dict[str, Any]]) -> None:
+        with open(self._spool, "a", encoding="utf-8") as fh:
+            fh.write(_lines(ops))
+
+    # ---------------------------------------------------- MLflow calls
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One client call; :class:`_Unreachable` unless the server answered.
+        A refused request is said in the log and gives None."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return fn(*args, **kwargs)
+        except MlflowException as exc:
+            if exc.error_code in _REJECTED:
+                self._log(f"MLflow refused a request: {str(exc).splitlines()[0]}")
+                return None
+            raise _Unreachable(str(exc).splitlines()[0][:200]) from exc
+        except OSError as exc:
+            raise _Unreachable(f"{type(exc).__name__}: {exc}") from exc
+
+    def _client_for(self) -> Any:
+        if self._client is None:
+            from mlflow.tracking import MlflowClient
+
+            self._client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+        return self._client
+
+    def _ensure_run(self) -> str:
+        if self.run_id is not None:
+            return self.run_id
+        client = self._client_for()
+        record = contract.read_json_object(self.run_dir / contract.MLFLOW_RUN_FILE)
+        if record and record.get("uri") == self.uri and record.get("run_id"):
+            run_id = str(record["run_id"])
+            # A resumed run continues its MLflow run.
+            self._call(client.update_run, run_id, status="RUNNING")
+            self.run_id = run_id
+            return run_id
+        name = f"rl-studio/{self.project_dir.name}"
+        experiment = self._call(client.get_experiment_by_name, name)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else self._call(client.create_experiment, name)
+        )
+        run_name = contract.read_json_object(self.run_dir / contract.CONFIG_FILE)
+        run = self._call(
+            client.create_run,
+            experiment_id,
+            run_name=str((run_name or {}).get("name") or self.studio_run_id),
+            tags={
+                "rlstudio.run_id": self.studio_run_id,
+                "rlstudio.kind": self.kind,
+                "rlstudio.project": str(self.project_dir),
+                "rlstudio.run_dir": str(self.run_dir),
+            },
+        )
+        self.run_id = str(run.info.run_id)
+        atomic_write_json(
+            self.run_dir / contract.MLFLOW_RUN_FILE,
+            {"uri": self.uri, "run_id": self.run_id, "experiment_id": experiment_id},
+        )
+        return self.run_id
+
+    def _send(self, op: dict[str, Any]) -> None:
+        run_id = self._ensure_run()
+        client = self._client_for()
+        if op["op"] == "params":
+            self._send_params(client, run_id, op["params"])
+        elif op["op"] == "metrics":
+            for batch in _metric_batches(op["rows"], int(op["ts"])):
+                self._call(client.log_batch, run_id, metrics=batch)
+        elif op["op"] == "finish":
+            self._send_finish(client, run_id, op)
+
+    def _send_params(self, client: Any, run_id: str, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        run = self._call(client.get_run, run_id)
+        logged: dict[str, str] = dict(run.data.params) if run is not None else {}
+        # A resumed run keeps the values it started with (MLflow refuses a
+        # changed parameter); what changed (total_steps) is a tag.
+        fresh = [Param(k, v) for k, v in params.items() if k not in logged]
+        changed = {k: v for k, v in params.items() if k in logged and logged[k] != v}
+        for i in range(0, len(fresh), 100):
+            self._call(client.log_batch, run_id, params=fresh[i : i + 100])
+        for key, value in changed.items():
+            self._call(client.set_tag, run_id, f"rlstudio.resumed.{key}", value)
+
+    def _send_finish(self, client: Any, run_id: str, op: dict[str, Any]) -> None:
+        for name in RUN_ARTIFACTS:
+            path = self.run_dir / name
+            if path.is_file():
+                self._call(client.log_artifact, run_id, str(path))
+        for i, model in enumerate(op["models"]):
+            path = Path(str(model.get("file") or ""))
+            if not path.exists() or _size(path) > MODEL_ARTIFACT_MAX_BYTES:
+                continue
+            folder = f"models/{_key(str(model.get('name') or i)).replace(' ', '_')}"
+            if path.is_dir():
+                self._call(client.log_artifacts, run_id, str(path), folder)
+            else:
+                self._call(client.log_artifact, run_id, str(path), folder)
+                for extra in model.get("extra_files") or []:
+                    if Path(extra).is_file():
+                        self._call(client.log_artifact, run_id, str(extra), folder)
+            if op["register"]:
+                self._register(client, run_id, model, folder)
+        self._call(client.set_terminated, run_id, status=op["status"])
+
+    def _register(
+        self, client: Any, run_id: str, model: Mapping[str, Any], folder: str
+    ) -> None:
+        """A model version of the registered model named like the studio's,
+        with the studio's lineage as tags."""
+        from mlflow.exceptions import MlflowException
+
+        name = str(model.get("name") or self.studio_run_id).replace("/", "-")
+        try:
+            client.get_registered_model(name)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise _Unreachable(str(exc).splitlines()[0][:200]) from exc
+            self._call(client.create_registered_model, name)
+        lineage = {
+            "rlstudio.run_id": self.studio_run_id,
+            "rlstudio.kind": self.kind,
+            "rlstudio.project": str(self.project_dir),
+            "rlstudio.model_kind": str(model.get("kind", "")),
+            "rlstudio.file": str(model.get("file", "")),
+        }
+        for key in ("env", "algo", "base"):
+            if model.get(key):
+                lineage[f"rlstudio.{key}"] = str(model[key])
+        if model.get("parents"):
+            lineage["rlstudio.parents"] = json.dumps(model["parents"])
+        for key, value in (model.get("metrics") or {}).items():
+            lineage[f"rlstudio.metric.{key}"] = str(value)
+        version = self._call(
+            client.create_model_version,
+            name,
+            f"runs:/{run_id}/{folder}",
+            run_id=run_id,
+            tags=lineage,
+        )
+        if version is not None:
+            self._log(f"registered {name} version {version.version} in MLflow")
+
+
+def _merge(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive metric batches as one (one request instead of several)."""
+    out: list[dict[str, Any]] = []
+    for op in ops:
+        if op["op"] == "metrics" and out and out[-1]["op"] == "metrics":
+            out[-1] = {**op, "rows": [*out[-1]["rows"], *op["rows"]]}
+        else:
+            out.append(op)
+    return out
+
+
+def _metric_batches(rows: list[dict[str, Any]], ts: int) -> Iterator[list[Any]]:
+    """MLflow ``Metric`` lists of at most 1000 (the limit of ``log_batch``)."""
+    from mlflow.entities import Metric
+
+    batch: list[Any] = []
+    for row in rows:
+        step = int(row.get("step", 0))
+        for key, value in row.items():
+            if key in ("step", "time") or not isinstance(value, int | float):
+                continue
+            batch.append(Metric(_key(key), float(value), ts, step))
+            if len(batch) == 1000:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def _lines(ops: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(op, separators=(",", ":")) + "\n" for op in ops)
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(ValueError):
+                op = json.loads(line)
+                if isinstance(op, dict) and "op" in op:
+                    out.append(op)
+    return out
+
+
+def replay(run_dir: Path, uri: str | None = None) -> bool:
+    """Send a finished run's spool to MLflow (default: the URI the run used,
+    else :func:`tracking_uri`); True when nothing is left to send."""
+    from types import SimpleNamespace
+
+    run_dir = Path(run_dir)
+    spool = run_dir / contract.MLFLOW_SPOOL_FILE
+    if not spool.exists():
+        return True
+    record = contract.read_json_object(run_dir / contract.CONFIG_FILE) or {}
+    mlflow_run = contract.read_json_object(run_dir / contract.MLFLOW_RUN_FILE) or {}
+    uri = check_uri(uri or str(mlflow_run.get("uri") or "") or tracking_uri())
+    ctx = SimpleNamespace(
+        run_id=str(record.get("run_id", run_dir.name)),
+        run_dir=run_dir,
+        kind=str(record.get("kind", "")),
+        config=dict(record.get("config") or {}),
+        project_dir=run_dir.parent.parent,
+        log=lambda _text: None,
+    )
+    tracker = Tracker(ctx, uri, thread=False)
+    tracker._try_replay()
+    return not spool.exists()
