@@ -203,10 +203,7 @@ class Tracker:
         *,
         thread: bool = True,
     ) -> None:
-        # mlflow retries a refused connection with backoff for minutes; the
-        # tracker has its own retry queue, so one quick try is enough.
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
+        _client_environment()
         self.uri = uri
         self.run_dir = Path(ctx.run_dir)
         self.studio_run_id: str = ctx.run_id
@@ -483,6 +480,16 @@ class Tracker:
         )
         if version is not None:
             self._log(f"registered {name} version {version.version} in MLflow")
+
+
+def _client_environment() -> None:
+    """Settings of mlflow's client, unless the user gave their own."""
+    # mlflow retries a refused connection with backoff for minutes; the
+    # tracker has its own retry queue, so one quick try is enough.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
+    # Its "View run at" lines would land in the middle of `train`'s JSON.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 
 def _merge(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
