@@ -55,7 +55,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-TRACKED_COMMANDS = ("train", "run", "serve", "serve-http")
+TRACKED_COMMANDS = ("train", "run", "tune", "serve", "serve-http")
 """Commands that run jobs, and so take ``--mlflow-uri``: every run they start
 logs to that MLflow server (:mod:`engine.jobs.tracking`)."""
 

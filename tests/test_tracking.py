@@ -238,6 +238,19 @@ def test_a_malformed_uri_in_the_environment_fails_the_run_in_one_sentence(
         tracking.start(ctx)
 
 
+def test_the_studio_setting_reaches_the_engine_environment(tmp_path: Path) -> None:
+    from PySide6.QtCore import QSettings
+
+    from studio.settings import Settings
+
+    settings = Settings(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert settings.mlflow_uri == ""
+    assert contract.TRACKING_URI_ENV not in settings.engine_environment()
+    settings.mlflow_uri = " http://127.0.0.1:5000 "
+    env = Settings(settings._s).engine_environment()
+    assert env[contract.TRACKING_URI_ENV] == "http://127.0.0.1:5000"
+
+
 def test_without_a_uri_nothing_imports_mlflow(tmp_path: Path) -> None:
     """A run with no tracking URI: no tracker, no MLflow file, no mlflow
     module (checked in a fresh interpreter, as the suite has it loaded)."""
