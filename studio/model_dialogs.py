@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.export.types import ADAPTER_TYPES, GGUF_TYPES, OLLAMA_EXPORT_TYPES
 from studio.models_controller import (
     DEFAULT_OLLAMA_HOST,
     ModelsController,
@@ -33,9 +34,6 @@ from studio.models_controller import (
     ollama_name_for,
 )
 
-GGUF_TYPES = ("f16", "bf16", "f32", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
-SERVER_QUANT_TYPES = ("q4_k_m", "q4_k_s")
-"""Types of the one-click export that Ollama makes from an F16 export."""
 QUANTIZE = ("", "q4_K_M", "q4_K_S", "q8_0")
 
 
@@ -125,7 +123,9 @@ class ExportGgufDialog(QDialog):
         self.setWindowTitle(f"Export {model.get('name', '')} to GGUF")
         adapter = model.get("kind") == "lora-adapter"
         self.type_box = QComboBox()
-        self.type_box.addItems(["f16", "f32", "q8_0"] if adapter else list(GGUF_TYPES))
+        # f16 first: the lossless default of a plain export.
+        types = ADAPTER_TYPES if adapter else GGUF_TYPES
+        self.type_box.addItems(["f16", *(t for t in types if t != "f16")])
         self.out = QLineEdit(placeholderText="in the run folder (default)")
         browse = QToolButton(text="…")
         browse.clicked.connect(self._on_browse_clicked)
@@ -194,7 +194,7 @@ class DeployOllamaDialog(QDialog):
         for q in QUANTIZE:
             self.quantize.addItem(q or "none (keep the GGUF's type)", q)
         self.type_box = QComboBox()
-        self.type_box.addItems([*SERVER_QUANT_TYPES, *GGUF_TYPES])
+        self.type_box.addItems(list(OLLAMA_EXPORT_TYPES))
         self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
         self.message.hide()
         form = QFormLayout()
@@ -202,7 +202,7 @@ class DeployOllamaDialog(QDialog):
         form.addRow("Host", self.host)
         form.addRow("System prompt", self.system)
         if one_click:
-            # The type covers quantizing on the server (q4_k_*).
+            # The type covers quantizing on the server (ollama-q4_k_*).
             form.addRow("Type", self.type_box)
         else:
             form.addRow("Quantize on server", self.quantize)

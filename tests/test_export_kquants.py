@@ -4,10 +4,18 @@ of llama.cpp's reference C (``quantize_row_q*_K_ref``), read back through
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
+from tiny_models import build_tiny_model
 
+from engine.errors import ConfigError, EngineError
+from engine.export import gguf as gx
 from engine.export import kquants as kq
+from engine.export.types import K_FILE_TYPES
 
 gguf = pytest.importorskip("gguf")
 
@@ -440,3 +448,232 @@ def test_passes_over_blocks_give_the_same_bytes(monkeypatch) -> None:
 def test_rows_must_fit_the_super_block() -> None:
     with pytest.raises(ValueError, match="do not fit Q4_K"):
         kq.quantize(np.zeros((2, 320), F), "Q4_K")
+
+
+# --------------------------------------------------------------------------
+# Named file types on a llama-like model whose rows are 256 and 512 wide:
+# hidden 256, intermediate 512, 4 layers, 4 heads sharing 2 KV heads.
+
+SIZE = (256, 512, 4)
+TEXTS = [
+    "Move PROJ-7 from To Do to In Progress with transition_issue.",
+    "The board columns are To Do, In Progress, In Review and Done.",
+]
+
+# Each tensor's type in a 4-layer model as llama.cpp's llama_tensor_get_type
+# gives it (use_more_bits picks layers 2 and 3 of 4; n_gqa is 2).
+DEFAULTS = {
+    "q2_k": "Q2_K",
+    "q3_k_s": "Q3_K",
+    "q3_k_m": "Q3_K",
+    "q3_k_l": "Q3_K",
+    "q4_k_s": "Q4_K",
+    "q4_k_m": "Q4_K",
+    "q5_k_s": "Q5_K",
+    "q5_k_m": "Q5_K",
+    "q6_k": "Q6_K",
+}
+SPECIAL = {
+    "q2_k": {
+        "attn_v": ["Q3_K"] * 4,
+        "ffn_down": ["Q3_K"] * 4,
+        "attn_output": ["Q3_K"] * 4,
+    },
+    "q3_k_m": {
+        "attn_v": ["Q5_K", "Q5_K", "Q4_K", "Q4_K"],
+        "ffn_down": ["Q4_K"] * 4,
+        "attn_output": ["Q4_K"] * 4,
+    },
+    "q3_k_l": {
+        "attn_v": ["Q5_K"] * 4,
+        "ffn_down": ["Q5_K"] * 4,
+        "attn_output": ["Q5_K"] * 4,
+    },
+    "q4_k_s": {"attn_v": ["Q5_K"] * 4},
+    "q4_k_m": {
+        "attn_v": ["Q4_K", "Q4_K", "Q6_K", "Q6_K"],
+        "ffn_down": ["Q4_K", "Q4_K", "Q6_K", "Q6_K"],
+    },
+    "q5_k_m": {
+        "attn_v": ["Q5_K", "Q5_K", "Q6_K", "Q6_K"],
+        "ffn_down": ["Q5_K", "Q5_K", "Q6_K", "Q6_K"],
+    },
+}
+# Mean |logit error| against the HF model on TEXTS (mean |logit| is ~1 and
+# the random weights amplify errors), with a correlation floor; measured
+# q2_k 1.1, q3_k_* 0.68-0.81, q4_k_* 0.43-0.45, q5_k_* 0.23, q6_k 0.12 (q4_0
+# 0.50, q8_0 0.03); correlation 0.41, 0.68-0.76, 0.90, 0.97, 0.99.
+MEAN_ERROR = {"q2": 1.6, "q3": 1.2, "q4": 0.6, "q5": 0.35, "q6": 0.18}
+MIN_CORR = {"q2": 0.3, "q3": 0.55, "q4": 0.8, "q5": 0.93, "q6": 0.98}
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+_SOURCE: dict[str, object] = {}
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    if not _SOURCE:
+        transformers.logging.set_verbosity_error()
+        folder = build_tiny_model(
+            tmp_path_factory.mktemp("k") / "m", "llama", False, size=SIZE
+        )
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+        tok = transformers.AutoTokenizer.from_pretrained(folder)
+        ids = tok(TEXTS, return_tensors="pt", padding=True).input_ids
+        with torch.no_grad():
+            logits = model(ids).logits
+        _SOURCE.update(folder=folder, ids=ids, logits=logits, sizes={})
+    return _SOURCE
+
+
+def _expected(file_type: str, name: str) -> str:
+    if name == "output.weight":
+        return "Q6_K"
+    if name.startswith("blk."):
+        layer = int(name.split(".")[1])
+        kind = name.split(".")[2]
+        if kind in SPECIAL.get(file_type, {}):
+            return SPECIAL[file_type][kind][layer]
+    return DEFAULTS[file_type]
+
+
+@pytest.mark.parametrize("file_type", K_FILE_TYPES)
+def test_file_types_choose_tensor_types_as_llama_cpp_and_load_in_transformers(
+    source, tmp_path: Path, file_type: str
+) -> None:
+    out = tmp_path / f"{file_type}.gguf"
+    report = gx.export_gguf(source["folder"], out, file_type.upper())  # any case
+    assert report.verified, report.checks
+    assert report.file_type == file_type
+    assert report.fallbacks == []
+    kv, infos = gx.read_gguf_header(out)
+    assert kv["general.file_type"] == int(
+        gguf.LlamaFileType["MOSTLY_" + file_type.upper()]
+    )
+    for name, shape, ttype in infos:
+        got = gguf.GGMLQuantizationType(ttype).name
+        want = "F32" if len(shape) == 1 else _expected(file_type, name)
+        assert got == want, f"{file_type}: {name} is {got}, llama.cpp writes {want}"
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=out.name
+    ).eval()
+    with torch.no_grad():
+        logits = model(source["ids"]).logits
+    ref = source["logits"]
+    err = (logits - ref).abs().mean().item()
+    assert err <= MEAN_ERROR[file_type[:2]], (
+        f"{file_type}: mean |logit error| {err:.3f}"
+    )
+    corr = np.corrcoef(logits.flatten().numpy(), ref.flatten().numpy())[0, 1]
+    assert corr >= MIN_CORR[file_type[:2]]
+    source["sizes"][file_type] = report.size_bytes
+
+
+def test_more_bits_make_bigger_files(source) -> None:
+    sizes = source["sizes"]
+    if len(sizes) < len(K_FILE_TYPES):
+        pytest.skip("needs every file type exported above")
+    assert [sizes[t] for t in K_FILE_TYPES] == sorted(sizes.values())
+
+
+def test_rows_not_filling_super_blocks_fall_back_as_llama_cpp_does(
+    tmp_path: Path,
+) -> None:
+    # The 64-wide model: no row fills 256 values, all fill 32.
+    folder = build_tiny_model(tmp_path / "m", "llama")
+    out = tmp_path / "small.gguf"
+    report = gx.export_gguf(folder, out, "q4_k_m")
+    assert report.verified, report.checks
+    _, infos = gx.read_gguf_header(out)
+    types = {n: gguf.GGMLQuantizationType(t).name for n, _, t in infos}
+    assert types["blk.0.attn_q.weight"] == "Q5_0"  # Q4_K's fallback
+    assert types["blk.1.attn_v.weight"] == "Q8_0"  # Q6_K's (use_more_bits)
+    assert types["output.weight"] == "Q8_0"
+    assert "blk.0.attn_q.weight: Q4_K → Q5_0" in report.fallbacks
+    assert "output.weight: Q6_K → Q8_0" in report.fallbacks
+    quantized = [n for n, t in types.items() if t != "F32"]
+    assert len(report.fallbacks) == len(quantized)
+    assert f"{len(quantized)} tensor(s) in another type" in report.summary()
+    assert "output.weight: Q6_K → Q8_0" in report.summary()
+
+
+def test_mix_and_fallback_rules() -> None:
+    # use_more_bits on 32 layers: the first and last 4, every third between.
+    more = [i for i in range(32) if kq.use_more_bits(i, 32)]
+    assert more == [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+    assert kq.mix_type("q2_k", "blk.0.attn_v.weight", 32, 4, False) == "Q4_K"
+    assert kq.mix_type("q2_k", "blk.0.attn_v.weight", 32, 1, False) == "Q3_K"
+    assert kq.mix_type("q4_k_m", "token_embd.weight", 32, 1, True) == "Q6_K"
+    assert kq.mix_type("q4_k_m", "token_embd.weight", 32, 1, False) == "Q4_K"
+    assert kq.mix_type("q3_k_m", "blk.1.ffn_down.weight", 32, 1, False) == "Q5_K"
+    assert kq.mix_type("q3_k_m", "blk.2.ffn_down.weight", 32, 1, False) == "Q4_K"
+    assert kq.mix_type("q4_k_s", "blk.3.ffn_down.weight", 32, 1, False) == "Q5_K"
+    assert kq.mix_type("q4_k_s", "blk.4.ffn_down.weight", 32, 1, False) == "Q4_K"
+    assert [kq.fit_rows(t, 320) for t in K_TYPES] == [
+        "Q4_0",
+        "Q4_0",
+        "Q5_0",
+        "Q5_1",
+        "Q8_0",
+    ]
+    assert kq.fit_rows("Q4_K", 100) == "F16"
+    assert kq.fit_rows("Q4_K", 512) == "Q4_K"
+
+
+def test_bad_type_names_are_one_sentence(tmp_path: Path) -> None:
+    with pytest.raises(EngineError) as exc:
+        gx.export_gguf(tmp_path / "nothing", tmp_path / "a.gguf", "q4_k_x")
+    message = str(exc.value)
+    assert message.startswith("Unknown GGUF type 'q4_k_x'; choose one of f32, f16,")
+    assert all(t in message for t in K_FILE_TYPES)
+    assert message.endswith(", q6_k (upper or lower case).")
+    with pytest.raises(EngineError) as exc:
+        gx.export_lora_gguf(tmp_path / "adapter", tmp_path / "a.gguf", "Q4_K_M")
+    assert str(exc.value) == (
+        "A LoRA adapter exports as f32, f16, bf16, q8_0, not q4_k_m; K-quants are "
+        "for full models, so merge the adapter and export the merged model."
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_job_configs_take_any_case(source, tmp_path: Path) -> None:
+    from engine.export.jobs import validate_gguf
+    from engine.export.ollama_job import validate
+
+    folder = str(source["folder"])
+    assert validate_gguf({"model_dir": folder, "type": "Q5_K_M"})["type"] == "q5_k_m"
+    with pytest.raises(ConfigError) as exc:
+        validate_gguf({"model_dir": folder, "type": "q4_k_m", "adapter": True})
+    assert exc.value.field == "type"
+    assert "K-quants are for full models" in str(exc.value)
+    cfg = validate({"model": folder, "name": "tiny", "type": "Q4_K_M"})
+    assert cfg["type"] == "q4_k_m"
+    assert validate({"model": folder, "name": "tiny"})["type"] == "q4_k_m"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_disk_full_mid_write_leaves_no_file(
+    source, tmp_path: Path, monkeypatch
+) -> None:
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    real = gguf.GGUFWriter.write_ti_data_to_file
+
+    def then_the_disk_fills(self) -> None:
+        real(self)
+        full = os.open("/dev/full", os.O_WRONLY)
+        try:
+            os.dup2(full, self.fout[0].fileno())
+        finally:
+            os.close(full)
+
+    monkeypatch.setattr(gguf.GGUFWriter, "write_ti_data_to_file", then_the_disk_fills)
+    with pytest.raises(EngineError) as exc:
+        gx.export_gguf(source["folder"], out_dir / "a.gguf", "q4_k_m")
+    assert re.fullmatch(
+        rf"The disk holding {re.escape(str(out_dir))} is full; free about \d+ MB "
+        r"and export again\.",
+        str(exc.value),
+    ), str(exc.value)
+    assert list(out_dir.iterdir()) == []

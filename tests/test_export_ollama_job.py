@@ -49,13 +49,13 @@ def test_export_ollama_exports_and_deploys_in_one_command(
             "export-ollama",
             str(model_dir),
             *("--name", "tiny-agent", "--host", fake.host, "--quiet"),
-            *("--out", str(tmp_path / "out")),
+            *("--type", "OLLAMA-Q4_K_M", "--out", str(tmp_path / "out")),
         )
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines()[-1] == "ollama run tiny-agent"
         assert "tiny-agent:latest" in fake.models
         create = next(b for m, p, b in fake.requests if p == "/api/create")
-    # The default type: an F16 export that the server quantizes.
+    # The server's quantize: an F16 export that Ollama quantizes.
     assert create["quantize"] == "q4_K_M"
     assert list(create["files"]) == ["tiny-agent-f16.gguf"]
     assert (tmp_path / "out" / "tiny-agent-f16.gguf").is_file()

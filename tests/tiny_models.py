@@ -85,7 +85,7 @@ LLAMA3_TEMPLATE = (
     "{% endif %}"
 )
 
-_CACHE: dict[tuple[str, bool, int], Path] = {}
+_CACHE: dict[tuple[str, bool, int, tuple[int, ...]], Path] = {}
 _CACHE_ROOT: Path | None = None
 
 
@@ -160,15 +160,23 @@ def _build_tokenizer(arch: str):  # -> PreTrainedTokenizerFast
     )
 
 
-def _build_model(arch: str, vocab_size: int, tie: bool, seed: int, tokenizer):
+def _build_model(
+    arch: str,
+    vocab_size: int,
+    tie: bool,
+    seed: int,
+    tokenizer,
+    size: tuple[int, int, int] = (64, 128, 2),
+):
     import torch
     import transformers
 
+    hidden, ffn, layers = size
     common = dict(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=2048,
@@ -216,37 +224,45 @@ def _build_model(arch: str, vocab_size: int, tie: bool, seed: int, tokenizer):
     return model
 
 
-def _build(dest: Path, arch: str, tie: bool, seed: int) -> None:
+def _build(
+    dest: Path, arch: str, tie: bool, seed: int, size: tuple[int, int, int]
+) -> None:
     tokenizer = _build_tokenizer(arch)
     n = len(tokenizer)
     # Real checkpoints pad the embedding past the tokenizer (Qwen: 151936 rows
     # for 151665 tokens); do the same so exporters must pad the vocab.
     vocab_size = (n + 63) // 64 * 64 + 64
-    model = _build_model(arch, vocab_size, tie, seed, tokenizer)
+    model = _build_model(arch, vocab_size, tie, seed, tokenizer, size)
     dest.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(dest, safe_serialization=True)
     tokenizer.save_pretrained(dest)
 
 
 def build_tiny_model(
-    folder: Path, arch: str = "qwen2", tie_embeddings: bool = False, seed: int = 0
+    folder: Path,
+    arch: str = "qwen2",
+    tie_embeddings: bool = False,
+    seed: int = 0,
+    size: tuple[int, int, int] = (64, 128, 2),
 ) -> Path:
     """Write a tiny HF causal-LM folder (config, safetensors, tokenizer) and
     return its path.
 
     ``folder`` is the destination; if it exists and is not empty, the model
     goes into ``folder / f"{arch}-tiny"``. ``arch`` is ``"llama"``, ``"qwen2"``
-    or ``"qwen3"`` (Qwen3 with a separate ``head_dim`` of 32).
+    or ``"qwen3"`` (Qwen3 with a separate ``head_dim`` of 32). ``size`` is
+    (hidden size, intermediate size, layers).
     """
     if arch not in ARCHES:
         raise ValueError(f"Unknown tiny architecture {arch!r}; use one of {ARCHES}.")
-    key = (arch, bool(tie_embeddings), int(seed))
+    key = (arch, bool(tie_embeddings), int(seed), tuple(size))
     cached = _CACHE.get(key)
     if cached is None or not (cached / "config.json").exists():
-        cached = _cache_root() / f"{arch}-tie{int(tie_embeddings)}-seed{seed}"
+        tag = "x".join(str(n) for n in size)
+        cached = _cache_root() / f"{arch}-tie{int(tie_embeddings)}-seed{seed}-{tag}"
         if cached.exists():
             shutil.rmtree(cached)
-        _build(cached, arch, bool(tie_embeddings), int(seed))
+        _build(cached, arch, bool(tie_embeddings), int(seed), tuple(size))
         _CACHE[key] = cached
     folder = Path(folder)
     if folder.exists() and any(folder.iterdir()):

@@ -28,8 +28,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--type",
         default=defaults.type,
+        type=str.lower,
         choices=EXPORT_TYPES,
-        help=f"tensor type (default {defaults.type}; q4_k_* are made by Ollama)",
+        help=f"tensor type (default {defaults.type}; ollama-q4_k_* are made by Ollama)",
     )
     parser.add_argument("--host", default=defaults.host, help="Ollama server URL")
     parser.add_argument("--system", default=None, help="system prompt")

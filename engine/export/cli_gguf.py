@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 
 from engine.errors import EngineError
-
-TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+from engine.export.types import GGUF_TYPES
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,8 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--type",
         default="f16",
         type=str.lower,
-        choices=TYPES,
-        help="tensor type (default f16; adapters: f32, f16, bf16, q8_0)",
+        choices=GGUF_TYPES,
+        help="tensor type, any case (default f16; adapters: f32, f16, bf16, q8_0)",
     )
     parser.add_argument(
         "--adapter", action="store_true", help="MODEL_DIR is a PEFT LoRA adapter folder"

@@ -27,7 +27,7 @@ from typing import Any
 from engine.errors import EngineError
 from engine.export.modelfile import FAMILIES
 from engine.export.ollama import DEFAULT_HOST, K_QUANTS, check_model_name
-from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
+from engine.export.types import GGUF_TYPES, adapter_type_problem
 from engine.flow import ParamSpec, PortSpec
 from engine.nodes.base import NodeError, NodeResult, NodeRun
 from engine.nodes.registry import node_type
@@ -79,8 +79,9 @@ def file_stem(name: str) -> str:
             choices=GGUF_TYPES,
             help="Tensor type: f16 / bf16 / f32 keep the weights (Ollama can "
             "quantize them further); q8_0 is near-lossless at half of f16; q4_0 "
-            "... q5_1 are smaller and rougher. Adapters take f32, f16, bf16 or "
-            "q8_0.",
+            "... q5_1 are smaller and rougher; q2_k ... q6_k are llama.cpp's "
+            "K-quant mixes (q4_k_m and q5_k_m the usual choices). Adapters take "
+            "f32, f16, bf16 or q8_0.",
             label="GGUF type",
         ),
         ParamSpec(
@@ -105,11 +106,9 @@ def export_gguf(node: NodeRun) -> NodeResult:
     source = model if model is not None else adapter
     assert source is not None
     is_adapter = adapter is not None
-    if is_adapter and p["type"] not in ADAPTER_TYPES:
-        raise NodeError(
-            f"A LoRA adapter exports as {', '.join(ADAPTER_TYPES)}, not "
-            f"{p['type']}; rank-sized rows do not fit 4/5-bit blocks."
-        )
+    problem = adapter_type_problem(p["type"]) if is_adapter else None
+    if problem:
+        raise NodeError(problem)
     default = source.get("name") or Path(source["path"]).name
     if is_adapter:
         default += "-lora"  # beside the merged model's GGUF, tell them apart

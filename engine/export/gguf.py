@@ -35,7 +35,11 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
-from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
+from engine.export.types import (
+    GGUF_TYPES,
+    K_FILE_TYPES,
+    adapter_type_problem,
+)
 from engine.store.atomic import make_parent_folder, temp_path
 
 log = logging.getLogger(__name__)
@@ -75,7 +79,8 @@ class ExportReport:
     tensor_types: dict[str, int] = field(default_factory=dict)
     """Count of tensors per GGML type actually written."""
     fallbacks: list[str] = field(default_factory=list)
-    """Tensors written as F16 because their rows do not fit the block size."""
+    """Tensors written in another type because their rows do not fit the
+    block size, as ``name: wanted → written``."""
     warnings: list[str] = field(default_factory=list)
     verified: bool = False
     checks: list[str] = field(default_factory=list)
@@ -103,7 +108,10 @@ class ExportReport:
         types = ", ".join(f"{k} x{v}" for k, v in sorted(self.tensor_types.items()))
         lines.append(f"Tensor types: {types}.")
         if self.fallbacks:
-            lines.append(f"{len(self.fallbacks)} tensor(s) kept as F16 (row length).")
+            lines.append(
+                f"{len(self.fallbacks)} tensor(s) in another type (rows do not "
+                f"fill the blocks): {'; '.join(self.fallbacks)}."
+            )
         lines.append(
             "Verified: "
             + ("yes" if self.verified else "NO")
@@ -709,20 +717,37 @@ class _Planned:
 
 
 def _qtype(name: str) -> Any:
+    """The GGML type of a file type: a K-quant mix's default (Q4_K for
+    q4_k_m), which ``_KMix`` changes per tensor."""
     import gguf
 
     key = name.lower()
     if key not in GGUF_TYPES:
         raise EngineError(
-            f"Unknown GGUF type {name!r}; choose one of {', '.join(GGUF_TYPES)}."
+            f"Unknown GGUF type {name!r}; choose one of {', '.join(GGUF_TYPES)} "
+            "(upper or lower case)."
         )
+    if key in K_FILE_TYPES:
+        return gguf.GGMLQuantizationType[key[:4].upper()]
     return gguf.GGMLQuantizationType[key.upper()]
+
+
+@dataclass(frozen=True)
+class _KMix:
+    """What llama.cpp's per-tensor choice of a K-quant file type needs."""
+
+    file_type: str
+    n_layers: int
+    n_gqa: int
+    tied: bool
 
 
 def _file_type(name: str) -> int:
     import gguf
 
     ft = gguf.LlamaFileType
+    if name in K_FILE_TYPES:
+        return int(ft["MOSTLY_" + name.upper()])
     return int(
         {
             "f32": ft.ALL_F32,
@@ -738,21 +763,40 @@ def _file_type(name: str) -> int:
 
 
 def _plan_type(
-    name: str, shape: tuple[int, ...], want: Any, fallbacks: list[str]
+    name: str,
+    shape: tuple[int, ...],
+    want: Any,
+    fallbacks: list[str],
+    mix: _KMix | None = None,
 ) -> tuple[Any, int]:
-    """The GGML type and byte size for one tensor."""
+    """The GGML type and byte size for one tensor; where its rows do not fit
+    the type's blocks, the fallback (llama.cpp's for K types, F16 for the
+    others), noted in ``fallbacks``."""
     import gguf
+
+    from engine.export import kquants
 
     Q = gguf.GGMLQuantizationType
     n = math.prod(shape)
     if len(shape) <= 1 or name.endswith("_norm.weight") or name.endswith(".bias"):
         return Q.F32, n * 4
+    if mix is not None:
+        want = Q[
+            kquants.mix_type(mix.file_type, name, mix.n_layers, mix.n_gqa, mix.tied)
+        ]
     if want in (Q.F32, Q.F16):
         return want, n * (4 if want == Q.F32 else 2)
     block, type_size = gguf.GGML_QUANT_SIZES[want]
     if shape[-1] % block != 0:
-        fallbacks.append(name)
-        return Q.F16, n * 2
+        if want.name in kquants.FALLBACK:
+            written = Q[kquants.fit_rows(want.name, shape[-1])]
+        else:
+            written = Q.F16
+        fallbacks.append(f"{name}: {want.name} → {written.name}")
+        if written == Q.F16:
+            return Q.F16, n * 2
+        block, type_size = gguf.GGML_QUANT_SIZES[written]
+        return written, n // block * type_size
     return want, n // block * type_size
 
 
@@ -764,6 +808,10 @@ def _convert_chunk(values: np.ndarray, qtype: Any) -> np.ndarray:
         return np.ascontiguousarray(values, dtype=np.float32)
     if qtype == Q.F16:
         return np.ascontiguousarray(values, dtype=np.float16)
+    from engine.export import kquants
+
+    if qtype.name in kquants.QUANTIZERS:
+        return kquants.quantize(values, qtype.name)
     return gguf.quants.quantize(np.ascontiguousarray(values, dtype=np.float32), qtype)
 
 
@@ -1061,6 +1109,11 @@ def export_gguf(
     planned: list[_Planned] = []
     has_lm_head = "lm_head.weight" in st
     tie = hp.tie or not has_lm_head
+    mix = (
+        _KMix(gguf_type, hp.n_layers, max(1, hp.n_head // hp.n_head_kv), tie)
+        if gguf_type in K_FILE_TYPES
+        else None
+    )
     for hf_name in st:
         if hf_name.endswith("rotary_emb.inv_freq"):
             continue
@@ -1086,7 +1139,7 @@ def export_gguf(
                 return _permute(w, n)
 
         _check_dtype(src, hf_name)
-        qt, nbytes = _plan_type(gname, src.shape, want, fallbacks)
+        qt, nbytes = _plan_type(gname, src.shape, want, fallbacks, mix)
         planned.append(_Planned(gname, src, qt, src.shape, nbytes, transform))
 
     factors = _llama3_rope_factors(hp) if hp.arch == "llama" else None
@@ -1273,11 +1326,9 @@ def export_lora_gguf(
     adapter_dir = Path(adapter_dir)
     out_path = Path(out_path)
     gguf_type = gguf_type.lower()
-    if gguf_type not in ADAPTER_TYPES:
-        raise EngineError(
-            f"Unknown adapter GGUF type {gguf_type!r}; choose one of "
-            f"{', '.join(ADAPTER_TYPES)}."
-        )
+    problem = adapter_type_problem(gguf_type)
+    if problem:
+        raise EngineError(problem)
     want = _qtype(gguf_type)
     if not adapter_dir.is_dir():
         raise EngineError(f"The adapter folder {adapter_dir} does not exist.")

@@ -29,7 +29,8 @@ class GGUFExportConfig:
     out: str | None = None
     """The ``.gguf`` file to write (None: in the run folder)."""
     type: str = "f16"
-    """Tensor type: f32, f16, bf16, q8_0, ... (adapters: f32, f16, bf16)."""
+    """Tensor type: f32, f16, bf16, q8_0, ..., q4_k_m, ... (adapters: f32,
+    f16, bf16, q8_0)."""
     adapter: bool = False
     """Export a LoRA adapter as a GGUF adapter instead of a whole model."""
     base_model_dir: str | None = None
@@ -113,7 +114,7 @@ def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
 
 def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.gguf import SUPPORTED_ARCHITECTURES
-    from engine.export.types import ADAPTER_TYPES, GGUF_TYPES
+    from engine.export.types import GGUF_TYPES, adapter_type_problem
 
     out = _common(config, GGUFExportConfig, "a GGUF export")
     adapter = out["adapter"]
@@ -121,9 +122,13 @@ def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
         out, "model_dir", "adapter folder" if adapter else "model folder", folder=True
     )
     out["model_dir"] = str(src)
-    types = ADAPTER_TYPES if adapter else GGUF_TYPES
-    if not isinstance(out["type"], str) or out["type"].lower() not in types:
-        raise ConfigError("type", f"type must be one of {', '.join(types)}.")
+    if not isinstance(out["type"], str) or out["type"].lower() not in GGUF_TYPES:
+        raise ConfigError(
+            "type", f"type must be one of {', '.join(GGUF_TYPES)} (any case)."
+        )
+    problem = adapter_type_problem(out["type"]) if adapter else None
+    if problem:
+        raise ConfigError("type", problem)
     out["type"] = out["type"].lower()
     if adapter:
         if not (src / "adapter_config.json").is_file():

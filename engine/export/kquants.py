@@ -439,3 +439,81 @@ def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
     for b0 in range(0, blocks.shape[0], _BLOCKS_PER_PASS):
         out[b0 : b0 + _BLOCKS_PER_PASS] = fn(blocks[b0 : b0 + _BLOCKS_PER_PASS])
     return out.reshape(*values.shape[:-1], values.shape[-1] // QK_K * size)
+
+
+# --------------------------------------------------------------------------
+# llama.cpp's per-tensor choice for each K-quant file type
+
+
+FALLBACK: dict[str, str] = {
+    "Q2_K": "Q4_0",
+    "Q3_K": "Q4_0",
+    "Q4_K": "Q5_0",
+    "Q5_K": "Q5_1",
+    "Q6_K": "Q8_0",
+}
+"""The 32-value type a K type falls back to when rows are not a multiple of
+256 (llama.cpp's ``tensor_type_fallback``; F16 where even 32 does not fit)."""
+
+
+def use_more_bits(i_layer: int, n_layers: int) -> bool:
+    """llama.cpp's choice of the layers that get more bits in the _M mixes:
+    the first and last eighth and every third layer between."""
+    return (
+        i_layer < n_layers // 8
+        or i_layer >= 7 * n_layers // 8
+        or (i_layer - n_layers // 8) % 3 == 2
+    )
+
+
+def _layer(name: str) -> int:
+    return int(name.split(".")[1]) if name.startswith("blk.") else 0
+
+
+def mix_type(file_type: str, name: str, n_layers: int, n_gqa: int, tied: bool) -> str:
+    """The K type ``llama_tensor_get_type`` gives the 2-D weight ``name`` (a
+    GGUF tensor name) in a ``file_type`` file (``q4_k_m`` ...), before the
+    row-length fallback. ``tied``: the file has no ``output.weight``, so the
+    token embedding doubles as the output. Dense models only (no experts,
+    no Falcon), and without the 70B attn_v bump."""
+    ft = file_type.lower()
+    new = ft[:4].upper()
+    i = _layer(name)
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        return "Q6_K"
+    if name.endswith("attn_v.weight"):
+        if ft == "q2_k":
+            return "Q4_K" if n_gqa >= 4 else "Q3_K"
+        if ft == "q3_k_m":
+            return "Q5_K" if i < 2 else "Q4_K"
+        if ft == "q3_k_l":
+            return "Q5_K"
+        if ft in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layers):
+            return "Q6_K"
+        if ft == "q4_k_s" and i < 4:
+            return "Q5_K"
+        return new
+    if ".ffn_down" in name:
+        if ft == "q2_k":
+            return "Q3_K"
+        if ft == "q3_k_m":
+            return "Q5_K" if i < n_layers // 16 else "Q4_K"
+        if ft == "q3_k_l":
+            return "Q5_K"
+        if ft in ("q4_k_m", "q5_k_m") and use_more_bits(i, n_layers):
+            return "Q6_K"
+        if ft == "q4_k_s" and i < n_layers // 8:
+            return "Q5_K"
+        return new
+    if name.endswith("attn_output.weight"):
+        return {"q2_k": "Q3_K", "q3_k_m": "Q4_K", "q3_k_l": "Q5_K"}.get(ft, new)
+    return new
+
+
+def fit_rows(qtype: str, ncols: int) -> str:
+    """``qtype``, or what llama.cpp writes instead when rows of ``ncols``
+    values do not fill its super-blocks (the output weight's Q6_K becomes
+    Q8_0, as its own rule has it)."""
+    if ncols % QK_K == 0:
+        return qtype
+    return FALLBACK[qtype] if ncols % 32 == 0 else "F16"

@@ -19,12 +19,11 @@ from typing import Any
 
 from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import ConfigError, EngineError
-from engine.export.types import GGUF_TYPES
+from engine.export.types import OLLAMA_EXPORT_TYPES, OLLAMA_SERVER_QUANTS
 from engine.settings import checked_config, setting
 
-SERVER_QUANTS: dict[str, str] = {"q4_k_m": "q4_K_M", "q4_k_s": "q4_K_S"}
-"""Types only Ollama makes (from an F16 export): ours → /api/create's name."""
-EXPORT_TYPES: tuple[str, ...] = (*SERVER_QUANTS, *GGUF_TYPES)
+SERVER_QUANTS = OLLAMA_SERVER_QUANTS
+EXPORT_TYPES = OLLAMA_EXPORT_TYPES
 
 
 @dataclass
@@ -35,9 +34,9 @@ class OllamaExportConfig:
     """A LoRA adapter folder, a Hugging Face model folder or a ``.gguf`` file."""
     name: str | None = None
     """The Ollama model name, e.g. ``jira-agent:q4``."""
-    type: str = setting("q4_k_m", choices=EXPORT_TYPES)
-    """Tensor type: q4_k_m and q4_k_s are made by Ollama from an F16 export;
-    the others are written by the exporter."""
+    type: str = setting(EXPORT_TYPES[0], choices=EXPORT_TYPES)
+    """Tensor type, any case: the exporter writes all but ollama-q4_k_m and
+    ollama-q4_k_s, which the Ollama server makes from an F16 export."""
     host: str = DEFAULT_OLLAMA_HOST
     """The Ollama server's URL."""
     system: str | None = None
@@ -90,6 +89,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.jobs import validate_gguf
     from engine.export.ollama import check_host, check_model_name
 
+    if isinstance(config.get("type"), str):
+        config = {**config, "type": config["type"].lower()}  # Q4_K_M as q4_k_m
     out = checked_config(OllamaExportConfig, config, "an Ollama export")
     if not isinstance(out["model"], str) or not out["model"]:
         raise ConfigError("model", "model is required: the adapter, model or GGUF.")
@@ -108,6 +109,9 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
             "name" if "model name" in str(exc) else "host", str(exc)
         ) from None
     out["type"] = out["type"].lower()
+    if kind == "gguf" and f"ollama-{out['type']}" in SERVER_QUANTS:
+        # A GGUF file is deployed as it is: only the server can make it Q4_K_M.
+        out["type"] = f"ollama-{out['type']}"
     export_type = "f16" if out["type"] in SERVER_QUANTS else out["type"]
     if kind == "lora-adapter":
         from engine.llm.base import inspect_model
