@@ -871,6 +871,12 @@ def run(args: argparse.Namespace) -> int:
     def say(t: optuna.trial.FrozenTrial, done: int, best: Any) -> None:
         print(trial_line(t, done, total, best), file=sys.stderr, flush=True)
 
+    def terminate(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM stops the sweep as Ctrl-C does: the workers live in their own
+    # sessions and would go on without us.
+    previous = signal.signal(signal.SIGTERM, terminate)
     interrupted = False
     try:
         watch(study, procs, say)
@@ -878,6 +884,8 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
         print("stopping the workers' trials (saving checkpoints)", file=sys.stderr)
         stop_workers(procs)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     summary = conclude(study, settings, storage_url, project_dir, args.save_preset)
     print(json.dumps(summary, indent=2))
     bad = [p.returncode for p in procs if p.returncode not in (0, None)]
