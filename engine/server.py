@@ -343,7 +343,13 @@ class Server:
         return {"runs": [r.to_dict() for r in runs]}
 
     def _on_run_schema(self, msg: protocol.GetRunSchema) -> dict[str, Any]:
-        return {"fields": run_schema(msg.kind, msg.values)}
+        values = dict(msg.values)
+        kind = JOB_KINDS.get(msg.kind)
+        project = self.supervisor.project
+        if kind is not None and kind.project_field and project is not None:
+            # The form may offer what the project holds (its presets).
+            values.setdefault(kind.project_field, str(project.path))
+        return {"fields": run_schema(msg.kind, values)}
 
     def _on_flow_catalog(self, msg: protocol.GetFlowCatalog) -> dict[str, Any]:
         from engine import flow

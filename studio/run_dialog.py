@@ -28,7 +28,7 @@ from widgets.param_form import ParamForm
 
 HP_PREFIX = "hyperparameters."
 # Changing these changes which fields exist and their presets.
-SHAPING_FIELDS = ("env", "algo")
+SHAPING_FIELDS = ("env", "algo", "preset")
 
 
 def flatten_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +155,7 @@ class RunDialog(QDialog):
             if k not in self._defaults or self._defaults[k] != v
         }
         for key in SHAPING_FIELDS:
-            if key in self._values:
+            if self._values.get(key) not in (None, ""):
                 changed[key] = self._values[key]
         return nest_values(changed)
 

@@ -103,6 +103,38 @@ def test_the_dialog_sends_only_what_the_user_changed(qtbot, window: MainWindow) 
     dialog.reject()
 
 
+def test_a_project_preset_gives_the_dialogs_defaults(qtbot, window: MainWindow) -> None:
+    """A preset a sweep saved (tune --save-preset) is offered by the dialog,
+    and choosing it shows its settings; the engine applies them to the
+    fields left untouched."""
+    from engine.rl.config import save_preset
+
+    save_preset(
+        window.session.state.path,
+        "tuned",
+        env="CartPole-v1",
+        algo="PPO",
+        settings={"learning_rate": 0.00123, "n_epochs": 7, "n_envs": 2},
+        provenance={"study": "s"},
+    )
+    dialog = open_dialog(qtbot, window)
+    preset = dialog.form.editor("preset")
+    assert isinstance(preset, QComboBox)
+    assert [preset.itemText(i) for i in range(preset.count())] == ["", "tuned"]
+    algo = dialog.form.editor("algo")
+    assert isinstance(algo, QComboBox)
+    algo.setCurrentText("PPO")
+    preset.setCurrentText("tuned")
+    values = dialog.form.values
+    qtbot.waitUntil(
+        lambda: values().get("hyperparameters.learning_rate") == 0.00123,
+        timeout=30_000,
+    )
+    assert values()["hyperparameters.n_epochs"] == 7 and values()["n_envs"] == 2
+    assert dialog.config() == {"env": "CartPole-v1", "algo": "PPO", "preset": "tuned"}
+    dialog.reject()
+
+
 def test_a_refused_config_is_shown_on_its_field(qtbot, window: MainWindow) -> None:
     dialog = open_dialog(qtbot, window)
     # The form checks bounds itself; the engine checks how fields fit together.

@@ -665,6 +665,19 @@ def save_preset(
     return path
 
 
+def preset_names(project_dir: str | os.PathLike[str] | None) -> list[str]:
+    """The project's presets, by name."""
+    if project_dir is None:
+        return []
+    folder = Path(project_dir) / contract.PRESETS_FOLDER
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p.name.removesuffix(contract.PRESET_SUFFIX)
+        for p in folder.glob(f"*{contract.PRESET_SUFFIX}")
+    )
+
+
 def load_preset(
     project_dir: str | os.PathLike[str] | None, name: str
 ) -> dict[str, Any]:

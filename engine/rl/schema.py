@@ -4,7 +4,8 @@ drifts from what ``validate`` accepts.
 
 Hyperparameter fields are named ``hyperparameters.<name>``, the same path
 ``ConfigError`` uses, so an engine error lands on its field in the form.
-Defaults are the environment's preset where it has one; a client sends only
+Defaults are the environment's preset where it has one (or the project
+preset the ``preset`` field names, which the field offers); a client sends only
 the fields the user changed, so the engine keeps fitting the rest (rollout
 sizes to the step budget and the hardware).
 """
@@ -13,11 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.errors import ConfigError
 from engine.rl.config import (
     ALGO_CONFIGS,
     DEFAULT_TOTAL_STEPS,
     TrainConfig,
+    load_preset,
     preset_for,
+    preset_names,
 )
 from engine.settings import fields_of, form_field, form_type
 
@@ -38,6 +42,14 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
     algo = str(values.get("algo") or "auto")
     hp_algo = algo if algo in ALGO_CONFIGS else "PPO"
     preset = preset_for(env, hp_algo)
+    project_dir = values.get("project_dir")
+    if values.get("preset") and project_dir:
+        try:
+            record = load_preset(project_dir, str(values["preset"]))
+        except ConfigError:
+            record = None  # the validator says why when the run is started
+        if record is not None and (record["env"], record["algo"]) == (env, hp_algo):
+            preset = dict(record["settings"])
     fields: list[dict[str, Any]] = []
     for info in fields_of(TrainConfig).values():
         if not info.form or form_type(info) is None:
@@ -52,6 +64,8 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
         item = form_field(info, default=default)
         if info.name == "env":
             item["suggestions"] = list(COMMON_ENVS)
+        elif info.name == "preset":
+            item["suggestions"] = ["", *preset_names(project_dir)]
         fields.append(item)
     for info in fields_of(ALGO_CONFIGS[hp_algo]).values():
         if not info.form or form_type(info) is None:

@@ -21,7 +21,13 @@ give other ranges or choices::
 study with workers of its own. The command prints a line per finished trial
 and, at the end, a JSON summary (best value, params, run id) on stdout;
 ``--save-preset NAME`` saves the best trial's settings as a project preset
-(``train --preset NAME``).
+(``train --preset NAME``). The studio's Sweep panel starts the same sweep as
+an ``rl.tune`` job (:func:`job`).
+
+Workers take trials until the study has ``--trials`` of them; two racing
+for the last one may ask for one more, which is marked surplus and never
+run. A trial whose sampled values do not go together (a batch larger than
+the rollout) fails with the sentence and no run.
 """
 
 from __future__ import annotations
