@@ -100,29 +100,54 @@ def make_qkx2_quants(
     flat = mx == mn
     sum_w = _seq_sum(w)
     sum_x = _seq_sum(w * x)
+    # Buffers reused by every step: the search is ~20 passes over the tensor.
+    t = np.empty_like(x)
+    aux = np.empty_like(x)
+    wl = np.empty_like(x)
+
+    def levels_at(iscale: np.ndarray, out: np.ndarray) -> np.ndarray:
+        np.subtract(x, mn, out=t)
+        np.multiply(t, iscale, out=t)
+        np.rint(t, out=out)
+        np.maximum(out, 0, out=out)
+        np.minimum(out, f_nmax, out=out)
+        return out
+
+    def error(scale: np.ndarray, the_min: np.ndarray, lv: np.ndarray) -> np.ndarray:
+        """Sum of w * |scale * L + min - x| (or its square)."""
+        np.multiply(scale, lv, out=t)
+        np.add(t, the_min, out=t)
+        np.subtract(t, x, out=t)
+        if use_mad:
+            np.abs(t, out=t)
+        else:
+            np.multiply(t, t, out=t)
+        np.multiply(t, w, out=t)
+        return _seq_sum(t)
+
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = f_nmax / (mx - mn)
         scale = _f(1) / iscale
-        levels = _round(iscale * (x - mn), 0, nmax)
-        diff = scale * levels + mn - x
-        best = _seq_sum(w * (np.abs(diff) if use_mad else diff * diff))
+        levels = levels_at(iscale, np.empty_like(x))
+        best = error(scale, mn, levels)
         for step in range(nstep + 1):
             iscale = (f_rmin + f_rdelta * _f(step) + f_nmax) / (mx - mn)
-            aux = _round(iscale * (x - mn), 0, nmax)
-            wl = w * aux
+            levels_at(iscale, aux)
+            np.multiply(w, aux, out=wl)
             sum_l = _seq_sum(wl)
-            sum_l2 = _seq_sum(wl * aux)
-            sum_xl = _seq_sum(wl * x)
+            np.multiply(wl, aux, out=t)
+            sum_l2 = _seq_sum(t)
+            np.multiply(wl, x, out=t)
+            sum_xl = _seq_sum(t)
             d = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / d
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d
             positive = this_min > 0
             this_min = np.where(positive, _f(0), this_min)
             this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
-            diff = this_scale * aux + this_min - x
-            cur = _seq_sum(w * (np.abs(diff) if use_mad else diff * diff))
+            cur = error(this_scale, this_min, aux)
             better = (d > 0) & (cur < best)
-            levels = np.where(better, aux, levels)
+            np.copyto(levels, aux, where=better)
             best = np.where(better, cur, best)
             scale = np.where(better, this_scale, scale)
             mn = np.where(better, this_min, mn)
