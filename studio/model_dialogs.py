@@ -9,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -133,9 +134,14 @@ class ExportGgufDialog(QDialog):
         out_row.addWidget(self.out, 1)
         out_row.addWidget(browse)
         self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        self.logit_error = QCheckBox(
+            "Measure the logit error against the source model (loads both)"
+        )
         form = QFormLayout()
         form.addRow("Type", self.type_box)
         form.addRow("Output file", out_row)
+        if not adapter:
+            form.addRow(self.logit_error)
         if adapter:
             form.addRow(
                 QLabel("A LoRA adapter exports as a GGUF adapter (ADAPTER line).")
@@ -153,7 +159,11 @@ class ExportGgufDialog(QDialog):
         self.message.hide()
 
     def values(self) -> dict[str, Any]:
-        return {"type": self.type_box.currentText(), "out": self.out.text().strip()}
+        return {
+            "type": self.type_box.currentText(),
+            "out": self.out.text().strip(),
+            "logit_error": self.logit_error.isChecked(),
+        }
 
     def _on_browse_clicked(self) -> None:
         path, _ = QFileDialog.getSaveFileName(

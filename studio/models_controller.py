@@ -340,12 +340,14 @@ class ModelsController(QObject):
         gguf_type: str,
         out: str | None = None,
         on_error: ErrorCallback | None = None,
+        logit_error: bool = False,
     ) -> None:
         adapter = model.get("kind") == "lora-adapter"
         config: dict[str, Any] = {
             "model_dir": model_folder(model),
             "type": gguf_type,
             "adapter": adapter,
+            "logit_error": logit_error and not adapter,
             "name": ollama_name_for(str(model.get("name", ""))),
             "parents": [str(model["id"])],
         }

@@ -570,6 +570,53 @@ def test_file_types_choose_tensor_types_as_llama_cpp_and_load_in_transformers(
     source["sizes"][file_type] = report.size_bytes
 
 
+def test_the_report_gives_bits_per_weight_and_the_logit_error(
+    source, tmp_path: Path
+) -> None:
+    from engine.export.logit_check import logit_error
+
+    out = tmp_path / "m.gguf"
+    report = gx.export_gguf(source["folder"], out, "q4_k_m")
+    # Q4_K is 4.5 bits, Q6_K 6.56; norms stay F32.
+    assert 4.5 < report.bits_per_weight < 5.5
+    report.logit_error = logit_error(source["folder"], out, TEXTS)
+    e = report.logit_error
+    assert e["prompts"] == 2 and 0.2 < e["mean_abs"] < MEAN_ERROR["q4"]
+    assert e["max_abs"] > e["mean_abs"] and 0.5 < e["mean_abs_logit"] < 2
+    summary = report.summary()
+    assert f"Q4_K_M, {report.bits_per_weight:.2f} bits per weight" in summary
+    assert (
+        f"Logit error against the source model: mean |Δ| {e['mean_abs']:.4f}, "
+        in summary
+    )
+    assert summary.splitlines()[-1].endswith("over 2 prompts.")
+
+
+def test_export_gguf_command_writes_a_k_quant_with_its_report(
+    source, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "cli.gguf"
+    args = [str(source["folder"]), "--out", str(out), "--type", "Q5_K_M"]
+    flags = ["--logit-error", "--json", "--quiet"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "export-gguf", *args, *flags],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["file_type"] == "q5_k_m" and report["verified"]
+    assert report["tensor_types"] == {"F32": 9, "Q5_K": 25, "Q6_K": 5}
+    assert 5.5 < report["bits_per_weight"] < 6.5
+    assert 0 < report["logit_error"]["mean_abs"] < MEAN_ERROR["q5"]
+
+
 def test_more_bits_make_bigger_files(source) -> None:
     sizes = source["sizes"]
     if len(sizes) < len(K_FILE_TYPES):

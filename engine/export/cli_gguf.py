@@ -34,6 +34,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--base", type=Path, default=None, help="base model folder of the adapter"
     )
     parser.add_argument("--name", default=None, help="general.name in the file")
+    parser.add_argument(
+        "--logit-error",
+        action="store_true",
+        help="measure the file's logits against the source model (transformers)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -49,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         report = export_lora_gguf(args.model_dir, args.out, args.type, args.base, bar)
     else:
         report = export_gguf(args.model_dir, args.out, args.type, bar, name=args.name)
+        if args.logit_error:
+            from engine.export.logit_check import logit_error
+
+            report.logit_error = logit_error(args.model_dir, args.out)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

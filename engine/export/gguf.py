@@ -84,6 +84,10 @@ class ExportReport:
     warnings: list[str] = field(default_factory=list)
     verified: bool = False
     checks: list[str] = field(default_factory=list)
+    bits_per_weight: float = 0.0
+    """Tensor data bits per value, over every tensor (llama.cpp's BPW)."""
+    logit_error: dict[str, float] = field(default_factory=dict)
+    """``engine.export.logit_check.logit_error``'s figures where measured."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,8 +96,8 @@ class ExportReport:
         mb = self.size_bytes / 1e6
         lines = [
             f"Wrote {self.path} ({mb:.1f} MB, {self.file_type.upper()}, "
-            f"{self.architecture}, {self.tensor_count} tensors) in "
-            f"{self.seconds:.1f} s.",
+            f"{self.bits_per_weight:.2f} bits per weight, {self.architecture}, "
+            f"{self.tensor_count} tensors) in {self.seconds:.1f} s.",
         ]
         if self.tokenizer_model:
             lines.append(
@@ -118,6 +122,13 @@ class ExportReport:
             + " — "
             + "; ".join(self.checks)
         )
+        e = self.logit_error
+        if e:
+            lines.append(
+                f"Logit error against the source model: mean |Δ| {e['mean_abs']:.4f}, "
+                f"max {e['max_abs']:.3f} (logits average |{e['mean_abs_logit']:.2f}|) "
+                f"over {int(e['prompts'])} prompts."
+            )
         lines.extend(f"Warning: {w}" for w in self.warnings)
         return "\n".join(lines)
 
@@ -815,6 +826,11 @@ def _convert_chunk(values: np.ndarray, qtype: Any) -> np.ndarray:
     return gguf.quants.quantize(np.ascontiguousarray(values, dtype=np.float32), qtype)
 
 
+def _bits_per_weight(planned: list[_Planned]) -> float:
+    values = sum(math.prod(p.shape) for p in planned)
+    return 8 * sum(p.nbytes for p in planned) / max(1, values)
+
+
 def _check_free_space(target_dir: Path, needed: int) -> None:
     try:
         free = shutil.disk_usage(target_dir).free
@@ -1283,6 +1299,7 @@ def export_gguf(
         vocab_size=len(vocab.tokens),
         tensor_types=types,
         fallbacks=fallbacks,
+        bits_per_weight=_bits_per_weight(planned),
         warnings=warnings,
         verified=ok,
         checks=checks,
@@ -1458,6 +1475,7 @@ def export_lora_gguf(
         seconds=time.perf_counter() - t0,
         tensor_types=types,
         fallbacks=fallbacks,
+        bits_per_weight=_bits_per_weight(planned),
         warnings=[]
         if ok
         else ["Reading the file back found problems: " + "; ".join(checks)],

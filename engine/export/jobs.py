@@ -37,6 +37,9 @@ class GGUFExportConfig:
     """The adapter's base model folder (None: the one the adapter names)."""
     name: str | None = None
     """Model name written in the file (None: the folder's name)."""
+    logit_error: bool = False
+    """Measure the file's logits against the source model's on a few prompts
+    (loads both with transformers; models only)."""
     parents: list[str] = setting(factory=list)
     """Model ids the output derives from (its lineage)."""
 
@@ -181,6 +184,11 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
         )
     else:
         report = export_gguf(src, out, cfg["type"], progress, name=cfg["name"])
+        if cfg["logit_error"]:
+            from engine.export.logit_check import logit_error
+
+            ctx.log("Measuring the logit error against the source model")
+            report.logit_error = logit_error(src, out)
     ctx.log(report.summary())
     return {
         "report": report.to_dict(),
@@ -194,6 +202,13 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
                 "metrics": {
                     "size_mb": round(report.size_bytes / 1e6, 3),
                     "type": report.file_type,
+                    "bits_per_weight": round(report.bits_per_weight, 3),
+                    "seconds": round(report.seconds, 2),
+                    **(
+                        {"logit_error": round(report.logit_error["mean_abs"], 5)}
+                        if report.logit_error
+                        else {}
+                    ),
                     "verified": report.verified,
                     "gguf_kind": report.kind,
                 },

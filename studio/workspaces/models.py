@@ -534,7 +534,10 @@ class ModelsWorkspace(QWidget):
         dialog = ExportGgufDialog(model, parent=self)
         dialog.accepted.connect(
             lambda: self.controller.export_gguf(
-                model, dialog.values()["type"], dialog.values()["out"] or None
+                model,
+                dialog.values()["type"],
+                dialog.values()["out"] or None,
+                logit_error=dialog.values()["logit_error"],
             )
         )
         self._open(dialog)
