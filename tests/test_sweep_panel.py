@@ -95,3 +95,43 @@ def test_a_bad_search_item_is_refused_with_the_engines_sentence(
     assert "did you mean 'learning_rate'?" in panel.message.text()
     assert panel.run_id == ""
     assert not window.session.state.runs
+
+
+def test_stop_stops_the_sweep_and_its_trials_with_checkpoints(
+    qtbot, window: MainWindow
+) -> None:
+    panel = _panel(qtbot, window)
+    algo = panel.form.editor("algo")
+    assert isinstance(algo, QComboBox)
+    algo.setCurrentText("PPO")
+    _type(qtbot, panel, "trials", "4")
+    _type(qtbot, panel, "steps", "1000000")
+    _type(qtbot, panel, "workers", "2")
+    panel.search_edit.setPlainText("gamma")
+    with qtbot.waitSignal(panel.sweep_started, timeout=30_000) as started:
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    run_id = started.args[0]
+    state = window.session.state
+
+    def trials() -> list[dict]:
+        return [r for r in state.runs.values() if r["kind"] == "rl.train"]
+
+    # Both workers are training (their runs listed as running).
+    qtbot.waitUntil(
+        lambda: len([r for r in trials() if r["status"] == "running"]) == 2,
+        timeout=60_000,
+    )
+    qtbot.waitUntil(panel.stop_button.isEnabled, timeout=10_000)
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: (state.run(run_id) or {}).get("status") == "stopped", timeout=60_000
+    )
+    qtbot.waitUntil(
+        lambda: all(r["status"] == "stopped" for r in trials()), timeout=30_000
+    )
+    assert len(trials()) == 2  # no trial started after the stop
+    for run in trials():
+        assert run["summary"]["stopped_by"] == "signal"
+        assert any(Path(run["run_dir"], "checkpoints").glob("step-*"))
+    summary = (state.run(run_id) or {})["summary"]
+    assert summary["stopped_by"] == "user" and summary["finished"] == 2
