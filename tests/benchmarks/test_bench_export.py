@@ -1,6 +1,7 @@
 """Benchmark: GGUF export throughput and peak memory against copying the
 safetensors file (the physical limit here), on a random Llama-architecture
-model of about 200 MB built by the benchmark.
+model of about 260 MB (float32) built by the benchmark: F16, Q8_0 and the
+Q4_K_M mix (numpy K-quants, the slow one).
 
 Run: .venv/bin/pytest tests/benchmarks/test_bench_export.py -s -o addopts=""
 """
@@ -92,7 +93,7 @@ def test_bench_export_vs_copy(tmp_path: Path) -> None:
     copy_s = time.perf_counter() - t0
     copy_rate = mb / copy_s
 
-    for qtype in ("f16", "q8_0"):
+    for qtype in ("f16", "q8_0", "q4_k_m"):
         out = tmp_path / f"big-{qtype}.gguf"
         r = subprocess.run(
             [sys.executable, "-c", _CHILD, str(model_dir), str(out), qtype, str(ROOT)],
