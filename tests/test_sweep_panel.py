@@ -135,3 +135,19 @@ def test_stop_stops_the_sweep_and_its_trials_with_checkpoints(
         assert any(Path(run["run_dir"], "checkpoints").glob("step-*"))
     summary = (state.run(run_id) or {})["summary"]
     assert summary["stopped_by"] == "user" and summary["finished"] == 2
+
+
+def test_the_history_plots_values_and_a_staircase_of_the_best(qtbot) -> None:
+    import numpy as np
+
+    from widgets.history_plot import HistoryPlot
+
+    plot = HistoryPlot()
+    qtbot.addWidget(plot)
+    nan = float("nan")
+    plot.set_history(
+        np.array([1.0, 2.0, 3.0]), np.array([5.0, nan, 7.0]), np.array([5.0, 5.0, 7.0])
+    )
+    assert plot.point_count() == 2  # the pruned trial has no value
+    xs, ys = plot.best.getData()
+    assert list(xs) == [1, 2, 2, 3, 3] and list(ys) == [5, 5, 5, 5, 7]

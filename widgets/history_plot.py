@@ -32,7 +32,7 @@ class HistoryPlot(QWidget):
             size=8, brush=pg.mkBrush(POINT_COLOR), pen=None, name="trial"
         )
         self.best = pg.PlotDataItem(
-            pen=pg.mkPen(BEST_COLOR, width=2), stepMode=None, name="best so far"
+            pen=pg.mkPen(BEST_COLOR, width=2), name="best so far"
         )
         self.plot.addItem(self.points)
         self.plot.addItem(self.best)
@@ -44,7 +44,9 @@ class HistoryPlot(QWidget):
         shown = np.isfinite(values)
         self.points.setData(x=x[shown], y=values[shown])
         kept = np.isfinite(best)
-        self.best.setData(x=x[kept], y=best[kept])
+        bx, by = x[kept], best[kept]
+        # The best so far holds until a trial beats it: a staircase.
+        self.best.setData(x=np.repeat(bx, 2)[1:], y=np.repeat(by, 2)[:-1])
 
     def point_count(self) -> int:
         return len(self.points.data)
