@@ -307,62 +307,6 @@ def test_flatten_and_target() -> None:
     assert not tracking.reached_target({}, {"best_eval_reward": 4})
 
 
-# ------------------------------------------------------- language models
-def test_a_language_model_run_writes_tensorboard_events(tmp_path: Path) -> None:
-    from tensorboard.backend.event_processing.event_accumulator import (
-        EventAccumulator,
-    )
-    from tiny_models import build_tiny_model
-
-    from engine.jobs.context import JobContext
-    from engine.jobs.registry import get_kind, load, validate_config
-
-    model = build_tiny_model(tmp_path / "base")
-    data = tmp_path / "data" / "sft"
-    data.mkdir(parents=True)
-    rows = [
-        {
-            "prompt": [{"role": "user", "content": f"Move PROJ-{i} to Done."}],
-            "completion": [{"role": "assistant", "content": "transition_issue"}],
-        }
-        for i in range(4)
-    ]
-    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = validate_config(
-        "llm.train",
-        {
-            "method": "sft",
-            "model": str(model),
-            "dataset": str(data),
-            "max_steps": 2,
-            "batch_size": 2,
-            "max_length": 64,
-            "lora_rank": 4,
-            "save_steps": 0,
-            "seed": 0,
-            "precision": "fp32",
-            "device": "cpu",
-            "gradient_checkpointing": False,
-            "name": "tb-adapter",
-        },
-    )
-    run_dir = tmp_path / "runs" / "llm-1"
-    run_dir.mkdir(parents=True)
-    ctx = JobContext("llm-1", run_dir, "llm.train", cfg)
-    try:
-        load(get_kind("llm.train").entry)(ctx)
-    finally:
-        ctx.close()
-    events = EventAccumulator(str(run_dir / "tensorboard"))
-    events.Reload()
-    loss = [(e.step, e.value) for e in events.Scalars("train/loss")]
-    assert [step for step, _ in loss] == [
-        s for s, _ in jsonl_history(run_dir, "train/loss")
-    ]
-    assert loss and all(v > 0 for _, v in loss)
-    assert "train/learning_rate" in events.Tags()["scalars"]
-
-
 # --------------------------------------------------------------- MLflow
 def test_an_sb3_run_is_in_mlflow_and_a_resumed_run_continues_it(
     mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -471,3 +415,74 @@ def test_an_unreachable_server_costs_one_warning_and_no_metric(
     assert run.info.status == "FINISHED" and run.data.params["total_steps"] == "768"
     for key in ("eval/mean_reward", "train/loss"):
         assert history(mlflow_uri, replayed, key) == jsonl_history(run_dir, key)
+
+
+# ------------------------------------------------------- language models
+def test_a_language_model_run_writes_tensorboard_events_and_is_tracked(
+    mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``llm.train`` run through the lifecycle: TensorBoard events beside
+    metrics.jsonl, and the same MLflow tracking as an SB3 run (one hook for
+    every job kind): params, metrics, the adapter as artifacts."""
+    from tensorboard.backend.event_processing.event_accumulator import (
+        EventAccumulator,
+    )
+    from tiny_models import build_tiny_model
+
+    from engine.jobs.context import JobContext
+    from engine.jobs.lifecycle import execute
+    from engine.jobs.registry import get_kind, load, validate_config
+
+    model = build_tiny_model(tmp_path / "base")
+    data = tmp_path / "data" / "sft"
+    data.mkdir(parents=True)
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"Move PROJ-{i} to Done."}],
+            "completion": [{"role": "assistant", "content": "transition_issue"}],
+        }
+        for i in range(4)
+    ]
+    (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = validate_config(
+        "llm.train",
+        {
+            "method": "sft",
+            "model": str(model),
+            "dataset": str(data),
+            "max_steps": 2,
+            "batch_size": 2,
+            "max_length": 64,
+            "lora_rank": 4,
+            "save_steps": 0,
+            "seed": 0,
+            "precision": "fp32",
+            "device": "cpu",
+            "gradient_checkpointing": False,
+            "name": "tb-adapter",
+        },
+    )
+    run_dir = tmp_path / "runs" / "llm-1"
+    run_dir.mkdir(parents=True)
+    monkeypatch.setenv(contract.TRACKING_URI_ENV, mlflow_uri)
+    ctx = JobContext("llm-1", run_dir, "llm.train", cfg)
+    outcome = execute(ctx, load(get_kind("llm.train").entry))
+    assert outcome.status == "completed", outcome.reason
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    loss = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    loss_rows = jsonl_history(run_dir, "train/loss")
+    assert [step for step, _ in loss] == [s for s, _ in loss_rows]
+    assert loss and all(v > 0 for _, v in loss)
+    assert "train/learning_rate" in events.Tags()["scalars"]
+
+    run_id = mlflow_run_id(run_dir)
+    mlflow = client(mlflow_uri)
+    run = mlflow.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["rlstudio.kind"] == "llm.train"
+    assert run.data.params["method"] == "sft" and run.data.params["lora_rank"] == "4"
+    assert history(mlflow_uri, run_id, "train/loss") == loss_rows
+    (adapter,) = mlflow.list_artifacts(run_id, "models")
+    files = {Path(a.path).name for a in mlflow.list_artifacts(run_id, adapter.path)}
+    assert "adapter_config.json" in files
