@@ -418,6 +418,37 @@ def test_an_unreachable_server_costs_one_warning_and_no_metric(
 
 
 # ------------------------------------------------------- language models
+def test_a_store_other_than_a_server_goes_through_mlflows_client(
+    mlflow_uri: str,
+    mlflow_server: tuple[str, subprocess.Popen[bytes], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A database URI (the server's own, its tables made already): the same
+    run, through mlflow's own client; any job kind (here a function logging
+    two rows) is tracked alike."""
+    from engine.jobs.context import JobContext
+    from engine.jobs.lifecycle import execute
+
+    uri = f"sqlite:///{mlflow_server[2] / 'mlflow.db'}"
+    monkeypatch.setenv(contract.TRACKING_URI_ENV, uri)
+    run_dir = tmp_path / "proj" / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("r1", run_dir, "selftest", {"steps": 2, "note": {"a": 1}})
+
+    def entry(ctx: Any) -> dict[str, Any]:
+        ctx.metrics(1, {"x/y": 0.5})
+        ctx.metrics(2, {"x/y": 0.25})
+        return {}
+
+    assert execute(ctx, entry).status == "completed"
+    run = client(uri).get_run(mlflow_run_id(run_dir))
+    assert run.info.status == "FINISHED"
+    assert run.data.params == {"steps": "2", "note.a": "1"}
+    assert history(uri, run.info.run_id, "x/y") == [(1, 0.5), (2, 0.25)]
+    assert run.data.tags["rlstudio.kind"] == "selftest"
+
+
 def test_a_language_model_run_writes_tensorboard_events_and_is_tracked(
     mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

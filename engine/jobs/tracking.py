@@ -34,6 +34,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -137,8 +138,8 @@ def start(ctx: Any) -> Tracker | None:
     if not uri:
         return None
     uri = check_uri(uri)
-    # Only looked up: importing mlflow takes seconds, so the tracker thread
-    # does it while the run starts.
+    # Only looked up: a tracking server is spoken to over its REST API, and
+    # importing mlflow costs seconds of CPU.
     if importlib.util.find_spec("mlflow") is None:
         ctx.log(
             f"{contract.TRACKING_URI_ENV} is set but mlflow is not installed; "
@@ -215,7 +216,7 @@ class Tracker:
         """The MLflow run id, once the server gave or confirmed one."""
         self.offline = False
         self.warned = False
-        self._client: Any = None
+        self._client: _Client | None = None
         self._next_try = 0.0
         self._spool = self.run_dir / contract.MLFLOW_SPOOL_FILE
         self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
@@ -339,25 +340,25 @@ class Tracker:
 
     # ---------------------------------------------------- MLflow calls
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One client call; :class:`_Unreachable` unless the server answered.
-        A refused request is said in the log and gives None."""
-        from mlflow.exceptions import MlflowException
-
+        """One client call; :class:`_Unreachable` passes. A refused request
+        is said in the log and gives None."""
         try:
             return fn(*args, **kwargs)
-        except MlflowException as exc:
-            if exc.error_code in _REJECTED:
-                self._log(f"MLflow refused a request: {str(exc).splitlines()[0]}")
-                return None
-            raise _Unreachable(str(exc).splitlines()[0][:200]) from exc
-        except OSError as exc:
-            raise _Unreachable(f"{type(exc).__name__}: {exc}") from exc
+        except _Refused as exc:
+            self._log(f"MLflow refused a request: {exc}")
+            return None
 
-    def _client_for(self) -> Any:
+    def _client_for(self) -> _Client:
         if self._client is None:
-            from mlflow.tracking import MlflowClient
-
-            self._client = MlflowClient(tracking_uri=self.uri, registry_uri=self.uri)
+            scheme = urlsplit(self.uri).scheme.lower()
+            # Over HTTP the tracker speaks MLflow's REST API itself: importing
+            # mlflow takes ~1.5 s of CPU holding the GIL, several percent of a
+            # short run. Other stores (a folder, a database) need mlflow's.
+            self._client = (
+                _RestClient(self.uri)
+                if scheme in ("http", "https")
+                else _LibraryClient(self.uri)
+            )
         return self._client
 
     def _ensure_run(self) -> str:
@@ -368,34 +369,27 @@ class Tracker:
         if record and record.get("uri") == self.uri and record.get("run_id"):
             run_id = str(record["run_id"])
             # A resumed run continues its MLflow run.
-            self._call(client.update_run, run_id, status="RUNNING")
+            self._call(client.update_run, run_id, "RUNNING")
             self.run_id = run_id
             return run_id
-        name = f"rl-studio/{self.project_dir.name}"
-        experiment = self._call(client.get_experiment_by_name, name)
-        experiment_id = (
-            experiment.experiment_id
-            if experiment is not None
-            else self._call(client.create_experiment, name)
-        )
-        run_name = contract.read_json_object(self.run_dir / contract.CONFIG_FILE)
-        run = self._call(
-            client.create_run,
+        experiment_id = client.experiment_id(f"rl-studio/{self.project_dir.name}")
+        started = contract.read_json_object(self.run_dir / contract.CONFIG_FILE)
+        run_id = client.create_run(
             experiment_id,
-            run_name=str((run_name or {}).get("name") or self.studio_run_id),
-            tags={
+            str((started or {}).get("name") or self.studio_run_id),
+            {
                 "rlstudio.run_id": self.studio_run_id,
                 "rlstudio.kind": self.kind,
                 "rlstudio.project": str(self.project_dir),
                 "rlstudio.run_dir": str(self.run_dir),
             },
         )
-        self.run_id = str(run.info.run_id)
+        self.run_id = run_id
         atomic_write_json(
             self.run_dir / contract.MLFLOW_RUN_FILE,
-            {"uri": self.uri, "run_id": self.run_id, "experiment_id": experiment_id},
+            {"uri": self.uri, "run_id": run_id, "experiment_id": experiment_id},
         )
-        return self.run_id
+        return run_id
 
     def _send(self, op: dict[str, Any]) -> None:
         run_id = self._ensure_run()
@@ -404,59 +398,53 @@ class Tracker:
             self._send_params(client, run_id, op["params"])
         elif op["op"] == "metrics":
             for batch in _metric_batches(op["rows"], int(op["ts"])):
-                self._call(client.log_batch, run_id, metrics=batch)
+                self._call(client.log_batch, run_id, batch, [])
         elif op["op"] == "finish":
             self._send_finish(client, run_id, op)
 
-    def _send_params(self, client: Any, run_id: str, params: dict[str, str]) -> None:
-        from mlflow.entities import Param
-
-        run = self._call(client.get_run, run_id)
-        logged: dict[str, str] = dict(run.data.params) if run is not None else {}
+    def _send_params(
+        self, client: _Client, run_id: str, params: dict[str, str]
+    ) -> None:
+        logged = self._call(client.params, run_id) or {}
         # A resumed run keeps the values it started with (MLflow refuses a
         # changed parameter); what changed (total_steps) is a tag.
-        fresh = [Param(k, v) for k, v in params.items() if k not in logged]
+        fresh = [{"key": k, "value": v} for k, v in params.items() if k not in logged]
         changed = {k: v for k, v in params.items() if k in logged and logged[k] != v}
         for i in range(0, len(fresh), 100):
-            self._call(client.log_batch, run_id, params=fresh[i : i + 100])
+            self._call(client.log_batch, run_id, [], fresh[i : i + 100])
         for key, value in changed.items():
             self._call(client.set_tag, run_id, f"rlstudio.resumed.{key}", value)
 
-    def _send_finish(self, client: Any, run_id: str, op: dict[str, Any]) -> None:
+    def _send_finish(self, client: _Client, run_id: str, op: dict[str, Any]) -> None:
         for name in RUN_ARTIFACTS:
             path = self.run_dir / name
             if path.is_file():
-                self._call(client.log_artifact, run_id, str(path))
+                self._call(client.log_artifact, run_id, path, "")
         for i, model in enumerate(op["models"]):
             path = Path(str(model.get("file") or ""))
             if not path.exists() or _size(path) > MODEL_ARTIFACT_MAX_BYTES:
                 continue
             folder = f"models/{_key(str(model.get('name') or i)).replace(' ', '_')}"
-            if path.is_dir():
-                self._call(client.log_artifacts, run_id, str(path), folder)
-            else:
-                self._call(client.log_artifact, run_id, str(path), folder)
-                for extra in model.get("extra_files") or []:
-                    if Path(extra).is_file():
-                        self._call(client.log_artifact, run_id, str(extra), folder)
+            files = (
+                [p for p in sorted(path.rglob("*")) if p.is_file()]
+                if path.is_dir()
+                else [path, *(Path(e) for e in model.get("extra_files") or [])]
+            )
+            for file in files:
+                if file.is_file():
+                    sub = file.parent.relative_to(path) if path.is_dir() else Path()
+                    where = (Path(folder) / sub).as_posix()
+                    self._call(client.log_artifact, run_id, file, where)
             if op["register"]:
                 self._register(client, run_id, model, folder)
-        self._call(client.set_terminated, run_id, status=op["status"])
+        self._call(client.update_run, run_id, op["status"], int(time.time() * 1000))
 
     def _register(
-        self, client: Any, run_id: str, model: Mapping[str, Any], folder: str
+        self, client: _Client, run_id: str, model: Mapping[str, Any], folder: str
     ) -> None:
         """A model version of the registered model named like the studio's,
         with the studio's lineage as tags."""
-        from mlflow.exceptions import MlflowException
-
         name = str(model.get("name") or self.studio_run_id).replace("/", "-")
-        try:
-            client.get_registered_model(name)
-        except MlflowException as exc:
-            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
-                raise _Unreachable(str(exc).splitlines()[0][:200]) from exc
-            self._call(client.create_registered_model, name)
         lineage = {
             "rlstudio.run_id": self.studio_run_id,
             "rlstudio.kind": self.kind,
@@ -472,14 +460,286 @@ class Tracker:
         for key, value in (model.get("metrics") or {}).items():
             lineage[f"rlstudio.metric.{key}"] = str(value)
         version = self._call(
-            client.create_model_version,
-            name,
-            f"runs:/{run_id}/{folder}",
-            run_id=run_id,
-            tags=lineage,
+            client.register, name, f"runs:/{run_id}/{folder}", run_id, lineage
         )
         if version is not None:
-            self._log(f"registered {name} version {version.version} in MLflow")
+            self._log(f"registered {name} version {version} in MLflow")
+
+
+class _Refused(Exception):
+    """The server answered and refused the request (retrying would not help)."""
+
+
+class _Client:
+    """What the tracker asks of MLflow, in plain data. Methods raise
+    :class:`_Unreachable` when the store does not answer and
+    :class:`_Refused` when it refuses."""
+
+    def experiment_id(self, name: str) -> str:
+        """The experiment ``name``'s id, created if missing."""
+        raise NotImplementedError
+
+    def create_run(self, experiment_id: str, name: str, tags: dict[str, str]) -> str:
+        raise NotImplementedError
+
+    def params(self, run_id: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def update_run(self, run_id: str, status: str, end_ms: int | None = None) -> None:
+        raise NotImplementedError
+
+    def log_batch(
+        self, run_id: str, metrics: list[dict[str, Any]], params: list[dict[str, str]]
+    ) -> None:
+        raise NotImplementedError
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        raise NotImplementedError
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str) -> None:
+        raise NotImplementedError
+
+    def register(
+        self, name: str, source: str, run_id: str, tags: dict[str, str]
+    ) -> str:
+        """A new version of registered model ``name`` (made if missing)."""
+        raise NotImplementedError
+
+
+class _RestClient(_Client):
+    """MLflow's REST API over the standard library (a tracking server)."""
+
+    def __init__(self, uri: str) -> None:
+        self.base = uri.rstrip("/")
+        self.headers = {"Content-Type": "application/json"}
+        token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        elif user:
+            import base64
+
+            pair = f"{user}:{os.environ.get('MLFLOW_TRACKING_PASSWORD', '')}"
+            self.headers["Authorization"] = "Basic " + base64.b64encode(
+                pair.encode()
+            ).decode("ascii")
+        self._artifact_uris: dict[str, str] = {}
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, str] | None = None,
+        data: bytes | None = None,
+    ) -> dict[str, Any]:
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = self.base + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        headers = dict(self.headers)
+        if data is None and body is not None:
+            data = json.dumps(body).encode("utf-8")
+        elif data is not None:
+            headers["Content-Type"] = "application/octet-stream"
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+                text = answer.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")
+            with contextlib.suppress(ValueError, AttributeError):
+                error = json.loads(detail)
+                detail = f"{error.get('error_code', '')}: {error.get('message', '')}"
+            if 400 <= exc.code < 500 and exc.code not in (408, 429):
+                raise _Refused(f"HTTP {exc.code} {detail[:300]}") from exc
+            raise _Unreachable(f"HTTP {exc.code}") from exc
+        except (OSError, ValueError) as exc:  # URLError, timeouts, resets
+            reason = getattr(exc, "reason", exc)
+            raise _Unreachable(f"{type(exc).__name__}: {reason}") from exc
+        try:
+            out = json.loads(text or b"{}")
+        except ValueError as exc:
+            raise _Unreachable("an answer that is not JSON") from exc
+        return out if isinstance(out, dict) else {}
+
+    def _api(self, method: str, endpoint: str, body: Any = None, **query: str) -> Any:
+        return self._request(method, f"/api/2.0/mlflow/{endpoint}", body, query=query)
+
+    def experiment_id(self, name: str) -> str:
+        try:
+            found = self._api("GET", "experiments/get-by-name", experiment_name=name)
+            return str(found["experiment"]["experiment_id"])
+        except _Refused as exc:
+            if "RESOURCE_DOES_NOT_EXIST" not in str(exc):
+                raise
+        return str(
+            self._api("POST", "experiments/create", {"name": name})["experiment_id"]
+        )
+
+    def create_run(self, experiment_id: str, name: str, tags: dict[str, str]) -> str:
+        run = self._api(
+            "POST",
+            "runs/create",
+            {
+                "experiment_id": experiment_id,
+                "run_name": name,
+                "start_time": int(time.time() * 1000),
+                "tags": [{"key": k, "value": v} for k, v in tags.items()],
+            },
+        )["run"]
+        run_id = str(run["info"]["run_id"])
+        self._artifact_uris[run_id] = str(run["info"].get("artifact_uri", ""))
+        return run_id
+
+    def _run(self, run_id: str) -> dict[str, Any]:
+        run: dict[str, Any] = self._api("GET", "runs/get", run_id=run_id)["run"]
+        self._artifact_uris[run_id] = str(run["info"].get("artifact_uri", ""))
+        return run
+
+    def params(self, run_id: str) -> dict[str, str]:
+        rows = self._run(run_id).get("data", {}).get("params", [])
+        return {str(p["key"]): str(p.get("value", "")) for p in rows}
+
+    def update_run(self, run_id: str, status: str, end_ms: int | None = None) -> None:
+        body: dict[str, Any] = {"run_id": run_id, "status": status}
+        if end_ms is not None:
+            body["end_time"] = end_ms
+        self._api("POST", "runs/update", body)
+
+    def log_batch(
+        self, run_id: str, metrics: list[dict[str, Any]], params: list[dict[str, str]]
+    ) -> None:
+        body = {"run_id": run_id, "metrics": metrics, "params": params, "tags": []}
+        self._api("POST", "runs/log-batch", body)
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self._api(
+            "POST", "runs/set-tag", {"run_id": run_id, "key": key, "value": value}
+        )
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str) -> None:
+        root = self._artifact_uris.get(run_id) or str(
+            self._run(run_id)["info"].get("artifact_uri", "")
+        )
+        parts = urlsplit(root)
+        where = "/".join(p for p in (artifact_path.strip("/"), path.name) if p)
+        if parts.scheme == "mlflow-artifacts":
+            # the server stores it (--serve-artifacts, its default)
+            self._request(
+                "PUT",
+                f"/api/2.0/mlflow-artifacts/artifacts{parts.path.rstrip('/')}/{where}",
+                data=path.read_bytes(),
+            )
+        elif parts.scheme in ("", "file"):
+            # the server writes to a folder this machine sees
+            folder = Path(parts.path if parts.scheme else root) / artifact_path
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, folder / path.name)
+        else:
+            _LibraryClient(self.base).log_artifact(run_id, path, artifact_path)
+
+    def register(
+        self, name: str, source: str, run_id: str, tags: dict[str, str]
+    ) -> str:
+        try:
+            self._api("GET", "registered-models/get", name=name)
+        except _Refused as exc:
+            if "RESOURCE_DOES_NOT_EXIST" not in str(exc):
+                raise
+            self._api("POST", "registered-models/create", {"name": name})
+        version = self._api(
+            "POST",
+            "model-versions/create",
+            {
+                "name": name,
+                "source": source,
+                "run_id": run_id,
+                "tags": [{"key": k, "value": v} for k, v in tags.items()],
+            },
+        )["model_version"]
+        return str(version["version"])
+
+
+class _LibraryClient(_Client):
+    """mlflow's own client, for stores other than a tracking server."""
+
+    def __init__(self, uri: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+    def _do(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return fn(*args, **kwargs)
+        except MlflowException as exc:
+            text = str(exc).splitlines()[0][:300]
+            if exc.error_code in _REJECTED:
+                raise _Refused(f"{exc.error_code}: {text}") from exc
+            raise _Unreachable(text) from exc
+        except OSError as exc:
+            raise _Unreachable(f"{type(exc).__name__}: {exc}") from exc
+
+    def experiment_id(self, name: str) -> str:
+        found = self._do(self.client.get_experiment_by_name, name)
+        if found is not None:
+            return str(found.experiment_id)
+        return str(self._do(self.client.create_experiment, name))
+
+    def create_run(self, experiment_id: str, name: str, tags: dict[str, str]) -> str:
+        run = self._do(self.client.create_run, experiment_id, run_name=name, tags=tags)
+        return str(run.info.run_id)
+
+    def params(self, run_id: str) -> dict[str, str]:
+        return dict(self._do(self.client.get_run, run_id).data.params)
+
+    def update_run(self, run_id: str, status: str, end_ms: int | None = None) -> None:
+        if end_ms is None:
+            self._do(self.client.update_run, run_id, status=status)
+        else:
+            self._do(self.client.set_terminated, run_id, status=status, end_time=end_ms)
+
+    def log_batch(
+        self, run_id: str, metrics: list[dict[str, Any]], params: list[dict[str, str]]
+    ) -> None:
+        from mlflow.entities import Metric, Param
+
+        self._do(
+            self.client.log_batch,
+            run_id,
+            metrics=[
+                Metric(m["key"], m["value"], m["timestamp"], m["step"]) for m in metrics
+            ],
+            params=[Param(p["key"], p["value"]) for p in params],
+        )
+
+    def set_tag(self, run_id: str, key: str, value: str) -> None:
+        self._do(self.client.set_tag, run_id, key, value)
+
+    def log_artifact(self, run_id: str, path: Path, artifact_path: str) -> None:
+        self._do(self.client.log_artifact, run_id, str(path), artifact_path or None)
+
+    def register(
+        self, name: str, source: str, run_id: str, tags: dict[str, str]
+    ) -> str:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_registered_model(name)
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise _Unreachable(str(exc).splitlines()[0][:200]) from exc
+            self._do(self.client.create_registered_model, name)
+        version = self._do(
+            self.client.create_model_version, name, source, run_id=run_id, tags=tags
+        )
+        return str(version.version)
 
 
 def _client_environment() -> None:
@@ -503,17 +763,19 @@ def _merge(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _metric_batches(rows: list[dict[str, Any]], ts: int) -> Iterator[list[Any]]:
-    """MLflow ``Metric`` lists of at most 1000 (the limit of ``log_batch``)."""
-    from mlflow.entities import Metric
-
-    batch: list[Any] = []
+def _metric_batches(
+    rows: list[dict[str, Any]], ts: int
+) -> Iterator[list[dict[str, Any]]]:
+    """Metrics in lists of at most 1000 (the limit of ``log-batch``)."""
+    batch: list[dict[str, Any]] = []
     for row in rows:
         step = int(row.get("step", 0))
         for key, value in row.items():
             if key in ("step", "time") or not isinstance(value, int | float):
                 continue
-            batch.append(Metric(_key(key), float(value), ts, step))
+            batch.append(
+                {"key": _key(key), "value": float(value), "timestamp": ts, "step": step}
+            )
             if len(batch) == 1000:
                 yield batch
                 batch = []
