@@ -106,6 +106,9 @@ PREVIEW_FILE = "preview.json"
 """Episodes played by ``env.preview`` (returns, lengths, step trace)."""
 FRAMES_FILE = "frames.npz"
 """Rendered frames of a preview or a play, beside its JSON."""
+FRAME_BUDGET_BYTES = 256 * 2**20
+"""Raw frames a preview or play job holds in memory at most (they are stacked
+to save); frames past it are not drawn."""
 FLOW_STATE_FILE = "flow_state.json"
 """A flow run's per-node states and outputs."""
 STOP_REQUEST_FILE = "stop.request"

@@ -9,7 +9,6 @@ track of the ones it started by purpose.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -289,28 +288,15 @@ class ModelsController(QObject):
         )
 
     def play(self, model: dict[str, Any], frames: int = 300) -> None:
-        """One episode with its step trace, and frames when the env renders
-        ``rgb_array`` (asked of the env catalog first)."""
-        env = str(model.get("env", ""))
-
-        def go(render: bool) -> None:
-            self.start_action(
-                "play",
-                "env_preview",
-                self._preview_config(
-                    model, episodes=1, trace=1, frames=frames if render else 0
-                ),
-                model,
-                name=f"Play {model.get('name', '')}",
-            )
-
-        if env.endswith(".env.json") or not env:
-            go(False)
-            return
-        self.client.request(
-            protocol.GetEnvCatalog(ids=[env], with_spaces=True),
-            on_reply=lambda r: go(any(renders_frames(e) for e in r["envs"])),
-            on_error=lambda e: go(False),
+        """One episode with its step trace and up to ``frames`` frames; an env
+        that cannot draw is played without, and ``preview.json``'s
+        ``frames_note`` says why."""
+        self.start_action(
+            "play",
+            "env_preview",
+            self._preview_config(model, episodes=1, trace=1, frames=frames),
+            model,
+            name=f"Play {model.get('name', '')}",
         )
 
     @staticmethod
@@ -411,26 +397,6 @@ class ModelsController(QObject):
         action = self.actions.get(run_id)
         if action is None:
             return
-        if (
-            action.purpose == "play"
-            and status == "failed"
-            and action.config.get("frames")
-        ):
-            # The env said it renders rgb_array but could not (a missing
-            # renderer such as pygame): play again with the trace only.
-            model = {
-                "id": action.model_id,
-                "path": action.config["model"],
-                "env": action.config["spec"],
-            }
-            self.start_action(
-                "play",
-                "env_preview",
-                self._preview_config(model, episodes=1, trace=1, frames=0),
-                model,
-                name="Play (trace only)",
-            )
-            return
         self.action_ended.emit(run_id, action.purpose, status, reason)
 
     # ----------------------------------------------------------- results
@@ -444,20 +410,6 @@ class ModelsController(QObject):
         if folder is None:
             return None
         return contract.read_json_object(folder / contract.PREVIEW_FILE)
-
-
-def renders_frames(entry: dict[str, Any]) -> bool:
-    """Whether an env of the catalog can give ``rgb_array`` frames here.
-
-    Gymnasium's own envs draw with pygame; when it is not installed (the
-    engine runs on this same interpreter) asking for frames would only fail
-    the run, so Play asks for the step trace alone.
-    """
-    if "rgb_array" not in (entry.get("render_modes") or []):
-        return False
-    if str(entry.get("entry_point", "")).startswith("gymnasium.envs."):
-        return importlib.util.find_spec("pygame") is not None
-    return True
 
 
 def model_folder(model: dict[str, Any]) -> str:

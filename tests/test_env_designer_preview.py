@@ -204,7 +204,9 @@ def test_preview_of_the_jira_env_shows_a_trace_and_a_success_rate(
     # The chosen step shows what a language-model policy reads.
     assert "Current status" in panel.step_detail.toPlainText()
     assert "step_fraction = 0" in panel.step_detail.toPlainText()
-    assert not panel.frames.isVisibleTo(panel)  # a workflow renders no frames
+    # The workflow draws its status diagram, a frame per step of episode 1.
+    assert panel.frames.isVisibleTo(panel)
+    assert panel.frames.frame_count() == data["episodes"][0]["length"] + 1
     # An edit makes the results stale, and says so.
     ws.undo_stack.push(
         ReplaceDocument(ws.model, {**ws.model.spec, "description": "edited"})
@@ -480,6 +482,13 @@ def test_python_env_code_is_edited_in_the_designer_and_previewed(
     assert not ws.is_modified and "unsaved" not in ws.python_note.text()
     assert [e["return"] for e in data["episodes"]] == [28.0, 28.0]
     assert data["action_space"] == "Discrete(3)"
+    # It cannot draw: the sentence stands where the frames would be.
+    sentence = (
+        "rlstudio/sevens-v0 cannot draw frames: it takes no render_mode argument."
+    )
+    assert data["frames_note"] == sentence
+    panel = ws.preview_panel
+    assert panel.frames.image.text() == sentence and panel.frames.isVisibleTo(panel)
     # The editor's own undo brings the template back (unsaved again).
     ws.python_code.undo()
     assert ws.python_code.toPlainText() == template and ws.code_modified

@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import sys
 from pathlib import Path
 
+import gymnasium
 import numpy as np
 import pytest
 
@@ -70,6 +72,134 @@ def test_preview_grid_frames(project: Path, tmp_path: Path) -> None:
         not np.array_equal(frames[0], frames[-1]) or result["episodes"][0]["length"] < 2
     )
     assert result["action_names"] == ["up", "right", "down", "left"]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "shape"),
+    [
+        ("CartPole-v1", (400, 600, 3)),  # classic-control: pygame, headless
+        ("FrozenLake-v1", (256, 256, 3)),  # toy-text: pygame and its sprites
+        ("rlstudio/jira_issue_resolution-v0", None),  # a workflow draws too
+    ],
+)
+def test_envs_that_render_give_frames(
+    project: Path, tmp_path: Path, env_id: str, shape: tuple | None
+) -> None:
+    from engine.envs.registry import register_project_envs
+
+    register_project_envs(project)
+    result = preview(
+        env_id, PreviewConfig(episodes=1, frames=30), frames_path=tmp_path / "f.npz"
+    )
+    assert result["frames_note"] is None
+    frames = np.load(result["frames"])["frames"]
+    n = min(30, result["episodes"][0]["length"] + 1)  # the reset frame, then steps
+    assert len(frames) == n and frames.dtype == np.uint8 and frames.ndim == 4
+    if shape is not None:
+        assert frames.shape[1:] == shape
+    assert frames[0].std() > 5  # a picture, not a blank canvas
+
+
+class _AnsiOnly(gymnasium.Env):
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    observation_space = gymnasium.spaces.Discrete(2)
+    action_space = gymnasium.spaces.Discrete(2)
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):  # type: ignore[no-untyped-def]
+        super().reset(seed=seed)
+        return 0, {}
+
+    def step(self, action):  # type: ignore[no-untyped-def]
+        return 0, 1.0, True, False, {}
+
+    def render(self) -> str:
+        return "x"
+
+
+class _BlankRender(_AnsiOnly):
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 4}
+
+    def render(self):  # type: ignore[no-untyped-def]
+        return None
+
+
+@pytest.mark.filterwarnings("ignore:.*RGB-array rendering should return")
+def test_an_env_that_cannot_draw_plays_on_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gymnasium.register("AnsiOnly-v0", entry_point=_AnsiOnly)
+    gymnasium.register("BlankRender-v0", entry_point=_BlankRender)
+    try:
+        cases = {
+            "AnsiOnly-v0": "AnsiOnly-v0 cannot draw frames: it has no rgb_array "
+            "render mode (its modes: ansi).",
+            "BlankRender-v0": "BlankRender-v0 cannot draw frames: its rgb_array "
+            "render gave NoneType, not an image.",
+        }
+        for env_id, sentence in cases.items():
+            out = tmp_path / f"{env_id}.npz"
+            result = preview(
+                env_id, PreviewConfig(episodes=2, frames=5), frames_path=out
+            )
+            assert result["frames_note"] == sentence
+            assert result["frames"] is None and not out.exists()
+            assert len(result["episodes"]) == 2  # played on, without frames
+    finally:
+        gymnasium.registry.pop("AnsiOnly-v0")
+        gymnasium.registry.pop("BlankRender-v0")
+    # pygame missing, as on an install without gymnasium[classic-control].
+    monkeypatch.setitem(sys.modules, "pygame", None)
+    result = preview(
+        "CartPole-v1", PreviewConfig(episodes=1, frames=5), frames_path=tmp_path / "c"
+    )
+    assert result["frames_note"] == (
+        "CartPole-v1 cannot draw frames: pygame is not installed "
+        '(pip install "gymnasium[classic-control]").'
+    )
+    assert result["frames"] is None and result["episodes"][0]["length"] > 0
+
+
+def test_preview_job_logs_why_there_are_no_frames(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The sentence goes to the run's log as well as into preview.json."""
+    (project / "envs" / "ansi.py").write_text(
+        "import gymnasium as gym\n\n\n"
+        "class Ansi(gym.Env):\n"
+        "    metadata = {'render_modes': ['ansi']}\n"
+        "    observation_space = gym.spaces.Discrete(2)\n"
+        "    action_space = gym.spaces.Discrete(2)\n\n"
+        "    def __init__(self, render_mode=None):\n"
+        "        self.render_mode = render_mode\n\n"
+        "    def reset(self, *, seed=None, options=None):\n"
+        "        super().reset(seed=seed)\n"
+        "        return 0, {}\n\n"
+        "    def step(self, action):\n"
+        "        return 0, 1.0, True, False, {}\n"
+    )
+    spec = {
+        "format": 1,
+        "name": "ansi",
+        "kind": "python",
+        "python": {"file": "ansi.py", "class": "Ansi"},
+    }
+    (project / "envs" / "ansi.env.json").write_text(json.dumps(spec))
+    cfg = validate_preview({"spec": "envs/ansi.env.json", "episodes": 1, "frames": 9})
+    ctx = _ctx(project, "env_preview", cfg)
+    try:
+        run_preview(ctx)
+    finally:
+        ctx.close()
+    saved = json.loads((ctx.run_dir / "preview.json").read_text())
+    sentence = (
+        "rlstudio/ansi-v0 cannot draw frames: it has no rgb_array render mode "
+        "(its modes: ansi)."
+    )
+    assert saved["frames_note"] == sentence and saved["frames"] is None
+    assert sentence in capsys.readouterr().err
 
 
 def _ctx(project: Path, kind: str, config: dict) -> JobContext:

@@ -263,6 +263,42 @@ def test_evaluate_and_play_show_results(qtbot, setup) -> None:
     assert rows[0]["step"] == 1 and len(rows[0]["observation"].split(",")) == 4
 
 
+def test_play_of_a_cartpole_policy_shows_its_frames(qtbot, setup) -> None:
+    """pygame draws CartPole headless in the job; the frames travel as
+    frames.npz and the viewer beside the trace shows them."""
+    import numpy as np
+
+    _win, ws, ids = setup
+    ws.select(ids["policy"])
+    with qtbot.waitSignal(
+        ws.controller.action_ended,
+        timeout=90_000,
+        check_params_cb=lambda run_id, purpose, status, reason: purpose == "play",
+    ) as ended:
+        ws.buttons["play"].click()
+    run_id, _purpose, status, reason = ended.args
+    assert status == "completed", reason
+    data = ws.controller.read_preview(run_id)
+    assert data is not None and data["frames_note"] is None
+    frames = np.load(data["frames"])["frames"]
+    length = data["episodes"][0]["length"]
+    assert frames.shape == (min(300, length + 1), 400, 600, 3)
+    assert frames.dtype == np.uint8 and frames[0].std() > 5  # cart, pole, track
+    assert not np.array_equal(frames[0], frames[-1])  # the cart moved
+    assert ws.frames.isVisible() and ws.frames.frame_count() == len(frames)
+    image = ws.frames.image.pixmap().toImage()
+    assert not image.isNull()
+    pixels = {
+        image.pixel(x, y)
+        for x in range(0, image.width(), 7)
+        for y in range(0, image.height(), 7)
+    }
+    assert len(pixels) > 1  # a picture (black cart on white), not a blank
+    with qtbot.waitSignal(ws.frames.frame_changed, timeout=5_000) as shown:
+        ws.frames.slider.setValue(len(frames) - 1)
+    assert shown.args == [len(frames) - 1]
+
+
 def write_gguf(path: Path) -> Path:
     """A small but valid GGUF (ChatML template, one tensor)."""
     import gguf

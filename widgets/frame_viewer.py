@@ -27,6 +27,7 @@ class FrameViewer(QWidget):
         self._frames = np.zeros((0, 1, 1, 3), dtype=np.uint8)
         self.image = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
         self.image.setMinimumSize(160, 120)
+        self.image.setWordWrap(True)  # an empty_text sentence in a narrow pane
         self.image.setSizePolicy(
             QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding
         )

@@ -182,6 +182,8 @@ def run_preview(ctx: Any) -> dict[str, Any]:
         should_stop=lambda: ctx.should_stop,
         on_episode=on_episode,
     )
+    if result["frames_note"]:
+        ctx.log(result["frames_note"])
     atomic_write_json(ctx.run_dir / contract.PREVIEW_FILE, result)
     return {
         "episodes": len(result["episodes"]),

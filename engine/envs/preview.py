@@ -5,7 +5,8 @@ success rate, a frame viewer (rendered envs) and a step-by-step trace table
 (observation, action, reward breakdown) for workflow envs. :func:`preview`
 computes all of it as JSON data; frames go to a ``.npz`` file (uint8 array
 ``frames`` of shape (n, height, width, 3)) because big things travel as
-paths.
+paths. An env that cannot draw is played without frames and
+``frames_note`` says why in one sentence (:mod:`engine.envs.render`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from engine.contract import FRAME_BUDGET_BYTES
 
 Policy = Callable[[Any, Any], int]
 """``policy(observation, env) -> action``."""
@@ -79,13 +82,27 @@ def preview(
     "observation_labels", "action_names", "observation_space",
     "action_space", "trace": [{"episode", "step",
     "observation", "action", "action_name", "reward", "reward_breakdown",
-    "status", "terminated", "truncated", "text"}], "frames": path|None}``.
+    "status", "terminated", "truncated", "text"}], "frames": path|None,
+    "frames_note": sentence|None}`` (``frames_note``: why frames were asked
+    for and none could be drawn).
     """
-    from engine.envs.registry import make
+    from engine.envs.registry import make, registered_id
+    from engine.envs.render import (
+        cannot_draw,
+        frame_problem,
+        make_for_frames,
+        render_failure,
+    )
 
     cfg = config or PreviewConfig()
-    render_mode = "rgb_array" if cfg.frames and frames_path is not None else None
-    env = make(spec_or_id, render_mode=render_mode) if render_mode else make(spec_or_id)
+    note: str | None = None
+    env_id = registered_id(spec_or_id)
+    if cfg.frames and frames_path is not None:
+        made = make_for_frames(env_id)
+        env, note = made.env, made.note
+        drawing = note is None
+    else:
+        env, drawing = make(env_id), False
     raw = env.unwrapped
     act = policy or random_policy(cfg.seed)
     labels = raw.observation_labels() if hasattr(raw, "observation_labels") else None
@@ -97,12 +114,36 @@ def preview(
     episodes: list[dict[str, Any]] = []
     trace: list[dict[str, Any]] = []
     frames: list[np.ndarray] = []
+    frame_bytes = 0
+
+    def draw() -> None:
+        """One frame of the first episode; the first failure ends drawing, and
+        so does :data:`~engine.contract.FRAME_BUDGET_BYTES`."""
+        nonlocal drawing, note, frame_bytes
+        if not drawing or len(frames) >= cfg.frames:
+            return
+        try:
+            frame = env.render()
+        except Exception as exc:
+            why: str | None = render_failure(exc)
+        else:
+            why = frame_problem(frame)
+        if why is None:
+            frame_bytes += frame.nbytes
+            if frame_bytes > FRAME_BUDGET_BYTES and frames:
+                drawing = False
+            else:
+                frames.append(frame)
+            return
+        drawing = False
+        note = cannot_draw(env_id, why)
+
     for ep in range(cfg.episodes):
         if should_stop is not None and should_stop():
             break
         obs, info = env.reset(seed=cfg.seed + ep)
-        if ep == 0 and render_mode and len(frames) < cfg.frames:
-            frames.append(env.render())
+        if ep == 0:
+            draw()
         total, length, done, success = 0.0, 0, False, False
         while not done:
             action = act(obs, env)
@@ -132,8 +173,8 @@ def preview(
                         else None,
                     }
                 )
-            if ep == 0 and render_mode and len(frames) < cfg.frames:
-                frames.append(env.render())
+            if ep == 0:
+                draw()
             obs = next_obs
         episodes.append({"return": total, "length": length, "success": success})
         if on_episode is not None:
@@ -162,4 +203,5 @@ def preview(
         "action_space": str(env.action_space),
         "trace": trace,
         "frames": out_frames,
+        "frames_note": note,
     }

@@ -150,13 +150,19 @@ def register_project_envs(project_dir: str | Path) -> list[str]:
     return ids
 
 
+def registered_id(spec_or_id: EnvSpec | dict[str, Any] | str | Path) -> str:
+    """The gymnasium id of an id, a spec, a spec document or a spec file path
+    (registering the spec)."""
+    if isinstance(spec_or_id, str) and not spec_or_id.endswith(SPEC_SUFFIX):
+        return spec_or_id
+    return register_spec(spec_or_id)
+
+
 def make(spec_or_id: EnvSpec | dict[str, Any] | str | Path, **kwargs: Any) -> Any:
     """``gym.make`` for an id, a spec, a spec document or a spec file path."""
     import gymnasium as gym
 
-    if isinstance(spec_or_id, str) and not spec_or_id.endswith(SPEC_SUFFIX):
-        return gym.make(spec_or_id, **kwargs)
-    return gym.make(register_spec(spec_or_id), **kwargs)
+    return gym.make(registered_id(spec_or_id), **kwargs)
 
 
 def autoregister() -> list[str]:

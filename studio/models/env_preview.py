@@ -14,15 +14,19 @@ import math
 from pathlib import Path
 from typing import Any
 
-from engine.contract import ENVS_FOLDER, SPEC_SUFFIX, env_id, env_name
+from engine.contract import (
+    ENVS_FOLDER,
+    FRAME_BUDGET_BYTES,
+    SPEC_SUFFIX,
+    env_id,
+    env_name,
+)
 
 POLICY_KIND = "sb3-policy"
 SB3_ALGOS = ("PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
 PREVIEW_FRAMES = 200
 """Frames of the first episode rendered at most (a 600x400 CartPole frame is
 720 kB raw; 200 of them compress to a few MB)."""
-FRAME_BUDGET_BYTES = 256 * 2**20
-"""Raw frames the job holds in memory at most (they are stacked to save)."""
 GRID_CELL_PX = 16
 """Pixels per grid cell in a grid env's ``rgb_array`` render."""
 

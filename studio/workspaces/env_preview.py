@@ -237,7 +237,7 @@ class EnvPreviewPanel(QWidget):
             self.trace_table.select_keys([rows[0]["id"]])
         else:
             self.step_detail.clear()
-        self._set_frames(data.get("frames"))
+        self._set_frames(data.get("frames"), str(data.get("frames_note") or ""))
         self._update_charts()
 
     def mark_stale(self) -> None:
@@ -271,14 +271,16 @@ class EnvPreviewPanel(QWidget):
             )
         self.status_label.setText(text)
 
-    def _set_frames(self, path: str | None) -> None:
+    def _set_frames(self, path: str | None, note: str = "") -> None:
+        """The frames at ``path``; else ``note`` (why the env drew none) in
+        their place, or no viewer at all."""
         if path and Path(path).is_file():
             with np.load(path) as npz:
                 self.frames.set_frames(npz["frames"])
             self.frames.show()
         else:
-            self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8))
-            self.frames.hide()
+            self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8), note)
+            self.frames.setVisible(bool(note))
 
     def _update_charts(self) -> None:
         """The chart row only takes room when it has something to show."""

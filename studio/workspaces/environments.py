@@ -87,7 +87,6 @@ from studio.models.env_preview import (
     train_config,
 )
 from studio.models.project_state import ProjectState
-from studio.models_controller import renders_frames
 from studio.session import Session
 from studio.workspaces.common import fmt_time
 from studio.workspaces.env_preview import EnvPreviewPanel
@@ -1101,16 +1100,11 @@ class EnvironmentsWorkspace(QWidget):
         )
 
     def _preview_frames(self) -> int:
-        """Frames to ask for: grids always render; a gymnasium env when the
-        catalog says it renders ``rgb_array`` here (pygame present)."""
-        kind = self.model.kind
-        if kind == "grid":
+        """Frames to ask for: fewer for a big grid; an env that cannot draw
+        is played without, and the engine says why."""
+        if self.model.kind == "grid":
             return grid_preview_frames(*self.model.grid_size())
-        if kind == "gymnasium" and self._described.get("id") == self.model.get_field(
-            "gymnasium.id"
-        ):
-            return PREVIEW_FRAMES if renders_frames(self._described) else 0
-        return 0
+        return PREVIEW_FRAMES
 
     def _refresh_policies(self) -> None:
         self.preview_panel.set_policies(self.policies())

@@ -741,21 +741,27 @@ class ModelsWorkspace(QWidget):
             )
         self.trace_table.set_records(rows)
         ep = (data.get("episodes") or [{}])[0]
+        note = str(data.get("frames_note") or "")
         self.result_label.setText(
             f"<b>Play</b> on {html.escape(str(data.get('env_id')))}: return "
             f"<b>{ep.get('return', 0):.4g}</b> in {ep.get('length', 0)} steps"
             + (" — success" if ep.get("success") else "")
+            + (
+                f"<br><span style='color:gray'>{html.escape(note)}</span>"
+                if note
+                else ""
+            )
         )
         frames_path = data.get("frames")
         if frames_path and Path(frames_path).is_file():
             with np.load(frames_path) as npz:
                 self.frames.set_frames(npz["frames"])
-            self.frames.show()
         else:
-            self.frames.hide()
+            # The viewer stays, with the sentence where the picture would be.
             self.frames.set_frames(
-                np.zeros((0, 1, 1, 3), np.uint8), "This env renders no frames."
+                np.zeros((0, 1, 1, 3), np.uint8), note or "This episode has no frames."
             )
+        self.frames.show()
 
     def _on_controller_failed(self, message: str) -> None:
         self.action_box.show()
