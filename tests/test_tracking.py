@@ -430,6 +430,8 @@ def test_a_store_other_than_a_server_goes_through_mlflows_client(
     from engine.jobs.context import JobContext
     from engine.jobs.lifecycle import execute
 
+    # mlflow's client puts a new experiment's artifacts under ./mlruns
+    monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{mlflow_server[2] / 'mlflow.db'}"
     monkeypatch.setenv(contract.TRACKING_URI_ENV, uri)
     run_dir = tmp_path / "proj" / "runs" / "r1"
