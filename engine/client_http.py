@@ -344,6 +344,36 @@ class StudioClient:
         )
         return result
 
+    # ------------------------------------------------------------- agents
+    def agent(self, name: str) -> dict[str, Any]:
+        """Versions, routing and per-version outcomes."""
+        result: dict[str, Any] = self.request("GET", f"/agents/{_q(name)}")
+        return result
+
+    def configure_agent(self, name: str, **changes: Any) -> dict[str, Any]:
+        """``pin``, ``candidate`` (``"v2"``, 2 or None) and ``rollout``
+        (0-100); what is not given is kept."""
+        result: dict[str, Any] = self.request("PUT", f"/agents/{_q(name)}", changes)
+        return result
+
+    def act(
+        self,
+        name: str,
+        *,
+        observation: Any = None,
+        messages: list[dict[str, str]] | None = None,
+        key: str = "",
+    ) -> dict[str, Any]:
+        """The agent's answer: ``action`` (a policy) or ``reply`` (a
+        language model), with the ``version`` that gave it."""
+        body: dict[str, Any] = {"key": key}
+        if observation is not None:
+            body["observation"] = observation
+        if messages is not None:
+            body["messages"] = messages
+        result: dict[str, Any] = self.request("POST", f"/agents/{_q(name)}/act", body)
+        return result
+
 
 def _q(part: str) -> str:
     return urllib.parse.quote(part, safe="")

@@ -188,6 +188,8 @@ class ModelRow(TypedDict):
     base: str
     metrics: dict[str, Any]
     size_bytes: int
+    agent: str
+    version: int
 
 
 class ProjectSnapshot(TypedDict):

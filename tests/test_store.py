@@ -472,3 +472,40 @@ def test_hardware_recommendations_scale_with_gpu_memory() -> None:
     assert big.dtype == "bf16" and not big.gradient_checkpointing
     assert big.batch_size > small.batch_size and big.lora_rank > small.lora_rank
     assert big.grpo_num_generations > small.grpo_num_generations
+
+
+def test_a_version_1_project_gains_agent_versions(tmp_path: Path) -> None:
+    """A project made before model versions opens with its models kept and
+    the new columns added; versions number per agent."""
+    import sqlite3
+
+    root = tmp_path / "old"
+    root.mkdir()
+    db = sqlite3.connect(root / "studio.sqlite")
+    db.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '1');"
+        "CREATE TABLE models (id TEXT PRIMARY KEY, name TEXT NOT NULL,"
+        " kind TEXT NOT NULL, path TEXT NOT NULL, created REAL NOT NULL,"
+        " source_run TEXT, env TEXT NOT NULL DEFAULT '', algo TEXT NOT NULL"
+        " DEFAULT '', base TEXT NOT NULL DEFAULT '', metrics TEXT NOT NULL"
+        " DEFAULT '{}', size_bytes INTEGER NOT NULL DEFAULT 0);"
+        "INSERT INTO models (id, name, kind, path, created)"
+        " VALUES ('m-old', 'old', 'sb3-policy', 'models/m-old/model.zip', 1.0);"
+    )
+    db.commit()
+    db.close()
+    project = Project.open(root)
+    (old,) = project.list_models()
+    assert (old.id, old.agent, old.version) == ("m-old", "", 0)
+    assert project.add_version("pole", "m-old").version == 1
+    file = tmp_path / "model.zip"
+    file.write_bytes(b"zip")
+    newer = project.register_model(name="new", kind="sb3-policy", files=[file])
+    assert project.add_version("pole", newer.id).version == 2
+    with pytest.raises(ProjectError, match="already v2 of agent 'pole'"):
+        project.add_version("other", newer.id)
+    project.close()
+    reopened = Project.open(root)
+    assert [m.version for m in reopened.versions("pole")] == [1, 2]
+    reopened.close()

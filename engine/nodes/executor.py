@@ -51,6 +51,7 @@ from engine.jobs.lifecycle import RunFailed
 from engine.nodes.base import NodeResult, NodeRun
 from engine.nodes.registry import node_types, specs
 from engine.store.atomic import atomic_write_json
+from engine.store.paths import checked_name
 
 KIND = "flow.run"
 STATE_FILE = contract.FLOW_STATE_FILE
@@ -61,6 +62,7 @@ StateSink = Callable[[str, str, float, str, dict[str, Any]], None]
 """``on_state(node_id, state, progress, message, outputs)``."""
 
 CONFIG_KEYS = (
+    "agent",
     "flow_path",
     "document",
     "only_stale",
@@ -179,7 +181,11 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if errors:
         raise ConfigError("document", describe_errors(doc, errors))
     name = config.get("flow_name") or flow.flow_name(doc, path)
+    agent = config.get("agent", "")
+    if agent:
+        checked_name("agent", agent)
     return {
+        "agent": agent,
         "flow_path": str(Path(path).expanduser().resolve()) if path else None,
         "document": doc.to_dict(),
         "flow_name": str(name),

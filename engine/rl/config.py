@@ -364,6 +364,9 @@ class TrainConfig:
     for the environment and algorithm ('' = the built-in one)."""
     name: str = setting("", group="Run", label="Model name")
     """Display name of the model this run registers ('' = generated)."""
+    agent: str = setting("", form=False)
+    """The named agent whose next version (``v1``, ``v2``, ...) this run's
+    model becomes ('' = none; ``POST /agents/{name}/act`` serves it)."""
     project_dir: str | None = setting(None, form=False)
     """Project folder, used to find designed envs (``rlstudio/...``)."""
     hyperparameters: dict[str, Any] = setting(factory=dict, form=False)

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine import contract
 from engine.errors import ConfigError, EngineError, UnknownRunError
+from engine.service.agents import ActFailed, UnknownAgent
 from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
 from engine.store.trajectories import UnknownTrajectoryError
 
@@ -116,6 +117,42 @@ class TrajectoryEnd(BaseModel):
     """The episode's return; None: the sum of the steps' rewards."""
 
 
+class ActRequest(BaseModel):
+    """``POST /agents/{name}/act``."""
+
+    model_config = ConfigDict(extra="forbid")
+    observation: Any = None
+    """For a policy: one observation (numbers, shaped as its space)."""
+    messages: list[dict[str, str]] | None = None
+    """For a language model: chat messages (``role``, ``content``)."""
+    key: str = ""
+    """Routes the request: the same key always reaches the same version
+    (a user or session id); empty: a random draw."""
+    deterministic: StrictBool = True
+    """A policy's greedy action (False: sampled)."""
+    max_new_tokens: StrictInt = Field(default=128, ge=1, le=4096)
+
+
+class AgentUpdate(BaseModel):
+    """``PUT /agents/{name}``: fields left out keep their value."""
+
+    model_config = ConfigDict(extra="forbid")
+    pin: StrictInt | str | None = None
+    """The version served (``"v2"`` or 2); null: follow the latest."""
+    candidate: StrictInt | str | None = None
+    """A version to roll out; null: none."""
+    rollout: Any = None
+    """Percent (0-100) of requests the candidate gets."""
+
+
+class VersionRequest(BaseModel):
+    """``POST /agents/{name}/versions``."""
+
+    model_config = ConfigDict(extra="forbid")
+    model_id: str
+    """A registered model (``GET /models``) to become the next version."""
+
+
 # ------------------------------------------------------------------ errors
 def error_response(
     status: int, message: str, field: str = "", headers: dict[str, str] | None = None
@@ -177,8 +214,12 @@ def _jsonable(value: Any) -> bool:
 
 
 def _status_of(exc: EngineError) -> int:
-    if isinstance(exc, NotFound | UnknownRunError | UnknownTrajectoryError):
+    if isinstance(
+        exc, NotFound | UnknownRunError | UnknownTrajectoryError | UnknownAgent
+    ):
         return 404
+    if isinstance(exc, ActFailed):
+        return 503
     if isinstance(exc, ConfigError):
         return 422
     return 409  # the request does not fit the state: a run not running, ...
@@ -414,6 +455,40 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
     def trajectory(trajectory_id: str) -> dict[str, Any]:
         """The trajectory as a trace episode, steps included."""
         return service.trajectories.episode(trajectory_id)
+
+    # ------------------------------------------------------------ agents
+    @app.get("/agents")
+    def agents() -> dict[str, list[str]]:
+        return {"agents": service.project.agent_names()}
+
+    @app.get("/agents/{name}")
+    def agent(name: str) -> dict[str, Any]:
+        """Versions (lineage, evaluation, live outcomes) and routing."""
+        return service.agents.describe(name)
+
+    @app.put("/agents/{name}")
+    def configure_agent(name: str, body: AgentUpdate) -> dict[str, Any]:
+        """Pin a version (or follow the latest), name a candidate and the
+        percentage of requests it gets."""
+        changes = {k: getattr(body, k) for k in body.model_fields_set}
+        return service.agents.configure(name, changes)
+
+    @app.post("/agents/{name}/versions", status_code=201)
+    def add_version(name: str, body: VersionRequest) -> dict[str, Any]:
+        return service.agents.add_version(name, body.model_id)
+
+    @app.post("/agents/{name}/act")
+    def act(name: str, body: ActRequest) -> dict[str, Any]:
+        """Answer with the version routing picks; falls back once when it
+        fails; every decision is logged."""
+        return service.agents.act(
+            name,
+            observation=body.observation,
+            messages=body.messages,
+            key=body.key,
+            deterministic=body.deterministic,
+            max_new_tokens=body.max_new_tokens,
+        )
 
     return app
 

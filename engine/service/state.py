@@ -25,6 +25,7 @@ from typing import Any
 from engine import contract, flow, protocol
 from engine.errors import ConfigError, EngineError
 from engine.jobs.supervisor import Supervisor
+from engine.service.agents import Agents
 from engine.store.paths import checked_name
 from engine.store.project import Project, RunRecord
 from engine.store.trajectories import TrajectoryStore
@@ -133,6 +134,7 @@ class Service:
             str(project_dir), create=True, with_examples=examples is not None
         )
         self.trajectories = TrajectoryStore(self.project.path)
+        self.agents = Agents(self.project)
         if self.trajectories.recovered:
             log.info(
                 "wrote the trace lines of %d ended trajectories",
@@ -149,6 +151,7 @@ class Service:
             self._closed = True
         self.supervisor.detach(timeout_s)
         self.trajectories.close()
+        self.agents.close()
 
     def _on_event(self, msg: protocol.Message) -> None:
         """The supervisor's events (job threads): progress is kept for rate

@@ -40,7 +40,11 @@ from engine.store.atomic import (
 )
 from engine.store.paths import checked_name, child
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: models carry ``agent`` and ``version``; the ``agents`` table."""
+VERSIONED_KINDS = ("sb3-policy", "hf-merged", "lora-adapter", "hf")
+"""Model kinds an agent can act with: the last one a run for a named agent
+registers becomes that agent's next version."""
 FOLDERS = ("envs", "flows", "runs", "models", "data")
 ACTIVE_STATUSES = contract.ACTIVE_STATUSES
 QUEUED_GRACE_S = 30.0
@@ -80,7 +84,9 @@ CREATE TABLE IF NOT EXISTS models (
     algo TEXT NOT NULL DEFAULT '',
     base TEXT NOT NULL DEFAULT '',
     metrics TEXT NOT NULL DEFAULT '{}',
-    size_bytes INTEGER NOT NULL DEFAULT 0
+    size_bytes INTEGER NOT NULL DEFAULT 0,
+    agent TEXT NOT NULL DEFAULT '',
+    version INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS lineage (
     parent TEXT NOT NULL,
@@ -88,7 +94,21 @@ CREATE TABLE IF NOT EXISTS lineage (
     relation TEXT NOT NULL,
     PRIMARY KEY (parent, child, relation)
 );
+CREATE TABLE IF NOT EXISTS agents (
+    name TEXT PRIMARY KEY,
+    pin INTEGER,
+    candidate INTEGER,
+    rollout INTEGER NOT NULL DEFAULT 0,
+    updated REAL NOT NULL
+);
 """
+_MIGRATIONS = {
+    # table -> columns added since version 1, with their declarations
+    "models": (
+        ("agent", "TEXT NOT NULL DEFAULT ''"),
+        ("version", "INTEGER NOT NULL DEFAULT 0"),
+    ),
+}
 
 
 @dataclass
@@ -127,9 +147,22 @@ class ModelRecord:
     base: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
     size_bytes: int = 0
+    agent: str = ""
+    """The named agent this model is a version of ('' = none)."""
+    version: int = 0
+    """Its version for that agent (1, 2, ...; 0 = none)."""
 
     def to_dict(self) -> contract.ModelRow:
         return cast(contract.ModelRow, asdict(self))
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Add the columns a project made by an older version lacks."""
+    for table, columns in _MIGRATIONS.items():
+        have = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        for name, declaration in columns:
+            if name not in have:
+                db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
 
 def new_id(prefix: str = "") -> str:
@@ -207,8 +240,9 @@ class Project:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_SCHEMA)
+            _migrate(db)
             db.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
             db.commit()
@@ -569,7 +603,87 @@ class Project:
                 by_file[_path_key(str(entry["file"]))] = record.id
             except (KeyError, TypeError, OSError, ProjectError) as exc:
                 problems.append(f"Could not register a model of run {run_id}: {exc}")
+        agent = self._run_agent(run_id)
+        if agent and ids:
+            models = {m.id: m for m in self.list_models()}
+            actable = [i for i in ids if models[i].kind in VERSIONED_KINDS]
+            if actable and not models[actable[-1]].version:
+                self.add_version(agent, actable[-1])
         return ids, problems
+
+    def _run_agent(self, run_id: str) -> str:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT config FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
+        config = json.loads(row[0] or "{}") if row else {}
+        agent = config.get("agent", "") if isinstance(config, dict) else ""
+        return agent if isinstance(agent, str) else ""
+
+    # ------------------------------------------------------------- agents
+    def add_version(self, agent: str, model_id: str) -> ModelRecord:
+        """Make the registered model ``model_id`` the next version of
+        ``agent`` (``v1``, ``v2``, ...); a model already a version of an
+        agent keeps it."""
+        checked_name("agent", agent)
+        with self._lock, self._db:
+            row = self._db.execute(
+                "SELECT agent, version FROM models WHERE id = ?", (model_id,)
+            ).fetchone()
+            if row is None:
+                raise ProjectError(f"There is no model {model_id!r} in this project.")
+            if row[1]:
+                if row[0] != agent:
+                    raise ProjectError(
+                        f"The model {model_id} is already v{row[1]} of agent "
+                        f"{row[0]!r}."
+                    )
+            else:
+                (last,) = self._db.execute(
+                    "SELECT COALESCE(MAX(version), 0) FROM models WHERE agent = ?",
+                    (agent,),
+                ).fetchone()
+                self._db.execute(
+                    "UPDATE models SET agent = ?, version = ? WHERE id = ?",
+                    (agent, last + 1, model_id),
+                )
+        return next(m for m in self.list_models() if m.id == model_id)
+
+    def versions(self, agent: str) -> list[ModelRecord]:
+        """The agent's versions, oldest first."""
+        found = [m for m in self.list_models() if m.agent == agent and m.version]
+        return sorted(found, key=lambda m: m.version)
+
+    def agent_names(self) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT DISTINCT agent FROM models WHERE agent != ''"
+                " UNION SELECT name FROM agents ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def agent_config(self, agent: str) -> dict[str, Any]:
+        """``pin`` (a version, or None: follow the latest), ``candidate``
+        (a version or None) and ``rollout`` (percent of requests the
+        candidate gets)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT pin, candidate, rollout, updated FROM agents WHERE name = ?",
+                (agent,),
+            ).fetchone()
+        if row is None:
+            return {"pin": None, "candidate": None, "rollout": 0, "updated": None}
+        return dict(zip(("pin", "candidate", "rollout", "updated"), row, strict=True))
+
+    def set_agent_config(
+        self, agent: str, *, pin: int | None, candidate: int | None, rollout: int
+    ) -> None:
+        checked_name("agent", agent)
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO agents VALUES (?, ?, ?, ?, ?)",
+                (agent, pin, candidate, rollout, time.time()),
+            )
 
     def list_models(self) -> list[ModelRecord]:
         with self._lock:

@@ -92,3 +92,38 @@ def test_bench_requests_and_ingest(tmp_path: Path) -> None:
         client.wait(job, timeout=60)
     finally:
         served.stop()
+
+
+def test_bench_act(tmp_path: Path) -> None:
+    """``POST /agents/{name}/act`` on an SB3 PPO policy (CartPole): one
+    client, keep-alive, the policy loaded by the first request (not timed);
+    then with a candidate at 50 % (two policies in the worker)."""
+    served = serve(tmp_path / "project", tmp_path / "server.log")
+    try:
+        client = served.client()
+        settings = {**QUICK, "agent": "bench"}
+        for seed in (1, 2):
+            job = client.train(
+                "CartPole-v1",
+                algo="PPO",
+                steps=256,
+                settings={**settings, "seed": seed},
+            )
+            client.wait(job, timeout=300)
+        obs = [0.01, -0.02, 0.03, 0.04]
+        for label, changes in (
+            ("v2 only", {}),
+            ("v1 + v2 at 50 %", {"pin": "v1", "candidate": "v2", "rollout": 50}),
+        ):
+            if changes:
+                client.configure_agent("bench", **changes)
+            for i in range(20):  # start the worker, load the policies
+                client.act("bench", observation=obs, key=str(i))
+            ms = []
+            for i in range(1000):
+                start = time.perf_counter()
+                client.act("bench", observation=obs, key=str(i))
+                ms.append((time.perf_counter() - start) * 1000)
+            print(f"\nact, SB3 PPO policy, {label}: {_percentiles(ms)}")
+    finally:
+        served.stop()
