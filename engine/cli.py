@@ -48,6 +48,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "merge, export to GGUF and deploy to Ollama in one command",
     ),
     "export-onnx": ("engine.export.cli_onnx", "export an SB3 policy to ONNX"),
+    "hub": (
+        "engine.llm.hub_cli",
+        "`hub download REPO_ID`: a model from the Hugging Face Hub, resumable",
+    ),
     "run": (
         "engine.nodes.cli",
         "run a workflow (.flow.json) headless with per-node progress",

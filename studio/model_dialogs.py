@@ -181,6 +181,52 @@ class ExportGgufDialog(QDialog):
         self.accept()
 
 
+class HubDownloadDialog(QDialog):
+    """Repository and revision of a download from the Hugging Face Hub."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Download from the Hugging Face Hub")
+        self.repo = QLineEdit(
+            placeholderText="org/name, e.g. Qwen/Qwen2.5-0.5B-Instruct"
+        )
+        self.revision = QLineEdit(placeholderText="main")
+        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        form = QFormLayout()
+        form.addRow("Repository", self.repo)
+        form.addRow("Revision", self.revision)
+        form.addRow(
+            QLabel(
+                "<span style='color:gray'>Into the Hugging Face cache ($HF_HOME), "
+                "from $HF_ENDPOINT with $HF_TOKEN when they are set. A stopped "
+                "download resumes.</span>",
+                wordWrap=True,
+            )
+        )
+        self.buttons = buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Download")
+        buttons.accepted.connect(self._on_accepted)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.message)
+        layout.addWidget(buttons)
+        self.message.hide()
+
+    def values(self) -> tuple[str, str]:
+        return self.repo.text().strip(), self.revision.text().strip() or "main"
+
+    def _on_accepted(self) -> None:
+        parts = self.repo.text().strip().split("/")
+        if len(parts) != 2 or not all(parts):
+            self.message.setText("Name the repository as org/name.")
+            self.message.show()
+            return
+        self.accept()
+
+
 class DeployOllamaDialog(QDialog):
     """Name, host, system prompt and quantization of an Ollama model; with
     ``one_click`` also the GGUF type of the export it starts with."""

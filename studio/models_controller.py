@@ -299,6 +299,17 @@ class ModelsController(QObject):
             name=f"Play {model.get('name', '')}",
         )
 
+    def download_from_hub(self, repo_id: str, revision: str = "main") -> None:
+        """A ``hub.download`` run: the model into the Hugging Face cache, with
+        progress in bytes; Stop keeps what came, and a new download resumes."""
+        self.start_action(
+            "hub.download",
+            "hub.download",
+            {"repo_id": repo_id.strip(), "revision": revision.strip() or "main"},
+            {"id": ""},
+            name=f"Download {repo_id.strip()}",
+        )
+
     @staticmethod
     def _preview_config(
         model: dict[str, Any], episodes: int, trace: int, frames: int

@@ -182,6 +182,14 @@ for _name, _entry, _validator, _description, _resumable in (
         False,
     ),
     (
+        "hub.download",
+        "engine.llm.hub:run",
+        "engine.llm.hub:validate",
+        "Downloads a model from the Hugging Face Hub into the HF cache "
+        "(progress in bytes; a stopped download resumes).",
+        False,
+    ),
+    (
         "llm.evaluate",
         "engine.llm.evaluate:run",
         "engine.llm.evaluate:validate",

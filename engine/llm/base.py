@@ -1,7 +1,9 @@
 """Base language models: where they are, what they are, which chat format.
 
 A base model is a local Hugging Face folder or a hub id (``org/name``)
-resolved from the local Hugging Face cache only: the engine never downloads.
+resolved from the local Hugging Face cache only: training never downloads
+(``hub.download`` / ``rl-studio-engine hub download`` fills the cache,
+:mod:`engine.llm.hub`).
 Everything here reads JSON files only (no torch, no transformers), so the
 supervisor can validate a job that names a model in milliseconds.
 """
@@ -134,7 +136,8 @@ def resolve_model(ref: str | Path, field_name: str = "model") -> Path:
             field_name,
             f"Model {text!r} is not in the local Hugging Face cache "
             f"({hf_cache_dirs()[0]}) and this engine works offline; download it "
-            f"there (huggingface-cli download {text}) or give a local model folder.",
+            f"there (Models → Download from the Hub…, or rl-studio-engine hub "
+            f"download {text}) or give a local model folder.",
         )
     raise ConfigError(
         field_name,

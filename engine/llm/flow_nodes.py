@@ -213,7 +213,8 @@ def _check_base(params: dict[str, Any]) -> list[str]:
             "str",
             DEFAULT_BASE_MODEL,
             help="A local Hugging Face model folder, or a hub id (org/name) already "
-            "in the local Hugging Face cache; the engine never downloads.",
+            "in the local Hugging Face cache (Models → Download from the Hub… "
+            "puts it there); training never downloads.",
             label="Model folder or hub id",
         ),
     ),

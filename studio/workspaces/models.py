@@ -38,6 +38,7 @@ from studio.model_dialogs import (
     ChatDialog,
     DeployOllamaDialog,
     ExportGgufDialog,
+    HubDownloadDialog,
     PipelineView,
 )
 from studio.models.model_catalog import (
@@ -68,6 +69,7 @@ PURPOSE_TITLES = {
     "export.onnx": "ONNX export",
     "export.gguf": "GGUF export",
     "deploy": "Ollama deployment",
+    "hub.download": "Download from the Hub",
 }
 
 MODEL_COLUMNS = [
@@ -144,6 +146,13 @@ class ModelsWorkspace(QWidget):
         header.addWidget(QLabel("Ollama:"))
         header.addWidget(self.host_edit)
         header.addWidget(self.refresh_button)
+        self.hub_button = QPushButton(
+            "Download from the Hub…",
+            toolTip="Download a model from the Hugging Face Hub ($HF_ENDPOINT, "
+            "$HF_TOKEN) into the Hugging Face cache, to use as a base model",
+        )
+        self.hub_button.clicked.connect(lambda: self.download_from_hub())
+        header.addWidget(self.hub_button)
 
         # -- actions
         self.buttons: dict[str, QPushButton] = {}
@@ -246,6 +255,10 @@ class ModelsWorkspace(QWidget):
         action_row = QHBoxLayout()
         action_row.addWidget(self.action_label)
         action_row.addWidget(self.action_progress, 1)
+        self.action_stop = QPushButton("Stop", toolTip="Stop this run")
+        self.action_stop.clicked.connect(self._on_action_stop_clicked)
+        self.action_stop.hide()
+        action_row.addWidget(self.action_stop)
         self.action_box = QWidget()
         self.action_box.setLayout(action_row)
         self.action_box.hide()
@@ -633,11 +646,29 @@ class ModelsWorkspace(QWidget):
         self.action_progress.set_state("running")
         self.action_progress.set_progress(0, None)
         self.action_progress.show()
+        self.action_stop.setEnabled(True)
+        self.action_stop.setVisible(purpose == "hub.download")
         if purpose in ("evaluate", "play"):
             self.tabs.setCurrentIndex(1)
             self.result_label.setText(
                 f"<i>{PURPOSE_TITLES[purpose]} running in the engine…</i>"
             )
+
+    def download_from_hub(self, repo_id: str | None = None, revision: str = "") -> None:
+        """Download ``repo_id`` (asked in a dialog when None)."""
+        if repo_id is not None:
+            self.controller.download_from_hub(repo_id, revision)
+            return
+        dialog = HubDownloadDialog(self)
+        dialog.accepted.connect(
+            lambda: self.controller.download_from_hub(*dialog.values())
+        )
+        self._open(dialog)
+
+    def _on_action_stop_clicked(self) -> None:
+        if self._action_run:
+            self._session.stop_run(self._action_run)
+            self.action_stop.setEnabled(False)
 
     def _update_action_progress(self) -> None:
         run = self._state.run(self._action_run) or {}
@@ -654,7 +685,11 @@ class ModelsWorkspace(QWidget):
     ) -> None:
         if run_id == self._action_run:
             self.action_progress.hide()  # the label says how it ended
+            self.action_stop.hide()
         title = PURPOSE_TITLES.get(purpose, purpose)
+        if purpose == "hub.download":
+            self._show_download(run_id, status, reason)
+            return
         if status != "completed":
             self.result_label.setText(
                 f"<span style='color:#d62728'>{title} {status}: "
@@ -679,6 +714,23 @@ class ModelsWorkspace(QWidget):
                 )
             )
             self.refresh_ollama()
+
+    def _show_download(self, run_id: str, status: str, reason: str) -> None:
+        summary = (self._state.run(run_id) or {}).get("summary") or {}
+        repo = html.escape(str(summary.get("repo_id") or ""))
+        if status == "completed":
+            self.action_label.setText(
+                f"Downloaded <b>{repo}</b> to {html.escape(str(summary.get('path')))}"
+                f"; name it <code>{repo}</code> as a base model."
+            )
+        elif status == "stopped":
+            self.action_label.setText(
+                "Download stopped: downloading it again resumes where it stopped."
+            )
+        else:
+            self.action_label.setText(
+                f"<span style='color:#d62728'>{html.escape(reason)}</span>"
+            )
 
     def _show_evaluation(self, run_id: str) -> None:
         data = self.controller.read_preview(run_id)

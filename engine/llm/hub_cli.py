@@ -1,0 +1,101 @@
+"""``rl-studio-engine hub download REPO_ID [--revision R] [--project DIR]``:
+a model from the Hugging Face Hub into the HF cache, with a progress bar.
+
+With ``--project`` the download is a run of the project (``hub.download``),
+listed, logged and stoppable as a studio run is. Ctrl-C stops it; running the
+command again resumes the file it was on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    subs = parser.add_subparsers(dest="hub_command", metavar="ACTION", required=True)
+    down = subs.add_parser(
+        "download",
+        help="download a model repository into the Hugging Face cache",
+        description="Download a model repository into the Hugging Face cache "
+        "($HF_HOME), from $HF_ENDPOINT (default huggingface.co), with $HF_TOKEN.",
+    )
+    down.add_argument("repo_id", metavar="REPO_ID", help="org/name")
+    down.add_argument("--revision", default="main", help="branch, tag or commit")
+    down.add_argument(
+        "--project", type=Path, default=None, help="record it as a run of DIR"
+    )
+    down.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.export.cli import ProgressBar
+    from engine.llm import hub
+
+    config = hub.validate({"repo_id": args.repo_id, "revision": args.revision})
+    bar = ProgressBar("download", quiet=args.quiet)
+    if args.project is None:
+        result = _direct(config, bar)
+    else:
+        result = _in_project(args.project, config, bar)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _direct(config: dict[str, Any], bar: Any) -> dict[str, Any]:
+    import signal
+
+    from engine.llm import hub
+
+    stop = {"asked": False}
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        if stop["asked"]:
+            raise KeyboardInterrupt
+        stop["asked"] = True
+        print("\nstopping (Ctrl-C again to abort)", file=sys.stderr, flush=True)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return hub.download(
+            config["repo_id"],
+            config["revision"],
+            progress=lambda done, total, _file: bar(done, total),
+            should_stop=lambda: stop["asked"],
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _in_project(folder: Path, config: dict[str, Any], bar: Any) -> dict[str, Any]:
+    from engine.jobs.lifecycle import HeadlessContext, run_in_process
+    from engine.llm import hub
+    from engine.store.project import Project
+
+    class BarContext(HeadlessContext):
+        def progress(self, done: float, total: float, message: str = "") -> None:
+            super().progress(done, total, message)
+            bar(done, total)
+
+    project = Project.open(folder, create=True)
+    try:
+        record = project.create_run(
+            hub.KIND, config, name=f"Download {config['repo_id']}"
+        )
+        ctx = BarContext(
+            record.id,
+            Path(record.run_dir),
+            hub.KIND,
+            config,
+            events=None,
+            project=project,
+        )
+        outcome = run_in_process(project, record.id, ctx, hub.run)
+        if outcome.error is not None:
+            raise outcome.error
+        return dict(outcome.summary or {})
+    finally:
+        project.close()

@@ -1,0 +1,177 @@
+"""A local stand-in for the Hugging Face Hub's download API, on 127.0.0.1 in a
+thread, as ``huggingface_hub`` (2.x) uses it:
+
+* ``GET /api/models/{repo}/revision/{rev}[?blobs=true]``: ``{"id", "sha",
+  "siblings": [{"rfilename", "size", "blobId"}]}`` (``HfApi.model_info``);
+* ``HEAD /{repo}/resolve/{rev}/{file}``: ``ETag``, ``X-Repo-Commit``,
+  ``Content-Length`` (``get_hf_file_metadata``);
+* ``GET /{repo}/resolve/{rev}/{file}`` with ``Range: bytes=N-`` answered
+  ``206`` (``http_get``'s resume).
+
+Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``, ``GatedRepo``,
+``RevisionNotFound``). ``cut_once`` makes the first GET of a file close the
+connection after that many bytes; ``delay_s`` slows each chunk so a test can
+stop a download midway. Every request is recorded in ``requests``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub:
+    def __init__(self, repos: dict[str, dict[str, bytes]]) -> None:
+        self.repos = repos
+        self.gated: set[str] = set()
+        self.token = "hf_test_token"
+        self.cut_once: dict[str, int] = {}
+        """file name -> bytes after which its first GET is cut."""
+        self.delay_s = 0.0
+        self.chunk = 64 * 1024
+        self.requests: list[dict[str, Any]] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_HEAD(self) -> None:
+                hub._serve(self, head=True)
+
+            def do_GET(self) -> None:
+                hub._serve(self, head=False)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeHub:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # ----------------------------------------------------------------- serve
+    def _error(self, h: BaseHTTPRequestHandler, status: int, code: str) -> None:
+        body = json.dumps({"error": code}).encode()
+        h.send_response(status)
+        h.send_header("X-Error-Code", code)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
+
+    def _allowed(self, h: BaseHTTPRequestHandler, repo: str) -> bool:
+        if repo not in self.repos:
+            # The Hub answers 401 for a repo it will not name to strangers.
+            self._error(h, 401 if "Authorization" not in h.headers else 404,
+                        "RepoNotFound")  # fmt: skip
+            return False
+        if repo in self.gated and h.headers.get("Authorization") != (
+            f"Bearer {self.token}"
+        ):
+            self._error(h, 403 if "Authorization" in h.headers else 401, "GatedRepo")
+            return False
+        return True
+
+    def _serve(self, h: BaseHTTPRequestHandler, head: bool) -> None:
+        path = h.path.split("?")[0]
+        self.requests.append(
+            {"method": h.command, "path": path, "range": h.headers.get("Range")}
+        )
+        api = re.fullmatch(r"/api/models/(.+?)/revision/([^/]+)", path)
+        if api:
+            repo, rev = api.groups()
+            if not self._allowed(h, repo):
+                return
+            if rev not in ("main", COMMIT):
+                self._error(h, 404, "RevisionNotFound")
+                return
+            files = self.repos[repo]
+            body = json.dumps(
+                {
+                    "id": repo,
+                    "modelId": repo,
+                    "sha": COMMIT,
+                    "private": False,
+                    "gated": repo in self.gated,
+                    "siblings": [
+                        {"rfilename": n, "size": len(d), "blobId": _etag(d)}
+                        for n, d in files.items()
+                    ],
+                }
+            ).encode()
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return
+        resolve = re.fullmatch(r"/(.+?/[^/]+)/resolve/([^/]+)/(.+)", path)
+        if not resolve:
+            self._error(h, 404, "EntryNotFound")
+            return
+        repo, rev, name = resolve.groups()
+        if not self._allowed(h, repo):
+            return
+        data = self.repos[repo].get(name)
+        if data is None:
+            self._error(h, 404, "EntryNotFound")
+            return
+        start = 0
+        match = re.fullmatch(r"bytes=(\d+)-", h.headers.get("Range") or "")
+        if match and not head:
+            start = int(match.group(1))
+        h.send_response(206 if start else 200)
+        h.send_header("ETag", f'"{_etag(data)}"')
+        h.send_header("X-Repo-Commit", COMMIT)
+        h.send_header("Accept-Ranges", "bytes")
+        h.send_header("Content-Length", str(len(data) - start))
+        if start:
+            h.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        h.end_headers()
+        if head:
+            return
+        cut = self.cut_once.pop(name, None)
+        sent = start
+        while sent < len(data):
+            if cut is not None and sent >= cut:
+                h.close_connection = True
+                return  # mid-file: the client sees a short body
+            end = min(len(data), sent + self.chunk)
+            if cut is not None:
+                end = min(end, cut) if sent < cut else end
+            try:
+                h.wfile.write(data[sent:end])
+                h.wfile.flush()
+            except OSError:
+                return
+            sent = end
+            if self.delay_s:
+                time.sleep(self.delay_s)
+
+    def ranges(self, name: str) -> list[str | None]:
+        """The Range headers of the GETs of ``name``."""
+        return [
+            r["range"]
+            for r in self.requests
+            if r["method"] == "GET" and r["path"].endswith("/" + name)
+        ]
+
+
+def _etag(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
