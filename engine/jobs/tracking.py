@@ -18,7 +18,11 @@ project's run id; the MLflow run id is kept in the run folder
 (:data:`contract.MLFLOW_RUN_FILE`), so a resumed run continues it.
 
 Everything MLflow does happens on the tracker's own thread, fed by a queue:
-the training thread never waits for the server. A server that does not answer
+the training thread never waits for the server. A tracking server (http,
+https) is spoken to over MLflow's REST API with the standard library
+(:class:`_RestClient`), so the job never imports mlflow (about 1.5 s of CPU
+holding the GIL); other stores go through mlflow's client
+(:class:`_LibraryClient`). A server that does not answer
 costs one warning in the run's log; from then on what would have been sent is
 appended to the run folder's spool (:data:`contract.MLFLOW_SPOOL_FILE`), the
 server is retried every :data:`RETRY_S` seconds and once more at the end, and
