@@ -70,6 +70,8 @@ class FlowRunRequest(BaseModel):
     """Reuse the outputs of nodes unchanged since their last successful run."""
     targets: list[str] = Field(default_factory=list)
     """Run only these nodes (and what they need); empty: all."""
+    agent: str = ""
+    """The agent whose next version the flow's model becomes ('' = none)."""
 
 
 class TrajectoryStart(BaseModel):
@@ -115,6 +117,16 @@ class TrajectoryEnd(BaseModel):
     """``completed``, ``failed``, ``error``, ``timeout`` or ``abandoned``."""
     total_reward: float | None = Field(default=None, strict=True, allow_inf_nan=False)
     """The episode's return; None: the sum of the steps' rewards."""
+
+
+class TriggerRequest(BaseModel):
+    """``POST /training/trigger`` (Babylon's names)."""
+
+    model_config = ConfigDict(extra="forbid")
+    force: StrictBool = False
+    """Train even when the data is not ready."""
+    batchSize: StrictInt | None = Field(default=None, ge=1)
+    """Passed to the flow parameter the settings' ``batch_param`` names."""
 
 
 class ActRequest(BaseModel):
@@ -338,6 +350,33 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         )
         return {"job_id": job_id}
 
+    @app.get("/training/status")
+    def training_status() -> dict[str, Any]:
+        """Readiness (``ready``, ``reason``, ``stats``), the current and
+        last completed retraining, model versions, data rates, schedule."""
+        return service.retraining.status()
+
+    @app.get("/training/settings")
+    def retrain_settings() -> dict[str, Any]:
+        return service.retraining.settings()
+
+    @app.put("/training/settings")
+    def configure_retraining(
+        body: Annotated[dict[str, Any], Body()],
+    ) -> dict[str, Any]:
+        """Change the readiness rules and the training flow (fields left
+        out keep their value)."""
+        return service.retraining.configure(body)
+
+    @app.post("/training/trigger", status_code=201)
+    def trigger(
+        body: Annotated[TriggerRequest | None, Body()] = None,
+    ) -> dict[str, Any]:
+        """Start the training flow when the data is ready (or forced);
+        409 with the reason otherwise."""
+        req = body or TriggerRequest()
+        return service.retraining.trigger(force=req.force, batch_size=req.batchSize)
+
     @app.get("/training/{job_id}")
     def training(job_id: str) -> dict[str, Any]:
         """Status, progress, rate, ETA, latest metrics and error of a run."""
@@ -392,6 +431,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
             overrides=req.overrides,
             only_stale=req.only_stale,
             targets=req.targets,
+            agent=req.agent,
         )
         return {"job_id": job_id}
 

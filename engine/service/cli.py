@@ -45,6 +45,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="file holding the bearer token every request must send",
     )
     parser.add_argument(
+        "--retrain-every",
+        default=None,
+        metavar="DURATION",
+        help="run the project's training flow by itself this often when the "
+        "data is ready (24h, 30m, 90s; see PUT /training/settings)",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=("debug", "info", "warning", "error"),
@@ -117,10 +124,15 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="engine %(levelname)s: %(message)s",
     )
+    from engine.service.retrain import parse_every
+
     token = read_token(args.token_file, args.host)
+    every = None if args.retrain_every is None else parse_every(args.retrain_every)
     sock = bind(args.host, args.port)
     try:
-        service = Service(args.project, examples=resource_path("examples"))
+        service = Service(
+            args.project, examples=resource_path("examples"), retrain_every_s=every
+        )
     except BaseException:
         sock.close()
         raise

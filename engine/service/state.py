@@ -26,6 +26,7 @@ from engine import contract, flow, protocol
 from engine.errors import ConfigError, EngineError
 from engine.jobs.supervisor import Supervisor
 from engine.service.agents import Agents
+from engine.service.retrain import Retraining
 from engine.store.paths import checked_name
 from engine.store.project import Project, RunRecord
 from engine.store.trajectories import TrajectoryStore
@@ -124,7 +125,12 @@ def _request_field(field: str) -> str:
 class Service:
     """One project, its supervisor, and the state the routes read."""
 
-    def __init__(self, project_dir: str | Path, examples: Path | None = None) -> None:
+    def __init__(
+        self,
+        project_dir: str | Path,
+        examples: Path | None = None,
+        retrain_every_s: float | None = None,
+    ) -> None:
         self._progress: dict[str, protocol.RunProgress] = {}
         self._latest: dict[str, MetricsTail] = {}
         self._lock = threading.Lock()
@@ -135,6 +141,7 @@ class Service:
         )
         self.trajectories = TrajectoryStore(self.project.path)
         self.agents = Agents(self.project)
+        self.retraining = Retraining(self, retrain_every_s)
         if self.trajectories.recovered:
             log.info(
                 "wrote the trace lines of %d ended trajectories",
@@ -149,6 +156,7 @@ class Service:
             if self._closed:
                 return
             self._closed = True
+        self.retraining.close()
         self.supervisor.detach(timeout_s)
         self.trajectories.close()
         self.agents.close()
@@ -256,9 +264,12 @@ class Service:
         overrides: dict[str, Any] | None = None,
         only_stale: bool = True,
         targets: list[str] | None = None,
+        agent: str = "",
     ) -> str:
-        """Run the project's flow ``name`` (``flows/<name>.flow.json``)."""
+        """Run the project's flow ``name`` (``flows/<name>.flow.json``);
+        with ``agent``, its model becomes that agent's next version."""
         config = {
+            "agent": agent,
             "flow_path": str(self.flow_path(name)),
             "overrides": dict(overrides or {}),
             "only_stale": only_stale,

@@ -620,6 +620,24 @@ class Project:
         agent = config.get("agent", "") if isinstance(config, dict) else ""
         return agent if isinstance(agent, str) else ""
 
+    # ------------------------------------------------------------ settings
+    def setting(self, key: str) -> dict[str, Any]:
+        """A project setting stored in the ``meta`` table (a JSON object;
+        empty when never set)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT value FROM meta WHERE key = ?", (f"setting:{key}",)
+            ).fetchone()
+        value = json.loads(row[0]) if row else {}
+        return value if isinstance(value, dict) else {}
+
+    def set_setting(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                (f"setting:{key}", json.dumps(value)),
+            )
+
     # ------------------------------------------------------------- agents
     def add_version(self, agent: str, model_id: str) -> ModelRecord:
         """Make the registered model ``model_id`` the next version of

@@ -333,6 +333,36 @@ class TrajectoryStore:
             rows = self._db.execute(sql, (*args, limit)).fetchall()
         return [self._row(r) for r in reversed(rows)]
 
+    def counts(self, agent: str = "", since: float = 0.0) -> dict[str, int]:
+        """Ended trajectories (of ``agent`` when given): ``total``; ``new``
+        (ended after ``since``) and their distinct ``scenarios``; ``open``
+        ones; and what ended in the last hour and day (``last_hour``,
+        ``last_day``, ``steps_last_hour``)."""
+        now = time.time()
+        with self._lock:
+            row = self._db.execute(
+                "SELECT SUM(status != 'open'),"
+                " SUM(status != 'open' AND ended > ?2),"
+                " COUNT(DISTINCT CASE WHEN status != 'open' AND ended > ?2"
+                " THEN scenario END),"
+                " SUM(status = 'open'),"
+                " SUM(status != 'open' AND ended > ?3),"
+                " SUM(status != 'open' AND ended > ?4),"
+                " SUM(CASE WHEN status != 'open' AND ended > ?3 THEN steps END)"
+                " FROM trajectories WHERE (?1 = '' OR agent = ?1)",
+                (agent, since, now - 3600.0, now - 86400.0),
+            ).fetchone()
+        keys = (
+            "total",
+            "new",
+            "scenarios",
+            "open",
+            "last_hour",
+            "last_day",
+            "steps_last_hour",
+        )
+        return {k: int(v or 0) for k, v in zip(keys, row, strict=True)}
+
     def _row(self, row: tuple[Any, ...]) -> dict[str, Any]:
         out = dict(zip(_COLUMNS, row, strict=True))
         out["meta"] = json.loads(out["meta"] or "{}")
