@@ -16,10 +16,12 @@ from PySide6 import QtCore, QtGui
 from studio.models.metric_store import MetricStore
 from widgets.live_plot import (
     DEFAULT_GROUPS,
+    GROUP_AXES,
     OTHER_GROUP,
     LivePlotPanel,
     ema_smooth,
     group_for_key,
+    metric_name,
 )
 from widgets.run_progress import RunProgressBar, format_eta, format_progress
 
@@ -70,11 +72,111 @@ def test_group_rules_are_data_with_exact_keys_beating_globs() -> None:
     assert group_for_key("eval/mean_reward") == "Rewards"
     assert group_for_key("train/value_loss") == "Losses"
     assert group_for_key("train/entropy_loss") == "Policy"  # exact beats train/*loss*
-    assert group_for_key("rollout/exploration_rate") == "Schedule"
+    assert group_for_key("rollout/exploration_rate") == "Exploration"
     assert group_for_key("custom/thing") == OTHER_GROUP
     assert group_for_key("time/iterations") is None
     assert group_for_key("x/y", rules=[("Mine", ("x/*",))], ignored=()) == "Mine"
-    assert [t for t, _ in DEFAULT_GROUPS][:3] == ["Rewards", "Episode length", "Losses"]
+    assert [t for t, _ in DEFAULT_GROUPS][:4] == [
+        "Rewards",
+        "Reward std",
+        "Episode length",
+        "Losses",
+    ]
+    # Every group has its y axis title.
+    assert {t for t, _ in DEFAULT_GROUPS} == set(GROUP_AXES)
+
+
+# The keys TRL's GRPOTrainer logs (trl/trainer/grpo_trainer.py, transformers'
+# Trainer for loss / grad_norm / learning_rate / epoch) with two reward
+# functions, as the flow's llm.train node "train" records them.
+GRPO_LOGS = {
+    "loss": 0.01,
+    "grad_norm": 0.5,
+    "learning_rate": 1e-5,
+    "num_tokens": 1000.0,
+    "completions/mean_length": 40.0,
+    "completions/min_length": 12.0,
+    "completions/max_length": 64.0,
+    "completions/clipped_ratio": 0.25,
+    "completions/mean_terminated_length": 30.0,
+    "completions/min_terminated_length": 12.0,
+    "completions/max_terminated_length": 60.0,
+    "rewards/env_reward/mean": 0.5,
+    "rewards/env_reward/std": 0.2,
+    "rewards/format/mean": 1.0,
+    "rewards/format/std": 0.0,
+    "reward": 1.5,
+    "reward_std": 0.3,
+    "frac_reward_zero_std": 0.5,
+    "kl": 0.002,
+    "entropy": 1.2,
+    "clip_ratio/low_mean": 0.0,
+    "clip_ratio/low_min": 0.0,
+    "clip_ratio/high_mean": 0.0,
+    "clip_ratio/high_max": 0.0,
+    "clip_ratio/region_mean": 0.0,
+    "epoch": 0.5,
+}
+
+
+def flow_grpo_keys() -> list[str]:
+    """The flow run's keys: the engine's own TRL renaming, then the node
+    prefix (engine.nodes.base.NodeContext.metrics)."""
+    from engine.llm.train import studio_metric_keys
+
+    keys = [f"train/{k}" for k in studio_metric_keys(GRPO_LOGS, "grpo")]
+    keys += ["train/train/tokens_per_s"]  # the callback's own
+    keys += [f"collect/rollout/{k}" for k in ("ep_rew", "ep_len", "success")]
+    keys += ["collect/rollout/unparsed_rate", "collect/rollout/invalid_rate"]
+    return keys
+
+
+def test_a_flow_runs_grpo_metrics_land_in_named_groups() -> None:
+    groups = {k: group_for_key(k) for k in flow_grpo_keys()}
+    assert {k: g for k, g in groups.items() if g == OTHER_GROUP} == {}
+    expect = {
+        "train/reward/mean": "Rewards",
+        "train/reward/env_reward_mean": "Rewards",
+        "train/reward/format_mean": "Rewards",
+        "train/reward/std": "Reward std",
+        "train/reward/env_reward_std": "Reward std",
+        "train/train/kl": "KL",
+        "train/train/loss": "Losses",
+        "train/completion/mean_length": "Completion length",
+        "train/completion/max_terminated_length": "Completion length",
+        "train/completion/clipped_ratio": "Clip ratio",
+        "train/grpo/clip_ratio_low_mean": "Clip ratio",
+        "train/train/learning_rate": "Learning rate",
+        "train/train/grad_norm": "Gradient norm",
+        "train/train/entropy": "Policy",
+        "train/train/tokens_per_s": "Generation speed",
+        "train/train/epoch": None,  # bookkeeping
+        "train/train/num_tokens": None,
+        "collect/rollout/ep_rew": "Rewards",
+        "collect/rollout/ep_len": "Episode length",
+        "collect/rollout/invalid_rate": "Rates",
+    }
+    assert {k: groups[k] for k in expect} == expect
+    assert metric_name("train/reward/mean") == "reward/mean"
+    assert metric_name("rollout/ep_rew_mean") == "rollout/ep_rew_mean"
+
+
+def test_charts_have_axis_titles_with_units(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    keys = ["train/reward/mean", "train/train/kl", "train/completion/mean_length"]
+    with qtbot.waitSignal(panel.visible_groups_changed, timeout=2000) as sig:
+        fill(store, "flow-1", keys, 20)
+    assert sig.args[0] == ["Rewards", "KL", "Completion length"]
+
+    def titles(title: str) -> tuple[str, str]:
+        item = panel.group_widget(title).plot.getPlotItem()
+        return item.getAxis("left").labelText, item.getAxis("bottom").labelText
+
+    assert titles("KL") == ("KL (nats)", "steps")
+    assert titles("Completion length") == ("tokens", "steps")
+    panel.set_x_axis("time")
+    assert titles("Rewards") == ("return", "wall time (s)")
 
 
 def test_panel_shows_groups_for_the_keys_given_and_hides_empty_ones(

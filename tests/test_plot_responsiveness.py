@@ -59,7 +59,7 @@ def test_redraw_ticks_stay_short_and_the_event_loop_responsive(
         for run_id in RUNS:
             panel.add_keys(run_id, store.keys(run_id))
         qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=20_000)
-        assert panel.group_titles() == ["Rewards", "Losses", "Policy", "Throughput"]
+        assert panel.group_titles() == ["Rewards", "Losses", "KL", "Throughput"]
         first_load = max(ticks)
 
         # Live phase: a timer appends rows to every run (as engine batches do)

@@ -32,46 +32,105 @@ from PySide6 import QtCore, QtGui, QtWidgets
 __all__ = [
     "DEFAULT_GROUPS",
     "DEFAULT_IGNORED",
+    "GROUP_AXES",
     "OTHER_GROUP",
     "RUN_COLORS",
     "LivePlotPanel",
     "ema_smooth",
     "group_for_key",
+    "metric_name",
 ]
 
 Source = Callable[[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]
 GroupRules = Sequence[tuple[str, Sequence[str]]]
 
-#: Group title and the key patterns (``fnmatch`` globs) that belong to it. An
-#: exact key listed anywhere wins over a glob; globs are tried in order.
+#: Group title and the key patterns (``fnmatch`` globs) that belong to it,
+#: matched against a key's name (:func:`metric_name`: a flow run's
+#: ``<node>/`` prefix left out). An exact name listed anywhere wins over a
+#: glob; globs are tried in order. One group per scale: rewards apart from
+#: their spread, KL apart from losses, the learning rate alone.
 DEFAULT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Rewards", ("rollout/ep_rew_mean", "eval/mean_reward")),
-    ("Episode length", ("rollout/ep_len_mean", "eval/mean_ep_length")),
+    (
+        "Rewards",
+        (
+            "rollout/ep_rew_mean",
+            "eval/mean_reward",
+            "eval/episode_reward",
+            "eval/mean_return",
+            "rollout/ep_rew",  # a language-model policy's episodes
+            # TRL (engine.llm.train): the mean reward and one per function.
+            "reward/mean",
+            "reward/*_mean",
+        ),
+    ),
+    ("Reward std", ("reward/std", "reward/*_std")),
+    (
+        "Episode length",
+        (
+            "rollout/ep_len_mean",
+            "eval/mean_ep_length",
+            "rollout/ep_len",
+            "eval/mean_length",
+        ),
+    ),
     ("Losses", ("train/*loss*",)),
+    ("KL", ("train/kl", "train/approx_kl", "*/kl", "*/kl_*")),
+    (
+        "Completion length",
+        ("completion/*length*",),
+    ),
+    (
+        "Clip ratio",
+        ("completion/clipped_ratio", "*/clip_ratio*", "train/clip_fraction"),
+    ),
     (
         "Policy",
         (
             "train/entropy_loss",
             "train/entropy",
-            "train/approx_kl",
-            "train/clip_fraction",
             "train/explained_variance",
             "train/ent_coef",
         ),
     ),
-    (
-        "Schedule",
-        ("train/learning_rate", "rollout/exploration_rate", "train/exploration_rate"),
-    ),
+    ("Learning rate", ("train/learning_rate",)),
+    ("Exploration", ("rollout/exploration_rate", "train/exploration_rate")),
+    ("Gradient norm", ("train/grad_norm",)),
     ("Throughput", ("time/fps",)),
+    ("Generation speed", ("train/tokens_per_s", "eval/tokens_per_s")),
+    (
+        "Rates",
+        ("rollout/success", "rollout/*_rate", "eval/*_rate", "eval/expert_agreement"),
+    ),
 )
-#: Bookkeeping keys SB3 logs that are not worth a curve.
+#: The y axis title (with its unit) of each group; the x axis says steps or
+#: seconds.
+GROUP_AXES: dict[str, str] = {
+    "Rewards": "return",
+    "Reward std": "reward std",
+    "Episode length": "steps",
+    "Losses": "loss",
+    "KL": "KL (nats)",
+    "Completion length": "tokens",
+    "Clip ratio": "fraction clipped",
+    "Policy": "value",
+    "Learning rate": "learning rate",
+    "Exploration": "probability",
+    "Gradient norm": "L2 norm",
+    "Throughput": "steps/s",
+    "Generation speed": "tokens/s",
+    "Rates": "fraction",
+}
+#: The x axis title for each x mode.
+X_AXIS_TITLES: dict[str, str] = {"step": "steps", "time": "wall time (s)"}
+#: Bookkeeping keys SB3 and TRL log that are not worth a curve.
 DEFAULT_IGNORED: tuple[str, ...] = (
     "time/iterations",
     "time/time_elapsed",
     "time/total_timesteps",
     "time/episodes",
     "train/n_updates",
+    "train/epoch",
+    "train/num_tokens",
 )
 OTHER_GROUP = "Other"
 
@@ -267,19 +326,29 @@ class _Display:
 
 
 # ------------------------------------------------------------------ grouping
+def metric_name(key: str) -> str:
+    """A metric's name without the flow node that logged it: a key of three
+    or more segments is ``<node>/<name>`` (``train/reward/mean``:
+    ``reward/mean``); SB3's and TRL's own keys have two (``rollout/...``)."""
+    parts = key.split("/")
+    return "/".join(parts[1:]) if len(parts) >= 3 else key
+
+
 def group_for_key(
     key: str,
     rules: GroupRules = DEFAULT_GROUPS,
     ignored: Sequence[str] = DEFAULT_IGNORED,
 ) -> str | None:
-    """The group title a metric key belongs to; None when it is ignored."""
-    if any(fnmatch.fnmatchcase(key, pat) for pat in ignored):
+    """The group title a metric key belongs to (matched on the key and on its
+    :func:`metric_name`); None when it is ignored."""
+    names = dict.fromkeys((key, metric_name(key)))
+    if any(fnmatch.fnmatchcase(n, pat) for n in names for pat in ignored):
         return None
     for title, patterns in rules:
-        if key in patterns:
+        if any(n in patterns for n in names):
             return title
     for title, patterns in rules:
-        if any(fnmatch.fnmatchcase(key, pat) for pat in patterns):
+        if any(fnmatch.fnmatchcase(n, pat) for n in names for pat in patterns):
             return title
     return OTHER_GROUP
 
@@ -429,6 +498,15 @@ class _Group(QtWidgets.QFrame):
 
     def has_data(self) -> bool:
         return any(len(c.values) for c in self.curves)
+
+    def set_axis_titles(self, y: str, x: str) -> None:
+        """Axis titles, in the theme's dim colour (they never change per frame,
+        so the axes keep their cached layout)."""
+        item = self.plot.getPlotItem()
+        style = {"color": self.theme["dim"]}
+        if y:
+            item.setLabel("left", y, **style)
+        item.setLabel("bottom", x, **style)
 
 
 # ------------------------------------------------------------------ the panel
@@ -685,6 +763,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             self._x_combo.setCurrentIndex(X_AXES.index(mode))
         for group in self._groups.values():
             group.axis.mode = mode
+            group.set_axis_titles(GROUP_AXES.get(group.title, ""), X_AXIS_TITLES[mode])
             group.axis.picture = None
             group.axis.update()
             self.reset_view(group.title)
@@ -1011,6 +1090,9 @@ class LivePlotPanel(QtWidgets.QWidget):
         if group is None:
             group = self._groups[title] = _Group(title, self._theme)
             group.axis.mode = self._x_axis
+            group.set_axis_titles(
+                GROUP_AXES.get(title, ""), X_AXIS_TITLES[self._x_axis]
+            )
             group.hide()
             group.plot.scene().sigMouseMoved.connect(
                 lambda pos, g=group: self._on_scene_mouse_moved(g, pos)
