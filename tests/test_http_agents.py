@@ -2,18 +2,23 @@
 two training runs for agent ``pole`` become v1 and v2; v2 rolled out at 50 %
 answers about half of the keyed requests and v1 the rest (routing by key, so
 the test is not left to chance); v2's file deleted, its share falls back to v1
-with the reason recorded; each bad input's one-sentence error."""
+with the reason recorded; a language model's version answers messages; each
+bad input's one-sentence error."""
 
 from __future__ import annotations
 
+import json
 import signal
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from test_http_service import QUICK, Served, one_sentence, serve
 
 from engine.client_http import ApiError, StudioClient
+from engine.store.project import Project
 
 AGENT = "pole"
 OBS = [0.01, -0.02, 0.03, 0.04]
@@ -143,3 +148,88 @@ def test_agent_bad_input(versions: StudioClient) -> None:
         before["candidate"],
         before["rollout"],
     )
+
+
+def test_a_language_model_version_answers_messages(
+    server: Served, tmp_path: Path
+) -> None:
+    """A Hugging Face model folder registered elsewhere (another connection to
+    the project) becomes v1 of agent ``chatty`` and answers in the chat
+    worker; the service still imports no torch."""
+    from tiny_models import build_tiny_model
+
+    folder = build_tiny_model(tmp_path / "tiny", "qwen2")
+    project = Project.open(server.log.parent / "project")
+    model = project.register_model(name="tiny", kind="hf", files=[folder])
+    project.close()
+    client = server.client()
+    added = client.request("POST", "/agents/chatty/versions", {"model_id": model.id})
+    assert added == {"agent": "chatty", "version": "v1", "model_id": model.id}
+    answer = client.request(
+        "POST",
+        "/agents/chatty/act",
+        {"messages": [{"role": "user", "content": "Next tool?"}], "max_new_tokens": 4},
+    )
+    assert answer["version"] == "v1" and isinstance(answer["reply"], str)
+    with pytest.raises(ApiError) as err:
+        client.act("chatty", observation=OBS)
+    assert err.value.status == 422 and "messages are required" in str(err.value)
+    assert client.health()["heavy_modules"] == []
+
+
+class ChatOllama(BaseHTTPRequestHandler):
+    """Ollama's ``/api/chat`` as far as ``act`` uses it: ``good`` answers,
+    any other model is not found."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if body["model"] == "good:latest":
+            code, answer = 200, {"message": {"role": "assistant", "content": "ok"}}
+        else:
+            code, answer = 404, {"error": f"model '{body['model']}' not found"}
+        data = json.dumps(answer).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def test_ollama_versions_answer_and_fall_back(server: Served) -> None:
+    """Versions deployed to Ollama answer through it; a candidate Ollama
+    lacks falls back to the current version, with Ollama's reason."""
+    ollama = ThreadingHTTPServer(("127.0.0.1", 0), ChatOllama)
+    threading.Thread(target=ollama.serve_forever, daemon=True).start()
+    host = f"http://127.0.0.1:{ollama.server_address[1]}"
+    try:
+        client = server.client()
+        for model in ("good:latest", "gone:latest"):
+            client.request(
+                "POST",
+                "/agents/llama/versions",
+                {"ollama_model": model, "host": host},
+            )
+        client.configure_agent("llama", pin="v1", candidate="v2", rollout=100)
+        messages = [{"role": "user", "content": "Hi"}]
+        answer = client.act("llama", messages=messages)
+        assert (answer["chosen"], answer["version"], answer["reply"]) == (
+            "v2",
+            "v1",
+            "ok",
+        )
+        assert "has no model named gone:latest" in answer["reason"]
+        for body, words in (
+            ({"ollama_model": "bad name!"}, "not a valid Ollama model name"),
+            ({"ollama_model": "x", "host": "ftp://h"}, "is not an http://"),
+            ({"ollama_model": "x", "model_id": "m-1"}, "Give either model_id"),
+            ({}, "Give either model_id"),
+        ):
+            with pytest.raises(ApiError) as err:
+                client.request("POST", "/agents/llama/versions", body)
+            assert err.value.status == 422 and words in str(err.value), err.value
+            assert one_sentence(str(err.value))
+    finally:
+        ollama.shutdown()

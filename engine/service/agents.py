@@ -33,7 +33,11 @@ from engine.store.project import ModelRecord, Project
 
 POLICY_KINDS = ("sb3-policy",)
 """Versions that act on observations; the other versioned kinds (Hugging
-Face models and adapters) answer messages."""
+Face models and adapters, Ollama models) answer messages."""
+OLLAMA_KIND = "ollama"
+"""A version served by an Ollama server: its model row's ``metrics`` hold
+``ollama_model`` and ``host`` (its file, ``ollama.json``, the same)."""
+OLLAMA_TIMEOUT_S = 120.0
 DEFAULT_MAX_NEW_TOKENS = 128
 
 
@@ -200,11 +204,48 @@ class Agents:
         )
         return self.describe(name)
 
-    def add_version(self, name: str, model_id: str) -> dict[str, Any]:
-        """Make a registered model the agent's next version."""
+    def add_version(
+        self,
+        name: str,
+        model_id: str | None = None,
+        *,
+        ollama_model: str | None = None,
+        host: str = "",
+    ) -> dict[str, Any]:
+        """Make a registered model (``model_id``) or a model deployed to an
+        Ollama server (``ollama_model`` at ``host``) the agent's next
+        version."""
+        import json
+        import tempfile
+
+        from engine.export.ollama import DEFAULT_HOST, check_host, check_model_name
+
         checked_name("agent", name)
-        if not any(m.id == model_id for m in self.project.list_models()):
+        if (model_id is None) == (ollama_model is None):
+            raise ConfigError(
+                "model_id", "Give either model_id or ollama_model (one of them)."
+            )
+        if ollama_model is not None:
+            try:
+                facts = {
+                    "ollama_model": check_model_name(ollama_model),
+                    "host": check_host(host or DEFAULT_HOST),
+                }
+            except EngineError as exc:
+                field = "host" if "address" in str(exc) else "ollama_model"
+                raise ConfigError(field, str(exc)) from None
+            with tempfile.TemporaryDirectory() as tmp:
+                file = Path(tmp) / "ollama.json"
+                file.write_text(json.dumps(facts), encoding="utf-8")
+                model_id = self.project.register_model(
+                    name=facts["ollama_model"],
+                    kind=OLLAMA_KIND,
+                    files=[file],
+                    metrics=facts,
+                ).id
+        elif not any(m.id == model_id for m in self.project.list_models()):
             raise UnknownAgent(f"There is no model {model_id!r} in this project.")
+        assert model_id is not None
         record = self.project.add_version(name, model_id)
         return {"agent": name, "version": f"v{record.version}", "model_id": record.id}
 
@@ -308,6 +349,14 @@ class Agents:
                 "messages",
                 f"messages are required: agent {name!r} acts with a language model.",
             )
+        if record.kind == OLLAMA_KIND:
+            from engine.export.ollama import OllamaClient, check_host
+
+            facts = record.metrics
+            client = OllamaClient(
+                check_host(str(facts.get("host", ""))), timeout=OLLAMA_TIMEOUT_S
+            )
+            return {"reply": client.chat(str(facts.get("ollama_model")), messages)}
         folder = Path(record.path)
         if not folder.exists():
             raise EngineError(f"The model folder {folder} does not exist.")

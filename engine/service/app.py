@@ -161,8 +161,12 @@ class VersionRequest(BaseModel):
     """``POST /agents/{name}/versions``."""
 
     model_config = ConfigDict(extra="forbid")
-    model_id: str
+    model_id: str | None = None
     """A registered model (``GET /models``) to become the next version."""
+    ollama_model: str | None = None
+    """Or a model deployed to an Ollama server (``name[:tag]``)."""
+    host: str = ""
+    """That server ('' = the default Ollama address)."""
 
 
 # ------------------------------------------------------------------ errors
@@ -515,7 +519,9 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
 
     @app.post("/agents/{name}/versions", status_code=201)
     def add_version(name: str, body: VersionRequest) -> dict[str, Any]:
-        return service.agents.add_version(name, body.model_id)
+        return service.agents.add_version(
+            name, body.model_id, ollama_model=body.ollama_model, host=body.host
+        )
 
     @app.post("/agents/{name}/act")
     def act(name: str, body: ActRequest) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from engine.store.paths import checked_name, child
 
 SCHEMA_VERSION = 2
 """2: models carry ``agent`` and ``version``; the ``agents`` table."""
-VERSIONED_KINDS = ("sb3-policy", "hf-merged", "lora-adapter", "hf")
+VERSIONED_KINDS = ("sb3-policy", "hf-merged", "lora-adapter", "hf", "ollama")
 """Model kinds an agent can act with: the last one a run for a named agent
 registers becomes that agent's next version."""
 FOLDERS = ("envs", "flows", "runs", "models", "data")
