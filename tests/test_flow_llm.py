@@ -370,6 +370,18 @@ def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
     assert "train/reward/env_reward_mean" in metrics
     assert "train/reward/format_mean" in metrics
     assert "collect/rollout/ep_rew" in metrics
+    # ... and each lands in a named chart of the dashboard, none in "Other".
+    from widgets.live_plot import OTHER_GROUP, group_for_key
+
+    keys = {
+        k
+        for line in metrics.splitlines()
+        for k in json.loads(line)
+        if k not in ("step", "time")
+    }
+    groups = {k: group_for_key(k) for k in keys}
+    assert keys and {k for k, g in groups.items() if g == OTHER_GROUP} == set()
+    assert group_for_key("train/reward/env_reward_mean") == "Rewards"
 
     report = nodes["evaluate"]["outputs"]["report"]
     assert set(report["results"]) == {"before", "after"}

@@ -131,6 +131,7 @@ DEFAULT_IGNORED: tuple[str, ...] = (
     "train/n_updates",
     "train/epoch",
     "train/num_tokens",
+    "eval/episodes",  # an evaluation's episode count
 )
 OTHER_GROUP = "Other"
 
