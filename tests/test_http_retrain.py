@@ -139,7 +139,9 @@ def test_readiness_flips_and_the_trigger_trains(client: StudioClient) -> None:
     assert status["currentJob"]["job_id"] == job
     assert status["currentJob"]["trigger"] == "api"
     refused(trigger, 409, f"The training run {job} the trigger started is still")
-    assert client.run(job)["config"]["overrides"] == {"train.total_steps": 256}
+    config = client.run(job)["config"]
+    assert config["overrides"] == {"train.total_steps": 256}
+    assert (config["agent"], config["only_stale"]) == ("pole", False)
     assert client.wait(job, timeout=240)["status"] == "completed"
 
     status = client.request("GET", "/training/status")

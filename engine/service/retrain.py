@@ -247,8 +247,13 @@ class Retraining:
             overrides: dict[str, Any] = {}
             if batch_size is not None and config["batch_param"]:
                 overrides[config["batch_param"]] = batch_size
+            # Every node runs again: the flow's parameters rarely change
+            # between retrainings, and its cache would train nothing new.
             job_id = self.service.start_flow(
-                config["flow"], overrides=overrides, agent=config["agent"]
+                config["flow"],
+                overrides=overrides,
+                only_stale=False,
+                agent=config["agent"],
             )
             runs = [
                 *self._runs(),
