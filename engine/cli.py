@@ -29,6 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
     "models": ("engine.store.cli", "list the models registered in a project"),
+    "compare": (
+        "engine.store.compare_cli",
+        "two or more runs of a project: differing settings and outcomes as JSON",
+    ),
     "train": ("engine.rl.cli", "train a stable-baselines3 agent with a progress bar"),
     "tune": (
         "engine.rl.tune",
