@@ -474,7 +474,9 @@ def test_hardware_recommendations_scale_with_gpu_memory() -> None:
     assert big.grpo_num_generations > small.grpo_num_generations
 
 
-def test_a_version_1_project_gains_agent_versions(tmp_path: Path) -> None:
+def test_a_version_1_project_gains_agent_versions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A project made before model versions opens with its models kept and
     the new columns added; versions number per agent."""
     import sqlite3
@@ -509,3 +511,11 @@ def test_a_version_1_project_gains_agent_versions(tmp_path: Path) -> None:
     reopened = Project.open(root)
     assert [m.version for m in reopened.versions("pole")] == [1, 2]
     reopened.close()
+    from argparse import Namespace
+
+    from engine.store import cli
+
+    assert cli.run(Namespace(project=root, json=False)) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].split()[:4] == ["ID", "NAME", "KIND", "AGENT"]
+    assert "pole v2" in listed[2]

@@ -32,10 +32,12 @@ def run(args: argparse.Namespace) -> int:
     if not models:
         print(f"No models in {project.path}.")
         return 0
-    rows = [("ID", "NAME", "KIND", "ENV", "ALGO/BASE", "CREATED", "PATH")]
+    rows = [("ID", "NAME", "KIND", "AGENT", "ENV", "ALGO/BASE", "CREATED", "PATH")]
     for m in models:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(m.created))
-        rows.append((m.id, m.name, m.kind, m.env, m.algo or m.base, created, m.path))
+        agent = f"{m.agent} v{m.version}" if m.version else ""
+        row = (m.id, m.name, m.kind, agent, m.env, m.algo or m.base, created, m.path)
+        rows.append(row)
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         cells = [str(c).ljust(w) for c, w in zip(row, widths, strict=False)]
