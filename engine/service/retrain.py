@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from engine import contract
 from engine.errors import ConfigError, EngineError
 from engine.settings import checked_config, defaults_of, fields_of, setting
+from engine.store.paths import checked_name
 
 if TYPE_CHECKING:
     from engine.service.state import Service
@@ -75,6 +76,9 @@ def parse_every(text: str) -> float:
 
 
 class Retraining:
+    """The service's readiness check, trigger and (with ``every_s``) the
+    schedule thread that calls the trigger."""
+
     def __init__(self, service: Service, every_s: float | None = None) -> None:
         self.service = service
         self.every_s = every_s
@@ -113,8 +117,6 @@ class Retraining:
         if "flow" in changes and config["flow"]:
             self.service.flow_path(config["flow"])  # a 404 for an unknown flow
         if config["agent"]:
-            from engine.store.paths import checked_name
-
             checked_name("agent", config["agent"])
         self.service.project.set_setting(SETTINGS_KEY, config)
         return config
