@@ -164,23 +164,33 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     w = x * x
     wx = w * x
     f_nmax = _f(nmax)
+    t = np.empty_like(x)
+    q = np.empty_like(x)
+
+    def sums(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Levels at ``iscale`` into q; sum of w*x*l and of w*l*l."""
+        np.multiply(iscale, x, out=t)
+        np.rint(t, out=q)
+        np.maximum(q, -nmax, out=q)
+        np.minimum(q, nmax - 1, out=q)
+        np.multiply(wx, q, out=t)
+        sumlx = _seq_sum(t)
+        np.multiply(w, q, out=t)
+        np.multiply(t, q, out=t)
+        return sumlx, _seq_sum(t)
+
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        iscale = -f_nmax / mx
-        q = _round(iscale * x, -nmax, nmax - 1)
-        sumlx = _seq_sum(wx * q)
-        suml2 = _seq_sum(w * q * q)
+        sumlx, suml2 = sums(-f_nmax / mx)
         scale = np.where(suml2 != 0, sumlx / suml2, _f(0))
         best = scale * sumlx
         levels = q + f_nmax
         for step in range(-9, 10):
             if step == 0:
                 continue
-            iscale = -(f_nmax + _f(0.1) * _f(step)) / mx
-            q = _round(iscale * x, -nmax, nmax - 1)
-            sumlx = _seq_sum(wx * q)
-            suml2 = _seq_sum(w * q * q)
+            sumlx, suml2 = sums(-(f_nmax + _f(0.1) * _f(step)) / mx)
             take = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-            levels = np.where(take, q + f_nmax, levels)
+            np.add(q, f_nmax, out=t)
+            np.copyto(levels, t, where=take)
             scale = np.where(take, sumlx / suml2, scale)
             best = np.where(take, scale * sumlx, best)
     levels[:, zero] = 0
