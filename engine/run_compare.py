@@ -24,7 +24,7 @@ METRICS = (
     ("best_eval_reward", "Best eval reward"),
     ("final_eval_reward", "Final eval reward"),
     ("total_steps", "Total steps"),
-    ("duration_s", "Duration (s)"),
+    ("duration_s", "Duration"),
     ("steps_per_s", "Steps/s"),
 )
 """The outcomes compared, in order: (key, label)."""

@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from studio_harness import build_main_window, start_on_project
+
+from engine import contract
 from engine.run_compare import (
     METRICS,
     MISSING,
@@ -161,6 +164,18 @@ def make_runs(project_dir: Path) -> list[str]:
                     "total_steps": 5000,
                 },
             )
+            # Evaluations every 1000 steps, for the curves.
+            rows = [
+                {
+                    "step": step,
+                    "time": step / 500,
+                    "eval/mean_reward": best * step / 5000,
+                }
+                for step in range(1000, 5001, 1000)
+            ]
+            (Path(run.run_dir) / contract.METRICS_FILE).write_text(
+                "".join(json.dumps(row) + "\n" for row in rows)
+            )
             ids.append(run.id)
         return ids
     finally:
@@ -208,3 +223,76 @@ def test_compare_refuses_fewer_than_two_runs_and_unknown_ones(tmp_path: Path) ->
     assert "There is no run 'nosuchrun' in this project." in out.stderr
     out = engine("compare", a, "x", "--project", str(tmp_path / "missing"))
     assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+def cells(table, row: int) -> list[str]:  # type: ignore[no-untyped-def]
+    return [table.item(row, col).text() for col in range(table.columnCount())]
+
+
+def test_compare_shows_the_differing_settings_and_both_outcomes(
+    qtbot, tmp_path: Path
+) -> None:
+    """Two runs selected in the Training list: Compare shows only the
+    settings that differ, both runs' outcomes, and the curves overlaid."""
+    a, b = make_runs(tmp_path / "p")
+    win = build_main_window(qtbot, tmp_path)
+    try:
+        start_on_project(qtbot, win, tmp_path / "p")
+        win.set_workspace("training")
+        training = win.workspaces["training"]
+        qtbot.waitUntil(lambda: len(win.session.state.runs) == 2, timeout=10_000)
+        training.table.select_keys([a])
+        button = training.compare_button
+        assert not button.isEnabled()
+        assert "two or more runs" in button.toolTip()
+        training.table.select_keys([a, b])
+        assert button.isEnabled()
+        button.click()
+        view = training.compare
+        assert training.tabs.currentWidget() is view
+        assert view.run_ids() == [a, b]
+        diff = view.diff_table
+        settings = [diff.verticalHeaderItem(r).text() for r in range(diff.rowCount())]
+        assert settings == ["algo", "hyperparameters.gamma", "hyperparameters.n_steps"]
+        headers = [diff.horizontalHeaderItem(c).text() for c in range(2)]
+        assert headers == ["PPO run", "A2C run"]
+        assert [cells(diff, r) for r in range(3)] == [
+            ["PPO", "A2C"],
+            ["0.99", "0.9"],
+            ["128", "5"],
+        ]
+        assert view.message.text() == "2 runs: 3 settings differ"
+        metrics = view.metrics_table
+        rows = {
+            metrics.verticalHeaderItem(r).text(): cells(metrics, r)
+            for r in range(metrics.rowCount())
+        }
+        assert rows == {
+            "Status": ["completed", "completed"],
+            "Best eval reward": ["200", "120"],
+            "Final eval reward": ["190", "110"],
+            "Total steps": ["5,000", "5,000"],
+            "Duration": ["0:10", "0:10"],
+            "Steps/s": ["500", "500"],
+        }
+        # The curves: the plot panel overlays both runs, and each run's
+        # column is headed in its curve's colour.
+        plots = training.plots
+        qtbot.waitUntil(
+            lambda: (
+                "Rewards" in plots.group_titles()
+                and {(a, "eval/mean_reward"), (b, "eval/mean_reward")}
+                <= set(plots.curve_keys("Rewards"))
+            ),
+            timeout=10_000,
+        )
+        color = diff.horizontalHeaderItem(0).foreground().color().name()
+        assert color == plots.run_color(a)
+        # The open tab follows the selection of two or more runs, and keeps
+        # its comparison while fewer are selected.
+        training.table.select_keys([b, a])
+        assert view.run_ids() == [a, b]
+        training.table.select_keys([b])
+        assert not button.isEnabled() and view.run_ids() == [a, b]
+    finally:
+        win.session.client.stop()

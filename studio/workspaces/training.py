@@ -2,10 +2,12 @@
 
 The run list on the left; the selected runs' live plots on the right (several
 selected runs are overlaid for comparison); progress, ETA and the controls
-above; the run's log, full config and the Sweep panel (an Optuna study over
-a run's settings, its trials live) below. Plots read from the session's
-``MetricStore`` and redraw on the panel's own timer; this workspace only marks
-series dirty when the store grows.
+above; the run's log, full config, the Compare tab (the selected runs'
+differing settings and outcomes side by side, their curves overlaid above)
+and the Sweep panel (an Optuna study over a run's settings, its trials live)
+below. Plots read from the session's ``MetricStore`` and redraw on the
+panel's own timer; this workspace only marks series dirty when the store
+grows.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from studio.workspaces.common import (
     open_folder,
     run_duration,
 )
+from studio.workspaces.compare import CompareView
 from studio.workspaces.sweep import SweepPanel
 from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
@@ -148,11 +151,13 @@ class TrainingWorkspace(QWidget):
         self.resume_button = QPushButton("Resume")
         self.duplicate_button = QPushButton("Duplicate with changes…")
         self.folder_button = QPushButton("Open run folder")
+        self.compare_button = QPushButton("Compare")
         self.new_button.clicked.connect(self._on_new_clicked)
         self.stop_button.clicked.connect(self._on_stop_clicked)
         self.resume_button.clicked.connect(self._on_resume_clicked)
         self.duplicate_button.clicked.connect(self._on_duplicate_clicked)
         self.folder_button.clicked.connect(self._on_folder_clicked)
+        self.compare_button.clicked.connect(self._on_compare_clicked)
         buttons = QHBoxLayout()
         for b in (
             self.new_button,
@@ -160,6 +165,7 @@ class TrainingWorkspace(QWidget):
             self.resume_button,
             self.duplicate_button,
             self.folder_button,
+            self.compare_button,
         ):
             buttons.addWidget(b)
         buttons.addStretch(1)
@@ -190,6 +196,8 @@ class TrainingWorkspace(QWidget):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_log, "Log")
         self.tabs.addTab(self.details, "Details")
+        self.compare = CompareView(self.plots.run_color)
+        self.tabs.addTab(self.compare, "Compare")
         self.sweep = SweepPanel(session)
         self.tabs.addTab(self.sweep, "Sweep")
         split = QSplitter(Qt.Orientation.Vertical)
@@ -236,6 +244,8 @@ class TrainingWorkspace(QWidget):
                 self.table.select_keys([key])  # follow a run the user just started
             elif key == (self.selected_run() or {}).get("id"):
                 self._update_controls()
+            if key in self.compare.run_ids():
+                self._show_comparison(self.compare.run_ids())
 
     def _on_store_appended(self, run_id: str, keys: list[str]) -> None:
         if run_id in self.plots.runs():
@@ -256,6 +266,9 @@ class TrainingWorkspace(QWidget):
             self.plots.add_run(run["id"], run.get("name") or run["id"])
             self.plots.add_keys(run["id"], self._store.keys(run["id"]))
         self._update_controls()
+        # An open Compare tab follows the selection, as the plots do.
+        if self.tabs.currentWidget() is self.compare and len(runs) >= 2:
+            self._show_comparison([r["id"] for r in runs])
         run = self.selected_run()
         if run is None:
             self._log_shown = None
@@ -278,6 +291,13 @@ class TrainingWorkspace(QWidget):
         self.resume_button.setEnabled(status in RESUMABLE)
         self.duplicate_button.setEnabled(run is not None and bool(_config(run)))
         self.folder_button.setEnabled(run is not None)
+        compared = len(self.table.selected_keys())
+        self.compare_button.setEnabled(compared >= 2)
+        self.compare_button.setToolTip(
+            "Compare the selected runs: differing settings, outcomes, curves"
+            if compared >= 2
+            else "Select two or more runs (Ctrl- or Shift-click) to compare them"
+        )
         if run is None:
             self.progress.set_state("queued")
             self.progress.set_progress(0, None)
@@ -336,6 +356,14 @@ class TrainingWorkspace(QWidget):
         if run:
             self.resume_button.setEnabled(False)
             self._session.resume_run(run["id"])
+
+    def _on_compare_clicked(self) -> None:
+        self._show_comparison([r["id"] for r in self.selected_runs()])
+        self.tabs.setCurrentWidget(self.compare)
+
+    def _show_comparison(self, run_ids: list[str]) -> None:
+        runs = (self._state.run(k) for k in run_ids)
+        self.compare.show_runs([r for r in runs if r is not None])
 
     def _on_folder_clicked(self) -> None:
         run = self.selected_run()
