@@ -275,6 +275,9 @@ def test_compare_shows_the_differing_settings_and_both_outcomes(
             "Duration": ["0:10", "0:10"],
             "Steps/s": ["500", "500"],
         }
+        # The highest best and final evaluation are in bold.
+        assert metrics.item(1, 0).font().bold() and not metrics.item(1, 1).font().bold()
+        assert metrics.item(2, 0).font().bold()
         # The curves: the plot panel overlays both runs, and each run's
         # column is headed in its curve's colour.
         plots = training.plots

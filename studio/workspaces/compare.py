@@ -30,6 +30,9 @@ from studio.workspaces.common import STATUS_COLORS, fmt_duration
 
 PLACEHOLDER = "Select two or more runs in the list and press Compare."
 
+HIGHER_IS_BETTER = ("best_eval_reward", "final_eval_reward", "steps_per_s")
+"""Outcomes whose highest value is shown in bold."""
+
 
 def _setting_text(value: Any) -> str:
     if isinstance(value, str):
@@ -120,8 +123,15 @@ class CompareView(QWidget):
         labels = [label for _, label in METRICS]
         self._headers(self.metrics_table, comparison, labels)
         for row, (key, _) in enumerate(METRICS):
-            for col, value in enumerate(comparison["metrics"][key]):
+            values = comparison["metrics"][key]
+            known = [v for v in values if isinstance(v, int | float)]
+            top = max(known) if key in HIGHER_IS_BETTER and len(known) > 1 else None
+            for col, value in enumerate(values):
                 item = QTableWidgetItem(_metric_text(key, value))
+                if top is not None and value == top:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
                 if key == "status":
                     item.setForeground(QBrush(QColor(STATUS_COLORS.get(value, "#000"))))
                 self.metrics_table.setItem(row, col, item)
