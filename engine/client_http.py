@@ -321,6 +321,13 @@ class StudioClient:
         path = f"/trajectories/{_q(trajectory_id)}/steps"
         return int(self.request("POST", path, body)["t"])
 
+    def add_steps(self, trajectory_id: str, steps: list[dict[str, Any]]) -> int:
+        """Record several steps (each a dict of :meth:`add_step`'s keywords,
+        at most 1,000) in one request, all or none; returns the first's
+        index once the server stored them."""
+        path = f"/trajectories/{_q(trajectory_id)}/steps"
+        return int(self.request("POST", path, {"steps": steps})["t"])
+
     def end_trajectory(
         self, trajectory_id: str, status: str, total_reward: float | None = None
     ) -> dict[str, Any]:

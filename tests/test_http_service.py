@@ -531,6 +531,50 @@ def test_trajectories_become_trace_episodes_for_the_viewer_and_datasets(
         ("end", {"status": "done"}, 422, "status", "one of completed"),
         ("end", {"status": "failed", "total_reward": "a"}, 422, "total_reward", ""),
         ("ended_step", {"action": 1, "reward": 1.0}, 409, "", "has ended"),
+        ("ended_step", {"steps": [{"action": 1, "reward": 1.0}]}, 409, "", "has ended"),
+        ("step", {"steps": []}, 422, "steps", "at least 1"),
+        ("step", {"steps": [{"action": 1, "reward": 0}] * 1001}, 422, "steps", "1000"),
+        ("step", {"steps": {"action": 1}}, 422, "steps", "must be a list"),
+        (
+            "step",
+            {"steps": [{"action": 1, "reward": 0}] * 3 + [{"action": 1}]},
+            422,
+            "steps[3].reward",
+            "steps[3].reward is required",
+        ),
+        (
+            "step",
+            {"steps": [{"action": 1, "reward": 0}, {"action": 1, "reward": "x"}]},
+            422,
+            "steps[1].reward",
+            "must be a number",
+        ),
+        (
+            "step",
+            {"steps": [{"action": 1, "reward": 0}, {"action": 1, "reward": 0, "x": 1}]},
+            422,
+            "steps[1].x",
+            "Unknown field",
+        ),
+        (
+            "step",
+            {
+                "steps": [
+                    {"action": 1, "reward": 0},
+                    {"action": 1, "reward": 0, "prompt": 5},
+                ]
+            },
+            422,
+            "steps[1].prompt",
+            "text or",
+        ),
+        (
+            "step_raw",
+            b'{"steps": [{"action": 1, "reward": 0}, {"action": NaN, "reward": 0}]}',
+            422,
+            "steps[1].action",
+            "NaN",
+        ),
         ("ended_end", {"status": "completed"}, 409, "", "ended already"),
         ("unknown_step", {"action": 1, "reward": 1.0}, 404, "", "no trajectory"),
         ("unknown_end", {"status": "completed"}, 404, "", "no trajectory"),
@@ -557,6 +601,37 @@ def test_bad_trajectory_input_is_one_status_and_one_sentence(
     assert words in error.message and one_sentence(error.message), error.message
     assert error.field == field
     assert client.trajectory(tid) == before  # nothing half-written
+
+
+def test_a_batch_of_steps_is_stored_at_once_and_durably(tmp_path: Path) -> None:
+    """``{"steps": [...]}``: one request, one transaction; the steps are
+    there, in order after the single ones, once the server restarted."""
+    project = tmp_path / "project"
+    served = serve(project, tmp_path / "server1.log")
+    try:
+        client = served.client()
+        tid = client.start_trajectory("batcher", scenario="s")
+        assert client.add_step(tid, action=0, reward=1.0) == 0
+        batch = [
+            {"state": {"i": i}, "action": i, "reward": 0.5, "prompt": "p"}
+            for i in range(1, 26)
+        ]
+        assert client.add_steps(tid, batch) == 1
+        assert client.add_steps(tid, batch[:2]) == 26
+    finally:
+        served.proc.kill()  # acknowledged means committed: no shutdown needed
+        served.proc.wait()
+    again = serve(project, tmp_path / "server2.log")
+    try:
+        client = again.client()
+        episode = client.trajectory(tid)
+        assert [s["t"] for s in episode["steps"]] == list(range(28))
+        assert episode["steps"][25]["state"] == {"i": 25}
+        assert episode["steps"][25]["messages"] == [{"role": "user", "content": "p"}]
+        row = client.end_trajectory(tid, "completed")
+        assert row["steps"] == 28 and row["total_reward"] == 1.0 + 27 * 0.5
+    finally:
+        again.stop()
 
 
 def test_every_acknowledged_step_survives_a_kill_9(tmp_path: Path) -> None:

@@ -18,12 +18,19 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+)
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,7 +39,7 @@ from engine import contract
 from engine.errors import ConfigError, EngineError, UnknownRunError
 from engine.service.agents import ActFailed, UnknownAgent
 from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
-from engine.store.trajectories import UnknownTrajectoryError
+from engine.store.trajectories import MAX_BATCH_STEPS, UnknownTrajectoryError
 
 API_VERSION = "1"
 HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
@@ -42,6 +49,7 @@ SSE_POLL_S = 0.2
 """How often an event stream looks for new metric rows and status."""
 SSE_KEEPALIVE_S = 10.0
 """A comment line this often keeps proxies from closing a quiet stream."""
+_Model = TypeVar("_Model", bound="BaseModel")
 
 
 # ------------------------------------------------------------------ bodies
@@ -107,6 +115,15 @@ class TrajectoryStep(BaseModel):
     valid: StrictBool = True
     """False for an action the environment refused."""
     info: dict[str, Any] | None = None
+
+
+class TrajectorySteps(BaseModel):
+    """``POST /trajectories/{id}/steps`` with several steps: stored in one
+    transaction, all or none (a recorder buffering a few steps per request
+    ingests several times faster than one step a request)."""
+
+    model_config = ConfigDict(extra="forbid")
+    steps: list[TrajectoryStep] = Field(min_length=1, max_length=MAX_BATCH_STEPS)
 
 
 class TrajectoryEnd(BaseModel):
@@ -200,15 +217,17 @@ def validation_sentence(exc: RequestValidationError) -> tuple[int, str, str]:
         return 422, "The request is not valid.", ""
     err = errors[0]
     kind = str(err.get("type", ""))
-    loc = [str(p) for p in err.get("loc", ())]
-    where, parts = (loc[0], loc[1:]) if loc else ("body", [])
+    loc = list(err.get("loc", ()))
+    where, parts = (str(loc[0]), loc[1:]) if loc else ("body", [])
     if kind == "json_invalid":
         return 400, "The request body is not valid JSON.", ""
     if where == "body" and not parts:
         if kind == "missing":
             return 422, "The request needs a JSON object body.", ""
         return 400, "The request body must be a JSON object.", ""
-    name = ".".join(parts) or where
+    # steps[3].reward: list indices in brackets
+    name = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+    name = name.lstrip(".") or where
     value = err.get("input")
     if kind == "missing":
         return 422, f"{name} is required.", name
@@ -219,6 +238,15 @@ def validation_sentence(exc: RequestValidationError) -> tuple[int, str, str]:
         return 422, f"{name} {_TYPE_WORDS[kind]}, not {shown[:80]}.", name
     message = str(err.get("msg", "is not valid")).rstrip(".")
     return 422, f"{name}: {message[:1].lower()}{message[1:]}.", name
+
+
+def _parse(model: type[_Model], raw: dict[str, Any]) -> _Model:
+    """``raw`` as ``model``; its problems as FastAPI's own (one sentence)."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
 
 
 def _jsonable(value: Any) -> bool:
@@ -465,8 +493,23 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         return {"trajectory_id": trajectory_id}
 
     @app.post("/trajectories/{trajectory_id}/steps", status_code=201)
-    def add_step(trajectory_id: str, body: TrajectoryStep) -> dict[str, Any]:
-        """Record one step; answered once it is committed."""
+    def add_step(
+        trajectory_id: str, raw: Annotated[dict[str, Any], Body()]
+    ) -> dict[str, Any]:
+        """Record one step (a :class:`TrajectoryStep`), or several
+        (``{"steps": [...]}``, at most 1,000, all or none); answered once
+        committed with the index ``t`` of the (first) step."""
+        if "steps" in raw:
+            batch = _parse(TrajectorySteps, raw)
+            first = service.trajectories.add_steps(
+                trajectory_id, [s.model_dump() for s in batch.steps]
+            )
+            return {
+                "trajectory_id": trajectory_id,
+                "t": first,
+                "count": len(batch.steps),
+            }
+        body = _parse(TrajectoryStep, raw)
         t = service.trajectories.add_step(
             trajectory_id,
             state=body.state,

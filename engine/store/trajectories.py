@@ -47,6 +47,8 @@ END_STATUSES = ("completed", "failed", "error", "timeout", "abandoned")
 truncation."""
 MAX_TEXT_CHARS = 200
 """The longest ``scenario``, ``window`` or ``env``."""
+MAX_BATCH_STEPS = 1000
+"""The most steps one :meth:`TrajectoryStore.add_steps` call takes."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS trajectories (
@@ -149,6 +151,47 @@ def _messages(prompt: Any) -> list[dict[str, str]]:
     )
 
 
+_STEP_KEYS = ("state", "action", "reward", "prompt", "completion", "valid", "info")
+
+
+def _lower(sentence: str) -> str:
+    return sentence[:1].lower() + sentence[1:]
+
+
+def _step(
+    state: Any = None,
+    action: Any = None,
+    reward: Any = 0.0,
+    prompt: Any = None,
+    completion: str | None = None,
+    valid: bool = True,
+    info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One step checked, as its trace line holds it (``t`` added on commit)."""
+    reward = _reward("reward", reward)
+    for name, value in (("state", state), ("action", action), ("info", info)):
+        _json(name, value)
+    if completion is not None and not isinstance(completion, str):
+        raise ConfigError("completion", "completion must be text.")
+    step: dict[str, Any] = {
+        "messages": _messages(prompt),
+        "completion": completion or "",
+        "tool": action if isinstance(action, str) else None,
+        "action": action,
+        "parsed": True,
+        "valid": bool(valid),
+        "reward": reward,
+        "reward_breakdown": {},
+        # GRPO rows read a dict state; anything else is kept under a key.
+        "state": state
+        if isinstance(state, dict) or state is None
+        else {"observation": state},
+    }
+    if info:
+        step["info"] = info
+    return step
+
+
 class TrajectoryStore:
     """The project's recorded trajectories. Thread-safe: one connection
     behind a lock."""
@@ -220,45 +263,53 @@ class TrajectoryStore:
         info: dict[str, Any] | None = None,
     ) -> int:
         """Append one step; its index ``t`` once it is committed."""
-        reward = _reward("reward", reward)
-        for name, value in (("state", state), ("action", action), ("info", info)):
-            _json(name, value)
-        if completion is not None and not isinstance(completion, str):
-            raise ConfigError("completion", "completion must be text.")
-        step: dict[str, Any] = {
-            "messages": _messages(prompt),
-            "completion": completion or "",
-            "tool": action if isinstance(action, str) else None,
-            "action": action,
-            "parsed": True,
-            "valid": bool(valid),
-            "reward": reward,
-            "reward_breakdown": {},
-            # GRPO rows read a dict state; anything else is kept under a key.
-            "state": state
-            if isinstance(state, dict) or state is None
-            else {"observation": state},
-        }
-        if info:
-            step["info"] = info
+        step = _step(state, action, reward, prompt, completion, valid, info)
+        return self._append(trajectory_id, [step])
+
+    def add_steps(self, trajectory_id: str, steps: list[dict[str, Any]]) -> int:
+        """Append steps (each with :meth:`add_step`'s keywords) in one
+        transaction, all or none; the index ``t`` of the first. A bad step
+        is a ConfigError naming it (``steps[3].reward``)."""
+        if not steps:
+            raise ConfigError("steps", "steps must hold at least one step.")
+        if len(steps) > MAX_BATCH_STEPS:
+            raise ConfigError(
+                "steps", f"steps must hold at most {MAX_BATCH_STEPS:,} steps."
+            )
+        records = []
+        for i, given in enumerate(steps):
+            if not isinstance(given, dict):
+                field = f"steps[{i}]"
+                raise ConfigError(field, f"{field} must be a JSON object.")
+            try:
+                unknown = sorted(set(given) - set(_STEP_KEYS))
+                if unknown:
+                    raise ConfigError(unknown[0], f"Unknown field {unknown[0]!r}.")
+                records.append(_step(**given))
+            except ConfigError as exc:
+                field = f"steps[{i}].{exc.field}"
+                raise ConfigError(field, f"{field}: {_lower(str(exc))}") from None
+        return self._append(trajectory_id, records)
+
+    def _append(self, trajectory_id: str, steps: list[dict[str, Any]]) -> int:
         with self._lock, self._db:
-            status, t = self._status(trajectory_id)
+            status, first = self._status(trajectory_id)
             if status != "open":
                 raise TrajectoryEndedError(
                     f"The trajectory {trajectory_id} has ended ({status}); "
                     "it takes no more steps."
                 )
-            step["t"] = t
-            self._db.execute(
-                "INSERT INTO trajectory_steps VALUES (?, ?, ?)",
-                (trajectory_id, t, _json("step", step)),
-            )
+            rows = []
+            for t, step in enumerate(steps, start=first):
+                step["t"] = t
+                rows.append((trajectory_id, t, _json("step", step)))
+            self._db.executemany("INSERT INTO trajectory_steps VALUES (?, ?, ?)", rows)
             self._db.execute(
                 "UPDATE trajectories SET steps = ?, reward_sum = reward_sum + ?"
                 " WHERE id = ?",
-                (t + 1, reward, trajectory_id),
+                (first + len(steps), sum(s["reward"] for s in steps), trajectory_id),
             )
-        return t
+        return first
 
     def end(
         self,

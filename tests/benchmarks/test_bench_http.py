@@ -21,6 +21,8 @@ from engine.client_http import StudioClient
 pytestmark = pytest.mark.bench
 
 STEPS = 2000
+"""Steps ingested one a request; batched runs ingest up to five times more
+(more requests to take percentiles of)."""
 
 
 def _percentiles(ms: list[float]) -> str:
@@ -28,23 +30,42 @@ def _percentiles(ms: list[float]) -> str:
     return f"p50 {ms[len(ms) // 2]:.2f} ms, p99 {ms[int(len(ms) * 0.99)]:.2f} ms"
 
 
-def _ingest(url: str, clients: int) -> str:
+TARGET_STEPS_PER_S = 1000
+TARGET_P99_MS = 20.0
+
+
+def _ingest(
+    url: str,
+    clients: int,
+    batch: int = 1,
+    steps: int = STEPS,
+    rate: float | None = None,
+) -> str:
+    """``steps`` steps from ``clients`` threads, ``batch`` steps a request
+    (as a recorder buffering them would send), as fast as they are answered
+    or, with ``rate``, that many steps/s in all (agents at work send at
+    their own pace, not when the last answer came); steps/s and the latency
+    of one request."""
     times: list[list[float]] = [[] for _ in range(clients)]
 
     def one(out: list[float]) -> None:
         client = StudioClient(url)
         tid = client.start_trajectory("bench", scenario="s")
-        for i in range(STEPS // clients):
+        step = {"action": 1, "reward": 0.1, "prompt": "p", "completion": "c"}
+        interval = batch * clients / rate if rate else 0.0
+        due = time.perf_counter()
+        for i in range(0, steps // clients, batch):
+            due += interval
             start = time.perf_counter()
-            client.add_step(
-                tid,
-                state={"i": i},
-                action=i % 3,
-                reward=0.1,
-                prompt="p",
-                completion="c",
-            )
+            if batch == 1:
+                client.add_step(tid, state={"i": i}, **step)
+            else:
+                client.add_steps(
+                    tid, [{**step, "state": {"i": i + j}} for j in range(batch)]
+                )
             out.append((time.perf_counter() - start) * 1000)
+            if interval:
+                time.sleep(max(0.0, due - time.perf_counter()))
         client.end_trajectory(tid, "completed")
 
     threads = [threading.Thread(target=one, args=(t,)) for t in times]
@@ -55,7 +76,7 @@ def _ingest(url: str, clients: int) -> str:
         t.join()
     elapsed = time.perf_counter() - start
     every = [x for t in times for x in t]
-    return f"{len(every) / elapsed:.0f} steps/s, {_percentiles(every)}"
+    return f"{len(every) * batch / elapsed:.0f} steps/s, {_percentiles(every)}"
 
 
 def test_bench_requests_and_ingest(tmp_path: Path) -> None:
@@ -84,9 +105,24 @@ def test_bench_requests_and_ingest(tmp_path: Path) -> None:
         )
         while not client.training(job)["steps_per_s"]:
             time.sleep(0.2)
-        for clients in (1, 4):
-            figures = _ingest(served.url, clients)
-            print(f"\ningest, PPO training, {clients} client(s): {figures}")
+        print(
+            f"\ntargets: {TARGET_STEPS_PER_S} steps/s, "
+            f"p99 under {TARGET_P99_MS:.0f} ms while training"
+        )
+        for clients, batch in ((1, 1), (4, 1), (1, 10), (4, 10), (1, 50), (4, 50)):
+            figures = _ingest(served.url, clients, batch, STEPS * min(batch, 5))
+            print(
+                f"\ningest, PPO training, {clients} client(s), "
+                f"{batch} step(s) a request: {figures}"
+            )
+        for clients, batch in ((4, 1), (4, 10), (10, 25)):
+            figures = _ingest(
+                served.url, clients, batch, 10_000, rate=TARGET_STEPS_PER_S
+            )
+            print(
+                f"\ningest, PPO training, paced at {TARGET_STEPS_PER_S} steps/s, "
+                f"{clients} client(s), {batch} step(s) a request: {figures}"
+            )
         print(f"\nPPO meanwhile: {client.training(job)['steps_per_s']:.0f} steps/s")
         client.stop(job)
         client.wait(job, timeout=60)
