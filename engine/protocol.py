@@ -498,6 +498,20 @@ class GetEnvCatalog(Request):
 # --------------------------------------------------------------------------
 
 
+@message("training.status")
+@dataclass(frozen=True)
+class GetTrainingStatus(Request):
+    """The open project's readiness to retrain and training status.
+
+    Reply result: what ``GET /training/status`` of ``serve-http`` answers
+    (``engine.retrain_status.training_status``): ``readiness`` (``ready``,
+    ``reason``, ``stats``), ``currentJob``, ``lastCompleted``,
+    ``latestModelVersion``, ``deployedModelVersion``, ``dataRates``,
+    ``schedule`` (a running ``serve-http --retrain-every``'s, or all None)
+    and ``settings``.
+    """
+
+
 @message("model.lineage")
 @dataclass(frozen=True)
 class GetModelLineage(Request):

@@ -28,6 +28,8 @@ from engine.jobs.context import private_event_stream
 from engine.jobs.registry import JOB_KINDS, run_schema
 from engine.jobs.supervisor import Supervisor
 from engine.llm.chat_worker import ChatWorker
+from engine.retrain_status import training_status
+from engine.store.trajectories import TrajectoryStore
 from resources import resource_path
 
 ENGINE_VERSION = "0.1.0"
@@ -87,6 +89,7 @@ class Server:
             protocol.ListOllamaModels: self._on_ollama_list,
             protocol.DeleteOllamaModel: self._on_ollama_delete,
             protocol.Chat: self._on_chat,
+            protocol.GetTrainingStatus: self._on_training_status,
         }
         # Answered on the reading thread: cheap, and latency matters.
         self._inline = {protocol.Ping, protocol.Hello}
@@ -96,6 +99,8 @@ class Server:
             protocol.DetectHardware,
             protocol.GetHardwareUsage,
             protocol.GetRunSchema,
+            # Reads the project and the trajectory store (its own file).
+            protocol.GetTrainingStatus,
             # Network and generation: may take seconds, touch no project state.
             protocol.ListOllamaModels,
             protocol.DeleteOllamaModel,
@@ -341,6 +346,15 @@ class Server:
     def _on_list_runs(self, msg: protocol.ListRuns) -> contract.RunListReply:
         runs = self.supervisor.require_project().list_runs()
         return {"runs": [r.to_dict() for r in runs]}
+
+    def _on_training_status(self, msg: protocol.GetTrainingStatus) -> dict[str, Any]:
+        project = self.supervisor.require_project()
+        # A reader: a serve-http on the same project writes the store.
+        store = TrajectoryStore(project.path, recover=False)
+        try:
+            return training_status(project, store)
+        finally:
+            store.close()
 
     def _on_run_schema(self, msg: protocol.GetRunSchema) -> dict[str, Any]:
         values = dict(msg.values)

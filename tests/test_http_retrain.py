@@ -18,6 +18,8 @@ import pytest
 from test_http_service import REPO, Served, one_sentence, serve, wait_until
 
 from engine.client_http import ApiError, StudioClient
+from engine.retrain_status import recorded_schedule
+from engine.store.project import Project
 
 
 def node(node_id: str, kind: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -222,8 +224,19 @@ def test_the_schedule_retrains_by_itself(tmp_path: Path) -> None:
                 in (client.request("GET", "/training/status")["schedule"]["lastCheck"])
             ),
         )
+        # Recorded in the project, for the studio's engine to show.
+        project = Project.open(tmp_path / "project")
+        try:
+            assert recorded_schedule(project)["everySeconds"] == 1.0
+        finally:
+            project.close()
     finally:
         served.stop()
+    project = Project.open(tmp_path / "project")
+    try:  # cleared when the server stopped
+        assert recorded_schedule(project)["everySeconds"] is None
+    finally:
+        project.close()
 
 
 def test_retrain_every_must_be_a_duration(tmp_path: Path) -> None:

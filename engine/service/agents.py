@@ -26,6 +26,7 @@ from typing import Any
 
 from engine.errors import ConfigError, EngineError
 from engine.llm.chat_worker import ChatWorker
+from engine.retrain_status import deployed_version
 from engine.rl.act_worker import ActWorker
 from engine.store.decisions import DecisionLog
 from engine.store.paths import checked_name
@@ -96,11 +97,7 @@ class Agents:
         or the latest version that is not the candidate) and ``candidate``."""
         versions = [m.version for m in self.versions(name)]
         config = self.project.agent_config(name)
-        candidate = config["candidate"]
-        current = config["pin"]
-        if current is None:
-            others = [v for v in versions if v != candidate]
-            current = others[-1] if others else None
+        current = deployed_version(config, versions)
         return {**config, "current": current, "latest": max(versions, default=None)}
 
     def describe(self, name: str) -> dict[str, Any]:

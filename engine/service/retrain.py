@@ -17,12 +17,20 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from engine import contract
+from engine import retrain_status
 from engine.errors import ConfigError, EngineError
-from engine.settings import checked_config, defaults_of, fields_of, setting
+from engine.retrain_status import (
+    SCHEDULE_KEY,
+    RetrainSettings,
+    current_job,
+    readiness,
+    retrain_runs,
+    retrain_settings,
+    training_status,
+)
+from engine.settings import checked_config
 from engine.store.paths import checked_name
 
 if TYPE_CHECKING:
@@ -30,34 +38,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("engine.service")
 
-SETTINGS_KEY = "retrain"
-RUNS_KEY = "retrain-runs"
 KEEP_RUNS = 50
 """Retraining runs remembered (the latest last)."""
 
 
 class NotReady(EngineError):
     """The data is not ready and the trigger was not forced (HTTP 409)."""
-
-
-@dataclass
-class RetrainSettings:
-    """When and how the project retrains by itself."""
-
-    flow: str = setting("", group="Retraining", label="Training flow")
-    """The project flow that trains (``flows/<name>.flow.json``)."""
-    agent: str = setting("", group="Retraining")
-    """The agent whose recorded trajectories count and whose next version
-    the flow's model becomes ('' = every trajectory, no version)."""
-    min_trajectories: int = setting(100, min=1, unit="trajectories", group="Retraining")
-    """Ended trajectories needed since the last training."""
-    min_scenario_groups: int = setting(1, min=1, unit="scenarios", group="Retraining")
-    """Distinct scenarios those trajectories must cover."""
-    min_hours_between: float = setting(24.0, min=0, unit="hours", group="Retraining")
-    """Hours from one training's start to the next (forcing skips it)."""
-    batch_param: str = setting("", group="Retraining")
-    """The flow parameter (``node_id.param``) the trigger's ``batchSize``
-    sets ('' = batchSize is not passed on)."""
 
 
 def parse_every(text: str) -> float:
@@ -90,6 +76,7 @@ class Retraining:
         self._thread: threading.Thread | None = None
         if every_s is not None:
             self.next_at = time.time() + every_s
+            self._record_schedule()
             self._thread = threading.Thread(
                 target=self._schedule, name="retrain-schedule", daemon=True
             )
@@ -99,15 +86,15 @@ class Retraining:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+            self.every_s = None
+            try:
+                self._record_schedule()  # cleared: no schedule any more
+            except EngineError as exc:
+                log.warning("retraining schedule: not cleared (%s)", exc)
 
     # ------------------------------------------------------------ settings
     def settings(self) -> dict[str, Any]:
-        stored = self.service.project.setting(SETTINGS_KEY)
-        known = fields_of(RetrainSettings)
-        return {
-            **defaults_of(RetrainSettings),
-            **{k: v for k, v in stored.items() if k in known},
-        }
+        return retrain_settings(self.service.project)
 
     def configure(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Change some settings (checked as one; nothing stored on error)."""
@@ -118,110 +105,42 @@ class Retraining:
             self.service.flow_path(config["flow"])  # a 404 for an unknown flow
         if config["agent"]:
             checked_name("agent", config["agent"])
-        self.service.project.set_setting(SETTINGS_KEY, config)
+        self.service.project.set_setting(retrain_status.SETTINGS_KEY, config)
         return config
 
     # ------------------------------------------------------------- status
     def _runs(self) -> list[dict[str, Any]]:
-        runs = self.service.project.setting(RUNS_KEY).get("runs", [])
-        return [r for r in runs if isinstance(r, dict)]
+        return retrain_runs(self.service.project)
 
     def readiness(self) -> dict[str, Any]:
         """Babylon's ``readiness``: ``ready``, ``reason``, ``stats``."""
-        config = self.settings()
-        runs = self._runs()
-        last_start = float(runs[-1]["time"]) if runs else 0.0
-        counts = self.service.trajectories.counts(config["agent"], last_start)
-        hours = (time.time() - last_start) / 3600.0 if runs else None
-        stats = {
-            "totalTrajectories": counts["total"],
-            "newTrajectories": counts["new"],
-            "scenarioGroups": counts["scenarios"],
-            "openTrajectories": counts["open"],
-            "hoursSinceLastTraining": None if hours is None else round(hours, 3),
-            "minTrajectories": config["min_trajectories"],
-            "minScenarioGroups": config["min_scenario_groups"],
-            "minHoursBetween": config["min_hours_between"],
-        }
-        since = " since the last training" if runs else ""
-        if not config["flow"]:
-            reason = "No training flow is set (PUT /training/settings with a flow)."
-        elif counts["new"] < config["min_trajectories"]:
-            reason = (
-                f"{counts['new']} of {config['min_trajectories']} trajectories "
-                f"recorded{since}."
-            )
-        elif counts["scenarios"] < config["min_scenario_groups"]:
-            reason = (
-                f"{counts['scenarios']} of {config['min_scenario_groups']} scenario "
-                f"groups recorded{since}."
-            )
-        elif hours is not None and hours < config["min_hours_between"]:
-            reason = (
-                f"The last training started {hours:.1f} h ago; the next may start "
-                f"after {config['min_hours_between']:g} h."
-            )
-        else:
-            return {"ready": True, "reason": "Ready to train!", "stats": stats}
-        return {"ready": False, "reason": reason, "stats": stats}
-
-    def _job(self, entry: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            job = self.service.job(str(entry["run_id"]))
-        except EngineError:
-            return None  # its row is gone
-        return {
-            **{k: job[k] for k in ("job_id", "name", "status", "progress", "error")},
-            "trigger": entry.get("trigger", ""),
-            "started": job["started"] or entry.get("time"),
-            "ended": job["ended"],
-        }
+        return readiness(self.service.project, self.service.trajectories)
 
     def current_job(self) -> dict[str, Any] | None:
-        for entry in reversed(self._runs()):
-            job = self._job(entry)
-            if job is not None and job["status"] in contract.ACTIVE_STATUSES:
-                return job
-        return None
+        return current_job(self.service.project, self.service.job)
+
+    def schedule(self) -> dict[str, Any]:
+        return {
+            "everySeconds": self.every_s,
+            "nextAt": self.next_at,
+            "lastCheck": self.last_check,
+        }
 
     def status(self) -> dict[str, Any]:
         """``GET /training/status`` (Babylon's shape)."""
-        config = self.settings()
-        last_completed = None
-        for entry in reversed(self._runs()):
-            job = self._job(entry)
-            if job is not None and job["status"] == "completed":
-                last_completed = job
-                break
-        latest = deployed = None
-        if config["agent"]:
-            try:
-                routing = self.service.agents.routing(config["agent"])
-            except EngineError:
-                routing = {}
-            if routing.get("latest"):
-                latest = f"v{routing['latest']}"
-            if routing.get("current"):
-                deployed = f"v{routing['current']}"
-        counts = self.service.trajectories.counts(config["agent"])
-        return {
-            "readiness": self.readiness(),
-            "currentJob": self.current_job(),
-            "lastCompleted": last_completed,
-            "latestModelVersion": latest,
-            "deployedModelVersion": deployed,
-            "dataRates": {
-                "trajectoriesLastHour": counts["last_hour"],
-                "trajectoriesLastDay": counts["last_day"],
-                "stepsLastHour": counts["steps_last_hour"],
-            },
-            "schedule": {
-                "everySeconds": self.every_s,
-                "nextAt": self.next_at,
-                "lastCheck": self.last_check,
-            },
-            "settings": config,
-        }
+        return training_status(
+            self.service.project,
+            self.service.trajectories,
+            self.service.job,
+            # Without a schedule of its own: one another server recorded.
+            self.schedule() if self.every_s is not None else None,
+        )
+
+    def _record_schedule(self) -> None:
+        """Keep the schedule in the project for the studio to show."""
+        self.service.project.set_setting(
+            SCHEDULE_KEY, self.schedule() if self.every_s is not None else {}
+        )
 
     # ------------------------------------------------------------ trigger
     def trigger(
@@ -261,7 +180,7 @@ class Retraining:
                 *self._runs(),
                 {"run_id": job_id, "time": time.time(), "trigger": by, "force": force},
             ][-KEEP_RUNS:]
-            self.service.project.set_setting(RUNS_KEY, {"runs": runs})
+            self.service.project.set_setting(retrain_status.RUNS_KEY, {"runs": runs})
         log.info("retraining: started %s (%s)", job_id, by)
         return {
             "job_id": job_id,
@@ -281,3 +200,7 @@ class Retraining:
                 log.info("retraining schedule: %s", exc)
             except Exception:  # the schedule must outlive one bad check
                 log.exception("retraining schedule failed")
+            try:
+                self._record_schedule()
+            except Exception:
+                log.exception("retraining schedule: not recorded")

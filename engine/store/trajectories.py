@@ -196,7 +196,12 @@ class TrajectoryStore:
     """The project's recorded trajectories. Thread-safe: one connection
     behind a lock."""
 
-    def __init__(self, project_dir: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, project_dir: str | os.PathLike[str], *, recover: bool = True
+    ) -> None:
+        """``recover``: write the trace lines a crashed writer left unwritten
+        (False for a reader beside the writing service, which might be
+        between its commit and its line)."""
         self.project_dir = Path(project_dir)
         path = self.project_dir / DB_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,7 +216,7 @@ class TrajectoryStore:
             raise EngineError(
                 f"The trajectory database {path} is damaged ({exc})."
             ) from None
-        self.recovered = self._export_pending()
+        self.recovered = self._export_pending() if recover else []
         """Ended trajectories whose trace line was written when the store
         opened (their writer died before it could)."""
 

@@ -2,7 +2,9 @@
 
 The run list on the left; the selected runs' live plots on the right (several
 selected runs are overlaid for comparison); progress, ETA and the controls
-above; the run's log, full config, the Compare tab (the selected runs'
+above, with the retraining readiness strip (recorded trajectories against
+the rules ``serve-http`` retrains by, its schedule, the agent's versions);
+the run's log, full config, the Compare tab (the selected runs'
 differing settings and outcomes side by side, their curves overlaid above)
 and the Sweep panel (an Optuna study over a run's settings, its trials live)
 below. Plots read from the session's ``MetricStore`` and redraw on the
@@ -42,6 +44,7 @@ from studio.workspaces.common import (
     run_duration,
 )
 from studio.workspaces.compare import CompareView
+from studio.workspaces.readiness import ReadinessStrip
 from studio.workspaces.sweep import SweepPanel
 from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
@@ -206,8 +209,11 @@ class TrainingWorkspace(QWidget):
         split.setStretchFactor(0, 1)
         split.setSizes([600, 130])
 
+        self.readiness = ReadinessStrip(session)
+
         layout = QVBoxLayout(self)
         layout.addLayout(buttons)
+        layout.addWidget(self.readiness)
         layout.addWidget(split, 1)
 
         self._log_shown: tuple[str, int] | None = None
