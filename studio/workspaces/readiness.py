@@ -33,7 +33,6 @@ class ReadinessStrip(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.headline = QLabel("Retraining readiness: no project open.", wordWrap=True)
         self.details = QLabel(wordWrap=True)
-        self.details.setStyleSheet("color: palette(mid);")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 4, 6, 4)
         layout.setSpacing(2)
