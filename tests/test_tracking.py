@@ -424,15 +424,25 @@ def test_a_store_other_than_a_server_goes_through_mlflows_client(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A database URI (the server's own, its tables made already): the same
-    run, through mlflow's own client; any job kind (here a function logging
-    two rows) is tracked alike."""
+    """A database URI (a copy of the server's, its tables made already): the
+    same run, through mlflow's own client; any job kind (here a function
+    logging two rows) is tracked alike."""
+    import sqlite3
+
     from engine.jobs.context import JobContext
     from engine.jobs.lifecycle import execute
 
     # mlflow's client puts a new experiment's artifacts under ./mlruns
     monkeypatch.chdir(tmp_path)
-    uri = f"sqlite:///{mlflow_server[2] / 'mlflow.db'}"
+    # A copy, not the server's own file: two writers on one SQLite file wait
+    # on each other's locks, and under load mlflow's client gives up.
+    db = tmp_path / "mlflow.db"
+    with (
+        sqlite3.connect(mlflow_server[2] / "mlflow.db") as source,
+        sqlite3.connect(db) as copy,
+    ):
+        source.backup(copy)
+    uri = f"sqlite:///{db}"
     monkeypatch.setenv(contract.TRACKING_URI_ENV, uri)
     run_dir = tmp_path / "proj" / "runs" / "r1"
     run_dir.mkdir(parents=True)
