@@ -418,47 +418,79 @@ def test_an_unreachable_server_costs_one_warning_and_no_metric(
 
 
 # ------------------------------------------------------- language models
+_LIBRARY_STORE_RUN = """
+import json, sys
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from engine.jobs.context import JobContext
+from engine.jobs.lifecycle import execute
+
+uri, run_dir = sys.argv[1], Path(sys.argv[2])
+run_dir.mkdir(parents=True)
+ctx = JobContext("r1", run_dir, "selftest", {"steps": 2, "note": {"a": 1}})
+
+
+def entry(ctx):
+    ctx.metrics(1, {"x/y": 0.5})
+    ctx.metrics(2, {"x/y": 0.25})
+    return {}
+
+
+status = execute(ctx, entry).status
+from engine import contract
+run_id = json.loads((run_dir / contract.MLFLOW_RUN_FILE).read_text())["run_id"]
+mlflow = MlflowClient(tracking_uri=uri, registry_uri=uri)
+run = mlflow.get_run(run_id)
+history = sorted(
+    (int(m.step), float(m.value)) for m in mlflow.get_metric_history(run_id, "x/y")
+)
+print(json.dumps({
+    "job": status,
+    "status": run.info.status,
+    "params": run.data.params,
+    "history": history,
+    "kind": run.data.tags.get("rlstudio.kind"),
+}))
+"""
+
+
 def test_a_store_other_than_a_server_goes_through_mlflows_client(
-    mlflow_uri: str,
-    mlflow_server: tuple[str, subprocess.Popen[bytes], Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    mlflow_server: tuple[str, subprocess.Popen[bytes], Path], tmp_path: Path
 ) -> None:
     """A database URI (a copy of the server's, its tables made already): the
     same run, through mlflow's own client; any job kind (here a function
-    logging two rows) is tracked alike."""
+    logging two rows) is tracked alike. It runs in a child process, as jobs
+    do: mlflow's database client (SQLAlchemy, its own threads) stays out of
+    the test process, which holds Qt."""
     import sqlite3
 
-    from engine.jobs.context import JobContext
-    from engine.jobs.lifecycle import execute
-
-    # mlflow's client puts a new experiment's artifacts under ./mlruns
-    monkeypatch.chdir(tmp_path)
     # A copy, not the server's own file: two writers on one SQLite file wait
     # on each other's locks, and under load mlflow's client gives up.
     db = tmp_path / "mlflow.db"
-    with (
-        sqlite3.connect(mlflow_server[2] / "mlflow.db") as source,
-        sqlite3.connect(db) as copy,
-    ):
+    source, copy = sqlite3.connect(mlflow_server[2] / "mlflow.db"), sqlite3.connect(db)
+    try:
         source.backup(copy)
+    finally:
+        source.close()
+        copy.close()
     uri = f"sqlite:///{db}"
-    monkeypatch.setenv(contract.TRACKING_URI_ENV, uri)
-    run_dir = tmp_path / "proj" / "runs" / "r1"
-    run_dir.mkdir(parents=True)
-    ctx = JobContext("r1", run_dir, "selftest", {"steps": 2, "note": {"a": 1}})
-
-    def entry(ctx: Any) -> dict[str, Any]:
-        ctx.metrics(1, {"x/y": 0.5})
-        ctx.metrics(2, {"x/y": 0.25})
-        return {}
-
-    assert execute(ctx, entry).status == "completed"
-    run = client(uri).get_run(mlflow_run_id(run_dir))
-    assert run.info.status == "FINISHED"
-    assert run.data.params == {"steps": "2", "note.a": "1"}
-    assert history(uri, run.info.run_id, "x/y") == [(1, 0.5), (2, 0.25)]
-    assert run.data.tags["rlstudio.kind"] == "selftest"
+    env = {**os.environ, contract.TRACKING_URI_ENV: uri, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-c", _LIBRARY_STORE_RUN, uri, str(tmp_path / "runs" / "r1")],
+        cwd=tmp_path,  # mlflow's client puts a new experiment's artifacts in ./mlruns
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["job"] == "completed" and seen["status"] == "FINISHED"
+    assert seen["params"] == {"steps": "2", "note.a": "1"}
+    assert seen["history"] == [[1, 0.5], [2, 0.25]]
+    assert seen["kind"] == "selftest"
 
 
 def test_a_language_model_run_writes_tensorboard_events_and_is_tracked(
