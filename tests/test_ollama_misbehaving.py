@@ -412,3 +412,12 @@ def test_an_address_that_cannot_be_ollamas_is_one_sentence(host: str) -> None:
         f"The Ollama address {host!r} is not an http:// or https:// URL."
     )
     assert ollama.check_host("127.0.0.1:11434") == "127.0.0.1:11434"
+
+
+@pytest.mark.parametrize("host", ["http://" + "a" * 64 + ".local", "http://a..b:1"])
+def test_a_host_name_no_lookup_can_encode_is_one_sentence(host: str) -> None:
+    """The fuzz found these: the name lookup's IDNA encoding raised a raw
+    UnicodeError from deep inside http.client."""
+    with pytest.raises(EngineError) as exc:
+        ollama.check_host(host)
+    assert "has a host name that cannot be looked up" in one_sentence(exc)

@@ -237,7 +237,9 @@ class OllamaClient:
             data = body
         try:
             conn.connect()
-        except OSError as exc:  # refused, unreachable, unknown name, timed out
+        # refused, unreachable, unknown name, timed out; UnicodeError: a host
+        # name the lookup cannot encode
+        except (OSError, UnicodeError) as exc:
             conn.close()
             if self._answered:
                 raise EngineError(
@@ -594,6 +596,13 @@ def check_host(url: str) -> str:
         raise EngineError(problem) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise EngineError(problem)
+    try:
+        parts.hostname.encode("idna")  # what the name lookup will do
+    except UnicodeError:
+        raise EngineError(
+            f"The Ollama address {url[:200]!r} has a host name that cannot be "
+            "looked up (a part is empty or longer than 63 characters)."
+        ) from None
     return url
 
 
