@@ -203,8 +203,26 @@ def progress_line(done: float, total: float, rate: float, width: int = 30) -> st
     )
 
 
+def project_folder(project: Path | None, temp_prefix: str) -> Path:
+    """The ``--project`` folder (refused when it is a file), else a new
+    temporary one. A folder not made yet will get the bundled examples, so
+    their designed env ids (e.g. rlstudio/maze-v0) are registered now, before
+    settings naming them are checked."""
+    from engine.rl.config import register_designed_envs
+    from resources import resource_path
+
+    if project is None:
+        return Path(tempfile.mkdtemp(prefix=temp_prefix))
+    folder = project.expanduser().resolve()
+    if folder.exists() and not folder.is_dir():
+        raise EngineError(f"--project {str(project)!r} is a file, not a folder.")
+    if not folder.exists():
+        register_designed_envs(resource_path("examples"))
+    return folder
+
+
 def run(args: argparse.Namespace) -> int:
-    from engine.rl.config import register_designed_envs, validate
+    from engine.rl.config import validate
     from engine.rl.train import run as train
     from engine.store.project import Project
     from resources import resource_path
@@ -215,19 +233,8 @@ def run(args: argparse.Namespace) -> int:
         raise EngineError("Give the environment with --env, e.g. --env CartPole-v1.")
     if args.preset and args.project is None:
         raise EngineError("--preset needs the --project that holds the preset.")
-    if args.project is not None:
-        project_dir: Path = args.project.expanduser().resolve()
-        if project_dir.exists() and not project_dir.is_dir():
-            raise EngineError(
-                f"--project {str(args.project)!r} is a file, not a folder."
-            )
-    else:
-        project_dir = Path(tempfile.mkdtemp(prefix="rlstudio-train-"))
+    project_dir = project_folder(args.project, "rlstudio-train-")
     examples = resource_path("examples")
-    if not project_dir.exists():
-        # A new project will get the bundled envs, so its designed env ids
-        # (e.g. rlstudio/maze-v0) are valid before the folder exists.
-        register_designed_envs(examples)
     # Refuse bad settings before anything is written to the project.
     config = validate(build_config(args, project_dir))
     # A fresh project gets the bundled examples (envs, data), as in the studio.

@@ -41,7 +41,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -833,7 +832,7 @@ def conclude(
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.rl.config import register_designed_envs
+    from engine.rl.cli import project_folder
     from engine.store.paths import checked_name
     from engine.store.project import Project
     from resources import resource_path
@@ -844,17 +843,8 @@ def run(args: argparse.Namespace) -> int:
         checked_name("preset", args.save_preset)
     if args.study is not None:
         checked_name("study", args.study)
-    if args.project is not None:
-        project_dir: Path = args.project.expanduser().resolve()
-        if project_dir.exists() and not project_dir.is_dir():
-            raise EngineError(
-                f"--project {str(args.project)!r} is a file, not a folder."
-            )
-    else:
-        project_dir = Path(tempfile.mkdtemp(prefix="rlstudio-tune-"))
+    project_dir = project_folder(args.project, "rlstudio-tune-")
     examples = resource_path("examples")
-    if not project_dir.exists():
-        register_designed_envs(examples)
     wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
     storage_url = args.storage or default_storage(project_dir)
     storage, _ = find_study(args.study, wanted, args.storage or "", project_dir)
