@@ -224,7 +224,7 @@ def test_a_chat_worker_that_dies_costs_one_turn(tmp_path: Path) -> None:
             worker.chat(empty, turn, 4)
         assert str(exc.value) == (
             "The chat worker stopped with exit code -9 (out of memory?); the next "
-            "message starts a new one."
+            "request starts a new one."
         )
         with pytest.raises(EngineError, match="neither a model"):
             worker.chat(empty, turn, 4)
