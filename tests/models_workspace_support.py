@@ -3,12 +3,14 @@ documented REST API, a real SB3 zip, and a project with a model lineage."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,15 @@ class FakeOllama:
         self.requests: list[tuple[str, str, Any]] = []
         self.fail_create: str | None = None
         """An error ``/api/create`` streams after its first status line."""
+        self.chat_reply: Callable[[dict[str, Any]], str] | None = None
+        """The assistant's answer to a ``/api/chat`` body (default: an echo
+        of the last message, for a known model)."""
+        self.chat_status = 200
+        """The status ``/api/chat`` answers with (500: Ollama's error body)."""
+        self.chat_hold = threading.Event()
+        """Set by default; cleared, ``/api/chat`` answers only once it is set
+        again (a server that takes too long)."""
+        self.chat_hold.set()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,11 +83,13 @@ class FakeOllama:
 
             def _send(self, code: int, obj: Any = None) -> None:
                 data = b"" if obj is None else json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                # a client that gave up (a judge past its timeout) is gone
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
 
             def do_GET(self) -> None:
                 fake.requests.append(("GET", self.path, None))
@@ -132,8 +145,16 @@ class FakeOllama:
                     self._send(200, {"response": "hi", "done": True})
                 elif self.path == "/api/chat":
                     name = body["model"]
+                    fake.chat_hold.wait(timeout=600)
+                    if fake.chat_status != 200:
+                        self._send(fake.chat_status, {"error": "model runner crashed"})
+                        return
                     if name not in fake.models and name + ":latest" not in fake.models:
                         self._send(404, {"error": f"model '{name}' not found"})
+                        return
+                    if fake.chat_reply is not None:
+                        content = fake.chat_reply(body)
+                        self._send(200, {"message": {"content": content}, "done": True})
                         return
                     last = body["messages"][-1]["content"]
                     self._send(
@@ -159,6 +180,7 @@ class FakeOllama:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.chat_hold.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -34,6 +34,7 @@ LLM_TYPES = {
     "llm.collect": "Collect rollouts",
     "llm.dataset": "Build dataset",
     "llm.reward": "Reward function",
+    "llm.judge": "LLM judge reward",
     "llm.train": "Fine-tune (TRL)",
     "llm.merge": "Merge adapter",
     "llm.evaluate": "Evaluate language-model policy",

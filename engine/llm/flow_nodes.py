@@ -44,9 +44,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from engine.errors import EngineError
+from engine.errors import ConfigError, EngineError
 from engine.flow import ParamSpec, PortSpec
 from engine.llm.datasets import DatasetConfig
+from engine.llm.judge import JudgeConfig
 from engine.llm.merge import MergeConfig
 from engine.llm.rollouts import CollectConfig, EvaluateConfig
 from engine.llm.train import METHODS, TrainConfig
@@ -71,6 +72,7 @@ REWARD_KINDS: tuple[str, ...] = (
     "efficiency",
     "python_syntax",
     "code_execution",
+    "judge",
 )
 """The names of ``engine.llm.rewards.REWARDS`` (that module imports numpy,
 so the catalog keeps its own copy; a test checks they agree)."""
@@ -436,7 +438,9 @@ def _check_reward(params: dict[str, Any]) -> list[str]:
             "the answer is just a tool; tool_validity: the tool is valid now; "
             "task_completion: the tool finishes the task; efficiency: short "
             "answers; python_syntax / code_execution: code that parses / runs "
-            "(confined: no network, read-only files, limits).",
+            "(confined: no network, read-only files, limits); judge: a local "
+            "model ranks each group against a rubric (the LLM judge node sets "
+            "it up field by field).",
             label="Reward",
         ),
         ParamSpec(
@@ -473,6 +477,53 @@ def reward(node: NodeRun) -> NodeResult:
     return NodeResult(
         outputs={"reward": spec},
         summary={"reward": p["kind"], "weight": spec["weight"]},
+    )
+
+
+def _check_judge(params: dict[str, Any]) -> list[str]:
+    from engine.llm.judge import check_config
+
+    try:
+        check_config({k: params[k] for k in fields_of(JudgeConfig) if k in params})
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
+@node_type(
+    "llm.judge",
+    title="LLM judge reward",
+    category=CATEGORY,
+    outputs=(
+        PortSpec(
+            "reward",
+            "reward_fn",
+            help="The judge's relative scores as a GRPO reward; link it to Fine-tune.",
+        ),
+    ),
+    params=(
+        *param_specs(JudgeConfig, fields_of(JudgeConfig)),
+        ParamSpec(
+            "weight",
+            "float",
+            1.0,
+            min=-100.0,
+            max=100.0,
+            help="Weight of the judge's score in the sum GRPO maximizes.",
+        ),
+    ),
+    check=_check_judge,
+)
+def judge_reward(node: NodeRun) -> NodeResult:
+    """A local model ranks each GRPO group against the user's rubric."""
+    from engine.llm.judge import check_config
+
+    p = node.params
+    settings = check_config({k: p[k] for k in fields_of(JudgeConfig)}, "judge")
+    spec = {**settings, "name": "judge", "weight": float(p["weight"])}
+    return NodeResult(
+        outputs={"reward": spec},
+        summary={"reward": "judge", "model": spec["model"], "weight": spec["weight"]},
     )
 
 

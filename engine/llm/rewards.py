@@ -277,6 +277,36 @@ class CodeExecutionReward(RewardFunction):
         return 1.0 if result["ok"] else 0.0
 
 
+class JudgeReward(RewardFunction):
+    """An LLM judge's relative score in [0, 1] of each completion among the
+    others sampled for the same prompt, against the user's rubric
+    (:mod:`engine.llm.judge`; settings: :class:`~engine.llm.judge.JudgeConfig`)."""
+
+    name = "judge"
+
+    def __init__(self, weight: float = 1.0, **params: Any) -> None:
+        from engine.llm.judge import Judge, check_config
+
+        super().__init__(weight, **params)
+        self.judge = Judge(check_config(params))
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], **kwargs: Any
+    ) -> list[float]:
+        from engine.llm.judge import message_text
+
+        texts = [completion_text(c) for c in completions]
+        groups: dict[str, list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            groups.setdefault(message_text(prompt), []).append(i)
+        out = [0.0] * len(texts)
+        for prompt, rows in groups.items():
+            scores = self.judge.score_group(prompt, [texts[i] for i in rows])
+            for i, score in zip(rows, scores, strict=True):
+                out[i] = score
+        return out
+
+
 REWARDS: dict[str, type[RewardFunction]] = {
     cls.name: cls
     for cls in (
@@ -287,6 +317,7 @@ REWARDS: dict[str, type[RewardFunction]] = {
         EfficiencyReward,
         PythonSyntaxReward,
         CodeExecutionReward,
+        JudgeReward,
     )
 }
 
