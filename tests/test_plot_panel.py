@@ -230,6 +230,42 @@ def test_two_runs_overlay_with_distinct_colors_and_a_legend(
     assert "run-a" not in panel.legend_text("Rewards")
 
 
+def test_a_run_shown_again_reuses_its_curves_with_fresh_data(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """Going back and forth between runs hides and re-shows their curves
+    (building a plot item per metric stalled the GUI); what is drawn is the
+    data as it is when the run comes back, and a hidden curve is nowhere."""
+    keys = ["rollout/ep_rew_mean", "eval/mean_reward"]
+    fill(store, "run-a", keys, 40, seed=1)
+    fill(store, "run-b", keys, 30, seed=2)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    plot = panel.plot_widget("Rewards").getPlotItem()
+    items_before = set(plot.listDataItems())
+    panel.remove_run("run-a")
+    shown = [i for i in plot.listDataItems() if i.isVisible()]
+    assert len(shown) == 2 and "run-a" not in panel.legend_text("Rewards")
+    # The run grows (40 -> 100 rows) while hidden, then comes back.
+    fill(store, "run-a", keys, 60, seed=3)
+    panel.add_run("run-a", "again")
+    panel.add_keys("run-a", keys)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert set(plot.listDataItems()) == items_before  # no new items
+    assert all(i.isVisible() for i in plot.listDataItems())
+    x, y = panel.curve_data("run-a", "eval/mean_reward")
+    assert len(x) == 100 and np.array_equal(
+        y, store.series("run-a", "eval/mean_reward")[2]
+    )
+    assert "again" in panel.legend_text("Rewards")
+    # Only the last PARKED_RUNS removed runs keep hidden items.
+    for i in range(panel.PARKED_RUNS + 2):
+        fill(store, f"r{i}", keys[:1], 5)
+        panel.add_keys(f"r{i}", keys[:1])
+        panel.remove_run(f"r{i}")
+    hidden = [i for i in plot.listDataItems() if not i.isVisible()]
+    assert len(hidden) == panel.PARKED_RUNS
+
+
 def test_legend_names_a_curve_whose_first_points_come_later(
     qtbot, panel: LivePlotPanel, store: MetricStore
 ) -> None:

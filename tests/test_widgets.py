@@ -136,6 +136,24 @@ def test_record_table_updates_rows_in_place_and_sorts(qtbot) -> None:
     assert table.model.rowCount() == 3
 
 
+def test_record_table_selects_many_rows_in_one_change(qtbot) -> None:
+    """Each selection change redraws the plots of the selected runs: selecting
+    three rows is one change, and selecting what is selected is none."""
+    table = RecordTable([Column("Name", lambda r: r["name"])])
+    qtbot.addWidget(table)
+    table.set_records([{"id": k, "name": k.upper()} for k in "abcd"])
+    changes: list[list[str]] = []
+    table.selection_changed.connect(changes.append)
+    table.select_keys(["a", "c", "d"])
+    assert changes == [["a", "c", "d"]]
+    table.select_keys(["d", "c", "a"])
+    assert len(changes) == 1
+    table.select_keys(["b"])
+    assert changes[-1] == ["b"] and table.selected_keys() == ["b"]
+    table.select_keys([])
+    assert changes[-1] == [] and len(changes) == 3
+
+
 def test_hardware_meter_shows_gpu_only_when_known(qtbot) -> None:
     meter = HardwareMeter()
     qtbot.addWidget(meter)

@@ -9,6 +9,7 @@ from typing import Any
 
 from PySide6.QtCore import (
     QAbstractTableModel,
+    QItemSelection,
     QModelIndex,
     QPersistentModelIndex,
     QSortFilterProxyModel,
@@ -186,15 +187,22 @@ class RecordTable(QWidget):
         return [str(self.model.records[r].get(self.model.key)) for r in sorted(rows)]
 
     def select_keys(self, keys: Sequence[str]) -> None:
-        selection = self.view.selectionModel()
-        selection.clearSelection()
+        """Select exactly these rows, in one change: ``selection_changed``
+        fires once (not once per row and once for the clearing), and not at
+        all when they are selected already."""
+        wanted = {str(k) for k in keys}
+        if set(self.selected_keys()) == wanted:
+            return
+        rows = QItemSelection()
         for r, record in enumerate(self.model.records):
-            if str(record.get(self.model.key)) in keys:
+            if str(record.get(self.model.key)) in wanted:
                 proxy_index = self._proxy.mapFromSource(self.model.index(r, 0))
-                selection.select(
-                    proxy_index,
-                    selection.SelectionFlag.Select | selection.SelectionFlag.Rows,
-                )
+                rows.select(proxy_index, proxy_index)
+        selection = self.view.selectionModel()
+        selection.select(
+            rows,
+            selection.SelectionFlag.ClearAndSelect | selection.SelectionFlag.Rows,
+        )
 
     def _refresh_empty(self) -> None:
         self._stack.setCurrentWidget(
