@@ -99,8 +99,16 @@ DEFAULT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Generation speed", ("train/tokens_per_s", "eval/tokens_per_s")),
     (
         "Rates",
-        ("rollout/success", "rollout/*_rate", "eval/*_rate", "eval/expert_agreement"),
+        (
+            "rollout/success",
+            "rollout/*_rate",
+            "eval/*_rate",
+            "eval/expert_agreement",
+            "curriculum/success_rate",
+        ),
     ),
+    # The stage a curriculum run plays at (a step curve: 0, 1, 2, ...).
+    ("Curriculum stage", ("curriculum/stage",)),
 )
 #: The y axis title (with its unit) of each group; the x axis says steps or
 #: seconds.
@@ -119,6 +127,7 @@ GROUP_AXES: dict[str, str] = {
     "Throughput": "steps/s",
     "Generation speed": "tokens/s",
     "Rates": "fraction",
+    "Curriculum stage": "stage",
 }
 #: The x axis title for each x mode.
 X_AXIS_TITLES: dict[str, str] = {"step": "steps", "time": "wall time (s)"}

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from engine.envs.spec import EnvSpec, SpecError, coerce_spec, parse_spec
+from engine.errors import ConfigError
 
 MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))
 ACTION_NAMES = ("up", "right", "down", "left")
@@ -41,6 +42,7 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         spec: EnvSpec | dict[str, Any] | str,
         source: str | None = None,
         render_mode: str | None = None,
+        difficulty: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(spec, dict) and source is not None:
             built, problems = parse_spec(spec, source=source)
@@ -49,6 +51,25 @@ class GridEnv(gym.Env[np.int64, np.int64]):
                 raise SpecError(errors[0].path, errors[0].message)
             spec = built
         self.spec_doc = coerce_spec(spec)
+        self._configure(difficulty)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be rgb_array, ansi or None, not {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.observation_space = spaces.Discrete(self.rows * self.cols)
+        self.action_space = spaces.Discrete(4)
+        self.pos = self.start
+        self.steps = 0
+
+    def set_difficulty(self, difficulty: dict[str, Any] | None) -> None:
+        """Play at ``difficulty`` (:class:`~engine.envs.curriculum.
+        GridDifficulty` settings; None: as designed) from the next reset on;
+        the spaces stay the same."""
+        self._configure(difficulty)
+
+    def _configure(self, difficulty: dict[str, Any] | None) -> None:
+        d = difficulty or {}
         body = self.spec_doc.body
         self.rows, self.cols = (int(v) for v in body["size"])
         self.walls = np.zeros((self.rows, self.cols), dtype=bool)
@@ -56,7 +77,8 @@ class GridEnv(gym.Env[np.int64, np.int64]):
             self.walls[r, c] = True
         self.start = (int(body["start"][0]), int(body["start"][1]))
         self.goals = {tuple(g) for g in body["goals"]}
-        self.traps = {tuple(t) for t in body.get("traps", [])}
+        keep_traps = d.get("traps", True)
+        self.traps = {tuple(t) for t in body.get("traps", [])} if keep_traps else set()
         self.cell_reward = np.zeros((self.rows, self.cols))
         for item in body.get("cell_rewards", []):
             r, c = item["cell"]
@@ -68,15 +90,64 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         self.r_bump = float(rewards.get("wall_bump", 0.0))
         self.slip = float(body.get("slip", 0.0))
         self.max_steps = int(body.get("max_steps", 4 * self.rows * self.cols))
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode must be rgb_array, ansi or None, not {render_mode!r}"
+        if d.get("slip") is not None:
+            self.slip = float(d["slip"])
+        if d.get("max_steps") is not None:
+            self.max_steps = int(d["max_steps"])
+        if d.get("size") is not None:
+            self._window(int(d["size"][0]), int(d["size"][1]))
+
+    def _free(self, cell: tuple[int, int]) -> bool:
+        r, c = cell
+        return 0 <= r < self.rows and 0 <= c < self.cols and not self.walls[r, c]
+
+    def _distances(self, origin: tuple[int, int]) -> dict[tuple[int, int], int]:
+        """Moves from ``origin`` to every cell reachable without a trap."""
+        from collections import deque
+
+        dist = {origin: 0}
+        queue = deque([origin])
+        while queue:
+            r, c = queue.popleft()
+            for dr, dc in MOVES:
+                n = (r + dr, c + dc)
+                if n not in dist and self._free(n) and n not in self.traps:
+                    dist[n] = dist[(r, c)] + 1
+                    queue.append(n)
+        return dist
+
+    def _window(self, h: int, w: int) -> None:
+        """Wall off all but an ``h`` x ``w`` area holding the goal nearest the
+        start, and start at the cell of it nearest the spec's start from
+        which that goal can be reached."""
+        h, w = min(h, self.rows), min(w, self.cols)
+        from_start = self._distances(self.start)
+        sr, sc = self.start
+        goal = min(
+            self.goals,
+            key=lambda g: (from_start.get(g, 10**9), abs(g[0] - sr) + abs(g[1] - sc)),
+        )
+
+        def place(g: int, s: int, size: int, n: int) -> int:
+            # the window's first row (col): holds g, centred on s where it can
+            low, high = max(0, g - size + 1), min(g, n - size)
+            return min(max(s - size // 2, low), high)
+
+        top, left = place(goal[0], sr, h, self.rows), place(goal[1], sc, w, self.cols)
+        inside = np.zeros_like(self.walls)
+        inside[top : top + h, left : left + w] = True
+        self.walls |= ~inside
+        self.goals = {g for g in self.goals if inside[g]}
+        self.traps = {t for t in self.traps if inside[t]}
+        reach = self._distances(goal)
+        starts = [c for c in reach if c not in self.goals]
+        if not starts:
+            raise ConfigError(
+                "size",
+                f"A {h} x {w} area around the goal {list(goal)} has no free cell "
+                "to start from.",
             )
-        self.render_mode = render_mode
-        self.observation_space = spaces.Discrete(self.rows * self.cols)
-        self.action_space = spaces.Discrete(4)
-        self.pos = self.start
-        self.steps = 0
+        self.start = min(starts, key=lambda c: (abs(c[0] - sr) + abs(c[1] - sc), c))
 
     def _obs(self) -> np.int64:
         return np.int64(self.pos[0] * self.cols + self.pos[1])

@@ -52,19 +52,41 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
         render_mode: str | None = None,
         text_in_info: bool = False,
         max_steps: int | None = None,
+        difficulty: dict[str, Any] | None = None,
     ) -> None:
         self.spec_doc = _as_spec(spec, source)
-        self.model = m = WorkflowModel(self.spec_doc)
-        if max_steps is not None:
-            m.max_steps = int(max_steps)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be 'ansi', 'rgb_array' or None, not {render_mode!r}"
             )
         self.render_mode = render_mode
         self.text_in_info = text_in_info
+        self._max_steps = max_steps
+        self._compile(difficulty)
+        m = self.model
         self.observation_space = spaces.Box(0.0, 1.0, (m.obs_size,), np.float32)
         self.action_space = spaces.Discrete(m.n_tools)
+        self._task_i = 0
+        self._task: Task = m.tasks[0]
+        self._status = m.start
+        self._target = -1
+        self._steps = 0
+        self._last_tool = -1
+        self._valid = True
+        self._done = False
+        self._resolved = False
+        self._rng = self.np_random
+
+    def set_difficulty(self, difficulty: dict[str, Any] | None) -> None:
+        """Play at ``difficulty`` (:class:`~engine.envs.curriculum.
+        WorkflowDifficulty` settings; None: as designed) from the next
+        reset on; the spaces stay the same."""
+        self._compile(difficulty)
+
+    def _compile(self, difficulty: dict[str, Any] | None) -> None:
+        self.model = m = WorkflowModel(self.spec_doc, difficulty)
+        if self._max_steps is not None:
+            m.max_steps = int(self._max_steps)
 
         # Python-level tables: indexing lists beats indexing numpy for one env.
         names = REWARD_RULES
@@ -108,16 +130,6 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
             )
             + r")\b"
         )
-        self._task_i = 0
-        self._task: Task = m.tasks[0]
-        self._status = m.start
-        self._target = -1
-        self._steps = 0
-        self._last_tool = -1
-        self._valid = True
-        self._done = False
-        self._resolved = False
-        self._rng = self.np_random
 
     # ------------------------------------------------------------ gymnasium
 
@@ -130,9 +142,7 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
         if options and "task" in options:
             self._task_i = int(options["task"]) % len(m.tasks)
         else:
-            self._task_i = (
-                int(self._rng.integers(len(m.tasks))) if len(m.tasks) > 1 else 0
-            )
+            self._task_i = m.sample_tasks(self._rng) if len(m.tasks) > 1 else 0
         self._task = m.tasks[self._task_i]
         self._status = m.start_of(self._task)
         self._target = -1 if self._task.target is None else self._task.target
@@ -418,6 +428,10 @@ class WorkflowVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._all = np.ones(num_envs, dtype=bool)
+
+    def set_difficulty(self, difficulty: dict[str, Any] | None) -> None:
+        """Every copy plays at ``difficulty`` from its next episode on."""
+        self.batch.set_model(WorkflowModel(self.spec_doc, difficulty))
 
     def reset(
         self,

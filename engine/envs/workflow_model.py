@@ -29,10 +29,13 @@ import numpy as np
 from engine import untrusted
 from engine.contract import WILDCARD
 from engine.envs.spec_types import EnvSpec, Problem, SpecError, path_exists
+from engine.errors import ConfigError
 
 REWARD_RULES = ("step", "invalid_tool", "transition", "status", "success")
 PROB_TOLERANCE = 1e-6
 DEFAULT_MAX_STEPS = 50
+UNREACHABLE = 10**6
+"""The difficulty of a task whose goal no transition leads to."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,9 @@ def raw_tasks(spec: EnvSpec) -> tuple[list[dict[str, Any]], str]:
 class WorkflowModel:
     """A workflow spec compiled to tables. Raises SpecError on a bad spec."""
 
-    def __init__(self, spec: EnvSpec) -> None:
+    def __init__(self, spec: EnvSpec, difficulty: dict[str, Any] | None = None) -> None:
+        """``difficulty``: :class:`engine.envs.curriculum.WorkflowDifficulty`
+        settings (checked by the caller); None: the spec as designed."""
         problems = [p for p in workflow_problems(spec) if p.severity == "error"]
         if problems:
             raise SpecError(problems[0].path, problems[0].message)
@@ -149,6 +154,11 @@ class WorkflowModel:
         self.use_task_status = bool(tasks_cfg.get("use_task_status", False))
         self.use_task_target = bool(tasks_cfg.get("use_task_target", False))
         self.tasks = self._load_tasks(spec)
+        self.task_difficulty = self._task_difficulty()
+        self.task_p: np.ndarray | None = None
+        """Task sampling probabilities; None: uniform."""
+        if difficulty:
+            self._apply_difficulty(difficulty)
 
         # tables [S, A, K]
         K = max(1, max(len(o) for row in self.outcomes for o in row))
@@ -218,6 +228,75 @@ class WorkflowModel:
                 )
             )
         return tasks or [Task(id="default")]
+
+    def _task_difficulty(self) -> list[int]:
+        """Each task's difficulty: the fewest steps from its start status to
+        its goal (its target, else a success status) over transitions that
+        can happen; ``UNREACHABLE`` when none leads there."""
+        S = self.n_statuses
+        nxt = [
+            sorted({o.to for outs in self.outcomes[s] for o in outs} - {s})
+            for s in range(S)
+        ]
+        out = []
+        for task in self.tasks:
+            goal = (
+                np.eye(S, dtype=bool)[task.target]
+                if task.target is not None
+                else self.success
+            )
+            start = self.start_of(task)
+            dist = {start: 0}
+            frontier = [start]
+            found = UNREACHABLE if not goal[start] else 0
+            while frontier and found == UNREACHABLE:
+                following = []
+                for s in frontier:
+                    for t in nxt[s]:
+                        if t not in dist:
+                            dist[t] = dist[s] + 1
+                            if goal[t]:
+                                found = dist[t]
+                            following.append(t)
+                frontier = following
+            out.append(found)
+        return out
+
+    def _apply_difficulty(self, d: dict[str, Any]) -> None:
+        if d.get("max_steps") is not None:
+            self.max_steps = int(d["max_steps"])
+        noise = float(d.get("transition_noise") or 0.0)
+        if noise > 0:
+            # A failed tool is one more outcome: the status stays.
+            for s in range(self.n_statuses):
+                for a in range(self.n_tools):
+                    outs = self.outcomes[s][a]
+                    if outs:
+                        for o in outs:
+                            o.probability *= 1.0 - noise
+                        outs.append(Outcome(noise, s, 0.0, -1))
+        limit = d.get("max_task_difficulty")
+        if limit is not None:
+            harder = float(d.get("harder_task_weight") or 0.0)
+            w = np.array([1.0 if k <= limit else harder for k in self.task_difficulty])
+            if not w.any():
+                easiest = min(self.task_difficulty)
+                raise ConfigError(
+                    "max_task_difficulty",
+                    f"No task of {self.spec.name} is within max_task_difficulty "
+                    f"{limit}: the easiest takes {easiest} steps.",
+                )
+            self.task_p = w / w.sum()
+
+    def sample_tasks(self, rng: np.random.Generator, n: int | None = None) -> Any:
+        """Task indices (one, or ``n``) drawn by ``task_p``; uniform draws
+        use ``integers`` as they always did, so seeded runs replay."""
+        k = len(self.tasks)
+        if self.task_p is None:
+            return rng.integers(k, size=n) if n is not None else int(rng.integers(k))
+        if n is None:
+            return int(rng.choice(k, p=self.task_p))
+        return rng.choice(k, size=n, p=self.task_p)
 
     # -- helpers shared by the env and the batch
 
@@ -490,6 +569,12 @@ class WorkflowBatch:
         self.valid_flag = np.ones(n, dtype=bool)
         self.target = np.full(n, -1, dtype=np.int64)
         self._rows = np.arange(n)
+        self.set_model(m)
+
+    def set_model(self, m: WorkflowModel) -> None:
+        """Step from ``m`` from now on (the same spec at another difficulty:
+        the running episodes go on)."""
+        self.model = m
         self._task_start = np.array([m.start_of(t) for t in m.tasks], dtype=np.int64)
         self._task_target = np.array(
             [-1 if t.target is None else t.target for t in m.tasks], dtype=np.int64
@@ -504,7 +589,7 @@ class WorkflowBatch:
         return self._obs()
 
     def _reset_rows(self, rows: np.ndarray) -> None:
-        k = self.rng.integers(len(self.model.tasks), size=len(rows))
+        k = self.model.sample_tasks(self.rng, len(rows))
         self.status[rows] = self._task_start[k]
         self.target[rows] = self._task_target[k]
         self.steps[rows] = 0

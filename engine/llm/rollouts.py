@@ -23,13 +23,16 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine import contract
 from engine.errors import ConfigError, EngineError
 from engine.llm.train import SEED_MAX
 from engine.settings import checked_config, setting
 from engine.store.paths import checked_name, child
+
+if TYPE_CHECKING:
+    from engine.envs.curriculum import Schedule
 
 
 class TraceRecorder:
@@ -196,11 +199,15 @@ def collect_rollouts(
     should_stop: Callable[[], bool] | None = None,
     on_episode: Callable[[dict[str, Any]], None] | None = None,
     env_kwargs: dict[str, Any] | None = None,
+    schedule: Schedule | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``policy`` (anything with ``act(envs) -> list[Decision]``) for
     ``episodes`` episodes on ``num_envs`` envs stepped together, recording
     every step. ``tasks`` restricts the task indices sampled at reset (in
-    order, cycling). Returns the episodes' summaries."""
+    order, cycling). With a curriculum ``schedule`` every ended episode's
+    success is recorded into it, episodes start at its current stage's
+    difficulty, and each summary and trace says its ``stage``. Returns the
+    episodes' summaries."""
     from engine.llm.policy import (
         env_mask,
         env_state,
@@ -211,6 +218,10 @@ def collect_rollouts(
 
     n = max(1, min(num_envs, episodes))
     envs = [make_env(env_ref, **(env_kwargs or {})) for _ in range(n)]
+    stage = [0] * n
+    if schedule is not None:
+        for e in envs:
+            e.unwrapped.set_difficulty(schedule.difficulty)
     started = 0
     finished: list[dict[str, Any]] = []
     keys: list[int | None] = [None] * n
@@ -223,12 +234,16 @@ def collect_rollouts(
             options = {"task": tasks[started % len(tasks)]}
         _, info = envs[i].reset(seed=ep_seed, options=options)
         rec_key = -1
+        meta: dict[str, Any] = {}
+        if schedule is not None:
+            stage[i] = meta["stage"] = schedule.stage
         if recorder is not None:
             rec_key = recorder.start_episode(
                 env_ref,
                 task_id=str(info.get("task_id", "")),
                 seed=ep_seed,
                 policy=policy_name,
+                **meta,
             )
         keys[i] = rec_key
         summaries[i] = {
@@ -237,6 +252,7 @@ def collect_rollouts(
             "invalid": 0,
             "unparsed": 0,
             "task_id": str(info.get("task_id", "")),
+            **meta,
         }
         started += 1
 
@@ -294,6 +310,14 @@ def collect_rollouts(
                         truncated=s["truncated"],
                     )
                 finished.append(dict(s))
+                # an episode begun at another stage does not count
+                if (
+                    schedule is not None
+                    and stage[i] == schedule.stage
+                    and schedule.record([s["success"]]) is not None
+                ):
+                    for e in envs:
+                        e.unwrapped.set_difficulty(schedule.difficulty)
                 if on_episode is not None:
                     on_episode(dict(s))
                 if started < episodes:
@@ -371,6 +395,10 @@ class CollectConfig(PlayConfig):
     """Sampling temperature (ignored when greedy)."""
     name: str | None = None
     """File name of the traces under ``data/traces/`` (None: the run id)."""
+    curriculum: Any = None
+    """Stages of difficulty of a designed env, easiest first
+    (``engine.envs.curriculum.CurriculumConfig``): the collected episodes'
+    success moves it (None: the env as designed)."""
 
 
 @dataclass
@@ -399,7 +427,21 @@ def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
         out["model"] = str(resolve_chat_model(out["model"]))
     if out["seed"] is None:
         out["seed"] = random.randrange(2**31)
+    if out["curriculum"] is not None:
+        out["curriculum"] = check_env_curriculum(out["curriculum"], out["env"])
     return out
+
+
+def check_env_curriculum(value: Any, env_ref: str) -> dict[str, Any]:
+    """A curriculum checked against the env ``env_ref`` makes
+    (:func:`engine.envs.curriculum.check_for_env`)."""
+    from engine.envs.curriculum import check_for_env
+
+    env = make_env(env_ref)
+    try:
+        return check_for_env(value, env, env_ref)
+    finally:
+        env.close()
 
 
 def env_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -442,12 +484,26 @@ def run_collect(ctx: Any) -> dict[str, Any]:
         name = "rule"
     recorder = TraceRecorder(path, append=ctx.resume)
     done = [0]
+    schedule = None
+    if cfg.get("curriculum"):
+        from engine.envs.curriculum import Schedule
+
+        schedule = Schedule(check_env_curriculum(cfg["curriculum"], env_ref))
 
     def on_episode(ep: dict[str, Any]) -> None:
         done[0] += 1
+        extra = {}
+        if schedule is not None:
+            from engine.envs.curriculum import RATE_METRIC, STAGE_METRIC
+
+            # the stage the next episodes play at
+            extra[STAGE_METRIC] = float(schedule.stage)
+            if schedule.last_rate is not None:
+                extra[RATE_METRIC] = schedule.last_rate
         ctx.metrics(
             done[0],
             {
+                **extra,
                 "rollout/ep_rew": ep["return"],
                 "rollout/ep_len": ep["length"],
                 "rollout/success": float(ep.get("success", False)),
@@ -471,8 +527,14 @@ def run_collect(ctx: Any) -> dict[str, Any]:
         should_stop=lambda: ctx.should_stop,
         on_episode=on_episode,
         env_kwargs=env_kwargs(cfg),
+        schedule=schedule,
     )
     stats = rollout_stats(eps)
+    if schedule is not None:
+        stats["curriculum_stage"] = schedule.stage
+        ctx.log(
+            f"curriculum ended at stage {schedule.stage} of {len(schedule.stages) - 1}"
+        )
     if isinstance(policy, LLMPolicy):
         stats["tokens_per_s"] = policy.tokens_per_second
     ctx.log(f"collected {len(eps)} episodes into {path}")

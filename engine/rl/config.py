@@ -371,6 +371,10 @@ class TrainConfig:
     """Project folder, used to find designed envs (``rlstudio/...``)."""
     hyperparameters: dict[str, Any] = setting(factory=dict, form=False)
     """Overrides of the algorithm's dataclass fields (e.g. ``learning_rate``)."""
+    curriculum: dict[str, Any] | None = setting(None, form=False)
+    """Stages of difficulty of a designed env, easiest first, and when to
+    move between them (``engine.envs.curriculum.CurriculumConfig``); None:
+    the env as designed throughout."""
     notes: list[str] = setting(factory=list, form=False)
     """What the engine fitted among the values it chose (rollout sizes to the
     step budget, ...); filled by validation and written to the run log."""
@@ -1227,4 +1231,15 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     cfg["notes"] = [*cfg["notes"], *notes]
     cfg["hyperparameters"] = hp
     cfg["env_kwargs"] = dict(cfg["env_kwargs"])
+    if cfg["curriculum"] is not None:
+        from engine.rl.curriculum import check_for_env_id
+
+        if cfg["eval_every_steps"] <= 0:
+            raise ConfigError(
+                "eval_every_steps",
+                "A curriculum moves on its evaluations; set eval_every_steps above 0.",
+            )
+        cfg["curriculum"] = check_for_env_id(
+            cfg["curriculum"], env_id, cfg["env_kwargs"]
+        )
     return cfg

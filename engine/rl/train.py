@@ -337,6 +337,9 @@ class Trainer:
         self.last_logged: dict[str, float] = {}
         self.resumed_from: dict[str, Any] | None = None
         self._last_progress = 0.0
+        self.curriculum: Any = None
+        """The CurriculumCallback of a run with a curriculum."""
+        self._curriculum_state: dict[str, Any] | None = None
 
     # ------------------------------------------------------------- build
     def _make_env(self, n_envs: int, seed: int) -> Any:
@@ -372,6 +375,7 @@ class Trainer:
             model = cls.load(latest / "model.zip", env=venv, device=device)
             state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
             self._restore_state(state)
+            self._curriculum_state = state.get("curriculum")
             buffer_size = 0
             replay = latest / "replay_buffer.pkl"
             if self.off_policy and replay.exists():
@@ -412,6 +416,8 @@ class Trainer:
                     eval_env, training=False, norm_reward=False, gamma=hp["gamma"]
                 )
             self.eval_env = eval_env
+        if cfg.get("curriculum"):
+            self._build_curriculum(latest is not None)
         self.tb_dir.mkdir(parents=True, exist_ok=True)
         logger = Logger(
             folder=str(self.tb_dir),
@@ -421,6 +427,22 @@ class Trainer:
             ],
         )
         model.set_logger(logger)
+
+    def _build_curriculum(self, resumed: bool) -> None:
+        from engine.envs.curriculum import Schedule
+        from engine.rl.curriculum import curriculum_callback_class
+
+        schedule = Schedule(self.cfg["curriculum"])
+        if resumed and self._curriculum_state:
+            schedule.restore(self._curriculum_state)
+        envs = [e for e in (self.venv, self.eval_env) if e is not None]
+        self.curriculum = curriculum_callback_class()(schedule, envs, self.ctx.log)
+        self.curriculum.apply()
+        self.ctx.log(
+            f"curriculum: stage {schedule.stage} of {len(schedule.stages) - 1}, "
+            f"advancing at a success rate of {schedule.config['threshold']:g} over "
+            f"{schedule.config['window']} evaluation episodes"
+        )
 
     # ------------------------------------------------------------- train
     def train(self) -> dict[str, Any]:
@@ -444,7 +466,11 @@ class Trainer:
             self.next_eval_step = every if every else 0
             self.next_ckpt_step = cfg["checkpoint_every_steps"] or 0
         remaining = self.total_steps - start
-        callback = _studio_callback_class()(self)
+        callback: Any = _studio_callback_class()(self)
+        if self.curriculum is not None:
+            from stable_baselines3.common.callbacks import CallbackList
+
+            callback = CallbackList([callback, self.curriculum])
         try:
             if remaining > 0 and not ctx.should_stop:
                 model.learn(
@@ -540,24 +566,26 @@ class Trainer:
         }
         if successes:
             metrics["eval/success_rate"] = float(np.mean(successes))
+        # Rewards of easier stages do not compare with the env's own: the
+        # best model and the stop conditions look at the last stage only.
+        final_stage = self.curriculum is None or self.curriculum.schedule.last
+        if self.curriculum is not None:
+            metrics.update(self.curriculum.on_eval([bool(s) for s in successes]))
         # Through SB3's logger, so TensorBoard and metrics.jsonl both get it.
         for key, value in metrics.items():
             model.logger.record(key, value)
         model.logger.dump(step)
         self.last_eval_reward = mean
         self.last_eval_step = step
+        if not final_stage:
+            return self._on_eval_hook(step, mean)
         self.eval_history.append(mean)
         if self.best_eval_reward is None or mean > self.best_eval_reward:
             self.best_eval_reward = mean
             self.best_eval_metrics = {**metrics, "step": step}
             self._save_best()
-        if self.on_eval is not None:
-            reason = self.on_eval(step, mean)
-            if reason:
-                self.stopped_by = "pruned"
-                self.pruned_reason = reason
-                self.ctx.log(reason)
-                return False
+        if not self._on_eval_hook(step, mean):
+            return False
         target = cfg["target_eval_reward"]
         if target is not None and mean >= target:
             self.stopped_by = "target"
@@ -581,6 +609,17 @@ class Trainer:
                     return False
         return True
 
+    def _on_eval_hook(self, step: int, mean: float) -> bool:
+        """Tell ``on_eval`` (a sweep's pruner); False when it stops the run."""
+        if self.on_eval is not None:
+            reason = self.on_eval(step, mean)
+            if reason:
+                self.stopped_by = "pruned"
+                self.pruned_reason = reason
+                self.ctx.log(reason)
+                return False
+        return True
+
     # ------------------------------------------------------ checkpoints
     def _state(self) -> dict[str, Any]:
         return {
@@ -599,6 +638,9 @@ class Trainer:
             "next_eval_step": self.next_eval_step,
             "next_ckpt_step": self.next_ckpt_step,
             "last_logged": self.last_logged,
+            "curriculum": None
+            if self.curriculum is None
+            else self.curriculum.schedule.state(),
         }
 
     def _restore_state(self, state: dict[str, Any]) -> None:
