@@ -231,3 +231,28 @@ def test_a_chat_worker_that_dies_costs_one_turn(tmp_path: Path) -> None:
         assert worker.pid not in (None, pid)
     finally:
         worker.close()
+
+
+def test_jobs_run_nicer_than_the_engine(tmp_path: Path) -> None:
+    """A training job yields the CPU to the studio window and its engine."""
+    import psutil
+
+    from engine.jobs.runner import JOB_NICENESS
+    from engine.jobs.supervisor import Supervisor
+
+    seen: list[protocol.Message] = []
+    supervisor = Supervisor(seen.append)
+    supervisor.open_project(str(tmp_path / "p"), create=True, with_examples=False)
+    try:
+        run_id = supervisor.start_run(
+            "selftest", {"steps": 100_000, "step_seconds": 0.01}
+        )
+        pid = supervisor.require_project().get_run(run_id).pid
+        assert pid
+        deadline = time.monotonic() + 60
+        # The job sets its niceness as it starts.
+        while psutil.Process(pid).nice() == os.nice(0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert psutil.Process(pid).nice() == min(19, os.nice(0) + JOB_NICENESS)
+    finally:
+        supervisor.shutdown(5)
