@@ -362,6 +362,45 @@ def test_an_sb3_run_is_in_mlflow_and_a_resumed_run_continues_it(
     assert not mlflow.search_model_versions(f"run_id='{first}'")
 
 
+def test_a_run_resumed_after_a_crash_sends_no_step_twice(
+    mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash after the checkpoint at step 256 but after metrics up to 512
+    reached MLflow: the resumed run trains 257-512 again; MLflow keeps the
+    first attempt's points there (it cannot delete any) and gets each later
+    step once, as metrics.jsonl has it."""
+    from engine.rl.train import CHECKPOINT_PREFIX
+
+    project_dir = tmp_path / "proj"
+    config = {**TINY_PPO, "total_steps": 1024, "name": "crashed"}
+    run_id, run_dir, _ = train(
+        project_dir, config, mlflow_uri, monkeypatch, stop_at=512
+    )
+    first = mlflow_run_id(run_dir)
+    before = {
+        k: history(mlflow_uri, first, k) for k in ("eval/mean_reward", "train/loss")
+    }
+    sent = max(s for s, _ in before["train/loss"])
+    assert sent >= 512
+    # The crash: the checkpoints after 256 never happened.
+    checkpoints = sorted((run_dir / "checkpoints").glob(f"{CHECKPOINT_PREFIX}*"))
+    assert len(checkpoints) >= 2
+    for later in checkpoints[1:]:
+        shutil.rmtree(later)
+    resume = ["--resume", run_id, "--quiet"]
+    code = cli.main(
+        ["train", "--mlflow-uri", mlflow_uri, "--project", str(project_dir), *resume]
+    )
+    assert code == 0
+    for key, old in before.items():
+        points = history(mlflow_uri, first, key)
+        steps = [s for s, _ in points]
+        assert len(steps) == len(set(steps)), f"{key}: a step sent twice"
+        assert [p for p in points if p[0] <= sent] == old, key
+        later = [p for p in jsonl_history(run_dir, key) if p[0] > sent]
+        assert later and [p for p in points if p[0] > sent] == later, key
+
+
 def test_a_run_that_reaches_its_target_is_registered_with_its_lineage(
     mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -223,6 +223,12 @@ class Tracker:
         self._client: _Client | None = None
         self._next_try = 0.0
         self._spool = self.run_dir / contract.MLFLOW_SPOOL_FILE
+        resumed = bool(getattr(ctx, "resume", False))
+        self._resumed_past = _sent_through(self.run_dir) if resumed else None
+        """A resumed run's steps up to here reached MLflow (or its spool)
+        before the run was interrupted; they are not sent again (see
+        :meth:`metrics`)."""
+        self._sent_step: int | None = None
         self._queue: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=self._loop, name="mlflow-tracker", daemon=True
@@ -233,7 +239,15 @@ class Tracker:
 
     # ------------------------------------------------ the training side
     def metrics(self, rows: list[dict[str, Any]]) -> None:
-        """Queue flushed metric rows (``step`` and values)."""
+        """Queue flushed metric rows (``step`` and values).
+
+        A run resumed after a crash trains again from its last checkpoint:
+        rows for steps MLflow already has from before the crash are dropped
+        (MLflow cannot delete points), so no step appears twice there; its
+        curve keeps the first attempt's values up to that step."""
+        if self._resumed_past is not None:
+            past = self._resumed_past
+            rows = [r for r in rows if int(r.get("step", 0)) > past]
         if rows:
             self._put({"op": "metrics", "ts": int(time.time() * 1000), "rows": rows})
 
@@ -403,8 +417,23 @@ class Tracker:
         elif op["op"] == "metrics":
             for batch in _metric_batches(op["rows"], int(op["ts"])):
                 self._call(client.log_batch, run_id, batch, [])
+            self._note_sent(op["rows"])
         elif op["op"] == "finish":
             self._send_finish(client, run_id, op)
+
+    def _note_sent(self, rows: list[dict[str, Any]]) -> None:
+        """Keep the highest step sent in the run record, for a resume."""
+        steps = [int(r.get("step", 0)) for r in rows]
+        top = max(steps, default=None)
+        if top is None or (self._sent_step is not None and top <= self._sent_step):
+            return
+        self._sent_step = top
+        record = contract.read_json_object(self.run_dir / contract.MLFLOW_RUN_FILE)
+        if record:
+            atomic_write_json(
+                self.run_dir / contract.MLFLOW_RUN_FILE,
+                {**record, "sent_through_step": top},
+            )
 
     def _send_params(
         self, client: _Client, run_id: str, params: dict[str, str]
@@ -754,6 +783,18 @@ def _client_environment() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(REQUEST_TIMEOUT_S))
     # Its "View run at" lines would land in the middle of `train`'s JSON.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
+def _sent_through(run_dir: Path) -> int | None:
+    """The highest step an earlier part of the run sent to MLflow or left in
+    its spool (which is sent before anything new); None if there is none."""
+    record = contract.read_json_object(run_dir / contract.MLFLOW_RUN_FILE) or {}
+    sent = record.get("sent_through_step")
+    steps = [int(sent)] if isinstance(sent, int) else []
+    for op in _read_lines(run_dir / contract.MLFLOW_SPOOL_FILE):
+        if op.get("op") == "metrics":
+            steps += [int(r.get("step", 0)) for r in op.get("rows") or []]
+    return max(steps, default=None)
 
 
 def _merge(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
