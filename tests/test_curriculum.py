@@ -261,7 +261,7 @@ def rows_of(run_dir: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_an_sb3_run_advances_through_the_stages_and_resumes_there(
-    project: Path,
+    project: Path, qtbot: Any
 ) -> None:
     from engine.jobs.context import JobContext
     from engine.rl import train as rltrain
@@ -308,6 +308,18 @@ def test_an_sb3_run_advances_through_the_stages_and_resumes_there(
     evals = [r for r in rows if "eval/success_rate" in r]
     assert all(STAGE_METRIC in r for r in evals)
     reached = int(max(stages))
+    # the dashboard draws the stage over time in its own chart
+    from widgets.live_plot import LivePlotPanel
+
+    panel = LivePlotPanel()
+    qtbot.addWidget(panel)
+    steps = np.array([r["step"] for r in rows if STAGE_METRIC in r], dtype=float)
+    panel.set_curve("cur", STAGE_METRIC, steps, np.array(stages))
+    panel.redraw_all()
+    assert panel.group_titles() == ["Curriculum stage"]
+    axis = panel.group_widget("Curriculum stage").plot.getPlotItem().getAxis("left")
+    assert axis.labelText == "stage"
+    assert panel.curve_data("cur", STAGE_METRIC)[1].tolist() == stages
     # resume: the schedule continues at the stage it stood at
     cfg["total_steps"] = 13_000
     run(True)
