@@ -300,10 +300,12 @@ def test_an_sb3_run_advances_through_the_stages_and_resumes_there(
         finally:
             ctx.close()
 
-    run(False)
+    summary = run(False)
+    assert summary["curriculum"]["last_stage"] == 2
     rows = rows_of(run_dir)
     stages = [r[STAGE_METRIC] for r in rows if STAGE_METRIC in r]
     assert stages[0] == 0 and max(stages) >= 1, stages
+    assert summary["curriculum"]["highest"] == max(stages)
     assert all(b - a in (0, 1) for a, b in itertools.pairwise(stages))
     evals = [r for r in rows if "eval/success_rate" in r]
     assert all(STAGE_METRIC in r for r in evals)
@@ -362,3 +364,41 @@ def test_language_model_rollouts_advance_with_the_expert(project: Path) -> None:
     assert set(first) == {1}
     metric_stages = [r[STAGE_METRIC] for r in rows_of(run_dir) if STAGE_METRIC in r]
     assert metric_stages[0] == 0 and metric_stages[-1] == 2
+
+
+@pytest.mark.slow
+def test_a_run_that_never_reaches_the_last_stage_says_so(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from engine.jobs.context import JobContext
+    from engine.rl import train as rltrain
+    from engine.rl.config import validate
+
+    cfg = validate(
+        {
+            "env": "rlstudio/maze-v0",
+            "algo": "PPO",
+            "total_steps": 1024,
+            "seed": 0,
+            "n_envs": 2,
+            "eval_every_steps": 512,
+            "eval_episodes": 2,
+            "torch_threads": 1,
+            "project_dir": str(project),
+            "curriculum": {"stages": [{"size": [3, 3]}, {}], "window": 1000},
+        }
+    )
+    run_dir = project / "runs" / "stuck"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("stuck", run_dir, "rl.train", cfg, events=None)
+    try:
+        summary = rltrain.run(ctx)
+    finally:
+        ctx.close()
+    assert summary["curriculum"] == {"stage": 0, "last_stage": 1, "highest": 0}
+    assert summary["best_eval_reward"] is None
+    assert Path(summary["models"][0]["file"]).is_file()  # the last checkpoint
+    assert (
+        "warning: the curriculum ended at stage 0 of 1 without an evaluation of "
+        "the env as designed" in capsys.readouterr().err
+    )

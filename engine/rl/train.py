@@ -493,6 +493,14 @@ class Trainer:
                 self.evaluate()
             self.save_checkpoint()
             ctx.progress(min(steps, self.total_steps), self.total_steps)
+            if self.curriculum is not None and self.best_eval_reward is None:
+                schedule = self.curriculum.schedule
+                ctx.log(
+                    f"warning: the curriculum ended at stage {schedule.stage} of "
+                    f"{len(schedule.stages) - 1} without an evaluation of the env "
+                    "as designed, so the run's model is its last checkpoint, not "
+                    "the best by evaluation."
+                )
         finally:
             # Never let cleanup hide the error that ended training.
             for close in (model.logger.close, self.venv.close, self._close_eval_env):
@@ -774,6 +782,13 @@ class Trainer:
         }
         if self.resumed_from is not None:
             out["resumed_from"] = self.resumed_from
+        if self.curriculum is not None:
+            schedule = self.curriculum.schedule
+            out["curriculum"] = {
+                "stage": schedule.stage,
+                "last_stage": len(schedule.stages) - 1,
+                "highest": schedule.highest,
+            }
         if self.pruned_reason:
             # Stopped on purpose, though by no one of STOP_REASONS.
             out["status"] = "stopped"
