@@ -1,17 +1,33 @@
-"""Trace viewer: language-model rollouts recorded as JSONL traces.
+"""Trace viewer: language-model rollouts and recorded trajectories (JSONL
+traces), browsed, filtered and labelled with the keyboard.
 
-Files in ``<project>/data/traces/`` on the left, their episodes, and the
-steps of the chosen episode (completion, parsed action, valid, reward and
-its breakdown) with the full prompt of the chosen step below.
+Files in ``<project>/data/traces/`` on the left (rollouts of ``llm.collect``
+and ``agent-*`` trajectories recorded over HTTP), their episodes (filtered by
+env, model, outcome, return and label), and the steps of the chosen episode
+(completion, parsed action, valid, reward and its breakdown) with the full
+prompt of the chosen step below.
+
+Keys, on the episode or step table: ``G`` good, ``B`` bad (KTO; the step,
+or the whole episode on the episode table), ``X`` clears it, ``E`` edits
+the step's ideal answer (SFT), ``P`` pins a step and ``1`` / ``2`` on
+another says the pinned / this one is the better (DPO), ``Ctrl+Z`` undoes.
+Each label is committed to ``data/labels.sqlite`` as the key is pressed.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
+import sqlite3
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -23,9 +39,22 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.store.labels import (
+    EPISODE,
+    LabelError,
+    LabelStore,
+    StepRef,
+    orphan_sentence,
+    ref_of,
+    resolve,
+)
 from studio.models.traces import (
+    LABEL_FILTERS,
+    EpisodeFilter,
     TraceFile,
+    choices,
     episode_row,
+    label_text,
     list_trace_files,
     load_trace_file,
     prompt_text,
@@ -46,7 +75,9 @@ EPISODE_COLUMNS = [
     Column("Return", lambda r: r["return"], lambda v: f"{v:.3g}"),
     Column("Steps", lambda r: r["length"]),
     Column("Invalid", lambda r: r["invalid"]),
+    Column("Label", lambda r: r.get("label", "")),
 ]
+LABEL_COLORS = {"good": "#2ca02c", "bad": "#d62728"}
 STEP_COLUMNS = [
     Column("t", lambda r: r["t"]),
     Column("Action", lambda r: r["action"]),
@@ -59,6 +90,11 @@ STEP_COLUMNS = [
     Column("Reward", lambda r: r["reward"], lambda v: f"{v:+.3g}"),
     Column("Breakdown", lambda r: r["breakdown"]),
     Column(
+        "Label",
+        lambda r: r.get("label", ""),
+        color=lambda r: LABEL_COLORS.get(r.get("label", "").split(" ")[0]),
+    ),
+    Column(
         "Completion",
         lambda r: r["completion"].replace("\n", " ⏎ ")[:120],
         tooltip=lambda r: r["completion"],
@@ -66,16 +102,93 @@ STEP_COLUMNS = [
 ]
 
 
+def _sorted_set(table: RecordTable, records: list[dict]) -> None:
+    """Show ``records``, sorted as the table's header says; the proxy sorts
+    only when they are not in that order already (a thousand episodes in
+    file order need no sort)."""
+    header = table.view.horizontalHeader()
+    column = header.sortIndicatorSection()
+    order = header.sortIndicatorOrder()
+    table.set_records(records)
+    if 0 <= column < len(table.model.columns):
+        keys = [table.model.sort_key(r, column) for r in range(len(records))]
+        try:
+            ordered = all(a <= b for a, b in itertools.pairwise(keys))
+        except TypeError:
+            ordered = False
+        if order == Qt.SortOrder.DescendingOrder or not ordered:
+            table._proxy.sort(column, order)
+
+
+class IdealAnswerDialog(QDialog):
+    """Edit the ideal answer of a step (its recorded completion to start)."""
+
+    def __init__(self, text: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Ideal answer")
+        self.editor = QPlainTextEdit(text)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("The answer the model should have given:"))
+        layout.addWidget(self.editor, 1)
+        layout.addWidget(buttons)
+        self.resize(560, 360)
+
+    def text(self) -> str:
+        return self.editor.toPlainText()
+
+
 class TraceViewer(QWidget):
+    LABEL_KEYS = {
+        Qt.Key.Key_G: "good",
+        Qt.Key.Key_B: "bad",
+    }
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.project_dir = ""
         self.trace: TraceFile | None = None
+        self.store: LabelStore | None = None
+        self._rows: list[dict] = []
+        self._step_labels: dict[tuple[int, int], dict[str, str]] = {}
+        """(episode, step) -> kind -> what its label shows."""
+        self._pinned: StepRef | None = None
+        self.edit_answer = self._ask_answer
+        """Asks for an ideal answer (text in, text or None out); tests
+        replace it."""
         self.files = QListWidget()
         self.files.currentItemChanged.connect(self._on_files_current_changed)
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
         self.info = QLabel(wordWrap=True)
+        self.label_status = QLabel(wordWrap=True)
+        self.label_status.setText(
+            "Label with the keyboard: G good · B bad · X clear · E ideal answer · "
+            "P pin, then 1 pinned better / 2 this better · Ctrl+Z undo."
+        )
+        self.env_filter = QComboBox()
+        self.policy_filter = QComboBox()
+        self.outcome_filter = QComboBox()
+        self.outcome_filter.addItems(["", "success", "failed", "truncated"])
+        self.labelled_filter = QComboBox()
+        self.labelled_filter.addItems(list(LABEL_FILTERS))
+        self.min_return = QDoubleSpinBox(minimum=-1e9, maximum=1e9, decimals=3)
+        self.min_return.setSpecialValueText("any")
+        self.min_return.setValue(self.min_return.minimum())
+        for combo in (self.outcome_filter, self.labelled_filter):
+            combo.setItemText(0, "any")
+        for combo in (
+            self.env_filter,
+            self.policy_filter,
+            self.outcome_filter,
+            self.labelled_filter,
+        ):
+            combo.currentIndexChanged.connect(self._on_filter_changed)
+        self.min_return.valueChanged.connect(self._on_filter_changed)
         self.episodes = RecordTable(
             EPISODE_COLUMNS, empty_text="Choose a trace file on the left."
         )
@@ -84,9 +197,28 @@ class TraceViewer(QWidget):
         self.steps = RecordTable(STEP_COLUMNS, empty_text="Choose an episode.")
         self.steps.selection_changed.connect(self._on_step_selection_changed)
         self.steps.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        for table in (self.episodes.view, self.steps.view):
+            table.installEventFilter(self)
+            # fit columns to the first rows only: measuring every row of a
+            # long trace would take most of a second
+            table.horizontalHeader().setResizeContentsPrecision(100)
+        for records in (self.episodes, self.steps):
+            # rows stay where they are when a label changes, and a new list
+            # is sorted only when it is not in order already (_sorted_set)
+            records._proxy.setDynamicSortFilter(False)
         self.prompt = QPlainTextEdit(readOnly=True)
         self.prompt.setPlaceholderText("The prompt and completion of the chosen step.")
 
+        filters = QHBoxLayout()
+        for title, widget in (
+            ("Env", self.env_filter),
+            ("Model", self.policy_filter),
+            ("Outcome", self.outcome_filter),
+            ("Return ≥", self.min_return),
+            ("Labels", self.labelled_filter),
+        ):
+            filters.addWidget(QLabel(title))
+            filters.addWidget(widget, 1)
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
@@ -102,7 +234,9 @@ class TraceViewer(QWidget):
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.info)
+        right_layout.addLayout(filters)
         right_layout.addWidget(middle, 1)
+        right_layout.addWidget(self.label_status)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(left)
         split.addWidget(right)
@@ -111,9 +245,28 @@ class TraceViewer(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
 
+    # ------------------------------------------------------------ project
     def set_project(self, project_dir: str) -> None:
+        if project_dir != self.project_dir and self.store is not None:
+            self.store.close()
+            self.store = None
         self.project_dir = project_dir
+        self._pinned = None
         self.refresh()
+
+    def close_store(self) -> None:
+        """Close the label database (labels are committed already)."""
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def _labels(self) -> LabelStore | None:
+        if self.store is None and self.project_dir:
+            try:
+                self.store = LabelStore(self.project_dir)
+            except sqlite3.Error as exc:
+                self._say(f"Cannot open the label database: {exc}.", error=True)
+        return self.store
 
     def refresh(self) -> None:
         current = self.files.currentItem()
@@ -134,6 +287,20 @@ class TraceViewer(QWidget):
             )
             self.episodes.set_records([])
             self.steps.set_records([])
+        self._report_deleted({p.stem for p in paths})
+
+    def _report_deleted(self, names: set[str]) -> None:
+        store = self._labels() if self.project_dir else None
+        if store is None:
+            return
+        gone = {t: n for t, n in store.traces().items() if t not in names}
+        if gone:
+            self._say(
+                f"{sum(gone.values())} label(s) belong to trace files that were "
+                f"deleted ({', '.join(sorted(gone))}); they are kept in "
+                "data/labels.sqlite but not shown or used.",
+                error=True,
+            )
 
     def open_file(self, path: str | Path) -> None:
         for i in range(self.files.count()):
@@ -154,14 +321,28 @@ class TraceViewer(QWidget):
             self.trace = None
             self.info.setText(f"Cannot read {path.name}: {exc.strerror}.")
             return
+        self._pinned = None
         eps = self.trace.episodes
-        rows = [episode_row(ep, i) for i, ep in enumerate(eps)]
-        self.episodes.set_records(rows)
+        self._rows = [episode_row(ep, i) for i, ep in enumerate(self.trace.summaries)]
+        self._step_labels = {}
+        store = self._labels()
+        orphans = 0
+        if store is not None:
+            labels = store.labels(trace=self.trace.name)
+            orphans = resolve(labels, {self.trace.name: eps}).orphans
+            for label in labels:
+                self._remember(label.kind, label.episode, label.step, label)
+        for row in self._rows:
+            row["label"] = self._episode_label_text(int(row["id"]))
+        self._fill_filter(self.env_filter, choices(self._rows, "env"))
+        self._fill_filter(self.policy_filter, choices(self._rows, "policy"))
+        rows = self._rows
         wins = sum(1 for r in rows if r["outcome"] == "success")
         steps = sum(r["length"] for r in rows)
         invalid = sum(r["invalid"] for r in rows)
-        env = html.escape(str(eps[0].get("env", ""))) if eps else ""
-        policy = html.escape(str(eps[0].get("policy", ""))) if eps else ""
+        first = self.trace.summaries[0] if rows else {}
+        env = html.escape(str(first.get("env", "")))
+        policy = html.escape(str(first.get("policy", "")))
         text = (
             f"<b>{html.escape(path.stem)}</b> — {len(rows)} episodes, "
             f"success {wins}/{len(rows)}, {steps} steps, {invalid} invalid"
@@ -173,22 +354,71 @@ class TraceViewer(QWidget):
                 f"<br><span style='color:#b8860b'>{self.trace.bad_lines} unreadable "
                 "line(s) skipped.</span>"
             )
+        if orphans:
+            text += f"<br><span style='color:#b8860b'>{orphan_sentence(orphans)}</span>"
         self.info.setText(text)
         self.steps.set_records([])
         self.prompt.clear()
-        if rows:
-            self.episodes.select_keys([rows[0]["id"]])
+        self._apply_filter()
 
+    def _fill_filter(self, combo: QComboBox, values: list[str]) -> None:
+        keep = combo.currentText()
+        combo.blockSignals(True)
+        combo.clear()
+        combo.addItem("any", "")
+        for v in values:
+            combo.addItem(v, v)
+        i = combo.findText(keep)
+        combo.setCurrentIndex(max(i, 0))
+        combo.blockSignals(False)
+
+    # ------------------------------------------------------------ filters
+    def episode_filter(self) -> EpisodeFilter:
+        def value(combo: QComboBox) -> str:
+            return "" if combo.currentIndex() <= 0 else combo.currentText()
+
+        low = self.min_return.value()
+        return EpisodeFilter(
+            env=value(self.env_filter),
+            policy=value(self.policy_filter),
+            outcome=value(self.outcome_filter),
+            min_return=None if low <= self.min_return.minimum() else low,
+            labelled=value(self.labelled_filter),
+        )
+
+    def _on_filter_changed(self, *_: object) -> None:
+        self._apply_filter()
+
+    def _apply_filter(self) -> None:
+        flt = self.episode_filter()
+        labelled = {e for e, _ in self._step_labels}
+        shown = [r for r in self._rows if flt.keeps(r, int(r["id"]) in labelled)]
+        _sorted_set(self.episodes, shown)
+        if shown and not self.episodes.selected_keys():
+            self.episodes.select_keys([shown[0]["id"]])
+        if not shown:
+            self.steps.set_records([])
+            self.prompt.clear()
+
+    # ------------------------------------------------------------ browsing
     def _episode(self) -> dict | None:
         keys = self.episodes.selected_keys()
         if not keys or self.trace is None:
             return None
         return self.trace.episodes[int(keys[0])]
 
+    def _episode_index(self) -> int | None:
+        keys = self.episodes.selected_keys()
+        return int(keys[0]) if keys else None
+
     def _on_episode_selection_changed(self, keys: list[str]) -> None:
         ep = self._episode()
         steps = (ep or {}).get("steps") or []
-        self.steps.set_records([step_row(s, i) for i, s in enumerate(steps)])
+        e = self._episode_index()
+        rows = [step_row(s, i) for i, s in enumerate(steps)]
+        for row in rows:
+            row["label"] = self._step_label_text(e or 0, int(row["id"]))
+        _sorted_set(self.steps, rows)
         self.prompt.clear()
         if steps:
             self.steps.select_keys(["0"])
@@ -201,7 +431,229 @@ class TraceViewer(QWidget):
         step = ep["steps"][int(keys[0])]
         parsed = "parsed" if step.get("parsed", True) else "NOT parsed"
         valid = "valid" if step.get("valid", True) else "INVALID"
-        self.prompt.setPlainText(
+        text = (
             f"{prompt_text(step)}\n\n[completion — {parsed}, {valid}, action "
             f"{step.get('tool')!r}]\n{step.get('completion', '')}"
         )
+        ideal = self._step_labels.get((self._episode_index() or 0, int(keys[0])), {})
+        if "sft" in ideal:
+            text += f"\n\n[ideal answer]\n{ideal['sft']}"
+        self.prompt.setPlainText(text)
+
+    # ------------------------------------------------------------ labels
+    def _remember(self, kind: str, episode: int, step: int, label: object) -> None:
+        """Keep the shown label of a position (``label`` None: none)."""
+        slot = self._step_labels.setdefault((episode, step), {})
+        if label is None:
+            slot.pop(kind, None)
+            if not slot:
+                self._step_labels.pop((episode, step), None)
+            return
+        value = label.value  # type: ignore[attr-defined]
+        if kind == "dpo":
+            value = f"{label.other_episode}:{label.other_step}"  # type: ignore[attr-defined]
+        slot[kind] = value
+
+    def _step_label_text(self, episode: int, step: int) -> str:
+        slot = self._step_labels.get((episode, step), {})
+        return label_text(slot.get("kto"), "sft" in slot, slot.get("dpo"))
+
+    def _episode_label_text(self, episode: int) -> str:
+        own = self._step_labels.get((episode, EPISODE), {}).get("kto", "")
+        n = sum(1 for e, t in self._step_labels if e == episode and t != EPISODE)
+        if n:
+            return f"{own} ({n} steps)".strip()
+        return own
+
+    def _repaint(self, episode: int, step: int) -> None:
+        if step != EPISODE and episode == self._episode_index():
+            for row in self.steps.model.records:
+                if int(row["id"]) == step:
+                    self.steps.update_record(
+                        {**row, "label": self._step_label_text(episode, step)}
+                    )
+                    break
+        label = self._episode_label_text(episode)
+        self._rows[episode]["label"] = label
+        if str(episode) in self.episodes.model._rows:
+            self.episodes.update_record(self._rows[episode])
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        on_steps = watched is self.steps.view
+        if (
+            event.type() == QEvent.Type.KeyPress
+            and isinstance(event, QKeyEvent)
+            and (on_steps or watched is self.episodes.view)
+            and self.handle_key(event, on_steps)
+        ):
+            return True
+        return super().eventFilter(watched, event)
+
+    def handle_key(self, event: QKeyEvent, on_steps: bool) -> bool:
+        """Act on a labelling key; False when it is not one."""
+        key = event.key()
+        if event.matches(QKeySequence.StandardKey.Undo):
+            self.undo()
+            return True
+        if event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+            return False
+        if key in self.LABEL_KEYS:
+            self.label_current(self.LABEL_KEYS[Qt.Key(key)], on_steps)
+            return True
+        if key == Qt.Key.Key_X:
+            self.clear_current(on_steps)
+            return True
+        if on_steps and key == Qt.Key.Key_E:
+            self.edit_current()
+            return True
+        if on_steps and key == Qt.Key.Key_P:
+            self.pin_current()
+            return True
+        if on_steps and key in (Qt.Key.Key_1, Qt.Key.Key_2):
+            self.prefer(pinned_better=key == Qt.Key.Key_1)
+            return True
+        return False
+
+    def _current(self, on_steps: bool) -> tuple[int, int] | None:
+        e = self._episode_index()
+        if e is None or self.trace is None:
+            return None
+        if not on_steps:
+            return e, EPISODE
+        keys = self.steps.selected_keys()
+        return (e, int(keys[0])) if keys else None
+
+    def _say(self, text: str, error: bool = False) -> None:
+        color = "#d62728" if error else "gray"
+        self.label_status.setText(
+            f"<span style='color:{color}'>{html.escape(text)}</span>"
+        )
+
+    def _store_or_say(self) -> LabelStore | None:
+        store = self._labels()
+        if store is None or self.trace is None:
+            self._say("Open a project and a trace file to label.", error=True)
+            return None
+        return store
+
+    def label_current(self, value: str, on_steps: bool = True) -> None:
+        """Good/bad on the current step (or episode), then on to the next."""
+        pos = self._current(on_steps)
+        store = self._store_or_say()
+        if pos is None or store is None or self.trace is None:
+            return
+        ref = ref_of(self.trace.name, self.trace.episodes, *pos)
+        try:
+            label = store.set("kto", ref, value)
+        except (LabelError, sqlite3.Error) as exc:
+            self._say(f"The label was not saved: {exc}", error=True)
+            return
+        self._remember("kto", pos[0], pos[1], label)
+        self._repaint(*pos)
+        self._say(f"Labelled {self._where(pos)} {value}.")
+        self._advance(self.steps if on_steps else self.episodes)
+
+    def clear_current(self, on_steps: bool = True) -> None:
+        pos = self._current(on_steps)
+        store = self._store_or_say()
+        if pos is None or store is None or self.trace is None:
+            return
+        removed = store.remove("kto", self.trace.name, *pos)
+        if removed is not None:
+            self._remember("kto", pos[0], pos[1], None)
+            self._repaint(*pos)
+            self._say(f"Cleared the label of {self._where(pos)}.")
+
+    def edit_current(self) -> None:
+        pos = self._current(True)
+        store = self._store_or_say()
+        if pos is None or store is None or self.trace is None:
+            return
+        step = self.trace.episodes[pos[0]]["steps"][pos[1]]
+        slot = self._step_labels.get(pos, {})
+        text = self.edit_answer(slot.get("sft", str(step.get("completion") or "")))
+        if text is None:
+            return
+        try:
+            label = store.set(
+                "sft", ref_of(self.trace.name, self.trace.episodes, *pos), text
+            )
+        except (LabelError, sqlite3.Error) as exc:
+            self._say(f"The ideal answer was not saved: {exc}", error=True)
+            return
+        self._remember("sft", pos[0], pos[1], label)
+        self._repaint(*pos)
+        self._on_step_selection_changed(self.steps.selected_keys())
+        self._say(f"Saved the ideal answer of {self._where(pos)}.")
+
+    def _ask_answer(self, text: str) -> str | None:
+        dialog = IdealAnswerDialog(text, self)
+        return dialog.text() if dialog.exec() == QDialog.DialogCode.Accepted else None
+
+    def pin_current(self) -> None:
+        pos = self._current(True)
+        if pos is None or self.trace is None:
+            return
+        self._pinned = ref_of(self.trace.name, self.trace.episodes, *pos)
+        self._say(
+            f"Pinned {self._where(pos)}; on another step press 1 if the pinned one "
+            "is better, 2 if that one is."
+        )
+
+    def prefer(self, pinned_better: bool) -> None:
+        pos = self._current(True)
+        store = self._store_or_say()
+        if pos is None or store is None or self.trace is None:
+            return
+        if self._pinned is None or self._pinned.trace != self.trace.name:
+            self._say(
+                "Pin a step with P first, then compare another with 1 or 2.", error=True
+            )
+            return
+        here = ref_of(self.trace.name, self.trace.episodes, *pos)
+        better, worse = (self._pinned, here) if pinned_better else (here, self._pinned)
+        try:
+            label = store.set("dpo", better, "better", other=worse)
+        except (LabelError, sqlite3.Error) as exc:
+            self._say(f"The comparison was not saved: {exc}", error=True)
+            return
+        self._remember("dpo", better.episode, better.step, label)
+        self._repaint(better.episode, better.step)
+        self._say(
+            f"Step {better.episode}:{better.step} is better than "
+            f"{worse.episode}:{worse.step}."
+        )
+
+    def undo(self) -> None:
+        store = self._labels()
+        if store is None or not store.can_undo:
+            self._say("Nothing to undo.")
+            return
+        for item in store.undo():
+            if isinstance(item, tuple):
+                kind, trace, episode, step = item
+                label = None
+            else:
+                kind, trace, episode, step = (
+                    item.kind,
+                    item.trace,
+                    item.episode,
+                    item.step,
+                )
+                label = item
+            if self.trace is not None and trace == self.trace.name:
+                self._remember(kind, episode, step, label)
+                self._repaint(episode, step)
+        self._say("Undone.")
+
+    def _where(self, pos: tuple[int, int]) -> str:
+        e, t = pos
+        return f"episode {e}" if t == EPISODE else f"step {e}:{t}"
+
+    def _advance(self, table: RecordTable) -> None:
+        """Select the next row of ``table`` (labelling goes down the list)."""
+        view = table.view
+        rows = [i.row() for i in view.selectionModel().selectedRows()]
+        row = max(rows) if rows else -1
+        if row + 1 < view.model().rowCount():
+            view.selectRow(row + 1)

@@ -10,6 +10,13 @@
   ``get_state()``), ``valid_tools``, ``expert_tool`` — what reward functions
   need to score any completion.
 
+Manual labels (:mod:`engine.store.labels`, set in the studio's traces view)
+come first: a step labelled good or bad is a KTO row with that label, an
+ideal answer an SFT row (and, for DPO, preferred over the recorded
+completion), a picked better-of-two a DPO pair; the env reward labels the
+remaining steps as above. ``stats.json`` says how many rows came from each
+(``manual_rows``, ``env_rows``).
+
 A dataset folder (``<project>/data/datasets/<name>/``) holds
 ``train.jsonl``, ``validation.jsonl``, the same as ``.parquet``, and
 ``stats.json`` (counts, class balance, lengths).
@@ -31,6 +38,8 @@ from engine.llm.rollouts import iter_traces
 from engine.llm.train import METHODS, SEED_MAX
 from engine.settings import checked_config, setting
 from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
+from engine.store.labels import DB_FILE as LABELS_DB
+from engine.store.labels import LabelStore, Resolved, orphan_sentence, resolve
 from engine.store.paths import checked_name, child
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -167,6 +176,81 @@ def build_grpo(
             }
         )
     return rows
+
+
+def _step_at(
+    traces: dict[str, list[dict[str, Any]]], pos: tuple[str, int, int]
+) -> dict[str, Any]:
+    return dict(traces[pos[0]][pos[1]]["steps"][pos[2]])
+
+
+def manual_rows(
+    method: str, traces: dict[str, list[dict[str, Any]]], labels: Resolved
+) -> tuple[list[dict[str, Any]], set[tuple[str, int, int]]]:
+    """Rows from manual labels, and the steps they cover (the env reward
+    does not label those again)."""
+    rows: list[dict[str, Any]] = []
+    used: set[tuple[str, int, int]] = set()
+    if method == "kto":
+        for pos, good in sorted(labels.kto.items()):
+            st = _step_at(traces, pos)
+            rows.append(
+                {
+                    "prompt": st["messages"],
+                    "completion": _assistant(st["completion"]),
+                    "label": good,
+                }
+            )
+            used.add(pos)
+    elif method == "sft":
+        for pos, answer in sorted(labels.sft.items()):
+            st = _step_at(traces, pos)
+            rows.append({"prompt": st["messages"], "completion": _assistant(answer)})
+            used.add(pos)
+        for pos, good in sorted(labels.kto.items()):
+            used.add(pos)
+            if good and pos not in labels.sft:
+                st = _step_at(traces, pos)
+                rows.append(
+                    {
+                        "prompt": st["messages"],
+                        "completion": _assistant(st["completion"]),
+                    }
+                )
+    elif method == "dpo":
+        for better, worse in labels.dpo:
+            hi, lo = _step_at(traces, better), _step_at(traces, worse)
+            rows.append(
+                {
+                    "prompt": hi["messages"],
+                    "chosen": _assistant(hi["completion"]),
+                    "rejected": _assistant(lo["completion"]),
+                }
+            )
+        for pos, answer in sorted(labels.sft.items()):
+            st = _step_at(traces, pos)
+            if answer.strip() != str(st["completion"]).strip():
+                rows.append(
+                    {
+                        "prompt": st["messages"],
+                        "chosen": _assistant(answer),
+                        "rejected": _assistant(st["completion"]),
+                    }
+                )
+    return rows, used
+
+
+def _unlabelled(
+    traces: dict[str, list[dict[str, Any]]], used: set[tuple[str, int, int]]
+) -> list[dict[str, Any]]:
+    """The episodes of ``traces`` without the steps in ``used``."""
+    out = []
+    for name, eps in traces.items():
+        for e, ep in enumerate(eps):
+            steps = ep.get("steps") or []
+            keep = [st for t, st in enumerate(steps) if (name, e, t) not in used]
+            out.append({**ep, "steps": keep} if len(keep) != len(steps) else ep)
+    return out
 
 
 def build_rows(
@@ -402,7 +486,11 @@ class DatasetConfig:
     """Fraction of the rows held out for validation."""
     kto_max_ratio: float = setting(1.0, min=0, max=100, label="KTO class ratio")
     """KTO only: keep at most this many rows of the larger class per row of
-    the smaller one; 0 keeps all."""
+    the smaller one (of the env-reward rows; manual labels are all kept);
+    0 keeps all."""
+    manual_labels: bool = setting(True, label="Use manual labels")
+    """Rows from the labels set in the traces view first (good/bad, better
+    of two, ideal answers), the env reward for the rest."""
     name: str | None = None
     """Folder name under ``data/datasets/`` (None: method and run id)."""
     seed: int | None = setting(None, min=0, max=SEED_MAX)
@@ -442,13 +530,29 @@ def build_dataset(
     validation_fraction: float = 0.1,
     seed: int = 0,
     kto_max_ratio: float = 1.0,
+    project_dir: Path | None = None,
 ) -> dict[str, Any]:
-    episodes: list[dict[str, Any]] = []
+    """Build and save a dataset; with ``project_dir`` (whose
+    ``data/labels.sqlite`` exists) manual labels come first."""
+    traces: dict[str, list[dict[str, Any]]] = {}
     for f in trace_files:
         if not f.is_file():
             raise ConfigError("traces", f"Trace file {f} does not exist.")
-        episodes.extend(iter_traces(f))
-    rows = build_rows(method, episodes, seed=seed, kto_max_ratio=kto_max_ratio)
+        traces.setdefault(f.stem, []).extend(iter_traces(f))
+    manual: list[dict[str, Any]] = []
+    orphans = 0
+    used: set[tuple[str, int, int]] = set()
+    if project_dir is not None and (project_dir / LABELS_DB).is_file():
+        store = LabelStore(project_dir)
+        try:
+            resolved = resolve(store.labels(), traces)
+        finally:
+            store.close()
+        orphans = resolved.orphans
+        manual, used = manual_rows(method, traces, resolved)
+    episodes = _unlabelled(traces, used)
+    env_rows = build_rows(method, episodes, seed=seed, kto_max_ratio=kto_max_ratio)
+    rows = manual + env_rows
     if not rows:
         hint = {
             "sft": "no episode succeeded with valid tools",
@@ -461,7 +565,10 @@ def build_dataset(
         )
     train, val = split(rows, validation_fraction, seed)
     stats = save_dataset(out_folder, method, train, val)
-    stats["episodes"] = len(episodes)
+    stats["episodes"] = sum(len(eps) for eps in traces.values())
+    stats["manual_rows"] = len(manual)
+    stats["env_rows"] = len(env_rows)
+    stats["orphan_labels"] = orphans
     atomic_write_json(out_folder / "stats.json", stats)
     return stats
 
@@ -478,9 +585,13 @@ def run_dataset(ctx: Any) -> dict[str, Any]:
         validation_fraction=cfg["validation_fraction"],
         seed=cfg["seed"],
         kto_max_ratio=cfg["kto_max_ratio"],
+        project_dir=Path(ctx.project_dir) if cfg["manual_labels"] else None,
     )
     ctx.log(
         f"{cfg['method']} dataset: {stats['train']} train, "
-        f"{stats['validation']} validation rows"
+        f"{stats['validation']} validation rows; {stats['manual_rows']} from "
+        f"manual labels, {stats['env_rows']} from the env reward"
     )
+    if stats["orphan_labels"]:
+        ctx.log(orphan_sentence(stats["orphan_labels"]))
     return {"dataset": str(folder), "method": cfg["method"], "stats": stats}

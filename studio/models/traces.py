@@ -13,9 +13,11 @@ Qt-free.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 COMPARED_METRICS = (
     ("success_rate", "Success rate"),
@@ -24,10 +26,106 @@ COMPARED_METRICS = (
 )
 
 
+_STEPS = re.compile(rb'"steps"\s*:\s*\[')
+_INVALID = (b'"valid": false', b'"valid":false')
+
+
+class LazyEpisodes(Sequence[dict[str, Any]]):
+    """The episodes of a trace file, each read and parsed in full when first
+    asked for: a trace of 100,000 steps opens without parsing every prompt.
+    A file rewritten since reads as what it holds now (labels notice that
+    by their content key)."""
+
+    def __init__(self, path: Path, spans: list[tuple[int, int]]) -> None:
+        self._path = path
+        self._spans = spans
+        self._parsed: dict[int, dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        ep = self._parsed.get(index)
+        if ep is None:
+            start, end = self._spans[index]
+            try:
+                with open(self._path, "rb") as fh:
+                    fh.seek(start)
+                    raw = fh.read(end - start)
+            except OSError:
+                raw = b""
+            ep = _episode(raw) or {"steps": []}
+            ep.setdefault("steps", [])
+            self._parsed[index] = ep
+        return ep
+
+
+def _episode(line: bytes | bytearray) -> dict[str, Any] | None:
+    try:
+        ep = json.loads(line)
+    except ValueError:
+        return None
+    return ep if isinstance(ep, dict) else None
+
+
+def quick_summary(
+    data: bytes | bytearray, start: int, end: int
+) -> dict[str, Any] | None:
+    """The episode of the trace line ``data[start:end]`` with ``steps`` left
+    out (``None`` when the line is not an episode), and ``invalid_steps``
+    counted in the text: the steps array is cut out rather than parsed (and
+    never copied), which is what makes a large trace open fast. Lines where
+    the cut does not give valid JSON (or lack ``length``/``return``) are
+    parsed in full."""
+    m = _STEPS.search(data, start, end)
+    close = data.rfind(b"}]", start, end)
+    if m is not None and close > m.end():
+        try:
+            ep = json.loads(
+                data[start : m.start()] + b'"steps": []' + data[close + 2 : end]
+            )
+        except ValueError:
+            ep = None
+        if (
+            isinstance(ep, dict)
+            and isinstance(ep.get("length"), int)
+            and isinstance(ep.get("return"), int | float)
+        ):
+            # one pass: the separators of the steps key tell the writer's
+            invalid = _INVALID[0] if b" " in m.group() else _INVALID[1]
+            ep["invalid_steps"] = data.count(invalid, m.end(), close)
+            return ep
+    full = _episode(data[start:end])
+    if full is None:
+        return None
+    steps = full.get("steps") or []
+    summary = {k: v for k, v in full.items() if k != "steps"}
+    summary["length"] = full.get("length") or len(steps)
+    ret = full.get("return")
+    if not isinstance(ret, int | float):
+        ret = sum(float(s.get("reward") or 0.0) for s in steps if isinstance(s, dict))
+    summary["return"] = ret
+    summary["invalid_steps"] = sum(
+        1 for s in steps if isinstance(s, dict) and not s.get("valid", True)
+    )
+    return summary
+
+
 @dataclass
 class TraceFile:
     path: Path
-    episodes: list[dict[str, Any]] = field(default_factory=list)
+    episodes: Sequence[dict[str, Any]] = field(default_factory=list)
+    """Episodes in full (parsed when first indexed)."""
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    """Per episode, everything but its steps (see :func:`quick_summary`)."""
     bad_lines: int = 0
     """Lines that were not a JSON episode (a crash mid-write, say)."""
 
@@ -43,32 +141,59 @@ def list_trace_files(project_dir: str | Path) -> list[Path]:
     return sorted(folder.glob("*.jsonl"), key=lambda p: p.name)
 
 
-def load_trace_file(path: str | Path, max_episodes: int = 10_000) -> TraceFile:
-    """Read a trace file; unreadable lines are counted, not fatal."""
-    trace = TraceFile(Path(path))
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                ep = json.loads(line)
-            except ValueError:
-                trace.bad_lines += 1
-                continue
-            if not isinstance(ep, dict):
-                trace.bad_lines += 1
-                continue
-            ep.setdefault("steps", [])
-            trace.episodes.append(ep)
-            if len(trace.episodes) >= max_episodes:
+CHUNK = 1 << 22
+"""Bytes read at a time when a trace file is scanned; a buffer reused
+rather than the whole file read at once, whose fresh memory costs more than
+the reading."""
+
+
+def load_trace_file(path: str | Path, max_episodes: int = 1_000_000) -> TraceFile:
+    """Read a trace file; unreadable lines are counted, not fatal. Episodes
+    are summarised now and read in full when indexed."""
+    spans: list[tuple[int, int]] = []
+    summaries: list[dict[str, Any]] = []
+    bad = 0
+    buf = bytearray(CHUNK)
+    filled = 0
+    base = 0  # the file offset of buf[0]
+    with open(path, "rb") as fh:
+        while len(spans) < max_episodes:
+            with memoryview(buf) as view:
+                n = fh.readinto(view[filled:])
+            filled += n or 0
+            eof = not n
+            start = 0
+            while len(spans) < max_episodes:
+                end = buf.find(b"\n", start, filled)
+                if end < 0:
+                    if not eof or start >= filled:
+                        break
+                    end = filled
+                if end - start > 1 or buf[start:end].strip():
+                    summary = quick_summary(buf, start, end)
+                    if summary is None:
+                        bad += 1
+                    else:
+                        spans.append((base + start, base + end))
+                        summaries.append(summary)
+                start = end + 1
+            if eof:
                 break
-    return trace
+            rest = filled - start
+            buf[:rest] = buf[start:filled]
+            base += start
+            filled = rest
+            if filled == len(buf):  # a line longer than the buffer
+                buf.extend(bytes(len(buf)))
+    return TraceFile(Path(path), LazyEpisodes(Path(path), spans), summaries, bad)
 
 
 def episode_row(ep: dict[str, Any], index: int) -> dict[str, Any]:
-    """An episode as a table record."""
+    """An episode (or its :func:`quick_summary`) as a table record."""
     steps = ep.get("steps") or []
-    invalid = sum(1 for s in steps if not s.get("valid", True))
+    invalid = ep.get("invalid_steps")
+    if not isinstance(invalid, int):
+        invalid = sum(1 for s in steps if not s.get("valid", True))
     ret = ep.get("return")
     if not isinstance(ret, int | float):
         ret = sum(float(s.get("reward") or 0.0) for s in steps)
@@ -77,6 +202,7 @@ def episode_row(ep: dict[str, Any], index: int) -> dict[str, Any]:
         "episode": ep.get("episode", index),
         "task": str(ep.get("task_id") or ""),
         "policy": str(ep.get("policy") or ""),
+        "env": str(ep.get("env") or ""),
         "return": float(ret),
         "length": int(ep.get("length") or len(steps)),
         "invalid": invalid,
@@ -128,6 +254,60 @@ def step_row(step: dict[str, Any], index: int) -> dict[str, Any]:
         "reward": float(step.get("reward") or 0.0),
         "breakdown": breakdown_text(step.get("reward_breakdown")),
     }
+
+
+# ------------------------------------------------------------- filters
+ANY = ""
+"""The filter value that lets everything through."""
+LABEL_FILTERS = ("", "labelled", "unlabelled")
+
+
+@dataclass
+class EpisodeFilter:
+    """Which episodes the traces view lists; empty fields let all through."""
+
+    env: str = ANY
+    policy: str = ANY
+    outcome: str = ANY
+    min_return: float | None = None
+    max_return: float | None = None
+    labelled: str = ANY
+    """``labelled``: episodes with a label on it or on a step of it;
+    ``unlabelled``: the others."""
+
+    def keeps(self, row: dict[str, Any], labelled: bool) -> bool:
+        if self.env and row["env"] != self.env:
+            return False
+        if self.policy and row["policy"] != self.policy:
+            return False
+        if self.outcome and row["outcome"] != self.outcome:
+            return False
+        if self.min_return is not None and row["return"] < self.min_return:
+            return False
+        if self.max_return is not None and row["return"] > self.max_return:
+            return False
+        if self.labelled == "labelled" and not labelled:
+            return False
+        return not (self.labelled == "unlabelled" and labelled)
+
+
+def choices(rows: list[dict[str, Any]], field_name: str) -> list[str]:
+    """The distinct values of a field, for a filter's menu."""
+    return sorted({str(r[field_name]) for r in rows if r[field_name]})
+
+
+def label_text(kto: str | None, ideal: bool, better_than: str | None) -> str:
+    """How a step's labels read in the table: ``good``/``bad``, ``ideal``
+    when it has an edited answer, ``> 2:3`` when it was picked over step 3
+    of episode 2."""
+    parts = []
+    if kto:
+        parts.append(kto)
+    if ideal:
+        parts.append("ideal")
+    if better_than is not None:
+        parts.append(f"> {better_than}")
+    return " · ".join(parts)
 
 
 # ------------------------------------------------------------- reports

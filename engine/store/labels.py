@@ -1,0 +1,508 @@
+"""Manual labels of traces: good/bad (KTO), the better of two (DPO), an ideal
+answer (SFT), with who set them and when.
+
+Labels live in the project's ``data/labels.sqlite`` (WAL), not in
+``studio.sqlite``: the studio writes them at keyboard speed while only the
+supervisor writes the catalog, and a labelling session must neither wait
+on the catalog's lock nor make an open studio reload its run list.
+
+Every change is committed before the call returns (a crash of the studio a
+moment later loses nothing) and is also appended to ``label_log``, so a
+label that was overwritten or undone can still be recovered: no label is
+ever lost.
+
+A label points at a step of a trace file (``data/traces/<trace>.jsonl``)
+by its position (``episode`` index in the file, ``step`` index, ``-1`` for
+the whole episode) and a content ``key`` (a hash of the step's prompt and
+completion): a trace file that was deleted or rewritten since leaves its
+labels *orphaned*, kept and reported, never silently applied to another
+step.
+
+Standard library only: the GUI imports it (see ``ignore_imports`` in
+``pyproject.toml``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+DB_FILE = "data/labels.sqlite"
+KINDS = ("kto", "dpo", "sft")
+"""What a label says: ``kto`` good/bad, ``dpo`` this step is better than
+``other``, ``sft`` the ideal answer in ``value``."""
+KTO_VALUES = ("good", "bad")
+SOURCES = ("manual", "auto")
+"""``manual``: set by a person; ``auto``: an accepted suggestion of the
+auto-labeler (it counts as the person's, who accepted it)."""
+EPISODE = -1
+"""The ``step`` of a label that is about the whole episode."""
+MAX_ANSWER_CHARS = 100_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS labels (
+    kind TEXT NOT NULL,
+    trace TEXT NOT NULL,
+    episode INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    other_episode INTEGER,
+    other_step INTEGER,
+    other_key TEXT,
+    source TEXT NOT NULL DEFAULT 'manual',
+    who TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (kind, trace, episode, step)
+);
+CREATE TABLE IF NOT EXISTS label_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    who TEXT NOT NULL,
+    action TEXT NOT NULL,
+    label TEXT NOT NULL
+);
+"""
+_LOG_SQL = "INSERT INTO label_log (at, who, action, label) VALUES (?, ?, ?, ?)"
+
+
+class LabelError(ValueError):
+    """A label that cannot be stored; the message is one sentence."""
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """Where a label points: a step (or, with ``step == EPISODE``, an
+    episode) of a trace file, and the content key it had then."""
+
+    trace: str
+    episode: int
+    step: int
+    key: str
+
+
+@dataclass(frozen=True)
+class Label:
+    kind: str
+    trace: str
+    episode: int
+    step: int
+    key: str
+    value: str
+    other_episode: int | None = None
+    other_step: int | None = None
+    other_key: str | None = None
+    source: str = "manual"
+    who: str = ""
+    created: float = 0.0
+
+    @property
+    def ref(self) -> StepRef:
+        return StepRef(self.trace, self.episode, self.step, self.key)
+
+    @property
+    def other(self) -> StepRef | None:
+        if self.other_episode is None or self.other_step is None:
+            return None
+        return StepRef(
+            self.trace, self.other_episode, self.other_step, self.other_key or ""
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_FIELDS = tuple(Label.__dataclass_fields__)
+
+
+def _hash(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def step_key(step: dict[str, Any]) -> str:
+    """The content key of a trace step: its prompt and its completion."""
+    return _hash([step.get("messages") or step.get("prompt"), step.get("completion")])
+
+
+def episode_key(episode: dict[str, Any]) -> str:
+    """The content key of an episode: its task and its completions."""
+    steps = episode.get("steps") or []
+    return _hash(
+        [
+            episode.get("task_id"),
+            [s.get("completion") for s in steps if isinstance(s, dict)],
+        ]
+    )
+
+
+def ref_of(
+    trace: str, episodes: list[dict[str, Any]], episode: int, step: int
+) -> StepRef:
+    """The reference of a step (or whole episode) of loaded ``episodes``."""
+    ep = episodes[episode]
+    if step == EPISODE:
+        return StepRef(trace, episode, EPISODE, episode_key(ep))
+    return StepRef(trace, episode, step, step_key(ep["steps"][step]))
+
+
+def default_who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return os.environ.get("USER", "") or "unknown"
+
+
+def checked_label(data: Any) -> Label:
+    """A label from untrusted data (a label file line, a request); raises
+    :class:`LabelError` with one sentence."""
+    if not isinstance(data, dict):
+        raise LabelError("A label must be a JSON object.")
+    missing = [
+        f for f in ("kind", "trace", "episode", "step", "value") if f not in data
+    ]
+    if missing:
+        raise LabelError(f"The label lacks {', '.join(missing)}.")
+    kind = data["kind"]
+    if kind not in KINDS:
+        raise LabelError(
+            f"A label's kind must be one of {', '.join(KINDS)}, not {kind!r}."
+        )
+    for name in ("episode", "step"):
+        v = data[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < EPISODE:
+            raise LabelError(f"A label's {name} must be a whole number, not {v!r}.")
+    if not isinstance(data["trace"], str) or not data["trace"].strip():
+        raise LabelError("A label's trace must name a trace file.")
+    value = data["value"]
+    if not isinstance(value, str):
+        raise LabelError(f"A label's value must be text, not {value!r}.")
+    if kind == "kto" and value not in KTO_VALUES:
+        raise LabelError(f"A KTO label's value must be good or bad, not {value!r}.")
+    if kind == "sft" and (not value.strip() or len(value) > MAX_ANSWER_CHARS):
+        raise LabelError(
+            "An ideal answer must be non-empty text of at most "
+            f"{MAX_ANSWER_CHARS} characters."
+        )
+    if kind in ("dpo", "sft") and data["step"] == EPISODE:
+        raise LabelError(
+            f"A {kind.upper()} label is about a step, not a whole episode."
+        )
+    other = (data.get("other_episode"), data.get("other_step"))
+    if kind == "dpo":
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in other
+        ):
+            raise LabelError("A DPO label must name the other (worse) step.")
+        if other == (data["episode"], data["step"]):
+            raise LabelError("A DPO label compares two different steps.")
+    source = data.get("source", "manual")
+    if source not in SOURCES:
+        raise LabelError(f"A label's source must be manual or auto, not {source!r}.")
+    created = data.get("created", 0.0)
+    return Label(
+        kind=kind,
+        trace=data["trace"],
+        episode=data["episode"],
+        step=data["step"],
+        key=str(data.get("key") or ""),
+        value=value,
+        other_episode=other[0] if kind == "dpo" else None,
+        other_step=other[1] if kind == "dpo" else None,
+        other_key=str(data.get("other_key") or "") if kind == "dpo" else None,
+        source=source,
+        who=str(data.get("who") or ""),
+        created=float(created) if isinstance(created, int | float) else 0.0,
+    )
+
+
+class LabelStore:
+    """The project's labels; one instance per process. ``undo`` takes back
+    this instance's own changes, last first."""
+
+    def __init__(
+        self, project_dir: str | os.PathLike[str], who: str | None = None
+    ) -> None:
+        self.path = Path(project_dir) / DB_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.who = who or default_who()
+        self._db = sqlite3.connect(str(self.path), timeout=10.0, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._undo: list[tuple[tuple[str, str, int, int], Label | None]] = []
+
+    def close(self) -> None:
+        self._db.close()
+
+    # ------------------------------------------------------------- reading
+    def labels(self, trace: str | None = None, kind: str | None = None) -> list[Label]:
+        sql = f"SELECT {', '.join(_FIELDS)} FROM labels"
+        where, args = [], []
+        if trace is not None:
+            where.append("trace = ?")
+            args.append(trace)
+        if kind is not None:
+            where.append("kind = ?")
+            args.append(kind)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY trace, episode, step, kind"
+        return [Label(*row) for row in self._db.execute(sql, args)]
+
+    def get(self, kind: str, trace: str, episode: int, step: int) -> Label | None:
+        row = self._db.execute(
+            f"SELECT {', '.join(_FIELDS)} FROM labels WHERE kind=? AND trace=? "
+            "AND episode=? AND step=?",
+            (kind, trace, episode, step),
+        ).fetchone()
+        return Label(*row) if row else None
+
+    def traces(self) -> dict[str, int]:
+        """Trace name -> how many labels point into it."""
+        return dict(
+            self._db.execute("SELECT trace, COUNT(*) FROM labels GROUP BY trace")
+        )
+
+    def count(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM labels").fetchone()[0])
+
+    # ------------------------------------------------------------- writing
+    def set(
+        self,
+        kind: str,
+        ref: StepRef,
+        value: str,
+        *,
+        other: StepRef | None = None,
+        source: str = "manual",
+    ) -> Label:
+        """Set (or replace) the ``kind`` label of ``ref``; committed when it
+        returns."""
+        data: dict[str, Any] = {
+            "kind": kind,
+            "trace": ref.trace,
+            "episode": ref.episode,
+            "step": ref.step,
+            "key": ref.key,
+            "value": value,
+            "source": source,
+        }
+        if other is not None:
+            data.update(
+                other_episode=other.episode, other_step=other.step, other_key=other.key
+            )
+        label = checked_label(data)
+        label = Label(**{**label.to_dict(), "who": self.who, "created": time.time()})
+        self._write([label], [])
+        return label
+
+    def set_many(self, labels: Iterable[Label]) -> int:
+        """Store many labels in one transaction (accepted suggestions, an
+        imported label file); one undo step takes them all back."""
+        now = time.time()
+        rows = [
+            Label(
+                **{
+                    **checked_label(lb.to_dict()).to_dict(),
+                    "who": self.who,
+                    "created": now,
+                }
+            )
+            for lb in labels
+        ]
+        self._write(rows, [])
+        return len(rows)
+
+    def remove(self, kind: str, trace: str, episode: int, step: int) -> Label | None:
+        old = self.get(kind, trace, episode, step)
+        if old is not None:
+            self._write([], [old])
+        return old
+
+    def undo(self) -> list[Label | tuple[str, str, int, int]]:
+        """Take back the last change of this store (all the labels one call
+        set); returns what is now in place of each (the label put back, or
+        the (kind, trace, episode, step) that has none again); empty when
+        there is nothing to undo."""
+        if not self._undo:
+            return []
+        batch = self._undo.pop()
+        put: list[Label] = []
+        drop: list[Label] = []
+        out: list[Label | tuple[str, str, int, int]] = []
+        for pk, previous in batch:  # type: ignore[misc]
+            if previous is None:
+                current = self.get(*pk)
+                if current is not None:
+                    drop.append(current)
+                out.append(pk)
+            else:
+                put.append(previous)
+                out.append(previous)
+        self._write(put, drop, record_undo=False, action="undo")
+        return out
+
+    @property
+    def can_undo(self) -> bool:
+        return bool(self._undo)
+
+    def _write(
+        self,
+        put: list[Label],
+        drop: list[Label],
+        *,
+        record_undo: bool = True,
+        action: str = "set",
+    ) -> None:
+        now = time.time()
+        batch: list[tuple[tuple[str, str, int, int], Label | None]] = []
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for label in put:
+                pk = (label.kind, label.trace, label.episode, label.step)
+                batch.append((pk, self.get(*pk)))
+                db.execute(
+                    f"INSERT OR REPLACE INTO labels ({', '.join(_FIELDS)}) "
+                    f"VALUES ({', '.join('?' * len(_FIELDS))})",
+                    tuple(getattr(label, f) for f in _FIELDS),
+                )
+                db.execute(
+                    _LOG_SQL,
+                    (now, self.who, action, json.dumps(label.to_dict())),
+                )
+            for label in drop:
+                pk = (label.kind, label.trace, label.episode, label.step)
+                batch.append((pk, label))
+                db.execute(
+                    "DELETE FROM labels "
+                    "WHERE kind=? AND trace=? AND episode=? AND step=?",
+                    pk,
+                )
+                db.execute(
+                    _LOG_SQL,
+                    (
+                        now,
+                        self.who,
+                        "remove" if action == "set" else action,
+                        json.dumps(label.to_dict()),
+                    ),
+                )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        if record_undo and batch:
+            self._undo.append(batch)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------ files (JSON Lines)
+    def export_lines(self) -> Iterator[str]:
+        for label in self.labels():
+            yield json.dumps(label.to_dict(), ensure_ascii=False)
+
+    def import_file(self, path: str | os.PathLike[str]) -> tuple[int, list[str]]:
+        """Add the labels of a JSON Lines label file; a bad line is skipped
+        with one sentence (line number and why), the good ones are stored in
+        one transaction. Returns (stored, problems)."""
+        good: list[Label] = []
+        problems: list[str] = []
+        try:
+            text = Path(path).read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise LabelError(
+                f"Cannot read {Path(path).name}: {exc.strerror}."
+            ) from None
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                good.append(checked_label(json.loads(line)))
+            except ValueError as exc:
+                why = (
+                    str(exc) if isinstance(exc, LabelError) else "it is not valid JSON."
+                )
+                problems.append(f"Line {n} of {Path(path).name} was skipped: {why}")
+        if good:
+            self.set_many(good)
+        return len(good), problems
+
+
+# ------------------------------------------------------------ applying labels
+@dataclass
+class Resolved:
+    """The labels of some trace files matched to their steps."""
+
+    kto: dict[tuple[str, int, int], bool]
+    """(trace, episode, step) -> desirable; episode labels spread to steps
+    that have none of their own."""
+    sft: dict[tuple[str, int, int], str]
+    """(trace, episode, step) -> ideal answer."""
+    dpo: list[tuple[tuple[str, int, int], tuple[str, int, int]]]
+    """(better, worse) step pairs."""
+    orphans: int = 0
+    """Labels whose step is gone or changed (the trace was deleted or
+    rewritten): kept in the database, not used."""
+
+
+def resolve(
+    labels: Iterable[Label], traces: dict[str, list[dict[str, Any]]]
+) -> Resolved:
+    """Match ``labels`` to the episodes of ``traces`` (name -> episodes);
+    labels of other traces are left out, those whose key no longer matches
+    count as orphans."""
+
+    def live(trace: str, episode: int, step: int, key: str | None) -> bool:
+        eps = traces.get(trace)
+        if eps is None or not 0 <= episode < len(eps):
+            return False
+        ep = eps[episode]
+        if step == EPISODE:
+            return episode_key(ep) == key
+        steps = ep.get("steps") or []
+        return 0 <= step < len(steps) and step_key(steps[step]) == key
+
+    out = Resolved({}, {}, [])
+    episode_labels: list[Label] = []
+    for label in labels:
+        if label.trace not in traces:
+            continue
+        if not live(label.trace, label.episode, label.step, label.key):
+            out.orphans += 1
+            continue
+        pos = (label.trace, label.episode, label.step)
+        if label.kind == "kto":
+            if label.step == EPISODE:
+                episode_labels.append(label)
+            else:
+                out.kto[pos] = label.value == "good"
+        elif label.kind == "sft":
+            out.sft[pos] = label.value
+        elif label.kind == "dpo":
+            other = label.other
+            if other is None or not live(
+                label.trace, other.episode, other.step, other.key
+            ):
+                out.orphans += 1
+                continue
+            out.dpo.append((pos, (label.trace, other.episode, other.step)))
+    for label in episode_labels:
+        n = len(traces[label.trace][label.episode].get("steps") or [])
+        for t in range(n):
+            out.kto.setdefault((label.trace, label.episode, t), label.value == "good")
+    return out
+
+
+def orphan_sentence(n: int) -> str:
+    return (
+        f"{n} label(s) point at steps that are gone or changed (their trace "
+        "was deleted or rewritten); they are kept in data/labels.sqlite but not used."
+    )
