@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from studio.engine_client import EngineClient
     from studio.main_window import MainWindow, app_icon
-    from studio.models.project_state import ProjectState
     from studio.qt_exit import shutdown_qt
     from studio.session import Session
     from studio.settings import Settings
+    from studio.state.project_state import ProjectState
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("RL Studio")

@@ -21,7 +21,7 @@ from typing import Any
 import shiboken6
 from PySide6.QtCore import QObject
 
-from studio.models.observable import Listener, Observable
+from studio.state.observable import Listener, Observable
 
 
 def owner_of(*callbacks: Callable[..., Any] | None) -> QObject | None:

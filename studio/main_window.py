@@ -26,12 +26,12 @@ from PySide6.QtWidgets import (
 from engine import protocol
 from resources import resource_path
 from studio.engine_client import CRASHED, FAILED, READY, STARTING
+from studio.environments.workspace import EnvironmentsWorkspace
+from studio.model_manager.workspace import ModelsWorkspace
 from studio.session import Session
 from studio.settings import Settings, SettingsDialog
-from studio.workspaces.environments import EnvironmentsWorkspace
-from studio.workspaces.models import ModelsWorkspace
-from studio.workspaces.training import TrainingWorkspace
-from studio.workspaces.workflows import WorkflowsWorkspace
+from studio.training.workspace import TrainingWorkspace
+from studio.workflows.workspace import WorkflowsWorkspace
 from widgets.banner import Banner
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole

@@ -21,9 +21,9 @@ from PySide6.QtCore import QObject, Signal
 from engine import contract, protocol
 from studio.engine_client import READY, EngineClient
 from studio.lifetime import owner_of
-from studio.models.metric_store import MetricStore
-from studio.models.project_state import ProjectState
 from studio.settings import Settings
+from studio.state.metric_store import MetricStore
+from studio.state.project_state import ProjectState
 
 EVAL_REWARD = "eval/mean_reward"
 

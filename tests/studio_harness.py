@@ -8,9 +8,9 @@ from PySide6.QtCore import QSettings
 
 from studio.engine_client import EngineClient
 from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
 from studio.session import Session
 from studio.settings import Settings
+from studio.state.project_state import ProjectState
 
 
 def build_main_window(qtbot, tmp_path: Path) -> MainWindow:  # type: ignore[no-untyped-def]

@@ -13,9 +13,9 @@ from PySide6.QtWidgets import QComboBox, QLineEdit
 from studio_harness import build_main_window, start_on_project
 
 from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
-from studio.run_dialog import RunDialog, flatten_config, nest_values
-from studio.workspaces.training import best_reward
+from studio.state.project_state import ProjectState
+from studio.training.run_dialog import RunDialog, flatten_config, nest_values
+from studio.training.workspace import best_reward
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -332,7 +332,7 @@ def test_a_headless_runs_speed_and_eta_come_from_snapshots(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [100.0]
-    monkeypatch.setattr("studio.models.project_state.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("studio.state.project_state.time.monotonic", lambda: clock[0])
     state = ProjectState()
 
     def snapshot(done: float, status: str = "running") -> dict:

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from PySide6.QtGui import QUndoStack
 
 from engine.contract import atomic_write_text
-from studio import env_commands as cmd
-from studio.models.env_design import (
+from studio.environments import commands as cmd
+from studio.state.env_design import (
     DesignError,
     EnvDesign,
     Target,

@@ -13,10 +13,13 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 
 from studio.engine_client import EngineClient
-from studio.env_commands import ReplaceDocument
+from studio.environments.commands import ReplaceDocument
+from studio.environments.workspace import EnvironmentsWorkspace
 from studio.main_window import MainWindow
-from studio.models.env_design import autosave_path, read_spec_file
-from studio.models.env_preview import (
+from studio.session import Session
+from studio.settings import Settings
+from studio.state.env_design import autosave_path, read_spec_file
+from studio.state.env_preview import (
     env_refs,
     grid_preview_frames,
     matching_policies,
@@ -25,11 +28,8 @@ from studio.models.env_preview import (
     trace_rows,
     train_config,
 )
-from studio.models.project_state import ProjectState
-from studio.run_dialog import RunDialog
-from studio.session import Session
-from studio.settings import Settings
-from studio.workspaces.environments import EnvironmentsWorkspace
+from studio.state.project_state import ProjectState
+from studio.training.run_dialog import RunDialog
 from widgets.code_editor import CodeEditor
 from widgets.histogram import Histogram, histogram_bins
 

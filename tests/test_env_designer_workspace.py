@@ -13,11 +13,11 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 
 from studio.engine_client import EngineClient
-from studio.models.env_design import autosave_path, read_spec_file
-from studio.models.project_state import ProjectState
+from studio.environments.workspace import EnvironmentsWorkspace
 from studio.session import Session
 from studio.settings import Settings
-from studio.workspaces.environments import EnvironmentsWorkspace
+from studio.state.env_design import autosave_path, read_spec_file
+from studio.state.project_state import ProjectState
 
 
 @pytest.fixture

@@ -8,7 +8,14 @@ from PySide6.QtGui import QUndoStack
 
 from engine import flow
 from engine.flow import FlowDocument, Link, Node
-from studio.flow_commands import (
+from studio.state.flow_document import FlowDocumentModel, link_from_key, link_key
+from studio.state.flow_results import (
+    changed_nodes,
+    last_flow_run,
+    read_flow_run,
+    split_log,
+)
+from studio.workflows.commands import (
     AddLinkCommand,
     AddNodeCommand,
     MoveNodesCommand,
@@ -20,13 +27,6 @@ from studio.flow_commands import (
     SetTitleCommand,
     clipboard_payload,
     pasted_items,
-)
-from studio.models.flow_document import FlowDocumentModel, link_from_key, link_key
-from studio.models.flow_results import (
-    changed_nodes,
-    last_flow_run,
-    read_flow_run,
-    split_log,
 )
 
 

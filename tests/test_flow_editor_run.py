@@ -13,10 +13,10 @@ from test_flow_editor_workspace import drop, link_by_mouse, type_into
 
 from engine import flow
 from studio.engine_client import EngineClient
-from studio.models.project_state import ProjectState
 from studio.session import Session
 from studio.settings import Settings
-from studio.workspaces.workflows import WorkflowsWorkspace
+from studio.state.project_state import ProjectState
+from studio.workflows.workspace import WorkflowsWorkspace
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("engine.nodes") is None,

@@ -17,10 +17,10 @@ from PySide6.QtWidgets import QApplication, QLineEdit
 from engine import flow
 from engine.nodes import catalog
 from studio.engine_client import EngineClient
-from studio.models.project_state import ProjectState
 from studio.session import Session
 from studio.settings import Settings
-from studio.workspaces.workflows import WorkflowsWorkspace
+from studio.state.project_state import ProjectState
+from studio.workflows.workspace import WorkflowsWorkspace
 from widgets.node_graph import NODE_TYPE_MIME
 
 PASS_THROUGH = {

@@ -29,9 +29,9 @@ from PySide6.QtCore import QPoint, QPointF, QSettings
 from engine.nodes import catalog
 from studio.engine_client import EngineClient
 from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
 from studio.session import Session
 from studio.settings import Settings
+from studio.state.project_state import ProjectState
 from widgets.node_graph import HEADER_HEIGHT, NODE_WIDTH, PORT_ROW
 
 ROOT = Path(__file__).resolve().parents[1]

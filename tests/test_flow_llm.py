@@ -254,10 +254,10 @@ def test_the_workflows_workspace_lists_and_opens_the_example(
     from PySide6.QtCore import QSettings
 
     from studio.engine_client import EngineClient
-    from studio.models.project_state import ProjectState
     from studio.session import Session
     from studio.settings import Settings
-    from studio.workspaces.workflows import WorkflowsWorkspace
+    from studio.state.project_state import ProjectState
+    from studio.workflows.workspace import WorkflowsWorkspace
 
     project = Project.open(
         tmp_path / "fresh", create=True, examples=resource_path("examples")
@@ -450,8 +450,8 @@ def test_the_flows_report_is_listed_in_models_and_models_are_stored_once(
     """The Evaluate node's before/after report reaches Models → Evaluation
     report; the adapter and the merged model the flow wrote are the
     registered models' folders, one per model under ``models/<id>/``."""
-    from studio.models.model_catalog import evaluation_reports
-    from studio.models.traces import load_report
+    from studio.state.model_catalog import evaluation_reports
+    from studio.state.traces import load_report
 
     assert chain.first.returncode == 0, chain.first.stderr[-4000:]
     nodes = json.loads(chain.first.stdout)["nodes"]

@@ -168,7 +168,7 @@ def test_env_spec_and_flow_loaders_fuzz(
     from engine import flow
     from engine.envs.spec import parse_spec, read_spec_json
     from engine.nodes import validate_flow
-    from studio.models.env_design import DesignError, read_spec_file
+    from studio.state.env_design import DesignError, read_spec_file
 
     spec_file = tmp_path / "fuzzed.env.json"
     flow_file = tmp_path / "fuzzed.flow.json"

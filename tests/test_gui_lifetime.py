@@ -16,8 +16,8 @@ from engine import protocol
 from studio.engine_client import READY, EngineClient
 from studio.lifetime import subscribe
 from studio.main_window import MainWindow
-from studio.models.observable import Observable
-from studio.run_dialog import RunDialog
+from studio.state.observable import Observable
+from studio.training.run_dialog import RunDialog
 
 
 class Asker(QObject):

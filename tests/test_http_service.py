@@ -490,7 +490,7 @@ def test_trajectories_become_trace_episodes_for_the_viewer_and_datasets(
 ) -> None:
     from engine.llm.datasets import build_rows
     from engine.llm.rollouts import iter_traces
-    from studio.models.traces import episode_row, list_trace_files, load_trace_file
+    from studio.state.traces import episode_row, list_trace_files, load_trace_file
 
     good = record(client, "triage-bot", "RLHUB-1", [0.5, 1.0])
     bad = record(

@@ -172,7 +172,7 @@ def test_models_workspace_downloads_with_progress_stop_and_resume(
 ) -> None:
     from studio_harness import build_main_window, start_on_project
 
-    from studio.workspaces.models import ModelsWorkspace
+    from studio.model_manager.workspace import ModelsWorkspace
 
     home = tmp_path / "hf"
     for key, value in hub_env(hub, home).items():

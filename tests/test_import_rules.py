@@ -57,7 +57,7 @@ import json, sys
 from PySide6.QtWidgets import QApplication
 from studio.engine_client import EngineClient
 from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
+from studio.state.project_state import ProjectState
 from studio.session import Session
 from studio.settings import Settings
 app = QApplication([])

@@ -26,7 +26,7 @@ from engine.store.labels import (
     ref_of,
     step_key,
 )
-from studio.trace_viewer import TraceViewer
+from studio.model_manager.trace_viewer import TraceViewer
 from tests.models_workspace_support import write_trace_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -308,7 +308,7 @@ def test_trace_summaries_without_parsing_steps_match_a_full_parse(
 ) -> None:
     """Rollout lines (``", "`` separators) and recorded trajectories (compact,
     sometimes without a return) list the same as when parsed in full."""
-    from studio.models.traces import episode_row, load_trace_file
+    from studio.state.traces import episode_row, load_trace_file
 
     steps = [{"t": t, "completion": "]}", "valid": t != 1, "reward": 0.5}
              for t in range(3)]  # fmt: skip

@@ -19,7 +19,7 @@ from studio_harness import build_main_window, start_on_project
 from tiny_models import build_tiny_model
 
 from engine.store.project import Project
-from studio.workspaces.models import ModelsWorkspace
+from studio.model_manager.workspace import ModelsWorkspace
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

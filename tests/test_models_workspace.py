@@ -15,7 +15,7 @@ from models_workspace_support import REPORT, FakeOllama, fake_entry, make_ppo_zi
 from studio_harness import build_main_window, start_on_project
 
 from engine.store.project import Project
-from studio.workspaces.models import ModelsWorkspace
+from studio.model_manager.workspace import ModelsWorkspace
 
 UNREACHABLE = "http://127.0.0.1:9"  # discard port: nothing listens
 

@@ -20,16 +20,16 @@ from models_workspace_support import (
     write_trace_file,
 )
 
-from studio.eval_report import ComparisonReport
-from studio.models.model_catalog import (
+from studio.model_manager.eval_report import ComparisonReport
+from studio.model_manager.trace_viewer import TraceViewer
+from studio.state.model_catalog import (
     evaluation_reports,
     lineage_chain,
     model_record,
     ollama_record,
 )
-from studio.models.sb3_zip import Sb3ZipError, read_sb3_zip
-from studio.models.traces import ReportError, comparison_from_report
-from studio.trace_viewer import TraceViewer
+from studio.state.sb3_zip import Sb3ZipError, read_sb3_zip
+from studio.state.traces import ReportError, comparison_from_report
 from widgets.frame_viewer import FrameViewer
 
 
@@ -41,7 +41,7 @@ def ppo_zip(tmp_path_factory) -> Path:
 def test_sb3_zip_is_read_without_importing_torch(ppo_zip: Path) -> None:
     code = (
         "import sys, json\n"
-        "from studio.models.sb3_zip import read_sb3_zip\n"
+        "from studio.state.sb3_zip import read_sb3_zip\n"
         "info = read_sb3_zip(sys.argv[1])\n"
         "heavy = [m for m in ('torch', 'stable_baselines3', 'gymnasium') "
         "if m in sys.modules]\n"

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from studio.models.metric_store import MetricStore
+from studio.state.metric_store import MetricStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_metric_store_module_imports_no_qt() -> None:
-    tree = ast.parse((ROOT / "studio/models/metric_store.py").read_text())
+    tree = ast.parse((ROOT / "studio/state/metric_store.py").read_text())
     names = [
         a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
     ]
@@ -142,7 +142,7 @@ def test_load_jsonl_skips_torn_last_line(
     tmp_path: Path, use_arrow: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not use_arrow:
-        import studio.models.metric_store as ms
+        import studio.state.metric_store as ms
 
         def no_arrow(data: memoryview) -> None:
             raise ImportError("pyarrow not installed")

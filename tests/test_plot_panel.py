@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore, QtGui
 
-from studio.models.metric_store import MetricStore
+from studio.state.metric_store import MetricStore
 from widgets.live_plot import (
     DEFAULT_GROUPS,
     GROUP_AXES,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PySide6 import QtCore
 
-from studio.models.metric_store import MetricStore
+from studio.state.metric_store import MetricStore
 from widgets.live_plot import LivePlotPanel
 
 N = 1_000_000

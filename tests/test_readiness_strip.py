@@ -18,8 +18,8 @@ from engine import retrain_status
 from engine.store.project import Project
 from engine.store.trajectories import TrajectoryStore
 from studio.main_window import MainWindow
-from studio.models.readiness import readiness_text
-from studio.workspaces.readiness import ReadinessStrip
+from studio.state.readiness import readiness_text
+from studio.training.readiness import ReadinessStrip
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ from engine import protocol
 from engine.store.project import Project
 from studio.engine_client import READY, EngineClient
 from studio.main_window import MainWindow
-from studio.models.project_state import ProjectState
 from studio.session import Session
 from studio.settings import Settings
+from studio.state.project_state import ProjectState
 
 ROOT = Path(__file__).resolve().parents[1]
 

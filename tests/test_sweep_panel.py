@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QComboBox, QLineEdit
 from studio_harness import build_main_window, start_on_project
 
 from studio.main_window import MainWindow
-from studio.workspaces.sweep import SweepPanel, text_items
+from studio.training.sweep import SweepPanel, text_items
 
 
 @pytest.fixture

@@ -150,10 +150,10 @@ def test_editor_loads_renders_and_pans_500_nodes(qtbot, tmp_path: Path) -> None:
 
     from engine.nodes import catalog
     from studio.engine_client import EngineClient
-    from studio.models.project_state import ProjectState
     from studio.session import Session
     from studio.settings import Settings
-    from studio.workspaces.workflows import WorkflowsWorkspace
+    from studio.state.project_state import ProjectState
+    from studio.workflows.workspace import WorkflowsWorkspace
 
     doc = big_graph()
     for i, node in enumerate(doc.nodes):

@@ -26,7 +26,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
-from studio.trace_viewer import TraceViewer
+from studio.model_manager.trace_viewer import TraceViewer
 
 pytestmark = pytest.mark.bench
 

@@ -30,7 +30,7 @@ import pyqtgraph as pg
 import pytest
 from PySide6 import QtWidgets
 
-from studio.models.metric_store import MetricStore
+from studio.state.metric_store import MetricStore
 from widgets.live_plot import RUN_COLORS, LivePlotPanel
 
 pytestmark = pytest.mark.bench

@@ -1,6 +1,6 @@
 """Undo commands for every edit of a flow document.
 
-``redo`` and ``undo`` call :class:`studio.models.flow_document.FlowDocumentModel`
+``redo`` and ``undo`` call :class:`studio.state.flow_document.FlowDocumentModel`
 methods only; the views follow the model's notifications.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from PySide6.QtGui import QUndoCommand
 
 from engine.flow import Link, Node
-from studio.models.flow_document import FlowDocumentModel
+from studio.state.flow_document import FlowDocumentModel
 
 Position = tuple[float, float]
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import contract
-from studio.models.sb3_zip import Sb3Info, Sb3ZipError, read_sb3_zip
+from studio.state.sb3_zip import Sb3Info, Sb3ZipError, read_sb3_zip
 
 OLLAMA_PREFIX = "ollama:"
 KIND_LABELS = {

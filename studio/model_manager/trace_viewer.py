@@ -48,7 +48,7 @@ from engine.store.labels import (
     ref_of,
     resolve,
 )
-from studio.models.traces import (
+from studio.state.traces import (
     LABEL_FILTERS,
     EpisodeFilter,
     TraceFile,

@@ -2,7 +2,7 @@
 says what changed.
 
 Qt-free. Every edit goes through a method here (the undo commands of
-``studio.flow_commands`` call them), and each method notifies listeners with
+``studio.workflows.commands`` call them), and each method notifies listeners with
 ``(what, key)``:
 
 * ``reset`` — the whole document was replaced;
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.flow import FlowDocument, Link, Node
-from studio.models.observable import Observable
+from studio.state.observable import Observable
 
 LINK_SEP = "\x1f"
 

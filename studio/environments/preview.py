@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.models.env_preview import summary, trace_rows
+from studio.state.env_preview import summary, trace_rows
 from widgets.frame_viewer import FrameViewer
 from widgets.histogram import Histogram
 from widgets.record_table import Column, RecordTable

@@ -61,10 +61,13 @@ from PySide6.QtWidgets import (
 
 from engine import contract
 from engine.contract import atomic_write_text
-from studio import env_commands as cmd
-from studio.env_controller import EnvController
+from studio.common import fmt_time
+from studio.environments import commands as cmd
+from studio.environments.controller import EnvController
+from studio.environments.preview import EnvPreviewPanel
 from studio.lifetime import subscribe
-from studio.models.env_design import (
+from studio.session import Session
+from studio.state.env_design import (
     KINDS,
     NAME_PATTERN,
     PYTHON_TEMPLATE,
@@ -80,16 +83,13 @@ from studio.models.env_design import (
     read_spec_file,
     spec_text,
 )
-from studio.models.env_preview import (
+from studio.state.env_preview import (
     PREVIEW_FRAMES,
     grid_preview_frames,
     matching_policies,
     train_config,
 )
-from studio.models.project_state import ProjectState
-from studio.session import Session
-from studio.workspaces.common import fmt_time
-from studio.workspaces.env_preview import EnvPreviewPanel
+from studio.state.project_state import ProjectState
 from widgets.banner import Banner
 from widgets.code_editor import CodeEditor
 from widgets.grid_painter import GridPainter, GridPalette

@@ -32,16 +32,20 @@ from PySide6.QtWidgets import (
 )
 
 from engine import contract
-from studio.eval_report import ComparisonReport
+from studio.common import fmt_bytes, fmt_time, open_folder
 from studio.lifetime import subscribe
-from studio.model_dialogs import (
+from studio.model_manager.controller import ModelsController, model_folder
+from studio.model_manager.dialogs import (
     ChatDialog,
     DeployOllamaDialog,
     ExportGgufDialog,
     HubDownloadDialog,
     PipelineView,
 )
-from studio.models.model_catalog import (
+from studio.model_manager.eval_report import ComparisonReport
+from studio.model_manager.trace_viewer import TraceViewer
+from studio.session import Session
+from studio.state.model_catalog import (
     KIND_LABELS,
     OLLAMA_PREFIX,
     ChainNode,
@@ -51,10 +55,6 @@ from studio.models.model_catalog import (
     ollama_record,
     table_records,
 )
-from studio.models_controller import ModelsController, model_folder
-from studio.session import Session
-from studio.trace_viewer import TraceViewer
-from studio.workspaces.common import fmt_bytes, fmt_time, open_folder
 from widgets.chain_view import ChainItem, ChainView
 from widgets.frame_viewer import FrameViewer
 from widgets.record_table import Column, RecordTable

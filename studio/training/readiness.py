@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
 from engine import protocol
 from studio.engine_client import READY
 from studio.lifetime import subscribe
-from studio.models.readiness import ReadinessText, readiness_text
 from studio.session import Session
+from studio.state.readiness import ReadinessText, readiness_text
 
 REFRESH_MS = 5000
 """Trajectories arrive without an event to the studio: how often to look."""

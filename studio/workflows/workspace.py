@@ -47,7 +47,17 @@ from PySide6.QtWidgets import (
 
 from engine import flow
 from engine.flow import FlowDocument, Link, NodeTypeSpec, ParamSpec
-from studio.flow_commands import (
+from studio.common import JsonPreview, fmt_time
+from studio.lifetime import subscribe
+from studio.session import Session
+from studio.state.flow_document import FlowDocumentModel, link_from_key
+from studio.state.flow_results import (
+    FlowRunResults,
+    last_flow_run,
+    node_of_log_line,
+    read_flow_run,
+)
+from studio.workflows.commands import (
     AddLinkCommand,
     AddNodeCommand,
     MoveNodesCommand,
@@ -60,17 +70,7 @@ from studio.flow_commands import (
     clipboard_payload,
     pasted_items,
 )
-from studio.flow_controller import FlowController
-from studio.lifetime import subscribe
-from studio.models.flow_document import FlowDocumentModel, link_from_key
-from studio.models.flow_results import (
-    FlowRunResults,
-    last_flow_run,
-    node_of_log_line,
-    read_flow_run,
-)
-from studio.session import Session
-from studio.workspaces.common import JsonPreview, fmt_time
+from studio.workflows.controller import FlowController
 from widgets.node_graph import (
     GRID,
     HEADER_HEIGHT,

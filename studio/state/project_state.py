@@ -13,7 +13,7 @@ from typing import Any
 
 from engine import contract
 from engine.contract import ModelRow, ProjectSnapshot
-from studio.models.observable import Observable
+from studio.state.observable import Observable
 
 SNAPSHOT_RATE_WINDOW_S = 6.0
 """Shortest time over which a headless run's speed is measured."""

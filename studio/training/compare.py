@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.run_compare import METRICS, MISSING, Comparison, compare_runs
-from studio.workspaces.common import STATUS_COLORS, fmt_duration
+from studio.common import STATUS_COLORS, fmt_duration
 
 PLACEHOLDER = "Select two or more runs in the list and press Compare."
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
-from studio.models.traces import Comparison, ReportError, load_report
+from studio.state.traces import Comparison, ReportError, load_report
 from widgets.bar_chart import GroupedBarChart
 
 

@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.export.types import ADAPTER_TYPES, GGUF_TYPES, OLLAMA_EXPORT_TYPES
-from studio.models_controller import (
+from studio.model_manager.controller import (
     DEFAULT_OLLAMA_HOST,
     ModelsController,
     OllamaExport,

@@ -17,7 +17,7 @@ dict and notifies observers (``what``, ``key``):
 * ``field`` — a plain field (key: dotted path such as ``grid.slip``).
 
 Undo is built on :meth:`EnvDesign.snapshot` / :meth:`EnvDesign.restore`
-(see ``studio/env_commands.py``). Edits that would break the document
+(see ``studio/environments/commands.py``). Edits that would break the document
 (an empty or duplicate name) raise :class:`DesignError` with one sentence;
 callers check with the ``*_problem`` methods first.
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 from engine import contract, untrusted
 from engine.contract import SPEC_SUFFIX
-from studio.models.observable import Observable
+from studio.state.observable import Observable
 
 FORMAT_VERSION = contract.SPEC_FORMAT
 KINDS = contract.ENV_KINDS

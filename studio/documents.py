@@ -6,9 +6,9 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
+from studio.common import JsonPreview, fmt_time
 from studio.lifetime import subscribe
-from studio.models.project_state import ProjectState
-from studio.workspaces.common import JsonPreview, fmt_time
+from studio.state.project_state import ProjectState
 from widgets.record_table import Column, RecordTable
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtGui import QUndoCommand
 
-from studio.models.env_design import Cell, EnvDesign, Position
+from studio.state.env_design import Cell, EnvDesign, Position
 
 _MERGE_FIELD = 1001
 _MERGE_JSON = 1002

@@ -31,11 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import contract
-from studio.lifetime import subscribe
-from studio.models.project_state import ProjectState
-from studio.run_dialog import RunDialog
-from studio.session import Session
-from studio.workspaces.common import (
+from studio.common import (
     STATUS_COLORS,
     JsonPreview,
     fmt_duration,
@@ -43,9 +39,13 @@ from studio.workspaces.common import (
     open_folder,
     run_duration,
 )
-from studio.workspaces.compare import CompareView
-from studio.workspaces.readiness import ReadinessStrip
-from studio.workspaces.sweep import SweepPanel
+from studio.lifetime import subscribe
+from studio.session import Session
+from studio.state.project_state import ProjectState
+from studio.training.compare import CompareView
+from studio.training.readiness import ReadinessStrip
+from studio.training.run_dialog import RunDialog
+from studio.training.sweep import SweepPanel
 from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
 from widgets.record_table import Column, RecordTable

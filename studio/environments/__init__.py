@@ -1,0 +1,1 @@
+"""The Environments workspace: the env designer, its controller, commands, preview."""

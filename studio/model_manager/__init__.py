@@ -1,0 +1,1 @@
+"""The Models workspace: the model catalog view, its controller and dialogs."""

@@ -1,0 +1,1 @@
+"""The Training workspace: runs, the run dialog, compare, sweeps and readiness."""

@@ -1,0 +1,1 @@
+"""The Workflows workspace: the flow editor, its controller and commands."""

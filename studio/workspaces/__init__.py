@@ -1,1 +1,0 @@
-"""The four workspaces of the main window, one module each."""
