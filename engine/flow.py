@@ -205,6 +205,8 @@ class ParamSpec:
     """``None`` (empty) is allowed: the job chooses the value."""
     group: str = ""
     """Form section the parameter is shown under."""
+    picker: str = ""
+    """``str``: what forms offer to pick from (``engine.settings.PICKER_KINDS``)."""
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -224,6 +226,7 @@ class ParamSpec:
             "exclusive_max": self.exclusive_max,
             "optional": self.optional,
             "group": self.group,
+            "picker": self.picker,
         }
 
     @classmethod
@@ -241,6 +244,7 @@ class ParamSpec:
             exclusive_max=bool(data.get("exclusive_max", False)),
             optional=bool(data.get("optional", False)),
             group=str(data.get("group", "")),
+            picker=str(data.get("picker", "")),
         )
 
 

@@ -549,6 +549,21 @@ class ListOllamaModels(Request):
     host: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
 
 
+@message("hub.search")
+@dataclass(frozen=True)
+class SearchHub(Request):
+    """Text-generation models on the Hugging Face Hub (``$HF_ENDPOINT``)
+    whose id contains ``query``, most downloaded first.
+
+    Reply result: ``{"endpoint": url, "models": [{"id", "downloads",
+    "likes", "gated"}, ...]}``. An unreachable Hub, or offline mode, is an
+    ``error`` reply of one sentence.
+    """
+
+    query: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    limit: int = field(default=20, metadata=limits(min=1, max=100))
+
+
 @message("ollama.delete")
 @dataclass(frozen=True)
 class DeleteOllamaModel(Request):

@@ -87,6 +87,7 @@ class Server:
             protocol.GetModelLineage: self._on_model_lineage,
             protocol.DeleteModel: self._on_delete_model,
             protocol.ListOllamaModels: self._on_ollama_list,
+            protocol.SearchHub: self._on_hub_search,
             protocol.DeleteOllamaModel: self._on_ollama_delete,
             protocol.Chat: self._on_chat,
             protocol.GetTrainingStatus: self._on_training_status,
@@ -103,6 +104,7 @@ class Server:
             protocol.GetTrainingStatus,
             # Network and generation: may take seconds, touch no project state.
             protocol.ListOllamaModels,
+            protocol.SearchHub,
             protocol.DeleteOllamaModel,
             protocol.Chat,
         }
@@ -449,6 +451,11 @@ class Server:
         self.supervisor.require_project().delete_model(msg.model_id)
         self.send(protocol.ProjectChanged(what="models"))
         return {"model_id": msg.model_id}
+
+    def _on_hub_search(self, msg: protocol.SearchHub) -> dict[str, Any]:
+        from engine.llm import hub
+
+        return {"endpoint": hub.endpoint(), "models": hub.search(msg.query, msg.limit)}
 
     def _on_ollama_list(self, msg: protocol.ListOllamaModels) -> dict[str, Any]:
         from engine.export.ollama import DEFAULT_HOST, OllamaClient, check_host

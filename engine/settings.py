@@ -34,6 +34,10 @@ from engine.errors import ConfigError, with_defaults
 from engine.flow import ParamSpec, bounds_problem
 
 SCALAR_KINDS = ("int", "float", "bool", "str")
+PICKER_KINDS = ("env", "base_model")
+"""What a text setting's ``picker`` offers to pick from: ``env`` (the env
+catalog and the project's envs), ``base_model`` (local model folders, the
+HF cache and a Hub search)."""
 
 
 @dataclass(frozen=True)
@@ -63,14 +67,17 @@ def setting(
     form: bool = True,
     numeric_text: bool = False,
     search: Search | None = None,
+    picker: str = "",
 ) -> Any:
     """A dataclass field carrying a setting's metadata.
 
     ``form=False`` keeps the field out of generated forms and node
     parameters; ``numeric_text`` lets a text field take a number (stored as
     its text, e.g. SAC's ``ent_coef``). For a ``list[int]`` field the bounds
-    apply to each item.
+    apply to each item. ``picker`` (one of :data:`PICKER_KINDS`) makes forms
+    offer a searchable list of known values for a text field.
     """
+    assert not picker or picker in PICKER_KINDS, picker
     metadata = {
         "unit": unit,
         "min": min,
@@ -83,6 +90,7 @@ def setting(
         "form": form,
         "numeric_text": numeric_text,
         "search": search,
+        "picker": picker,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -111,6 +119,7 @@ class FieldInfo:
     form: bool = True
     numeric_text: bool = False
     search: Search | None = None
+    picker: str = ""
 
 
 def _kind(annotation: object) -> tuple[str, bool]:
@@ -181,6 +190,7 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
                 form=meta.get("form", True),
                 numeric_text=meta.get("numeric_text", False),
                 search=meta.get("search"),
+                picker=meta.get("picker", ""),
             )
         )
     return tuple(out)
@@ -332,6 +342,8 @@ def form_field(
         out["unit"] = info.unit
     if kind == "choice":
         out["choices"] = list(info.choices)
+    if info.picker:
+        out["picker"] = info.picker
     for key in ("min", "max"):
         if getattr(info, key) is not None:
             out[key] = getattr(info, key)
@@ -367,6 +379,7 @@ def param_spec(
         choices=info.choices,
         optional=info.optional if optional is None else optional,
         group=info.group if group is None else group,
+        picker=info.picker,
     )
 
 

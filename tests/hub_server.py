@@ -6,7 +6,13 @@ thread, as ``huggingface_hub`` (2.x) uses it:
 * ``HEAD /{repo}/resolve/{rev}/{file}``: ``ETag``, ``X-Repo-Commit``,
   ``Content-Length`` (``get_hf_file_metadata``);
 * ``GET /{repo}/resolve/{rev}/{file}`` with ``Range: bytes=N-`` answered
-  ``206`` (``http_get``'s resume).
+  ``206`` (``http_get``'s resume);
+* ``GET /api/models?search=&pipeline_tag=&sort=&limit=`` (``HfApi.list_models``):
+  the repos whose id contains ``search`` (case-insensitive) with that
+  ``pipeline_tag``, sorted by ``sort`` (``downloads``, ``likes``) from the
+  highest, at most ``limit``, each ``{"_id", "id", "modelId", "likes",
+  "downloads", "private", "gated", "pipeline_tag", "tags", "createdAt"}``.
+  ``search_status`` set to an HTTP status makes the search fail with it.
 
 Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``, ``GatedRepo``,
 ``RevisionNotFound``). ``cut_once`` makes the first GET of a file close the
@@ -23,6 +29,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -35,6 +42,11 @@ class FakeHub:
         self.cut_once: dict[str, int] = {}
         """file name -> bytes after which its first GET is cut."""
         self.delay_s = 0.0
+        self.downloads: dict[str, int] = {}
+        """repo -> downloads the search reports (and sorts by)."""
+        self.pipeline_tags: dict[str, str] = {}
+        """repo -> pipeline tag (default ``text-generation``)."""
+        self.search_status: int | None = None
         self.chunk = 64 * 1024
         self.requests: list[dict[str, Any]] = []
         hub = self
@@ -93,6 +105,9 @@ class FakeHub:
         self.requests.append(
             {"method": h.command, "path": path, "range": h.headers.get("Range")}
         )
+        if path == "/api/models":
+            self._search(h)
+            return
         api = re.fullmatch(r"/api/models/(.+?)/revision/([^/]+)", path)
         if api:
             repo, rev = api.groups()
@@ -163,6 +178,41 @@ class FakeHub:
             sent = end
             if self.delay_s:
                 time.sleep(self.delay_s)
+
+    def _search(self, h: BaseHTTPRequestHandler) -> None:
+        query = parse_qs(urlsplit(h.path).query)
+        if self.search_status is not None:
+            self._error(h, self.search_status, "SearchFailed")
+            return
+        needle = (query.get("search") or [""])[0].casefold()
+        tag = (query.get("pipeline_tag") or [""])[0]
+        sort = (query.get("sort") or [""])[0]
+        limit = int((query.get("limit") or ["1000"])[0])
+        rows = [
+            {
+                "_id": _etag(repo.encode())[:24],
+                "id": repo,
+                "modelId": repo,
+                "likes": 0,
+                "downloads": self.downloads.get(repo, 0),
+                "private": False,
+                "gated": "auto" if repo in self.gated else False,
+                "pipeline_tag": self.pipeline_tags.get(repo, "text-generation"),
+                "tags": ["transformers"],
+                "createdAt": "2024-01-01T00:00:00.000Z",
+            }
+            for repo in self.repos
+            if needle in repo.casefold()
+        ]
+        rows = [r for r in rows if not tag or r["pipeline_tag"] == tag]
+        if sort in ("downloads", "likes"):
+            rows.sort(key=lambda r: -int(r[sort]))  # type: ignore[call-overload]
+        body = json.dumps(rows[:limit]).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
 
     def ranges(self, name: str) -> list[str | None]:
         """The Range headers of the GETs of ``name``."""

@@ -104,10 +104,11 @@ def link_by_mouse(qtbot, ws, a: str, ap: str, b: str, bp: str) -> None:
 
 def type_into(qtbot, ws: WorkflowsWorkspace, name: str, text: str) -> None:
     editor = ws.param_form.editor(name)
-    assert isinstance(editor, QLineEdit)
-    editor.setFocus()
-    editor.selectAll()
-    qtbot.keyClicks(editor, text)
+    line = editor.property("line_edit") if not isinstance(editor, QLineEdit) else editor
+    assert isinstance(line, QLineEdit)
+    line.setFocus()
+    line.selectAll()
+    qtbot.keyClicks(line, text)
 
 
 def build_cartpole(qtbot, ws: WorkflowsWorkspace) -> None:

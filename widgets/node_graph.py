@@ -13,6 +13,7 @@ tracking) rather than branches of ``mousePressEvent``.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,9 @@ from PySide6.QtWidgets import (
 
 NODE_TYPE_MIME = "application/x-rlstudio-node-type"
 """MIME type of a drag carrying a node type name (UTF-8) onto the canvas."""
+NODE_PARAMS_MIME = "application/x-rlstudio-node-params"
+"""With :data:`NODE_TYPE_MIME`: parameters for the node, a JSON object
+(an environment dragged from a list: ``{"env": "CartPole-v1"}``)."""
 
 NODE_WIDTH = 190.0
 HEADER_HEIGHT = 26.0
@@ -716,6 +720,9 @@ class NodeGraphView(QGraphicsView):
         Link keys selected when the user pressed Delete.
     node_drop_requested(type_name, QPointF)
         A node type was dropped at this scene position.
+    node_params_drop_requested(type_name, dict, QPointF, node_id)
+        A node type with parameters was dropped at this scene position, on
+        the node ``node_id`` (empty: on no node).
     node_clicked(node_id)
     node_double_clicked(node_id)
     selection_changed(list)
@@ -727,6 +734,7 @@ class NodeGraphView(QGraphicsView):
     delete_requested = Signal(list)
     links_delete_requested = Signal(list)
     node_drop_requested = Signal(str, QPointF)
+    node_params_drop_requested = Signal(str, dict, QPointF, str)
     node_clicked = Signal(str)
     node_double_clicked = Signal(str)
     selection_changed = Signal(list)
@@ -1161,7 +1169,20 @@ class NodeGraphView(QGraphicsView):
         type_name = bytes(mime.data(NODE_TYPE_MIME).data()).decode("utf-8")
         event.acceptProposedAction()
         scene_pos = self.mapToScene(event.position().toPoint())
-        self.node_drop_requested.emit(type_name, scene_pos)
+        if not mime.hasFormat(NODE_PARAMS_MIME):
+            self.node_drop_requested.emit(type_name, scene_pos)
+            return
+        try:
+            params = json.loads(bytes(mime.data(NODE_PARAMS_MIME).data()))
+        except ValueError:
+            params = None
+        if not isinstance(params, dict):
+            self.node_drop_requested.emit(type_name, scene_pos)
+            return
+        under = self._node_under(event.position().toPoint())
+        self.node_params_drop_requested.emit(
+            type_name, params, scene_pos, under.node_id if under else ""
+        )
 
 
 def _point(pos: QPointF | tuple[float, float]) -> QPointF:

@@ -9,12 +9,14 @@ Types: ``int``, ``float``, ``str``, ``bool``, ``choice`` (with ``choices``),
 ``path``. ``min``/``max`` are inclusive; ``exclusive_min`` /
 ``exclusive_max`` make them strict; ``optional`` allows an empty value
 (``None``; a bool or choice gets an empty first entry); ``suggestions`` offers
-common values for free text; ``group`` starts a titled section.
+common values for free text; ``group`` starts a titled section; ``picker``
+(a text field) makes the field a :class:`widgets.picker.SearchPicker` whose
+entries the host gives per picker kind (:meth:`ParamForm.set_picker_entries`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -29,6 +31,8 @@ from PySide6.QtWidgets import (
     QToolButton,
     QWidget,
 )
+
+from widgets.picker import PickerEntry, SearchPicker
 
 ERROR_STYLE = "border: 1px solid #d62728;"
 INT64_MAX = 2**63 - 1
@@ -79,10 +83,13 @@ def check_value(schema: Mapping[str, Any], text: str) -> tuple[Any, str]:
 
 class ParamForm(QWidget):
     """Emits ``values_changed(dict)`` with every valid edit and
-    ``validity_changed(bool)`` when the form as a whole becomes (in)valid."""
+    ``validity_changed(bool)`` when the form as a whole becomes (in)valid;
+    ``picker_search_requested(kind, text)`` when the user searches a picker
+    field (the host may add entries found elsewhere, e.g. on the Hub)."""
 
     values_changed = Signal(dict)
     validity_changed = Signal(bool)
+    picker_search_requested = Signal(str, str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -93,6 +100,9 @@ class ParamForm(QWidget):
         self._error_labels: dict[str, QLabel] = {}
         self._values: dict[str, Any] = {}
         self._valid = True
+        self._picker_entries: dict[str, list[PickerEntry]] = {}
+        self._picker_options: dict[str, dict[str, Any]] = {}
+        self._picker_status: dict[str, str] = {}
 
     # ------------------------------------------------------------ API
     def set_schema(
@@ -147,6 +157,54 @@ class ParamForm(QWidget):
     def editor(self, name: str) -> QWidget:
         return self._editors[name]
 
+    def configure_picker(
+        self,
+        kind: str,
+        *,
+        strict: bool = False,
+        unknown_message: str = "",
+        browse_folders: bool = False,
+    ) -> None:
+        """How pickers of ``kind`` treat a value none of their entries has
+        (``strict`` ones say so with ``unknown_message``, ``{value}`` in
+        it), and whether they offer to choose a folder."""
+        options: dict[str, Any] = {"strict": strict, "browse_folders": browse_folders}
+        if unknown_message:
+            options["unknown_message"] = unknown_message
+        self._picker_options[kind] = options
+        for picker in self.pickers(kind).values():
+            picker.set_strict(strict, unknown_message)
+            picker.set_browse_folders(browse_folders)
+
+    def pickers(self, kind: str | None = None) -> dict[str, SearchPicker]:
+        """The picker fields (of ``kind``), by field name."""
+        return {
+            name: editor
+            for name, editor in self._editors.items()
+            if isinstance(editor, SearchPicker)
+            and (kind is None or editor.property("picker_kind") == kind)
+        }
+
+    def set_picker_entries(
+        self, kind: str, entries: Iterable[PickerEntry], section: str | None = None
+    ) -> None:
+        """The entries pickers of ``kind`` offer (those of one ``section``)."""
+        new = list(entries)
+        old = self._picker_entries.get(kind, [])
+        if section is not None:
+            new = [e for e in old if e.section != section] + [
+                e for e in new if e.section == section
+            ]
+        self._picker_entries[kind] = new
+        for picker in self.pickers(kind).values():
+            picker.set_entries(new)
+
+    def set_picker_status(self, kind: str, text: str) -> None:
+        """One sentence under the pickers of ``kind`` (a failed search)."""
+        self._picker_status[kind] = text
+        for picker in self.pickers(kind).values():
+            picker.set_status(text)
+
     def set_external_errors(self, errors: Mapping[str, str]) -> None:
         """Show errors found elsewhere (the engine's validation) on their fields."""
         for name, label in self._error_labels.items():
@@ -191,6 +249,8 @@ class ParamForm(QWidget):
                 lambda i, n=name, c=combo: self._accept(n, c.itemData(i))
             )
             return combo
+        if schema.get("picker") and kind == "str":
+            return self._make_picker(schema, value)
         if schema.get("suggestions"):
             # Free text with a list of common answers (env ids, model names).
             combo = QComboBox(toolTip=tip, editable=True)
@@ -218,6 +278,23 @@ class ParamForm(QWidget):
         layout.addWidget(browse)
         row.setProperty("line_edit", edit)
         return row
+
+    def _make_picker(self, schema: dict[str, Any], value: Any) -> SearchPicker:
+        kind = str(schema["picker"])
+        picker = SearchPicker(**self._picker_options.get(kind, {}))
+        picker.setProperty("picker_kind", kind)
+        picker.setProperty("line_edit", picker.edit)
+        picker.setToolTip(schema.get("help", ""))
+        picker.set_entries(self._picker_entries.get(kind, []))
+        picker.set_value("" if value is None else str(value))
+        picker.set_status(self._picker_status.get(kind, ""))
+        picker.value_changed.connect(
+            lambda text, s=schema, e=picker.edit: self._on_text_changed(s, e, text)
+        )
+        picker.search_requested.connect(
+            lambda text, k=kind: self.picker_search_requested.emit(k, text)
+        )
+        return picker
 
     def _on_browse_clicked(self, edit: QLineEdit) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Choose a file", edit.text())

@@ -218,6 +218,7 @@ def _check_base(params: dict[str, Any]) -> list[str]:
             "in the local Hugging Face cache (Models → Download from the Hub… "
             "puts it there); training never downloads.",
             label="Model folder or hub id",
+            picker="base_model",
         ),
     ),
     cacheable=False,

@@ -41,7 +41,7 @@ Progress = Callable[[int, int, str], None]
 class HubDownloadConfig:
     """Settings of a ``hub.download`` job."""
 
-    repo_id: str = setting("", label="Repository")
+    repo_id: str = setting("", label="Repository", picker="base_model")
     """The model's Hub id, ``org/name`` (``Qwen/Qwen2.5-0.5B-Instruct``)."""
     revision: str = setting("main")
     """A branch, tag or commit of the repository."""
@@ -70,6 +70,43 @@ def endpoint() -> str:
     from huggingface_hub import constants
 
     return str(constants.ENDPOINT)
+
+
+def search(query: str, limit: int = 20) -> list[dict[str, Any]]:
+    """Text-generation models on the Hub whose id contains ``query``, most
+    downloaded first (``HfApi.list_models``: ``GET /api/models``). Errors
+    are one :class:`EngineError` sentence."""
+    from huggingface_hub import HfApi, constants
+
+    where = endpoint()
+    if constants.HF_HUB_OFFLINE:
+        raise EngineError(
+            "The Hub is not searched: HF_HUB_OFFLINE is set (local models are "
+            "still offered)."
+        )
+    try:
+        found = HfApi().list_models(
+            search=query.strip() or None,
+            pipeline_tag="text-generation",
+            sort="downloads",
+            limit=limit,
+        )
+        return [
+            {
+                "id": m.id,
+                "downloads": int(m.downloads or 0),
+                "likes": int(m.likes or 0),
+                "gated": bool(m.gated),
+            }
+            for m in found
+        ]
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise EngineError(
+            f"Searching {where} failed ({type(exc).__name__}"
+            + (f": {first}" if first else "")
+            + "); local models are still offered."
+        ) from None
 
 
 def download(

@@ -52,7 +52,7 @@ class JudgeConfig:
     backend: str = setting("ollama", choices=BACKENDS, group="Judge")
     """``ollama``: a model of an Ollama server; ``project``: a model (folder,
     LoRA adapter or cached hub id) loaded in the training process."""
-    model: str = setting("", group="Judge", label="Judge model")
+    model: str = setting("", group="Judge", label="Judge model", picker="base_model")
     """The Ollama model name, or the project model's folder or hub id."""
     host: str = setting(DEFAULT_OLLAMA_HOST, group="Judge", label="Ollama address")
     """The Ollama server's address (``backend="ollama"`` only)."""

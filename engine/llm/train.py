@@ -60,7 +60,7 @@ class TrainConfig:
 
     method: str = setting("grpo", choices=METHODS)
     """``grpo``, ``kto``, ``dpo`` or ``sft``."""
-    model: str = setting("")
+    model: str = setting("", picker="base_model")
     """Base model: a local HF folder or a hub id in the local cache."""
     dataset: str = setting("")
     """Dataset folder (``train.jsonl`` or ``train.parquet`` inside, as

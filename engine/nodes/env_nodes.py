@@ -58,6 +58,7 @@ def resolve_env_id(value: str, project_dir: Path) -> str:
             help="A Gymnasium id (CartPole-v1), a designed env id "
             "(rlstudio/<name>-v0) or the name of a designed env of the project.",
             label="Environment",
+            picker="env",
         ),
         ParamSpec(
             "kwargs",

@@ -308,7 +308,7 @@ class TrainConfig:
     """Everything about an ``rl.train`` run except the algorithm's own
     hyperparameters (those go in ``hyperparameters``)."""
 
-    env: str = setting("", group="Run")
+    env: str = setting("", group="Run", picker="env")
     """Gymnasium id (``CartPole-v1``) or designed env (``rlstudio/<name>-v0``)."""
     env_kwargs: dict[str, Any] = setting(factory=dict, form=False)
     """Keyword arguments passed to ``gymnasium.make``."""

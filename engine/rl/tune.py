@@ -905,7 +905,7 @@ def run(args: argparse.Namespace) -> int:
 class TuneConfig:
     """An ``rl.tune`` job (the Sweep panel): the command's options."""
 
-    env: str = setting("", group="Sweep")
+    env: str = setting("", group="Sweep", picker="env")
     """Gymnasium id or designed env every trial trains on."""
     algo: str = setting("auto", choices=ALGO_NAMES, group="Sweep", label="Algorithm")
     """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``."""

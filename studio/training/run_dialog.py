@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import contract, protocol
+from engine import protocol
+from studio.pickers import picker_sources
 from studio.session import Session
 from widgets.param_form import ParamForm
 
@@ -77,6 +78,7 @@ class RunDialog(QDialog):
         self._defaults: dict[str, Any] = {}
         self.started_run_id = ""
         self.form = ParamForm()
+        picker_sources(session).attach(self.form)
         self.form.values_changed.connect(self._on_form_values_changed)
         self.form.validity_changed.connect(self._on_form_validity_changed)
         scroll = QScrollArea(widgetResizable=True)
@@ -109,14 +111,6 @@ class RunDialog(QDialog):
         )
 
     def _on_schema(self, fields: list[dict[str, Any]]) -> None:
-        for f in fields:
-            if f["name"] == "env":
-                designed = [
-                    contract.env_id(e["name"])
-                    for e in self._session.state.envs
-                    if e.get("kind") in ("workflow", "grid", "python")
-                ]
-                f["suggestions"] = [*f.get("suggestions", []), *designed]
         # Keep what the user typed; fields new to this shape start at their preset.
         keep = {k: v for k, v in self._values.items() if k in SHAPING_FIELDS}
         if not self._fields_loaded():

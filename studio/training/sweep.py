@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from engine import protocol
 from studio.lifetime import subscribe
+from studio.pickers import picker_sources
 from studio.session import Session
 from widgets.history_plot import HistoryPlot
 from widgets.param_form import ParamForm
@@ -57,6 +58,7 @@ class SweepPanel(QWidget):
 
         self.form = ParamForm()
         self.form.validity_changed.connect(self._on_form_validity_changed)
+        picker_sources(session).attach(self.form)
         scroll = QScrollArea(widgetResizable=True)
         scroll.setWidget(self.form)
         self.search_edit = QPlainTextEdit(

@@ -49,6 +49,7 @@ from engine import flow
 from engine.flow import FlowDocument, Link, NodeTypeSpec, ParamSpec
 from studio.common import JsonPreview, fmt_time
 from studio.lifetime import subscribe
+from studio.pickers import ENV, picker_sources
 from studio.session import Session
 from studio.state.flow_document import FlowDocumentModel, link_from_key
 from studio.state.flow_results import (
@@ -74,6 +75,8 @@ from studio.workflows.controller import FlowController
 from widgets.node_graph import (
     GRID,
     HEADER_HEIGHT,
+    NODE_PARAMS_MIME,
+    NODE_TYPE_MIME,
     NODE_WIDTH,
     STATE_COLORS,
     NodeGraphView,
@@ -81,9 +84,22 @@ from widgets.node_graph import (
 )
 from widgets.node_palette import NodePalette
 from widgets.param_form import ParamForm
+from widgets.picker import PickerEntry, SearchPicker
 from widgets.record_table import Column, RecordTable
 
 FLOW_FRAGMENT_MIME = "application/x-rlstudio-flow-fragment"
+ENV_NODE_TYPE = "env.environment"
+
+
+def env_drag_data(entry: PickerEntry) -> QMimeData:
+    """An env dragged from a list: an Environment node set to it."""
+    mime = QMimeData()
+    mime.setData(NODE_TYPE_MIME, ENV_NODE_TYPE.encode("utf-8"))
+    mime.setData(NODE_PARAMS_MIME, json.dumps({"env": entry.value}).encode("utf-8"))
+    mime.setText(entry.value)
+    return mime
+
+
 AUTOSAVE_FOLDER = ".autosave"
 UNTITLED = "untitled"
 
@@ -133,6 +149,8 @@ def param_schema(spec: ParamSpec) -> dict[str, Any]:
         schema["group"] = spec.group
     if spec.type == "choice":
         schema["choices"] = list(spec.choices)
+    if spec.picker:
+        schema["picker"] = spec.picker
     return schema
 
 
@@ -366,8 +384,21 @@ class WorkflowsWorkspace(QWidget):
             empty_text="No flows in this project yet.",
         )
         self.table.activation_requested.connect(self._on_table_activation_requested)
+        # Envs to drag onto the canvas (an Environment node, or onto one).
+        self.env_list = SearchPicker(
+            always_open=True, placeholder="Search environments…"
+        )
+        self.env_list.drag_data = env_drag_data
+        self.env_list.setToolTip(
+            "Drag an environment onto the canvas (or onto an Environment node); "
+            "double-click adds an Environment node."
+        )
+        self.env_list.activation_requested.connect(
+            self._on_env_list_activation_requested
+        )
         self.left_tabs = QTabWidget()
         self.left_tabs.addTab(self.palette, "Nodes")
+        self.left_tabs.addTab(self.env_list, "Environments")
         self.left_tabs.addTab(self.table, "Flows")
 
         self.canvas = NodeGraphView()
@@ -377,6 +408,9 @@ class WorkflowsWorkspace(QWidget):
             "output port to an input port to link them."
         )
         self.canvas.node_drop_requested.connect(self._on_canvas_node_drop_requested)
+        self.canvas.node_params_drop_requested.connect(
+            self._on_canvas_node_params_drop_requested
+        )
         self.canvas.link_requested.connect(self._on_canvas_link_requested)
         self.canvas.nodes_moved.connect(self._on_canvas_nodes_moved)
         self.canvas.delete_requested.connect(self._on_canvas_delete_requested)
@@ -410,6 +444,9 @@ class WorkflowsWorkspace(QWidget):
         self.title_edit.editingFinished.connect(self._on_title_edit_finished)
         self.param_form = ParamForm()
         self.param_form.values_changed.connect(self._on_param_form_values_changed)
+        pickers = picker_sources(self._session)
+        pickers.attach(self.param_form)
+        pickers.attach_picker(self.env_list, ENV)
         self.node_errors_label = QLabel(wordWrap=True)
         self.node_errors_label.setStyleSheet("color: #d62728;")
 
@@ -725,10 +762,14 @@ class WorkflowsWorkspace(QWidget):
 
     # -------------------------------------------------------- editing
     def add_node_of_type(
-        self, type_name: str, pos: tuple[float, float] | None = None
+        self,
+        type_name: str,
+        pos: tuple[float, float] | None = None,
+        params: dict[str, Any] | None = None,
     ) -> str | None:
-        """Add a node of a catalog type (its top-left at ``pos``, snapped);
-        returns its id, or None when the type is unknown."""
+        """Add a node of a catalog type (its top-left at ``pos``, snapped;
+        ``params`` over its defaults); returns its id, or None when the type
+        is unknown."""
         spec = self.catalog.get(type_name)
         if spec is None:
             self._set_status(f"The engine has no node type {type_name!r}.", "error")
@@ -743,6 +784,7 @@ class WorkflowsWorkspace(QWidget):
                 pos = (pos[0] + 2 * GRID, pos[1] + 2 * GRID)
         x, y = (round(v / GRID) * GRID for v in pos)
         node = flow.new_node(spec, self.model.doc.new_node_id(type_name), x, y)
+        node.params.update(params or {})
         self.undo_stack.push(AddNodeCommand(self.model, node, f"Add {spec.title}"))
         self.canvas.select_nodes([node.id])
         return node.id
@@ -838,6 +880,26 @@ class WorkflowsWorkspace(QWidget):
         return ids
 
     # -------------------------------------------------- canvas events
+    def _on_canvas_node_params_drop_requested(
+        self, type_name: str, params: dict, pos: QPointF, node_id: str
+    ) -> None:
+        # Dropped onto a node of that type: set it; elsewhere: a new node.
+        if node_id and self.model.has_node(node_id):
+            node = self.model.node(node_id)
+            spec = self.catalog.get(node.type)
+            if node.type == type_name and spec is not None:
+                old = dict(node.params)
+                new = {**flow.resolved_params(old, spec), **params}
+                self.undo_stack.push(SetParamsCommand(self.model, node_id, old, new))
+                self.canvas.select_nodes([node_id])
+                return
+        self.add_node_of_type(
+            type_name, (pos.x() - NODE_WIDTH / 2, pos.y() - HEADER_HEIGHT / 2), params
+        )
+
+    def _on_env_list_activation_requested(self, env_id: str) -> None:
+        self.add_node_of_type(ENV_NODE_TYPE, None, {"env": env_id})
+
     def _on_canvas_node_drop_requested(self, type_name: str, pos: QPointF) -> None:
         self.add_node_of_type(
             type_name, (pos.x() - NODE_WIDTH / 2, pos.y() - HEADER_HEIGHT / 2)
