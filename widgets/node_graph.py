@@ -33,7 +33,6 @@ from PySide6.QtGui import (
     QPainterPath,
     QPainterPathStroker,
     QPen,
-    QWheelEvent,
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
@@ -46,6 +45,8 @@ from PySide6.QtWidgets import (
     QStyleOptionGraphicsItem,
     QWidget,
 )
+
+from widgets.canvas import CanvasView, Gesture, PanGesture
 
 NODE_TYPE_MIME = "application/x-rlstudio-node-type"
 """MIME type of a drag carrying a node type name (UTF-8) onto the canvas."""
@@ -546,55 +547,7 @@ class LinkItem(QGraphicsPathItem):
 # --------------------------------------------------------------------------
 
 
-class Interaction:
-    """One mouse gesture. ``press`` claims it (returns True) or lets the next
-    interaction (and finally Qt's default handling) have it."""
-
-    def __init__(self, view: NodeGraphView) -> None:
-        self.view = view
-
-    def press(self, event: QMouseEvent) -> bool:
-        return False
-
-    def move(self, event: QMouseEvent) -> None:
-        pass
-
-    def release(self, event: QMouseEvent) -> None:
-        pass
-
-
-class PanInteraction(Interaction):
-    """Middle-button drag, or left drag while space is held, scrolls the view."""
-
-    def __init__(self, view: NodeGraphView) -> None:
-        super().__init__(view)
-        self._last = QPoint()
-
-    def press(self, event: QMouseEvent) -> bool:
-        button = event.button()
-        if button == Qt.MouseButton.MiddleButton or (
-            button == Qt.MouseButton.LeftButton and self.view.space_held
-        ):
-            self._last = event.position().toPoint()
-            self.view.viewport().setCursor(Qt.CursorShape.ClosedHandCursor)
-            return True
-        return False
-
-    def move(self, event: QMouseEvent) -> None:
-        pos = event.position().toPoint()
-        delta = pos - self._last
-        self._last = pos
-        self.view.pan_by(delta.x(), delta.y())
-
-    def release(self, event: QMouseEvent) -> None:
-        self.view.viewport().setCursor(
-            Qt.CursorShape.OpenHandCursor
-            if self.view.space_held
-            else Qt.CursorShape.ArrowCursor
-        )
-
-
-class LinkDragInteraction(Interaction):
+class LinkDragInteraction(Gesture):
     """Left drag from a port draws a curve; releasing on a port of the other
     direction emits ``link_requested`` (always output -> input)."""
 
@@ -675,7 +628,7 @@ class LinkDragInteraction(Interaction):
                     port.update()
 
 
-class MoveTracker(Interaction):
+class MoveTracker(Gesture):
     """Never claims a press; remembers where the selected nodes were and, on
     release, reports the ones that moved as one ``nodes_moved``."""
 
@@ -705,7 +658,7 @@ class MoveTracker(Interaction):
 # --------------------------------------------------------------------------
 
 
-class NodeGraphView(QGraphicsView):
+class NodeGraphView(CanvasView):
     """The canvas. Positions are scene units (a node's top-left corner).
 
     Signals
@@ -739,6 +692,9 @@ class NodeGraphView(QGraphicsView):
     node_double_clicked = Signal(str)
     selection_changed = Signal(list)
 
+    min_zoom, max_zoom = MIN_ZOOM, MAX_ZOOM
+    space_pans = True
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         scene = QGraphicsScene(self)
@@ -752,7 +708,6 @@ class NodeGraphView(QGraphicsView):
         self.links: dict[LinkKey, LinkItem] = {}
         self._colors = _Colors()
         self.snap_to_grid = True
-        self.space_held = False
         self.last_release_view = QPoint()
         self.refusal_label = QLabel(self.viewport())
         self.refusal_label.setWordWrap(True)
@@ -767,11 +722,11 @@ class NodeGraphView(QGraphicsView):
         self.last_refusal = ""
         """The reason of the last refused link (also shown as a tooltip)."""
         self.empty_text = ""
-        self._pan = PanInteraction(self)
+        self._pan = PanGesture(self)
         self._link_drag = LinkDragInteraction(self)
         self._move_tracker = MoveTracker(self)
-        self._interactions: list[Interaction] = [self._pan, self._link_drag]
-        self._active: Interaction | None = None
+        self._interactions: list[Gesture] = [self._pan, self._link_drag]
+        self._active: Gesture | None = None
 
         self.setRenderHints(
             QPainter.RenderHint.Antialiasing | QPainter.RenderHint.TextAntialiasing
@@ -981,27 +936,6 @@ class NodeGraphView(QGraphicsView):
         node = self.nodes[node_id]
         return node.mapRectToScene(node.body_rect())
 
-    def zoom(self) -> float:
-        return self.transform().m11()
-
-    def set_zoom(self, factor: float, anchor: QPointF | None = None) -> None:
-        """Zoom to ``factor`` (clamped) keeping the ``anchor`` view point fixed."""
-        factor = max(MIN_ZOOM, min(MAX_ZOOM, factor))
-        view_anchor = (
-            anchor if anchor is not None else QPointF(self.viewport().rect().center())
-        )
-        before = self.mapToScene(view_anchor.toPoint())
-        scale = factor / self.zoom()
-        self.scale(scale, scale)
-        after = self.mapToScene(view_anchor.toPoint())
-        delta = after - before
-        self.translate(delta.x(), delta.y())
-
-    def pan_by(self, dx: int, dy: int) -> None:
-        h, v = self.horizontalScrollBar(), self.verticalScrollBar()
-        h.setValue(h.value() - dx)
-        v.setValue(v.value() - dy)
-
     def fit_view(self, margin: float = 40.0) -> None:
         """Show every node; never zoom in past 100 %."""
         if not self.nodes:
@@ -1012,13 +946,7 @@ class NodeGraphView(QGraphicsView):
         for node in self.nodes.values():
             rect = rect.united(node.sceneBoundingRect())
         rect.adjust(-margin, -margin, margin, margin)
-        self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
-        if self.zoom() > 1.0:
-            self.set_zoom(1.0)
-            self.centerOn(rect.center())
-        elif self.zoom() < MIN_ZOOM:
-            self.set_zoom(MIN_ZOOM)
-            self.centerOn(rect.center())
+        self.fit_rect(rect, 1.0)
 
     # ---------------------------------------------------------- painting
     def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
@@ -1115,13 +1043,6 @@ class NodeGraphView(QGraphicsView):
             item = item.parentItem()
         return item
 
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        steps = event.angleDelta().y() / 120.0
-        if not steps:
-            return
-        self.set_zoom(self.zoom() * (1.15**steps), event.position())
-        event.accept()
-
     # --------------------------------------------------------- keyboard
     def keyPressEvent(self, event: QKeyEvent) -> None:
         key = event.key()
@@ -1133,20 +1054,7 @@ class NodeGraphView(QGraphicsView):
                 self.links_delete_requested.emit(links)
             event.accept()
             return
-        if key == Qt.Key.Key_Space and not event.isAutoRepeat():
-            self.space_held = True
-            self.viewport().setCursor(Qt.CursorShape.OpenHandCursor)
-            event.accept()
-            return
-        super().keyPressEvent(event)
-
-    def keyReleaseEvent(self, event: QKeyEvent) -> None:
-        if event.key() == Qt.Key.Key_Space and not event.isAutoRepeat():
-            self.space_held = False
-            self.viewport().setCursor(Qt.CursorShape.ArrowCursor)
-            event.accept()
-            return
-        super().keyReleaseEvent(event)
+        super().keyPressEvent(event)  # Space: pan (CanvasView)
 
     # ------------------------------------------------------------- drops
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:

@@ -40,7 +40,6 @@ from PySide6.QtGui import (
     QPolygonF,
     QResizeEvent,
     QShowEvent,
-    QWheelEvent,
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
@@ -52,6 +51,8 @@ from PySide6.QtWidgets import (
     QStyleOptionGraphicsItem,
     QWidget,
 )
+
+from widgets.canvas import CanvasView
 
 ANY = "*"
 H_GAP = 210.0
@@ -570,12 +571,15 @@ class _MoveGesture:
 # ---------------------------------------------------------------- the view
 
 
-class StateMachineEditor(QGraphicsView):
+class StateMachineEditor(CanvasView):
     status_add_requested = Signal(float, float)
     transition_requested = Signal(str, str)
     statuses_moved = Signal(dict)
     selection_changed = Signal(str, object)
     delete_requested = Signal()
+
+    # Ctrl+wheel zooms; the plain wheel scrolls the view.
+    wheel_zoom_modifier = Qt.KeyboardModifier.ControlModifier
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -785,11 +789,10 @@ class StateMachineEditor(QGraphicsView):
         rect = self.scene().itemsBoundingRect().adjusted(-40, -40, 40, 40)
         if rect.isEmpty():
             return
-        self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
-        scale = self.transform().m11()
-        if scale > 1.15:  # never blow small graphs up
-            self.scale(1.15 / scale, 1.15 / scale)
-        self.centerOn(rect.center())
+        self.fit_rect(rect, 1.15)  # never blow small graphs up
+
+    def user_zoomed(self) -> None:
+        self._auto_fit = False  # the user's zoom holds until the next request
 
     # ---------------------------------------------------------- events
     def _on_status_item_moved(self, item: StatusItem) -> None:
@@ -874,15 +877,6 @@ class StateMachineEditor(QGraphicsView):
             event.accept()
             return
         super().keyPressEvent(event)
-
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        if event.modifiers() & Qt.KeyboardModifier.ControlModifier:
-            factor = 1.15 if event.angleDelta().y() > 0 else 1 / 1.15
-            self._auto_fit = False
-            self.scale(factor, factor)
-            event.accept()
-            return
-        super().wheelEvent(event)
 
 
 __all__ = [
