@@ -23,6 +23,7 @@ Training dialog with the env and a fitting algorithm preselected.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +63,7 @@ from PySide6.QtWidgets import (
 from engine import contract
 from engine.contract import atomic_write_text
 from studio.common import fmt_time
+from studio.document_session import DocumentSession
 from studio.environments import commands as cmd
 from studio.environments.controller import EnvController
 from studio.environments.preview import EnvPreviewPanel
@@ -500,7 +502,20 @@ class EnvironmentsWorkspace(QWidget):
 
         self._build()
         self.model.subscribe(self._on_model_changed)
-        self.undo_stack.cleanChanged.connect(self._on_stack_clean_changed)
+        self.document: DocumentSession[dict[str, Any]] = DocumentSession(
+            self.undo_stack,
+            autosave_of=lambda p: autosave_path(p) if p is not None else None,
+            current_path=lambda: self.path,
+            snapshot=lambda: self.model.spec,
+            write=lambda spec, file: atomic_write_text(file, spec_text(spec)),
+            read=read_spec_file,
+            same=operator.eq,
+            failed=self._on_autosave_failed,
+            read_errors=(DesignError,),
+            write_errors=(ValueError,),
+            parent=self,
+        )
+        self.document.modified_changed.connect(self._on_modified_changed)
         self.undo_stack.indexChanged.connect(self._on_stack_index_changed)
         self.controller.check_started.connect(self._on_check_started)
         self.controller.check_finished.connect(self._on_check_finished)
@@ -846,7 +861,7 @@ class EnvironmentsWorkspace(QWidget):
     def is_modified(self) -> bool:
         """Unsaved changes to the spec, or to a python env's code."""
         return self.path is not None and (
-            not self.undo_stack.isClean() or self.code_modified
+            self.document.is_modified() or self.code_modified
         )
 
     def envs_dir(self) -> Path:
@@ -868,18 +883,9 @@ class EnvironmentsWorkspace(QWidget):
         if not self._may_discard():
             self._select_current_row()
             return False
-        restored = None
-        auto = autosave_path(path)
-        if auto.is_file() and auto.stat().st_mtime >= path.stat().st_mtime:
-            try:
-                candidate = read_spec_file(auto)
-            except DesignError:
-                candidate = None
-            if candidate is not None and candidate != spec:
-                if self.restore_decider(path, auto):
-                    restored = candidate
-                else:
-                    auto.unlink(missing_ok=True)
+        restored = self.document.restorable(
+            path, spec, self.restore_decider, forget_declined=True
+        )
         self._load(spec, path)
         if restored is not None:
             self.undo_stack.push(cmd.ReplaceDocument(self.model, restored))
@@ -1010,8 +1016,7 @@ class EnvironmentsWorkspace(QWidget):
                 "error",
             )
             return False
-        autosave_path(self.path).unlink(missing_ok=True)
-        self.undo_stack.setClean()
+        self.document.mark_saved()
         self._update_title()
         self._session.refresh_project()
         self.document_saved.emit(str(self.path))
@@ -1039,7 +1044,7 @@ class EnvironmentsWorkspace(QWidget):
             self.path = old
             return False
         if old != target:
-            autosave_path(old).unlink(missing_ok=True)
+            self.document.remove_autosave(autosave_path(old))
         self._update_title()
         return True
 
@@ -1160,8 +1165,7 @@ class EnvironmentsWorkspace(QWidget):
         if not self.is_modified:
             return True
         if self.confirm_discard(self.model.name):
-            if self.path is not None:
-                autosave_path(self.path).unlink(missing_ok=True)
+            self.document.remove_autosave()
             self.undo_stack.setClean()
             self.python_code.document().setModified(False)
             return True
@@ -1271,22 +1275,18 @@ class EnvironmentsWorkspace(QWidget):
         self.preview_panel.mark_stale()
         self._refresh(what)
 
-    def _on_stack_clean_changed(self, clean: bool) -> None:
+    def _on_modified_changed(self, modified: bool) -> None:
         self._update_title()
 
     def _on_stack_index_changed(self, index: int) -> None:
-        if self.path is None:
-            return
-        auto = autosave_path(self.path)
-        try:
-            if self.undo_stack.isClean():
-                auto.unlink(missing_ok=True)
-            else:
-                atomic_write_text(auto, spec_text(self.model.spec))
-        except (OSError, ValueError) as exc:
-            self._session.message_posted.emit(
-                "warning", "designer", f"Autosave of {self.path.name} failed: {exc}"
-            )
+        if self.path is not None:
+            self.document.sync_autosave()
+
+    def _on_autosave_failed(self, action: str, exc: Exception) -> None:
+        name = self.path.name if self.path is not None else "the environment"
+        self._session.message_posted.emit(
+            "warning", "designer", f"Autosave of {name} failed: {exc}"
+        )
 
     def _update_title(self) -> None:
         if self.path is None:

@@ -48,6 +48,7 @@ from PySide6.QtWidgets import (
 from engine import flow
 from engine.flow import FlowDocument, Link, NodeTypeSpec, ParamSpec
 from studio.common import JsonPreview, fmt_time
+from studio.document_session import DocumentSession
 from studio.lifetime import subscribe
 from studio.pickers import ENV, picker_sources
 from studio.session import Session
@@ -354,7 +355,20 @@ class WorkflowsWorkspace(QWidget):
         self._build_actions()
 
         self.model.subscribe(self._on_model_changed)
-        self.undo_stack.cleanChanged.connect(self._on_undo_stack_clean_changed)
+        self.document: DocumentSession[FlowDocument] = DocumentSession(
+            self.undo_stack,
+            autosave_of=lambda p: autosave_path(self._state.path or None, p),
+            current_path=lambda: self.model.path,
+            snapshot=lambda: self.model.doc,
+            write=flow.save,
+            read=flow.load,
+            same=lambda a, b: flow.dumps(a) == flow.dumps(b),
+            failed=self._on_autosave_failed,
+            read_errors=(flow.FlowError,),
+            write_errors=(flow.FlowError,),
+            parent=self,
+        )
+        self.document.modified_changed.connect(self._on_modified_changed)
         self.controller.catalog_received.connect(self.set_catalog)
         self.controller.catalog_failed.connect(self._on_controller_catalog_failed)
         self.controller.validation_received.connect(self._on_engine_validation)
@@ -697,7 +711,7 @@ class WorkflowsWorkspace(QWidget):
         if what == "info":
             self._update_title()
             self._sync_flow_panel()
-            self._write_autosave()
+            self.document.write_autosave()
             return
         if what == "node_added":
             self._add_canvas_node(self.model.node(key))
@@ -728,7 +742,7 @@ class WorkflowsWorkspace(QWidget):
                     self._sync_form(node)
             elif self._inspected == key and self.title_edit.text() != node.title:
                 self.title_edit.setText(node.title)
-        self._write_autosave()
+        self.document.write_autosave()
         if self._errors_shown:
             self._refresh_errors()
         if self._details_node is None and what != "node_moved":
@@ -743,11 +757,11 @@ class WorkflowsWorkspace(QWidget):
                 self.node_results.pop(stale)
                 self.canvas.set_node_state(stale, "")
 
-    def _on_undo_stack_clean_changed(self, clean: bool) -> None:
+    def _on_modified_changed(self, modified: bool) -> None:
         self._update_title()
 
     def is_modified(self) -> bool:
-        return not self.undo_stack.isClean()
+        return self.document.is_modified()
 
     def _update_title(self) -> None:
         path = self.model.path
@@ -1108,28 +1122,15 @@ class WorkflowsWorkspace(QWidget):
         return Path(self._state.path) / "flows" if self._state.is_open else None
 
     def autosave_file(self) -> Path | None:
-        return autosave_path(self._state.path or None, self.model.path)
+        return self.document.autosave_file()
 
-    def _write_autosave(self) -> None:
-        target = self.autosave_file()
-        if target is None:
-            return
-        try:
-            flow.save(self.model.doc, target)
-        except OSError as exc:
+    def _on_autosave_failed(self, action: str, exc: Exception) -> None:
+        if action == "remove":
+            self._set_status(f"Could not remove the autosave copy: {exc}", "error")
+        elif isinstance(exc, OSError):
             self._set_status(f"Autosave failed: {exc.strerror}.", "error")
-        except flow.FlowError as exc:
+        else:
             self._set_status(f"Autosave failed: {exc}", "error")
-
-    def _remove_autosave(self) -> None:
-        target = self.autosave_file()
-        if target is not None:
-            try:
-                target.unlink()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                self._set_status(f"Could not remove the autosave copy: {exc}", "error")
 
     def new_document(self) -> bool:
         if not self._maybe_save_changes():
@@ -1150,22 +1151,9 @@ class WorkflowsWorkspace(QWidget):
             self._set_status(str(exc), "error")
             return False
         self._session.settings.add_recent_flow(str(path.resolve()))
-        restored = False
-        auto = autosave_path(self._state.path or None, path)
-        if auto is not None and auto.exists():
-            newer = auto.stat().st_mtime >= path.stat().st_mtime
-            try:
-                saved = flow.load(auto)
-            except flow.FlowError:
-                saved = None
-            if (
-                newer
-                and saved is not None
-                and flow.dumps(saved) != flow.dumps(doc)
-                and self.ask_restore(path, auto)
-            ):
-                doc, restored = saved, True
-        self._load(doc, path, restored)
+        saved = self.document.restorable(path, doc, self.ask_restore)
+        restored = saved is not None
+        self._load(saved if saved is not None else doc, path, restored)
         return True
 
     def _load(self, doc: FlowDocument, path: Path | None, restored: bool) -> None:
@@ -1185,7 +1173,7 @@ class WorkflowsWorkspace(QWidget):
         self.undo_stack.clear()
         if restored:
             self.undo_stack.resetClean()  # restored edits are not saved yet
-            self._write_autosave()
+            self.document.write_autosave()
         else:
             self.undo_stack.setClean()
         self._update_title()
@@ -1224,7 +1212,7 @@ class WorkflowsWorkspace(QWidget):
         return self._save_to(path)
 
     def _save_to(self, path: Path) -> bool:
-        old_autosave = self.autosave_file()
+        old_autosave = self.document.autosave_file()
         try:
             flow.save(self.model.doc, path)
         except OSError as exc:
@@ -1233,12 +1221,9 @@ class WorkflowsWorkspace(QWidget):
         except flow.FlowError as exc:
             self.show_error(f"Could not save {path}: {exc}")
             return False
-        if old_autosave is not None and old_autosave.exists():
-            old_autosave.unlink(missing_ok=True)
         if self.model.path != path:
             self.model.set_path(path)
-        self._remove_autosave()
-        self.undo_stack.setClean()
+        self.document.mark_saved(old_autosave)
         self._session.settings.add_recent_flow(str(path.resolve()))
         self._update_title()
         self._set_status(f"Saved {path.name}.", "ok")
