@@ -39,6 +39,10 @@ class JobKind:
     """A config key the supervisor fills with the open project's folder when
     the config leaves it out, so that validation sees the project's designed
     envs (``rlstudio/<name>-v0``) before the job starts."""
+    stop_grace_s: float = 0.0
+    """The least time a stop of this kind gets before the supervisor forces
+    it, whatever the caller asked: a sweep stops its workers, whose trials
+    save their checkpoints first."""
 
 
 JOB_KINDS: dict[str, JobKind] = {}
@@ -134,6 +138,8 @@ register(
         default_name="sweep {study}",
         description="An Optuna sweep over an rl.train run's settings: its "
         "trials are rl.train runs of the project, trained by worker processes.",
+        # Its workers get 60 s each to stop (engine.rl.tune.stop_workers).
+        stop_grace_s=90.0,
     )
 )
 

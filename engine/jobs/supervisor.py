@@ -58,6 +58,8 @@ class _Job:
     detached: threading.Event = field(default_factory=threading.Event)
     """Set when the job answered ``run.detach``: it records its own end."""
     stop_reason: str = ""
+    stop_grace_s: float = 0.0
+    """Its kind's least stop timeout (``JobKind.stop_grace_s``)."""
     forced: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
     readers: list[threading.Thread] = field(default_factory=list)
@@ -179,6 +181,7 @@ class Supervisor:
         if not job.stop_requested:
             job.stop_reason = reason
         job.stop_requested = True
+        timeout_s = max(timeout_s, job.stop_grace_s)
         stop = protocol.StopRun(run_id=run_id, timeout_s=timeout_s, reason=reason)
         stop_line = protocol.encode(stop) + "\n"
         try:
@@ -257,7 +260,13 @@ class Supervisor:
             log_file.close()
             project.update_run(run_id, status="failed", reason=str(exc))
             raise EngineError(f"The job process could not start ({exc}).") from None
-        job = _Job(run_id=run_id, run_dir=run_dir, proc=proc, log_file=log_file)
+        job = _Job(
+            run_id=run_id,
+            run_dir=run_dir,
+            proc=proc,
+            log_file=log_file,
+            stop_grace_s=registry.get_kind(kind).stop_grace_s,
+        )
         with self._lock:
             self._jobs[run_id] = job
         lifecycle.mark_running(project, run_id, proc.pid)
