@@ -67,9 +67,12 @@ class DocumentSession(QObject, Generic[T]):
         self._failed = failed
         self._read_errors = read_errors
         self._write_errors: tuple[type[Exception], ...] = (OSError, *write_errors)
-        undo_stack.cleanChanged.connect(
-            lambda clean: self.modified_changed.emit(not clean)
-        )
+        # A method, not a lambda: Qt drops the connection when this object
+        # goes, even if the stack outlives it and emits on its way out.
+        undo_stack.cleanChanged.connect(self._on_clean_changed)
+
+    def _on_clean_changed(self, clean: bool) -> None:
+        self.modified_changed.emit(not clean)
 
     # ------------------------------------------------------------ state
     def is_modified(self) -> bool:

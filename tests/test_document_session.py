@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import QObject
 from PySide6.QtGui import QUndoCommand, QUndoStack
 
 from studio.document_session import DocumentSession
@@ -41,7 +42,9 @@ class Editor:
         self.path = path
         self.doc: dict[str, Any] = {"name": "a"}
         self.failures: list[tuple[str, str]] = []
-        self.stack = QUndoStack()
+        # Owned as in an editor: the stack and the session are its children.
+        self.owner = QObject()
+        self.stack = QUndoStack(self.owner)
         self.session: DocumentSession[dict[str, Any]] = DocumentSession(
             self.stack,
             autosave_of=self.autosave_of,
@@ -52,6 +55,7 @@ class Editor:
             same=lambda a, b: a == b,
             failed=lambda action, exc: self.failures.append((action, str(exc))),
             read_errors=(ValueError, OSError),
+            parent=self.owner,
         )
 
     @staticmethod
