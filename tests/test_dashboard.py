@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QComboBox, QLineEdit
+from PySide6.QtWidgets import QComboBox, QLabel, QLineEdit
 from studio_harness import build_main_window, start_on_project
 
 from studio.main_window import MainWindow
@@ -132,6 +132,18 @@ def test_a_project_preset_gives_the_dialogs_defaults(qtbot, window: MainWindow) 
     )
     assert values()["hyperparameters.n_epochs"] == 7 and values()["n_envs"] == 2
     assert dialog.config() == {"env": "CartPole-v1", "algo": "PPO", "preset": "tuned"}
+    # Under the field: where the defaults come from.
+    note = dialog.form.findChild(QLabel, "preset-note")
+    assert note is not None and note.isVisible()
+    assert note.text() == "The project preset 'tuned': tuned by the sweep 's'."
+    preset = dialog.form.editor("preset")
+    assert isinstance(preset, QComboBox)
+    preset.setCurrentText("")
+    qtbot.waitUntil(
+        lambda: (label := dialog.form.findChild(QLabel, "preset-note")) is not None
+        and label.text().startswith("The built-in preset for PPO on CartPole-v1: "),
+        timeout=30_000,
+    )
     dialog.reject()
 
 

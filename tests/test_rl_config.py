@@ -278,3 +278,75 @@ def test_engine_modules_import_without_heavy_libraries() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _installed(env_id: str) -> bool:
+    try:
+        gym.make(env_id).close()
+    except (gym.error.DependencyNotInstalled, gym.error.DeprecatedEnv):
+        return False  # LunarLander without Box2D; Taxi-v3 in Gymnasium 1.x
+    return True
+
+
+@pytest.mark.parametrize(
+    ("env_id", "algo"),
+    [(env, algo) for env, by_algo in rlconfig.PRESETS.items() for algo in by_algo],
+)
+def test_every_built_in_preset_validates_and_says_where_it_comes_from(
+    env_id: str, algo: str
+) -> None:
+    where = rlconfig.PRESETS[env_id][algo]["provenance"]
+    if "study" in where:  # tuned here: the whole record
+        for key in ("trials", "steps_per_trial", "date", "objective", "result"):
+            assert where[key], key
+        assert "tuned by the sweep" in rlconfig.provenance_text(where)
+    else:  # honestly untuned
+        assert where["source"] in ("RL Zoo settings", "hand-set")
+    text = rlconfig.preset_provenance(env_id, algo)
+    assert text.startswith(f"The built-in preset for {algo} on {env_id}: ")
+    assert "provenance" not in rlconfig.preset_for(env_id, algo)
+    if not _installed(env_id):
+        pytest.skip(f"{env_id} is not installed here")
+    cfg = validate({"env": env_id, "algo": algo, "seed": 1})
+    assert "provenance" not in cfg["hyperparameters"]
+
+
+def test_the_preset_provenance_is_shown_in_the_form_and_the_help(tmp_path) -> None:
+    from engine.rl.config import save_preset
+    from engine.rl.schema import schema
+
+    def note(values: dict) -> str:
+        (field,) = [f for f in schema(values) if f["name"] == "preset"]
+        return str(field["note"])
+
+    assert note({"env": "Taxi-v3", "algo": "DQN"}) == (
+        "The built-in preset for DQN on Taxi-v3: hand-set (not in RL Zoo's "
+        "tables, not tuned)."
+    )
+    assert note({"env": "MountainCarContinuous-v0", "algo": "SAC"}).startswith(
+        "There is no built-in preset for SAC on MountainCarContinuous-v0"
+    )
+    save_preset(
+        tmp_path, "mine", env="CartPole-v1", algo="PPO",
+        settings={"n_epochs": 5},
+        provenance={"study": "s1", "trials": 8, "steps_per_trial": 2000,
+                    "date": "2026-11-24", "value": 3.25},
+    )  # fmt: skip
+    chosen = {"env": "CartPole-v1", "algo": "PPO", "project_dir": str(tmp_path)}
+    assert note({**chosen, "preset": "mine"}) == (
+        "The project preset 'mine': tuned by the sweep 's1', 8 trials of up to "
+        "2,000 steps, on 2026-11-24; best value 3.25."
+    )
+    # A preset that cannot be read says so in one sentence, nothing else.
+    assert note({**chosen, "preset": "gone"}).startswith(
+        "The built-in preset for PPO on CartPole-v1"
+    )
+    assert rlconfig.preset_provenance("CartPole-v1", "PPO", tmp_path, "gone") == (
+        f"There is no preset 'gone' in this project "
+        f"({tmp_path / 'presets' / 'gone.preset.json'})."
+    )
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert rlconfig.builtin_presets_text() in " ".join(parser.format_help().split())

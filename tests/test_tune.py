@@ -63,8 +63,8 @@ def test_two_workers_share_one_study_every_trial_a_run_and_best_is_a_preset(
     url = f"sqlite:///{project_dir / 'data' / 'sweeps.db'}"
     assert summary["storage"] == url
     study = _study(url, "cart")
-    trials = [t for t in study.get_trials() if not t.user_attrs.get(tune.SURPLUS_ATTR)]
-    assert len(trials) == 4
+    trials = study.get_trials()
+    assert len(trials) == 4  # racing workers took queued trials, made none
 
     project = Project.open(project_dir)
     try:
@@ -114,6 +114,9 @@ def test_two_workers_share_one_study_every_trial_a_run_and_best_is_a_preset(
     assert hp["learning_rate"] == summary["best_params"]["learning_rate"]
     assert hp["n_epochs"] == preset["settings"]["n_epochs"]
     assert config["eval_episodes"] == 2  # a fixed setting of the sweep
+    # The run's log says where its preset comes from.
+    log = (project_dir / "runs" / run_id / "log.txt").read_text()
+    assert "The project preset 'cart-best': tuned by the sweep 'cart', 4 trials" in log
 
     # Another machine joins with --study and --storage; this study is done.
     joined = _tune("--study", "cart", "--storage", url,
@@ -149,6 +152,7 @@ def test_a_trial_below_the_median_is_pruned_and_its_run_stopped(
                 intermediate_values={s: 500.0 for s in range(0, 2 * STEPS, 8)},
             )
         )
+    tune.queue_trials(study, settings)  # the third
     done = _tune("--study", "prune", "--storage", url, "--project", str(project_dir))
     assert done.returncode == 0, done.stderr
     assert "trial 3/3 (#2) pruned" in done.stderr

@@ -9,7 +9,8 @@ Types: ``int``, ``float``, ``str``, ``bool``, ``choice`` (with ``choices``),
 ``path``. ``min``/``max`` are inclusive; ``exclusive_min`` /
 ``exclusive_max`` make them strict; ``optional`` allows an empty value
 (``None``; a bool or choice gets an empty first entry); ``suggestions`` offers
-common values for free text; ``group`` starts a titled section; ``picker``
+common values for free text; ``note`` is a line shown under the field (where
+its default comes from); ``group`` starts a titled section; ``picker``
 (a text field) makes the field a :class:`widgets.picker.SearchPicker` whose
 entries the host gives per picker kind (:meth:`ParamForm.set_picker_entries`).
 """
@@ -140,6 +141,11 @@ class ParamForm(QWidget):
             column = QFormLayout(cell)
             column.setContentsMargins(0, 0, 0, 0)
             column.addRow(editor)
+            if schema.get("note"):
+                note = QLabel(schema["note"], wordWrap=True)
+                note.setObjectName(f"{name}-note")
+                note.setStyleSheet("color: palette(mid);")
+                column.addRow(note)
             column.addRow(error)
             self._layout.addRow(label, cell)
         self._set_valid(True)

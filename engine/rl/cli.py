@@ -45,6 +45,8 @@ KIND = "rl.train"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from engine.rl.config import builtin_presets_text
+
     parser.add_argument(
         "--env", default=None, help="Gymnasium id or rlstudio/<name>-v0 (required)"
     )
@@ -74,7 +76,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="NAME",
         help="a preset of --project (saved by `tune --save-preset`) instead of "
-        "the built-in one; it gives --env and --algo when they are left out",
+        "the built-in one; it gives --env and --algo when they are left out. "
+        "The run's log says where its preset comes from. "
+        + builtin_presets_text().replace("%", "%%"),
     )
     parser.add_argument(
         "--set",

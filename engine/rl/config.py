@@ -386,12 +386,23 @@ DISCRETE_HINT = "PPO, A2C or DQN"
 
 
 # --------------------------------------------------------------------------
-# Presets in the spirit of RL Zoo's tuned settings (rl-baselines3-zoo,
-# hyperparams/*.yml). Keys at the preset's root are TrainConfig fields; the
-# rest go to the algorithm's dataclass.
+# Presets: RL Zoo's tuned settings (rl-baselines3-zoo, hyperparams/*.yml)
+# unless a sweep here beat them. Keys at the preset's root are TrainConfig
+# fields, except ``provenance`` (where the preset comes from, shown where
+# presets are chosen); the rest go to the algorithm's dataclass.
 # --------------------------------------------------------------------------
 
+RL_ZOO: dict[str, Any] = {
+    "source": "RL Zoo settings",
+    "detail": "rl-baselines3-zoo's published hyperparameters, not tuned here",
+}
+HAND_SET: dict[str, Any] = {
+    "source": "hand-set",
+    "detail": "not in RL Zoo's tables, not tuned",
+}
+
 _DQN_CLASSIC: dict[str, Any] = {
+    "provenance": RL_ZOO,
     "total_steps": 100_000,
     "learning_rate": 6.3e-4,
     "batch_size": 128,
@@ -409,6 +420,7 @@ _DQN_CLASSIC: dict[str, Any] = {
 PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "CartPole-v1": {
         "PPO": {
+            "provenance": RL_ZOO,
             "n_envs": 8,
             "total_steps": 100_000,
             "n_steps": 32,
@@ -422,8 +434,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "clip_range": 0.2,
             "clip_range_schedule": "linear",
         },
-        "A2C": {"n_envs": 8, "total_steps": 500_000, "ent_coef": 0.0},
+        "A2C": {
+            "n_envs": 8,
+            "total_steps": 500_000,
+            "ent_coef": 0.0,
+            "provenance": RL_ZOO,
+        },
         "DQN": {
+            "provenance": RL_ZOO,
             "total_steps": 50_000,
             "learning_rate": 2.3e-3,
             "batch_size": 64,
@@ -440,6 +458,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "MountainCar-v0": {
         "PPO": {
+            "provenance": RL_ZOO,
             "vec_normalize": True,
             "n_envs": 16,
             "total_steps": 1_000_000,
@@ -450,12 +469,14 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "ent_coef": 0.0,
         },
         "A2C": {
+            "provenance": RL_ZOO,
             "vec_normalize": True,
             "n_envs": 16,
             "total_steps": 1_000_000,
             "ent_coef": 0.0,
         },
         "DQN": {
+            "provenance": RL_ZOO,
             "total_steps": 120_000,
             "learning_rate": 4e-3,
             "batch_size": 128,
@@ -472,6 +493,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "Acrobot-v1": {
         "PPO": {
+            "provenance": RL_ZOO,
             "vec_normalize": True,
             "n_envs": 16,
             "total_steps": 1_000_000,
@@ -482,6 +504,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "ent_coef": 0.0,
         },
         "A2C": {
+            "provenance": RL_ZOO,
             "vec_normalize": True,
             "n_envs": 16,
             "total_steps": 500_000,
@@ -491,6 +514,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "Pendulum-v1": {
         "PPO": {
+            "provenance": RL_ZOO,
             "n_envs": 4,
             "total_steps": 100_000,
             "n_steps": 1024,
@@ -504,6 +528,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "sde_sample_freq": 4,
         },
         "A2C": {
+            "provenance": RL_ZOO,
             "vec_normalize": True,
             "n_envs": 8,
             "total_steps": 1_000_000,
@@ -521,8 +546,9 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "log_std_init": -2.0,
             "ortho_init": False,
         },
-        "SAC": {"total_steps": 20_000, "learning_rate": 1e-3},
+        "SAC": {"total_steps": 20_000, "learning_rate": 1e-3, "provenance": RL_ZOO},
         "TD3": {
+            "provenance": RL_ZOO,
             "total_steps": 20_000,
             "learning_rate": 1e-3,
             "action_noise_std": 0.1,
@@ -536,6 +562,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "LunarLander-v3": {
         "PPO": {
+            "provenance": RL_ZOO,
             "n_envs": 16,
             "total_steps": 1_000_000,
             "n_steps": 1024,
@@ -546,6 +573,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "ent_coef": 0.01,
         },
         "A2C": {
+            "provenance": RL_ZOO,
             "n_envs": 8,
             "total_steps": 200_000,
             "gamma": 0.995,
@@ -560,6 +588,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # sparse rewards want exploration and long horizons.
     "FrozenLake-v1": {
         "PPO": {
+            "provenance": HAND_SET,
             "n_envs": 8,
             "total_steps": 100_000,
             "n_steps": 128,
@@ -569,6 +598,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "ent_coef": 0.01,
         },
         "DQN": {
+            "provenance": HAND_SET,
             "total_steps": 50_000,
             "learning_rate": 1e-3,
             "buffer_size": 20_000,
@@ -581,6 +611,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "Taxi-v3": {
         "PPO": {
+            "provenance": HAND_SET,
             "n_envs": 8,
             "total_steps": 300_000,
             "n_steps": 256,
@@ -591,6 +622,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
             "net_arch": [128, 128],
         },
         "DQN": {
+            "provenance": HAND_SET,
             "total_steps": 200_000,
             "learning_rate": 1e-3,
             "buffer_size": 50_000,
@@ -609,6 +641,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 PRESETS["Taxi-v4"] = PRESETS["Taxi-v3"]
 PRESETS["LunarLanderContinuous-v3"] = {
     "SAC": {
+        "provenance": RL_ZOO,
         "total_steps": 500_000,
         "learning_rate": 7.3e-4,
         "buffer_size": 1_000_000,
@@ -632,14 +665,92 @@ _RUN_ONLY = ("env", "algo", "seed", "project_dir", "preset", "name", "notes")
 """Settings a preset never holds: they name the run, not how it trains."""
 
 
-def preset_for(env_id: str, algo: str) -> dict[str, Any]:
-    """The preset for ``env_id`` and ``algo`` ({} when there is none)."""
+def _builtin(env_id: str, algo: str) -> dict[str, Any]:
     by_algo = PRESETS.get(env_id, {})
     if algo in by_algo:
-        return dict(by_algo[algo])
+        return by_algo[algo]
     if algo == "MaskablePPO" and "PPO" in by_algo:
-        return dict(by_algo["PPO"])
+        return by_algo["PPO"]
     return {}
+
+
+def preset_for(env_id: str, algo: str) -> dict[str, Any]:
+    """The settings of the built-in preset for ``env_id`` and ``algo`` ({}
+    when there is none)."""
+    return {k: v for k, v in _builtin(env_id, algo).items() if k != "provenance"}
+
+
+def preset_provenance(
+    env_id: str,
+    algo: str,
+    project_dir: str | os.PathLike[str] | None = None,
+    preset: str = "",
+) -> str:
+    """Where the preset a run of ``algo`` on ``env_id`` starts from comes
+    from, in one sentence: the project preset ``preset`` when named, else
+    the built-in one."""
+    if preset:
+        try:
+            record = load_preset(project_dir, preset)
+        except ConfigError as exc:
+            return str(exc)
+        where = record.get("provenance")
+        name = f"The project preset {preset!r}"
+    else:
+        where = _builtin(env_id, algo).get("provenance")
+        name = f"The built-in preset for {algo} on {env_id}"
+        if where is None:
+            return (
+                f"There is no built-in preset for {algo} on {env_id}: the "
+                "algorithm's defaults and the hardware's choices."
+            )
+    return f"{name}: {provenance_text(where)}."
+
+
+def builtin_presets_text() -> str:
+    """What the built-in presets are, for ``train --help``: the tuned ones
+    by name with their sweeps, then how many come from elsewhere."""
+    tuned: list[str] = []
+    others: dict[str, int] = {}
+    for env_id, by_algo in PRESETS.items():
+        if env_id == "Taxi-v4":
+            continue  # the same preset as Taxi-v3
+        for algo, preset in by_algo.items():
+            where = preset.get("provenance", {})
+            if "study" in where:
+                tuned.append(f"{algo} on {env_id} ({provenance_text(where)})")
+            else:
+                source = str(where.get("source", "unknown source"))
+                others[source] = others.get(source, 0) + 1
+    rest = ", ".join(f"{n} {source}" for source, n in others.items())
+    head = "tuned here: " + "; ".join(tuned) if tuned else "none tuned here"
+    return f"Built-in presets: {head}; the others: {rest}."
+
+
+def provenance_text(where: Any) -> str:
+    """A preset's provenance record as a phrase: a sweep's study, trials,
+    budget, date, objective and result, or its source."""
+    if not isinstance(where, dict):
+        return "no provenance recorded"
+    if "study" not in where:
+        source = str(where.get("source", "unknown source"))
+        detail = where.get("detail")
+        return f"{source} ({detail})" if detail else source
+    trials = where.get("trials")
+    steps = where.get("steps_per_trial")
+    parts = [f"tuned by the sweep {where['study']!r}"]
+    if trials is not None and steps is not None:
+        parts.append(f"{trials} trials of up to {steps:,} steps")
+    if where.get("date"):
+        parts.append(f"on {where['date']}")
+    text = ", ".join(parts)
+    if where.get("objective"):
+        text += f"; objective {where['objective']}"
+    if where.get("result"):
+        text += f"; result {where['result']}"
+    elif where.get("value") is not None:
+        text += f"; best value {where['value']:.4g}"
+    return text
 
 
 def save_preset(

@@ -22,6 +22,7 @@ from engine.rl.config import (
     load_preset,
     preset_for,
     preset_names,
+    preset_provenance,
 )
 from engine.settings import fields_of, form_field, form_type
 
@@ -43,6 +44,7 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
     hp_algo = algo if algo in ALGO_CONFIGS else "PPO"
     preset = preset_for(env, hp_algo)
     project_dir = values.get("project_dir")
+    chosen = ""  # the project preset in use ('' = the built-in one)
     if values.get("preset") and project_dir:
         try:
             record = load_preset(project_dir, str(values["preset"]))
@@ -50,6 +52,7 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
             record = None  # the validator says why when the run is started
         if record is not None and (record["env"], record["algo"]) == (env, hp_algo):
             preset = dict(record["settings"])
+            chosen = str(values["preset"])
     fields: list[dict[str, Any]] = []
     for info in fields_of(TrainConfig).values():
         if not info.form or form_type(info) is None:
@@ -66,6 +69,8 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
             item["suggestions"] = list(COMMON_ENVS)
         elif info.name == "preset":
             item["suggestions"] = ["", *preset_names(project_dir)]
+            # Where the defaults below come from, shown under the field.
+            item["note"] = preset_provenance(env, hp_algo, project_dir, chosen)
         fields.append(item)
     for info in fields_of(ALGO_CONFIGS[hp_algo]).values():
         if not info.form or form_type(info) is None:

@@ -49,6 +49,7 @@ from engine.rl.config import (
     TRAIN_FIELDS,
     TrainConfig,
     algo_defaults,
+    preset_provenance,
     validate,
 )
 from engine.rl.policy import VECNORMALIZE_FILE, evaluate
@@ -458,6 +459,11 @@ class Trainer:
             f"{self.algo} on {cfg['env']}: {self.total_steps} steps, "
             f"{cfg['n_envs']} envs, seed {cfg['seed']}, device {model.device}, "
             f"{cfg['torch_threads']} torch threads"
+        )
+        ctx.log(
+            preset_provenance(
+                cfg["env"], self.algo, cfg.get("project_dir"), cfg.get("preset", "")
+            )
         )
         for note in cfg.get("notes", []):
             ctx.log(f"fitted to this run: {note}")

@@ -6,7 +6,10 @@ URLs let machines share one. Every trial is an ordinary run of the project
 (listed, with its config, metrics, log, model and lineage); the pruner reads
 the run's periodic evaluations (``eval/mean_reward``) through the trainer's
 evaluation hook, and a pruned trial's run ends ``stopped`` by ``pruned`` with
-the reason. A trial's value is its last evaluation's mean reward.
+the reason. A trial's value is its last evaluation's mean reward, or with
+``--objective time_to_target`` the CPU seconds its run took to reach
+``target_eval_reward`` (minimized; a trial that never reaches it counts as
+pruned, below every one that did).
 
 Where each setting may be searched is declared once, on its config field
 (:class:`engine.settings.Search`); ``--search`` picks the settings and may
@@ -24,10 +27,14 @@ and, at the end, a JSON summary (best value, params, run id) on stdout;
 (``train --preset NAME``). The studio's Sweep panel starts the same sweep as
 an ``rl.tune`` job (:func:`job`).
 
-Workers take trials until the study has ``--trials`` of them; two racing
-for the last one may ask for one more, which is marked surplus and never
-run. A trial whose sampled values do not go together (a batch larger than
-the rollout) fails with the sentence and no run.
+The study is made with its ``--trials`` trials queued (Optuna's WAITING
+state); a worker takes a queued trial or stops, so racing workers never
+make a trial more. A running trial's worker records a heartbeat in the
+storage every :data:`HEARTBEAT_S` seconds; a trial whose heartbeat is older
+than :data:`GRACE_S` (its worker was killed, its machine lost) is failed by
+the next worker or watcher that looks, instead of staying running for ever.
+A trial whose sampled values do not go together (a batch larger than the
+rollout) fails with the sentence and no run.
 """
 
 from __future__ import annotations
@@ -41,12 +48,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
@@ -82,9 +91,16 @@ NOT_SEARCHED = (
     "torch_threads",
 )
 """Run settings a sweep never varies: what and how long it trains, and where."""
-SURPLUS_ATTR = "surplus"
-"""Marks a trial asked for after the study had all its trials (workers
-racing for the last one); it has no run and counts for nothing."""
+HEARTBEAT_S = 20
+"""Seconds between a running trial's heartbeats."""
+GRACE_S = 120
+"""A running trial whose last heartbeat is older than this is failed (its
+worker is gone); well above HEARTBEAT_S, as a loaded machine or a locked
+SQLite file may delay a heartbeat."""
+OBJECTIVES = ("reward", "time_to_target")
+"""``reward``: the last evaluation's mean reward, maximized.
+``time_to_target``: CPU seconds of the trial's run until it reached
+``target_eval_reward``, minimized (a trial that does not reach it is pruned)."""
 
 
 # --------------------------------------------------------------------------
@@ -247,17 +263,36 @@ def quiet_optuna() -> None:
     logging.getLogger("sqlalchemy").setLevel(logging.ERROR)
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """The RDB storage at ``url``; an EngineError in one sentence when it
-    cannot be opened (a bad URL, a missing driver, a folder that is not
-    there, a server that does not answer)."""
+def open_storage(
+    url: str,
+    *,
+    checked: bool = False,
+    heartbeat_s: int = HEARTBEAT_S,
+    grace_s: int = GRACE_S,
+) -> optuna.storages.RDBStorage:
+    """The RDB storage at ``url``, with heartbeats every ``heartbeat_s``
+    seconds and trials failed after ``grace_s`` without one; ``checked``:
+    the command that started this worker made and checked its tables, so
+    the worker skips that (a second of start-up each). An EngineError in one
+    sentence when it cannot be opened (a bad URL, a missing driver, a folder
+    that is not there, a server that does not answer)."""
     import optuna
 
     quiet_optuna()
     # Workers share a SQLite file: wait for its lock instead of failing.
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        with warnings.catch_warnings():
+            # Heartbeats are marked experimental since Optuna 2.9.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs=kwargs,
+                skip_compatibility_check=checked,
+                skip_table_creation=checked,
+                heartbeat_interval=heartbeat_s,
+                grace_period=grace_s,
+            )
     except Exception as exc:  # SQLAlchemy and drivers raise many kinds
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         why = f" ({text[:200]})" if text else ""
@@ -303,7 +338,19 @@ def _sampler(settings: dict[str, Any], worker: int) -> optuna.samplers.BaseSampl
 def _pruner(settings: dict[str, Any]) -> optuna.pruners.BasePruner:
     import optuna
 
+    if objective_of(settings) != "reward":
+        # The median pruner compares the reported rewards in the study's
+        # direction, which for a time is the wrong way round.
+        return optuna.pruners.NopPruner()
     return optuna.pruners.MedianPruner(n_startup_trials=settings["prune_startup"])
+
+
+def objective_of(settings: dict[str, Any]) -> str:
+    return str(settings.get("objective", "reward"))
+
+
+def direction_of(settings: dict[str, Any]) -> Literal["maximize", "minimize"]:
+    return "maximize" if objective_of(settings) == "reward" else "minimize"
 
 
 def load(storage: optuna.storages.RDBStorage, name: str, worker: int = 0) -> Any:
@@ -322,15 +369,95 @@ def load(storage: optuna.storages.RDBStorage, name: str, worker: int = 0) -> Any
 
 
 def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """The study's finished trials, surplus ones left out."""
+    """The study's finished trials."""
     from optuna.trial import TrialState
 
     done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return [
-        t
-        for t in study.get_trials(deepcopy=False, states=done)
-        if not t.user_attrs.get(SURPLUS_ATTR)
-    ]
+    return list(study.get_trials(deepcopy=False, states=done))
+
+
+def queue_trials(study: optuna.Study, settings: dict[str, Any]) -> None:
+    """Queue the trials the study lacks, once, by whoever makes it: workers
+    take queued trials only (:func:`take_trial`), so the study never gets
+    more than its ``trials``."""
+    missing = settings["trials"] - len(study.get_trials(deepcopy=False))
+    for _ in range(missing):
+        study.enqueue_trial({}, skip_if_exists=False)
+
+
+def take_trial(
+    study: optuna.Study, storage: optuna.storages.RDBStorage
+) -> optuna.trial.Trial | None:
+    """A queued trial, now running and this worker's; None when none is
+    left. Of two workers reaching for one trial, one gets it and the other
+    tries the next."""
+    import optuna
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        if _claim(storage, trial_id):
+            storage.record_heartbeat(trial_id)
+            return optuna.trial.Trial(study, trial_id)
+    return None
+
+
+def _claim(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
+    """Set a WAITING trial RUNNING in one conditional UPDATE; False when
+    another worker was first. Optuna's own pop (``Study.ask``) reads the
+    state, then writes it: on SQLite, which has no ``SELECT ... FOR
+    UPDATE``, two workers both read WAITING and both run the trial."""
+    from datetime import datetime
+
+    import sqlalchemy
+    from optuna.storages._rdb.models import TrialModel
+    from optuna.trial import TrialState
+
+    claim = (
+        sqlalchemy.update(TrialModel)
+        .where(TrialModel.trial_id == trial_id)
+        .where(TrialModel.state == TrialState.WAITING)
+        .values(state=TrialState.RUNNING, datetime_start=datetime.now())
+    )
+    with storage.engine.begin() as connection:
+        return connection.execute(claim).rowcount == 1
+
+
+def fail_stale_trials(study: optuna.Study) -> None:
+    """Fail the running trials whose worker stopped beating (see GRACE_S)."""
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
+
+
+class Heartbeat:
+    """Records ``trial_id``'s heartbeat every :data:`HEARTBEAT_S` seconds
+    from a thread while the trial runs (``with Heartbeat(...):``)."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, trial_id: int) -> None:
+        self._storage = storage
+        self._trial_id = trial_id
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def _beat(self) -> None:
+        interval = self._storage.get_heartbeat_interval() or HEARTBEAT_S
+        while not self._stop.wait(interval):
+            # A locked or lost storage misses one beat; the grace period
+            # covers several.
+            with contextlib.suppress(Exception):
+                self._storage.record_heartbeat(self._trial_id)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 # --------------------------------------------------------------------------
@@ -377,25 +504,34 @@ def run_trial(
     study: optuna.Study,
     settings: dict[str, Any],
     project: Project,
+    storage: optuna.storages.RDBStorage,
     storage_url: str,
 ) -> bool:
-    """Ask the study for a trial, train it as a run of ``project`` and tell
-    the study how it went. False when the study has all its trials or the
+    """Take a queued trial of the study, train it as a run of ``project``
+    and tell the study how it went. False when no trial is left or the
     worker was asked to stop."""
+    fail_stale_trials(study)
+    trial = take_trial(study, storage)
+    if trial is None:
+        return False
+    with Heartbeat(storage, trial._trial_id):
+        return _run_taken(study, trial, settings, project, storage_url)
+
+
+def _run_taken(
+    study: optuna.Study,
+    trial: optuna.trial.Trial,
+    settings: dict[str, Any],
+    project: Project,
+    storage_url: str,
+) -> bool:
     from optuna.trial import TrialState
 
     from engine.rl.config import validate
     from engine.rl.train import run as train
 
-    if len(study.get_trials(deepcopy=False)) >= settings["trials"]:
-        return False
-    trial = study.ask()
     n = trial.number
-    if n >= settings["trials"]:
-        # Another worker took the last trial between our count and ask.
-        trial.set_user_attr(SURPLUS_ATTR, True)
-        study.tell(trial, state=TrialState.FAIL)
-        return False
+    objective = objective_of(settings)
     dims = [Dimension.from_json(d) for d in settings["search"]]
     params = {d.name: d.suggest(trial) for d in dims}
     try:
@@ -413,6 +549,8 @@ def run_trial(
     trial.set_user_attr("project", str(project.path))
 
     def on_eval(step: int, mean: float) -> str | None:
+        if objective != "reward":
+            return None
         trial.report(mean, step)
         if trial.should_prune():
             return (
@@ -428,6 +566,7 @@ def run_trial(
         record.id, Path(record.run_dir), KIND, config, events=None, project=project
     )
     total = float(config["total_steps"])
+    cpu_start = time.process_time()
     outcome = run_in_process(
         project,
         record.id,
@@ -440,10 +579,19 @@ def run_trial(
             else (min(float((o.summary or {}).get("total_steps", 0)), total), total)
         ),
     )
+    cpu_seconds = time.process_time() - cpu_start
     summary = dict(outcome.summary or {})
     summary["sweep"] = {"study": study.study_name, "trial": n, "storage": storage_url}
     project.update_run(record.id, summary=summary)
     value = summary.get("last_eval_reward")
+    if objective == "time_to_target" and outcome.status == "completed":
+        trial.set_user_attr("cpu_seconds", cpu_seconds)
+        if summary.get("stopped_by") == "target":
+            study.tell(trial, cpu_seconds)
+        else:
+            trial.set_user_attr("error", "did not reach target_eval_reward")
+            study.tell(trial, state=TrialState.PRUNED)
+        return True
     if outcome.status == "completed" and isinstance(value, int | float):
         study.tell(trial, float(value))
         return True
@@ -456,17 +604,24 @@ def run_trial(
     return outcome.status == "failed"
 
 
-def work(storage_url: str, study_name: str, project_dir: Path, worker: int) -> int:
-    """A worker process: trials until the study has all of them."""
+def work(
+    storage_url: str,
+    study_name: str,
+    project_dir: Path,
+    worker: int,
+    *,
+    checked: bool = False,
+) -> int:
+    """A worker process: queued trials until none is left."""
     from engine.rl.config import register_designed_envs
     from engine.store.project import Project
 
-    storage = open_storage(storage_url)
+    storage = open_storage(storage_url, checked=checked)
     study, settings = load(storage, study_name, worker)
     project = Project.open(project_dir)
     register_designed_envs(project_dir)
     try:
-        while run_trial(study, settings, project, storage_url):
+        while run_trial(study, settings, project, storage, storage_url):
             pass
     finally:
         project.close()
@@ -510,6 +665,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="seeds the sampler and each trial (trial n gets seed + n)",
+    )
+    parser.add_argument(
+        "--objective",
+        choices=OBJECTIVES,
+        default=None,
+        help="reward: the last evaluation's mean reward, maximized (default); "
+        "time_to_target: CPU seconds of a trial's run to reach "
+        "target_eval_reward (give it with --set), minimized",
     )
     parser.add_argument(
         "--prune-startup",
@@ -558,6 +721,17 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
     )
     if prune_startup < 0:
         raise EngineError(f"--prune-startup must be 0 or more, not {prune_startup}.")
+    objective = getattr(args, "objective", None) or "reward"
+    if objective not in OBJECTIVES:
+        raise ConfigError(
+            "objective",
+            f"The objective is one of {', '.join(OBJECTIVES)}, not {objective!r}.",
+        )
+    if objective == "time_to_target" and top.get("target_eval_reward") is None:
+        raise ConfigError(
+            "target_eval_reward",
+            "The objective time_to_target needs a target: --set target_eval_reward=R.",
+        )
     if top.get("eval_every_steps") == 0:
         raise ConfigError(
             "eval_every_steps",
@@ -590,19 +764,28 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
         "hyperparameters": hyper,
         "seed": args.seed,
         "prune_startup": prune_startup,
+        "objective": objective,
     }
 
 
 def _clash(existing: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     keys = ("env", "algo", "steps", "trials", "search", "settings", "hyperparameters")
-    return [k for k in keys if existing.get(k) != wanted.get(k)]
+    differ = [k for k in keys if existing.get(k) != wanted.get(k)]
+    if objective_of(existing) != objective_of(wanted):
+        differ.append("objective")
+    return differ
 
 
 def _gave_settings(args: argparse.Namespace) -> bool:
     return any(
         value is not None
         for value in (args.env, args.algo, args.trials, args.steps, args.search)
-    ) or bool(args.settings or args.seed is not None or args.prune_startup is not None)
+    ) or bool(
+        args.settings
+        or args.seed is not None
+        or args.prune_startup is not None
+        or getattr(args, "objective", None)
+    )
 
 
 TrialSeen = Callable[
@@ -621,19 +804,26 @@ def watch(
     """Read the study for finished trials until the workers are done; when
     ``should_stop`` turns true, ask the workers to stop (their trials save a
     checkpoint) and wait for them. True when it was stopped so."""
+    from optuna.study import StudyDirection
     from optuna.trial import TrialState
 
+    sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
     seen: set[int] = set()
     best: tuple[float, int] | None = None
     stopped = False
+    reaped = time.monotonic()
     while True:
         running = any(p.poll() is None for p in procs)
+        if time.monotonic() - reaped > HEARTBEAT_S:
+            # A worker on another machine may have died with its trial.
+            fail_stale_trials(study)
+            reaped = time.monotonic()
         for t in sorted(finished(study), key=lambda t: t.number):
             if t.number in seen:
                 continue
             seen.add(t.number)
             value = t.value if t.state == TrialState.COMPLETE else None
-            if value is not None and (best is None or value > best[0]):
+            if value is not None and (best is None or sign * value > sign * best[0]):
                 best = (value, t.number)
             on_trial(t, len(seen), best)
         if not running:
@@ -641,7 +831,18 @@ def watch(
         if not stopped and should_stop():
             stopped = True
             stop_workers(procs)
-        time.sleep(POLL_S)
+        _wait_any(procs, POLL_S)
+
+
+def _wait_any(procs: list[subprocess.Popen[bytes]], seconds: float) -> None:
+    """Sleep ``seconds``, waking as soon as the last worker ends (the sweep's
+    end is not held up by a poll interval)."""
+    alive = [p for p in procs if p.poll() is None]
+    if len(alive) == 1:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            alive[0].wait(timeout=seconds)
+    elif alive:
+        time.sleep(seconds)
 
 
 def stop_workers(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
@@ -682,13 +883,15 @@ def _summary(
 
     done = finished(study)
     complete = [t for t in done if t.state == TrialState.COMPLETE]
-    best = max(complete, key=lambda t: t.value or 0.0) if complete else None
+    sign = 1.0 if direction_of(settings) == "maximize" else -1.0
+    best = max(complete, key=lambda t: sign * (t.value or 0.0)) if complete else None
     return {
         "study": study.study_name,
         "storage": storage_url,
         "env": settings["env"],
         "algo": settings["algo"],
         "trials": settings["trials"],
+        "objective": objective_of(settings),
         "finished": len(done),
         "completed": len(complete),
         "pruned": sum(t.state == TrialState.PRUNED for t in done),
@@ -771,8 +974,10 @@ def open_study(
         assert wanted is not None
         try:
             study = optuna.create_study(
-                study_name=name, storage=storage, direction="maximize"
+                study_name=name, storage=storage, direction=direction_of(wanted)
             )
+            queue_trials(study, wanted)
+            # Last: a study is joinable once it says what it searches.
             study.set_user_attr(SETTINGS_ATTR, wanted)
         except optuna.exceptions.DuplicatedStudyError:
             raise EngineError(
@@ -786,13 +991,15 @@ def open_study(
 def start_workers(
     storage_url: str, name: str, project_dir: Path, count: int
 ) -> list[subprocess.Popen[bytes]]:
-    """``count`` worker processes on this machine."""
+    """``count`` worker processes on this machine (the storage is made and
+    checked: they skip that)."""
     cmd = [sys.executable, "-m", "engine.rl.tune", storage_url, name, str(project_dir)]
     # Their own sessions: a Ctrl-C reaches them once, forwarded by
     # stop_workers (a second one would abort their trials without a
     # checkpoint).
     return [
-        subprocess.Popen([*cmd, str(i)], start_new_session=True) for i in range(count)
+        subprocess.Popen([*cmd, str(i), "--checked"], start_new_session=True)
+        for i in range(count)
     ]
 
 
@@ -822,7 +1029,13 @@ def conclude(
                 "trial": summary["best_trial"],
                 "run_id": summary["best_run_id"],
                 "value": summary["best_value"],
-                "objective": "eval/mean_reward (last evaluation)",
+                "objective": (
+                    "eval/mean_reward (last evaluation), maximized"
+                    if objective_of(settings) == "reward"
+                    else "CPU seconds to target_eval_reward "
+                    f"{settings['settings'].get('target_eval_reward')}, minimized"
+                ),
+                "date": time.strftime("%Y-%m-%d"),
                 "trials": summary["finished"],
                 "steps_per_trial": settings["steps"],
             },
@@ -922,6 +1135,9 @@ class TuneConfig:
     """``key=value`` items fixed for every trial."""
     seed: int | None = setting(None, min=0, max=2**31 - 1, group="Sweep")
     """Seeds the sampler and each trial (trial n gets seed + n)."""
+    objective: str = setting("reward", choices=OBJECTIVES, group="Sweep")
+    """``reward`` (last evaluation, maximized) or ``time_to_target`` (CPU
+    seconds to ``target_eval_reward``, which ``settings`` must set; minimized)."""
     prune_startup: int = setting(DEFAULT_PRUNE_STARTUP, min=0, group="Sweep")
     """Trials finished before pruning starts."""
     study: str = setting("", group="Sweep")
@@ -1019,11 +1235,15 @@ def job(ctx: JobContext) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """A worker process: ``python -m engine.rl.tune STORAGE STUDY PROJECT N``."""
+    """A worker process: ``python -m engine.rl.tune STORAGE STUDY PROJECT N
+    [--checked]`` (``--checked``: the storage's tables are made and checked)."""
     argv = sys.argv[1:] if argv is None else argv
-    storage_url, study_name, project_dir, worker = argv
+    checked = "--checked" in argv
+    storage_url, study_name, project_dir, worker = [a for a in argv if a != "--checked"]
     try:
-        return work(storage_url, study_name, Path(project_dir), int(worker))
+        return work(
+            storage_url, study_name, Path(project_dir), int(worker), checked=checked
+        )
     except EngineError as exc:
         print(f"rl-studio-engine tune worker {worker}: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,179 @@
+"""Sweep workers and the study's trials, on a real SQLite Optuna storage:
+racing workers take the queued trials and never make one more; a killed
+worker's trial is failed by the heartbeat check instead of staying running;
+the time-to-target objective is minimized."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from engine import cli
+from engine.rl import tune
+from engine.store.project import Project
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` (a storage, a process) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _new_study(
+    tmp_path: Path, name: str, trials: int, steps: int, *more: str
+) -> tuple[str, optuna.Study]:
+    url = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    args = cli.build_parser("tune").parse_args(
+        ["tune", "--env", "CartPole-v1", "--algo", "PPO", "--trials", str(trials),
+         "--steps", str(steps), "--search", "gamma", "--set", "eval_episodes=2",
+         *more]
+    )  # fmt: skip
+    settings = tune._new_settings(args, tmp_path / "p")
+    study, _ = tune.open_study(tune.open_storage(url), name, settings)
+    return url, study
+
+
+def test_racing_workers_take_each_queued_trial_once_and_make_none(
+    tmp_path: Path,
+) -> None:
+    url, study = _new_study(tmp_path, "race", trials=6, steps=512)
+    assert [t.state for t in study.get_trials()] == [TrialState.WAITING] * 6
+    taken: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(4)
+
+    def worker() -> None:
+        # Each its own connection, as separate processes have.
+        storage = tune.open_storage(url, checked=True)
+        mine = optuna.load_study(study_name="race", storage=storage)
+        start.wait()
+        while (trial := tune.take_trial(mine, storage)) is not None:
+            with lock:
+                taken.append(trial.number)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(taken) == list(range(6))
+    trials = study.get_trials()
+    assert len(trials) == 6  # no surplus trial
+    assert all(t.state == TrialState.RUNNING for t in trials)
+
+
+def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
+    tmp_path: Path,
+) -> None:
+    url, study = _new_study(tmp_path, "beat", trials=2, steps=1_000_000)
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "engine.rl.tune", url, "beat", str(project), "0"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_until(
+            lambda: study.get_trials()[0].state == TrialState.RUNNING,
+            120,
+            "the worker to take a trial",
+        )
+        # Alive and beating: the default grace period keeps its trial.
+        tune.fail_stale_trials(study)
+        assert study.get_trials()[0].state == TrialState.RUNNING
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=60)
+    # The worker is gone; a checker with a one-second grace period fails
+    # its trial once the last heartbeat is older than that.
+    strict = optuna.load_study(
+        study_name="beat", storage=tune.open_storage(url, heartbeat_s=1, grace_s=1)
+    )
+
+    def failed() -> bool:
+        tune.fail_stale_trials(strict)
+        return strict.get_trials()[0].state == TrialState.FAIL
+
+    _wait_until(failed, 60, "the stale trial to be failed")
+    # The other queued trial is still there for the next worker.
+    assert [t.state for t in study.get_trials()][1] == TrialState.WAITING
+
+
+def test_time_to_target_is_minimized_and_recorded_in_the_preset(
+    tmp_path: Path,
+) -> None:
+    project_dir = tmp_path / "p"
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "tune", "--env", "CartPole-v1",
+         "--algo", "PPO", "--trials", "2", "--steps", "1024", "--search",
+         "gamma", "--set", "eval_episodes=2", "--set", "target_eval_reward=1",
+         "--objective", "time_to_target", "--seed", "3", "--project",
+         str(project_dir), "--save-preset", "quick"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["objective"] == "time_to_target"
+    study = optuna.load_study(
+        study_name=summary["study"],
+        storage=tune.open_storage(summary["storage"]),
+    )
+    assert study.direction == optuna.study.StudyDirection.MINIMIZE
+    values = [t.value for t in study.get_trials()]
+    assert len(values) == 2 and all(v is not None and v > 0 for v in values)
+    assert summary["best_value"] == min(v for v in values if v is not None)
+    preset = json.loads((project_dir / "presets" / "quick.preset.json").read_text())
+    assert preset["provenance"]["objective"].startswith("CPU seconds to target")
+    assert preset["provenance"]["value"] == summary["best_value"]
+
+
+def test_time_to_target_without_a_target_is_refused_in_one_sentence(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", "tune", "--env", "CartPole-v1",
+         "--trials", "2", "--steps", "512", "--objective", "time_to_target",
+         "--project", str(tmp_path / "p")],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "needs a target: --set target_eval_reward=R." in done.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_study_with_another_objective_is_a_clash(tmp_path: Path) -> None:
+    target = ("--set", "target_eval_reward=400")
+    url, _ = _new_study(tmp_path, "clash", 2, 512, *target)
+    args = cli.build_parser("tune").parse_args(
+        ["tune", "--env", "CartPole-v1", "--algo", "PPO", "--trials", "2",
+         "--steps", "512", "--search", "gamma", "--set", "eval_episodes=2",
+         *target, "--objective", "time_to_target"]
+    )  # fmt: skip
+    wanted = tune._new_settings(args, tmp_path / "p")
+    with pytest.raises(tune.ConfigError, match=r"\(its objective differ\)"):
+        tune.find_study("clash", wanted, url, tmp_path / "p")
