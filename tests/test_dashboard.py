@@ -140,8 +140,10 @@ def test_a_project_preset_gives_the_dialogs_defaults(qtbot, window: MainWindow) 
     assert isinstance(preset, QComboBox)
     preset.setCurrentText("")
     qtbot.waitUntil(
-        lambda: (label := dialog.form.findChild(QLabel, "preset-note")) is not None
-        and label.text().startswith("The built-in preset for PPO on CartPole-v1: "),
+        lambda: (
+            (label := dialog.form.findChild(QLabel, "preset-note")) is not None
+            and label.text().startswith("The built-in preset for PPO on CartPole-v1: ")
+        ),
         timeout=30_000,
     )
     dialog.reject()
