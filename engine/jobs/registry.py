@@ -173,6 +173,15 @@ for _name, _entry, _validator, _description, _resumable in (
         False,
     ),
     (
+        "reward.train",
+        "engine.llm.reward_model:run",
+        "engine.llm.reward_model:validate",
+        "Trains a reward model from the traces' manual labels (a LoRA reward "
+        "head on a language model, or an MLP on observations), reports its "
+        "held-out accuracy and suggests labels for unlabelled steps.",
+        False,
+    ),
+    (
         "llm.train",
         "engine.llm.train:run",
         "engine.llm.train:validate",

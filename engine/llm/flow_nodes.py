@@ -49,6 +49,7 @@ from engine.flow import ParamSpec, PortSpec
 from engine.llm.datasets import DatasetConfig
 from engine.llm.judge import JudgeConfig
 from engine.llm.merge import MergeConfig
+from engine.llm.reward_model import RewardModelConfig
 from engine.llm.rollouts import CollectConfig, EvaluateConfig
 from engine.llm.train import METHODS, TrainConfig
 from engine.nodes.base import (
@@ -73,6 +74,7 @@ REWARD_KINDS: tuple[str, ...] = (
     "python_syntax",
     "code_execution",
     "judge",
+    "learned",
 )
 """The names of ``engine.llm.rewards.REWARDS`` (that module imports numpy,
 so the catalog keeps its own copy; a test checks they agree)."""
@@ -368,7 +370,7 @@ def collect(node: NodeRun) -> NodeResult:
     params=(
         *param_specs(
             DatasetConfig,
-            ("method", "validation_fraction", "kto_max_ratio", "seed"),
+            ("method", "validation_fraction", "kto_max_ratio", "manual_labels", "seed"),
         ),
     ),
 )
@@ -386,6 +388,7 @@ def dataset(node: NodeRun) -> NodeResult:
             "method": p["method"],
             "validation_fraction": p["validation_fraction"],
             "kto_max_ratio": p["kto_max_ratio"],
+            "manual_labels": p["manual_labels"],
             "name": f"{p['method']}-{job_name(node)}",
             "seed": p["seed"],
         },
@@ -441,7 +444,8 @@ def _check_reward(params: dict[str, Any]) -> list[str]:
             "answers; python_syntax / code_execution: code that parses / runs "
             "(confined: no network, read-only files, limits); judge: a local "
             "model ranks each group against a rubric (the LLM judge node sets "
-            "it up field by field).",
+            "it up field by field); learned: a reward model trained on your "
+            "labels (the Learn reward node sets it up).",
             label="Reward",
         ),
         ParamSpec(
@@ -478,6 +482,81 @@ def reward(node: NodeRun) -> NodeResult:
     return NodeResult(
         outputs={"reward": spec},
         summary={"reward": p["kind"], "weight": spec["weight"]},
+    )
+
+
+LEARN_PARAMS = (
+    "agent",
+    "base_model",
+    "epochs",
+    "learning_rate",
+    "lora_r",
+    "hidden",
+    "validation_fraction",
+    "min_labels",
+    "suggest",
+    "seed",
+)
+
+
+@node_type(
+    "reward.train",
+    title="Learn reward",
+    category=CATEGORY,
+    inputs=(
+        PortSpec(
+            "trajectories",
+            "trajectories",
+            multiple=True,
+            help="Traces whose manual labels (set in Models → Traces) train it.",
+        ),
+    ),
+    outputs=(
+        PortSpec(
+            "reward",
+            "reward_fn",
+            help="The learned reward for GRPO; link it to Fine-tune.",
+        ),
+    ),
+    params=(
+        *param_specs(RewardModelConfig, LEARN_PARAMS),
+        ParamSpec(
+            "weight",
+            "float",
+            1.0,
+            min=-100.0,
+            max=100.0,
+            help="Weight of the learned reward in the sum GRPO maximizes.",
+        ),
+    ),
+)
+def learn_reward(node: NodeRun) -> NodeResult:
+    """Train a reward model on the labels of the linked traces: its held-out
+    accuracy, label suggestions, and a ``learned`` GRPO reward."""
+    p = node.params
+    trajectories = node.input("trajectories")
+    summary = run_job(
+        node,
+        "reward.train",
+        {
+            "traces": [t["file"] for t in trajectories],
+            **{k: p[k] for k in LEARN_PARAMS},
+            "name": f"reward-{job_name(node)}",
+        },
+    )
+    spec = {
+        "name": "learned",
+        "model": summary["reward_model"],
+        "weight": float(p["weight"]),
+    }
+    report = summary["report"]
+    return NodeResult(
+        outputs={"reward": spec},
+        summary={
+            "held_out_accuracy": report.get("accuracy"),
+            "labels": report.get("labels"),
+            "suggestions": summary["suggestions"],
+        },
     )
 
 

@@ -307,6 +307,44 @@ class JudgeReward(RewardFunction):
         return out
 
 
+class LearnedReward(RewardFunction):
+    """p(good) in [0, 1] of the completion under a reward model trained on
+    manual labels (:mod:`engine.llm.reward_model`; setting: ``model``, its
+    folder)."""
+
+    name = "learned"
+
+    def __init__(self, weight: float = 1.0, **params: Any) -> None:
+        from engine.llm.reward_model import load_scorer
+
+        super().__init__(weight, **params)
+        model = params.get("model")
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigError(
+                "model", "The learned reward needs model: a reward model folder."
+            )
+        self.scorer = load_scorer(model)  # loads weights on first use
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], **kwargs: Any
+    ) -> list[float]:
+        from engine.llm.reward_model import TextScorer, step_text
+
+        if not isinstance(self.scorer, TextScorer):
+            raise ConfigError(
+                "model", "A control reward model cannot score text; train a text one."
+            )
+        texts = [
+            step_text(
+                {"messages": p if isinstance(p, list) else [
+                    {"role": "user", "content": str(p)}]},
+                completion_text(c),
+            )
+            for p, c in zip(prompts, completions, strict=True)
+        ]  # fmt: skip
+        return self.scorer.probabilities(texts)
+
+
 REWARDS: dict[str, type[RewardFunction]] = {
     cls.name: cls
     for cls in (
@@ -318,6 +356,7 @@ REWARDS: dict[str, type[RewardFunction]] = {
         PythonSyntaxReward,
         CodeExecutionReward,
         JudgeReward,
+        LearnedReward,
     )
 }
 

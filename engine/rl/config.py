@@ -371,6 +371,12 @@ class TrainConfig:
     """Project folder, used to find designed envs (``rlstudio/...``)."""
     hyperparameters: dict[str, Any] = setting(factory=dict, form=False)
     """Overrides of the algorithm's dataclass fields (e.g. ``learning_rate``)."""
+    learned_reward: str = setting("", form=False)
+    """A control reward model folder (``reward.train`` on labelled traces):
+    each step's reward becomes the env's plus ``learned_reward_weight`` times
+    its p(good) ('' = the env's reward alone)."""
+    learned_reward_weight: float = setting(1.0, min=-100, max=100, form=False)
+    """Weight of the learned reward added to the env's."""
     curriculum: dict[str, Any] | None = setting(None, form=False)
     """Stages of difficulty of a designed env, easiest first, and when to
     move between them (``engine.envs.curriculum.CurriculumConfig``); None:
@@ -1368,6 +1374,10 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     cfg["notes"] = [*cfg["notes"], *notes]
     cfg["hyperparameters"] = hp
     cfg["env_kwargs"] = dict(cfg["env_kwargs"])
+    if cfg["learned_reward"]:
+        from engine.rl.learned_reward import check_model
+
+        cfg["learned_reward"] = check_model(cfg["learned_reward"])
     if cfg["curriculum"] is not None:
         from engine.rl.curriculum import check_for_env_id
 

@@ -346,11 +346,23 @@ class Trainer:
     def _make_env(self, n_envs: int, seed: int) -> Any:
         from stable_baselines3.common.env_util import make_vec_env
 
+        wrapper: dict[str, Any] = {}
+        if self.cfg.get("learned_reward"):
+            from engine.rl.learned_reward import LearnedRewardWrapper
+
+            wrapper = {
+                "wrapper_class": LearnedRewardWrapper,
+                "wrapper_kwargs": {
+                    "model": self.cfg["learned_reward"],
+                    "weight": self.cfg["learned_reward_weight"],
+                },
+            }
         return make_vec_env(
             self.cfg["env"],
             n_envs=n_envs,
             seed=seed,
             env_kwargs=dict(self.cfg["env_kwargs"]),
+            **wrapper,
         )
 
     def _build(self) -> None:

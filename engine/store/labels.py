@@ -63,6 +63,24 @@ CREATE TABLE IF NOT EXISTS labels (
     created REAL NOT NULL,
     PRIMARY KEY (kind, trace, episode, step)
 );
+CREATE TABLE IF NOT EXISTS suggestions (
+    trace TEXT NOT NULL,
+    episode INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    value TEXT NOT NULL,
+    confidence REAL NOT NULL,
+    model TEXT NOT NULL,
+    created REAL NOT NULL,
+    PRIMARY KEY (trace, episode, step)
+);
+CREATE TABLE IF NOT EXISTS agreement (
+    at REAL NOT NULL,
+    model TEXT NOT NULL,
+    source TEXT NOT NULL,
+    agreed INTEGER NOT NULL,
+    total INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS label_log (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     at REAL NOT NULL,
@@ -121,6 +139,41 @@ class Label:
 
 
 _FIELDS = tuple(Label.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The auto-labeler's good/bad for an unlabelled step, and how sure it is
+    (0.5 to 1)."""
+
+    trace: str
+    episode: int
+    step: int
+    key: str
+    value: str
+    confidence: float
+    model: str
+
+    @property
+    def ref(self) -> StepRef:
+        return StepRef(self.trace, self.episode, self.step, self.key)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How far a reward model agreed with the person's labels: on held-out
+    labels when it was trained (``held-out``), or in a review of its
+    suggestions (``review``: accepted vs corrected)."""
+
+    at: float
+    model: str
+    source: str
+    agreed: int
+    total: int
+
+    @property
+    def rate(self) -> float:
+        return self.agreed / self.total if self.total else 0.0
 
 
 def _hash(value: Any) -> str:
@@ -403,6 +456,91 @@ class LabelStore:
             raise
         if record_undo and batch:
             self._undo.append(batch)  # type: ignore[arg-type]
+
+    # ------------------------------------------------------ auto-labeler
+    def replace_suggestions(self, traces: list[str], rows: list[Suggestion]) -> None:
+        """The suggestions for these traces become ``rows`` (one commit)."""
+        now = time.time()
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            db.executemany(
+                "DELETE FROM suggestions WHERE trace = ?", [(t,) for t in traces]
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO suggestions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        r.trace,
+                        r.episode,
+                        r.step,
+                        r.key,
+                        r.value,
+                        r.confidence,
+                        r.model,
+                        now,
+                    )
+                    for r in rows
+                ],
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def suggestions(self, trace: str | None = None) -> list[Suggestion]:
+        """Open suggestions (of steps that have no good/bad label yet), least
+        confident first."""
+        sql = (
+            "SELECT s.trace, s.episode, s.step, s.key, s.value, s.confidence, "
+            "s.model FROM suggestions s WHERE NOT EXISTS (SELECT 1 FROM labels l "
+            "WHERE l.kind = 'kto' AND l.trace = s.trace AND l.episode = s.episode "
+            "AND l.step = s.step)"
+        )
+        args: list[Any] = []
+        if trace is not None:
+            sql += " AND s.trace = ?"
+            args.append(trace)
+        sql += " ORDER BY s.confidence, s.trace, s.episode, s.step"
+        return [Suggestion(*row) for row in self._db.execute(sql, args)]
+
+    def review(self, accepted: list[Suggestion], corrected: list[Suggestion]) -> int:
+        """Accept some suggestions as they are and correct others (the
+        opposite label), in one commit and one undo step; the review counts
+        toward the model's agreement. Returns the labels stored."""
+        flip = {"good": "bad", "bad": "good"}
+        labels = [
+            Label("kto", s.trace, s.episode, s.step, s.key, s.value, source="auto")
+            for s in accepted
+        ] + [
+            Label("kto", s.trace, s.episode, s.step, s.key, flip[s.value])
+            for s in corrected
+        ]
+        n = self.set_many(labels)
+        models = {s.model for s in accepted + corrected}
+        for model in sorted(models):
+            self.add_agreement(
+                model,
+                "review",
+                sum(1 for s in accepted if s.model == model),
+                sum(1 for s in accepted + corrected if s.model == model),
+            )
+        return n
+
+    def add_agreement(self, model: str, source: str, agreed: int, total: int) -> None:
+        self._db.execute(
+            "INSERT INTO agreement VALUES (?, ?, ?, ?, ?)",
+            (time.time(), model, source, agreed, total),
+        )
+
+    def agreement(self) -> list[Agreement]:
+        """Every agreement record, oldest first."""
+        return [
+            Agreement(*row)
+            for row in self._db.execute(
+                "SELECT at, model, source, agreed, total FROM agreement ORDER BY at"
+            )
+        ]
 
     # ------------------------------------------------------ files (JSON Lines)
     def export_lines(self) -> Iterator[str]:
