@@ -66,7 +66,9 @@ from studio.common import fmt_time
 from studio.document_session import DocumentSession
 from studio.environments import commands as cmd
 from studio.environments.controller import EnvController
+from studio.environments.fields import FieldForm
 from studio.environments.preview import EnvPreviewPanel
+from studio.environments.python_editor import PythonEditor
 from studio.lifetime import subscribe
 from studio.session import Session
 from studio.state.env_design import (
@@ -93,7 +95,6 @@ from studio.state.env_preview import (
 )
 from studio.state.project_state import ProjectState
 from widgets.banner import Banner
-from widgets.code_editor import CodeEditor
 from widgets.grid_painter import GridPainter, GridPalette
 from widgets.param_form import ERROR_STYLE, ParamForm
 from widgets.record_table import Column, RecordTable
@@ -240,40 +241,6 @@ GRID_FIELDS: list[tuple[str, dict[str, Any]]] = [
     ),
 ]
 
-PYTHON_FIELDS: list[tuple[str, dict[str, Any]]] = [
-    (
-        "python.file",
-        {
-            "name": "file",
-            "type": "str",
-            "default": "",
-            "help": "The .py file, relative to the project.",
-            "title": "File",
-        },
-    ),
-    (
-        "python.class",
-        {
-            "name": "class",
-            "type": "str",
-            "default": "",
-            "help": "The gymnasium.Env subclass in the file.",
-            "title": "Class",
-        },
-    ),
-    (
-        "python.max_episode_steps",
-        {
-            "name": "max_episode_steps",
-            "type": "int",
-            "default": None,
-            "optional": True,
-            "min": 1,
-            "title": "Max episode steps",
-        },
-    ),
-]
-
 
 def monospace(widget: QWidget) -> None:
     font = QFont(widget.font())
@@ -304,42 +271,6 @@ def _parse_optional_float(text: str) -> tuple[float | None, str]:
     if value != value or value in (float("inf"), float("-inf")):
         return None, "The value must be a finite number."
     return value, ""
-
-
-# ---------------------------------------------------------------- forms
-
-
-class _FieldForm(ParamForm):
-    """A ParamForm bound to dotted paths of the spec."""
-
-    def __init__(self, fields: list[tuple[str, dict[str, Any]]]) -> None:
-        super().__init__()
-        self.fields = fields
-        self.paths = {schema["name"]: path for path, schema in fields}
-
-    def load(self, model: EnvDesign) -> None:
-        values = {
-            schema["name"]: model.get_field(path, schema.get("default"))
-            for path, schema in self.fields
-        }
-        with QSignalBlocker(self):
-            self.set_schema([s for _, s in self.fields], values)
-
-    def changed_fields(
-        self, model: EnvDesign, values: dict[str, Any]
-    ) -> list[tuple[str, Any]]:
-        out = []
-        for path, schema in self.fields:
-            name = schema["name"]
-            if name in self.errors():
-                continue
-            new = values.get(name)
-            old = model.get_field(path, schema.get("default"))
-            if new != old:
-                if new in ("", None) and not schema.get("default"):
-                    new = None
-                out.append((path, new))
-        return out
 
 
 # ---------------------------------------------------------------- inspector
@@ -422,7 +353,7 @@ class WorkflowInspector(QWidget):
         tools_layout.addLayout(row)
 
         settings_box = QGroupBox("Episode and rewards")
-        self.settings = _FieldForm(WORKFLOW_FIELDS)
+        self.settings = FieldForm(WORKFLOW_FIELDS)
         QVBoxLayout(settings_box).addWidget(self.settings)
 
         content = QWidget()
@@ -489,9 +420,6 @@ class EnvironmentsWorkspace(QWidget):
         self._catalog_requested = False
         self._json_error = ""
         self._described: dict[str, Any] = {}  # env catalog entry of a gym id
-        self.code_path: Path | None = None
-        """The file shown in a python env's code editor."""
-        self._code_readable = False
         self._preview_policy = ""  # name of the policy of the preview running
 
         self.restore_decider: Callable[[Path, Path], bool] = self._ask_restore
@@ -779,7 +707,7 @@ class EnvironmentsWorkspace(QWidget):
         self.grid_cols = QSpinBox(minimum=1, maximum=256)
         self.grid_rows.editingFinished.connect(self._on_grid_size_edited)
         self.grid_cols.editingFinished.connect(self._on_grid_size_edited)
-        self.grid_form = _FieldForm(GRID_FIELDS)
+        self.grid_form = FieldForm(GRID_FIELDS)
         self.grid_form.values_changed.connect(
             lambda v: self._on_form_values_changed(self.grid_form, v)
         )
@@ -829,32 +757,21 @@ class EnvironmentsWorkspace(QWidget):
         return page
 
     def _build_python_page(self) -> QWidget:
-        self.python_form = _FieldForm(PYTHON_FIELDS)
-        self.python_form.values_changed.connect(
-            lambda v: self._on_form_values_changed(self.python_form, v)
+        editor = PythonEditor(
+            self.model,
+            self.banner,
+            self._python_file,
+            lambda name: self.confirm_discard(name),
         )
-        self.python_code = CodeEditor()
-        self.python_code.modificationChanged.connect(self._on_code_modification_changed)
-        self.python_note = QLabel(wordWrap=True)
-        self.python_save_button = QPushButton("Save file")
-        self.python_save_button.setToolTip(
-            "Write the code to its file (Save, Validate and Preview do too: "
-            "the engine imports the file from disk)."
+        editor.form.values_changed.connect(
+            lambda v: self._on_form_values_changed(editor.form, v)
         )
-        self.python_save_button.clicked.connect(lambda *_: self.save_code())
-        self.python_reload_button = QPushButton("Reload")
-        self.python_reload_button.setToolTip("Read the file again from disk.")
-        self.python_reload_button.clicked.connect(self._on_python_reload_clicked)
-        row = QHBoxLayout()
-        row.addWidget(self.python_note, 1)
-        row.addWidget(self.python_save_button)
-        row.addWidget(self.python_reload_button)
-        page = QWidget()
-        layout = QVBoxLayout(page)
-        layout.addWidget(self.python_form)
-        layout.addLayout(row)
-        layout.addWidget(self.python_code, 1)
-        return page
+        editor.code_modified_changed.connect(lambda *_: self._update_title())
+        self.python_editor = editor
+        # Its widgets under the names the problem marks and scripts use.
+        self.python_form, self.python_code = editor.form, editor.code
+        self.python_note = editor.note
+        return editor
 
     # ============================================================ documents
     @property
@@ -1396,7 +1313,7 @@ class EnvironmentsWorkspace(QWidget):
         if self.path is not None and text != self.model.spec.get("description", ""):
             self._push(cmd.SetField(self.model, "description", text), self.description)
 
-    def _on_form_values_changed(self, form: _FieldForm, values: dict[str, Any]) -> None:
+    def _on_form_values_changed(self, form: FieldForm, values: dict[str, Any]) -> None:
         for path, value in form.changed_fields(self.model, values):
             self._push(cmd.SetField(self.model, path, value), form)
 
@@ -1849,17 +1766,16 @@ class EnvironmentsWorkspace(QWidget):
             )
 
     # ------------------------------------------------------------ python
-    # The code of a python env lives in its own file, not in the spec: the
-    # editor has its own undo (inside the text) and modified state, and the
-    # file is written on Save, and before Validate and Preview because the
-    # engine imports it from disk.
+    @property
+    def code_path(self) -> Path | None:
+        """The file shown in a python env's code editor."""
+        return self.python_editor.code_path
+
     @property
     def code_modified(self) -> bool:
-        return (
-            self.model.kind == "python"
-            and self.code_path is not None
-            and self.python_code.document().isModified()
-        )
+        """Unsaved changes in a python env's code (kept apart from the spec's
+        undo stack: the code is its own file)."""
+        return self.python_editor.code_modified
 
     def _python_file(self) -> Path:
         """The python env's file, resolved as the engine does (project
@@ -1875,72 +1791,12 @@ class EnvironmentsWorkspace(QWidget):
         return path
 
     def _refresh_python(self) -> None:
-        if self._source is not self.python_form:
-            self.python_form.load(self.model)
-        path = self._python_file()
-        # Typing is never overwritten: the file is read again only when the
-        # spec names another file or the text has no unsaved changes.
-        if path != self.code_path or not self.python_code.document().isModified():
-            self._load_code(path)
+        self.python_editor.refresh(load_form=self._source is not self.python_form)
         self._show_problem_marks()
 
-    def _load_code(self, path: Path) -> None:
-        self.code_path = path
-        try:
-            code = path.read_text(encoding="utf-8")
-            readable = True
-        except (OSError, UnicodeDecodeError):
-            code, readable = "", False
-        with QSignalBlocker(self.python_code):
-            self.python_code.set_code(code)
-        self._code_readable = readable
-        self._update_code_note()
-
-    def _update_code_note(self) -> None:
-        path = self.code_path
-        if path is None:
-            self.python_note.clear()
-        elif not self._code_readable and not self.code_modified:
-            self.python_note.setText(
-                f"<span style='color:#d62728'>{path} cannot be read; type the "
-                "code here and Save file to create it.</span>"
-            )
-        else:
-            mark = (
-                " <span style='color:#b8860b'>● unsaved changes</span>"
-                if self.code_modified
-                else ""
-            )
-            self.python_note.setText(f"<span style='color:gray'>{path}</span>{mark}")
-        self.python_save_button.setEnabled(self.code_modified)
-
     def save_code(self) -> bool:
-        """Write the code editor's text to the python env's file (atomically)."""
-        if self.code_path is None or not self.code_modified:
-            return True
-        try:
-            atomic_write_text(self.code_path, self.python_code.toPlainText())
-        except OSError as exc:
-            self.banner.show_message(
-                f"Could not save {self.code_path.name}: {exc.strerror or exc}; the "
-                "code is still in the editor.",
-                "error",
-            )
-            return False
-        self._code_readable = True
-        self.python_code.document().setModified(False)
-        return True
-
-    def _on_code_modification_changed(self, modified: bool) -> None:
-        self._update_code_note()
-        self._update_title()
-
-    def _on_python_reload_clicked(self) -> None:
-        if self.code_modified and not self.confirm_discard(
-            self.code_path.name if self.code_path else "the code"
-        ):
-            return
-        self._load_code(self._python_file())
+        """Write a python env's code to its file (True when nothing to write)."""
+        return self.python_editor.save_code()
 
     # ============================================================ problems
     def _on_check_started(self) -> None:
@@ -2090,7 +1946,7 @@ class EnvironmentsWorkspace(QWidget):
             )
         _mark(self.description, fields.get("description", ""))
 
-    def _mark_form(self, form: _FieldForm, fields: dict[str, str]) -> None:
+    def _mark_form(self, form: FieldForm, fields: dict[str, str]) -> None:
         errors = {
             name: fields[path] for name, path in form.paths.items() if path in fields
         }

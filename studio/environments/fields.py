@@ -1,0 +1,44 @@
+"""A form bound to dotted paths of an env spec, which each kind's editor
+builds its fields with."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import QSignalBlocker
+
+from studio.state.env_design import EnvDesign
+from widgets.param_form import ParamForm
+
+
+class FieldForm(ParamForm):
+    """A ParamForm bound to dotted paths of the spec."""
+
+    def __init__(self, fields: list[tuple[str, dict[str, Any]]]) -> None:
+        super().__init__()
+        self.fields = fields
+        self.paths = {schema["name"]: path for path, schema in fields}
+
+    def load(self, model: EnvDesign) -> None:
+        values = {
+            schema["name"]: model.get_field(path, schema.get("default"))
+            for path, schema in self.fields
+        }
+        with QSignalBlocker(self):
+            self.set_schema([s for _, s in self.fields], values)
+
+    def changed_fields(
+        self, model: EnvDesign, values: dict[str, Any]
+    ) -> list[tuple[str, Any]]:
+        out = []
+        for path, schema in self.fields:
+            name = schema["name"]
+            if name in self.errors():
+                continue
+            new = values.get(name)
+            old = model.get_field(path, schema.get("default"))
+            if new != old:
+                if new in ("", None) and not schema.get("default"):
+                    new = None
+                out.append((path, new))
+        return out
