@@ -1,11 +1,13 @@
-"""A form bound to dotted paths of an env spec, which each kind's editor
-builds its fields with."""
+"""What the env designer's kind editors share: a form bound to dotted paths
+of the spec, and a monospace font for code-like fields."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import QWidget
 
 from studio.state.env_design import EnvDesign
 from widgets.param_form import ParamForm
@@ -42,3 +44,10 @@ class FieldForm(ParamForm):
                     new = None
                 out.append((path, new))
         return out
+
+
+def monospace(widget: QWidget) -> None:
+    font = QFont(widget.font())
+    font.setFamily("monospace")
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    widget.setFont(font)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor, QFont, QKeySequence, QUndoStack
+from PySide6.QtGui import QAction, QColor, QKeySequence, QUndoStack
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -66,7 +66,8 @@ from studio.common import fmt_time
 from studio.document_session import DocumentSession
 from studio.environments import commands as cmd
 from studio.environments.controller import EnvController
-from studio.environments.fields import FieldForm
+from studio.environments.fields import FieldForm, monospace
+from studio.environments.gymnasium_editor import GymnasiumEditor
 from studio.environments.preview import EnvPreviewPanel
 from studio.environments.python_editor import PythonEditor
 from studio.lifetime import subscribe
@@ -96,7 +97,7 @@ from studio.state.env_preview import (
 from studio.state.project_state import ProjectState
 from widgets.banner import Banner
 from widgets.grid_painter import GridPainter, GridPalette
-from widgets.param_form import ERROR_STYLE, ParamForm
+from widgets.param_form import ERROR_STYLE
 from widgets.record_table import Column, RecordTable
 from widgets.state_machine_editor import (
     Edge,
@@ -240,13 +241,6 @@ GRID_FIELDS: list[tuple[str, dict[str, Any]]] = [
         {"name": "wall_bump", "type": "float", "default": 0.0, "title": "Wall bump"},
     ),
 ]
-
-
-def monospace(widget: QWidget) -> None:
-    font = QFont(widget.font())
-    font.setFamily("monospace")
-    font.setStyleHint(QFont.StyleHint.Monospace)
-    widget.setFont(font)
 
 
 def transition_label(t: dict[str, Any]) -> str:
@@ -417,9 +411,7 @@ class EnvironmentsWorkspace(QWidget):
         self._problems_stale = False
         self._source: object | None = None  # the widget whose edit is applied
         self._inspected: tuple[str, Any] = ("", None)
-        self._catalog_requested = False
         self._json_error = ""
-        self._described: dict[str, Any] = {}  # env catalog entry of a gym id
         self._preview_policy = ""  # name of the policy of the preview running
 
         self.restore_decider: Callable[[Path, Path], bool] = self._ask_restore
@@ -448,8 +440,6 @@ class EnvironmentsWorkspace(QWidget):
         self.controller.check_started.connect(self._on_check_started)
         self.controller.check_finished.connect(self._on_check_finished)
         self.controller.check_failed.connect(self._on_check_failed)
-        self.controller.catalog_received.connect(self._on_catalog_received)
-        self.controller.env_described.connect(self._on_env_described)
         self.controller.preview_started.connect(self._on_preview_started)
         self.controller.preview_progress.connect(self.preview_panel.set_progress)
         self.controller.preview_finished.connect(self._on_preview_finished)
@@ -728,33 +718,15 @@ class EnvironmentsWorkspace(QWidget):
         return page
 
     def _build_gymnasium_page(self) -> QWidget:
-        self.gym_id = QComboBox(editable=True)
-        self.gym_id.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        self.gym_id.activated.connect(lambda *_: self._on_gym_id_edited())
-        self.gym_id.lineEdit().editingFinished.connect(self._on_gym_id_edited)
-        self.gym_spaces = QLabel(wordWrap=True)
-        self.gym_spaces.setTextInteractionFlags(
-            Qt.TextInteractionFlag.TextSelectableByMouse
+        editor = GymnasiumEditor(
+            self.model, self.controller, self._push, lambda: self._source
         )
-        self.gym_max_steps = QLineEdit(placeholderText="the env's own limit")
-        self.gym_max_steps.editingFinished.connect(self._on_gym_max_steps_edited)
-        self.gym_kwargs = ParamForm()
-        self.gym_kwargs.values_changed.connect(self._on_gym_kwargs_changed)
-        self.gym_kwargs_text = QLineEdit()
-        monospace(self.gym_kwargs_text)
-        self.gym_kwargs_text.setToolTip("All keyword arguments as a JSON object.")
-        self.gym_kwargs_text.editingFinished.connect(self._on_gym_kwargs_text_edited)
-        page = QWidget()
-        form = QFormLayout(page)
-        form.addRow("Environment id", self.gym_id)
-        form.addRow("Spaces", self.gym_spaces)
-        form.addRow("Max episode steps", self.gym_max_steps)
-        form.addRow(
-            QLabel("<b>Keyword arguments</b> (the env's own defaults unless set)")
-        )
-        form.addRow(self.gym_kwargs)
-        form.addRow("As JSON", self.gym_kwargs_text)
-        return page
+        self.gym_editor = editor
+        # Its widgets under the names the problem marks and scripts use.
+        self.gym_id, self.gym_spaces = editor.env_id, editor.spaces
+        self.gym_max_steps, self.gym_kwargs = editor.max_steps, editor.kwargs
+        self.gym_kwargs_text = editor.kwargs_text
+        return editor
 
     def _build_python_page(self) -> QWidget:
         editor = PythonEditor(
@@ -1069,10 +1041,11 @@ class EnvironmentsWorkspace(QWidget):
         """The env's action space as far as the studio knows it: from the
         catalog for a gymnasium id, else from the last preview of this env."""
         kind = self.model.kind
-        if kind == "gymnasium" and self._described.get("id") == self.model.get_field(
+        described = self.gym_editor.described
+        if kind == "gymnasium" and described.get("id") == self.model.get_field(
             "gymnasium.id"
         ):
-            return self._described.get("action_space")
+            return described.get("action_space")
         data = self.preview_panel.data or {}
         if data.get("env_id") == contract.env_id(self.model.name):
             return data.get("action_space")
@@ -1632,138 +1605,8 @@ class EnvironmentsWorkspace(QWidget):
 
     # ------------------------------------------------------------ gymnasium
     def _refresh_gymnasium(self) -> None:
-        if not self._catalog_requested:
-            self._catalog_requested = True
-            self.controller.request_catalog()
-        env_id = str(self.model.get_field("gymnasium.id", ""))
-        if self.gym_id.currentText() != env_id:
-            with QSignalBlocker(self.gym_id):
-                self.gym_id.setEditText(env_id)
-        steps = self.model.get_field("gymnasium.max_episode_steps")
-        with QSignalBlocker(self.gym_max_steps):
-            self.gym_max_steps.setText("" if steps is None else str(steps))
-        kwargs = self.model.get_field("gymnasium.kwargs", {}) or {}
-        if self._source is not self.gym_kwargs_text:
-            with QSignalBlocker(self.gym_kwargs_text):
-                self.gym_kwargs_text.setText(json.dumps(kwargs))
-        if self._source is not self.gym_kwargs:
-            self._build_gym_kwargs_form()
-        if self._source is None:
-            self.controller.describe(env_id)
+        self.gym_editor.refresh()
         self._show_problem_marks()
-
-    def _build_gym_kwargs_form(self) -> None:
-        """One field per keyword argument of the env: its constructor's
-        signature (from the engine's description of the id) with the
-        registration's own kwargs as defaults, plus any the spec sets.
-        Arguments without a plain type are edited in the JSON field."""
-        env_id = str(self.model.get_field("gymnasium.id", ""))
-        entry = next((e for e in self.controller.catalog if e["id"] == env_id), {})
-        params = (
-            list(self._described.get("parameters") or [])
-            if self._described.get("id") == env_id
-            else []
-        )
-        registered = dict(entry.get("kwargs", {}))
-        defaults = {p["name"]: p.get("default") for p in params}
-        defaults.update(registered)
-        current = self.model.get_field("gymnasium.kwargs", {}) or {}
-        kinds = {p["name"]: p.get("type", "json") for p in params}
-        helps = {
-            p["name"]: f"{p['name']}: {p['annotation']}"
-            for p in params
-            if p.get("annotation")
-        }
-        schemas = []
-        for name in dict.fromkeys([*kinds, *registered, *current]):
-            value = current.get(name, defaults.get(name))
-            kind = kinds.get(name) or _plain_type(value)
-            if kind == "json" or isinstance(value, (dict, list)):
-                continue  # edited in the JSON field below
-            if value is None and name not in current:
-                continue  # no default to show; the JSON field sets it
-            schema: dict[str, Any] = {
-                "name": name,
-                "type": kind,
-                "default": defaults.get(name, value),
-            }
-            if name in helps:
-                schema["help"] = helps[name]
-            schemas.append(schema)
-        with QSignalBlocker(self.gym_kwargs):
-            self.gym_kwargs.set_schema(schemas, current)
-        self._gym_kwargs_defaults = defaults
-
-    def _on_gym_id_edited(self) -> None:
-        env_id = self.gym_id.currentText().strip()
-        if env_id and env_id != self.model.get_field("gymnasium.id"):
-            self._push(cmd.SetField(self.model, "gymnasium.id", env_id))
-
-    def _on_gym_max_steps_edited(self) -> None:
-        text = self.gym_max_steps.text().strip()
-        try:
-            value = int(text) if text else None
-        except ValueError:
-            self.gym_max_steps.setStyleSheet(ERROR_STYLE)
-            self.gym_max_steps.setToolTip("Max episode steps must be a whole number.")
-            return
-        self.gym_max_steps.setStyleSheet("")
-        if value != self.model.get_field("gymnasium.max_episode_steps"):
-            self._push(cmd.SetField(self.model, "gymnasium.max_episode_steps", value))
-
-    def _on_gym_kwargs_changed(self, values: dict[str, Any]) -> None:
-        defaults = getattr(self, "_gym_kwargs_defaults", {})
-        kwargs = dict(self.model.get_field("gymnasium.kwargs", {}) or {})
-        for name, value in values.items():
-            if name in defaults and value == defaults[name]:
-                kwargs.pop(name, None)
-            else:
-                kwargs[name] = value
-        if kwargs != (self.model.get_field("gymnasium.kwargs", {}) or {}):
-            self._push(
-                cmd.SetField(self.model, "gymnasium.kwargs", kwargs), self.gym_kwargs
-            )
-
-    def _on_gym_kwargs_text_edited(self) -> None:
-        try:
-            kwargs = json.loads(self.gym_kwargs_text.text() or "{}")
-        except ValueError:
-            kwargs = None
-        if not isinstance(kwargs, dict):
-            self.gym_kwargs_text.setStyleSheet(ERROR_STYLE)
-            self.gym_kwargs_text.setToolTip("Keyword arguments must be a JSON object.")
-            return
-        self.gym_kwargs_text.setStyleSheet("")
-        if kwargs != (self.model.get_field("gymnasium.kwargs", {}) or {}):
-            self._push(
-                cmd.SetField(self.model, "gymnasium.kwargs", kwargs),
-                self.gym_kwargs_text,
-            )
-
-    def _on_catalog_received(self, envs: list) -> None:
-        with QSignalBlocker(self.gym_id):
-            text = self.gym_id.currentText()
-            self.gym_id.clear()
-            self.gym_id.addItems([e["id"] for e in envs if not e.get("designed")])
-            self.gym_id.setEditText(text)
-        if self.model.kind == "gymnasium":
-            self._build_gym_kwargs_form()
-
-    def _on_env_described(self, entry: dict) -> None:
-        if entry.get("id") != self.model.get_field("gymnasium.id"):
-            return
-        self._described = dict(entry)
-        if self.model.kind == "gymnasium":
-            self._build_gym_kwargs_form()  # now with the signature's arguments
-        if entry.get("error"):
-            self.gym_spaces.setText(
-                f"<span style='color:#d62728'>{entry['error']}</span>"
-            )
-        else:
-            self.gym_spaces.setText(
-                f"observations {entry.get('observation_space', '?')}<br>"
-                f"actions {entry.get('action_space', '?')}"
-            )
 
     # ------------------------------------------------------------ python
     @property
@@ -1979,19 +1822,6 @@ class EnvironmentsWorkspace(QWidget):
                 for name, p in form.paths.items():
                     if p == target.key and form.isVisible():
                         form.editor(name).setFocus()
-
-
-def _plain_type(value: Any) -> str:
-    """The form field type for a value (``json`` when no field fits)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, str):
-        return "str"
-    return "json"
 
 
 def _mark(widget: QWidget, message: str) -> None:
