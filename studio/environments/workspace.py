@@ -47,7 +47,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QSpinBox,
     QSplitter,
     QStackedWidget,
     QTableWidget,
@@ -67,6 +66,7 @@ from studio.document_session import DocumentSession
 from studio.environments import commands as cmd
 from studio.environments.controller import EnvController
 from studio.environments.fields import FieldForm, monospace
+from studio.environments.grid_editor import GridEditor
 from studio.environments.gymnasium_editor import GymnasiumEditor
 from studio.environments.preview import EnvPreviewPanel
 from studio.environments.python_editor import PythonEditor
@@ -96,7 +96,6 @@ from studio.state.env_preview import (
 )
 from studio.state.project_state import ProjectState
 from widgets.banner import Banner
-from widgets.grid_painter import GridPainter, GridPalette
 from widgets.param_form import ERROR_STYLE
 from widgets.record_table import Column, RecordTable
 from widgets.state_machine_editor import (
@@ -197,48 +196,6 @@ WORKFLOW_FIELDS: list[tuple[str, dict[str, Any]]] = [
             "help": "Succeed on the task's target status.",
             "title": "Task target is success",
         },
-    ),
-]
-
-GRID_FIELDS: list[tuple[str, dict[str, Any]]] = [
-    (
-        "grid.slip",
-        {
-            "name": "slip",
-            "type": "float",
-            "default": 0.0,
-            "min": 0.0,
-            "max": 1.0,
-            "help": "Probability that a move goes to a perpendicular side.",
-            "title": "Slip probability",
-        },
-    ),
-    (
-        "grid.max_steps",
-        {
-            "name": "max_steps",
-            "type": "int",
-            "default": 100,
-            "min": 1,
-            "help": "Steps before an episode is cut off.",
-            "title": "Max steps",
-        },
-    ),
-    (
-        "grid.rewards.per_step",
-        {"name": "per_step", "type": "float", "default": 0.0, "title": "Per step"},
-    ),
-    (
-        "grid.rewards.goal",
-        {"name": "goal", "type": "float", "default": 1.0, "title": "Goal"},
-    ),
-    (
-        "grid.rewards.trap",
-        {"name": "trap", "type": "float", "default": -1.0, "title": "Trap"},
-    ),
-    (
-        "grid.rewards.wall_bump",
-        {"name": "wall_bump", "type": "float", "default": 0.0, "title": "Wall bump"},
     ),
 ]
 
@@ -690,32 +647,15 @@ class EnvironmentsWorkspace(QWidget):
         return page
 
     def _build_grid_page(self) -> QWidget:
-        self.grid_painter = GridPainter()
-        self.grid_painter.stroke_finished.connect(self._on_grid_stroke_finished)
-        self.grid_palette = GridPalette(self.grid_painter)
-        self.grid_rows = QSpinBox(minimum=1, maximum=256)
-        self.grid_cols = QSpinBox(minimum=1, maximum=256)
-        self.grid_rows.editingFinished.connect(self._on_grid_size_edited)
-        self.grid_cols.editingFinished.connect(self._on_grid_size_edited)
-        self.grid_form = FieldForm(GRID_FIELDS)
-        self.grid_form.values_changed.connect(
-            lambda v: self._on_form_values_changed(self.grid_form, v)
+        editor = GridEditor(self.model, self._push, lambda: self._source)
+        editor.form.values_changed.connect(
+            lambda v: self._on_form_values_changed(editor.form, v)
         )
-        side = QWidget()
-        form = QFormLayout(side)
-        form.addRow("Rows", self.grid_rows)
-        form.addRow("Columns", self.grid_cols)
-        form.addRow(self.grid_form)
-        left = QWidget()
-        left_layout = QVBoxLayout(left)
-        left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.addWidget(self.grid_palette)
-        left_layout.addWidget(self.grid_painter, 1)
-        page = QSplitter(Qt.Orientation.Horizontal)
-        page.addWidget(left)
-        page.addWidget(side)
-        page.setStretchFactor(0, 1)
-        return page
+        self.grid_editor = editor
+        # Its widgets under the names the problem marks and scripts use.
+        self.grid_painter, self.grid_palette = editor.painter, editor.cell_palette
+        self.grid_form = editor.form
+        return editor
 
     def _build_gymnasium_page(self) -> QWidget:
         editor = GymnasiumEditor(
@@ -1586,22 +1526,8 @@ class EnvironmentsWorkspace(QWidget):
 
     # ------------------------------------------------------------ grid
     def _refresh_grid(self) -> None:
-        rows, cols = self.model.grid_size()
-        self.grid_painter.set_grid(rows, cols, self.model.grid_cells())
-        for spin, value in ((self.grid_rows, rows), (self.grid_cols, cols)):
-            with QSignalBlocker(spin):
-                spin.setValue(value)
-        if self._source is not self.grid_form:
-            self.grid_form.load(self.model)
+        self.grid_editor.refresh()
         self._show_problem_marks()
-
-    def _on_grid_stroke_finished(self, changes: list) -> None:
-        self._push(cmd.PaintCells(self.model, changes))
-
-    def _on_grid_size_edited(self) -> None:
-        rows, cols = self.grid_rows.value(), self.grid_cols.value()
-        if (rows, cols) != self.model.grid_size():
-            self._push(cmd.ResizeGrid(self.model, rows, cols))
 
     # ------------------------------------------------------------ gymnasium
     def _refresh_gymnasium(self) -> None:
