@@ -12,22 +12,32 @@ or the whole episode on the episode table), ``X`` clears it, ``E`` edits
 the step's ideal answer (SFT), ``P`` pins a step and ``1`` / ``2`` on
 another says the pinned / this one is the better (DPO), ``Ctrl+Z`` undoes.
 Each label is committed to ``data/labels.sqlite`` as the key is pressed.
+
+The auto-labeler panel lists the suggestions of the last reward model
+(``reward.train``) for the unlabelled steps of the chosen file, least
+confident first: ``A`` accepts the selected ones, ``C`` corrects them (the
+opposite label), both in one undo step; Retrain asks for a new reward model
+on the labels as they are now; the plot shows how far each model agreed
+with the person's labels over time (held out at training, and in reviews).
 """
 
 from __future__ import annotations
 
 import html
 import itertools
+import json
 import sqlite3
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
 from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QGroupBox,
     QHBoxLayout,
     QLabel,
     QListWidget,
@@ -35,6 +45,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSplitter,
+    QTableView,
     QVBoxLayout,
     QWidget,
 )
@@ -44,6 +55,7 @@ from engine.store.labels import (
     LabelError,
     LabelStore,
     StepRef,
+    Suggestion,
     orphan_sentence,
     ref_of,
     resolve,
@@ -120,6 +132,19 @@ def _sorted_set(table: RecordTable, records: list[dict]) -> None:
             table._proxy.sort(column, order)
 
 
+SUGGESTION_COLUMNS = [
+    Column("Step", lambda r: r["where"]),
+    Column(
+        "Suggests",
+        lambda r: r["value"],
+        color=lambda r: LABEL_COLORS.get(r["value"]),
+    ),
+    Column("Confidence", lambda r: r["confidence"], lambda v: f"{v:.0%}"),
+    Column("Action", lambda r: r["action"]),
+]
+REWARD_MODELS = "data/reward_models"
+
+
 class IdealAnswerDialog(QDialog):
     """Edit the ideal answer of a step (its recorded completion to start)."""
 
@@ -143,6 +168,10 @@ class IdealAnswerDialog(QDialog):
 
 
 class TraceViewer(QWidget):
+    retrain_requested = Signal(dict)
+    """A ``reward.train`` config: a new reward model on the labels as they
+    are now (after corrections)."""
+
     LABEL_KEYS = {
         Qt.Key.Key_G: "good",
         Qt.Key.Key_B: "bad",
@@ -209,6 +238,52 @@ class TraceViewer(QWidget):
         self.prompt = QPlainTextEdit(readOnly=True)
         self.prompt.setPlaceholderText("The prompt and completion of the chosen step.")
 
+        self._suggested: list[Suggestion] = []
+        self.suggestion_info = QLabel(wordWrap=True)
+        self.suggestions = RecordTable(
+            SUGGESTION_COLUMNS,
+            empty_text="No suggestions: train a reward model on your labels "
+            "(reward.train, or the Learn reward node) and it suggests labels "
+            "for the unlabelled steps here.",
+        )
+        self.suggestions.view.setSelectionMode(
+            QTableView.SelectionMode.ExtendedSelection
+        )
+        self.suggestions.view.setSortingEnabled(False)
+        self.suggestions.view.installEventFilter(self)
+        self.suggestions.selection_changed.connect(
+            self._on_suggestion_selection_changed
+        )
+        self.accept_button = QPushButton("Accept (A)")
+        self.accept_button.clicked.connect(self._on_accept_clicked)
+        self.correct_button = QPushButton("Correct (C)")
+        self.correct_button.clicked.connect(self._on_correct_clicked)
+        self.retrain_button = QPushButton("Retrain")
+        self.retrain_button.setToolTip(
+            "Train a new reward model on the labels as they are now."
+        )
+        self.retrain_button.clicked.connect(self._on_retrain_clicked)
+        self.agreement_plot = pg.PlotWidget()
+        self.agreement_plot.setFixedHeight(110)
+        self.agreement_plot.setYRange(0, 1)
+        self.agreement_plot.setLabel("left", "agreement")
+        self.agreement_plot.setLabel("bottom", "review")
+        self._held_curve = self.agreement_plot.plot(
+            [], [], pen=None, symbol="o", symbolSize=6, name="held out"
+        )
+        self._review_curve = self.agreement_plot.plot(
+            [], [], pen=pg.mkPen("#2ca02c", width=2), symbol="t", symbolSize=6
+        )
+        auto = QGroupBox("Auto-labeler")
+        auto_layout = QVBoxLayout(auto)
+        auto_layout.addWidget(self.suggestion_info)
+        auto_layout.addWidget(self.suggestions, 1)
+        buttons = QHBoxLayout()
+        for button in (self.accept_button, self.correct_button, self.retrain_button):
+            buttons.addWidget(button)
+        auto_layout.addLayout(buttons)
+        auto_layout.addWidget(self.agreement_plot)
+
         filters = QHBoxLayout()
         for title, widget in (
             ("Env", self.env_filter),
@@ -240,7 +315,8 @@ class TraceViewer(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(left)
         split.addWidget(right)
-        split.setSizes([180, 700])
+        split.addWidget(auto)
+        split.setSizes([180, 700, 260])
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
@@ -360,6 +436,7 @@ class TraceViewer(QWidget):
         self.steps.set_records([])
         self.prompt.clear()
         self._apply_filter()
+        self.reload_suggestions()
 
     def _fill_filter(self, combo: QComboBox, values: list[str]) -> None:
         keep = combo.currentText()
@@ -479,6 +556,13 @@ class TraceViewer(QWidget):
             self.episodes.update_record(self._rows[episode])
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if (
+            watched is self.suggestions.view
+            and event.type() == QEvent.Type.KeyPress
+            and isinstance(event, QKeyEvent)
+            and self.handle_suggestion_key(event)
+        ):
+            return True
         on_steps = watched is self.steps.view
         if (
             event.type() == QEvent.Type.KeyPress
@@ -644,7 +728,144 @@ class TraceViewer(QWidget):
             if self.trace is not None and trace == self.trace.name:
                 self._remember(kind, episode, step, label)
                 self._repaint(episode, step)
+        if self._suggested or self.suggestions.model.records:
+            self.reload_suggestions()
         self._say("Undone.")
+
+    # ------------------------------------------------------------ auto-labeler
+    def reload_suggestions(self) -> None:
+        """The open suggestions for the chosen file, and the agreement plot."""
+        store = self._labels()
+        if store is None or self.trace is None:
+            self._suggested = []
+            self.suggestions.set_records([])
+            return
+        self._suggested = store.suggestions(self.trace.name)
+        records = []
+        for i, sug in enumerate(self._suggested):
+            action = ""
+            if sug.episode < len(self.trace.summaries):
+                steps = self.trace.episodes[sug.episode].get("steps") or []
+                if sug.step < len(steps):
+                    action = step_row(steps[sug.step], sug.step)["action"]
+            records.append(
+                {
+                    "id": str(i),
+                    "where": f"{sug.episode}:{sug.step}",
+                    "value": sug.value,
+                    "confidence": sug.confidence,
+                    "action": action,
+                }
+            )
+        self.suggestions.set_records(records)
+        models = sorted({s.model for s in self._suggested})
+        self.suggestion_info.setText(
+            f"{len(records)} suggestion(s) from {', '.join(models)}, least "
+            "confident first: A accepts, C corrects the selected ones."
+            if records
+            else ""
+        )
+        history = store.agreement()
+        held = [(i, h.rate) for i, h in enumerate(history) if h.source == "held-out"]
+        review = [(i, h.rate) for i, h in enumerate(history) if h.source == "review"]
+        self._held_curve.setData([x for x, _ in held], [y for _, y in held])
+        self._review_curve.setData([x for x, _ in review], [y for _, y in review])
+
+    def agreement_points(self) -> tuple[list[float], list[float]]:
+        """The plotted review agreement (x, rate), for tests and tooltips."""
+        x, y = self._review_curve.getData()
+        return ([] if x is None else list(x)), ([] if y is None else list(y))
+
+    def selected_suggestions(self) -> list[Suggestion]:
+        return [self._suggested[int(k)] for k in self.suggestions.selected_keys()]
+
+    def handle_suggestion_key(self, event: QKeyEvent) -> bool:
+        if event.matches(QKeySequence.StandardKey.Undo):
+            self.undo()
+            return True
+        if event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
+            return False
+        if event.key() == Qt.Key.Key_A:
+            self.review(correct=False)
+            return True
+        if event.key() == Qt.Key.Key_C:
+            self.review(correct=True)
+            return True
+        return False
+
+    def _on_accept_clicked(self) -> None:
+        self.review(correct=False)
+
+    def _on_correct_clicked(self) -> None:
+        self.review(correct=True)
+
+    def review(self, correct: bool) -> None:
+        """Accept (or correct) the selected suggestions in one commit."""
+        store = self._store_or_say()
+        # a step labelled by hand since the list was made keeps that label
+        chosen = [
+            s
+            for s in self.selected_suggestions()
+            if store is not None
+            and store.get("kto", s.trace, s.episode, s.step) is None
+        ]
+        if not chosen or store is None:
+            self._say("Select suggestions first (Shift/Ctrl+click for many).")
+            return
+        try:
+            n = store.review([], chosen) if correct else store.review(chosen, [])
+        except (LabelError, sqlite3.Error) as exc:
+            self._say(f"The review was not saved: {exc}", error=True)
+            return
+        flip = {"good": "bad", "bad": "good"}
+        for sug in chosen:
+            value = flip[sug.value] if correct else sug.value
+            self._step_labels.setdefault((sug.episode, sug.step), {})["kto"] = value
+            self._repaint(sug.episode, sug.step)
+        self.reload_suggestions()
+        self._say(f"{'Corrected' if correct else 'Accepted'} {n} suggestion(s).")
+
+    def _on_suggestion_selection_changed(self, keys: list[str]) -> None:
+        if not keys:
+            return
+        sug = self._suggested[int(keys[0])]
+        self.episodes.select_keys([str(sug.episode)])
+        if self._episode_index() == sug.episode:
+            self.steps.select_keys([str(sug.step)])
+
+    def retrain_config(self) -> dict | None:
+        """A ``reward.train`` config like the one that made the current
+        suggestions (None without one)."""
+        models = [s.model for s in self._suggested]
+        store = self._labels()
+        if not models and store is not None:
+            history = store.agreement()
+            models = [history[-1].model] if history else []
+        if not models or not self.project_dir:
+            return None
+        meta_file = (
+            Path(self.project_dir) / REWARD_MODELS / models[0] / "reward_model.json"
+        )
+        try:
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        config: dict = {"agent": meta.get("kind", "auto"), "traces": meta.get("traces")}
+        if meta.get("kind") == "text":
+            config["base_model"] = meta.get("base", "")
+        return config
+
+    def _on_retrain_clicked(self) -> None:
+        config = self.retrain_config()
+        if config is None:
+            self._say(
+                "Nothing to retrain yet: train a first reward model with "
+                "reward.train (or the Learn reward node).",
+                error=True,
+            )
+            return
+        self._say("Retraining the reward model on the labels as they are now.")
+        self.retrain_requested.emit(config)
 
     def _where(self, pos: tuple[int, int]) -> str:
         e, t = pos

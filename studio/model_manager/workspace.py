@@ -70,6 +70,7 @@ PURPOSE_TITLES = {
     "export.gguf": "GGUF export",
     "deploy": "Ollama deployment",
     "hub.download": "Download from the Hub",
+    "retrain": "Reward model retraining",
 }
 
 MODEL_COLUMNS = [
@@ -224,6 +225,7 @@ class ModelsWorkspace(QWidget):
         run_layout.addWidget(play_split, 1)
 
         self.trace_viewer = TraceViewer()
+        self.trace_viewer.retrain_requested.connect(self._on_retrain_requested)
         self.report_box = QComboBox()
         self.report_box.currentIndexChanged.connect(self._on_report_box_changed)
         self.report = ComparisonReport()
@@ -698,7 +700,9 @@ class ModelsWorkspace(QWidget):
             self.action_label.setText(f"{title} {status}.")
             return
         self.action_label.setText(f"{title} done.")
-        if purpose == "evaluate":
+        if purpose == "retrain":
+            self.trace_viewer.reload_suggestions()
+        elif purpose == "evaluate":
             self._show_evaluation(run_id)
         elif purpose == "play":
             self._show_play(run_id)
@@ -714,6 +718,11 @@ class ModelsWorkspace(QWidget):
                 )
             )
             self.refresh_ollama()
+
+    def _on_retrain_requested(self, config: dict) -> None:
+        self.controller.start_action(
+            "retrain", "reward.train", config, {"id": ""}, name="Retrain reward model"
+        )
 
     def _show_download(self, run_id: str, status: str, reason: str) -> None:
         summary = (self._state.run(run_id) or {}).get("summary") or {}
