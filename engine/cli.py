@@ -56,6 +56,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "engine.llm.hub_cli",
         "`hub download REPO_ID`: a model from the Hugging Face Hub, resumable",
     ),
+    "worker": (
+        "engine.llm.distributed",
+        "this machine's processes of a multi-machine llm.train run (machine 1..)",
+    ),
     "run": (
         "engine.nodes.cli",
         "run a workflow (.flow.json) headless with per-node progress",

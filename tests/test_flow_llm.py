@@ -162,7 +162,7 @@ def test_building_the_catalog_imports_no_heavy_library() -> None:
             "train",
             {"batch_size": 2, "num_generations": 4},
             "num_generations (4) must divide batch_size x gradient_accumulation_steps"
-            " (2 x 1), as GRPO requires.",
+            " x num_processes (2 x 1 x 1), as GRPO requires.",
         ),
         (
             "train",

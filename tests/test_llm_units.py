@@ -404,7 +404,7 @@ def test_hardware_generations_fit_the_users_grpo_batch(model_and_data) -> None:
     assert out["batch_size"] == 6 and out["num_generations"] == 6
     assert out["notes"] == [
         "num_generations 16 -> 6: GRPO groups answers within batch_size x "
-        "accumulation = 6."
+        "accumulation x processes = 6."
     ]
 
 
@@ -434,15 +434,36 @@ def test_other_validators(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ misc
-def test_accelerate_command() -> None:
-    from engine.llm.train import accelerate_command
+def test_accelerate_launch_files(tmp_path: Path) -> None:
+    from engine.llm.distributed import launch_command, write_launch_files
 
-    cmd = accelerate_command(Path("/p/runs/r1"), 4, resume=True, mixed_precision="bf16")
-    assert cmd[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
-    assert cmd[cmd.index("--num_processes") + 1] == "4" and "--multi_gpu" in cmd
-    assert cmd[cmd.index("--mixed_precision") + 1] == "bf16"
+    cfg = {
+        "device": "cuda",
+        "strategy": "deepspeed_zero3",
+        "precision": "bf16",
+        "num_processes": 8,
+        "num_machines": 2,
+        "main_process_ip": "10.0.0.1",
+        "main_process_port": 29501,
+        "gradient_accumulation_steps": 4,
+    }
+    path = write_launch_files(tmp_path, "r1", "llm.train", cfg, machine_rank=1)
+    written = json.loads(path.read_text())
+    assert written["distributed_type"] == "DEEPSPEED"
+    assert written["deepspeed_config"]["zero_stage"] == 3
+    assert written["machine_rank"] == 1 and written["mixed_precision"] == "bf16"
+    assert written["num_processes"] == 8 and written["use_cpu"] is False
+    # only machine 0 writes the job; the other machines read it
+    assert not (tmp_path / "distributed" / "job.json").exists()
+    cmd = launch_command(path, Path("/p/runs/r1"), resume=True)
+    assert cmd[:5] == [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(path),
+    ]
     assert cmd[-4:] == ["-m", "engine.llm.train", "/p/runs/r1", "--resume"]
-    assert "--multi_gpu" not in accelerate_command(Path("/r"), 1)
 
 
 def test_metric_names() -> None:

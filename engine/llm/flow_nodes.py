@@ -91,6 +91,8 @@ TRAIN_PARAMS = (
     "max_length",
     "temperature",
     "seed",
+    "num_processes",
+    "strategy",
 )
 """The llm.train settings the Fine-tune node has a parameter for (declared,
 with their defaults, bounds and help, by ``engine.llm.train.TrainConfig``)."""
@@ -622,18 +624,22 @@ def _check_train(params: dict[str, Any]) -> list[str]:
     gens = params.get("num_generations")
     batch = params.get("batch_size")
     accum = params.get("gradient_accumulation_steps", 1)
+    # GRPO groups answers over every process's batches.
+    procs = params.get("num_processes") or 1
     if (
         params.get("method") == "grpo"
         and isinstance(gens, int)
         and isinstance(batch, int)
         and isinstance(accum, int)
+        and isinstance(procs, int)
         and gens >= 2
         and batch >= 1
-        and (batch * accum) % gens
+        and (batch * accum * procs) % gens
     ):
         problems.append(
             f"num_generations ({gens}) must divide batch_size x "
-            f"gradient_accumulation_steps ({batch} x {accum}), as GRPO requires."
+            f"gradient_accumulation_steps x num_processes ({batch} x {accum} x "
+            f"{procs}), as GRPO requires."
         )
     return problems
 

@@ -19,9 +19,9 @@ method's own (``dpo/...``, ``kto/...``). Checkpoints go to the run's
 from the latest one. Stop is cooperative: the callback sets
 ``control.should_training_stop`` (and ``should_save``) once ``ctx.should_stop``.
 
-With more than one CUDA GPU the job re-launches itself through
-``accelerate launch`` (:func:`accelerate_command`); the worker processes
-write metrics straight to the run's ``metrics.jsonl``.
+With ``num_processes`` or ``num_machines`` above 1 the job re-launches
+itself through ``accelerate launch`` (:mod:`engine.llm.distributed`); rank 0
+writes metrics straight to the run's ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import dataclasses
 import math
 import os
 import random
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError, with_defaults
-from engine.jobs.context import STOP_REQUEST_FILE
+from engine.llm.distributed import STRATEGIES
 from engine.settings import check_fields, defaults_of, setting
 from engine.store.paths import checked_name
 from engine.store.project import new_model_folder
@@ -51,7 +50,6 @@ GRPO_DEFAULT_BETA = 0.04
 DeepSeekMath value TRL used before 0.19). With LoRA the reference model is
 the base with the adapter switched off, so the KL term costs one extra
 forward pass and no memory."""
-WORKER_ENV = "RLSTUDIO_ACCELERATE_WORKER"
 
 
 @dataclass
@@ -136,6 +134,33 @@ class TrainConfig:
     """Random seed (chosen and saved if None)."""
     device: str | None = setting(None)
     """``cuda``, ``mps`` or ``cpu`` (the detected best if None)."""
+    num_processes: int | None = setting(
+        None, min=1, max=4096, unit="processes", label="Processes"
+    )
+    """Training processes over all machines, one per GPU (CPU processes use
+    the gloo backend); each takes batch_size sequences per step. None: the
+    CUDA GPU count, 1 on the CPU."""
+    strategy: str = setting("ddp", choices=STRATEGIES)
+    """How processes share the work: ``ddp`` (a model copy each, gradients
+    averaged; any device), ``fsdp`` (sharded; CUDA), ``deepspeed_zero2`` /
+    ``deepspeed_zero3`` (CUDA and the deepspeed package)."""
+    num_machines: int = setting(1, min=1, max=1024, unit="machines")
+    """Machines taking part; the others run ``rl-studio-engine worker``."""
+    machine_rank: int = setting(0, min=0, max=1023)
+    """This machine's rank (0: the one that starts the run)."""
+    main_process_ip: str = setting("", label="Main process IP")
+    """Address of machine 0 that the other machines reach (needed with more
+    than one machine)."""
+    main_process_port: int = setting(29500, min=1, max=65535)
+    """TCP port of machine 0's main process."""
+    join_timeout_s: float = setting(
+        300.0, min=1, max=86_400, unit="s", label="Join timeout"
+    )
+    """Seconds to wait for all processes and machines to join before the
+    run fails (and for a worker machine to reach machine 0)."""
+    use_vllm: bool = setting(False, label="vLLM generation (colocate)")
+    """GRPO generates with TRL's vLLM integration in colocate mode (needs a
+    CUDA GPU and the vllm package)."""
 
 
 def hardware_defaults() -> dict[str, Any]:
@@ -145,6 +170,7 @@ def hardware_defaults() -> dict[str, Any]:
     info = detect()
     rec = info.recommendations
     assert rec is not None
+    gpus = sum(1 for g in info.gpus if g.backend == "cuda")
     return {
         "batch_size": rec.batch_size,
         "lora_rank": rec.lora_rank,
@@ -152,7 +178,8 @@ def hardware_defaults() -> dict[str, Any]:
         "precision": rec.dtype,
         "gradient_checkpointing": rec.gradient_checkpointing,
         "device": rec.device,
-        "gpu_count": sum(1 for g in info.gpus if g.backend == "cuda"),
+        "gpu_count": gpus,
+        "num_processes": max(gpus, 1) if rec.device == "cuda" else 1,
     }
 
 
@@ -174,7 +201,8 @@ def fit_to_hardware(out: dict[str, Any], chosen: set[str], n_rows: int) -> list[
             out[key] = value
 
     method = out["method"]
-    accum = out["gradient_accumulation_steps"]
+    # GRPO groups answers over the batches of every process.
+    accum = out["gradient_accumulation_steps"] * (out.get("num_processes") or 1)
     if "batch_size" in chosen:
         if method != "grpo" and n_rows > 0 and out["batch_size"] > n_rows:
             change("batch_size", n_rows, f"the dataset has {n_rows} rows")
@@ -203,7 +231,8 @@ def fit_to_hardware(out: dict[str, Any], chosen: set[str], n_rows: int) -> list[
             change(
                 "num_generations",
                 max(fits),
-                f"GRPO groups answers within batch_size x accumulation = {total}",
+                "GRPO groups answers within batch_size x accumulation x "
+                f"processes = {total}",
             )
     return notes
 
@@ -244,9 +273,10 @@ def validate(
         "precision",
         "gradient_checkpointing",
         "device",
+        "num_processes",
     ):
         if out[key] is None:
-            out[key] = hw[key]
+            out[key] = hw.get(key, 1)
             chosen.add(key)
     # Hardware values are checked like the user's.
     out = check_fields(TrainConfig, out)
@@ -258,6 +288,9 @@ def validate(
         raise ConfigError(
             "precision", "fp16 training needs a GPU; use bf16 or fp32 on the CPU."
         )
+    from engine.llm.distributed import check as check_scale_out
+
+    check_scale_out(out, int(hw.get("gpu_count", 0)))
     if out["lora_alpha"] is None:
         out["lora_alpha"] = 2.0 * out["lora_rank"]
     notes = fit_to_hardware(out, chosen, n_rows)
@@ -273,14 +306,15 @@ def validate(
         if (
             out["batch_size"]
             * out["gradient_accumulation_steps"]
+            * out["num_processes"]
             % out["num_generations"]
         ):
             raise ConfigError(
                 "num_generations",
                 f"num_generations ({out['num_generations']}) must divide batch_size x "
-                f"gradient_accumulation_steps ({out['batch_size']} x "
-                f"{out['gradient_accumulation_steps']}), as TRL's GRPO requires; "
-                "change one of them.",
+                f"gradient_accumulation_steps x num_processes ({out['batch_size']} x "
+                f"{out['gradient_accumulation_steps']} x {out['num_processes']}), "
+                "as TRL's GRPO requires; change one of them.",
             )
         from engine.llm.rewards import build_rewards
 
@@ -407,14 +441,22 @@ def make_callback(
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
             ctx.progress(state.global_step, total_steps or state.max_steps)
-            if ctx.should_stop:
+            from engine.llm.distributed import agreed_stop
+
+            # Every rank leaves at the same step (and saves one checkpoint).
+            if agreed_stop(ctx.should_stop):
+                if not ctx.should_stop:
+                    ctx.request_stop()
                 self.stopped = True
                 control.should_training_stop = True
                 control.should_save = True
             return control
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-            if ctx.should_stop:
+            # Ranks decide together at step ends; alone, stop at once.
+            from engine.llm.distributed import world_size
+
+            if ctx.should_stop and world_size() < 2:
                 self.stopped = True
                 control.should_training_stop = True
             return control
@@ -549,6 +591,12 @@ def build_trainer(
             max_completion_length=cfg["max_completion_length"],
             temperature=cfg["temperature"],
             reward_weights=[r.weight for r in rewards],
+            # vLLM in this process's GPU (colocate): no separate server to run.
+            **(
+                {"use_vllm": True, "vllm_mode": "colocate"}
+                if cfg.get("use_vllm")
+                else {}
+            ),
         )
         if cfg["max_prompt_length"] is not None and hasattr(
             grpo_args, "max_prompt_length"
@@ -614,6 +662,7 @@ def train_model(
     model_dir = new_model_folder(ctx.project_dir, name)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     # Beside SB3's: runs/<id>/tensorboard/ (one writer: rank 0 of accelerate).
+    # Rank 0 alone writes the run's files; the others only train.
     rank0 = os.environ.get("RANK", "0") == "0"
     tensorboard = ctx.run_dir / "tensorboard" if rank0 else None
     callback = make_callback(ctx, cfg["method"], cfg["max_steps"], tensorboard)
@@ -665,20 +714,21 @@ def _train_with(
             ) from exc
         raise
     wall = time.monotonic() - t0
-    model_dir.mkdir(parents=True, exist_ok=True)
-    trainer.model.save_pretrained(str(model_dir))
-    trainer.processing_class.save_pretrained(str(model_dir))
-    # A user-visible record of where the adapter came from.
-    atomic_write_json(
-        model_dir / "rlstudio.json",
-        {
-            "kind": "lora-adapter",
-            "base": cfg["model"],
-            "method": cfg["method"],
-            "dataset": cfg["dataset"],
-            "run_id": ctx.run_id,
-        },
-    )
+    if os.environ.get("RANK", "0") == "0":
+        model_dir.mkdir(parents=True, exist_ok=True)
+        trainer.model.save_pretrained(str(model_dir))
+        trainer.processing_class.save_pretrained(str(model_dir))
+        # A user-visible record of where the adapter came from.
+        atomic_write_json(
+            model_dir / "rlstudio.json",
+            {
+                "kind": "lora-adapter",
+                "base": cfg["model"],
+                "method": cfg["method"],
+                "dataset": cfg["dataset"],
+                "run_id": ctx.run_id,
+            },
+        )
     final = {
         "global_step": int(trainer.state.global_step),
         "train_loss": float(getattr(result, "training_loss", float("nan")) or 0.0),
@@ -706,108 +756,18 @@ def _train_with(
     }
 
 
-def accelerate_command(
-    run_dir: Path,
-    num_processes: int,
-    *,
-    resume: bool = False,
-    mixed_precision: str = "no",
-) -> list[str]:
-    """``accelerate launch`` of the training worker on ``num_processes`` GPUs."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_processes",
-        str(int(num_processes)),
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        mixed_precision,
-        "--dynamo_backend",
-        "no",
-    ]
-    if num_processes > 1:
-        cmd.append("--multi_gpu")
-    cmd += ["-m", "engine.llm.train", str(run_dir)]
-    if resume:
-        cmd.append("--resume")
-    return cmd
-
-
-def _run_accelerate(ctx: Any, cfg: dict[str, Any], gpus: int) -> dict[str, Any]:
-    import json
-
-    mp = {"bf16": "bf16", "fp16": "fp16"}.get(cfg["precision"], "no")
-    cmd = accelerate_command(ctx.run_dir, gpus, resume=ctx.resume, mixed_precision=mp)
-    ctx.log("launching: " + " ".join(cmd))
-    stop_file = ctx.run_dir / STOP_REQUEST_FILE
-    stop_file.unlink(missing_ok=True)
-    env = {**os.environ, WORKER_ENV: "1"}
-    proc = subprocess.Popen(cmd, env=env, cwd=os.getcwd())
-    while proc.poll() is None:
-        if ctx.wait_for_stop(1.0):
-            stop_file.touch()
-    if proc.returncode != 0:
-        raise EngineError(
-            "Multi-GPU training (accelerate launch) exited with code "
-            f"{proc.returncode}; see the log for the worker's error."
-        )
-    summary: dict[str, Any] = json.loads(
-        (ctx.run_dir / "worker_summary.json").read_text()
-    )
-    return summary
-
-
 def run(ctx: Any) -> dict[str, Any]:
-    """Job entry of ``llm.train``."""
-    cfg = ctx.config
-    import torch
+    """Job entry of ``llm.train``: in this process, or over the processes
+    and machines of the scale-out settings (:mod:`engine.llm.distributed`)."""
+    from engine.llm.distributed import WORKER_ENV, is_distributed, run_distributed
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus > 1 and cfg["device"] == "cuda" and not os.environ.get(WORKER_ENV):
-        return _run_accelerate(ctx, cfg, gpus)
+    cfg = ctx.config
+    if is_distributed(cfg) and not os.environ.get(WORKER_ENV):
+        return run_distributed(ctx, cfg)
     return train_model(ctx, cfg)
 
 
-def _worker_main(argv: list[str]) -> int:
-    """One ``accelerate launch`` process: trains with a context whose stop
-    flag follows ``RUN_DIR/stop.request``; rank 0 writes the summary."""
-    import argparse
-    import threading
-
-    from engine.jobs.context import JobContext, read_run_config
-    from engine.store.atomic import atomic_write_json
-
-    parser = argparse.ArgumentParser(prog="engine.llm.train")
-    parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--resume", action="store_true")
-    args = parser.parse_args(argv)
-    record = read_run_config(args.run_dir)
-    rank = int(os.environ.get("RANK", "0"))
-    ctx = JobContext(
-        record["run_id"],
-        args.run_dir,
-        record["kind"],
-        record["config"],
-        resume=args.resume,
-    )
-    if rank != 0:
-        ctx.metrics = lambda *a, **k: None  # type: ignore[method-assign]
-
-    def watch() -> None:
-        while not ctx.should_stop:
-            if (args.run_dir / STOP_REQUEST_FILE).exists():
-                ctx.request_stop()
-            time.sleep(1.0)
-
-    threading.Thread(target=watch, daemon=True).start()
-    summary = train_model(ctx, ctx.config)
-    ctx.close()
-    if rank == 0:
-        atomic_write_json(args.run_dir / "worker_summary.json", summary)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(_worker_main(sys.argv[1:]))
+    from engine.llm.distributed import worker_main
+
+    raise SystemExit(worker_main(sys.argv[1:]))
