@@ -584,6 +584,10 @@ def build_trainer(
         from engine.llm.rewards import build_rewards
 
         rewards = build_rewards(cfg["rewards"])
+        # vLLM in this process's GPU (colocate): no separate server to run.
+        vllm: dict[str, Any] = (
+            {"use_vllm": True, "vllm_mode": "colocate"} if cfg.get("use_vllm") else {}
+        )
         grpo_args = GRPOConfig(
             **common,
             **beta,
@@ -591,12 +595,7 @@ def build_trainer(
             max_completion_length=cfg["max_completion_length"],
             temperature=cfg["temperature"],
             reward_weights=[r.weight for r in rewards],
-            # vLLM in this process's GPU (colocate): no separate server to run.
-            **(
-                {"use_vllm": True, "vllm_mode": "colocate"}
-                if cfg.get("use_vllm")
-                else {}
-            ),
+            **vllm,
         )
         if cfg["max_prompt_length"] is not None and hasattr(
             grpo_args, "max_prompt_length"
