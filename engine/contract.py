@@ -97,7 +97,9 @@ CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 """One JSON object per metrics row, appended while the run goes."""
 LOG_FILE = "log.txt"
-"""The run's log (the worker's output, kept by the supervisor or the CLI)."""
+"""The run's log (the worker's output, kept by the supervisor or the CLI),
+each line stamped by :func:`log_line` (a detached job's own output is not)."""
+_LOG_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(\d{3}) ")
 RESULT_FILE = "result.json"
 """The run's outcome, written once when it ends (status, summary)."""
 REPORT_FILE = "report.json"
@@ -302,3 +304,42 @@ def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """:func:`read_json`, kept only when it is a JSON object."""
     data = read_json(path)
     return data if isinstance(data, dict) else None
+
+
+def log_line(text: str, when: float | None = None) -> str:
+    """A line of a run's ``log.txt``: the local wall time to the millisecond
+    (``2026-01-31 14:05:09.123``), a space, then ``text`` (no newline), so a
+    log read again later shows when each line was written."""
+    import time
+
+    when = time.time() if when is None else when
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+    return f"{stamp}.{int(when % 1 * 1000):03d} {text}"
+
+
+def parse_log_line(line: str) -> tuple[float | None, str]:
+    """``(wall time, text)`` of a ``log.txt`` line; ``(None, line)`` for a
+    line without a stamp (written by the job itself, or by hand)."""
+    import time
+
+    match = _LOG_STAMP.match(line)
+    if match is None:
+        return None, line
+    try:
+        when = time.mktime(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None, line
+    return when + int(match.group(2)) / 1000, line[match.end() :]
+
+
+def read_log(path: Path, max_lines: int = 500) -> list[tuple[float | None, str]]:
+    """The last ``max_lines`` lines of a ``log.txt`` as ``(time, text)``
+    (split on newlines only: a carriage return inside a line stays)."""
+    from collections import deque
+
+    try:
+        with open(path, encoding="utf-8", errors="replace", newline="\n") as fh:
+            lines = deque(fh, maxlen=max_lines)
+    except OSError:
+        return []
+    return [parse_log_line(line.rstrip("\n").rstrip("\r")) for line in lines]

@@ -249,6 +249,7 @@ class MainWindow(QMainWindow):
             "selftest", dict(SELFTEST_CONFIG), name="Engine self-test"
         )
         self.set_workspace("training")
+        self.training.show_activity()  # the self-test trains nothing to keep
 
     def _on_restart_engine(self) -> None:
         self.session.client.restart()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -195,19 +194,14 @@ class Session(QObject):
         ]
         return max(times, default=-math.inf)
 
-    def read_run_log(self, run_id: str, max_lines: int = 500) -> list[str]:
+    def read_run_log(
+        self, run_id: str, max_lines: int = 500
+    ) -> list[tuple[float | None, str]]:
+        """The last lines of a run's log as ``(time written, text)``."""
         run = self.state.run(run_id)
         if not run or not run.get("run_dir"):
             return []
-        try:
-            with open(
-                Path(run["run_dir"]) / contract.LOG_FILE,
-                encoding="utf-8",
-                errors="replace",
-            ) as fh:
-                return [line.rstrip("\n") for line in deque(fh, maxlen=max_lines)]
-        except OSError:
-            return []
+        return contract.read_log(Path(run["run_dir"]) / contract.LOG_FILE, max_lines)
 
     def _on_run_metrics(self, run_id: str, rows: list[dict[str, Any]]) -> None:
         self._live_runs.add(run_id)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from engine_harness import EngineProcess
 
-from engine import flow, protocol
+from engine import contract, flow, protocol
 from engine.store.project import Project
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,8 +95,8 @@ def test_a_headless_run_trains_evaluates_and_registers(
     )
     # log.txt holds each node's lines as a studio run's does (the editor
     # shows them per node after a restart)
-    log = (Path(run.run_dir) / "log.txt").read_text().splitlines()
-    assert any(line.startswith("[train] ") for line in log), log[:20]
+    log = contract.read_log(Path(run.run_dir) / "log.txt", 10_000)
+    assert any(text.startswith("[train] ") for _when, text in log), log[:20]
     # the training node's own folder holds its config and metrics
     train_dir = Path(run.run_dir) / "nodes" / "train"
     assert json.loads((train_dir / "config.json").read_text())["kind"] == "rl.train"

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QDialogButtonBox
 from engine.errors import ConfigError
 from engine.llm.hub import validate
 from engine.store.project import Project
+from widgets.picker import SearchPicker
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHTS = bytes(range(256)) * (3 * 4096)  # 3 MiB, three of the client's chunks
@@ -189,7 +190,15 @@ def test_models_workspace_downloads_with_progress_stop_and_resume(
     try:
         ws.hub_button.click()
         dialog = ws.dialogs[-1]
-        dialog.repo.setText("org/tiny")
+        qtbot.waitUntil(dialog.is_ready, timeout=30_000)
+        # The repository is picked from a Hub search, not typed in full.
+        picker = dialog.form.editor("repo_id")
+        assert isinstance(picker, SearchPicker)
+        qtbot.keyClicks(picker.edit, "tin")
+        qtbot.waitUntil(lambda: "org/tiny" in picker.visible_values(), timeout=30_000)
+        assert "org/gated" not in picker.visible_values()
+        picker.pick("org/tiny")
+        assert dialog.values() == ("org/tiny", "main")
         ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
         with qtbot.waitSignal(ws.controller.action_started, timeout=20_000):
             qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)

@@ -14,7 +14,7 @@ import pytest
 from hub_server import FakeHub
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLineEdit, QVBoxLayout, QWidget
 
 from engine import contract, flow
 from engine.llm.hub import HubDownloadConfig
@@ -72,6 +72,29 @@ def test_search_filters_and_enter_picks_the_first(qtbot) -> None:
     picker.edit.clear()
     qtbot.keyClicks(picker.edit, "RLSTUDIO")
     assert picker.visible_values() == ["rlstudio/maze-v0"]
+
+
+def test_leaving_the_field_ends_the_search(qtbot) -> None:
+    box = QWidget()
+    qtbot.addWidget(box)
+    picker = SearchPicker(box)
+    other = QLineEdit(box)
+    layout = QVBoxLayout(box)
+    layout.addWidget(picker)
+    layout.addWidget(other)
+    picker.set_entries(ENTRIES)
+    box.show()
+    qtbot.waitExposed(box)
+    picker.edit.setFocus()
+    qtbot.keyClicks(picker.edit, "acro")
+    assert picker.is_open() and picker.value() == "acro"
+    # Down walks into the list; the search stays open there.
+    qtbot.keyClick(picker.edit, Qt.Key.Key_Down)
+    qtbot.waitUntil(picker.list.hasFocus)
+    assert picker.is_open()
+    other.setFocus()
+    qtbot.waitUntil(lambda: not picker.is_open())
+    assert picker.value() == "acro"  # typed text stays the value
 
 
 def test_an_unknown_value_is_kept_and_said_in_one_sentence(qtbot) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import cli
+from engine import cli, contract
 from engine.rl.cli import parse_settings, progress_line
 from engine.store.atomic import atomic_write_json
 from engine.store.metrics import read_metrics
@@ -133,7 +133,11 @@ def test_a_tiny_run_prints_its_summary(
     )
     assert Path(summary["models"][0]["file"]).is_file()
     log = (run_dir / "log.txt").read_text()
-    assert log.startswith(f"reproduce with: {record['command']}\n")
+    # Each line is stamped with when it was written (the log reads back
+    # with its own times).
+    (first_time, first), *_ = contract.read_log(run_dir / "log.txt")
+    assert first == f"reproduce with: {record['command']}"
+    assert first_time is not None and abs(first_time - time.time()) < 600
     assert "PPO on CartPole-v1: 128 steps" in log
 
     # The run is in the project's run list, its best model in its models.

@@ -125,7 +125,9 @@ def test_main_window_lists_what_the_project_holds(
     assert [f["name"] for f in win.workspaces["workflows"].table.model.records] == [
         "demo"
     ]
-    runs = win.workspaces["training"].table.model.records
+    # The self-test trains nothing: it is listed as activity, not training.
+    assert win.workspaces["training"].table.model.records == []
+    runs = win.workspaces["training"].activity.model.records
     assert [(r["name"], r["status"]) for r in runs] == [("old run", "interrupted")]
     models = win.workspaces["models"].table.model.records
     assert models[0]["name"] == "policy"
@@ -137,7 +139,9 @@ def test_selftest_from_the_menu_trains_and_shows_progress(
 ) -> None:
     window._on_run_selftest()
     assert window.current_workspace() == "training"
-    table = window.workspaces["training"].table
+    training = window.workspaces["training"]
+    assert training.current_table() is training.activity
+    table = training.activity
     qtbot.waitUntil(
         lambda: any(r.get("status") == "completed" for r in table.model.records),
         timeout=30_000,
@@ -152,18 +156,19 @@ def test_selftest_from_the_menu_trains_and_shows_progress(
 def test_stop_button_stops_a_run(qtbot, window: MainWindow) -> None:
     training = window.workspaces["training"]
     window.session.start_run("selftest", {"steps": 100_000, "step_seconds": 0.01})
+    activity = training.activity
     qtbot.waitUntil(
         lambda: (
-            bool(training.table.model.records)
-            and training.table.model.records[0].get("progress_done", 0) > 0
+            bool(activity.model.records)
+            and activity.model.records[0].get("progress_done", 0) > 0
         ),
         timeout=20_000,
     )
-    training.table.select_keys([training.table.model.records[0]["id"]])
+    training.show_run(activity.model.records[0]["id"])
     assert training.stop_button.isEnabled()
     training.stop_button.click()
     qtbot.waitUntil(
-        lambda: training.table.model.records[0]["status"] == "stopped", timeout=20_000
+        lambda: activity.model.records[0]["status"] == "stopped", timeout=20_000
     )
     assert training.resume_button.isEnabled()
 

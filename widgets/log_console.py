@@ -59,9 +59,19 @@ class LogConsole(QWidget):
         layout.addLayout(top)
         layout.addWidget(self._view)
 
-    def append_line(self, text: str, source: str = "", level: str = "info") -> None:
-        stamp = time.strftime("%H:%M:%S")
+    def append_line(
+        self,
+        text: str,
+        source: str = "",
+        level: str = "info",
+        when: float | None = None,
+    ) -> None:
+        """Add a line stamped with ``when`` (a wall time; None: now)."""
+        stamp = time.strftime("%H:%M:%S", time.localtime(when))
         line = f"{stamp} {source:<10} {text}" if source else f"{stamp} {text}"
+        self._add(line, level)
+
+    def _add(self, line: str, level: str = "info") -> None:
         self._lines.append((level, line))
         if len(self._lines) > self._max_lines:
             del self._lines[: len(self._lines) - self._max_lines]
@@ -73,6 +83,17 @@ class LogConsole(QWidget):
     ) -> None:
         for text in lines:
             self.append_line(text, source, level)
+
+    def append_timed_lines(
+        self, rows: list[tuple[float | None, str]], source: str = ""
+    ) -> None:
+        """Lines written earlier, each with its time (None: unknown, shown
+        blank rather than as now)."""
+        for when, text in rows:
+            if when is None:
+                self._add(f"{'':8} {source:<10} {text}" if source else f"{'':8} {text}")
+            else:
+                self.append_line(text, source, when=when)
 
     def text(self) -> str:
         return self._view.toPlainText()

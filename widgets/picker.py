@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from PySide6.QtCore import QMimeData, Qt, QTimer, Signal
-from PySide6.QtGui import QDrag, QKeyEvent
+from PySide6.QtGui import QDrag, QFocusEvent, QKeyEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -120,6 +120,7 @@ class SearchPicker(QWidget):
         self.list.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.list.itemClicked.connect(self._on_list_item_clicked)
         self.list.itemActivated.connect(self._on_list_item_activated)
+        self.list.installEventFilter(self)
         self.status_label = QLabel(wordWrap=True, styleSheet="color: #b35c00;")
         self.status_label.hide()
         self._search_timer = QTimer(self, singleShot=True, interval=SEARCH_DELAY_MS)
@@ -213,9 +214,9 @@ class SearchPicker(QWidget):
         entry = self.entry_for(value)
         self._searching = False
         self.edit.setText(entry.shown if entry else value)
-        self._set_value(value)
+        self.set_open(False)  # closed before the value goes out
         self._fill_list()
-        self.set_open(False)
+        self._set_value(value)
 
     # ---------------------------------------------------------- list
     def _fill_list(self) -> None:
@@ -307,7 +308,21 @@ class SearchPicker(QWidget):
     def _on_search_timer_timeout(self) -> None:
         self.search_requested.emit(self.edit.text().strip())
 
+    def _close_unless_focused(self) -> None:
+        # Leaving the field ends the search (the list keeps the focus when
+        # the user walks into it).
+        if not (self.edit.hasFocus() or self.list.hasFocus()):
+            self._searching = False
+            self.set_open(False)
+
     def eventFilter(self, watched: object, event: object) -> bool:
+        if (
+            watched in (self.edit, self.list)
+            and isinstance(event, QFocusEvent)
+            and event.type() == QFocusEvent.Type.FocusOut
+            and not self.always_open
+        ):
+            QTimer.singleShot(0, self, self._close_unless_focused)
         # Down arrow from the field walks into the list.
         if (
             watched is self.edit

@@ -240,7 +240,7 @@ class HeadlessContext(JobContext):
     def log_to_file(self, text: str) -> None:
         """Append to the run's ``log.txt`` only (not the terminal)."""
         if not self._log_file.closed:
-            self._log_file.write(text.rstrip("\n") + "\n")
+            self._log_file.write(contract.log_line(text.rstrip("\n")) + "\n")
             self._log_file.flush()
 
     def progress(self, done: float, total: float, message: str = "") -> None:

@@ -197,14 +197,6 @@ for _name, _entry, _validator, _description, _resumable in (
         False,
     ),
     (
-        "hub.download",
-        "engine.llm.hub:run",
-        "engine.llm.hub:validate",
-        "Downloads a model from the Hugging Face Hub into the HF cache "
-        "(progress in bytes; a stopped download resumes).",
-        False,
-    ),
-    (
         "llm.evaluate",
         "engine.llm.evaluate:run",
         "engine.llm.evaluate:validate",
@@ -216,6 +208,16 @@ for _name, _entry, _validator, _description, _resumable in (
     register(JobKind(_name, _entry, _validator, _description, _resumable))
 
 
+register(
+    JobKind(
+        name="hub.download",
+        entry="engine.llm.hub:run",
+        validator="engine.llm.hub:validate",
+        schema="engine.llm.hub:schema",
+        description="Downloads a model from the Hugging Face Hub into the HF cache "
+        "(progress in bytes; a stopped download resumes).",
+    )
+)
 register(
     JobKind(
         name="export.gguf",

@@ -316,7 +316,7 @@ class Supervisor:
             job.tail.append(line)
             job.pending_log.append(line)
             with contextlib.suppress(OSError, ValueError):
-                job.log_file.write(line + "\n")
+                job.log_file.write(contract.log_line(line) + "\n")
 
     def _flush_log(self, job: _Job) -> None:
         with job.lock:

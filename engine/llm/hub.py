@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError
-from engine.settings import checked_config, setting
+from engine.settings import checked_config, fields_of, form_field, setting
 
 KIND = "hub.download"
 
@@ -49,6 +49,14 @@ class HubDownloadConfig:
 
 class DownloadStopped(Exception):
     """Raised from the progress hook when the job is asked to stop."""
+
+
+def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The download dialog's form, from :class:`HubDownloadConfig`."""
+    return [
+        form_field(info, default=values.get(info.name, info.default))
+        for info in fields_of(HubDownloadConfig).values()
+    ]
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine import protocol
 from engine.export.types import ADAPTER_TYPES, GGUF_TYPES, OLLAMA_EXPORT_TYPES
 from studio.model_manager.controller import (
     DEFAULT_OLLAMA_HOST,
@@ -34,6 +35,11 @@ from studio.model_manager.controller import (
     OllamaExport,
     ollama_name_for,
 )
+from studio.pickers import picker_sources
+from studio.session import Session
+from widgets.param_form import ParamForm
+
+HUB_DOWNLOAD_KIND = "hub.download"
 
 QUANTIZE = ("", "q4_K_M", "q4_K_S", "q8_0")
 
@@ -182,44 +188,57 @@ class ExportGgufDialog(QDialog):
 
 
 class HubDownloadDialog(QDialog):
-    """Repository and revision of a download from the Hugging Face Hub."""
+    """Repository and revision of a download from the Hugging Face Hub: the
+    engine's form for ``hub.download``, whose repository field is a picker
+    (the HF cache and a Hub search)."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Download from the Hugging Face Hub")
-        self.repo = QLineEdit(
-            placeholderText="org/name, e.g. Qwen/Qwen2.5-0.5B-Instruct"
-        )
-        self.revision = QLineEdit(placeholderText="main")
+        self.form = ParamForm()
+        picker_sources(session).attach(self.form)
         self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
-        form = QFormLayout()
-        form.addRow("Repository", self.repo)
-        form.addRow("Revision", self.revision)
-        form.addRow(
-            QLabel(
-                "<span style='color:gray'>Into the Hugging Face cache ($HF_HOME), "
-                "from $HF_ENDPOINT with $HF_TOKEN when they are set. A stopped "
-                "download resumes.</span>",
-                wordWrap=True,
-            )
+        note = QLabel(
+            "<span style='color:gray'>Into the Hugging Face cache ($HF_HOME), "
+            "from $HF_ENDPOINT with $HF_TOKEN when they are set. A stopped "
+            "download resumes.</span>",
+            wordWrap=True,
         )
         self.buttons = buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
         buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Download")
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
         buttons.accepted.connect(self._on_accepted)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
-        layout.addLayout(form)
+        layout.addWidget(self.form)
+        layout.addWidget(note)
         layout.addWidget(self.message)
         layout.addWidget(buttons)
         self.message.hide()
+        session.request_run_schema(
+            HUB_DOWNLOAD_KIND, {}, self._on_schema, self._on_schema_error
+        )
+
+    def is_ready(self) -> bool:
+        return bool(self.form.values())
 
     def values(self) -> tuple[str, str]:
-        return self.repo.text().strip(), self.revision.text().strip() or "main"
+        values = self.form.values()
+        repo = str(values.get("repo_id") or "").strip()
+        return repo, str(values.get("revision") or "").strip() or "main"
+
+    def _on_schema(self, fields: list[dict[str, Any]]) -> None:
+        self.form.set_schema(fields)
+        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(True)
+
+    def _on_schema_error(self, error: protocol.Error) -> None:
+        self.message.setText(error.message)
+        self.message.show()
 
     def _on_accepted(self) -> None:
-        parts = self.repo.text().strip().split("/")
+        parts = self.values()[0].split("/")
         if len(parts) != 2 or not all(parts):
             self.message.setText("Name the repository as org/name.")
             self.message.show()

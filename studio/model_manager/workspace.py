@@ -661,7 +661,7 @@ class ModelsWorkspace(QWidget):
         if repo_id is not None:
             self.controller.download_from_hub(repo_id, revision)
             return
-        dialog = HubDownloadDialog(self)
+        dialog = HubDownloadDialog(self._session, self)
         dialog.accepted.connect(
             lambda: self.controller.download_from_hub(*dialog.values())
         )

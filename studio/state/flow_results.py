@@ -15,7 +15,6 @@ downstream of such a node, is stale and shows no result.
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,11 +113,9 @@ def split_log(lines: Iterable[str], node_ids: Iterable[str]) -> dict[str, list[s
 
 
 def read_log_tail(path: Path, max_lines: int = MAX_LOG_LINES) -> list[str]:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return [line.rstrip("\n") for line in deque(fh, maxlen=max_lines)]
-    except OSError:
-        return []
+    """The last lines of a run's log, without their time stamps (node lines
+    start with their tag, as the run sent them)."""
+    return [text for _when, text in contract.read_log(path, max_lines)]
 
 
 def changed_nodes(ran: FlowDocument, now: FlowDocument) -> set[str]:

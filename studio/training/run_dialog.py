@@ -106,6 +106,9 @@ class RunDialog(QDialog):
         return tuple(values.get(k) for k in SHAPING_FIELDS)
 
     def _request_schema(self) -> None:
+        if any(p.is_open() for p in self.form.pickers().values()):
+            self._reshape_timer.start()  # the user is still searching
+            return
         self._session.request_run_schema(
             self._kind, nest_values(self._values), self._on_schema, self._on_error
         )

@@ -1,6 +1,8 @@
 """Training: the dashboard of the project's runs.
 
-The run list on the left; the selected runs' live plots on the right (several
+The training runs on the left, and in a second tab the Activity (previews,
+plays, evaluations, exports, downloads, the self-test: every run that does
+not train); the selected runs' live plots on the right (several
 selected runs are overlaid for comparison); progress, ETA and the controls
 above, with the retraining readiness strip (recorded trajectories against
 the rules ``serve-http`` retrains by, its schedule, the agent's versions);
@@ -41,7 +43,12 @@ from studio.common import (
 )
 from studio.lifetime import subscribe
 from studio.session import Session
-from studio.state.project_state import ProjectState
+from studio.state.project_state import (
+    STEP_KINDS,
+    ProjectState,
+    activity_label,
+    is_training,
+)
 from studio.training.compare import CompareView
 from studio.training.readiness import ReadinessStrip
 from studio.training.run_dialog import RunDialog
@@ -79,18 +86,32 @@ def run_env(run: dict[str, Any]) -> str:
 
 
 def run_steps(run: dict[str, Any]) -> float:
+    """Training steps: live while the run trains (a resumed run's summary is
+    its previous attempt's), else from its summary. Progress that counts
+    something else (nodes of a flow) is not steps."""
     summary = run.get("summary") or {}
     steps = summary.get("total_steps") or summary.get("steps")
-    return float(steps if steps is not None else run.get("progress_done") or 0)
+    live = run.get("progress_done") if run.get("kind") in STEP_KINDS else None
+    if run.get("status") == "running" and live is not None:
+        return float(live)
+    return float(steps if steps is not None else live or 0)
 
 
 def best_reward(run: dict[str, Any]) -> float | None:
     """The run's best evaluation mean reward: from its summary once it ended,
-    else the best seen in its metrics so far."""
-    value = (run.get("summary") or {}).get("best_eval_reward")
-    if not isinstance(value, int | float):
-        value = run.get("best_eval_live")
+    else the best seen in its metrics so far (while a resumed run trains,
+    the better of the two)."""
+    summary = (run.get("summary") or {}).get("best_eval_reward")
+    live = run.get("best_eval_live")
+    values = [v for v in (summary, live) if isinstance(v, int | float)]
+    if run.get("status") == "running":
+        return float(max(values)) if values else None
+    value = summary if isinstance(summary, int | float) else live
     return float(value) if isinstance(value, int | float) else None
+
+
+def _outcome(run: dict[str, Any]) -> str:
+    return str(run.get("reason") or run.get("progress_message") or "")
 
 
 def _name_tooltip(run: dict[str, Any]) -> str:
@@ -125,6 +146,25 @@ RUN_COLUMNS = [
 ]
 
 
+ACTIVITY_COLUMNS = [
+    Column("Name", lambda r: r.get("name", r["id"]), tooltip=_name_tooltip),
+    Column("What", activity_label),
+    Column(
+        "Status",
+        lambda r: r.get("status", ""),
+        color=lambda r: STATUS_COLORS.get(r.get("status", "")),
+        tooltip=lambda r: r.get("reason", ""),
+    ),
+    Column("Started", lambda r: r.get("started") or 0, fmt_time),
+    Column(
+        "Duration",
+        lambda r: run_duration(r) or 0,
+        lambda v: fmt_duration(v) if v else "",
+    ),
+    Column("Outcome", _outcome, tooltip=_outcome),
+]
+
+
 class TrainingWorkspace(QWidget):
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -134,20 +174,28 @@ class TrainingWorkspace(QWidget):
 
         self.table = RecordTable(
             RUN_COLUMNS,
-            empty_text="No runs in this project yet. Press New run to train an "
-            "agent, or check the engine with Engine ▸ Run self-test.",
+            empty_text="No training runs in this project yet. Press New run to "
+            "train an agent.",
         )
-        self.table.view.setSelectionMode(
-            self.table.view.SelectionMode.ExtendedSelection
+        self.activity = RecordTable(
+            ACTIVITY_COLUMNS,
+            empty_text="Previews, plays, evaluations, exports, downloads and the "
+            "self-test (Engine ▸ Run self-test) are listed here.",
         )
-        self.table.selection_changed.connect(self._on_table_selection_changed)
-        # The name takes the room the other (fitted) columns leave, eliding
-        # when short, so the list never needs a horizontal scroll bar.
-        header = self.table.view.horizontalHeader()
-        header.setStretchLastSection(False)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setMinimumSectionSize(40)
-        self.table.view.setWordWrap(False)
+        for table in (self.table, self.activity):
+            table.view.setSelectionMode(table.view.SelectionMode.ExtendedSelection)
+            table.selection_changed.connect(self._on_table_selection_changed)
+            # The name takes the room the other (fitted) columns leave,
+            # eliding when short: the list never needs a horizontal scroll bar.
+            header = table.view.horizontalHeader()
+            header.setStretchLastSection(False)
+            header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+            header.setMinimumSectionSize(40)
+            table.view.setWordWrap(False)
+        self.lists = QTabWidget()
+        self.lists.addTab(self.table, "Training runs")
+        self.lists.addTab(self.activity, "Activity")
+        self.lists.currentChanged.connect(self._on_lists_current_changed)
 
         self.new_button = QPushButton("New run…")
         self.stop_button = QPushButton("Stop")
@@ -189,7 +237,7 @@ class TrainingWorkspace(QWidget):
         right_layout.addWidget(self.plots, 1)
 
         top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(self.table)
+        top.addWidget(self.lists)
         top.addWidget(right)
         top.setStretchFactor(1, 1)
         top.setSizes([540, 740])
@@ -226,8 +274,31 @@ class TrainingWorkspace(QWidget):
         self._on_state_changed("reset", "")
 
     # ------------------------------------------------------------ queries
+    def current_table(self) -> RecordTable:
+        """The list shown: training runs or activity."""
+        return (
+            self.activity
+            if self.lists.currentWidget() is self.activity
+            else (self.table)
+        )
+
+    def table_of(self, run: dict[str, Any]) -> RecordTable:
+        return self.table if is_training(run) else self.activity
+
+    def show_run(self, run_id: str) -> None:
+        """Show the list holding ``run_id`` with it selected (an unknown id,
+        a run not started yet: the list of its kind waits for it)."""
+        run = self._state.run(run_id)
+        if run is not None:
+            table = self.table_of(run)
+            self.lists.setCurrentWidget(table)
+            table.select_keys([run_id])
+
+    def show_activity(self) -> None:
+        self.lists.setCurrentWidget(self.activity)
+
     def selected_runs(self) -> list[dict[str, Any]]:
-        runs = (self._state.run(k) for k in self.table.selected_keys())
+        runs = (self._state.run(k) for k in self.current_table().selected_keys())
         return [r for r in runs if r is not None]
 
     def selected_run(self) -> dict[str, Any] | None:
@@ -237,17 +308,21 @@ class TrainingWorkspace(QWidget):
     # ------------------------------------------------------------- model
     def _on_state_changed(self, what: str, key: str) -> None:
         if what == "reset":
-            self.table.set_records(list(self._state.runs.values()))
-            if not self.table.selected_keys() and self._state.runs:
-                self.table.select_keys([list(self._state.runs)[-1]])
+            runs = list(self._state.runs.values())
+            for table in (self.table, self.activity):
+                records = [r for r in runs if self.table_of(r) is table]
+                table.set_records(records)
+                if not table.selected_keys() and records:
+                    table.select_keys([records[-1]["id"]])
             self._show_selection()
         elif what == "run":
             run = self._state.run(key)
             if run is None:
                 return
-            self.table.update_record(run)
-            if not self.table.selected_keys():
-                self.table.select_keys([key])  # follow a run the user just started
+            table = self.table_of(run)
+            table.update_record(run)
+            if not table.selected_keys():
+                table.select_keys([key])  # follow a run the user just started
             elif key == (self.selected_run() or {}).get("id"):
                 self._update_controls()
             if key in self.compare.run_ids():
@@ -259,6 +334,10 @@ class TrainingWorkspace(QWidget):
 
     # --------------------------------------------------------- selection
     def _on_table_selection_changed(self, keys: list[str]) -> None:
+        if self.sender() is self.current_table():
+            self._show_selection()
+
+    def _on_lists_current_changed(self, index: int) -> None:
         self._show_selection()
 
     def _show_selection(self) -> None:
@@ -288,7 +367,7 @@ class TrainingWorkspace(QWidget):
         if shown != self._log_shown:
             self._log_shown = shown
             self.run_log.clear()
-            self.run_log.append_lines(self._session.read_run_log(run["id"]))
+            self.run_log.append_timed_lines(self._session.read_run_log(run["id"]))
 
     def _update_controls(self) -> None:
         run = self.selected_run()
@@ -297,7 +376,7 @@ class TrainingWorkspace(QWidget):
         self.resume_button.setEnabled(status in RESUMABLE)
         self.duplicate_button.setEnabled(run is not None and bool(_config(run)))
         self.folder_button.setEnabled(run is not None)
-        compared = len(self.table.selected_keys())
+        compared = len(self.current_table().selected_keys())
         self.compare_button.setEnabled(compared >= 2)
         self.compare_button.setToolTip(
             "Compare the selected runs: differing settings, outcomes, curves"
@@ -336,7 +415,7 @@ class TrainingWorkspace(QWidget):
     ) -> RunDialog:
         dialog = RunDialog(self._session, "rl.train", initial, parent=self, title=title)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        dialog.accepted.connect(lambda: self.table.select_keys([dialog.started_run_id]))
+        dialog.accepted.connect(lambda: self.show_run(dialog.started_run_id))
         dialog.open()
         return dialog
 
@@ -386,4 +465,4 @@ class TrainingWorkspace(QWidget):
     def _on_tick_timeout(self) -> None:
         for run in self._state.runs.values():
             if run.get("status") == "running":
-                self.table.update_record(run)
+                self.table_of(run).update_record(run)
