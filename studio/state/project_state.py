@@ -18,7 +18,7 @@ from studio.state.observable import Observable
 SNAPSHOT_RATE_WINDOW_S = 6.0
 """Shortest time over which a headless run's speed is measured."""
 FINAL_STATUSES = contract.FINAL_STATUSES
-TRAINING_KINDS = ("rl.train", "llm.train", "rl.tune", "flow.run")
+TRAINING_KINDS = ("rl.train", "llm.train", "rl.tune", "flow.run", "reward.train")
 """Job kinds that train (the Training list); the others (previews, plays,
 evaluations, exports, downloads, the self-test) are Activity."""
 ACTIVITY_LABELS = {
