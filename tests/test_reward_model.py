@@ -184,6 +184,12 @@ def test_control_reward_model_wrapper_and_auto_labeler(tmp_path: Path) -> None:
          "learned_reward": str(folder), "learned_reward_weight": 0.5},
     )  # fmt: skip
     assert cfg["learned_reward"] == str(folder.resolve())
+    relative = {"env": "CartPole-v1", "algo": "PPO", "total_steps": 64,
+                "project_dir": str(project),
+                "learned_reward": "data/reward_models/cart"}  # fmt: skip
+    assert validate_config("rl.train", relative)["learned_reward"] == str(
+        folder.resolve()
+    )
 
 
 def test_bad_learned_reward_models_are_one_sentence(tmp_path: Path) -> None:

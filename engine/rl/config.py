@@ -1377,7 +1377,9 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if cfg["learned_reward"]:
         from engine.rl.learned_reward import check_model
 
-        cfg["learned_reward"] = check_model(cfg["learned_reward"])
+        cfg["learned_reward"] = check_model(
+            cfg["learned_reward"], project_dir=cfg["project_dir"]
+        )
     if cfg["curriculum"] is not None:
         from engine.rl.curriculum import check_for_env_id
 

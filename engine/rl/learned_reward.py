@@ -22,11 +22,15 @@ from engine.errors import ConfigError
 META_FILE = "reward_model.json"
 
 
-def check_model(path: str, field_name: str = "learned_reward") -> str:
-    """The folder of a control reward model; ConfigError with one sentence
-    otherwise (read without loading torch: validation runs in the
-    supervisor)."""
+def check_model(
+    path: str, field_name: str = "learned_reward", project_dir: str | None = None
+) -> str:
+    """The folder of a control reward model (a relative path is the
+    project's); ConfigError with one sentence otherwise (read without
+    loading torch: validation runs in the supervisor)."""
     folder = Path(path).expanduser()
+    if not folder.is_absolute() and project_dir:
+        folder = Path(project_dir) / folder
     try:
         meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
