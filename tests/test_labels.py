@@ -332,3 +332,33 @@ def test_trace_summaries_without_parsing_steps_match_a_full_parse(
         assert trace.episodes[i]["steps"] == ep["steps"]
     assert [episode_row(s, i)["invalid"] for i, s in enumerate(trace.summaries)] == [
         1, 1, 0]  # fmt: skip
+
+
+def test_label_files_export_and_import_through_the_view(qtbot, project: Path) -> None:
+    """Export, then import a file with a bad line: the good labels come in,
+    the bad line is one sentence, and no stored label is lost."""
+    viewer = _viewer(qtbot, project)
+    viewer.steps.view.setFocus()
+    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_G)
+    out = project / "labels.jsonl"
+    viewer.choose_file = lambda save: str(out)
+    viewer.export_button.click()
+    assert "Exported 1 label(s) to labels.jsonl." in viewer.label_status.text()
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (row["kind"], row["episode"], row["step"], row["value"]) == (
+        "kto", 0, 0, "good")  # fmt: skip
+    row.update(episode=1, value="bad")
+    bad = project / "more.jsonl"
+    bad.write_text(json.dumps(row) + '\n{"kind": "kto"}\n')
+    viewer.choose_file = lambda save: str(bad)
+    viewer.import_button.click()
+    assert (
+        "Imported 1 label(s) from more.jsonl. Line 2 of more.jsonl was skipped: "
+        "The label lacks trace, episode, step, value." in viewer.label_status.text()
+    )
+    assert [r[:5] for r in _rows(project)] == [
+        ("kto", "collect", 0, 0, "good"), ("kto", "collect", 1, 0, "bad")]  # fmt: skip
+    viewer.choose_file = lambda save: str(project / "missing.jsonl")
+    viewer.import_button.click()
+    assert "Cannot read missing.jsonl" in viewer.label_status.text()
+    assert len(_rows(project)) == 2

@@ -547,6 +547,19 @@ class LabelStore:
         for label in self.labels():
             yield json.dumps(label.to_dict(), ensure_ascii=False)
 
+    def export_file(self, path: str | os.PathLike[str]) -> int:
+        """Write every label as JSON Lines (atomically: a crash leaves the
+        old file or the new one). Returns how many."""
+        lines = list(self.export_lines())
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+        return len(lines)
+
     def import_file(self, path: str | os.PathLike[str]) -> tuple[int, list[str]]:
         """Add the labels of a JSON Lines label file; a bad line is skipped
         with one sentence (line number and why), the good ones are stored in

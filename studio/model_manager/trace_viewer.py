@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
+    QFileDialog,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -193,6 +194,14 @@ class TraceViewer(QWidget):
         self.files.currentItemChanged.connect(self._on_files_current_changed)
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.clicked.connect(self.refresh)
+        self.import_button = QPushButton("Import labels…")
+        self.import_button.setToolTip("Add the labels of a JSON Lines label file.")
+        self.import_button.clicked.connect(self._on_import_clicked)
+        self.export_button = QPushButton("Export labels…")
+        self.export_button.setToolTip("Write every label as JSON Lines.")
+        self.export_button.clicked.connect(self._on_export_clicked)
+        self.choose_file = self._ask_file
+        """Asks for a label file (``save``: to write); tests replace it."""
         self.info = QLabel(wordWrap=True)
         self.label_status = QLabel(wordWrap=True)
         self.label_status.setText(
@@ -300,6 +309,8 @@ class TraceViewer(QWidget):
         left_layout.addWidget(QLabel("<b>Trace files</b>"))
         left_layout.addWidget(self.files, 1)
         left_layout.addWidget(self.refresh_button)
+        left_layout.addWidget(self.import_button)
+        left_layout.addWidget(self.export_button)
         middle = QSplitter(Qt.Orientation.Vertical)
         middle.addWidget(self.episodes)
         middle.addWidget(self.steps)
@@ -866,6 +877,48 @@ class TraceViewer(QWidget):
             return
         self._say("Retraining the reward model on the labels as they are now.")
         self.retrain_requested.emit(config)
+
+    # ------------------------------------------------------------ label files
+    def _ask_file(self, save: bool) -> str:
+        if save:
+            path, _ = QFileDialog.getSaveFileName(
+                self, "Export labels", "labels.jsonl", "Label files (*.jsonl)"
+            )
+        else:
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Import labels", "", "Label files (*.jsonl);;All files (*)"
+            )
+        return path
+
+    def _on_import_clicked(self) -> None:
+        store = self._labels()
+        path = self.choose_file(False) if store is not None else ""
+        if not path or store is None:
+            return
+        try:
+            stored, problems = store.import_file(path)
+        except (LabelError, sqlite3.Error) as exc:
+            self._say(str(exc), error=True)
+            return
+        text = f"Imported {stored} label(s) from {Path(path).name}."
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            text += f" {problems[0]}{more}"
+        self._say(text, error=bool(problems))
+        if self.trace is not None:
+            self._load(self.trace.path)
+
+    def _on_export_clicked(self) -> None:
+        store = self._labels()
+        path = self.choose_file(True) if store is not None else ""
+        if not path or store is None:
+            return
+        try:
+            n = store.export_file(path)
+        except OSError as exc:
+            self._say(f"Cannot write {Path(path).name}: {exc.strerror}.", error=True)
+            return
+        self._say(f"Exported {n} label(s) to {Path(path).name}.")
 
     def _where(self, pos: tuple[int, int]) -> str:
         e, t = pos
