@@ -121,6 +121,9 @@ class SearchPicker(QWidget):
         self.list.itemClicked.connect(self._on_list_item_clicked)
         self.list.itemActivated.connect(self._on_list_item_activated)
         self.list.installEventFilter(self)
+        # Long details elide; the tooltip has them whole.
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.status_label = QLabel(wordWrap=True, styleSheet="color: #b35c00;")
         self.status_label.hide()
         self._search_timer = QTimer(self, singleShot=True, interval=SEARCH_DELAY_MS)
@@ -139,7 +142,8 @@ class SearchPicker(QWidget):
         if always_open:
             self.toggle.hide()
         else:
-            self.list.setMaximumHeight(self.list.sizeHintForRow(0) * LIST_ROWS + 8)
+            row = self.list.fontMetrics().height() + 4
+            self.list.setMaximumHeight(row * LIST_ROWS + 2 * self.list.frameWidth())
             self.list.hide()
 
     # ------------------------------------------------------------ API
@@ -238,7 +242,9 @@ class SearchPicker(QWidget):
                 f"{entry.shown}  —  {entry.detail}" if entry.detail else entry.shown
             )
             item.setData(VALUE_ROLE, entry.value)
-            item.setToolTip(entry.value)
+            item.setToolTip(
+                "\n".join(x for x in (entry.shown, entry.value, entry.detail) if x)
+            )
             item.setFlags(
                 Qt.ItemFlag.ItemIsEnabled
                 | Qt.ItemFlag.ItemIsSelectable

@@ -412,7 +412,7 @@ class WorkflowsWorkspace(QWidget):
         )
         self.left_tabs = QTabWidget()
         self.left_tabs.addTab(self.palette, "Nodes")
-        self.left_tabs.addTab(self.env_list, "Environments")
+        self.left_tabs.addTab(self.env_list, "Envs")
         self.left_tabs.addTab(self.table, "Flows")
 
         self.canvas = NodeGraphView()
