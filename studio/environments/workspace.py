@@ -4,7 +4,11 @@ The project's specs on the left; the open one on the right, in an editor
 that fits its kind (a state-machine canvas and an inspector for workflows, a
 grid painter for grids, a form for gymnasium ids built from the env's
 signature, a code editor for python files) beside a JSON view that stays in
-sync. Every edit of the spec is an undo command on
+sync. This module is the shell (the list, the title, open/save, the JSON
+view, problems, preview, training); each kind's editor is its own module
+(workflow_editor, grid_editor, gymnasium_editor, python_editor), and the
+autosave cycle is studio.document_session's. Every edit of the spec is an
+undo command on
 :attr:`EnvironmentsWorkspace.undo_stack`; after each one an autosave copy is
 written to ``envs/.autosave/``, and opening a spec whose autosave is newer
 offers to restore it. (A python env's code is its own file, with the code
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import json
 import operator
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,11 +35,7 @@ from typing import Any
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence, QUndoStack
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
     QFileDialog,
-    QFormLayout,
-    QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QInputDialog,
@@ -45,12 +44,9 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
-    QScrollArea,
     QSizePolicy,
     QSplitter,
     QStackedWidget,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QToolButton,
     QTreeWidget,
@@ -70,6 +66,7 @@ from studio.environments.grid_editor import GridEditor
 from studio.environments.gymnasium_editor import GymnasiumEditor
 from studio.environments.preview import EnvPreviewPanel
 from studio.environments.python_editor import PythonEditor
+from studio.environments.workflow_editor import WorkflowEditor
 from studio.lifetime import subscribe
 from studio.session import Session
 from studio.state.env_design import (
@@ -77,7 +74,6 @@ from studio.state.env_design import (
     NAME_PATTERN,
     PYTHON_TEMPLATE,
     SPEC_SUFFIX,
-    WILDCARD,
     DesignError,
     EnvDesign,
     Target,
@@ -98,13 +94,6 @@ from studio.state.project_state import ProjectState
 from widgets.banner import Banner
 from widgets.param_form import ERROR_STYLE
 from widgets.record_table import Column, RecordTable
-from widgets.state_machine_editor import (
-    Edge,
-    StateMachineEditor,
-    circular_layout,
-    layered_layout,
-    text_width,
-)
 
 PREFERRED_FIRST = "jira_issue_resolution"
 """Opened first in a project that holds it (the example to start from)."""
@@ -112,235 +101,6 @@ JSON_DEBOUNCE_MS = 400
 TRACE_EPISODES = 5
 """Episodes of a preview whose every step goes into the trace table."""
 SEVERITY_COLORS = {"error": "#d62728", "warning": "#b8860b", "info": "#1f77b4"}
-
-WORKFLOW_FIELDS: list[tuple[str, dict[str, Any]]] = [
-    (
-        "workflow.max_steps",
-        {
-            "name": "max_steps",
-            "type": "int",
-            "default": 50,
-            "min": 1,
-            "help": "Steps before an episode is cut off.",
-            "title": "Max steps",
-        },
-    ),
-    (
-        "workflow.rewards.per_step",
-        {
-            "name": "per_step",
-            "type": "float",
-            "default": 0.0,
-            "help": "Reward added every step (usually a small cost).",
-            "title": "Reward per step",
-        },
-    ),
-    (
-        "workflow.rewards.invalid_tool",
-        {
-            "name": "invalid_tool",
-            "type": "float",
-            "default": 0.0,
-            "help": "Reward for a tool that is not valid in the current status.",
-            "title": "Invalid tool",
-        },
-    ),
-    (
-        "workflow.rewards.success_bonus",
-        {
-            "name": "success_bonus",
-            "type": "float",
-            "default": 0.0,
-            "help": "Added when a success status is reached.",
-            "title": "Success bonus",
-        },
-    ),
-    (
-        "workflow.rewards.status_mode",
-        {
-            "name": "status_mode",
-            "type": "choice",
-            "choices": ["enter", "potential"],
-            "default": "enter",
-            "help": "'enter': a status's reward each time it is entered; "
-            "'potential': the change in reward (cannot be farmed by cycling).",
-            "title": "Status rewards",
-        },
-    ),
-    (
-        "workflow.tasks.data",
-        {
-            "name": "data",
-            "type": "str",
-            "default": "",
-            "help": "Mock data in the RL Hub Jira format, relative to the project.",
-            "title": "Task data",
-        },
-    ),
-    (
-        "workflow.tasks.use_task_status",
-        {
-            "name": "use_task_status",
-            "type": "bool",
-            "default": False,
-            "help": "Start each episode in the task's own status.",
-            "title": "Start in task status",
-        },
-    ),
-    (
-        "workflow.tasks.use_task_target",
-        {
-            "name": "use_task_target",
-            "type": "bool",
-            "default": False,
-            "help": "Succeed on the task's target status.",
-            "title": "Task target is success",
-        },
-    ),
-]
-
-
-def transition_label(t: dict[str, Any]) -> str:
-    label = str(t.get("tool", "?"))
-    if t.get("to") == WILDCARD:
-        label += " (stays)"
-    if isinstance(t.get("probability"), int | float):
-        label += f"  p={t['probability']:g}"
-    if isinstance(t.get("reward"), int | float):
-        label += f"  r={t['reward']:+g}"
-    return label
-
-
-def _parse_optional_float(text: str) -> tuple[float | None, str]:
-    text = text.strip()
-    if not text:
-        return None, ""
-    try:
-        value = float(text)
-    except ValueError:
-        return None, f"'{text}' is not a number."
-    if value != value or value in (float("inf"), float("-inf")):
-        return None, "The value must be a finite number."
-    return value, ""
-
-
-# ---------------------------------------------------------------- inspector
-
-
-class WorkflowInspector(QWidget):
-    """Fields of the selected status or transition, the tools, the settings."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.stack = QStackedWidget()
-        self.none_label = QLabel(
-            "Select a status or a transition on the canvas.\n\n"
-            "Double-click empty space to add a status; drag the dot on a "
-            "status's right edge onto another status to add a transition.",
-            wordWrap=True,
-        )
-        self.none_label.setStyleSheet("color: palette(mid);")
-        self.stack.addWidget(self.none_label)
-
-        status_page = QWidget()
-        form = QFormLayout(status_page)
-        self.status_name = QLineEdit()
-        self.status_start = QCheckBox("Episodes start here")
-        self.status_terminal = QCheckBox("Ends the episode")
-        self.status_success = QCheckBox("Counts as success")
-        self.status_reward = QLineEdit(placeholderText="none")
-        self.status_reward.setToolTip(
-            "Reward weight of the status (see Status rewards)."
-        )
-        self.status_error = QLabel(styleSheet="color: #d62728;", wordWrap=True)
-        form.addRow("Name", self.status_name)
-        form.addRow("Start", self.status_start)
-        form.addRow("Terminal", self.status_terminal)
-        form.addRow("Success", self.status_success)
-        form.addRow("Reward", self.status_reward)
-        form.addRow(self.status_error)
-        self.stack.addWidget(status_page)
-
-        transition_page = QWidget()
-        form = QFormLayout(transition_page)
-        self.transition_from = QComboBox()
-        self.transition_tool = QComboBox(editable=True)
-        self.transition_tool.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        self.transition_to = QComboBox()
-        self.transition_probability = QLineEdit(placeholderText="the rest (of 1)")
-        self.transition_probability.setToolTip(
-            "Chance of this outcome among the transitions with the same status "
-            "and tool; empty takes what the others leave."
-        )
-        self.transition_reward = QLineEdit(placeholderText="none")
-        self.transition_error = QLabel(styleSheet="color: #d62728;", wordWrap=True)
-        form.addRow("From", self.transition_from)
-        form.addRow("Tool", self.transition_tool)
-        form.addRow("To", self.transition_to)
-        form.addRow("Probability", self.transition_probability)
-        form.addRow("Reward", self.transition_reward)
-        form.addRow(self.transition_error)
-        self.stack.addWidget(transition_page)
-
-        selection = QGroupBox("Selection")
-        QVBoxLayout(selection).addWidget(self.stack)
-
-        tools_box = QGroupBox("Tools (actions, in order)")
-        self.tools_table = QTableWidget(0, 2)
-        self.tools_table.setHorizontalHeaderLabels(["Name", "Description"])
-        self.tools_table.horizontalHeader().setSectionResizeMode(
-            1, QHeaderView.ResizeMode.Stretch
-        )
-        self.tools_table.verticalHeader().hide()
-        self.tools_table.setMinimumHeight(150)
-        self.add_tool_button = QPushButton("Add tool")
-        self.remove_tool_button = QPushButton("Remove tool")
-        row = QHBoxLayout()
-        row.addWidget(self.add_tool_button)
-        row.addWidget(self.remove_tool_button)
-        row.addStretch(1)
-        tools_layout = QVBoxLayout(tools_box)
-        tools_layout.addWidget(self.tools_table)
-        tools_layout.addLayout(row)
-
-        settings_box = QGroupBox("Episode and rewards")
-        self.settings = FieldForm(WORKFLOW_FIELDS)
-        QVBoxLayout(settings_box).addWidget(self.settings)
-
-        content = QWidget()
-        layout = QVBoxLayout(content)
-        layout.addWidget(selection)
-        layout.addWidget(tools_box)
-        layout.addWidget(settings_box)
-        layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(content)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scroll)
-        self.setMinimumWidth(270)
-
-    def transition_widgets(self) -> dict[str, QWidget]:
-        return {
-            "from": self.transition_from,
-            "tool": self.transition_tool,
-            "to": self.transition_to,
-            "probability": self.transition_probability,
-            "reward": self.transition_reward,
-        }
-
-    def status_widgets(self) -> dict[str, QWidget]:
-        return {
-            "statuses": self.status_name,
-            "start": self.status_start,
-            "terminal": self.status_terminal,
-            "success": self.status_success,
-            "reward": self.status_reward,
-        }
-
-
-# ---------------------------------------------------------------- workspace
 
 
 class EnvironmentsWorkspace(QWidget):
@@ -367,7 +127,6 @@ class EnvironmentsWorkspace(QWidget):
         self.problems: list[dict[str, Any]] = []
         self._problems_stale = False
         self._source: object | None = None  # the widget whose edit is applied
-        self._inspected: tuple[str, Any] = ("", None)
         self._json_error = ""
         self._preview_policy = ""  # name of the policy of the preview running
 
@@ -569,82 +328,20 @@ class EnvironmentsWorkspace(QWidget):
         layout.addWidget(main)
 
     def _build_workflow_page(self) -> QWidget:
-        self.canvas = StateMachineEditor()
-        self.canvas.status_add_requested.connect(self._on_canvas_status_add_requested)
-        self.canvas.transition_requested.connect(self._on_canvas_transition_requested)
-        self.canvas.statuses_moved.connect(self._on_canvas_statuses_moved)
-        self.canvas.selection_changed.connect(self._on_canvas_selection_changed)
-        self.canvas.delete_requested.connect(self.delete_selection)
-        bar = QHBoxLayout()
-        for text, slot, tip in (
-            ("Add status", self._on_add_status_clicked, "Add a status"),
-            (
-                "Delete",
-                self.delete_selection,
-                "Delete the selected status or transition",
-            ),
-            (
-                "Layered layout",
-                lambda: self.auto_layout("layered"),
-                "Arrange in layers",
-            ),
-            (
-                "Circle layout",
-                lambda: self.auto_layout("circular"),
-                "Arrange on a circle",
-            ),
-            ("Fit", self.canvas.fit, "Show the whole graph"),
-        ):
-            b = QToolButton(text=text, toolTip=tip)
-            b.clicked.connect(lambda *_, s=slot: s())
-            bar.addWidget(b)
-        bar.addStretch(1)
-        legend = QLabel(
-            "<span style='color:#2a7de1'>▶ start</span> &nbsp; "
-            "<span style='color:#2e9e3e'>▣ success</span> &nbsp; "
-            "<span style='color:#c8413a'>▣ terminal</span>"
+        editor = WorkflowEditor(
+            self.model,
+            self.banner,
+            self._push,
+            lambda: self._source,
+            self._show_problem_marks,
         )
-        bar.addWidget(legend)
-        canvas_box = QWidget()
-        canvas_layout = QVBoxLayout(canvas_box)
-        canvas_layout.setContentsMargins(0, 0, 0, 0)
-        canvas_layout.addLayout(bar)
-        canvas_layout.addWidget(self.canvas, 1)
-
-        self.inspector = ins = WorkflowInspector()
-        ins.status_name.editingFinished.connect(self._on_status_name_edited)
-        ins.status_start.toggled.connect(self._on_status_start_toggled)
-        ins.status_terminal.toggled.connect(self._on_status_terminal_toggled)
-        ins.status_success.toggled.connect(self._on_status_success_toggled)
-        ins.status_reward.editingFinished.connect(self._on_status_reward_edited)
-        ins.transition_from.activated.connect(
-            lambda *_: self._on_transition_edited("from")
+        editor.inspector.settings.values_changed.connect(
+            lambda v: self._on_form_values_changed(editor.inspector.settings, v)
         )
-        ins.transition_to.activated.connect(lambda *_: self._on_transition_edited("to"))
-        ins.transition_tool.activated.connect(
-            lambda *_: self._on_transition_edited("tool")
-        )
-        ins.transition_tool.lineEdit().editingFinished.connect(
-            lambda: self._on_transition_edited("tool")
-        )
-        ins.transition_probability.editingFinished.connect(
-            lambda: self._on_transition_edited("probability")
-        )
-        ins.transition_reward.editingFinished.connect(
-            lambda: self._on_transition_edited("reward")
-        )
-        ins.tools_table.itemChanged.connect(self._on_tools_item_changed)
-        ins.add_tool_button.clicked.connect(self._on_add_tool_clicked)
-        ins.remove_tool_button.clicked.connect(self._on_remove_tool_clicked)
-        ins.settings.values_changed.connect(
-            lambda v: self._on_form_values_changed(ins.settings, v)
-        )
-        page = QSplitter(Qt.Orientation.Horizontal)
-        page.addWidget(canvas_box)
-        page.addWidget(ins)
-        page.setStretchFactor(0, 1)
-        page.setSizes([700, 290])
-        return page
+        self.workflow_editor = editor
+        # Its widgets under the names the problem marks and scripts use.
+        self.canvas, self.inspector = editor.canvas, editor.inspector
+        return editor
 
     def _build_grid_page(self) -> QWidget:
         editor = GridEditor(self.model, self._push, lambda: self._source)
@@ -763,28 +460,6 @@ class EnvironmentsWorkspace(QWidget):
         self._update_title()
         self._select_current_row()
         self.document_opened.emit(str(path) if path else "")
-
-    def _label_width(self) -> float:
-        """Widest label of a transition between two different statuses."""
-        return text_width(
-            transition_label(t)
-            for t in self.model.transitions()
-            if t.get("from") != t.get("to")
-            and WILDCARD not in (t.get("from"), t.get("to"))
-        )
-
-    def _fill_missing_positions(self) -> None:
-        statuses = self.model.statuses()
-        if all(s in self.model.positions for s in statuses):
-            return
-        auto = layered_layout(
-            statuses,
-            [(t.get("from"), t.get("to")) for t in self.model.transitions()],
-            self.model.start(),
-            self._label_width(),
-        )
-        for s in statuses:
-            self.model.positions.setdefault(s, auto.get(s, (0.0, 0.0)))
 
     def _name_ok(self, name: str) -> bool:
         """True for a valid env name; otherwise the banner says why."""
@@ -1231,298 +906,27 @@ class EnvironmentsWorkspace(QWidget):
             self._push(cmd.SetField(self.model, path, value), form)
 
     # ------------------------------------------------------------ workflow
-    def _graph_args(self) -> tuple[list[str], list[Edge]]:
-        return self.model.statuses(), [
-            Edge(i, str(t.get("from", "")), str(t.get("to", "")), transition_label(t))
-            for i, t in enumerate(self.model.transitions())
-        ]
+    # ------------------------------------------------------------ workflow
+    @property
+    def _inspected(self) -> tuple[str, Any]:
+        """What the workflow inspector shows: ("status", name),
+        ("transition", index) or ("", None)."""
+        return self.workflow_editor.inspected
+
+    @_inspected.setter
+    def _inspected(self, value: tuple[str, Any]) -> None:
+        self.workflow_editor.inspected = value
 
     def _refresh_workflow(self) -> None:
-        m = self.model
-        self._fill_missing_positions()
-        statuses, edges = self._graph_args()
-        self.canvas.set_graph(
-            statuses,
-            edges,
-            start=m.start(),
-            terminal=m.terminal(),
-            success=m.effective_success(),
-            positions=m.positions,
-        )
-        self._refresh_tools_table()
-        if self._source is not self.inspector.settings:
-            self.inspector.settings.load(m)
-        kind, key = self._inspected
-        if kind == "status" and key not in m.statuses():
-            self._inspected = ("", None)
-        if kind == "transition" and not (
-            isinstance(key, int) and key < len(m.transitions())
-        ):
-            self._inspected = ("", None)
-        self._fill_inspector()
-        self._show_problem_marks()
-
-    def _refresh_tools_table(self) -> None:
-        table = self.inspector.tools_table
-        if self._source is table:
-            return
-        with QSignalBlocker(table):
-            tools = self.model.tools()
-            table.setRowCount(len(tools))
-            for row, t in enumerate(tools):
-                name = QTableWidgetItem(str(t.get("name", "")))
-                name.setData(Qt.ItemDataRole.UserRole, str(t.get("name", "")))
-                table.setItem(row, 0, name)
-                table.setItem(row, 1, QTableWidgetItem(str(t.get("description", ""))))
-            table.resizeColumnToContents(0)
-
-    def _on_canvas_selection_changed(self, kind: str, key: Any) -> None:
-        self._inspected = (kind, key)
-        self._fill_inspector()
-        self._show_problem_marks()
-
-    def _fill_inspector(self) -> None:
-        ins = self.inspector
-        kind, key = self._inspected
-        m = self.model
-        if kind == "status":
-            ins.stack.setCurrentIndex(1)
-            rewards = m.status_rewards()
-            for w, value in (
-                (ins.status_start, key == m.start()),
-                (ins.status_terminal, key in m.terminal()),
-                (ins.status_success, key in m.effective_success()),
-            ):
-                with QSignalBlocker(w):
-                    w.setChecked(value)
-            ins.status_start.setEnabled(key != m.start())
-            for w, text in (
-                (ins.status_name, key),
-                (ins.status_reward, "" if key not in rewards else f"{rewards[key]:g}"),
-            ):
-                if self._source is not w:
-                    with QSignalBlocker(w):
-                        w.setText(text)
-            ins.status_error.clear()
-        elif kind == "transition":
-            ins.stack.setCurrentIndex(2)
-            t = m.transitions()[key]
-            statuses = m.statuses()
-            for combo, value, extra in (
-                (ins.transition_from, t.get("from", ""), ("*", "every status")),
-                (ins.transition_to, t.get("to", ""), ("*", "stays (same status)")),
-            ):
-                with QSignalBlocker(combo):
-                    combo.clear()
-                    for s in statuses:
-                        combo.addItem(s, s)
-                    combo.addItem(extra[1], extra[0])
-                    i = combo.findData(value)
-                    if i < 0:
-                        combo.addItem(f"{value} (unknown)", value)
-                        i = combo.count() - 1
-                    combo.setCurrentIndex(i)
-            with QSignalBlocker(ins.transition_tool):
-                ins.transition_tool.clear()
-                ins.transition_tool.addItems(m.tool_names())
-                ins.transition_tool.setEditText(str(t.get("tool", "")))
-            for w, field in (
-                (ins.transition_probability, "probability"),
-                (ins.transition_reward, "reward"),
-            ):
-                v = t.get(field)
-                with QSignalBlocker(w):
-                    w.setText("" if v is None else f"{v:g}")
-            ins.transition_error.clear()
-        else:
-            ins.stack.setCurrentIndex(0)
-
-    def _on_canvas_status_add_requested(self, x: float, y: float) -> None:
-        name = self.model.unique_status_name()
-        self._push(cmd.AddStatus(self.model, name, (x, y)))
-        self.canvas.select("status", name)
-        self.inspector.status_name.setFocus()
-        self.inspector.status_name.selectAll()
-
-    def _on_add_status_clicked(self) -> None:
-        pos = self.canvas.positions()
-        x = max((p[0] for p in pos.values()), default=0.0) + 230.0
-        y = min((p[1] for p in pos.values()), default=0.0)
-        self._on_canvas_status_add_requested(x, y)
-
-    def _on_canvas_transition_requested(self, source: str, target: str) -> None:
-        """A new transition uses a tool that does nothing yet in ``source``,
-        or a new tool named after the target; the inspector edits it."""
-        used = {
-            t.get("tool") for t in self.model.transitions() if t.get("from") == source
-        }
-        tool = next((n for n in self.model.tool_names() if n not in used), None)
-        if tool is None:
-            base = re.sub(r"\W+", "_", f"to_{target}".lower()).strip("_") or "tool"
-            tool = self.model.unique_tool_name(base)
-        command = cmd.AddTransition(self.model, source, tool, target)
-        self._push(command)
-        self.canvas.select("transition", command.index)
-
-    def _on_canvas_statuses_moved(self, positions: dict) -> None:
-        self._push(cmd.MoveStatuses(self.model, positions), self.canvas)
+        self.workflow_editor.refresh()
 
     def auto_layout(self, style: str = "layered") -> None:
-        """Arrange the statuses (one undo step)."""
-        m = self.model
-        if style == "circular":
-            positions = circular_layout(m.statuses())
-        else:
-            positions = layered_layout(
-                m.statuses(),
-                [(t.get("from"), t.get("to")) for t in m.transitions()],
-                m.start(),
-                self._label_width(),
-            )
-        self._push(cmd.MoveStatuses(self.model, positions))
-        self.canvas.fit()
+        """Arrange the statuses (``layered`` or ``circular``), one undo step."""
+        self.workflow_editor.auto_layout(style)
 
     def delete_selection(self) -> None:
-        kind, key = self._inspected
-        if kind == "status":
-            self._push(cmd.RemoveStatus(self.model, key))
-        elif kind == "transition":
-            self._push(cmd.RemoveTransition(self.model, key))
-            self.canvas.select("", None)
-
-    def _on_status_name_edited(self) -> None:
-        kind, old = self._inspected
-        if kind != "status":
-            return
-        new = self.inspector.status_name.text()
-        if new == old:
-            return
-        problem = self.model.status_name_problem(new, old)
-        if problem:
-            self.inspector.status_error.setText(problem)
-            return
-        self._push(cmd.RenameStatus(self.model, old, new))
-        self.canvas.select("status", new)
-
-    def _on_status_start_toggled(self, checked: bool) -> None:
-        kind, name = self._inspected
-        if kind == "status" and checked and name != self.model.start():
-            self._push(
-                cmd.CallCommand(
-                    self.model, f"Start at '{name}'", lambda: self.model.set_start(name)
-                )
-            )
-
-    def _on_status_terminal_toggled(self, checked: bool) -> None:
-        kind, name = self._inspected
-        if kind == "status":
-            self._push(
-                cmd.CallCommand(
-                    self.model,
-                    f"{'Mark' if checked else 'Unmark'} '{name}' terminal",
-                    lambda: self.model.set_terminal(name, checked),
-                )
-            )
-
-    def _on_status_success_toggled(self, checked: bool) -> None:
-        kind, name = self._inspected
-        if kind == "status":
-            self._push(
-                cmd.CallCommand(
-                    self.model,
-                    f"{'Mark' if checked else 'Unmark'} '{name}' success",
-                    lambda: self.model.set_success(name, checked),
-                )
-            )
-
-    def _on_status_reward_edited(self) -> None:
-        kind, name = self._inspected
-        if kind != "status":
-            return
-        value, error = _parse_optional_float(self.inspector.status_reward.text())
-        self.inspector.status_error.setText(error)
-        if error or value == self.model.status_rewards().get(name):
-            return
-        self._push(
-            cmd.CallCommand(
-                self.model,
-                f"Set the reward of '{name}'",
-                lambda: self.model.set_status_reward(name, value),
-            ),
-            self.inspector.status_reward,
-        )
-
-    def _on_transition_edited(self, field: str) -> None:
-        kind, index = self._inspected
-        if kind != "transition" or index >= len(self.model.transitions()):
-            return
-        ins = self.inspector
-        t = self.model.transitions()[index]
-        value: Any
-        error = ""
-        if field in ("from", "to"):
-            combo = ins.transition_from if field == "from" else ins.transition_to
-            value = combo.currentData()
-        elif field == "tool":
-            value = ins.transition_tool.currentText().strip()
-            if value not in self.model.tool_names():
-                error = self.model.tool_name_problem(value)
-        else:
-            w = (
-                ins.transition_probability
-                if field == "probability"
-                else ins.transition_reward
-            )
-            value, error = _parse_optional_float(w.text())
-            if field == "probability" and value is not None and not 0 <= value <= 1:
-                error = "A probability is between 0 and 1."
-        ins.transition_error.setText(error)
-        if error or value == t.get(field):
-            return
-        self._push(cmd.EditTransition(self.model, index, **{field: value}))
-        self.canvas.select("transition", index)
-
-    def _on_tools_item_changed(self, item: QTableWidgetItem) -> None:
-        table = self.inspector.tools_table
-        row = item.row()
-        tools = self.model.tool_names()
-        if row >= len(tools):
-            return
-        name = tools[row]
-        if item.column() == 0:
-            new = item.text().strip()
-            problem = self.model.tool_name_problem(new, name)
-            if problem:
-                self.banner.show_message(problem, "error", auto_hide_ms=6000)
-                with QSignalBlocker(table):
-                    item.setText(name)
-                return
-            if new != name:
-                self._push(cmd.RenameTool(self.model, name, new), table)
-                self._refresh_tools_table()
-        else:
-            text = item.text().strip()
-            self._push(
-                cmd.CallCommand(
-                    self.model,
-                    f"Describe tool '{name}'",
-                    lambda: self.model.set_tool_description(name, text),
-                ),
-                table,
-            )
-
-    def _on_add_tool_clicked(self) -> None:
-        name = self.model.unique_tool_name()
-        self._push(cmd.AddTool(self.model, name))
-        table = self.inspector.tools_table
-        table.setCurrentCell(table.rowCount() - 1, 0)
-        table.editItem(table.item(table.rowCount() - 1, 0))
-
-    def _on_remove_tool_clicked(self) -> None:
-        row = self.inspector.tools_table.currentRow()
-        tools = self.model.tool_names()
-        if 0 <= row < len(tools):
-            self._push(cmd.RemoveTool(self.model, tools[row]))
+        """Delete the selected status or transition."""
+        self.workflow_editor.delete_selection()
 
     # ------------------------------------------------------------ grid
     def _refresh_grid(self) -> None:
