@@ -48,11 +48,14 @@ def fmt_bytes(n: int | None) -> str:
 
 
 def run_duration(run: dict[str, Any]) -> float | None:
+    """Seconds the run has run, attempts before a resume (seen by this
+    studio) included."""
     started = run.get("started")
     if not started:
         return None
     end = run.get("ended") or (time.time() if run.get("status") == "running" else None)
-    return None if end is None else end - started
+    prior = float(run.get("prior_duration_s") or 0.0)
+    return None if end is None else end - started + prior
 
 
 def open_folder(path: str | Path) -> None:

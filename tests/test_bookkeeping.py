@@ -13,6 +13,7 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 
 from engine import contract
+from studio.common import run_duration
 from studio.engine_client import EngineClient
 from studio.session import Session
 from studio.settings import Settings
@@ -76,6 +77,25 @@ def test_steps_and_best_are_live_while_a_resumed_run_trains() -> None:
     # A flow's progress counts nodes, not steps.
     flow_run = {"kind": "flow.run", "status": "running", "progress_done": 3.0}
     assert run_steps(flow_run) == 0
+
+
+def test_a_resumed_run_s_duration_goes_on() -> None:
+    state = ProjectState()
+    state.load_snapshot({"path": "/p", "name": "p", "runs": [  # type: ignore[typeddict-item]
+        {"id": "r", "kind": "rl.train", "name": "r", "status": "stopped",
+         "started": 1000.0, "ended": 1060.0, "config": {}},
+    ]})  # fmt: skip
+    assert run_duration(state.runs["r"]) == 60.0
+    state.on_run_started("r", "rl.train", "r", "/p/runs/r")
+    run = state.runs["r"]
+    assert run["prior_duration_s"] == 60.0
+    assert 60.0 <= (run_duration(run) or 0) < 60.0 + 60
+    # A snapshot from the database (the resumed attempt's times) keeps it.
+    state.load_snapshot({"path": "/p", "name": "p", "runs": [  # type: ignore[typeddict-item]
+        {"id": "r", "kind": "rl.train", "name": "r", "status": "stopped",
+         "started": 2000.0, "ended": 2030.0, "config": {}},
+    ]})  # fmt: skip
+    assert run_duration(state.runs["r"]) == 90.0
 
 
 def make_workspace(qtbot, tmp_path: Path, runs: list[dict]) -> TrainingWorkspace:  # type: ignore[no-untyped-def]

@@ -80,9 +80,10 @@ class ProjectState(Observable):
         self.runs = {}
         for run in snap.get("runs", []):
             merged: dict[str, Any] = dict(run)
-            best = previous.get(run["id"], {}).get("best_eval_live")
-            if best is not None:
-                merged["best_eval_live"] = best
+            before_run = previous.get(run["id"], {})
+            for key in ("best_eval_live", "prior_duration_s"):
+                if before_run.get(key) is not None:
+                    merged[key] = before_run[key]
             if run.get("status") == "running":
                 before = live.get(run["id"], {})
                 if run["id"] in self._event_fed:
@@ -150,6 +151,11 @@ class ProjectState(Observable):
                 "config": {},
             },
         )
+        if run.get("started") and run.get("ended"):
+            # A resumed run: its Duration goes on from the attempts before.
+            run["prior_duration_s"] = float(run.get("prior_duration_s") or 0.0) + max(
+                float(run["ended"]) - float(run["started"]), 0.0
+            )
         run.update(
             status="running",
             run_dir=run_dir,
