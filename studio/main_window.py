@@ -4,11 +4,13 @@ project status, the log console, and the application menus."""
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
-from PySide6.QtCore import QSize, Qt, QTimer, qVersion
-from PySide6.QtGui import QAction, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtCore import QSize, Qt, QTimer, QUrl, qVersion
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMainWindow,
     QMessageBox,
+    QSplitter,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -30,6 +33,7 @@ from studio.environments.workspace import EnvironmentsWorkspace
 from studio.model_manager.workspace import ModelsWorkspace
 from studio.session import Session
 from studio.settings import Settings, SettingsDialog
+from studio.shortcuts import ShortcutsDialog, shortcut_rows
 from studio.training.workspace import TrainingWorkspace
 from studio.workflows.workspace import WorkflowsWorkspace
 from widgets.banner import Banner
@@ -43,6 +47,14 @@ ENGINE_STATE_TEXT = {
     CRASHED: ("#d62728", "Engine crashed — restarting"),
     FAILED: ("#d62728", "Engine stopped"),
     "stopped": ("#7f7f7f", "Engine stopped"),
+}
+DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
+STANDARD_KEY_FALLBACK = {
+    QKeySequence.StandardKey.New: "Ctrl+N",
+    QKeySequence.StandardKey.Open: "Ctrl+O",
+    QKeySequence.StandardKey.Preferences: "Ctrl+,",
+    QKeySequence.StandardKey.Quit: "Ctrl+Q",
+    QKeySequence.StandardKey.HelpContents: "F1",
 }
 SELFTEST_CONFIG = {"steps": 300, "step_seconds": 0.01}
 
@@ -58,10 +70,12 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.setWindowTitle("RL Studio")
         self.setWindowIcon(app_icon())
-        self.resize(1280, 800)
+        self._fit_to_screen(1280, 800)
         self._restarting = False
         self.confirm_quit = True
         """Ask before quitting while runs train (off for scripted use)."""
+        self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
+        """Opens documentation in the desktop's viewer; tests replace it."""
 
         self.workspaces: dict[str, QWidget] = {
             "environments": EnvironmentsWorkspace(session),
@@ -134,7 +148,9 @@ class MainWindow(QMainWindow):
         session.hardware_changed.connect(self._on_session_hardware_changed)
         session.gpu_usage_changed.connect(self._on_session_gpu_usage_changed)
         self._on_client_state_changed(client.state)
-        self.set_workspace("environments")
+        last = settings.last_workspace
+        self.set_workspace(last if last in WORKSPACES else "environments")
+        self._restore_layout()
 
     # --------------------------------------------------------------- API
     def set_workspace(self, name: str) -> None:
@@ -207,11 +223,26 @@ class MainWindow(QMainWindow):
         self._add_action(engine_menu, "&Restart engine", self._on_restart_engine)
 
         help_menu = self.menuBar().addMenu("&Help")
+        self._add_action(
+            help_menu,
+            "&Documentation",
+            self.open_documentation,
+            QKeySequence.StandardKey.HelpContents,
+        )
+        self._add_action(
+            help_menu, "&Keyboard shortcuts", self.show_shortcuts, "Ctrl+/"
+        )
+        help_menu.addSeparator()
         self._add_action(help_menu, "&About RL Studio", self._on_about)
 
     def _add_action(self, menu, text, slot, shortcut=None) -> QAction:  # type: ignore[no-untyped-def]
         action = QAction(text, self)
-        if shortcut is not None:
+        if isinstance(shortcut, QKeySequence.StandardKey):
+            # Some platforms (and desktops) bind no key to Quit or
+            # Preferences; the usual one then.
+            keys = QKeySequence.keyBindings(shortcut)
+            action.setShortcuts(keys or [QKeySequence(STANDARD_KEY_FALLBACK[shortcut])])
+        elif shortcut is not None:
             action.setShortcut(QKeySequence(shortcut))
         action.triggered.connect(lambda *_: slot())
         menu.addAction(action)
@@ -253,6 +284,24 @@ class MainWindow(QMainWindow):
 
     def _on_restart_engine(self) -> None:
         self.session.client.restart()
+
+    def shortcuts_dialog(self) -> ShortcutsDialog:
+        groups = {name.title(): w for name, w in self.workspaces.items()}
+        return ShortcutsDialog(shortcut_rows(self, groups), self)
+
+    def show_shortcuts(self) -> None:
+        self.shortcuts_dialog().exec()
+
+    def open_documentation(self) -> None:
+        if not DOCS_DIR.is_dir():
+            self._show_banner(
+                f"The documentation folder {DOCS_DIR} is not installed with "
+                "this copy of RL Studio.",
+                "warning",
+                auto_hide_ms=10_000,
+            )
+            return
+        self.open_url(QUrl.fromLocalFile(str(DOCS_DIR)))
 
     def _on_about(self) -> None:
         info = self.session.client.engine_info
@@ -369,6 +418,47 @@ class MainWindow(QMainWindow):
             )
         )
 
+    # ------------------------------------------------------------ layout
+    def _fit_to_screen(self, width: int, height: int) -> None:
+        """``width`` by ``height``, or less where the screen is smaller."""
+        screen = self.screen()
+        if screen is not None:
+            available = screen.availableGeometry()
+            width = min(width, available.width())
+            height = min(height, available.height())
+        self.resize(width, height)
+
+    def splitters(self) -> dict[str, QSplitter]:
+        """The workspaces' splitters by a key that stays the same from one
+        start to the next (workspace and the splitter's place in it)."""
+        found: dict[str, QSplitter] = {}
+        for name, workspace in self.workspaces.items():
+            for i, splitter in enumerate(workspace.findChildren(QSplitter)):
+                found[f"{name}/splitter{i}"] = splitter
+        return found
+
+    def _restore_layout(self) -> None:
+        """The geometry, dock and splitter sizes of the last session."""
+        geometry = self.settings.window_layout("geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = self.settings.window_layout("state")
+        if state is not None:
+            self.restoreState(state)
+        for key, splitter in self.splitters().items():
+            saved = self.settings.window_layout(key)
+            if saved is not None:
+                splitter.restoreState(saved)
+
+    def save_layout(self) -> None:
+        settings = self.settings
+        settings.last_workspace = self.current_workspace()
+        settings.set_window_layout("geometry", self.saveGeometry())
+        settings.set_window_layout("state", self.saveState())
+        for key, splitter in self.splitters().items():
+            settings.set_window_layout(key, splitter.saveState())
+        settings.sync()
+
     # ------------------------------------------------------------- close
     def closeEvent(self, event: QCloseEvent) -> None:
         active = [
@@ -385,4 +475,5 @@ class MainWindow(QMainWindow):
                 event.ignore()
                 return
         self._usage_timer.stop()
+        self.save_layout()
         event.accept()

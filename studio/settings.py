@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
@@ -123,6 +123,24 @@ class Settings:
     @mlflow_uri.setter
     def mlflow_uri(self, value: str) -> None:
         self._s.setValue("mlflow_uri", value.strip())
+
+    @property
+    def last_workspace(self) -> str:
+        """The workspace shown when the window last closed."""
+        return str(self._get("window/last_workspace", "", str))
+
+    @last_workspace.setter
+    def last_workspace(self, value: str) -> None:
+        self._s.setValue("window/last_workspace", value)
+
+    def window_layout(self, key: str) -> QByteArray | None:
+        """A saved Qt state (``saveGeometry`` / ``saveState``) of the window
+        or one of its splitters; None when there is none."""
+        value = self._s.value(f"window/{key}")
+        return value if isinstance(value, QByteArray) and not value.isEmpty() else None
+
+    def set_window_layout(self, key: str, value: QByteArray) -> None:
+        self._s.setValue(f"window/{key}", value)
 
     def engine_environment(self) -> dict[str, str]:
         """What the engine process (and the jobs it starts) are told."""

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 from studio.environments import commands as cmd
 from studio.environments.fields import FieldForm
 from studio.state.env_design import EnvDesign
+from widgets.fit import ScrollStrip, scroll_area
 from widgets.grid_painter import GridPainter, GridPalette
 
 GRID_FIELDS: list[tuple[str, dict[str, Any]]] = [
@@ -95,11 +96,11 @@ class GridEditor(QWidget):
         left = QWidget()
         left_layout = QVBoxLayout(left)
         left_layout.setContentsMargins(0, 0, 0, 0)
-        left_layout.addWidget(self.cell_palette)
+        left_layout.addWidget(ScrollStrip(self.cell_palette))
         left_layout.addWidget(self.painter, 1)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(left)
-        splitter.addWidget(side)
+        splitter.addWidget(scroll_area(side))
         splitter.setStretchFactor(0, 1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)

@@ -9,12 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker, Qt
-from PySide6.QtWidgets import QComboBox, QFormLayout, QLabel, QLineEdit, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QLabel,
+    QLineEdit,
+    QVBoxLayout,
+    QWidget,
+)
 
 from studio.environments import commands as cmd
 from studio.environments.controller import EnvController
 from studio.environments.fields import monospace
 from studio.state.env_design import EnvDesign
+from widgets.fit import scroll_area
 from widgets.param_form import ERROR_STYLE, ParamForm
 
 
@@ -56,15 +64,22 @@ class GymnasiumEditor(QWidget):
         monospace(self.kwargs_text)
         self.kwargs_text.setToolTip("All keyword arguments as a JSON object.")
         self.kwargs_text.editingFinished.connect(self._on_kwargs_text_edited)
-        form = QFormLayout(self)
+        body = QWidget()
+        form = QFormLayout(body)
         form.addRow("Environment id", self.env_id)
         form.addRow("Spaces", self.spaces)
         form.addRow("Max episode steps", self.max_steps)
         form.addRow(
-            QLabel("<b>Keyword arguments</b> (the env's own defaults unless set)")
+            QLabel(
+                "<b>Keyword arguments</b> (the env's own defaults unless set)",
+                wordWrap=True,
+            )
         )
         form.addRow(self.kwargs)
         form.addRow("As JSON", self.kwargs_text)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll_area(body))
         controller.catalog_received.connect(self._on_catalog_received)
         controller.env_described.connect(self._on_env_described)
 

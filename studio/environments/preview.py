@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from studio.state.env_preview import summary, trace_rows
+from widgets.fit import ScrollStrip
 from widgets.frame_viewer import FrameViewer
 from widgets.histogram import Histogram
 from widgets.record_table import Column, RecordTable
@@ -152,7 +153,7 @@ class EnvPreviewPanel(QWidget):
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(controls)
+        layout.addWidget(ScrollStrip(controls))
         layout.addWidget(self.status_label)
         layout.addWidget(split, 1)
         self.set_policies([])

@@ -35,6 +35,7 @@ from studio.state.env_design import (
     EnvDesign,
 )
 from widgets.banner import Banner
+from widgets.fit import ScrollStrip, scroll_area
 from widgets.state_machine_editor import (
     Edge,
     StateMachineEditor,
@@ -338,7 +339,7 @@ class WorkflowEditor(QWidget):
         canvas_box = QWidget()
         canvas_layout = QVBoxLayout(canvas_box)
         canvas_layout.setContentsMargins(0, 0, 0, 0)
-        canvas_layout.addLayout(bar)
+        canvas_layout.addWidget(ScrollStrip(bar))
         canvas_layout.addWidget(self.canvas, 1)
 
         self.inspector = ins = WorkflowInspector()
@@ -368,7 +369,7 @@ class WorkflowEditor(QWidget):
         ins.remove_tool_button.clicked.connect(self._on_remove_tool_clicked)
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.addWidget(canvas_box)
-        splitter.addWidget(ins)
+        splitter.addWidget(scroll_area(ins))
         splitter.setStretchFactor(0, 1)
         splitter.setSizes([700, 290])
         layout = QVBoxLayout(self)

@@ -92,6 +92,7 @@ from studio.state.env_preview import (
 )
 from studio.state.project_state import ProjectState
 from widgets.banner import Banner
+from widgets.fit import undo_redo_actions
 from widgets.param_form import ERROR_STYLE
 from widgets.record_table import Column, RecordTable
 
@@ -204,10 +205,7 @@ class EnvironmentsWorkspace(QWidget):
         self.title.setSizePolicy(
             QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred
         )
-        self.undo_action = self.undo_stack.createUndoAction(self, "Undo")
-        self.undo_action.setShortcut(QKeySequence.StandardKey.Undo)
-        self.redo_action = self.undo_stack.createRedoAction(self, "Redo")
-        self.redo_action.setShortcut(QKeySequence.StandardKey.Redo)
+        self.undo_action, self.redo_action = undo_redo_actions(self.undo_stack, self)
         self.save_action = QAction("Save", self)
         self.save_action.setShortcut(QKeySequence.StandardKey.Save)
         self.save_action.triggered.connect(lambda *_: self.save())
@@ -255,6 +253,7 @@ class EnvironmentsWorkspace(QWidget):
         self.empty_page = QLabel(
             "Open an environment from the list, or press New… to design one.",
             alignment=Qt.AlignmentFlag.AlignCenter,
+            wordWrap=True,
         )
         self.empty_page.setStyleSheet("color: palette(mid);")
         self.pages.addWidget(self.empty_page)

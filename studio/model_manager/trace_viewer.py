@@ -73,6 +73,7 @@ from studio.state.traces import (
     prompt_text,
     step_row,
 )
+from widgets.fit import ScrollStrip
 from widgets.record_table import Column, RecordTable
 
 OUTCOME_COLORS = {"success": "#2ca02c", "failed": "#d62728", "truncated": "#b8860b"}
@@ -320,7 +321,7 @@ class TraceViewer(QWidget):
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.info)
-        right_layout.addLayout(filters)
+        right_layout.addWidget(ScrollStrip(filters))
         right_layout.addWidget(middle, 1)
         right_layout.addWidget(self.label_status)
         split = QSplitter(Qt.Orientation.Horizontal)

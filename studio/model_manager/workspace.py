@@ -56,6 +56,7 @@ from studio.state.model_catalog import (
     table_records,
 )
 from widgets.chain_view import ChainItem, ChainView
+from widgets.fit import ScrollStrip
 from widgets.frame_viewer import FrameViewer
 from widgets.record_table import Column, RecordTable
 from widgets.run_progress import RunProgressBar
@@ -267,8 +268,8 @@ class ModelsWorkspace(QWidget):
         self.pipeline_view = PipelineView()
 
         layout = QVBoxLayout(self)
-        layout.addLayout(header)
-        layout.addLayout(actions)
+        layout.addWidget(ScrollStrip(header))
+        layout.addWidget(ScrollStrip(actions))
         layout.addWidget(split, 1)
         layout.addWidget(self.action_box)
         layout.addWidget(self.pipeline_view)

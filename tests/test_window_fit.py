@@ -1,0 +1,148 @@
+"""The main window fits small screens and comes back as it was left: its
+minimum width, the undo buttons' fixed text, the restored geometry,
+splitters and workspace, and the Help menu's shortcuts and documentation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QUrl
+from PySide6.QtGui import QUndoCommand
+from PySide6.QtWidgets import QWidget
+
+from studio.main_window import DOCS_DIR, WORKSPACES
+from studio.shortcuts import APPLICATION
+from tests.studio_harness import build_main_window
+from widgets.fit import ScrollStrip
+
+MAX_MIN_WIDTH = 1000
+
+
+def _min_width(win: QWidget) -> int:
+    return max(win.minimumSizeHint().width(), win.minimumWidth())
+
+
+def test_main_window_fits_1000_px_on_every_workspace(qtbot, tmp_path: Path) -> None:
+    win = build_main_window(qtbot, tmp_path)
+    win.show()
+    for name in WORKSPACES:
+        win.set_workspace(name)
+        assert _min_width(win) <= MAX_MIN_WIDTH, name
+    win.resize(MAX_MIN_WIDTH, 700)
+    qtbot.waitUntil(lambda: win.width() == MAX_MIN_WIDTH)
+
+
+def test_a_long_undo_text_does_not_widen_the_window(qtbot, tmp_path: Path) -> None:
+    win = build_main_window(qtbot, tmp_path)
+    win.show()
+    before = _min_width(win)
+    envs = win.environments
+    stack = envs.undo_stack
+    # what an edit would name itself; the edit itself does not matter here
+    stack.push(QUndoCommand("Set the description to " + "a very long text " * 20))
+    assert envs.undo_button.text() == "Undo"
+    assert "a very long text" in envs.undo_action.toolTip()
+    assert _min_width(win) <= min(before, MAX_MIN_WIDTH)
+    stack.undo()
+    assert envs.redo_button.text() == "Redo"
+    assert "a very long text" in envs.redo_action.toolTip()
+
+
+def test_undo_tooltips_say_why_they_are_disabled(qtbot, tmp_path: Path) -> None:
+    win = build_main_window(qtbot, tmp_path)
+    envs = win.environments
+    assert not envs.undo_action.isEnabled()
+    assert envs.undo_action.toolTip().startswith("Nothing to undo:")
+    assert envs.redo_action.toolTip().startswith("Nothing to redo:")
+
+
+def test_a_strip_scrolls_instead_of_widening(qtbot) -> None:
+    from PySide6.QtWidgets import QHBoxLayout, QPushButton, QVBoxLayout
+
+    row = QHBoxLayout()
+    for i in range(12):
+        row.addWidget(QPushButton(f"A rather wide button {i}"))
+    strip = ScrollStrip(row)
+    holder = QWidget()
+    QVBoxLayout(holder).addWidget(strip)
+    qtbot.addWidget(holder)
+    holder.resize(300, 200)
+    holder.show()
+    assert strip.minimumSizeHint().width() < 300 < strip.widget().sizeHint().width()
+    qtbot.waitUntil(lambda: strip.horizontalScrollBar().maximum() > 0)
+    qtbot.waitUntil(lambda: strip.height() == strip.sizeHint().height())
+    assert strip.height() > strip.widget().sizeHint().height()
+
+
+def test_geometry_splitters_and_workspace_come_back(qtbot, tmp_path: Path) -> None:
+    # The offscreen screen is 800 x 600, smaller than the window's minimum,
+    # so Qt fits any restored size to it; the maximized state shows that the
+    # geometry came back.
+    win = build_main_window(qtbot, tmp_path)
+    win.showMaximized()
+    qtbot.waitUntil(win.isMaximized)
+    win.set_workspace("training")
+    key, splitter = next(
+        (k, s)
+        for k, s in win.splitters().items()
+        if k.startswith("training") and s.isVisible()
+    )
+    total = sum(splitter.sizes())
+    splitter.setSizes([total - 300, 300])
+    sizes = splitter.sizes()
+    win.close()
+
+    again = build_main_window(qtbot, tmp_path)
+    assert again.current_workspace() == "training"
+    again.show()
+    qtbot.waitUntil(again.isMaximized)
+    again_splitter = again.splitters()[key]
+    # the pane the user sized keeps its size; the stretching one takes up
+    # what differs in the window's height
+    qtbot.waitUntil(lambda: again_splitter.sizes()[1] == sizes[1])
+
+
+def test_unreadable_saved_layout_is_ignored(qtbot, tmp_path: Path) -> None:
+    ini = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    ini.setValue("window/last_workspace", "no such workspace")
+    ini.setValue("window/geometry", "not a geometry")
+    ini.sync()
+    win = build_main_window(qtbot, tmp_path)
+    assert win.current_workspace() == "environments"
+    assert _min_width(win) <= MAX_MIN_WIDTH
+
+
+def test_shortcuts_dialog_lists_the_actions_real_keys(qtbot, tmp_path: Path) -> None:
+    win = build_main_window(qtbot, tmp_path)
+    dialog = win.shortcuts_dialog()
+    qtbot.addWidget(dialog)
+    rows = {(group, text): keys for group, text, keys in _tree_rows(dialog)}
+    assert rows[(APPLICATION, "Quit")] == "Ctrl+Q"
+    assert rows[(APPLICATION, "Training")] == "Ctrl+3"
+    assert rows[(APPLICATION, "Keyboard shortcuts")] == "Ctrl+/"
+    assert rows[("Environments", "Undo")] == "Ctrl+Z"
+    assert rows[("Workflows", "Duplicate")] == "Ctrl+D"
+    # derived, not copied: a changed shortcut shows changed
+    win.workspaces["workflows"].actions["duplicate"].setShortcut("Ctrl+Shift+U")
+    dialog = win.shortcuts_dialog()
+    qtbot.addWidget(dialog)
+    rows = {(group, text): keys for group, text, keys in _tree_rows(dialog)}
+    assert rows[("Workflows", "Duplicate")] == "Ctrl+Shift+U"
+
+
+def _tree_rows(dialog):  # type: ignore[no-untyped-def]
+    tree = dialog.tree
+    for i in range(tree.topLevelItemCount()):
+        section = tree.topLevelItem(i)
+        for j in range(section.childCount()):
+            item = section.child(j)
+            yield section.text(0), item.text(0), item.text(1)
+
+
+def test_documentation_opens_the_docs_folder(qtbot, tmp_path: Path) -> None:
+    win = build_main_window(qtbot, tmp_path)
+    opened: list[QUrl] = []
+    win.open_url = opened.append
+    win.open_documentation()
+    assert [u.toLocalFile() for u in opened] == [str(DOCS_DIR)]
+    assert (DOCS_DIR / "design.md").is_file()

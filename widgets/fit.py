@@ -1,0 +1,117 @@
+"""Containers that let wide content scroll instead of widening the window.
+
+A row of buttons or an inspector form has a minimum width; laid out directly,
+that minimum adds up into the window's and the window cannot be made narrow.
+Wrapped in these, the content keeps its size and scrolls where the window is
+narrower than it.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, QSize, Qt
+from PySide6.QtGui import QAction, QKeySequence, QResizeEvent, QUndoStack
+from PySide6.QtWidgets import QFrame, QLayout, QScrollArea, QSizePolicy, QWidget
+
+NOTHING = {
+    "Undo": "no edit since the document was opened.",
+    "Redo": "no undone edit to do again.",
+}
+STRIP_MIN_WIDTH = 80
+"""The narrowest a strip gets (px): a scroll bar's worth, still usable."""
+
+
+def _as_widget(content: QWidget | QLayout) -> QWidget:
+    if isinstance(content, QLayout):
+        holder = QWidget()
+        content.setContentsMargins(0, 0, 0, 0)
+        holder.setLayout(content)
+        return holder
+    return content
+
+
+class ScrollStrip(QScrollArea):
+    """A row of controls that scrolls sideways when it does not fit; its
+    height is the row's, plus the scroll bar's only while that is shown."""
+
+    def __init__(
+        self, content: QWidget | QLayout, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self.setWidget(_as_widget(content))
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def _overflows(self) -> bool:
+        content = self.widget()
+        return content.minimumSizeHint().width() > self.viewport().width()
+
+    def sizeHint(self) -> QSize:
+        content = self.widget()
+        hint = content.sizeHint()
+        height = hint.height()
+        if self._overflows():
+            height += self.horizontalScrollBar().sizeHint().height()
+        return QSize(hint.width(), height)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(STRIP_MIN_WIDTH, self.sizeHint().height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        # The scroll bar comes or goes with the width: the height follows.
+        if self.height() != self.sizeHint().height():
+            self.updateGeometry()
+
+
+def scroll_area(content: QWidget | QLayout) -> QScrollArea:
+    """``content`` in a frameless scroll area that fills its width and
+    scrolls (both ways) where the space is smaller than the content."""
+    area = QScrollArea()
+    area.setWidget(_as_widget(content))
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    return area
+
+
+def undo_redo_actions(stack: QUndoStack, parent: QObject) -> tuple[QAction, QAction]:
+    """Undo and Redo actions of ``stack`` whose text stays "Undo" / "Redo"
+    (a button showing "Undo Move 3 statuses" would widen the window with
+    each edit); what they would undo or redo, or why they cannot, is in
+    their tooltip."""
+    undo = QAction("Undo", parent)
+    redo = QAction("Redo", parent)
+    undo.setShortcut(QKeySequence.StandardKey.Undo)
+    redo.setShortcut(QKeySequence.StandardKey.Redo)
+    undo.triggered.connect(lambda *_: stack.undo())
+    redo.triggered.connect(lambda *_: stack.redo())
+
+    # The slots use what the signals carry, never the stack: it emits
+    # while it is being destroyed.
+    texts = {undo: stack.undoText(), redo: stack.redoText()}
+
+    def show(action: QAction, verb: str) -> None:
+        if action.isEnabled():
+            keys = action.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+            action.setToolTip(f"{verb} {texts[action]} ({keys})".replace("  ", " "))
+        else:
+            action.setToolTip(f"Nothing to {verb.lower()}: {NOTHING[verb]}")
+
+    def on_can_changed(action: QAction, verb: str, can: bool) -> None:
+        action.setEnabled(can)
+        show(action, verb)
+
+    def on_text_changed(action: QAction, verb: str, text: str) -> None:
+        texts[action] = text
+        show(action, verb)
+
+    for action, verb, can_changed, text_changed, can in (
+        (undo, "Undo", stack.canUndoChanged, stack.undoTextChanged, stack.canUndo()),
+        (redo, "Redo", stack.canRedoChanged, stack.redoTextChanged, stack.canRedo()),
+    ):
+        can_changed.connect(lambda c, a=action, v=verb: on_can_changed(a, v, c))
+        text_changed.connect(lambda t, a=action, v=verb: on_text_changed(a, v, t))
+        on_can_changed(action, verb, can)
+    return undo, redo
