@@ -183,6 +183,49 @@ def test_train_one_step(project: Project, method: str) -> None:
     project.train_runs[method] = (run_dir.name, summary)
 
 
+def test_grpo_rewarded_by_a_learned_reward(project: Project) -> None:
+    """Label steps of the expert traces (good: the expert's tool), train a
+    reward head on the tiny model, and reward a GRPO step with it."""
+    from engine.store.labels import Label, LabelStore, step_key
+
+    if "grpo" not in project.datasets:
+        pytest.skip("datasets not built")
+    eps = list(iter_traces(project.root / "data/traces/expert.jsonl"))
+    labels = [
+        Label("kto", "expert", e, t, step_key(st),
+              "good" if st.get("tool") == st.get("expert_tool") else "bad")
+        for e, ep in enumerate(eps) for t, st in enumerate(ep["steps"])
+    ][:40]  # fmt: skip
+    assert {lb.value for lb in labels} == {"good", "bad"}
+    store = LabelStore(project.root)
+    store.set_many(labels)
+    store.close()
+    summary, _ = project.job(
+        "reward.train",
+        {"traces": ["expert.jsonl"], "base_model": str(project.model), "epochs": 1,
+         "max_length": 256, "lora_r": 4, "seed": 0, "name": "learned",
+         "suggest": False},
+    )  # fmt: skip
+    assert summary["agent"] == "text" and summary["report"]["labels"] == 40
+    cfg = {
+        **TRAIN,
+        "method": "grpo",
+        "model": str(project.model),
+        "dataset": project.datasets["grpo"],
+        "name": "adapter-learned",
+        "rewards": [
+            {"name": "learned", "model": summary["reward_model"], "weight": 0.5},
+            {"name": "env_reward", "weight": 1.0},
+        ],
+    }
+    _, run_dir = project.job("llm.train", cfg)
+    keys = set().union(*metrics_rows(run_dir))
+    assert {"reward/learned_mean", "reward/env_reward_mean"} <= keys
+    (learned,) = [r["reward/learned_mean"] for r in metrics_rows(run_dir)
+                  if "reward/learned_mean" in r]  # fmt: skip
+    assert 0.0 <= learned <= 1.0
+
+
 def test_kto_with_cpu_hardware_defaults_trains(project: Project, monkeypatch) -> None:
     """A CPU suggests a batch of one sequence, which TRL's KTO refuses ("Actual
     (not effective) batch size must be > 1"); the job raises it and says so."""

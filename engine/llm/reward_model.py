@@ -424,6 +424,17 @@ def train_text(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.truncation_side = "left"
+    # tokenized here and cut on the left (the answer is at the end): the
+    # trainer drops, rather than cuts, a pair longer than max_length
+    limit = cfg["max_length"]
+
+    def ids(text: str) -> list[int]:
+        return list(tokenizer(text)["input_ids"])[-limit:]
+
+    tokenized = [
+        {"chosen_ids": ids(r["chosen"]), "rejected_ids": ids(r["rejected"])}
+        for r in rows
+    ]
     work = folder / "work"
     checkpointing: dict[str, Any] = {_checkpointing_arg(RewardConfig): False}
     args = RewardConfig(
@@ -453,7 +464,7 @@ def train_text(
     trainer = RewardTrainer(
         model=base,
         args=args,
-        train_dataset=Dataset.from_list(rows),
+        train_dataset=Dataset.from_list(tokenized),
         processing_class=tokenizer,
         peft_config=peft_config,
     )
