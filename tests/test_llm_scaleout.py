@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -43,6 +44,7 @@ TRAIN = {
     "join_timeout_s": 240.0,
 }
 WAIT_S = 300
+DIGEST = re.compile(r"\[rank (\d+)\] trained weights digest (\w+)$")
 
 
 def free_port() -> int:
@@ -185,6 +187,9 @@ def test_grpo_with_two_processes(project: Project) -> None:
     rows = metrics_rows(ctx.run_dir)
     assert [r["step"] for r in rows if "reward/mean" in r] == [1]
     assert summary["models"][0]["kind"] == "lora-adapter"
+    # the ranks averaged their gradients: the same weights after the step
+    digests = dict(m.groups() for m in map(DIGEST.match, ctx.lines) if m is not None)
+    assert set(digests) == {"0", "1"} and digests["0"] == digests["1"]
 
 
 def test_stop_then_resume_with_one_process(project: Project) -> None:

@@ -290,6 +290,7 @@ class Launch:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_end_with_parent,
             text=True,
             errors="replace",
         )
@@ -386,6 +387,19 @@ class Launch:
 
 _TORCH_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 """torch prefixes a rank's error lines with ``[rankN]:``; ours says it."""
+
+
+def _end_with_parent() -> None:
+    """In the launcher, before it runs: SIGTERM when the job process dies,
+    however it dies (the launcher then ends its ranks); Linux only."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(
+                pr_set_pdeathsig, signal.SIGTERM
+            )
 
 
 def _joined_tail(lines: list[str]) -> str:
@@ -527,6 +541,19 @@ def worker_main(argv: list[str]) -> int:
     if rank == 0:
         atomic_write_json(dist_dir(run_dir) / SUMMARY_NAME, summary)
     return 0
+
+
+def weights_digest(model: Any) -> str:
+    """SHA-256 of the trainable weights' bytes, in parameter order (the same
+    on every rank of a data-parallel run)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            digest.update(name.encode())
+            digest.update(param.detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def world_size() -> int:

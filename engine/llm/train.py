@@ -713,6 +713,11 @@ def _train_with(
             ) from exc
         raise
     wall = time.monotonic() - t0
+    from engine.llm.distributed import weights_digest, world_size
+
+    if world_size() > 1:
+        # Equal on every rank when the ranks' gradients were averaged.
+        ctx.log(f"trained weights digest {weights_digest(trainer.model)}")
     if os.environ.get("RANK", "0") == "0":
         model_dir.mkdir(parents=True, exist_ok=True)
         trainer.model.save_pretrained(str(model_dir))
