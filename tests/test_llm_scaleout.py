@@ -4,6 +4,7 @@ with another number of processes, a killed rank, and bad input."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -54,10 +55,12 @@ def free_port() -> int:
 
 
 class LoggedContext(JobContext):
-    """A JobContext that keeps its log lines for the test to read."""
+    """A JobContext that keeps its log lines and the events it sends to the
+    supervisor for the test to read."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        self.sent = io.StringIO()
+        super().__init__(*args, events=self.sent, **kwargs)
         self.lines: list[str] = []
 
     def log(self, text: str) -> None:
@@ -190,6 +193,11 @@ def test_grpo_with_two_processes(project: Project) -> None:
     # the ranks averaged their gradients: the same weights after the step
     digests = dict(m.groups() for m in map(DIGEST.match, ctx.lines) if m is not None)
     assert set(digests) == {"0", "1"} and digests["0"] == digests["1"]
+    # the job passed rank 0's rows and the progress on to the studio
+    events = [json.loads(x) for x in ctx.sent.getvalue().splitlines()]
+    sent = [r for e in events if e["type"] == "run.metrics" for r in e["rows"]]
+    assert [r["step"] for r in sent if "reward/mean" in r] == [1]
+    assert any(e["type"] == "run.progress" and e["done"] == 1 for e in events)
 
 
 def test_stop_then_resume_with_one_process(project: Project) -> None:

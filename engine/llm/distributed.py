@@ -435,6 +435,48 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class MetricsFollower:
+    """Rank 0 writes the run's ``metrics.jsonl`` itself; the job process
+    follows it and passes the new rows on (the studio's live curves, MLflow)
+    with the progress, without writing the file a second time."""
+
+    def __init__(self, ctx: Any, max_steps: int) -> None:
+        from engine import contract
+
+        self.ctx = ctx
+        self.max_steps = max_steps
+        self.path = Path(ctx.run_dir) / contract.METRICS_FILE
+        self.offset = self.path.stat().st_size if self.path.exists() else 0
+
+    def pump(self) -> None:
+        from engine import protocol
+
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        rows = []
+        for line in data[:end].decode("utf-8", "replace").splitlines():
+            with contextlib.suppress(ValueError):
+                row = json.loads(line)
+                if isinstance(row, dict) and "step" in row:
+                    rows.append(row)
+        if not rows:
+            return
+        if self.ctx.tracker is not None:
+            self.ctx.tracker.metrics(rows)
+        self.ctx.emit(protocol.RunMetrics(run_id=self.ctx.run_id, rows=rows))
+        step = max(int(r["step"]) for r in rows)
+        if self.max_steps > 0:
+            self.ctx.progress(step, self.max_steps)
+
+
 def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     """Job side on machine 0: launch the ranks, mirror their logs, pass Stop
     on, and return rank 0's summary."""
@@ -456,6 +498,7 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     )
     ctx.log("launching: " + " ".join(cmd))
     launch = Launch(cmd, ctx.run_dir, ctx.log, range(per_machine))
+    follow = MetricsFollower(ctx, cfg["max_steps"])
     t0 = time.monotonic()
     try:
         while launch.proc.poll() is None:
@@ -463,6 +506,7 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
                 # Written again if a rank starting late removed it.
                 stop_file.write_text(ctx.stop_reason or "user", encoding="utf-8")
             launch.pump()
+            follow.pump()
             waited = time.monotonic() - t0
             if waited > cfg["join_timeout_s"] and not launch.joined():
                 others = cfg["num_machines"] - 1
@@ -479,6 +523,7 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
                     )
                 )
         launch.pump()
+        follow.pump()
         if launch.proc.returncode != 0:
             raise EngineError(launch.failure())
     finally:
