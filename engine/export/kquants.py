@@ -15,12 +15,16 @@ sub-block, not numpy's pairwise one), so the blocks are the ones a plain C
 build of the reference writes. ``gguf.quants.dequantize`` reads them back.
 
 ``quantize`` works through a bounded number of blocks at a time, so its
-temporary memory stays a few tens of MB whatever it is given.
+temporary memory stays a few tens of MB whatever it is given; the passes
+run on a small thread pool (numpy releases the GIL), each writing its own
+rows, so the bytes do not depend on the number of threads.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -38,8 +42,11 @@ BLOCK_BYTES: dict[str, int] = {
 
 _F32 = np.float32
 _GROUP_MAX_EPS = _F32(1e-15)
-# Blocks quantized at once: about 1M values, a few MB per temporary array.
-_BLOCKS_PER_PASS = 4096
+# Blocks quantized at once: a quarter million values, about 1 MB per
+# temporary array, so that a pass's arrays stay near the cache.
+_BLOCKS_PER_PASS = 1024
+# numpy releases the GIL in its loops, so passes run side by side on threads.
+_THREADS = min(8, os.cpu_count() or 1)
 
 
 def _f(v: float) -> np.float32:
@@ -48,6 +55,12 @@ def _f(v: float) -> np.float32:
 
 def _seq_sum(a: np.ndarray) -> np.ndarray:
     """Sum over axis 0 one row after another, as the C loops add."""
+    if a.ndim == 2 and a.shape[1] > 1 and a.flags.c_contiguous:
+        # numpy reduces a C-ordered array's outer axis row by row (its
+        # pairwise summation is for the contiguous inner axis only), in one
+        # call instead of one per row.
+        summed: np.ndarray = np.add.reduce(a, axis=0)
+        return summed
     acc: np.ndarray = a[0].copy()
     for k in range(1, a.shape[0]):
         acc += a[k]
@@ -109,8 +122,8 @@ def make_qkx2_quants(
         np.subtract(x, mn, out=t)
         np.multiply(t, iscale, out=t)
         np.rint(t, out=out)
-        np.maximum(out, 0, out=out)
-        np.minimum(out, f_nmax, out=out)
+        # MAX(0, MIN(nmax, l)) in one pass
+        np.clip(out, _f(0), f_nmax, out=out)
         return out
 
     def error(scale: np.ndarray, the_min: np.ndarray, lv: np.ndarray) -> np.ndarray:
@@ -471,8 +484,18 @@ def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
         raise ValueError(f"rows of {values.shape[-1]} values do not fit {type_name}")
     blocks = np.ascontiguousarray(values, dtype=_F32).reshape(-1, QK_K)
     out = np.empty((blocks.shape[0], size), np.uint8)
-    for b0 in range(0, blocks.shape[0], _BLOCKS_PER_PASS):
+
+    def one_pass(b0: int) -> None:
         out[b0 : b0 + _BLOCKS_PER_PASS] = fn(blocks[b0 : b0 + _BLOCKS_PER_PASS])
+
+    starts = range(0, blocks.shape[0], _BLOCKS_PER_PASS)
+    if _THREADS > 1 and len(starts) > 1:
+        # Each pass writes its own rows of ``out``; list() re-raises errors.
+        with ThreadPoolExecutor(min(_THREADS, len(starts))) as pool:
+            list(pool.map(one_pass, starts))
+    else:
+        for b0 in starts:
+            one_pass(b0)
     return out.reshape(*values.shape[:-1], values.shape[-1] // QK_K * size)
 
 
