@@ -31,6 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--open", type=Path, dest="open_file", help="a file to open")
     parser.add_argument(
+        "--theme",
+        choices=("light", "dark", "system"),
+        help="colours for this start (View → Theme changes them for good)",
+    )
+    parser.add_argument(
+        "--size",
+        type=_window_size,
+        metavar="WIDTHxHEIGHT",
+        help="the window's size in pixels, e.g. 1024x700 (screenshots)",
+    )
+    parser.add_argument(
         "--install-desktop",
         action="store_true",
         help="install the launcher and icon for the current user, then exit",
@@ -41,6 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the seconds from launch to window shown, then exit (benchmark)",
     )
     return parser
+
+
+def _window_size(text: str) -> tuple[int, int]:
+    width, _, height = text.lower().partition("x")
+    try:
+        size = int(width), int(height)
+    except ValueError:
+        size = (0, 0)
+    if min(size) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; write WIDTHxHEIGHT in pixels, e.g. 1024x700."
+        )
+    return size
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     app.setWindowIcon(app_icon())
 
     settings = Settings()
+    from studio.theme import apply_theme
+
+    apply_theme(args.theme or settings.theme)
     if args.project is not None:
         project, create = str(args.project.expanduser().resolve()), True
     elif settings.last_project:
@@ -83,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     window = MainWindow(session, settings)
     if args.workspace:
         window.set_workspace(args.workspace)
+    if args.size:
+        window.resize(*args.size)
     client.start()
     session.open_project(project, create=create)
     if args.open_file is not None:

@@ -10,7 +10,14 @@ from typing import Any
 
 import psutil
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, qVersion
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QIcon, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QActionGroup,
+    QCloseEvent,
+    QDesktopServices,
+    QIcon,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
@@ -32,8 +39,9 @@ from studio.engine_client import CRASHED, FAILED, READY, STARTING
 from studio.environments.workspace import EnvironmentsWorkspace
 from studio.model_manager.workspace import ModelsWorkspace
 from studio.session import Session
-from studio.settings import Settings, SettingsDialog
+from studio.settings import THEMES, Settings, SettingsDialog
 from studio.shortcuts import ShortcutsDialog, shortcut_rows
+from studio.theme import apply_theme
 from studio.training.workspace import TrainingWorkspace
 from studio.workflows.workspace import WorkflowsWorkspace
 from widgets.banner import Banner
@@ -217,6 +225,16 @@ class MainWindow(QMainWindow):
             )
         view_menu.addSeparator()
         view_menu.addAction(self.log_dock.toggleViewAction())
+        theme_menu = view_menu.addMenu("&Theme")
+        self.theme_actions: dict[str, QAction] = {}
+        group = QActionGroup(self)
+        for name in THEMES:
+            action = theme_menu.addAction(name.title())
+            action.setCheckable(True)
+            action.setChecked(name == self.settings.theme)
+            action.triggered.connect(lambda *_, n=name: self.set_theme(n))
+            group.addAction(action)
+            self.theme_actions[name] = action
 
         engine_menu = self.menuBar().addMenu("&Engine")
         self._add_action(engine_menu, "Run &self-test", self._on_run_selftest)
@@ -284,6 +302,12 @@ class MainWindow(QMainWindow):
 
     def _on_restart_engine(self) -> None:
         self.session.client.restart()
+
+    def set_theme(self, theme: str) -> None:
+        """Show ``theme`` ("light", "dark", "system") and remember it."""
+        self.settings.theme = theme
+        self.theme_actions[theme].setChecked(True)
+        apply_theme(theme)
 
     def shortcuts_dialog(self) -> ShortcutsDialog:
         groups = {name.title(): w for name, w in self.workspaces.items()}

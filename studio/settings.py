@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from engine.contract import ALLOW_UNCONFINED_ENV, TRACKING_URI_ENV
 
 MAX_RECENT = 8
+THEMES = ("system", "light", "dark")
 
 
 class Settings:
@@ -123,6 +124,20 @@ class Settings:
     @mlflow_uri.setter
     def mlflow_uri(self, value: str) -> None:
         self._s.setValue("mlflow_uri", value.strip())
+
+    @property
+    def theme(self) -> str:
+        """ "light", "dark" or "system" (the desktop's choice)."""
+        value = str(self._get("theme", "system", str))
+        return value if value in THEMES else "system"
+
+    @theme.setter
+    def theme(self, value: str) -> None:
+        if value not in THEMES:
+            raise ValueError(
+                f"The theme must be one of {', '.join(THEMES)}, not {value!r}."
+            )
+        self._s.setValue("theme", value)
 
     @property
     def last_workspace(self) -> str:

@@ -29,7 +29,7 @@ def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:
 
 def _panel(qtbot, win: MainWindow) -> SweepPanel:
     training = win.workspaces["training"]
-    training.tabs.setCurrentWidget(training.sweep)
+    training.tabs.setCurrentWidget(training.sweep_tab)
     panel: SweepPanel = training.sweep
     qtbot.waitUntil(lambda: "trials" in panel.form.values(), timeout=30_000)
     return panel

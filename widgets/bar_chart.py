@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from widgets.theme import follow_palette, style_plot
+
 SERIES_COLORS = ("#4272c4", "#ed7d31", "#70ad47", "#9467bd")
 
 
@@ -19,8 +21,7 @@ class GroupedBarChart(QWidget):
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.showGrid(y=True, alpha=0.25)
         self.plot.hideButtons()
-        if title:
-            self.plot.setTitle(title, color="#333333")
+        follow_palette(self, lambda dark: style_plot(self.plot, dark, title))
         self.legend = self.plot.addLegend(offset=(-10, 10))
         self.bars: dict[str, pg.BarGraphItem] = {}
         self._texts: list[pg.TextItem] = []

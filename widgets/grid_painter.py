@@ -29,6 +29,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from widgets.theme import CANVAS, theme_name
+
 Cell = tuple[str, float | None]
 EMPTY: Cell = ("empty", None)
 TOOLS = ("wall", "start", "goal", "trap", "reward", "erase")
@@ -143,7 +145,7 @@ class GridPainter(QWidget):
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.fillRect(self.rect(), QColor("#f6f7f9"))
+        painter.fillRect(self.rect(), QColor(CANVAS[theme_name(self.palette())][0]))
         size, _, _ = self._geometry()
         font = QFont(self.font())
         font.setBold(True)

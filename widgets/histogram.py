@@ -10,6 +10,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from widgets.theme import follow_palette, style_plot
+
 BAR_COLOR = "#4272c4"
 MEAN_COLOR = "#d62728"
 
@@ -45,8 +47,7 @@ class Histogram(QWidget):
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.hideButtons()
         self.plot.showGrid(y=True, alpha=0.25)
-        if title:
-            self.plot.setTitle(title, color="#333333", size="10pt")
+        follow_palette(self, lambda dark: style_plot(self.plot, dark, title))
         if x_label:
             self.plot.setLabel("bottom", x_label)
         self.plot.setLabel("left", "episodes")

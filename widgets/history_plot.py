@@ -7,6 +7,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from widgets.theme import follow_palette, style_plot
+
 POINT_COLOR = "#4272c4"
 BEST_COLOR = "#d62728"
 
@@ -28,6 +30,7 @@ class HistoryPlot(QWidget):
         self.plot.setLabel("bottom", x_label)
         self.plot.setLabel("left", y_label)
         self.plot.addLegend(offset=(10, 10))
+        follow_palette(self, lambda dark: style_plot(self.plot, dark))
         self.points = pg.ScatterPlotItem(
             size=8, brush=pg.mkBrush(POINT_COLOR), pen=None, name="trial"
         )

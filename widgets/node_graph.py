@@ -47,6 +47,7 @@ from PySide6.QtWidgets import (
 )
 
 from widgets.canvas import CanvasView, Gesture, PanGesture
+from widgets.theme import CANVAS, theme_name
 
 NODE_TYPE_MIME = "application/x-rlstudio-node-type"
 """MIME type of a drag carrying a node type name (UTF-8) onto the canvas."""
@@ -950,7 +951,8 @@ class NodeGraphView(CanvasView):
 
     # ---------------------------------------------------------- painting
     def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
-        painter.fillRect(rect, QColor("#eef0f3"))
+        background, fine, coarse = CANVAS[theme_name(self.palette())]
+        painter.fillRect(rect, QColor(background))
         step = GRID if self.zoom() >= LOD_DETAIL else GRID * 5
         left = math.floor(rect.left() / step) * step
         top = math.floor(rect.top() / step) * step
@@ -970,9 +972,9 @@ class NodeGraphView(CanvasView):
         # Axis-aligned hairlines need no antialiasing, which costs most here.
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        painter.setPen(QPen(QColor("#e0e3e8"), 0))
+        painter.setPen(QPen(QColor(fine), 0))
         painter.drawLines(lines[0])
-        painter.setPen(QPen(QColor("#d0d4db"), 0))
+        painter.setPen(QPen(QColor(coarse), 0))
         painter.drawLines(lines[1])
         painter.restore()
 

@@ -53,6 +53,7 @@ from PySide6.QtWidgets import (
 )
 
 from widgets.canvas import CanvasView
+from widgets.theme import CANVAS, theme_name
 
 ANY = "*"
 H_GAP = 210.0
@@ -817,9 +818,10 @@ class StateMachineEditor(CanvasView):
             self.selection_changed.emit(*current)
 
     def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
-        painter.fillRect(rect, QColor(COLORS["background"]))
+        background, grid, _ = CANVAS[theme_name(self.palette())]
+        painter.fillRect(rect, QColor(background))
         step = 40
-        painter.setPen(QPen(QColor(COLORS["grid"]), 1))
+        painter.setPen(QPen(QColor(grid), 1))
         left = int(math.floor(rect.left() / step) * step)
         top = int(math.floor(rect.top() / step) * step)
         x = left

@@ -234,7 +234,9 @@ class EnvironmentsWorkspace(QWidget):
         )
         self.train_button.clicked.connect(lambda *_: self.train())
         header = QHBoxLayout()
-        header.addWidget(self.title, 1)
+        # The title has a row of its own: beside the buttons it was cut to
+        # a few letters in a 1,024 px window.
+        header.addStretch(1)
         for w in (
             self.undo_button,
             self.redo_button,
@@ -313,6 +315,7 @@ class EnvironmentsWorkspace(QWidget):
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.title)
         right_layout.addLayout(header)
         right_layout.addWidget(self.banner)
         right_layout.addWidget(self.description)

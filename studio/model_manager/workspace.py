@@ -268,7 +268,7 @@ class ModelsWorkspace(QWidget):
         self.pipeline_view = PipelineView()
 
         layout = QVBoxLayout(self)
-        layout.addWidget(ScrollStrip(header))
+        layout.addLayout(header)
         layout.addWidget(ScrollStrip(actions))
         layout.addWidget(split, 1)
         layout.addWidget(self.action_box)

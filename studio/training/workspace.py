@@ -53,10 +53,12 @@ from studio.training.compare import CompareView
 from studio.training.readiness import ReadinessStrip
 from studio.training.run_dialog import RunDialog
 from studio.training.sweep import SweepPanel
+from widgets.fit import scroll_area
 from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
 from widgets.record_table import Column, RecordTable
 from widgets.run_progress import RunProgressBar
+from widgets.theme import follow_palette, theme_name
 
 RESUMABLE = ("stopped", "failed", "interrupted")
 
@@ -223,7 +225,12 @@ class TrainingWorkspace(QWidget):
 
         self.progress = RunProgressBar()
         self.reason_label = QLabel(wordWrap=True)
-        self.plots = LivePlotPanel(theme="light", columns=2)
+        self.plots = LivePlotPanel(theme=theme_name(self.palette()), columns=2)
+        follow_palette(
+            self.plots,
+            lambda dark: self.plots.set_theme("dark" if dark else "light"),
+            now=False,
+        )
         self.plots.set_source(self._store.series)
         self.plots.export_requested.connect(self.plots.choose_and_export)
         self._store.add_append_listener(self._on_store_appended)
@@ -250,7 +257,9 @@ class TrainingWorkspace(QWidget):
         self.compare = CompareView(self.plots.run_color)
         self.tabs.addTab(self.compare, "Compare")
         self.sweep = SweepPanel(session)
-        self.tabs.addTab(self.sweep, "Sweep")
+        # Its form is taller than the tab's share of a 700 px window: it scrolls.
+        self.sweep_tab = scroll_area(self.sweep)
+        self.tabs.addTab(self.sweep_tab, "Sweep")
         split = QSplitter(Qt.Orientation.Vertical)
         split.addWidget(top)
         split.addWidget(self.tabs)
