@@ -174,12 +174,27 @@ def pids_of(run_dir: Path) -> list[int]:
 
 
 def alive(pid: int) -> bool:
+    """Running, not a zombie."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, OSError):
         return False
-    stat = Path(f"/proc/{pid}/stat")
-    return stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def processes_naming(path: Path) -> list[int]:
+    """Live processes whose command line names ``path``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if str(path).encode() in cmdline and alive(int(proc.name)):
+                found.append(int(proc.name))
+    return found
 
 
 # ---------------------------------------------------------------- complete runs
@@ -245,6 +260,7 @@ def test_a_killed_rank_fails_the_run_and_leaves_no_process(project: Project) -> 
     assert isinstance(job.error, EngineError), job.error
     assert str(job.error).startswith("Rank 1 of the run was killed by signal 9")
     assert not any(alive(p) for p in pids)
+    assert processes_naming(ctx.run_dir) == []  # the launcher too
 
 
 def test_two_machines_on_localhost(project: Project) -> None:
@@ -346,6 +362,7 @@ def test_machine_zero_fails_when_no_machine_joins(project: Project) -> None:
         train(ctx)
     assert time.monotonic() - t0 < 8.0 + 60
     assert not any(alive(p) for p in pids_of(ctx.run_dir))
+    assert processes_naming(ctx.run_dir) == []
 
 
 def run_worker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -397,3 +414,38 @@ def test_worker_names_the_files_it_needs(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "put it on storage both machines share" in done.stderr
     assert str(tmp_path / "distributed" / "job.json") in done.stderr
+
+
+def test_worker_gives_up_when_machine_zero_never_takes_its_ranks(
+    project: Project, tmp_path: Path
+) -> None:
+    """Something listens at the main process's address but is no run: the
+    worker's launch waits for a rendezvous that never comes, fails within
+    join_timeout_s and leaves no process."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        cfg = validate_config(
+            "llm.train",
+            project.config(
+                "sft",
+                num_machines=2,
+                main_process_ip="127.0.0.1",
+                main_process_port=port,
+                join_timeout_s=5.0,
+            ),
+        )
+        run_dir = tmp_path / "runs" / "r"
+        distributed.write_launch_files(run_dir, "r", "llm.train", cfg)
+        done = run_worker(
+            "--run-dir",
+            str(run_dir),
+            "--machine-rank",
+            "1",
+            "--main-process-ip",
+            "127.0.0.1",
+        )
+    assert done.returncode == 2, done.stderr
+    assert "did not start within join_timeout_s (5 s)" in done.stderr
+    assert processes_naming(run_dir) == []

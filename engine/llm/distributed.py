@@ -723,10 +723,18 @@ def run(args: argparse.Namespace) -> int:
         print(line, flush=True)
 
     launch = Launch(cmd, run_dir, say, range(first, first + per_machine))
+    t0 = time.monotonic()
     try:
         while launch.proc.poll() is None:
             time.sleep(POLL_S)
             launch.pump()
+            if time.monotonic() - t0 > cfg["join_timeout_s"] and not launch.joined():
+                raise EngineError(
+                    f"This machine's ranks did not start within join_timeout_s "
+                    f"({cfg['join_timeout_s']:g} s): machine 0's run at "
+                    f"{cfg['main_process_ip']}:{cfg['main_process_port']} did not "
+                    "take them; check that it still runs."
+                )
         launch.pump()
         if launch.proc.returncode != 0:
             raise EngineError(launch.failure())
