@@ -8,6 +8,7 @@ model."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -163,6 +164,24 @@ def test_building_the_catalog_imports_no_heavy_library() -> None:
             {"batch_size": 2, "num_generations": 4},
             "num_generations (4) must divide batch_size x gradient_accumulation_steps"
             " x num_processes (2 x 1 x 1), as GRPO requires.",
+        ),
+        pytest.param(
+            "train",
+            {"settings": '{"use_vllm": true}'},
+            "vLLM generation needs the vllm package, which is not installed.",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("vllm") is not None, reason="vllm installed"
+            ),
+        ),
+        pytest.param(
+            "train",
+            {"strategy": "deepspeed_zero3"},
+            "The strategy deepspeed_zero3 needs the deepspeed package, which is not "
+            "installed (pip install deepspeed); use ddp or fsdp.",
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("deepspeed") is not None,
+                reason="deepspeed installed",
+            ),
         ),
         (
             "train",

@@ -68,19 +68,28 @@ def rank_pid(run_dir: Path, rank: int) -> Path:
 
 
 # ------------------------------------------------------------ what is offered
-def strategy_problem(strategy: str, device: str) -> str | None:
-    """Why ``strategy`` cannot run here (one sentence), or None."""
-    if (
-        strategy.startswith("deepspeed")
-        and importlib.util.find_spec("deepspeed") is None
-    ):
+def package_problem(strategy: str, use_vllm: bool = False) -> str | None:
+    """Why a package the settings need is missing (one sentence), or None;
+    imports nothing, so a flow node's check can ask before any run."""
+    deepspeed = strategy.startswith("deepspeed")
+    if deepspeed and importlib.util.find_spec("deepspeed") is None:
         return (
-            f"strategy {strategy} needs the deepspeed package, which is not "
+            f"The strategy {strategy} needs the deepspeed package, which is not "
             "installed (pip install deepspeed); use ddp or fsdp."
         )
+    if use_vllm and importlib.util.find_spec("vllm") is None:
+        return "vLLM generation needs the vllm package, which is not installed."
+    return None
+
+
+def strategy_problem(strategy: str, device: str) -> str | None:
+    """Why ``strategy`` cannot run here (one sentence), or None."""
+    problem = package_problem(strategy)
+    if problem:
+        return problem
     if strategy != "ddp" and device != "cuda":
         return (
-            f"strategy {strategy} needs CUDA GPUs and this run trains on the "
+            f"The strategy {strategy} needs CUDA GPUs and this run trains on the "
             f"{device}; use ddp, which runs on any device."
         )
     return None
@@ -143,7 +152,7 @@ def check(cfg: dict[str, Any], gpu_count: int) -> None:
         )
     problem = strategy_problem(cfg["strategy"], device)
     if problem:
-        raise ConfigError("strategy", problem[0].upper() + problem[1:])
+        raise ConfigError("strategy", problem)
     if cfg["use_vllm"]:
         if cfg["method"] != "grpo":
             raise ConfigError(

@@ -621,6 +621,13 @@ def _check_train(params: dict[str, Any]) -> list[str]:
                 )
             elif key not in _TRAIN_FIELDS:
                 problems.append(f"settings has an unknown training setting {key!r}.")
+        from engine.llm.distributed import package_problem
+
+        missing = package_problem(
+            str(params.get("strategy") or "ddp"), bool(settings.get("use_vllm"))
+        )
+        if missing:
+            problems.append(missing)
     gens = params.get("num_generations")
     batch = params.get("batch_size")
     accum = params.get("gradient_accumulation_steps", 1)
