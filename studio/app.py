@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         return _screenshot(app, window, session, args.screenshot)
 
     window.show()
+    if settings.show_welcome:
+        window.show_welcome()
     code = app.exec()
     client.stop()
     shutdown_qt()

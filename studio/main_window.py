@@ -43,6 +43,7 @@ from studio.settings import THEMES, Settings, SettingsDialog
 from studio.shortcuts import ShortcutsDialog, shortcut_rows
 from studio.theme import apply_theme
 from studio.training.workspace import TrainingWorkspace
+from studio.welcome import WelcomeDialog
 from studio.workflows.workspace import WorkflowsWorkspace
 from widgets.banner import Banner
 from widgets.hardware_meter import HardwareMeter, Usage
@@ -64,6 +65,7 @@ STANDARD_KEY_FALLBACK = {
     QKeySequence.StandardKey.Quit: "Ctrl+Q",
     QKeySequence.StandardKey.HelpContents: "F1",
 }
+LLM_EXAMPLE = "jira_llm_grpo.flow.json"
 SELFTEST_CONFIG = {"steps": 300, "step_seconds": 0.01}
 
 
@@ -250,6 +252,7 @@ class MainWindow(QMainWindow):
         self._add_action(
             help_menu, "&Keyboard shortcuts", self.show_shortcuts, "Ctrl+/"
         )
+        self._add_action(help_menu, "&Welcome", self.show_welcome)
         help_menu.addSeparator()
         self._add_action(help_menu, "&About RL Studio", self._on_about)
 
@@ -302,6 +305,44 @@ class MainWindow(QMainWindow):
 
     def _on_restart_engine(self) -> None:
         self.session.client.restart()
+
+    # ----------------------------------------------------------- welcome
+    def show_welcome(self) -> WelcomeDialog:
+        dialog = WelcomeDialog(self.settings.show_welcome, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.start_requested.connect(self.start_journey)
+        dialog.finished.connect(
+            lambda *_: setattr(
+                self.settings, "show_welcome", dialog.show_at_start.isChecked()
+            )
+        )
+        dialog.open()
+        return dialog
+
+    def start_journey(self, kind: str) -> None:
+        """The first step of a welcome page start (see studio/welcome.py)."""
+        if kind == "design":
+            self.set_workspace("environments")
+            envs_dir = self.environments.envs_dir()
+            name, n = "my_env", 1
+            while (envs_dir / f"{name}.env.json").exists():
+                n += 1
+                name = f"my_env_{n}"
+            self.environments.new_env("workflow", name)
+        elif kind == "cartpole":
+            self.set_workspace("training")
+            self.training.open_run_dialog(
+                {"env": "CartPole-v1", "algo": "PPO"}, title="Train CartPole"
+            )
+        elif kind == "llm":
+            self.set_workspace("workflows")
+            flows = self.workspaces["workflows"].project_flows_dir()  # type: ignore[attr-defined]
+            path = (flows or Path()) / LLM_EXAMPLE
+            if flows is None or not path.is_file():
+                path = resource_path("examples", "flows", LLM_EXAMPLE)
+            self.workspaces["workflows"].open_file(str(path))  # type: ignore[attr-defined]
+        else:
+            raise ValueError(f"Unknown start {kind!r}; choose design, cartpole or llm.")
 
     def set_theme(self, theme: str) -> None:
         """Show ``theme`` ("light", "dark", "system") and remember it."""

@@ -140,6 +140,15 @@ class Settings:
         self._s.setValue("theme", value)
 
     @property
+    def show_welcome(self) -> bool:
+        """Show the welcome page when the studio starts."""
+        return str(self._s.value("show_welcome", "true")).lower() == "true"
+
+    @show_welcome.setter
+    def show_welcome(self, value: bool) -> None:
+        self._s.setValue("show_welcome", "true" if value else "false")
+
+    @property
     def last_workspace(self) -> str:
         """The workspace shown when the window last closed."""
         return str(self._get("window/last_workspace", "", str))
