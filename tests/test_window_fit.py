@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QWidget
 from studio.main_window import DOCS_DIR, WORKSPACES
 from studio.shortcuts import APPLICATION
 from tests.studio_harness import build_main_window
+from widgets.banner import OVERLAY_MARGIN
 from widgets.fit import ScrollStrip
 
 MAX_MIN_WIDTH = 1000
@@ -146,3 +147,26 @@ def test_documentation_opens_the_docs_folder(qtbot, tmp_path: Path) -> None:
     win.open_documentation()
     assert [u.toLocalFile() for u in opened] == [str(DOCS_DIR)]
     assert (DOCS_DIR / "design.md").is_file()
+
+
+def test_banners_overlay_instead_of_pushing(qtbot, tmp_path: Path) -> None:
+    win = build_main_window(qtbot, tmp_path)
+    win.show()
+    win.resize(1000, 700)
+    stack_top = win.stack.mapTo(win, win.stack.rect().topLeft())
+    envs = win.environments
+    tabs_top = envs.tabs.mapTo(win, envs.tabs.rect().topLeft())
+    win.banner.show_message("A long message " * 30, "warning", "Restart engine")
+    envs.banner.show_message("The spec could not be read.", "error")
+    qtbot.waitUntil(lambda: win.banner.isVisible() and envs.banner.isVisible())
+    # nothing under the banners moved
+    assert win.stack.mapTo(win, win.stack.rect().topLeft()) == stack_top
+    assert envs.tabs.mapTo(win, envs.tabs.rect().topLeft()) == tabs_top
+    # the banner lies over its host's top, as wide as the host, its text whole
+    host = win.banner.parentWidget()
+    assert win.banner.width() == host.width() - 2 * OVERLAY_MARGIN
+    assert win.banner.height() >= win.banner.heightForWidth(win.banner.width())
+    win.resize(1100, 700)
+    qtbot.waitUntil(lambda: win.banner.width() == host.width() - 2 * OVERLAY_MARGIN)
+    win.banner.dismiss()
+    assert not win.banner.isVisible()

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QToolButton
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QToolButton,
+    QWidget,
+)
+
+OVERLAY_MARGIN = 6
+"""Space (px) between an overlaid banner and its host's edges."""
 
 STYLES = {
     "info": "background:#d9edf7; color:#1b4b66; border:1px solid #9fcbe3;",
@@ -40,7 +50,33 @@ class Banner(QFrame):
         self._hide_timer = QTimer(self, singleShot=True)
         self._hide_timer.timeout.connect(self.dismiss)
         self.level = "info"
+        self._host: QWidget | None = None
         self.hide()
+
+    def overlay_on(self, host: QWidget) -> None:
+        """Float over the top of ``host`` instead of taking room in a layout:
+        showing or hiding a message then moves nothing under the pointer."""
+        self._host = host
+        self.setParent(host)
+        self.setAutoFillBackground(True)
+        host.installEventFilter(self)
+        self._place()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self._host and event.type() == QEvent.Type.Resize:
+            self._place()
+        return False
+
+    def _place(self) -> None:
+        host = self._host
+        if host is None:
+            return
+        width = max(0, host.width() - 2 * OVERLAY_MARGIN)
+        height = self.heightForWidth(width)
+        if height < 0:
+            height = self.sizeHint().height()
+        self.setGeometry(OVERLAY_MARGIN, OVERLAY_MARGIN, width, height)
+        self.raise_()
 
     def show_message(
         self,
@@ -58,6 +94,7 @@ class Banner(QFrame):
         if auto_hide_ms:
             self._hide_timer.start(auto_hide_ms)
         self.show()
+        self._place()
 
     def text(self) -> str:
         return self._label.text()

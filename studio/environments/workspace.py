@@ -317,9 +317,9 @@ class EnvironmentsWorkspace(QWidget):
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.title)
         right_layout.addLayout(header)
-        right_layout.addWidget(self.banner)
         right_layout.addWidget(self.description)
         right_layout.addWidget(split, 1)
+        self.banner.overlay_on(split)
 
         main = QSplitter(Qt.Orientation.Horizontal)
         main.addWidget(left)
