@@ -3,10 +3,9 @@ project status, the log console, and the application menus."""
 
 from __future__ import annotations
 
-import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, qVersion
@@ -17,6 +16,7 @@ from PySide6.QtGui import (
     QDesktopServices,
     QIcon,
     QKeySequence,
+    QShowEvent,
 )
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -36,18 +36,18 @@ from PySide6.QtWidgets import (
 from engine import protocol
 from resources import resource_path
 from studio.engine_client import CRASHED, FAILED, READY, STARTING
-from studio.environments.workspace import EnvironmentsWorkspace
-from studio.model_manager.workspace import ModelsWorkspace
 from studio.session import Session
 from studio.settings import THEMES, Settings, SettingsDialog
 from studio.shortcuts import ShortcutsDialog, shortcut_rows
 from studio.theme import apply_theme
-from studio.training.workspace import TrainingWorkspace
 from studio.welcome import WelcomeDialog
-from studio.workflows.workspace import WorkflowsWorkspace
 from widgets.banner import Banner
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
+
+if TYPE_CHECKING:
+    from studio.environments.workspace import EnvironmentsWorkspace
+    from studio.training.workspace import TrainingWorkspace
 
 WORKSPACES = ("environments", "workflows", "training", "models")
 ENGINE_STATE_TEXT = {
@@ -67,10 +67,68 @@ STANDARD_KEY_FALLBACK = {
 }
 LLM_EXAMPLE = "jira_llm_grpo.flow.json"
 SELFTEST_CONFIG = {"steps": 300, "step_seconds": 0.01}
+IDLE_BUILD_MS = 200
+"""After the window is shown, a workspace not built yet is built this often."""
 
 
 def app_icon() -> QIcon:
     return QIcon(str(resource_path("icons", "rl-studio.svg")))
+
+
+def build_workspace(name: str, session: Session) -> QWidget:
+    """One workspace, its module imported only now (a third of the launch
+    time was the workspaces nobody had looked at yet)."""
+    if name == "environments":
+        from studio.environments.workspace import EnvironmentsWorkspace
+
+        return EnvironmentsWorkspace(session)
+    if name == "workflows":
+        from studio.workflows.workspace import WorkflowsWorkspace
+
+        return WorkflowsWorkspace(session)
+    if name == "training":
+        from studio.training.workspace import TrainingWorkspace
+
+        return TrainingWorkspace(session)
+    if name == "models":
+        from studio.model_manager.workspace import ModelsWorkspace
+
+        return ModelsWorkspace(session)
+    raise KeyError(name)
+
+
+class LazyWorkspaces(Mapping[str, QWidget]):
+    """The workspaces by name, each built the first time it is asked for:
+    the one shown at start, the others while the window idles after it is
+    shown (or at once when a user or a script asks first)."""
+
+    def __init__(
+        self,
+        build: Callable[[str], QWidget],
+        built: Callable[[str, QWidget], None],
+    ) -> None:
+        self._build = build
+        self._on_built = built
+        self._widgets: dict[str, QWidget] = {}
+
+    def __getitem__(self, name: str) -> QWidget:
+        widget = self._widgets.get(name)
+        if widget is None:
+            if name not in WORKSPACES:
+                raise KeyError(name)
+            widget = self._widgets[name] = self._build(name)
+            self._on_built(name, widget)
+        return widget
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(WORKSPACES)
+
+    def __len__(self) -> int:
+        return len(WORKSPACES)
+
+    def built(self) -> list[str]:
+        """The names of the workspaces built so far."""
+        return [name for name in WORKSPACES if name in self._widgets]
 
 
 class MainWindow(QMainWindow):
@@ -87,27 +145,27 @@ class MainWindow(QMainWindow):
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
         """Opens documentation in the desktop's viewer; tests replace it."""
 
-        self.workspaces: dict[str, QWidget] = {
-            "environments": EnvironmentsWorkspace(session),
-            "workflows": WorkflowsWorkspace(session),
-            "training": TrainingWorkspace(session),
-            "models": ModelsWorkspace(session),
-        }
+        self.workspaces = LazyWorkspaces(
+            lambda name: build_workspace(name, session), self._on_workspace_built
+        )
         self.nav = QListWidget()
         self.nav.setIconSize(QSize(28, 28))
         self.nav.setFixedWidth(170)
         self.nav.setSpacing(2)
         self.stack = QStackedWidget()
-        for name, widget in self.workspaces.items():
+        for name in WORKSPACES:
             item = QListWidgetItem(
                 QIcon(str(resource_path("icons", f"{name}.svg"))), name.title()
             )
             item.setData(Qt.ItemDataRole.UserRole, name)
             item.setSizeHint(QSize(160, 44))
             self.nav.addItem(item)
-            self.stack.addWidget(widget)
-        self.nav.currentRowChanged.connect(self.stack.setCurrentIndex)
-        self.environments.train_requested.connect(self._on_environments_train_requested)
+            self.stack.addWidget(QWidget())  # until the workspace is built
+        self.nav.currentRowChanged.connect(self._on_nav_current_row_changed)
+        # The other workspaces are built once the window has painted, one
+        # per timer tick so that input is handled between them.
+        self._idle_build = QTimer(self, singleShot=True, interval=IDLE_BUILD_MS)
+        self._idle_build.timeout.connect(self._on_idle_build_timeout)
 
         self.banner = Banner()
         self.banner.action_requested.connect(self._on_banner_action_requested)
@@ -172,6 +230,38 @@ class MainWindow(QMainWindow):
 
     def current_workspace(self) -> str:
         return WORKSPACES[self.stack.currentIndex()]
+
+    def _on_nav_current_row_changed(self, row: int) -> None:
+        if 0 <= row < len(WORKSPACES):
+            self.workspaces[WORKSPACES[row]]  # built on first visit
+            self.stack.setCurrentIndex(row)
+
+    def _on_workspace_built(self, name: str, widget: QWidget) -> None:
+        index = WORKSPACES.index(name)
+        placeholder = self.stack.widget(index)
+        current = self.stack.currentIndex()
+        self.stack.insertWidget(index, widget)
+        self.stack.removeWidget(placeholder)
+        placeholder.deleteLater()
+        self.stack.setCurrentIndex(current)
+        if name == "environments":
+            widget.train_requested.connect(  # type: ignore[attr-defined]
+                self._on_environments_train_requested
+            )
+        self._restore_splitters(name)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if len(self.workspaces.built()) < len(WORKSPACES):
+            self._idle_build.start()
+
+    def _on_idle_build_timeout(self) -> None:
+        """Build one more workspace, then yield to the event loop."""
+        missing = [n for n in WORKSPACES if n not in self.workspaces.built()]
+        if missing:
+            self.workspaces[missing[0]]
+        if len(missing) > 1:
+            self._idle_build.start()
 
     @property
     def environments(self) -> EnvironmentsWorkspace:
@@ -369,6 +459,8 @@ class MainWindow(QMainWindow):
         self.open_url(QUrl.fromLocalFile(str(DOCS_DIR)))
 
     def _on_about(self) -> None:
+        from platform import python_version  # 30 ms at launch otherwise
+
         info = self.session.client.engine_info
         hw = self.session.hardware
         gpus = ", ".join(g["name"] for g in hw.get("gpus", [])) or "none"
@@ -378,7 +470,7 @@ class MainWindow(QMainWindow):
             "<h3>RL Studio 0.1.0</h3>"
             "<p>Design environments, train agents with reinforcement learning, "
             "and ship them.</p>"
-            f"<p>Python {platform.python_version()} · Qt {qVersion()}<br>"
+            f"<p>Python {python_version()} · Qt {qVersion()}<br>"
             f"Engine {info.get('engine_version', '?')} (protocol "
             f"{info.get('protocol_version', protocol.PROTOCOL_VERSION)}, "
             f"pid {info.get('pid', '?')})<br>"
@@ -494,13 +586,23 @@ class MainWindow(QMainWindow):
         self.resize(width, height)
 
     def splitters(self) -> dict[str, QSplitter]:
-        """The workspaces' splitters by a key that stays the same from one
-        start to the next (workspace and the splitter's place in it)."""
+        """The built workspaces' splitters by a key that stays the same from
+        one start to the next (workspace and the splitter's place in it)."""
         found: dict[str, QSplitter] = {}
-        for name, workspace in self.workspaces.items():
+        for name in self.workspaces.built():
+            workspace = self.workspaces[name]
             for i, splitter in enumerate(workspace.findChildren(QSplitter)):
                 found[f"{name}/splitter{i}"] = splitter
         return found
+
+    def _restore_splitters(self, workspace: str) -> None:
+        """A workspace's splitter sizes of the last session, once it is built
+        (one not built this session keeps what was saved for it)."""
+        for key, splitter in self.splitters().items():
+            if key.startswith(f"{workspace}/"):
+                saved = self.settings.window_layout(key)
+                if saved is not None:
+                    splitter.restoreState(saved)
 
     def _restore_layout(self) -> None:
         """The geometry, dock and splitter sizes of the last session."""
@@ -510,10 +612,8 @@ class MainWindow(QMainWindow):
         state = self.settings.window_layout("state")
         if state is not None:
             self.restoreState(state)
-        for key, splitter in self.splitters().items():
-            saved = self.settings.window_layout(key)
-            if saved is not None:
-                splitter.restoreState(saved)
+        for name in self.workspaces.built():
+            self._restore_splitters(name)
 
     def save_layout(self) -> None:
         settings = self.settings

@@ -209,6 +209,68 @@ def test_unknown_workspace_is_refused(window: MainWindow) -> None:
         window.set_workspace("lab")
 
 
+def test_workspaces_are_built_when_first_needed(
+    qtbot, client: EngineClient, settings: Settings, project_dir: Path
+) -> None:
+    """The window is shown with only its current workspace built; the others
+    are built while it idles, or at once when asked for, and each then sits
+    in the stack where the navigation shows it."""
+    session = Session(client, ProjectState(), settings)
+    win = MainWindow(session, settings)
+    win.confirm_quit = False
+    qtbot.addWidget(win)
+    assert win.workspaces.built() == ["environments"]
+    models = win.workspaces["models"]  # a script asks first: built now
+    assert win.workspaces.built() == ["environments", "models"]
+    win.set_workspace("models")
+    assert win.stack.currentWidget() is models
+    assert win.current_workspace() == "models"
+    with qtbot.waitSignal(session.project_opened, timeout=20_000):
+        session.open_project(str(project_dir), create=True)
+    win.show()
+    qtbot.waitUntil(lambda: len(win.workspaces.built()) == 4, timeout=30_000)
+    assert win.stack.currentWidget() is models  # idle building moves nothing
+    for name in ("environments", "workflows", "training", "models"):
+        win.set_workspace(name)
+        assert win.stack.currentWidget() is win.workspaces[name]
+    # Built after the project opened, the Training list still shows its runs
+    # and the flow editor its flows.
+    assert win.training.table.model.records == list(session.state.runs.values())
+    with pytest.raises(KeyError):
+        win.workspaces["lab"]
+
+
+def test_the_studio_starts_without_importing_workspaces_it_does_not_show(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "import os, sys\n"
+        "os.environ['QT_QPA_PLATFORM'] = 'offscreen'\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "from PySide6.QtCore import QSettings\n"
+        "app = QApplication([])\n"
+        "from studio.engine_client import EngineClient\n"
+        "from studio.main_window import MainWindow\n"
+        "from studio.session import Session\n"
+        "from studio.settings import Settings\n"
+        "from studio.state.project_state import ProjectState\n"
+        f"settings = Settings(QSettings({str(tmp_path / 's.ini')!r}, "
+        "QSettings.Format.IniFormat))\n"
+        "session = Session(EngineClient(), ProjectState(), settings)\n"
+        "win = MainWindow(session, settings)\n"
+        "print(sorted(m for m in sys.modules if m.endswith('.workspace')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['studio.environments.workspace']"
+
+
 @pytest.mark.parametrize("workspace", ["environments", "training"])
 def test_screenshot_command_renders_the_window(tmp_path: Path, workspace: str) -> None:
     out = tmp_path / f"{workspace}.png"

@@ -396,9 +396,15 @@ class ModelsWorkspace(QWidget):
         self.chain.set_items(items)
 
     def _show_ollama_chain(self, model: dict[str, Any]) -> None:
-        """An Ollama model deployed from this project: the chain of its GGUF."""
+        """An Ollama model deployed from this project: the chain of its GGUF.
+        Until the engine answers (or when it was deployed from elsewhere),
+        the model alone, never the chain of what was selected before."""
         name = model["name"]
         bare = name.removesuffix(":latest")
+        node = ChainNode(model["id"], "ollama", name, "Ollama", current=True)
+        self.chain.set_items(
+            [ChainItem(node.key, node.kind, node.title, node.subtitle, True)]
+        )
         for run in reversed(list(self._state.runs.values())):
             config = run.get("config") or {}
             if run.get("kind") == "deploy.ollama" and config.get("name") in (
@@ -420,10 +426,6 @@ class ModelsWorkspace(QWidget):
 
                     self.controller.request_lineage(gguf_id, show)
                     return
-        node = ChainNode(model["id"], "ollama", name, "Ollama", current=True)
-        self.chain.set_items(
-            [ChainItem(node.key, node.kind, node.title, node.subtitle, True)]
-        )
 
     def _on_chain_item_clicked(self, key: str) -> None:
         if any(r["id"] == key for r in self._records):

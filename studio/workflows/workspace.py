@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl, Signal
+from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QAction,
     QDesktopServices,
@@ -383,6 +383,12 @@ class WorkflowsWorkspace(QWidget):
         self._on_state_changed("reset", "")
         self._update_title()
         self._update_actions()
+        if self._state.is_open:
+            # Built after the project opened (the main window builds each
+            # workspace when it is first needed): what opening it does here.
+            QTimer.singleShot(
+                0, self, lambda: self._on_session_project_opened(self._state.path)
+            )
 
     # ------------------------------------------------------------- UI
     def _build_ui(self) -> None:

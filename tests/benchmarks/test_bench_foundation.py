@@ -8,6 +8,7 @@ absolute times on these machines are noisy.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -19,11 +20,11 @@ from engine_harness import EngineProcess
 from engine import protocol
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = 3
+RUNS = 5
 MESSAGES = 10_000
 
 BARE_WINDOW = """
-import os, sys
+import os, sys, time, json
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtWidgets import QApplication, QMainWindow
 import pyqtgraph
@@ -32,7 +33,7 @@ w = QMainWindow()
 w.resize(1280, 800)
 w.show()
 app.processEvents()
-print('{"shown": true}', flush=True)
+print(json.dumps({"shown": True, "cpu_s": time.process_time()}), flush=True)
 """
 
 ECHO = """
@@ -46,40 +47,60 @@ for line in sys.stdin:
 """
 
 
-def _time_to_first_line(cmd: list[str]) -> float:
+def _launch(cmd: list[str]) -> tuple[float, float]:
+    """Seconds from start to the first line the process prints, and the CPU
+    seconds it says it had used by then. Python may cache bytecode, as it
+    does on a user's machine (this sandbox sets PYTHONDONTWRITEBYTECODE,
+    which would compile the studio's sources at every launch)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     start = time.perf_counter()
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, text=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        text=True,
+        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     elapsed = time.perf_counter() - start
     proc.wait(timeout=60)
     assert line.strip(), "the process printed nothing"
-    return elapsed
+    return elapsed, float(json.loads(line)["cpu_s"])
 
 
 def test_bench_launch_to_window_shown(tmp_path: Path) -> None:
-    studio = [
-        _time_to_first_line(
-            [
-                sys.executable,
-                "-m",
-                "studio",
-                "--exit-when-shown",
-                "--project",
-                str(tmp_path / f"p{i}"),
-            ]
-        )
-        for i in range(RUNS)
-    ]
-    bare = [
-        _time_to_first_line([sys.executable, "-c", BARE_WINDOW]) for _ in range(RUNS)
-    ]
-    s, b = statistics.median(studio), statistics.median(bare)
+    """Issue 16's target: launch to window within 1.2x of a bare PySide6 +
+    pyqtgraph window. Alternating rounds after one warm-up launch of each
+    (which writes the bytecode caches)."""
+    bare_cmd = [sys.executable, "-c", BARE_WINDOW]
+
+    def studio_cmd(i: int) -> list[str]:
+        project = str(tmp_path / f"p{i}")
+        return [
+            sys.executable,
+            "-m",
+            "studio",
+            "--exit-when-shown",
+            "--project",
+            project,
+        ]
+
+    _launch(studio_cmd(-1)), _launch(bare_cmd)  # warm-up
+    studio, bare = [], []
+    for i in range(RUNS):
+        studio.append(_launch(studio_cmd(i)))
+        bare.append(_launch(bare_cmd))
+    s = statistics.median(t for t, _ in studio)
+    b = statistics.median(t for t, _ in bare)
+    sc = statistics.median(c for _, c in studio)
+    bc = statistics.median(c for _, c in bare)
     print(
         f"\nBENCH startup: launch to window shown {s:.2f} s (median of {RUNS}); "
-        f"bare PySide6+pyqtgraph window {b:.2f} s; ratio {s / b:.2f}"
+        f"bare PySide6+pyqtgraph window {b:.2f} s; ratio {s / b:.2f} "
+        f"(target <= 1.2); CPU to shown {sc:.2f} s vs {bc:.2f} s, "
+        f"ratio {sc / bc:.2f}"
     )
     assert s < 15
 
