@@ -32,7 +32,7 @@ COMMON_ENVS = (
     "Acrobot-v1",
     "Pendulum-v1",
     "FrozenLake-v1",
-    "Taxi-v3",
+    "Taxi-v4",  # Gymnasium 1.x; Taxi-v3 is gone
     "LunarLander-v3",
 )
 HP_PREFIX = "hyperparameters."
