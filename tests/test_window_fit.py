@@ -170,3 +170,26 @@ def test_banners_overlay_instead_of_pushing(qtbot, tmp_path: Path) -> None:
     qtbot.waitUntil(lambda: win.banner.width() == host.width() - 2 * OVERLAY_MARGIN)
     win.banner.dismiss()
     assert not win.banner.isVisible()
+
+
+def test_node_titles_shrink_before_they_are_cut(qtbot) -> None:
+    from PySide6.QtGui import QFont, QFontMetricsF
+
+    from widgets.node_graph import NODE_WIDTH, TITLE_POINTS, fit_title
+
+    width = NODE_WIDTH - 8 - 26
+    font = QFont()
+    font.setBold(True)
+    assert fit_title("Train (SB3)", font, width) == "Train (SB3)"
+    assert font.pointSizeF() == TITLE_POINTS[0]
+    # a title too wide at the usual size is whole at a smaller one
+    title = "Collect rollouts"
+    font.setPointSizeF(TITLE_POINTS[1])
+    room = QFontMetricsF(font).horizontalAdvance(title)
+    assert fit_title(title, font, room) == title
+    assert font.pointSizeF() == TITLE_POINTS[1]
+    # one that fits no size is elided, at the smallest
+    long = "Evaluate language-model policy on every scenario group"
+    assert fit_title(long, font, width).endswith("…")
+    assert font.pointSizeF() == TITLE_POINTS[-1]
+    assert QFontMetricsF(font).horizontalAdvance(fit_title(long, font, width)) <= width

@@ -94,6 +94,18 @@ _FALLBACK_PORT_COLORS = (
 
 LinkKey = tuple[str, str, str, str]
 """``(from_node, from_port, to_node, to_port)``."""
+TITLE_POINTS = (9.5, 8.5, 7.5)
+"""Title font sizes, tried in turn until the title fits its header."""
+
+
+def fit_title(title: str, font: QFont, width: float) -> str:
+    """Set ``font`` to the largest of :data:`TITLE_POINTS` at which ``title``
+    fits ``width``; the title, elided only if even the smallest is too wide."""
+    for points in TITLE_POINTS:
+        font.setPointSizeF(points)
+        if QFontMetricsF(font).horizontalAdvance(title) <= width:
+            return title
+    return QFontMetricsF(font).elidedText(title, Qt.TextElideMode.ElideRight, width)
 
 
 @dataclass(frozen=True)
@@ -307,14 +319,10 @@ class NodeItem(QGraphicsObject):
         painter.drawRoundedRect(rect, 6, 6)
         font = QFont(painter.font())
         font.setBold(True)
-        font.setPointSizeF(9.5)
+        left = 22.0 if self.errors else 8.0
+        title = fit_title(self.title, font, NODE_WIDTH - left - 26)
         painter.setFont(font)
         painter.setPen(QColor("white"))
-        metrics = QFontMetricsF(font)
-        left = 22.0 if self.errors else 8.0
-        title = metrics.elidedText(
-            self.title, Qt.TextElideMode.ElideRight, NODE_WIDTH - left - 26
-        )
         painter.drawText(
             QRectF(left, 0, NODE_WIDTH - left - 26, HEADER_HEIGHT),
             Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
@@ -382,10 +390,13 @@ class NodeItem(QGraphicsObject):
             box = QRectF(
                 r, HEADER_HEIGHT, NODE_WIDTH - 2 * r, rect.bottom() - HEADER_HEIGHT
             )
-            title = QFontMetricsF(font).elidedText(
-                self.title, Qt.TextElideMode.ElideRight, box.width()
+            # Wrapped over the body, not elided to its width: far away a
+            # title cut to one line was a few letters.
+            painter.drawText(
+                box,
+                Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
+                self.title,
             )
-            painter.drawText(box, Qt.AlignmentFlag.AlignCenter, title)
 
     def _paint_badge(self, painter: QPainter) -> None:
         if not self.state:

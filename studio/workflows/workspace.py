@@ -529,7 +529,10 @@ class WorkflowsWorkspace(QWidget):
         split.setStretchFactor(1, 1)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(2, 0)
-        split.setSizes([220, 720, 340])
+        # The side panels narrow first (the canvas takes what a small window
+        # loses otherwise): at 1,024 px the canvas had 270 px, too little to
+        # show the bundled LLM flow with readable titles.
+        split.setSizes([180, 720, 260])
         split.setCollapsible(1, False)
         self.left_tabs.setMinimumWidth(190)
         right.setMinimumWidth(280)
