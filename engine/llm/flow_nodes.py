@@ -202,6 +202,19 @@ def _check_base(params: dict[str, Any]) -> list[str]:
     return []
 
 
+def reward_weight_param(what: str) -> ParamSpec:
+    """The ``weight`` of a reward node: how much ``what`` counts in the sum
+    GRPO maximizes (``GRPOConfig.reward_weights``)."""
+    return ParamSpec(
+        "weight",
+        "float",
+        1.0,
+        min=-100.0,
+        max=100.0,
+        help=f"Weight of {what} in the sum GRPO maximizes.",
+    )
+
+
 @node_type(
     "llm.base_model",
     title="Base language model",
@@ -450,14 +463,7 @@ def _check_reward(params: dict[str, Any]) -> list[str]:
             "labels (the Learn reward node sets it up).",
             label="Reward",
         ),
-        ParamSpec(
-            "weight",
-            "float",
-            1.0,
-            min=-100.0,
-            max=100.0,
-            help="Weight of this reward in the sum GRPO maximizes.",
-        ),
+        reward_weight_param("this reward"),
         ParamSpec(
             "settings",
             "str",
@@ -522,14 +528,7 @@ LEARN_PARAMS = (
     ),
     params=(
         *param_specs(RewardModelConfig, LEARN_PARAMS),
-        ParamSpec(
-            "weight",
-            "float",
-            1.0,
-            min=-100.0,
-            max=100.0,
-            help="Weight of the learned reward in the sum GRPO maximizes.",
-        ),
+        reward_weight_param("the learned reward"),
     ),
 )
 def learn_reward(node: NodeRun) -> NodeResult:
@@ -585,14 +584,7 @@ def _check_judge(params: dict[str, Any]) -> list[str]:
     ),
     params=(
         *param_specs(JudgeConfig, fields_of(JudgeConfig)),
-        ParamSpec(
-            "weight",
-            "float",
-            1.0,
-            min=-100.0,
-            max=100.0,
-            help="Weight of the judge's score in the sum GRPO maximizes.",
-        ),
+        reward_weight_param("the judge's score"),
     ),
     check=_check_judge,
 )
