@@ -87,3 +87,10 @@ class JsonPreview(QPlainTextEdit):
 
     def show_value(self, value: Any) -> None:
         self.setPlainText(json.dumps(value, indent=2, default=str))
+
+
+def enable_with_reason(widget: QWidget, enabled: bool, tip: str, why_not: str) -> None:
+    """Enable ``widget`` with ``tip`` as its tooltip, or disable it with the
+    sentence that says why it is disabled."""
+    widget.setEnabled(enabled)
+    widget.setToolTip(tip if enabled else why_not)

@@ -193,3 +193,17 @@ def test_node_titles_shrink_before_they_are_cut(qtbot) -> None:
     assert fit_title(long, font, width).endswith("…")
     assert font.pointSizeF() == TITLE_POINTS[-1]
     assert QFontMetricsF(font).horizontalAdvance(fit_title(long, font, width)) <= width
+
+
+def test_disabled_run_buttons_say_why(qtbot, tmp_path: Path) -> None:
+    win = build_main_window(qtbot, tmp_path)
+    training = win.training
+    training._update_controls()
+    for button in (
+        training.stop_button,
+        training.resume_button,
+        training.duplicate_button,
+        training.folder_button,
+    ):
+        assert not button.isEnabled()
+        assert button.toolTip() == "Select a run in the list first."

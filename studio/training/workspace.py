@@ -36,6 +36,7 @@ from engine import contract
 from studio.common import (
     STATUS_COLORS,
     JsonPreview,
+    enable_with_reason,
     fmt_duration,
     fmt_time,
     open_folder,
@@ -381,10 +382,34 @@ class TrainingWorkspace(QWidget):
     def _update_controls(self) -> None:
         run = self.selected_run()
         status = run.get("status") if run else None
-        self.stop_button.setEnabled(status == "running")
-        self.resume_button.setEnabled(status in RESUMABLE)
-        self.duplicate_button.setEnabled(run is not None and bool(_config(run)))
-        self.folder_button.setEnabled(run is not None)
+        pick = "Select a run in the list first."
+        enable_with_reason(
+            self.stop_button,
+            status == "running",
+            "Stop the selected run (it saves a checkpoint and can be resumed).",
+            f"The selected run is {status}, not running." if run else pick,
+        )
+        enable_with_reason(
+            self.resume_button,
+            status in RESUMABLE,
+            "Resume the selected run from its last checkpoint.",
+            f"A {status} run cannot be resumed; only a stopped, failed or "
+            "interrupted one."
+            if run
+            else pick,
+        )
+        enable_with_reason(
+            self.duplicate_button,
+            run is not None and bool(_config(run)),
+            "Start a new run with this run's settings, changed as you like.",
+            "The selected run has no saved settings to start from." if run else pick,
+        )
+        enable_with_reason(
+            self.folder_button,
+            run is not None,
+            "Open the selected run's folder (checkpoints, log, metrics).",
+            pick,
+        )
         compared = len(self.current_table().selected_keys())
         self.compare_button.setEnabled(compared >= 2)
         self.compare_button.setToolTip(
@@ -443,12 +468,12 @@ class TrainingWorkspace(QWidget):
         for run in self.selected_runs():
             if run.get("status") == "running":
                 self._session.stop_run(run["id"])
-        self.stop_button.setEnabled(False)
+        enable_with_reason(self.stop_button, False, "", "The run is stopping.")
 
     def _on_resume_clicked(self) -> None:
         run = self.selected_run()
         if run:
-            self.resume_button.setEnabled(False)
+            enable_with_reason(self.resume_button, False, "", "The run is resuming.")
             self._session.resume_run(run["id"])
 
     def _on_compare_clicked(self) -> None:
