@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiny_models import build_tiny_model
+from tiny_models import TINY_TRAIN, build_tiny_model
 
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
@@ -20,19 +20,7 @@ from engine.llm.rollouts import iter_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = str(ROOT / "resources/examples/envs/jira_status_update.env.json")
-TRAIN = {
-    "max_steps": 1,
-    "batch_size": 2,
-    "num_generations": 2,
-    "max_length": 512,
-    "max_completion_length": 4,
-    "lora_rank": 4,
-    "save_steps": 0,
-    "seed": 0,
-    "precision": "fp32",
-    "device": "cpu",
-    "gradient_checkpointing": False,
-}
+TRAIN = TINY_TRAIN
 
 
 class Project:

@@ -21,6 +21,20 @@ import tempfile
 from pathlib import Path
 
 ARCHES = ("llama", "qwen2", "qwen3")
+TINY_TRAIN = {
+    "max_steps": 1,
+    "batch_size": 2,
+    "num_generations": 2,
+    "max_length": 512,
+    "max_completion_length": 4,
+    "lora_rank": 4,
+    "save_steps": 0,
+    "seed": 0,
+    "precision": "fp32",
+    "device": "cpu",
+    "gradient_checkpointing": False,
+}
+"""llm.train settings for one quick CPU step of a tiny model."""
 
 SENTENCES = [
     "Move the issue from To Do to In Progress.",
