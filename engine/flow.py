@@ -207,6 +207,13 @@ class ParamSpec:
     """Form section the parameter is shown under."""
     picker: str = ""
     """``str``: what forms offer to pick from (``engine.settings.PICKER_KINDS``)."""
+    offered: tuple[str, ...] = ()
+    """``choice``: the choices this machine allows, which forms list (empty:
+    all of ``choices``); a value of ``choices`` not offered still loads, and
+    the node's job says why it cannot run here."""
+    disabled: str = ""
+    """Why the parameter cannot be used on this machine (one sentence);
+    forms show it disabled with this reason. Empty: it can."""
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -227,6 +234,8 @@ class ParamSpec:
             "optional": self.optional,
             "group": self.group,
             "picker": self.picker,
+            "offered": list(self.offered),
+            "disabled": self.disabled,
         }
 
     @classmethod
@@ -245,6 +254,8 @@ class ParamSpec:
             optional=bool(data.get("optional", False)),
             group=str(data.get("group", "")),
             picker=str(data.get("picker", "")),
+            offered=tuple(str(c) for c in data.get("offered") or ()),
+            disabled=str(data.get("disabled", "")),
         )
 
 

@@ -14,6 +14,11 @@ Everything else is derived from that:
 - the run dialog's form fields: :func:`form_field`;
 - flow node parameters: :func:`param_spec` (an :class:`engine.flow.ParamSpec`).
 
+A setting whose use depends on the machine (a package, a GPU) declares an
+``offer``: a function asked when a form or node parameter is built, whose
+:class:`Offer` narrows the choices shown or disables the field with a reason.
+The job still checks the value itself: an old config may ask for more.
+
 Stdlib only, so the supervisor and the GUI can import it for free.
 """
 
@@ -38,6 +43,16 @@ PICKER_KINDS = ("env", "base_model")
 """What a text setting's ``picker`` offers to pick from: ``env`` (the env
 catalog and the project's envs), ``base_model`` (local model folders, the
 HF cache and a Hub search)."""
+
+
+@dataclass(frozen=True)
+class Offer:
+    """What this machine allows of a setting, as forms show it."""
+
+    choices: tuple[str, ...] | None = None
+    """The choices offered here (None: all the setting declares)."""
+    disabled: str = ""
+    """Why the setting cannot be used here (one sentence); empty: it can."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,7 @@ def setting(
     numeric_text: bool = False,
     search: Search | None = None,
     picker: str = "",
+    offer: Callable[[], Offer] | None = None,
 ) -> Any:
     """A dataclass field carrying a setting's metadata.
 
@@ -75,7 +91,9 @@ def setting(
     parameters; ``numeric_text`` lets a text field take a number (stored as
     its text, e.g. SAC's ``ent_coef``). For a ``list[int]`` field the bounds
     apply to each item. ``picker`` (one of :data:`PICKER_KINDS`) makes forms
-    offer a searchable list of known values for a text field.
+    offer a searchable list of known values for a text field. ``offer``
+    tells forms what this machine allows (see :class:`Offer`); it must import
+    nothing heavy, as the supervisor asks it.
     """
     assert not picker or picker in PICKER_KINDS, picker
     metadata = {
@@ -91,6 +109,7 @@ def setting(
         "numeric_text": numeric_text,
         "search": search,
         "picker": picker,
+        "offer": offer,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -120,6 +139,12 @@ class FieldInfo:
     numeric_text: bool = False
     search: Search | None = None
     picker: str = ""
+    offer: Callable[[], Offer] | None = None
+
+    def offered(self) -> Offer:
+        """What this machine allows of the setting now (everything when it
+        declares no ``offer``)."""
+        return self.offer() if self.offer is not None else Offer()
 
 
 def _kind(annotation: object) -> tuple[str, bool]:
@@ -191,6 +216,7 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
                 numeric_text=meta.get("numeric_text", False),
                 search=meta.get("search"),
                 picker=meta.get("picker", ""),
+                offer=meta.get("offer"),
             )
         )
     return tuple(out)
@@ -340,8 +366,14 @@ def form_field(
         out["optional"] = True
     if info.unit:
         out["unit"] = info.unit
+    offer = info.offered()
     if kind == "choice":
-        out["choices"] = list(info.choices)
+        out["choices"] = [c for c in info.choices if _offered(c, offer)]
+        unoffered = [c for c in info.choices if not _offered(c, offer)]
+        if unoffered:
+            out["unoffered"] = unoffered
+    if offer.disabled:
+        out["disabled"] = offer.disabled
     if info.picker:
         out["picker"] = info.picker
     for key in ("min", "max"):
@@ -351,6 +383,10 @@ def form_field(
         if getattr(info, key):
             out[key] = True
     return out
+
+
+def _offered(choice: str, offer: Offer) -> bool:
+    return offer.choices is None or choice in offer.choices
 
 
 def param_spec(
@@ -366,6 +402,7 @@ def param_spec(
     kind = form_type(info) or "str"
     if info.kind == "list[int]":
         kind = "str"  # typed as "64, 64"; see parse_list_text
+    offer = info.offered()
     return ParamSpec(
         name=name or info.name,
         type=kind,
@@ -380,6 +417,10 @@ def param_spec(
         optional=info.optional if optional is None else optional,
         group=info.group if group is None else group,
         picker=info.picker,
+        offered=()
+        if offer.choices is None
+        else tuple(c for c in info.choices if _offered(c, offer)),
+        disabled=offer.disabled,
     )
 
 

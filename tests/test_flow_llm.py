@@ -167,7 +167,7 @@ def test_building_the_catalog_imports_no_heavy_library() -> None:
         ),
         pytest.param(
             "train",
-            {"settings": '{"use_vllm": true}'},
+            {"use_vllm": True},
             "vLLM generation needs the vllm package, which is not installed.",
             marks=pytest.mark.skipif(
                 importlib.util.find_spec("vllm") is not None, reason="vllm installed"

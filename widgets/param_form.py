@@ -13,6 +13,11 @@ common values for free text; ``note`` is a line shown under the field (where
 its default comes from); ``group`` starts a titled section; ``picker``
 (a text field) makes the field a :class:`widgets.picker.SearchPicker` whose
 entries the host gives per picker kind (:meth:`ParamForm.set_picker_entries`).
+``choices`` are what this machine offers; ``unoffered`` lists valid values
+it does not (one of them as the value, from an old document, is shown as
+such and kept, for the engine to refuse with its reason). ``disabled`` (one
+sentence) shows the field disabled, the reason as its tooltip and a grey
+note under it.
 """
 
 from __future__ import annotations
@@ -131,6 +136,9 @@ class ParamForm(QWidget):
             value = values.get(name, schema.get("default"))
             self._values[name] = value
             editor = self._make_editor(schema, value)
+            if schema.get("disabled"):
+                editor.setEnabled(False)
+                editor.setToolTip(schema["disabled"])
             self._editors[name] = editor
             label = QLabel(schema.get("title") or name.replace("_", " ").capitalize())
             label.setToolTip(schema.get("help", ""))
@@ -146,6 +154,15 @@ class ParamForm(QWidget):
                 note.setObjectName(f"{name}-note")
                 note.setStyleSheet("color: palette(mid);")
                 column.addRow(note)
+            if schema.get("disabled"):
+                reason = QLabel(
+                    f"Unavailable here: {schema['disabled']}",
+                    wordWrap=True,
+                    toolTip=schema["disabled"],
+                )
+                reason.setObjectName(f"{name}-disabled")
+                reason.setStyleSheet("color: gray;")
+                column.addRow(reason)
             column.addRow(error)
             self._layout.addRow(label, cell)
         self._set_valid(True)
@@ -247,6 +264,9 @@ class ParamForm(QWidget):
             combo = QComboBox(toolTip=tip)
             for choice in schema.get("choices", []):
                 combo.addItem(str(choice), choice)
+            if value in schema.get("unoffered", ()):
+                # Kept as the document has it; the run says why it cannot be.
+                combo.addItem(f"{value} (not available here)", value)
             index = combo.findData(value)
             combo.setCurrentIndex(max(index, 0))
             if index < 0 and combo.count():

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError
+from engine.settings import Offer
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed_zero2", "deepspeed_zero3")
 WORKER_ENV = "RLSTUDIO_ACCELERATE_WORKER"
@@ -107,6 +108,40 @@ def vllm_problem(device: str) -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vLLM generation needs the vllm package, which is not installed."
     return None
+
+
+def machine_device() -> str:
+    """``cuda`` when this machine has a CUDA GPU, else ``cpu``: what the
+    offers below assume a run trains on. Asks the engine's hardware
+    detection (cached; NVML or nvidia-smi), which never imports torch here."""
+    from engine import hardware
+
+    gpus = hardware.detect_gpus()
+    return "cuda" if any(g.backend == "cuda" for g in gpus) else "cpu"
+
+
+def machine_offers() -> dict[str, Offer]:
+    """What this machine's packages and hardware allow of the scale-out
+    settings, by setting: the strategies offered, and vLLM generation
+    disabled with its reason where it cannot run. Forms (the Fine-tune node,
+    ``TrainConfig``'s fields) show this; :func:`check` still refuses a config
+    asking for more (an old flow, another machine's config)."""
+    device = machine_device()
+    vllm = vllm_problem(device)
+    if vllm and device != "cuda":
+        vllm = "vLLM generation needs a CUDA GPU, and this machine has none."
+    return {
+        "strategy": Offer(choices=strategies_offered(device)),
+        "use_vllm": Offer(disabled=vllm or ""),
+    }
+
+
+def offer_strategy() -> Offer:
+    return machine_offers()["strategy"]
+
+
+def offer_vllm() -> Offer:
+    return machine_offers()["use_vllm"]
 
 
 def check(cfg: dict[str, Any], gpu_count: int) -> None:

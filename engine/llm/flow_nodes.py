@@ -93,6 +93,7 @@ TRAIN_PARAMS = (
     "seed",
     "num_processes",
     "strategy",
+    "use_vllm",
 )
 """The llm.train settings the Fine-tune node has a parameter for (declared,
 with their defaults, bounds and help, by ``engine.llm.train.TrainConfig``)."""
@@ -616,7 +617,7 @@ def _check_train(params: dict[str, Any]) -> list[str]:
         from engine.llm.distributed import package_problem
 
         missing = package_problem(
-            str(params.get("strategy") or "ddp"), bool(settings.get("use_vllm"))
+            str(params.get("strategy") or "ddp"), bool(params.get("use_vllm"))
         )
         if missing:
             problems.append(missing)

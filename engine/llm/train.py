@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError, with_defaults
-from engine.llm.distributed import STRATEGIES
+from engine.llm.distributed import STRATEGIES, offer_strategy, offer_vllm
 from engine.settings import check_fields, defaults_of, setting
 from engine.store.paths import checked_name
 from engine.store.project import new_model_folder
@@ -140,7 +140,7 @@ class TrainConfig:
     """Training processes over all machines, one per GPU (CPU processes use
     the gloo backend); each takes batch_size sequences per step. None: the
     CUDA GPU count, 1 on the CPU."""
-    strategy: str = setting("ddp", choices=STRATEGIES)
+    strategy: str = setting("ddp", choices=STRATEGIES, offer=offer_strategy)
     """How processes share the work: ``ddp`` (a model copy each, gradients
     averaged; any device), ``fsdp`` (sharded; CUDA), ``deepspeed_zero2`` /
     ``deepspeed_zero3`` (CUDA and the deepspeed package)."""
@@ -158,7 +158,9 @@ class TrainConfig:
     )
     """Seconds to wait for all processes and machines to join before the
     run fails (and for a worker machine to reach machine 0)."""
-    use_vllm: bool = setting(False, label="vLLM generation (colocate)")
+    use_vllm: bool = setting(
+        False, label="vLLM generation (colocate)", offer=offer_vllm
+    )
     """GRPO generates with TRL's vLLM integration in colocate mode (needs a
     CUDA GPU and the vllm package)."""
 

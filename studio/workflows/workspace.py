@@ -149,7 +149,13 @@ def param_schema(spec: ParamSpec) -> dict[str, Any]:
     if spec.group:
         schema["group"] = spec.group
     if spec.type == "choice":
-        schema["choices"] = list(spec.choices)
+        offered = spec.offered or spec.choices
+        schema["choices"] = list(offered)
+        unoffered = [c for c in spec.choices if c not in offered]
+        if unoffered:
+            schema["unoffered"] = unoffered
+    if spec.disabled:
+        schema["disabled"] = spec.disabled
     if spec.picker:
         schema["picker"] = spec.picker
     return schema
