@@ -10,9 +10,13 @@ project/
   data/                    trajectories, datasets
 ```
 
-Only the supervisor writes the database; job processes write their own run
-folder. The database is the index; the run folders are the truth: a run whose
-row says ``running`` but whose process is gone is reconciled from its
+Several processes write the database (SQLite serialises them): the
+supervisor of each engine on the project (a studio's, ``serve-http``'s), a
+headless ``rl-studio-engine train`` or ``run``, sweep workers, and a job that
+went on headless after its studio died. Job processes otherwise write their
+own run folder. Labels and trajectories have databases of their own under
+``data/``. The database is the index; the run folders are the truth: a run
+whose row says ``running`` but whose process is gone is reconciled from its
 ``result.json`` or marked ``interrupted``.
 """
 
