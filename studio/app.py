@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         return _screenshot(app, window, session, args.screenshot)
 
     window.show()
-    if settings.show_welcome:
+    # A launch that names where to go (a workspace, a file) skips the welcome.
+    if settings.show_welcome and not (args.workspace or args.open_file):
         window.show_welcome()
     code = app.exec()
     client.stop()
