@@ -519,3 +519,17 @@ def test_a_version_1_project_gains_agent_versions(
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].split()[:4] == ["ID", "NAME", "KIND", "AGENT"]
     assert "pole v2" in listed[2]
+
+
+@pytest.mark.parametrize("create", [False, True])
+def test_a_project_folder_name_too_long_is_one_sentence(
+    tmp_path: Path, create: bool
+) -> None:
+    """The protocol fuzz found a raw OSError (ENAMETOOLONG) from project.open."""
+    folder = tmp_path / ("x" * 300)
+    with pytest.raises(ProjectError) as info:
+        Project.open(folder, create=create)
+    assert str(info.value) == (
+        f"The project folder {folder} cannot be used (File name too long)."
+    )
+    assert list(tmp_path.iterdir()) == []

@@ -217,8 +217,14 @@ class Project:
         root = Path(path).expanduser()
         if not str(path).strip():
             raise ProjectError("No project folder was given.")
-        fresh = not (root / "studio.sqlite").exists()
-        if not root.exists():
+        try:
+            fresh = not (root / "studio.sqlite").exists()
+            exists = root.exists()
+        except OSError as exc:  # a name too long, a permission on the way
+            raise ProjectError(
+                f"The project folder {root} cannot be used ({exc.strerror})."
+            ) from None
+        if not exists:
             if not create:
                 raise ProjectError(f"The project folder {root} does not exist.")
             try:
