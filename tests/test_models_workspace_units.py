@@ -271,3 +271,35 @@ def test_evaluation_reports_list_jobs_and_flow_evaluate_nodes(tmp_path: Path) ->
         ("flow f1 · evaluate", str(files["flow"])),
         ("evaluate tuned", str(files["job"])),
     ]
+
+
+def test_only_the_latest_ollama_listing_counts() -> None:
+    """Two listings in flight (the workspace's first look at the default
+    host, then the user's Refresh): an answer to the older one that arrives
+    last is dropped, not shown over the newer one."""
+    from types import SimpleNamespace
+
+    from PySide6.QtCore import QObject, Signal
+
+    from engine import protocol
+    from studio.model_manager.controller import ModelsController
+
+    class Session(QObject):
+        run_ended = Signal(str, str, str)
+
+    asked: list[tuple[str, object, object]] = []
+
+    def request(msg, on_reply=None, on_error=None, owner=None) -> str:
+        asked.append((msg.host, on_reply, on_error))
+        return str(len(asked))
+
+    session = Session()
+    session.client = SimpleNamespace(request=request)  # type: ignore[attr-defined]
+    controller = ModelsController(session)  # type: ignore[arg-type]
+    controller.refresh_ollama("http://127.0.0.1:9")
+    controller.refresh_ollama("http://127.0.0.1:11434")
+    (_, _, old_error), (_, new_reply, _) = asked
+    new_reply({"host": "http://127.0.0.1:11434", "models": [{"name": "a"}]})
+    old_error(protocol.Error(message="connection refused"))
+    assert controller.ollama_models == [{"name": "a"}]
+    assert controller.ollama_error == ""

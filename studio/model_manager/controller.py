@@ -156,6 +156,9 @@ class ModelsController(QObject):
         super().__init__(parent)
         self.session = session
         self.ollama_host = DEFAULT_OLLAMA_HOST
+        # Only the answer to the latest listing counts: the engine may answer
+        # an older one (a host that took long to refuse) after a newer one.
+        self._ollama_asked = 0
         self.ollama_models: list[dict[str, Any]] = []
         self.ollama_error = ""
         self.actions: dict[str, ActionRun] = {}
@@ -211,10 +214,17 @@ class ModelsController(QObject):
     def refresh_ollama(self, host: str | None = None) -> None:
         if host is not None:
             self.ollama_host = host.strip() or DEFAULT_OLLAMA_HOST
+        self._ollama_asked += 1
+        asked = self._ollama_asked
         self.client.request(
             protocol.ListOllamaModels(host=self.ollama_host),
-            on_reply=self._on_ollama_list,
-            on_error=self._on_ollama_error,
+            on_reply=lambda r: (
+                self._on_ollama_list(r) if asked == self._ollama_asked else None
+            ),
+            on_error=lambda e: (
+                self._on_ollama_error(e) if asked == self._ollama_asked else None
+            ),
+            owner=self,
         )
 
     def _on_ollama_list(self, result: dict[str, Any]) -> None:
