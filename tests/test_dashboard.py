@@ -132,10 +132,16 @@ def test_a_project_preset_gives_the_dialogs_defaults(qtbot, window: MainWindow) 
     )
     assert values()["hyperparameters.n_epochs"] == 7 and values()["n_envs"] == 2
     assert dialog.config() == {"env": "CartPole-v1", "algo": "PPO", "preset": "tuned"}
-    # Under the field: where the defaults come from.
-    note = dialog.form.findChild(QLabel, "preset-note")
-    assert note is not None and note.isVisible()
-    assert note.text() == "The project preset 'tuned': tuned by the sweep 's'."
+    # Under the field: where the defaults come from (shown once the form the
+    # preset shaped is in place, which a busy machine delays).
+    qtbot.waitUntil(
+        lambda: (
+            (note := dialog.form.findChild(QLabel, "preset-note")) is not None
+            and note.isVisible()
+            and note.text() == "The project preset 'tuned': tuned by the sweep 's'."
+        ),
+        timeout=30_000,
+    )
     preset = dialog.form.editor("preset")
     assert isinstance(preset, QComboBox)
     preset.setCurrentText("")
