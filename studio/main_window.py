@@ -441,8 +441,13 @@ class MainWindow(QMainWindow):
         apply_theme(theme)
 
     def shortcuts_dialog(self) -> ShortcutsDialog:
+        # Imported here: the trace viewer is built with the Models workspace,
+        # which launch does not wait for.
+        from studio.model_manager import trace_viewer
+
         groups = {name.title(): w for name, w in self.workspaces.items()}
-        return ShortcutsDialog(shortcut_rows(self, groups), self)
+        keys = {"Models": trace_viewer.shortcut_rows()}
+        return ShortcutsDialog(shortcut_rows(self, groups, keys), self)
 
     def show_shortcuts(self) -> None:
         self.shortcuts_dialog().exec()

@@ -18,12 +18,19 @@ APPLICATION = "Application"
 
 
 def shortcut_rows(
-    window: QWidget, groups: dict[str, QWidget]
+    window: QWidget,
+    groups: dict[str, QWidget],
+    keys: dict[str, list[tuple[str, str]]] | None = None,
 ) -> list[tuple[str, str, str]]:
     """(group, action, keys) for every action under ``window`` that has a
     shortcut; an action belongs to the first of ``groups`` (title → widget)
-    that holds it, else to the application."""
-    rows: dict[tuple[str, str, str], None] = {}
+    that holds it, else to the application. ``keys`` adds, per group title,
+    the (action, keys) a widget handles itself rather than through actions."""
+    rows: dict[tuple[str, str, str], None] = {
+        (group, text, key): None
+        for group, pairs in (keys or {}).items()
+        for text, key in pairs
+    }
     for action in window.findChildren(QAction):
         keys = ", ".join(
             k.toString(QKeySequence.SequenceFormat.NativeText)
@@ -41,7 +48,7 @@ def shortcut_rows(
                 break
         text = action.text().replace("&&", "\0").replace("&", "").replace("\0", "&")
         rows[(group, text.rstrip("…").strip(), keys)] = None
-    order = [APPLICATION, *groups]
+    order = [APPLICATION, *groups, *(g for g in keys or {} if g not in groups)]
     return sorted(rows, key=lambda r: (order.index(r[0]), r[1].lower()))
 
 

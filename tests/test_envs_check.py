@@ -225,3 +225,37 @@ def test_cli_malformed_file_in_a_real_process(tmp_path: Path) -> None:
     assert out.stdout == ""
     line = out.stderr.strip()
     assert "\n" not in line and "is not valid JSON (line 1, column 14" in line
+
+
+def test_gymnasium_module_from_the_project_is_refused(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shared spec's ``module:Id`` must not import the project's own code
+    unconfined in the engine, even where the project folder is on sys.path:
+    nothing of the module runs, one sentence says why."""
+    marker = project / "ran.txt"
+    (project / "envs" / "evilmod.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+    )
+    monkeypatch.syspath_prepend(str(project / "envs"))
+    for module in ("evilmod", "not_a_module_xyz", "os; rm"):
+        doc = {
+            "format": 1,
+            "name": "g",
+            "kind": "gymnasium",
+            "gymnasium": {"id": f"{module}:CartPole-v1"},
+        }
+        (err,) = check_spec(_save(project, doc, "g")).errors
+        assert err.path == "gymnasium.id", err.message
+        assert "module" in err.message
+    assert not marker.exists()
+
+
+def test_gymnasium_module_that_is_installed_is_imported(project: Path) -> None:
+    doc = {
+        "format": 1,
+        "name": "g",
+        "kind": "gymnasium",
+        "gymnasium": {"id": "gymnasium.envs.classic_control:CartPole-v1"},
+    }
+    assert not check_spec(_save(project, doc, "g"), env_checks=False).errors

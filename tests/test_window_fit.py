@@ -207,3 +207,21 @@ def test_disabled_run_buttons_say_why(qtbot, tmp_path: Path) -> None:
     ):
         assert not button.isEnabled()
         assert button.toolTip() == "Select a run in the list first."
+
+
+def test_shortcuts_dialog_lists_the_trace_viewers_labelling_keys(
+    qtbot, tmp_path: Path
+) -> None:
+    """The labelling keys are handled by the trace viewer itself, not by
+    actions; the dialog lists them from the same table that dispatches them."""
+    from studio.model_manager.trace_viewer import TraceViewer
+
+    win = build_main_window(qtbot, tmp_path)
+    dialog = win.shortcuts_dialog()
+    qtbot.addWidget(dialog)
+    rows = {(group, text): keys for group, text, keys in _tree_rows(dialog)}
+    assert rows[("Models", "Traces: Label good")] == "G"
+    assert rows[("Models", "Traces: Pinned step is better (steps)")] == "1"
+    assert rows[("Models", "Suggestions: Accept the suggestions")] == "A"
+    listed = {t for g, t in rows if g == "Models" and t.startswith("Traces: ")}
+    assert len(listed) == len(TraceViewer.KEYS)

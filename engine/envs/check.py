@@ -300,10 +300,10 @@ def _static_gymnasium(spec: EnvSpec, report: Report) -> None:
 
     base = spec.body["id"].split(":", 1)[-1]
     if ":" in spec.body["id"]:
-        import importlib
+        from engine.envs.registry import import_installed_module
 
         try:
-            importlib.import_module(spec.body["id"].split(":", 1)[0])
+            import_installed_module(spec.body["id"].split(":", 1)[0], spec.source)
         except ImportError as exc:
             raise SpecError("gymnasium.id", f"gymnasium.id: {exc}.") from None
     try:

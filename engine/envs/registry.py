@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import re
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -71,11 +73,60 @@ def build_env(spec: EnvSpec, **kwargs: Any) -> Any:
     if spec.kind == "gymnasium":
         import gymnasium as gym
 
-        return gym.make(spec.body["id"], **{**spec.body.get("kwargs", {}), **kwargs})
+        module, _, base_id = spec.body["id"].rpartition(":")
+        if module:
+            import_installed_module(module, spec.source)
+        return gym.make(base_id, **{**spec.body.get("kwargs", {}), **kwargs})
     raise SpecError("kind", f"Unknown kind {spec.kind!r}.")
 
 
 # ---------------------------------------------------------------- registration
+
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def import_installed_module(module: str, spec_file: Path | None = None) -> None:
+    """Import the module of a ``module:EnvId`` gymnasium id, the way
+    ``gym.make`` would, but only when it is installed software.
+
+    A spec is a shared document, and this import runs unconfined in the engine:
+    a module from the project folder (or one shadowing an installed name from
+    there) is refused. Custom env code belongs in a ``python`` kind env, which
+    runs in a confined process of its own.
+    """
+    if not _MODULE_NAME.fullmatch(module):
+        raise SpecError(
+            "gymnasium.id", f"gymnasium.id: {module!r} is not a module name."
+        )
+    top = module.split(".", 1)[0]
+    found = importlib.util.find_spec(top)
+    if found is None:
+        raise SpecError(
+            "gymnasium.id", f"gymnasium.id: no installed module named {top!r}."
+        )
+    if top not in sys.stdlib_module_names and top not in _installed_top_levels():
+        raise SpecError(
+            "gymnasium.id",
+            f"gymnasium.id: module {top!r} is not installed software; put custom "
+            "env code in a python env, which runs confined.",
+        )
+    where = found.origin or next(iter(found.submodule_search_locations or []), "")
+    if spec_file is not None and where:
+        project = spec_file.resolve().parent.parent
+        if Path(where).resolve().is_relative_to(project):
+            raise SpecError(
+                "gymnasium.id",
+                f"gymnasium.id: module {top!r} would load from the project folder "
+                f"({where}); put custom env code in a python env, which runs confined.",
+            )
+    importlib.import_module(module)
+
+
+@cache
+def _installed_top_levels() -> frozenset[str]:
+    from importlib.metadata import packages_distributions
+
+    return frozenset(packages_distributions())
 
 
 def register_spec(spec: EnvSpec | dict[str, Any] | str | Path) -> str:
@@ -93,7 +144,7 @@ def register_spec(spec: EnvSpec | dict[str, Any] | str | Path) -> str:
         base_id = spec.body["id"]
         if ":" in base_id:
             module, base_id = base_id.split(":", 1)
-            importlib.import_module(module)
+            import_installed_module(module, spec.source)
         try:
             base = gym.spec(base_id)
         except gym.error.Error as exc:

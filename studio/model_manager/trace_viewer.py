@@ -27,6 +27,8 @@ import html
 import itertools
 import json
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -169,15 +171,79 @@ class IdealAnswerDialog(QDialog):
         return self.editor.toPlainText()
 
 
+@dataclass(frozen=True)
+class TraceKey:
+    """A key of the trace viewer's lists and what it does."""
+
+    key: Qt.Key
+    text: str
+    steps_only: bool
+    """Acts in the step list only (not on a whole episode)."""
+    act: Callable[[TraceViewer, bool], object]
+    """Called with the viewer and whether the step list has the focus."""
+
+
+def shortcut_rows() -> list[tuple[str, str]]:
+    """(action, keys) of the labelling keys, for Help → Keyboard shortcuts."""
+    rows = [
+        (f"Traces: {k.text}" + (" (steps)" if k.steps_only else ""), _key_name(k.key))
+        for k in TraceViewer.KEYS
+    ]
+    rows += [
+        (f"Suggestions: {k.text}", _key_name(k.key))
+        for k in TraceViewer.SUGGESTION_KEYS
+    ]
+    return rows
+
+
+def _key_name(key: Qt.Key) -> str:
+    return QKeySequence(key).toString(QKeySequence.SequenceFormat.NativeText)
+
+
 class TraceViewer(QWidget):
     retrain_requested = Signal(dict)
     """A ``reward.train`` config: a new reward model on the labels as they
     are now (after corrections)."""
 
-    LABEL_KEYS = {
-        Qt.Key.Key_G: "good",
-        Qt.Key.Key_B: "bad",
-    }
+    KEYS: tuple[TraceKey, ...] = (
+        TraceKey(
+            Qt.Key.Key_G, "Label good", False, lambda v, s: v.label_current("good", s)
+        ),
+        TraceKey(
+            Qt.Key.Key_B, "Label bad", False, lambda v, s: v.label_current("bad", s)
+        ),
+        TraceKey(
+            Qt.Key.Key_X, "Clear the label", False, lambda v, s: v.clear_current(s)
+        ),
+        TraceKey(
+            Qt.Key.Key_E, "Edit the ideal answer", True, lambda v, s: v.edit_current()
+        ),
+        TraceKey(
+            Qt.Key.Key_P, "Pin the step to compare", True, lambda v, s: v.pin_current()
+        ),
+        TraceKey(
+            Qt.Key.Key_1, "Pinned step is better", True, lambda v, s: v.prefer(True)
+        ),
+        TraceKey(
+            Qt.Key.Key_2, "This step is better", True, lambda v, s: v.prefer(False)
+        ),
+    )
+    """The labelling keys of the episode and step lists, one declaration for
+    what they do and for Help → Keyboard shortcuts."""
+    SUGGESTION_KEYS: tuple[TraceKey, ...] = (
+        TraceKey(
+            Qt.Key.Key_A,
+            "Accept the suggestions",
+            False,
+            lambda v, s: v.review(correct=False),
+        ),
+        TraceKey(
+            Qt.Key.Key_C,
+            "Correct the suggestions",
+            False,
+            lambda v, s: v.review(correct=True),
+        ),
+    )
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -587,27 +653,20 @@ class TraceViewer(QWidget):
 
     def handle_key(self, event: QKeyEvent, on_steps: bool) -> bool:
         """Act on a labelling key; False when it is not one."""
-        key = event.key()
+        return self._dispatch(self.KEYS, event, on_steps)
+
+    def _dispatch(
+        self, keys: tuple[TraceKey, ...], event: QKeyEvent, on_steps: bool
+    ) -> bool:
         if event.matches(QKeySequence.StandardKey.Undo):
             self.undo()
             return True
         if event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
             return False
-        if key in self.LABEL_KEYS:
-            self.label_current(self.LABEL_KEYS[Qt.Key(key)], on_steps)
-            return True
-        if key == Qt.Key.Key_X:
-            self.clear_current(on_steps)
-            return True
-        if on_steps and key == Qt.Key.Key_E:
-            self.edit_current()
-            return True
-        if on_steps and key == Qt.Key.Key_P:
-            self.pin_current()
-            return True
-        if on_steps and key in (Qt.Key.Key_1, Qt.Key.Key_2):
-            self.prefer(pinned_better=key == Qt.Key.Key_1)
-            return True
+        for binding in keys:
+            if event.key() == binding.key and (on_steps or not binding.steps_only):
+                binding.act(self, on_steps)
+                return True
         return False
 
     def _current(self, on_steps: bool) -> tuple[int, int] | None:
@@ -792,18 +851,7 @@ class TraceViewer(QWidget):
         return [self._suggested[int(k)] for k in self.suggestions.selected_keys()]
 
     def handle_suggestion_key(self, event: QKeyEvent) -> bool:
-        if event.matches(QKeySequence.StandardKey.Undo):
-            self.undo()
-            return True
-        if event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier:
-            return False
-        if event.key() == Qt.Key.Key_A:
-            self.review(correct=False)
-            return True
-        if event.key() == Qt.Key.Key_C:
-            self.review(correct=True)
-            return True
-        return False
+        return self._dispatch(self.SUGGESTION_KEYS, event, False)
 
     def _on_accept_clicked(self) -> None:
         self.review(correct=False)
