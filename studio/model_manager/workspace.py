@@ -56,7 +56,7 @@ from studio.state.model_catalog import (
     table_records,
 )
 from widgets.chain_view import ChainItem, ChainView
-from widgets.fit import ScrollStrip
+from widgets.flow_layout import FlowLayout
 from widgets.frame_viewer import FrameViewer
 from widgets.record_table import Column, RecordTable
 from widgets.run_progress import RunProgressBar
@@ -138,13 +138,9 @@ class ModelsWorkspace(QWidget):
         self.refresh_button.setToolTip("List the models of the Ollama server")
         self.refresh_button.clicked.connect(self.refresh_ollama)
         self.ollama_status = QLabel(wordWrap=True)
-        self.ollama_status.setAlignment(
-            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-        )
         header = QHBoxLayout()
         header.addWidget(QLabel("<h2 style='margin:0'>Models</h2>"))
-        header.addSpacing(20)
-        header.addWidget(self.ollama_status, 1)
+        header.addStretch(1)
         header.addWidget(QLabel("Ollama:"))
         header.addWidget(self.host_edit)
         header.addWidget(self.refresh_button)
@@ -158,7 +154,8 @@ class ModelsWorkspace(QWidget):
 
         # -- actions
         self.buttons: dict[str, QPushButton] = {}
-        actions = QHBoxLayout()
+        # Wraps instead of scrolling: every action stays in sight at 1,024 px.
+        actions = FlowLayout()
         for key, text, tip, slot in (
             ("evaluate", "Evaluate", "Roll the policy out in its env", self.evaluate),
             ("play", "Play", "One episode: step trace and frames", self.play),
@@ -182,7 +179,6 @@ class ModelsWorkspace(QWidget):
             if key in ("play", "chat", "one_click"):
                 actions.addSpacing(10)
         self.buttons["one_click"].setStyleSheet("font-weight: bold;")
-        actions.addStretch(1)
 
         # -- table
         self.table = RecordTable(
@@ -269,7 +265,10 @@ class ModelsWorkspace(QWidget):
 
         layout = QVBoxLayout(self)
         layout.addLayout(header)
-        layout.addWidget(ScrollStrip(actions))
+        layout.addWidget(self.ollama_status)
+        actions_row = QWidget()
+        actions_row.setLayout(actions)
+        layout.addWidget(actions_row)
         layout.addWidget(split, 1)
         layout.addWidget(self.action_box)
         layout.addWidget(self.pipeline_view)
