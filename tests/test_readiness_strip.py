@@ -133,7 +133,7 @@ def test_the_text_names_versions_and_the_last_completed_run() -> None:
     status = {
         "readiness": {"ready": False, "reason": "r.", "stats": {}},
         "schedule": {"everySeconds": None, "nextAt": None, "lastCheck": None},
-        "settings": {"agent": "bot"},
+        "settings": {"agent": "bot", "flow": "f"},
         "latestModelVersion": "v3",
         "deployedModelVersion": "v2",
         "lastCompleted": {"job_id": "r1", "name": "retrain", "ended": 0.0},
@@ -144,3 +144,22 @@ def test_the_text_names_versions_and_the_last_completed_run() -> None:
     assert text.hours == "At least ? h between trainings (never trained)"
     assert text.versions.startswith("Agent bot: latest v3, deployed v2")
     assert "last completed: retrain (" in text.versions
+
+
+def test_a_project_without_a_training_flow_is_off_not_warned() -> None:
+    """A new project has no training flow: retraining is off, which is no
+    fault, so the headline says so without the warning colour."""
+    status = {"readiness": {"ready": False, "reason": "No flow."}, "settings": {}}
+    text = readiness_text(status)
+    assert not text.configured
+    assert text.headline == "Automatic retraining is off. No flow."
+
+
+def test_the_details_stay_folded_until_asked(qtbot, window: MainWindow) -> None:  # type: ignore[no-untyped-def]
+    strip: ReadinessStrip = window.workspaces["training"].readiness
+    _shows(qtbot, strip, lambda t: "Automatic retraining is off" in t)
+    assert strip.headline.styleSheet() == ""
+    assert not strip.details.isVisibleTo(strip)
+    strip.toggle.click()
+    assert strip.details.isVisibleTo(strip)
+    assert "Trajectories:" in strip.details.text()

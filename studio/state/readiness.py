@@ -12,6 +12,9 @@ from typing import Any
 @dataclass(frozen=True)
 class ReadinessText:
     ready: bool
+    configured: bool
+    """A training flow is set: automatic retraining is on, so "not ready"
+    is worth a warning colour (off, it is how every new project starts)."""
     headline: str
     """Ready, or not and why."""
     data: str
@@ -44,7 +47,13 @@ def readiness_text(status: dict[str, Any]) -> ReadinessText:
     stats = readiness.get("stats") or {}
     ready = bool(readiness.get("ready"))
     reason = str(readiness.get("reason", ""))
-    headline = "Ready to train." if ready else f"Not ready to train: {reason}"
+    configured = bool((status.get("settings") or {}).get("flow"))
+    if ready:
+        headline = "Ready to train."
+    elif configured:
+        headline = f"Not ready to train: {reason}"
+    else:
+        headline = f"Automatic retraining is off. {reason}"
     data = (
         f"Trajectories: {stats.get('newTrajectories', 0)} new of "
         f"{stats.get('minTrajectories', '?')} needed "
@@ -89,4 +98,4 @@ def readiness_text(status: dict[str, Any]) -> ReadinessText:
         if isinstance(completed, dict)
         else "none"
     )
-    return ReadinessText(ready, headline, data, hours, schedule, versions)
+    return ReadinessText(ready, configured, headline, data, hours, schedule, versions)

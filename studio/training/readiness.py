@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QFrame, QLabel, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from engine import protocol
 from studio.engine_client import READY
@@ -33,10 +40,26 @@ class ReadinessStrip(QFrame):
         self.setFrameShape(QFrame.Shape.StyledPanel)
         self.headline = QLabel("Retraining readiness: no project open.", wordWrap=True)
         self.details = QLabel(wordWrap=True)
+        # One line until asked: the rules and counts matter to a project that
+        # retrains from recorded trajectories, not to one training CartPole.
+        self.details.hide()
+        self.toggle = QToolButton(
+            text="Details",
+            checkable=True,
+            toolTip="The retraining rules, the trajectory counts and the agent's "
+            "versions",
+        )
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.toggle.setAutoRaise(True)
+        self.toggle.toggled.connect(self._on_toggled)
+        top = QHBoxLayout()
+        top.addWidget(self.headline, 1)
+        top.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignTop)
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(6, 4, 6, 4)
+        layout.setContentsMargins(6, 2, 6, 2)
         layout.setSpacing(2)
-        layout.addWidget(self.headline)
+        layout.addLayout(top)
         layout.addWidget(self.details)
         self._timer = QTimer(self, interval=REFRESH_MS)
         self._timer.timeout.connect(self.refresh)
@@ -60,6 +83,12 @@ class ReadinessStrip(QFrame):
             on_error=self._on_error,
         )
 
+    def _on_toggled(self, shown: bool) -> None:
+        self.details.setVisible(shown)
+        self.toggle.setArrowType(
+            Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow
+        )
+
     def _on_state_changed(self, what: str, key: str) -> None:
         if what in ("reset", "run"):
             self.refresh()
@@ -70,9 +99,14 @@ class ReadinessStrip(QFrame):
     def _on_reply(self, result: dict[str, Any]) -> None:
         self._pending = False
         self.text = readiness_text(result)
-        color = "#2e7d32" if self.text.ready else "#b26a00"
+        if self.text.ready:
+            style = "color: #2e7d32; font-weight: bold;"
+        elif self.text.configured:
+            style = "color: #b26a00; font-weight: bold;"
+        else:
+            style = ""  # the palette's text colour, light or dark
         self.headline.setText(self.text.headline)
-        self.headline.setStyleSheet(f"color: {color}; font-weight: bold;")
+        self.headline.setStyleSheet(style)
         self.details.setText(
             "\n".join(
                 (
