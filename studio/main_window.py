@@ -184,7 +184,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.log_console = LogConsole(max_lines=settings.log_max_lines)
-        self.log_dock = QDockWidget("Log", self)
+        self.log_dock = QDockWidget("Studio log", self)
         self.log_dock.setObjectName("log_dock")
         self.log_dock.setWidget(self.log_console)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.log_dock)

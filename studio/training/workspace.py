@@ -253,7 +253,7 @@ class TrainingWorkspace(QWidget):
         self.details = JsonPreview()
         self.run_log = LogConsole(max_lines=2000)
         self.tabs = QTabWidget()
-        self.tabs.addTab(self.run_log, "Log")
+        self.tabs.addTab(self.run_log, "Run log")
         self.tabs.addTab(self.details, "Details")
         self.compare = CompareView(self.plots.run_color)
         self.tabs.addTab(self.compare, "Compare")
