@@ -62,11 +62,17 @@ PORT_RADIUS = 6.0
 GRID = 20.0
 MIN_ZOOM, MAX_ZOOM = 0.15, 3.0
 LOD_DETAIL = 0.5
-"""Below this zoom, items paint without text or antialiasing: the labels
-would be unreadable anyway, and a whole 500-node graph stays quick to pan."""
-LOD_LABEL = 0.3
-"""From this zoom up to :data:`LOD_DETAIL`, the overview still names each
-node, in a font sized for the screen: a fitted ten-node flow stays legible."""
+"""Below this zoom, links and the grid draw without antialiasing and the
+grid coarsens: a whole 500-node graph stays quick to pan."""
+LOD_NODE_DETAIL = 0.7
+"""Below this zoom a node paints its overview (:meth:`NodeItem.paint_overview`):
+its box and a title in a font sized for the screen. Its detailed header
+font would be under 9 px on screen there, its port names smaller still."""
+OVERVIEW_TITLE_PX = (11.0, 10.0, 9.0)
+"""On-screen pixel sizes of an overview title, tried in turn until the
+wrapped title fits its node; at the last it is elided (the node's tooltip
+has it whole). Device-independent pixels: 200 % scaling draws the same
+text twice as sharp, not smaller."""
 SCENE_EXTENT = 100_000.0
 
 STATE_COLORS: dict[str, str] = {
@@ -106,6 +112,26 @@ def fit_title(title: str, font: QFont, width: float) -> str:
         if QFontMetricsF(font).horizontalAdvance(title) <= width:
             return title
     return QFontMetricsF(font).elidedText(title, Qt.TextElideMode.ElideRight, width)
+
+
+def wrap_title(title: str, font: QFont, width: float, height: float) -> list[str]:
+    """``title`` word-wrapped into lines no wider than ``width`` in ``font``,
+    as many as ``height`` holds (at least one); a word too wide for a line,
+    and the last line when words are left over, end in an ellipsis."""
+    metrics = QFontMetricsF(font)
+    room = max(1, int(height // metrics.lineSpacing()))
+    elide = Qt.TextElideMode.ElideRight
+    lines: list[str] = []
+    words = title.split()
+    while words and len(lines) < room:
+        line = words.pop(0)
+        while words and metrics.horizontalAdvance(f"{line} {words[0]}") <= width:
+            line += " " + words.pop(0)
+        if words and len(lines) == room - 1:
+            line = " ".join([line, *words])
+            words = []
+        lines.append(metrics.elidedText(line, elide, width))
+    return lines
 
 
 @dataclass(frozen=True)
@@ -168,7 +194,8 @@ class PortItem(QGraphicsItem):
         if self.dimmed:
             color.setAlpha(60)
         r = PORT_RADIUS + (2 if self.hovered else 0)
-        if option.levelOfDetailFromTransform(painter.worldTransform()) < LOD_DETAIL:
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        if lod < LOD_NODE_DETAIL:
             return  # the node's overview paints its ports (in its cache)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(QPen(QColor("#20242b"), 1.5))
@@ -303,8 +330,8 @@ class NodeItem(QGraphicsObject):
         if self.isSelected():
             border, width = QColor("#f0a020"), 2.5
         lod = option.levelOfDetailFromTransform(painter.worldTransform())
-        if lod < LOD_DETAIL:
-            self._paint_overview(painter, border, width, lod)
+        if lod < LOD_NODE_DETAIL:
+            self.paint_overview(painter, border, width, lod)
             return
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         painter.setPen(QPen(border, width))
@@ -320,11 +347,14 @@ class NodeItem(QGraphicsObject):
         font = QFont(painter.font())
         font.setBold(True)
         left = 22.0 if self.errors else 8.0
-        title = fit_title(self.title, font, NODE_WIDTH - left - 26)
+        room = NODE_WIDTH - left - 26
+        title = fit_title(self.title, font, room)
+        if title != self.title:  # two lines in the smallest size, if need be
+            title = "\n".join(wrap_title(self.title, font, room, HEADER_HEIGHT))
         painter.setFont(font)
         painter.setPen(QColor("white"))
         painter.drawText(
-            QRectF(left, 0, NODE_WIDTH - left - 26, HEADER_HEIGHT),
+            QRectF(left, 0, room, HEADER_HEIGHT),
             Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
             title,
         )
@@ -360,43 +390,74 @@ class NodeItem(QGraphicsObject):
         if self.errors:
             self._paint_error_mark(painter)
 
-    def _paint_overview(
+    def overview_title(self, lod: float) -> tuple[QFont, list[str]]:
+        """The font (sized in scene units) and lines of the title that the
+        overview draws at zoom ``lod``: the largest of
+        :data:`OVERVIEW_TITLE_PX` at which the whole title fits the node,
+        else the smallest, elided."""
+        box = self._overview_title_box(lod)
+        font = QFont()
+        lines: list[str] = []
+        for px in OVERVIEW_TITLE_PX:
+            font.setPixelSize(max(1, round(px / lod)))
+            lines = wrap_title(self.title, font, box.width(), box.height())
+            if " ".join(lines) == " ".join(self.title.split()):
+                break
+        return font, lines
+
+    def _overview_title_box(self, lod: float) -> QRectF:
+        """Where the overview writes the title: the node below its header
+        strip, clear of the port marks on its edges."""
+        pad = PORT_RADIUS + 1 / lod
+        top = self._overview_strip(lod) + 0.5 / lod
+        return QRectF(pad, top, NODE_WIDTH - 2 * pad, self.height - top - 0.5 / lod)
+
+    @staticmethod
+    def _overview_strip(lod: float) -> float:
+        """Height of the overview's header strip: 3 px on screen."""
+        return min(HEADER_HEIGHT, 3 / lod)
+
+    def paint_overview(
         self, painter: QPainter, border: QColor, width: float, lod: float
     ) -> None:
-        """The node far away: its box, header color, state and error marks,
-        and its title while it can still be read (``lod`` >= LOD_LABEL)."""
+        """The node zoomed out: its box tinted with its header color, a header
+        strip (state on its right, an error on its left) and its title in a
+        font sized for the screen (:meth:`overview_title`)."""
         rect = self.body_rect()
+        tint = QColor(self.header_color)
+        tint.setAlphaF(0.18)
         painter.setPen(QPen(border, width))
         painter.setBrush(QColor("#fdfdfd"))
         painter.drawRect(rect)
-        painter.fillRect(QRectF(0, 0, NODE_WIDTH, HEADER_HEIGHT), self.header_color)
+        painter.fillRect(rect, tint)
+        strip = self._overview_strip(lod)
+        painter.fillRect(QRectF(0, 0, NODE_WIDTH, strip), self.header_color)
+        third = NODE_WIDTH / 3
         if self.state:
             color = QColor(STATE_COLORS.get(self.state, "#8f9bb3"))
-            painter.fillRect(QRectF(NODE_WIDTH - 24, 2, 22, HEADER_HEIGHT - 4), color)
+            painter.fillRect(QRectF(NODE_WIDTH - third, 0, third, strip), color)
             if self.state == "running":
                 bar = QRectF(0, self.height - 6, NODE_WIDTH * self.progress, 6)
                 painter.fillRect(bar, color)
         if self.errors:
-            painter.fillRect(QRectF(2, 2, 20, HEADER_HEIGHT - 4), QColor("#e15759"))
+            painter.fillRect(QRectF(0, 0, third, strip), QColor("#e15759"))
         r = PORT_RADIUS
         for port in (*self.inputs.values(), *self.outputs.values()):
             p = port.pos()
             painter.fillRect(QRectF(p.x() - r, p.y() - r, 2 * r, 2 * r), port.color)
-        if lod >= LOD_LABEL:
-            font = QFont(painter.font())
-            font.setPixelSize(max(1, round(8.5 / lod)))  # about 8.5 px on screen
-            painter.setFont(font)
-            painter.setPen(QColor("#20242b"))
-            box = QRectF(
-                r, HEADER_HEIGHT, NODE_WIDTH - 2 * r, rect.bottom() - HEADER_HEIGHT
-            )
-            # Wrapped over the body, not elided to its width: far away a
-            # title cut to one line was a few letters.
+        font, lines = self.overview_title(lod)
+        painter.setFont(font)
+        painter.setPen(QColor("#20242b"))
+        box = self._overview_title_box(lod)
+        step = QFontMetricsF(font).lineSpacing()
+        y = box.center().y() - step * len(lines) / 2
+        for line in lines:
             painter.drawText(
-                box,
-                Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
-                self.title,
+                QRectF(box.left(), y, box.width(), step),
+                Qt.AlignmentFlag.AlignCenter,
+                line,
             )
+            y += step
 
     def _paint_badge(self, painter: QPainter) -> None:
         if not self.state:
