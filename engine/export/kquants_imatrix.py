@@ -1,0 +1,373 @@
+"""llama.cpp's importance-matrix K-quants (Q2_K ... Q6_K) in numpy.
+
+With an importance matrix ``llama-quantize`` calls ``quantize_q*_K(src, dst,
+nrow, n_per_row, quant_weights)`` of ``ggml/src/ggml-quants.c``, which take
+``quantize_row_q*_K_impl`` instead of the reference path: each value's error
+is weighted by ``imatrix[column] * sqrt(sigma2 + x²)`` (``sigma2`` the
+block's mean square, doubled for Q3_K/Q4_K/Q5_K), the sub-block search is
+``make_qkx3_quants`` (the weighted ``make_qkx2_quants`` with a wider range,
+-0.9 + 0.05·k for 37 steps) or ``make_qx_quants`` with those weights, and the
+sub-block scales are themselves quantized by a weighted search
+(``make_qp_quants`` for Q2_K/Q4_K/Q5_K, ``make_qx_quants`` for Q3_K) instead
+of max/63. Q6_K weights its sub-block search by the imatrix alone.
+
+The importance of a column is the mean of the squared activations that
+multiply it (``engine.export.imatrix`` collects them), the value
+``llama-quantize`` reads from an imatrix file (sum / count).
+
+Like ``engine.export.kquants`` every step is vectorized over all sub-blocks,
+in float32 with the C code's operation order and sequential sums, so the
+bytes are those of a plain C build (no FMA contraction) of llama.cpp;
+``tests/benchmarks/test_bench_imatrix_llama_cpp.py`` compares them with
+llama.cpp's own functions where a build of ``ggml-quants.c`` is at hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from engine.export.kquants import (
+    _BLOCKS_PER_PASS,
+    _GROUP_MAX_EPS,
+    _THREADS,
+    BLOCK_BYTES,
+    QK_K,
+    _abs_max,
+    _asym_requantize,
+    _fp16_bytes,
+    _fp16_round,
+    _levels_by_block,
+    _pack_2bit,
+    _pack_k4_scales,
+    _round,
+    _seq_sum,
+    _sub_blocks,
+    make_qkx2_quants,
+)
+
+_F32 = np.float32
+
+
+def _f(v: float) -> np.float32:
+    return _F32(v)
+
+
+# --------------------------------------------------------------------------
+# the weighted searches; x and qw are (values per group, groups)
+
+
+def make_qx_quants_weighted(
+    x: np.ndarray, nmax: int, qw: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``make_qx_quants(n, nmax, x, L, 1, qw)``: symmetric scale search
+    weighted by ``qw``: (scale, L with L in [0, 2*nmax))."""
+    mx, amax = _abs_max(x)
+    zero = amax < _GROUP_MAX_EPS
+    wx = qw * x
+    f_nmax = _f(nmax)
+    t = np.empty_like(x)
+    q = np.empty_like(x)
+
+    def sums(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        np.multiply(iscale, x, out=t)
+        np.rint(t, out=q)
+        np.maximum(q, -nmax, out=q)
+        np.minimum(q, nmax - 1, out=q)
+        np.multiply(wx, q, out=t)
+        sumlx = _seq_sum(t)
+        np.multiply(qw, q, out=t)
+        np.multiply(t, q, out=t)
+        return sumlx, _seq_sum(t)
+
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        sumlx, suml2 = sums(-f_nmax / mx)
+        scale = np.where(suml2 != 0, sumlx / suml2, _f(0))
+        best = scale * sumlx
+        levels = q + f_nmax
+        for step in range(-9, 10):
+            if step == 0:
+                continue
+            sumlx, suml2 = sums(-(f_nmax + _f(0.1) * _f(step)) / mx)
+            take = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+            np.add(q, f_nmax, out=t)
+            np.copyto(levels, t, where=take)
+            scale = np.where(take, sumlx / suml2, scale)
+            best = np.where(take, scale * sumlx, best)
+    levels[:, zero] = 0
+    scale = np.where(zero, _f(0), scale)
+    return scale.astype(_F32), levels
+
+
+def make_qp_quants(
+    x: np.ndarray, nmax: int, qw: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``make_qp_quants``: a scale for non-negative values (sub-block scales
+    or mins) and their levels in [0, nmax], weighted by ``qw``: (scale, L as
+    uint8). A negative value's level wraps as C's ``uint8_t`` does."""
+    f_nmax = _f(nmax)
+    mx = np.maximum(x.max(axis=0), _f(0))
+    zero = mx < _GROUP_MAX_EPS
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        iscale = f_nmax / mx
+        first = np.rint(iscale * x)
+        # L[i] = nearest_int(...) into a uint8_t, read back by the error sum.
+        wrapped = (first.astype(np.int64) & 0xFF).astype(_F32) if x.size else first
+        scale = _f(1) / iscale
+        diff = x - scale * wrapped
+        best_mse = _seq_sum(qw * diff * diff)
+        for step in range(-4, 5):
+            if step == 0:
+                continue
+            iscale_is = (_f(0.1) * _f(step) + f_nmax) / mx
+            scale_is = _f(1) / iscale_is
+            lv = np.minimum(np.rint(iscale_is * x), f_nmax)
+            diff = x - scale_is * lv
+            mse = _seq_sum(qw * diff * diff)
+            take = mse < best_mse
+            best_mse = np.where(take, mse, best_mse)
+            iscale = np.where(take, iscale_is, iscale)
+        lv = np.minimum(np.rint(iscale * x), f_nmax)
+        stored = (lv.astype(np.int64) & 0xFF).astype(_F32)
+        wx = qw * x
+        sumlx = _seq_sum(wx * lv)
+        suml2 = _seq_sum(qw * lv * lv)
+        # Five passes, each value in turn; a pass that changes nothing leaves
+        # the state as it was, so the C code's early exit changes no result.
+        for _ in range(5):
+            for i in range(x.shape[0]):
+                li = stored[i]
+                slx = sumlx - wx[i] * li
+                sl2 = suml2 - qw[i] * li * li
+                new = np.minimum(np.rint(x[i] * sl2 / slx), f_nmax)
+                slx_new = slx + wx[i] * new
+                sl2_new = sl2 + qw[i] * new * new
+                take = (
+                    (slx > 0)
+                    & (sl2 > 0)
+                    & (new != li)
+                    & (slx_new * slx_new * suml2 > sumlx * sumlx * sl2_new)
+                )
+                stored[i] = np.where(
+                    take, (new.astype(np.int64) & 0xFF).astype(_F32), li
+                )
+                sumlx = np.where(take, slx_new, sumlx)
+                suml2 = np.where(take, sl2_new, suml2)
+        scale = np.where(suml2 > 0, sumlx / suml2, _f(0))
+    stored[:, zero] = 0
+    scale = np.where(zero, _f(0), scale)
+    return scale.astype(_F32), stored.astype(np.uint8)
+
+
+# --------------------------------------------------------------------------
+# the block quantizers; x and qw are (blocks, 256) float32
+
+
+def _block_sigma2(x: np.ndarray, factor: int) -> np.ndarray:
+    """``factor * sum(x²) / QK_K`` of each block, summed as the C loop adds."""
+    xt = np.ascontiguousarray(x.T)
+    return _f(factor) * _seq_sum(xt * xt) / _f(QK_K)
+
+
+def _weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray, size: int) -> np.ndarray:
+    """``qw * sqrt(sigma2 + x²)`` laid out as ``_sub_blocks(x, size)``."""
+    xt = _sub_blocks(x, size)
+    qt = _sub_blocks(qw, size)
+    s2 = np.repeat(sigma2, QK_K // size)[None, :]
+    out: np.ndarray = qt * np.sqrt(s2 + xt * xt)
+    return out
+
+
+def _k4_scales_decoded(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``get_scale_min_k4`` for the eight sub-blocks of every block."""
+    q = packed.astype(np.uint8)
+    sc = np.empty((q.shape[0], 8), np.uint8)
+    mn = np.empty((q.shape[0], 8), np.uint8)
+    sc[:, 0:4] = q[:, 0:4] & 63
+    mn[:, 0:4] = q[:, 4:8] & 63
+    sc[:, 4:8] = (q[:, 8:12] & 0xF) | ((q[:, 0:4] >> 6) << 4)
+    mn[:, 4:8] = (q[:, 8:12] >> 4) | ((q[:, 4:8] >> 6) << 4)
+    return sc, mn
+
+
+def _q4_k_like(
+    x: np.ndarray, qw: np.ndarray, nmax: int, clamp_scales: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``quantize_row_q4_K_impl`` / ``q5_K_impl`` up to the packing of the
+    levels: (levels, packed scales, d, dmin)."""
+    n = x.shape[0]
+    sigma2 = _block_sigma2(x, 2)
+    w = _weights(x, qw, sigma2, 32)
+    xt = _sub_blocks(x, 32)
+    sw = _seq_sum(w)
+    scales, mins, levels_t = make_qkx2_quants(xt, w, nmax, -0.9, 0.05, 36, False)
+    sw_b = np.ascontiguousarray(sw.reshape(n, 8).T)
+    d_block, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(n, 8).T), 63, sw_b)
+    m_block, lm = make_qp_quants(np.ascontiguousarray(mins.reshape(n, 8).T), 63, sw_b)
+    ls, lm = ls.T, lm.T
+    if clamp_scales:
+        ls, lm = np.minimum(ls, 63), np.minimum(lm, 63)
+    packed = _pack_k4_scales(np.ascontiguousarray(ls), np.ascontiguousarray(lm))
+    d = _fp16_round(d_block)
+    dmin = _fp16_round(m_block)
+    sc, mn = _k4_scales_decoded(packed)
+    d_sub = d[:, None] * sc.astype(_F32)
+    m_sub = dmin[:, None] * mn.astype(_F32)
+    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 32, nmax)
+    return levels, packed, d, dmin
+
+
+def quantize_q4_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    levels, scales, d, dmin = _q4_k_like(x, qw, 15, False)
+    pairs = levels.reshape(n, 4, 2, 32)
+    qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
+    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), scales, qs], axis=1)
+
+
+def quantize_q5_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    levels, scales, d, dmin = _q4_k_like(x, qw, 31, True)
+    pairs = levels.reshape(n, 4, 2, 32)
+    qs = ((pairs[:, :, 0] & 0xF) | ((pairs[:, :, 1] & 0xF) << 4)).reshape(n, 128)
+    high = ((levels >> 4) & 1).reshape(n, 8, 32) << np.arange(8, dtype=np.uint8)[
+        None, :, None
+    ]
+    qh = np.bitwise_or.reduce(high, axis=1)
+    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), scales, qh, qs], axis=1)
+
+
+def quantize_q2_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    sigma2 = _block_sigma2(x, 1)
+    w = _weights(x, qw, sigma2, 16)
+    xt = _sub_blocks(x, 16)
+    sw = _seq_sum(w)
+    scales, mins, levels_t = make_qkx2_quants(xt, w, 3, -0.9, 0.05, 36, False)
+    sw_b = np.ascontiguousarray(sw.reshape(n, 16).T)
+    dm, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(n, 16).T), 15, sw_b)
+    mm, lm = make_qp_quants(np.ascontiguousarray(mins.reshape(n, 16).T), 15, sw_b)
+    # Ls | (Lm << 4) into a uint8_t.
+    sc_u8 = (ls.T | (lm.T << 4)).astype(np.uint8)
+    d = _fp16_round(dm)
+    dmin = _fp16_round(mm)
+    d_sub = d[:, None] * (sc_u8 & 0xF).astype(_F32)
+    m_sub = dmin[:, None] * (sc_u8 >> 4).astype(_F32)
+    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 16, 3)
+    return np.concatenate(
+        [sc_u8, _pack_2bit(levels), _fp16_bytes(d), _fp16_bytes(dmin)], axis=1
+    )
+
+
+def quantize_q3_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    sigma2 = _block_sigma2(x, 2)
+    w = _weights(x, qw, sigma2, 16)
+    xt = _sub_blocks(x, 16)
+    sw = _seq_sum(w)
+    scales, levels_t = make_qx_quants_weighted(xt, 4, w)
+    d_block, ls = make_qx_quants_weighted(
+        np.ascontiguousarray(scales.reshape(n, 16).T),
+        32,
+        np.ascontiguousarray(sw.reshape(n, 16).T),
+    )
+    l6 = ls.T.astype(np.uint8)
+    packed = np.zeros((n, 12), np.uint8)
+    packed[:, 0:8] = (l6[:, 0:8] & 0xF) | ((l6[:, 8:16] & 0xF) << 4)
+    high = (l6 >> 4).reshape(n, 4, 4) << (2 * np.arange(4, dtype=np.uint8))[
+        None, :, None
+    ]
+    packed[:, 8:12] = np.bitwise_or.reduce(high, axis=1)
+    d = _fp16_round(d_block)
+    d_sub = d[:, None] * (l6.astype(_F32) - _f(32))
+    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -4, 3) + _f(4)
+    levels = np.where(d_sub[:, :, None] != 0, new, keep).reshape(n, QK_K)
+    levels = levels.astype(np.uint8)
+    high_bits = (levels > 3).reshape(n, 8, 32).astype(np.uint8) << np.arange(
+        8, dtype=np.uint8
+    )[None, :, None]
+    hmask = np.bitwise_or.reduce(high_bits, axis=1)
+    return np.concatenate(
+        [hmask, _pack_2bit(levels & 3), packed, _fp16_bytes(d)], axis=1
+    )
+
+
+def quantize_q6_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
+    n = x.shape[0]
+    xt = _sub_blocks(x, 16)
+    scales_t, levels_t = make_qx_quants_weighted(xt, 32, _sub_blocks(qw, 16))
+    scales = scales_t.reshape(n, 16)
+    idx = np.argmax(np.abs(scales), axis=1)
+    max_scale = scales[np.arange(n), idx]
+    zero = np.abs(max_scale) < _GROUP_MAX_EPS
+    with np.errstate(divide="ignore", invalid="ignore"):
+        iscale = _f(-128) / max_scale
+        d = _fp16_round(_f(1) / iscale)
+        sc = np.minimum(np.rint(iscale[:, None] * scales), 127)
+    sc = np.where(zero[:, None], 0, sc).astype(np.int8)
+    d = np.where(zero, _f(0), d)
+    d_sub = d[:, None] * sc.astype(_F32)
+    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -32, 31) + _f(32)
+    levels = np.where(d_sub[:, :, None] != 0, new, keep).astype(np.uint8)
+    levels[zero] = 0
+    lr = levels.reshape(n, 2, 4, 32)
+    ql = ((lr[:, :, 0:2] & 0xF) | ((lr[:, :, 2:4] & 0xF) << 4)).reshape(n, 128)
+    high = (lr >> 4) << (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]
+    qh = np.bitwise_or.reduce(high, axis=2).reshape(n, 64)
+    return np.concatenate([ql, qh, sc.view(np.uint8), _fp16_bytes(d)], axis=1)
+
+
+WEIGHTED_QUANTIZERS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Q2_K": quantize_q2_k_blocks_weighted,
+    "Q3_K": quantize_q3_k_blocks_weighted,
+    "Q4_K": quantize_q4_k_blocks_weighted,
+    "Q5_K": quantize_q5_k_blocks_weighted,
+    "Q6_K": quantize_q6_k_blocks_weighted,
+}
+"""Importance-weighted block quantizer of each K type: (blocks, 256) values
+and weights to (blocks, bytes)."""
+
+
+def quantize_weighted(
+    values: np.ndarray, type_name: str, importance: np.ndarray
+) -> np.ndarray:
+    """Rows of float values (last axis a multiple of 256) to K-quant bytes
+    weighted by ``importance`` (one non-negative float per column, shared by
+    every row), shaped (rows..., row bytes) like ``kquants.quantize``."""
+    fn = WEIGHTED_QUANTIZERS[type_name]
+    size = BLOCK_BYTES[type_name]
+    ncols = values.shape[-1]
+    if ncols % QK_K != 0:
+        raise ValueError(f"rows of {ncols} values do not fit {type_name}")
+    importance = np.ascontiguousarray(importance, dtype=_F32).reshape(-1)
+    if importance.shape[0] != ncols:
+        raise ValueError(
+            f"the importance matrix has {importance.shape[0]} columns, the rows {ncols}"
+        )
+    per_row = ncols // QK_K
+    blocks = np.ascontiguousarray(values, dtype=_F32).reshape(-1, QK_K)
+    qw_row = importance.reshape(per_row, QK_K)
+    out = np.empty((blocks.shape[0], size), np.uint8)
+    # A pass covers whole rows where a row has many blocks, so the weights
+    # of block b are those of column block b % per_row.
+    step = max(1, _BLOCKS_PER_PASS // per_row) * per_row
+
+    def one_pass(b0: int) -> None:
+        chunk = blocks[b0 : b0 + step]
+        qw = np.tile(qw_row, (chunk.shape[0] // per_row, 1))
+        out[b0 : b0 + step] = fn(chunk, qw)
+
+    starts = range(0, blocks.shape[0], step)
+    if _THREADS > 1 and len(starts) > 1:
+        with ThreadPoolExecutor(min(_THREADS, len(starts))) as pool:
+            list(pool.map(one_pass, starts))
+    else:
+        for b0 in starts:
+            one_pass(b0)
+    return out.reshape(*values.shape[:-1], ncols // QK_K * size)
