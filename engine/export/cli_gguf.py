@@ -39,6 +39,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="measure the file's logits against the source model (transformers)",
     )
+    parser.add_argument(
+        "--calibration-text",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="text file or project dataset (folder, .jsonl, .parquet) to weight "
+        "the K-quants by, as llama.cpp's imatrix (K-quant types only)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -46,18 +54,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.export.cli import ProgressBar
     from engine.export.gguf import export_gguf, export_lora_gguf
+    from engine.export.types import imatrix_problem
 
     if not str(args.out).endswith(".gguf"):
         raise EngineError(f"--out must name a .gguf file, not {args.out}.")
+    if args.calibration_text is not None:
+        problem = imatrix_problem(args.type, args.adapter)
+        if problem:
+            raise EngineError(problem)
     bar = ProgressBar("export-gguf", quiet=args.quiet)
     if args.adapter:
         report = export_lora_gguf(args.model_dir, args.out, args.type, args.base, bar)
     else:
-        report = export_gguf(args.model_dir, args.out, args.type, bar, name=args.name)
+        imatrix = None
+        if args.calibration_text is not None:
+            from engine.export.imatrix import collect_imatrix
+
+            imatrix = collect_imatrix(
+                args.model_dir,
+                args.calibration_text,
+                ProgressBar("imatrix", quiet=args.quiet),
+            )
+        report = export_gguf(
+            args.model_dir, args.out, args.type, bar, name=args.name, imatrix=imatrix
+        )
         if args.logit_error:
+            from engine.export.jobs import logit_error_without_imatrix
             from engine.export.logit_check import logit_error
 
             report.logit_error = logit_error(args.model_dir, args.out)
+            if imatrix is not None:
+                report.logit_error_without_imatrix = logit_error_without_imatrix(
+                    args.model_dir, args.out, args.type
+                )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
+from engine.export.jobs import GGUFExportConfig
 from engine.export.modelfile import FAMILIES
 from engine.export.ollama import DEFAULT_HOST, K_QUANTS, check_model_name
-from engine.export.types import GGUF_TYPES, adapter_type_problem
+from engine.export.types import GGUF_TYPES, adapter_type_problem, imatrix_problem
 from engine.flow import ParamSpec, PortSpec
 from engine.nodes.base import NodeError, NodeResult, NodeRun
 from engine.nodes.registry import node_type
+from engine.settings import param_specs
 
 CATEGORY = "Export"
 
@@ -92,6 +94,7 @@ def file_stem(name: str) -> str:
             "the model's name (with -lora for an adapter).",
             label="File name",
         ),
+        *param_specs(GGUFExportConfig, ("calibration_text",)),
     ),
 )
 def export_gguf(node: NodeRun) -> NodeResult:
@@ -107,6 +110,9 @@ def export_gguf(node: NodeRun) -> NodeResult:
     assert source is not None
     is_adapter = adapter is not None
     problem = adapter_type_problem(p["type"]) if is_adapter else None
+    calibration = (p.get("calibration_text") or "").strip() or None
+    if calibration is not None and problem is None:
+        problem = imatrix_problem(p["type"], is_adapter)
     if problem:
         raise NodeError(problem)
     default = source.get("name") or Path(source["path"]).name
@@ -122,6 +128,7 @@ def export_gguf(node: NodeRun) -> NodeResult:
             "adapter": is_adapter,
             "base_model_dir": source.get("base") if is_adapter else None,
             "name": name,
+            "calibration_text": calibration,
             "parents": [source["path"]],
         },
     )
@@ -149,6 +156,11 @@ def export_gguf(node: NodeRun) -> NodeResult:
             "file": Path(entry["file"]).name,
             "size_mb": round(value["size_bytes"] / 1e6, 3),
             "tensors": report.get("tensor_count"),
+            **(
+                {"imatrix_tokens": report["imatrix"]["tokens"]}
+                if report.get("imatrix")
+                else {}
+            ),
         },
         models=[
             {

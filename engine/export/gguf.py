@@ -35,10 +35,12 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from engine.export.imatrix import Imatrix
 from engine.export.types import (
     GGUF_TYPES,
     K_FILE_TYPES,
     adapter_type_problem,
+    imatrix_problem,
 )
 from engine.store.atomic import make_parent_folder, temp_path
 
@@ -55,6 +57,8 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
     "Qwen3ForCausalLM": "qwen3",
 }
 """Llama-architecture models (Llama 2/3, Mistral-style, SmolLM), Qwen2/2.5, Qwen3."""
+
+_K_TYPE_NAMES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 #: Chunk of rows converted at once, in source elements (about 32 MB as float32).
 _CHUNK_ELEMENTS = 8 * 1024 * 1024
@@ -88,6 +92,12 @@ class ExportReport:
     """Tensor data bits per value, over every tensor (llama.cpp's BPW)."""
     logit_error: dict[str, float] = field(default_factory=dict)
     """``engine.export.logit_check.logit_error``'s figures where measured."""
+    imatrix: dict[str, Any] = field(default_factory=dict)
+    """Where an importance matrix weighted the K-quants: its source, tokens,
+    chunks and ``weighted`` (tensors quantized with it)."""
+    logit_error_without_imatrix: dict[str, float] = field(default_factory=dict)
+    """The same file type's logit error without the importance matrix, for
+    comparison, where measured."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,12 +132,26 @@ class ExportReport:
             + " — "
             + "; ".join(self.checks)
         )
+        im = self.imatrix
+        if im:
+            lines.append(
+                f"Importance matrix: {im['tokens']} tokens in {im['chunks']} "
+                f"chunk(s) of {Path(im['source']).name}; {im['weighted']} tensor(s) "
+                "quantized with it."
+            )
         e = self.logit_error
         if e:
             lines.append(
                 f"Logit error against the source model: mean |Δ| {e['mean_abs']:.4f}, "
                 f"max {e['max_abs']:.3f} (logits average |{e['mean_abs_logit']:.2f}|) "
                 f"over {int(e['prompts'])} prompts."
+            )
+        w = self.logit_error_without_imatrix
+        if w and e:
+            lines.append(
+                f"Without the importance matrix: mean |Δ| {w['mean_abs']:.4f}, "
+                f"max {w['max_abs']:.3f} (with it / without: "
+                f"{e['mean_abs'] / max(w['mean_abs'], 1e-30):.3f})."
             )
         lines.extend(f"Warning: {w}" for w in self.warnings)
         return "\n".join(lines)
@@ -725,6 +749,8 @@ class _Planned:
     """Whole-tensor transform applied before conversion (Q/K permutation)."""
     data: np.ndarray | None = None
     """Values computed here rather than read (rope factors)."""
+    importance: np.ndarray | None = None
+    """Per-column importance the K-quant is weighted by (an imatrix entry)."""
 
 
 def _qtype(name: str) -> Any:
@@ -811,7 +837,9 @@ def _plan_type(
     return want, n // block * type_size
 
 
-def _convert_chunk(values: np.ndarray, qtype: Any) -> np.ndarray:
+def _convert_chunk(
+    values: np.ndarray, qtype: Any, importance: np.ndarray | None = None
+) -> np.ndarray:
     import gguf
 
     Q = gguf.GGMLQuantizationType
@@ -821,6 +849,10 @@ def _convert_chunk(values: np.ndarray, qtype: Any) -> np.ndarray:
         return np.ascontiguousarray(values, dtype=np.float16)
     from engine.export import kquants
 
+    if importance is not None and qtype.name in kquants.QUANTIZERS:
+        from engine.export.kquants_imatrix import quantize_weighted
+
+        return quantize_weighted(values, qtype.name, importance)
     if qtype.name in kquants.QUANTIZERS:
         return kquants.quantize(values, qtype.name)
     return gguf.quants.quantize(np.ascontiguousarray(values, dtype=np.float32), qtype)
@@ -909,7 +941,9 @@ def _write_gguf(
             weight = p.source.nbytes if p.source is not None else p.nbytes
             for r0 in range(0, n_rows, step):
                 chunk = _to_f32(np.asarray(rows[r0 : r0 + step]), src_dtype)
-                data = np.ascontiguousarray(_convert_chunk(chunk, p.qtype))
+                data = np.ascontiguousarray(
+                    _convert_chunk(chunk, p.qtype, p.importance)
+                )
                 # file.write, not ndarray.tofile: tofile reports a full disk
                 # as "N requested and M written" with no errno, so ENOSPC
                 # could not be told apart from any other failure.
@@ -1086,8 +1120,35 @@ def verify_gguf(
     return (not missing and count_ok and not bad and size_ok), checks
 
 
+def _name_map(hp: _Hparams) -> Any:
+    import gguf
+
+    arch_enum = {
+        "llama": gguf.MODEL_ARCH.LLAMA,
+        "qwen2": gguf.MODEL_ARCH.QWEN2,
+        "qwen3": gguf.MODEL_ARCH.QWEN3,
+    }[hp.arch]
+    return gguf.get_tensor_name_map(arch_enum, hp.n_layers)
+
+
 # --------------------------------------------------------------------------
 # public API
+
+
+def gguf_tensor_namer(model_dir: str | os.PathLike[str]) -> Callable[[str], str | None]:
+    """The GGUF name ``export_gguf`` gives each Hugging Face tensor of the
+    model in ``model_dir`` (``model.layers.0.self_attn.q_proj.weight`` →
+    ``blk.0.attn_q.weight``); None for a name it has no GGUF name for."""
+    model_dir = Path(model_dir)
+    name_map = _name_map(_hparams(_read_config(model_dir), model_dir))
+
+    def name(hf_name: str) -> str | None:
+        found: str | None = name_map.get_name(
+            hf_name, try_suffixes=(".weight", ".bias")
+        )
+        return found
+
+    return name
 
 
 def export_gguf(
@@ -1096,11 +1157,16 @@ def export_gguf(
     gguf_type: str = "f16",
     progress: ProgressFn | None = None,
     name: str | None = None,
+    imatrix: Imatrix | None = None,
 ) -> ExportReport:
     """Convert a Hugging Face causal-LM folder to one GGUF file.
 
-    ``gguf_type`` is one of ``GGUF_TYPES``. Raises ``EngineError`` with one
-    sentence for anything that cannot be exported, before any file is written.
+    ``gguf_type`` is one of ``GGUF_TYPES``. ``imatrix`` (K-quant types only,
+    from ``engine.export.imatrix.collect_imatrix``) weights the K-quant
+    tensors it has an entry for, as ``llama-quantize --imatrix`` does;
+    tensors that fall back to a 32-value type are written without it. Raises
+    ``EngineError`` with one sentence for anything that cannot be exported,
+    before any file is written.
     """
     import gguf
 
@@ -1109,18 +1175,16 @@ def export_gguf(
     out_path = Path(out_path)
     gguf_type = gguf_type.lower()
     want = _qtype(gguf_type)
+    problem = imatrix_problem(gguf_type) if imatrix is not None else None
+    if problem:
+        raise EngineError(problem)
     cfg = _read_config(model_dir)
     hp = _hparams(cfg, model_dir)
     st = _load_safetensors_index(model_dir)
     vocab = _read_vocab(model_dir, hp.vocab_size)
     warnings = list(vocab.warnings)
 
-    arch_enum = {
-        "llama": gguf.MODEL_ARCH.LLAMA,
-        "qwen2": gguf.MODEL_ARCH.QWEN2,
-        "qwen3": gguf.MODEL_ARCH.QWEN3,
-    }[hp.arch]
-    name_map = gguf.get_tensor_name_map(arch_enum, hp.n_layers)
+    name_map = _name_map(hp)
     fallbacks: list[str] = []
     planned: list[_Planned] = []
     has_lm_head = "lm_head.weight" in st
@@ -1156,7 +1220,18 @@ def export_gguf(
 
         _check_dtype(src, hf_name)
         qt, nbytes = _plan_type(gname, src.shape, want, fallbacks, mix)
-        planned.append(_Planned(gname, src, qt, src.shape, nbytes, transform))
+        importance = imatrix.weights.get(gname) if imatrix is not None else None
+        if (
+            importance is None
+            or qt.name not in _K_TYPE_NAMES
+            or importance.shape != (src.shape[-1],)
+        ):
+            importance = None
+        planned.append(
+            _Planned(
+                gname, src, qt, src.shape, nbytes, transform, importance=importance
+            )
+        )
 
     factors = _llama3_rope_factors(hp) if hp.arch == "llama" else None
     if factors is not None:
@@ -1303,6 +1378,14 @@ def export_gguf(
         warnings=warnings,
         verified=ok,
         checks=checks,
+        imatrix=(
+            {
+                **imatrix.summary(),
+                "weighted": sum(p.importance is not None for p in planned),
+            }
+            if imatrix is not None
+            else {}
+        ),
     )
 
 
@@ -1385,12 +1468,7 @@ def export_lora_gguf(
             "GGUF adapter; merge the adapter instead."
         )
     st = _read_safetensors_header(weights)
-    arch_enum = {
-        "llama": gguf.MODEL_ARCH.LLAMA,
-        "qwen2": gguf.MODEL_ARCH.QWEN2,
-        "qwen3": gguf.MODEL_ARCH.QWEN3,
-    }[hp.arch]
-    name_map = gguf.get_tensor_name_map(arch_enum, hp.n_layers)
+    name_map = _name_map(hp)
     planned: list[_Planned] = []
     fallbacks: list[str] = []
     pairs: dict[str, dict[str, str]] = {}

@@ -40,6 +40,10 @@ class GGUFExportConfig:
     logit_error: bool = False
     """Measure the file's logits against the source model's on a few prompts
     (loads both with transformers; models only)."""
+    calibration_text: str | None = setting(None, label="Calibration text")
+    """A text file, or a project dataset (folder, .jsonl or .parquet), the
+    model runs over to weight the K-quants by the importance of each input
+    column, as llama.cpp's imatrix does (K-quant types only; empty: none)."""
     parents: list[str] = setting(factory=list)
     """Model ids the output derives from (its lineage)."""
 
@@ -117,7 +121,7 @@ def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
 
 def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.gguf import SUPPORTED_ARCHITECTURES
-    from engine.export.types import GGUF_TYPES, adapter_type_problem
+    from engine.export.types import GGUF_TYPES, adapter_type_problem, imatrix_problem
 
     out = _common(config, GGUFExportConfig, "a GGUF export")
     adapter = out["adapter"]
@@ -133,6 +137,24 @@ def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
     if problem:
         raise ConfigError("type", problem)
     out["type"] = out["type"].lower()
+    calibration = out["calibration_text"]
+    if isinstance(calibration, str) and not calibration.strip():
+        out["calibration_text"] = calibration = None
+    if calibration is not None:
+        problem = imatrix_problem(out["type"], adapter)
+        if problem:
+            raise ConfigError("calibration_text", problem)
+        path = Path(str(calibration)).expanduser()
+        if not path.exists():
+            raise ConfigError(
+                "calibration_text", f"The calibration text {path} does not exist."
+            )
+        if path.is_file() and path.stat().st_size == 0:
+            raise ConfigError(
+                "calibration_text",
+                f"The calibration text {path} is empty; give a file with text.",
+            )
+        out["calibration_text"] = str(path)
     if adapter:
         if not (src / "adapter_config.json").is_file():
             raise ConfigError("model_dir", f"{src} has no adapter_config.json.")
@@ -162,6 +184,22 @@ def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def logit_error_without_imatrix(
+    model_dir: Path, beside: Path, gguf_type: str
+) -> dict[str, float]:
+    """The logit error of ``gguf_type`` exported without an importance
+    matrix, written to a temporary file beside ``beside`` and removed."""
+    import tempfile
+
+    from engine.export.gguf import export_gguf
+    from engine.export.logit_check import logit_error
+
+    with tempfile.TemporaryDirectory(dir=beside.parent, prefix=".plain-") as tmp:
+        plain = Path(tmp) / beside.name
+        export_gguf(model_dir, plain, gguf_type)
+        return logit_error(model_dir, plain)
+
+
 def run_gguf(ctx: JobContext) -> dict[str, Any]:
     from engine.export.gguf import export_gguf, export_lora_gguf
 
@@ -183,12 +221,25 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
             src, out, cfg["type"], cfg["base_model_dir"], progress
         )
     else:
-        report = export_gguf(src, out, cfg["type"], progress, name=cfg["name"])
+        imatrix = None
+        if cfg["calibration_text"]:
+            from engine.export.imatrix import collect_imatrix
+
+            ctx.log(f"Collecting the importance matrix on {cfg['calibration_text']}")
+            imatrix = collect_imatrix(src, cfg["calibration_text"], progress)
+        report = export_gguf(
+            src, out, cfg["type"], progress, name=cfg["name"], imatrix=imatrix
+        )
         if cfg["logit_error"]:
             from engine.export.logit_check import logit_error
 
             ctx.log("Measuring the logit error against the source model")
             report.logit_error = logit_error(src, out)
+            if imatrix is not None:
+                ctx.log("Measuring the logit error without the importance matrix")
+                report.logit_error_without_imatrix = logit_error_without_imatrix(
+                    src, out, cfg["type"]
+                )
     ctx.log(report.summary())
     return {
         "report": report.to_dict(),
@@ -207,6 +258,11 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
                     **(
                         {"logit_error": round(report.logit_error["mean_abs"], 5)}
                         if report.logit_error
+                        else {}
+                    ),
+                    **(
+                        {"imatrix_tokens": report.imatrix["tokens"]}
+                        if report.imatrix
                         else {}
                     ),
                     "verified": report.verified,

@@ -171,7 +171,9 @@ def _block_sigma2(x: np.ndarray, factor: int) -> np.ndarray:
     return _f(factor) * _seq_sum(xt * xt) / _f(QK_K)
 
 
-def _weights(x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray, size: int) -> np.ndarray:
+def _weights(
+    x: np.ndarray, qw: np.ndarray, sigma2: np.ndarray, size: int
+) -> np.ndarray:
     """``qw * sqrt(sigma2 + x²)`` laid out as ``_sub_blocks(x, size)``."""
     xt = _sub_blocks(x, size)
     qt = _sub_blocks(qw, size)

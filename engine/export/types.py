@@ -64,3 +64,19 @@ OLLAMA_EXPORT_TYPES: tuple[str, ...] = (
     *OLLAMA_SERVER_QUANTS,
 )
 """Types of the one-click Export to Ollama, its default first."""
+
+
+def imatrix_problem(name: str, adapter: bool = False) -> str | None:
+    """The sentence refusing an importance matrix (calibration text) for an
+    export of type ``name``; None when that export can use one."""
+    if adapter:
+        return (
+            "An importance matrix weights full-model K-quants; a LoRA adapter "
+            f"exports as {', '.join(ADAPTER_TYPES)} without calibration text."
+        )
+    if name.lower() in K_FILE_TYPES:
+        return None
+    return (
+        f"An importance matrix weights K-quants only ({', '.join(K_FILE_TYPES)}), "
+        f"not {name}; choose a K-quant type or leave the calibration text empty."
+    )

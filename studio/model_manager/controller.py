@@ -348,6 +348,7 @@ class ModelsController(QObject):
         out: str | None = None,
         on_error: ErrorCallback | None = None,
         logit_error: bool = False,
+        calibration_text: str | None = None,
     ) -> None:
         adapter = model.get("kind") == "lora-adapter"
         config: dict[str, Any] = {
@@ -360,6 +361,8 @@ class ModelsController(QObject):
         }
         if out:
             config["out"] = out
+        if calibration_text:
+            config["calibration_text"] = calibration_text
         self.start_action(
             "export.gguf",
             "export.gguf",

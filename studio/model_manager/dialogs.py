@@ -28,7 +28,12 @@ from PySide6.QtWidgets import (
 )
 
 from engine import protocol
-from engine.export.types import ADAPTER_TYPES, GGUF_TYPES, OLLAMA_EXPORT_TYPES
+from engine.export.types import (
+    ADAPTER_TYPES,
+    GGUF_TYPES,
+    OLLAMA_EXPORT_TYPES,
+    imatrix_problem,
+)
 from studio.model_manager.controller import (
     DEFAULT_OLLAMA_HOST,
     ModelsController,
@@ -143,11 +148,26 @@ class ExportGgufDialog(QDialog):
         self.logit_error = QCheckBox(
             "Measure the logit error against the source model (loads both)"
         )
+        self.calibration = QLineEdit(
+            placeholderText="none: no importance matrix",
+            toolTip="A text file, or a project dataset (folder, .jsonl, .parquet), "
+            "the model runs over to weight the K-quants by the importance of each "
+            "input column, as llama.cpp's imatrix does. With the logit error "
+            "measured, the report also gives it without the importance matrix.",
+        )
+        self.calibration_browse = QToolButton(text="…")
+        self.calibration_browse.clicked.connect(self._on_calibration_browse)
+        calibration_row = QHBoxLayout()
+        calibration_row.addWidget(self.calibration, 1)
+        calibration_row.addWidget(self.calibration_browse)
         form = QFormLayout()
         form.addRow("Type", self.type_box)
         form.addRow("Output file", out_row)
         if not adapter:
+            form.addRow("Calibration text", calibration_row)
             form.addRow(self.logit_error)
+            self.type_box.currentTextChanged.connect(self._on_type_changed)
+            self._on_type_changed(self.type_box.currentText())
         if adapter:
             form.addRow(
                 QLabel("A LoRA adapter exports as a GGUF adapter (ADAPTER line).")
@@ -169,7 +189,31 @@ class ExportGgufDialog(QDialog):
             "type": self.type_box.currentText(),
             "out": self.out.text().strip(),
             "logit_error": self.logit_error.isChecked(),
+            "calibration_text": (
+                self.calibration.text().strip() if self.calibration.isEnabled() else ""
+            )
+            or None,
         }
+
+    def _on_type_changed(self, gguf_type: str) -> None:
+        """Calibration text weights K-quants only: disabled, with the reason,
+        for the other types."""
+        problem = imatrix_problem(gguf_type)
+        for w in (self.calibration, self.calibration_browse):
+            w.setEnabled(problem is None)
+        self.calibration.setPlaceholderText(
+            "none: no importance matrix" if problem is None else "K-quant types only"
+        )
+
+    def _on_calibration_browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self,
+            "Calibration text",
+            self.calibration.text(),
+            "Text or dataset (*.txt *.md *.jsonl *.parquet);;All files (*)",
+        )
+        if path:
+            self.calibration.setText(path)
 
     def _on_browse_clicked(self) -> None:
         path, _ = QFileDialog.getSaveFileName(

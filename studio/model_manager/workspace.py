@@ -555,6 +555,7 @@ class ModelsWorkspace(QWidget):
                 dialog.values()["type"],
                 dialog.values()["out"] or None,
                 logit_error=dialog.values()["logit_error"],
+                calibration_text=dialog.values()["calibration_text"],
             )
         )
         self._open(dialog)
