@@ -173,14 +173,15 @@ def collect_imatrix(
     tok = transformers.AutoTokenizer.from_pretrained(model_dir)
     ids: list[int] = tok(text, add_special_tokens=False).input_ids
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        model_dir, torch_dtype=torch.float32
+        model_dir, dtype=torch.float32
     )
     n_ctx = min(
         chunk_tokens,
         int(getattr(model.config, "max_position_embeddings", 0) or chunk_tokens),
     )
     bos = tok.bos_token_id
-    add_bos = bos is not None and bool(getattr(tok, "add_bos_token", True))
+    # BOS first in every chunk where the tokenizer puts it before a text.
+    add_bos = bos is not None and tok("x").input_ids[:1] == [bos]
     per_chunk = n_ctx - 1 if add_bos else n_ctx
     starts = list(range(0, len(ids), per_chunk))[:max_chunks]
     if not starts:
