@@ -193,14 +193,23 @@ def collect_imatrix(
     counts: dict[str, int] = {}
     handles = []
 
+    # Q, K and V (and gate and up) take the same tensor: its squares are
+    # summed once.
+    last: list[Any] = [None, None]
+
     def hook_for(gname: str) -> Callable[..., None]:
         def hook(_module: Any, args: tuple[Any, ...]) -> None:
-            x = args[0].detach()
-            x = x.reshape(-1, x.shape[-1]).double()
+            x = args[0]
+            if last[0] is not x:
+                flat = x.detach().reshape(-1, x.shape[-1])
+                last[0], last[1] = (
+                    x,
+                    (torch.square(flat).sum(dim=0).double(), flat.shape[0]),
+                )
+            sq, n = last[1]
             acc = sums.get(gname)
-            sq = (x * x).sum(dim=0)
             sums[gname] = sq if acc is None else acc + sq
-            counts[gname] = counts.get(gname, 0) + x.shape[0]
+            counts[gname] = counts.get(gname, 0) + n
 
         return hook
 
@@ -223,6 +232,7 @@ def collect_imatrix(
                 if progress is not None:
                     progress(i + 1, len(starts), f"importance matrix: chunk {i + 1}")
     finally:
+        last[0] = last[1] = None
         for h in handles:
             h.remove()
     weights: dict[str, np.ndarray] = {}
