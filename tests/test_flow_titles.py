@@ -49,7 +49,7 @@ def _title_report(
     of ``window``)."""
     lod = view.zoom()
     assert lod < LOD_NODE_DETAIL  # a fitted 11-node flow shows its overview
-    font, lines = node.overview_title(lod)
+    px, lines = node.overview_title(lod)
     box = node.mapRectToScene(node._overview_title_box(lod))
     on_screen = QRectF(view.mapFromScene(box).boundingRect())
     on_screen.translate(QPointF(view.viewport().mapTo(window, QPoint(0, 0))))
@@ -62,8 +62,8 @@ def _title_report(
     )
     return {
         "title": node.title,
-        "lines": lines,
-        "screen_px": font.pixelSize() * lod,
+        "lines": list(lines),
+        "screen_px": px,
         "ink": _ink(image, device),
         "tooltip": node.toolTip(),
     }
@@ -114,7 +114,7 @@ def _check(report: dict[str, Any]) -> None:
     for nid, node in report["nodes"].items():
         # every title whole, legible, and really painted
         assert " ".join(node["lines"]) == " ".join(node["title"].split()), nid
-        assert node["screen_px"] >= SMALLEST_PX - 0.5, nid
+        assert node["screen_px"] >= SMALLEST_PX, nid
         assert node["ink"] > 20, nid
         assert node["tooltip"].splitlines()[0] == node["title"], nid
 

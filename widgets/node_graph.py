@@ -13,6 +13,7 @@ tracking) rather than branches of ``mousePressEvent``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -33,6 +34,7 @@ from PySide6.QtGui import (
     QPainterPath,
     QPainterPathStroker,
     QPen,
+    QTransform,
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
@@ -68,7 +70,7 @@ LOD_NODE_DETAIL = 0.7
 """Below this zoom a node paints its overview (:meth:`NodeItem.paint_overview`):
 its box and a title in a font sized for the screen. Its detailed header
 font would be under 9 px on screen there, its port names smaller still."""
-OVERVIEW_TITLE_PX = (11.0, 10.0, 9.0)
+OVERVIEW_TITLE_PX = (11, 10, 9)
 """On-screen pixel sizes of an overview title, tried in turn until the
 wrapped title fits its node; at the last it is elided (the node's tooltip
 has it whole). Device-independent pixels: 200 % scaling draws the same
@@ -132,6 +134,24 @@ def wrap_title(title: str, font: QFont, width: float, height: float) -> list[str
             words = []
         lines.append(metrics.elidedText(line, elide, width))
     return lines
+
+
+@functools.lru_cache(maxsize=4096)
+def overview_lines(title: str, width: int, height: int) -> tuple[int, tuple[str, ...]]:
+    """The largest of :data:`OVERVIEW_TITLE_PX` at which ``title`` wraps
+    whole into ``width`` x ``height`` screen pixels, and its lines; else the
+    smallest and the lines elided. Cached: a zoomed graph has few distinct
+    titles and node sizes, and its every node repaints at each zoom step
+    (the application font, which the lines are measured in, never changes
+    while the studio runs)."""
+    font = QFont()
+    lines: list[str] = []
+    for px in OVERVIEW_TITLE_PX:
+        font.setPixelSize(px)
+        lines = wrap_title(title, font, width, height)
+        if " ".join(lines) == " ".join(title.split()):
+            break
+    return px, tuple(lines)
 
 
 @dataclass(frozen=True)
@@ -390,20 +410,13 @@ class NodeItem(QGraphicsObject):
         if self.errors:
             self._paint_error_mark(painter)
 
-    def overview_title(self, lod: float) -> tuple[QFont, list[str]]:
-        """The font (sized in scene units) and lines of the title that the
-        overview draws at zoom ``lod``: the largest of
-        :data:`OVERVIEW_TITLE_PX` at which the whole title fits the node,
-        else the smallest, elided."""
+    def overview_title(self, lod: float) -> tuple[int, tuple[str, ...]]:
+        """The on-screen pixel size and the lines of the title that the
+        overview draws at zoom ``lod`` (see :func:`overview_lines`)."""
         box = self._overview_title_box(lod)
-        font = QFont()
-        lines: list[str] = []
-        for px in OVERVIEW_TITLE_PX:
-            font.setPixelSize(max(1, round(px / lod)))
-            lines = wrap_title(self.title, font, box.width(), box.height())
-            if " ".join(lines) == " ".join(self.title.split()):
-                break
-        return font, lines
+        return overview_lines(
+            self.title, round(box.width() * lod), round(box.height() * lod)
+        )
 
     def _overview_title_box(self, lod: float) -> QRectF:
         """Where the overview writes the title: the node below its header
@@ -445,19 +458,25 @@ class NodeItem(QGraphicsObject):
         for port in (*self.inputs.values(), *self.outputs.values()):
             p = port.pos()
             painter.fillRect(QRectF(p.x() - r, p.y() - r, 2 * r, 2 * r), port.color)
-        font, lines = self.overview_title(lod)
+        px, lines = self.overview_title(lod)
+        # Drawn in screen pixels, in the font the lines were laid out in.
+        box = self._overview_title_box(lod)
+        origin = painter.worldTransform().map(box.topLeft())
+        painter.save()
+        painter.setWorldTransform(QTransform.fromTranslate(origin.x(), origin.y()))
+        font = QFont()
+        font.setPixelSize(px)
         painter.setFont(font)
         painter.setPen(QColor("#20242b"))
-        box = self._overview_title_box(lod)
         step = QFontMetricsF(font).lineSpacing()
-        y = box.center().y() - step * len(lines) / 2
+        width = box.width() * lod
+        y = (box.height() * lod - step * len(lines)) / 2
         for line in lines:
             painter.drawText(
-                QRectF(box.left(), y, box.width(), step),
-                Qt.AlignmentFlag.AlignCenter,
-                line,
+                QRectF(0, y, width, step), Qt.AlignmentFlag.AlignCenter, line
             )
             y += step
+        painter.restore()
 
     def _paint_badge(self, painter: QPainter) -> None:
         if not self.state:
