@@ -433,3 +433,61 @@ def test_the_export_dialog_offers_calibration_for_k_quants_only(qtbot) -> None:
     adapter = ExportGgufDialog({"name": "a", "kind": "lora-adapter"})
     qtbot.addWidget(adapter)
     assert adapter.values()["calibration_text"] is None
+
+
+def test_the_node_takes_a_linked_dataset_as_calibration(
+    tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.export import flow_nodes
+    from engine.export.jobs import validate_gguf
+    from engine.nodes.base import NodeError, NodeRun
+
+    dataset = tmp_path / "sft"
+    dataset.mkdir()
+    (dataset / "train.jsonl").write_text(json.dumps({"prompt": "Close PROJ-7."}))
+    started: list[dict] = []
+
+    class Started(Exception):
+        pass
+
+    def run_job(_node: NodeRun, kind: str, config: dict) -> dict:
+        started.append(validate_gguf(config))
+        raise Started
+
+    monkeypatch.setattr(flow_nodes, "_run_job", run_job)
+
+    def node(params: dict, **inputs: dict) -> NodeRun:
+        return NodeRun(
+            node_id="export",
+            node_type="export.gguf",
+            params={"type": "q4_k_m", "name": "", "calibration_text": None, **params},
+            inputs=inputs,
+            parent=None,  # type: ignore[arg-type]  # _run_job is replaced
+            work_dir=tmp_path,
+            on_progress=lambda *_: None,
+        )
+
+    model = {"path": str(tiny["folder"]), "name": "tiny"}
+    with pytest.raises(Started):
+        flow_nodes.export_gguf(
+            node({}, model=model, calibration={"path": str(dataset)})
+        )
+    assert started[-1]["calibration_text"] == str(dataset)
+    assert started[-1]["type"] == "q4_k_m"
+    with pytest.raises(NodeError, match="not both"):
+        flow_nodes.export_gguf(
+            node(
+                {"calibration_text": str(tiny["calibration"])},
+                model=model,
+                calibration={"path": str(dataset)},
+            )
+        )
+    with pytest.raises(NodeError, match="weights K-quants only"):
+        flow_nodes.export_gguf(
+            node({"type": "q8_0", "calibration_text": " x.txt"}, model=model)
+        )
+    adapter = {"path": str(tmp_path), "base": str(tiny["folder"])}
+    with pytest.raises(NodeError, match="a LoRA adapter exports as"):
+        flow_nodes.export_gguf(
+            node({"type": "q8_0", "calibration_text": "x.txt"}, adapter=adapter)
+        )

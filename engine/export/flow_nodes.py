@@ -71,6 +71,13 @@ def file_stem(name: str) -> str:
             help="A LoRA adapter to convert to a GGUF adapter (for llama.cpp's "
             "--lora and Ollama's ADAPTER).",
         ),
+        PortSpec(
+            "calibration",
+            "dataset",
+            required=False,
+            help="A dataset whose text calibrates the importance matrix of a "
+            "K-quant export (instead of the Calibration text file).",
+        ),
     ),
     outputs=(PortSpec("gguf", "gguf", help="The GGUF file, read back and checked."),),
     params=(
@@ -111,6 +118,13 @@ def export_gguf(node: NodeRun) -> NodeResult:
     is_adapter = adapter is not None
     problem = adapter_type_problem(p["type"]) if is_adapter else None
     calibration = (p.get("calibration_text") or "").strip() or None
+    linked = node.inputs.get("calibration")
+    if linked is not None:
+        if calibration is not None:
+            raise NodeError(
+                "Link a calibration dataset or name a calibration text file, not both."
+            )
+        calibration = str(linked["path"])
     if calibration is not None and problem is None:
         problem = imatrix_problem(p["type"], is_adapter)
     if problem:
