@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QRectF, Qt
+from PySide6.QtGui import QColor, QFontMetricsF
 
 from widgets.grid_painter import GridPainter
 from widgets.state_machine_editor import (
+    READABLE_PX,
     Edge,
     StateMachineEditor,
     circular_layout,
@@ -44,7 +46,9 @@ def test_layout_of_the_jira_examples_is_readable(qtbot, path: Path) -> None:
     view = StateMachineEditor()
     qtbot.addWidget(view)
     view.set_graph(statuses, edges, start=start, positions=positions)
-    boxes = [view.status_item(s).sceneBoundingRect() for s in statuses]
+    boxes = [
+        view.status_item(s).mapRectToScene(view.status_item(s).rect()) for s in statuses
+    ]
     for i, a in enumerate(boxes):
         for b in boxes[i + 1 :]:
             assert not a.intersects(b), "status boxes overlap"
@@ -127,3 +131,43 @@ def test_grid_stroke_is_reported_once_on_release(qtbot) -> None:
     assert strokes[2] == [(4, 4, ("goal", None), ("goal", 0.5))]
     with pytest.raises(ValueError, match="Unknown tool 'lava'"):
         painter.set_tool("lava")
+
+
+def test_a_fitted_small_canvas_still_names_every_status(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """The Jira graph fitted in the canvas a 1,024 x 700 window leaves (about
+    300 x 250 px) is zoomed out to where the 10 pt names would be 4 px; each
+    status is still named whole in a READABLE_PX font, painted, and the
+    transitions' labels (unreadable there) are left to their tooltips."""
+    path = EXAMPLES / "jira_issue_resolution.env.json"
+    statuses, edges, start = graph(path)
+    positions = layered_layout(
+        statuses,
+        [(e.source, e.target) for e in edges],
+        start,
+        text_width(e.label for e in edges),
+    )
+    view = StateMachineEditor()
+    qtbot.addWidget(view)
+    view.resize(300, 250)
+    view.set_graph(statuses, edges, start=start, positions=positions)
+    view.show()
+    qtbot.waitExposed(view)
+    view.request_fit()
+    assert view.zoom() < 0.45
+    image = view.viewport().grab().toImage()
+    for name in statuses:
+        item = view.status_item(name)
+        centre = view.mapFromScene(item.scenePos())
+        metrics_px = QFontMetricsF(item._font).height() * view.zoom()
+        assert metrics_px < READABLE_PX  # the plain name would be unreadable
+        box = QRectF(centre.x() - 30, centre.y() - 6, 60, 12).toAlignedRect()
+        box = box.intersected(image.rect())
+        dark = sum(
+            QColor(image.pixel(QPoint(x, y))).lightnessF() < 0.35
+            for y in range(box.top(), box.bottom() + 1)
+            for x in range(box.left(), box.right() + 1)
+        )
+        assert dark > 5, f"no name drawn for {name}"
+        assert name in item.toolTip() or name in item.text
+    for edge in view.edge_items():
+        assert edge.edge.label in edge.toolTip()

@@ -40,6 +40,7 @@ from PySide6.QtGui import (
     QPolygonF,
     QResizeEvent,
     QShowEvent,
+    QTransform,
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
@@ -61,6 +62,16 @@ V_GAP = 120.0
 BOX_H = 44.0
 MIN_BOX_W = 118.0
 HANDLE_R = 5.5
+READABLE_PX = 9
+"""The smallest on-screen text size (device-independent px) a status name is
+drawn in: zoomed out further, the name keeps this size (spilling up to
+:data:`NAME_SPILL` past its box, then elided; the tooltip has it whole)."""
+NAME_SPILL = 40.0
+"""How far (scene px) a zoomed-out status name may reach past each side of
+its box; part of the item's bounding rect."""
+EDGE_LABEL_MIN_PX = 7.0
+"""Below this on-screen size a transition's label is not drawn (it would be
+a grey smudge over the arrows); its tooltip names it."""
 
 COLORS = {
     "background": "#f6f7f9",
@@ -240,7 +251,7 @@ class StatusItem(QGraphicsObject):
         return QRectF(-self.w / 2, -BOX_H / 2, self.w, BOX_H)
 
     def boundingRect(self) -> QRectF:
-        return self.rect().adjusted(-18, -6, HANDLE_R + 6, 6)
+        return self.rect().adjusted(-18 - NAME_SPILL, -6, HANDLE_R + 6 + NAME_SPILL, 6)
 
     def shape(self) -> QPainterPath:
         path = QPainterPath()
@@ -339,9 +350,15 @@ class StatusItem(QGraphicsObject):
             painter.drawPolygon(
                 QPolygonF([QPointF(x - 15, -7), QPointF(x - 3, 0), QPointF(x - 15, 7)])
             )
-        painter.setPen(QColor(COLORS["text"]))
-        painter.setFont(self._bold if self.start else self._font)
-        painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, self.text)
+        font = self._bold if self.start else self._font
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        detailed = QFontMetricsF(font).height() * lod >= READABLE_PX * 1.2
+        if detailed:
+            painter.setPen(QColor(COLORS["text"]))
+            painter.setFont(font)
+            painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, self.text)
+        else:
+            self._paint_screen_name(painter, fill, lod)
         if self.problem:
             painter.setPen(Qt.PenStyle.NoPen)
             painter.setBrush(QColor(COLORS["problem"]))
@@ -354,12 +371,36 @@ class StatusItem(QGraphicsObject):
                 Qt.AlignmentFlag.AlignCenter,
                 "!",
             )
-        if not self.pseudo:
+        if not self.pseudo and (detailed or self._hover_handle):
+            # zoomed out, the dot would cover the name's last letter
             painter.setPen(QPen(QColor("white"), 1.5))
             painter.setBrush(
                 QColor(COLORS["start"] if self._hover_handle else "#9aa7b5")
             )
             painter.drawEllipse(self.handle_center(), HANDLE_R, HANDLE_R)
+
+    def _paint_screen_name(self, painter: QPainter, fill: QColor, lod: float) -> None:
+        """The name zoomed out: :data:`READABLE_PX` on screen whatever the
+        zoom, on a pill of the box's fill where it is wider than the box."""
+        font = QFont(self._bold if self.start else self._font)
+        font.setPixelSize(READABLE_PX)
+        metrics = QFontMetricsF(font)
+        room = (self.w + 2 * NAME_SPILL) * lod - 4
+        text = metrics.elidedText(self.text, Qt.TextElideMode.ElideRight, room)
+        centre = painter.worldTransform().map(QPointF(0, 0))
+        width = metrics.horizontalAdvance(text) + 4
+        height = metrics.height()
+        painter.save()
+        painter.setWorldTransform(QTransform.fromTranslate(centre.x(), centre.y()))
+        pill = QRectF(-width / 2, -height / 2, width, height)
+        if width > self.w * lod:
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(fill)
+            painter.drawRoundedRect(pill, 3, 3)
+        painter.setPen(QColor(COLORS["text"]))
+        painter.setFont(font)
+        painter.drawText(pill, Qt.AlignmentFlag.AlignCenter, text)
+        painter.restore()
 
     def hoverMoveEvent(self, event: QGraphicsSceneHoverEvent) -> None:
         on = self.on_handle(event.scenePos())
@@ -494,7 +535,9 @@ class EdgeItem(QGraphicsItem):
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setBrush(color)
         painter.drawPolygon(self._arrow)
-        if not self._label_rect.isNull():
+        lod = option.levelOfDetailFromTransform(painter.worldTransform())
+        readable = QFontMetricsF(self._font).height() * lod >= EDGE_LABEL_MIN_PX
+        if readable and not self._label_rect.isNull():
             painter.setPen(
                 QPen(
                     color if self.problem or self.isSelected() else QColor("#c9d0d8"), 1
@@ -787,7 +830,10 @@ class StateMachineEditor(CanvasView):
             self.fit()
 
     def fit(self) -> None:
-        rect = self.scene().itemsBoundingRect().adjusted(-40, -40, 40, 40)
+        # Status items reach NAME_SPILL past their boxes sideways for names
+        # drawn zoomed out: that room is not the graph's.
+        spill = 40 - NAME_SPILL
+        rect = self.scene().itemsBoundingRect().adjusted(-spill, -40, spill, 40)
         if rect.isEmpty():
             return
         self.fit_rect(rect, 1.15)  # never blow small graphs up
