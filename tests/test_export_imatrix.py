@@ -26,6 +26,7 @@ gguf = pytest.importorskip("gguf")
 ROOT = Path(__file__).resolve().parents[1]
 F = np.float32
 K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+LEGACY_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1")
 
 
 def _reference_input() -> tuple[np.ndarray, np.ndarray]:
@@ -41,7 +42,8 @@ def _reference_input() -> tuple[np.ndarray, np.ndarray]:
     return x.reshape(1, 512), w
 
 
-# llama.cpp's quantize_q*_K(x, dst, 1, 512, w) of _reference_input(), from
+# llama.cpp's quantize_q*_K / quantize_q4_0 ... q5_1(x, dst, 1, 512, w) of
+# _reference_input(), from
 # ggml-quants.c built with gcc -O2 (tests/benchmarks/test_bench_imatrix_llama_cpp.py
 # compares many more blocks where such a build is at hand).
 LLAMA_CPP_BYTES = {
@@ -94,6 +96,49 @@ LLAMA_CPP_BYTES = {
         "627276b7878bc8d8dc1ddbdf1e2e22617175b58488c8dbdf1f2ed29e8d8d89487874372723e2d2de"
         "9d8d26d880dbd8db28da2724da26db25da27990e"
     ),
+    "Q4_0": (
+        "f22b808f8d8c8b8a888786848382808f8e8d982b1605f4e2d1b0af9e7c6b5a382716f4f370ab8374"
+        "6547381605042231406172736556652ce4d3c2bfae8d7b6a59482716f4d3c2b10c2c5a49382605f4"
+        "e2c1bfae8d7c6b59382754ac4f61728495a6c7d8eafb2c3d4e51628315acd9fa0b2d3e4f51728395"
+        "a6c7d8eafb1c7aab7283a5b6d7e9fa0c1d2e4f50618394b608ac1c2d3e4f617284a5b6c7d9fa0b1d"
+        "3e4f4fb2979898a8a9696a6a7a768687809798a818ac4f50617394a5b7c8e9fa1c2d3e4f61727a2c"
+        "482716e4d3c2b1ae9d7c6b59483726f5da2bae8d7c6a49382705f4e3d1b0af9e7c6b172c05f4d2c1"
+        "bfae8d7c6a59382715f4e3d2712c7b6a49382615e4d3c2bfae8d7b6a59482eac3e4f61728395a6c7"
+        "d8eafb1c3d4f5162"
+    ),
+    "Q4_1": (
+        "e32bf2b7808f8e8c8b8a888786848382808f8e8dc32bdfb72705f4e3d1b0af9e7c6b5a382716f4f3"
+        "15289e8d1a274572a0c3f5e8ca9d7f4d2b1846630d2ca6b7e3d2c1af9e8d7b5a49372605f4d2c1b0"
+        "062cd4b75a49371605f3d2c1bf9e8d7c6a4938260b2c76b7b0af9d7c6b5a48271604e3d2c0af9e8d"
+        "112cf5b72716f4e3d2b1af9e8c6b5a49371605e4862bc2b68d7c5a49381605f4e2d1b0af9e7c6b5a"
+        "092c16b7e3d2c1b09e8d7b5a49382605f4e2c1b06b30ccb73524141302726161505746363f242413"
+        "0d2c6ab7c1bf9e8d7b5a49382605f4e2c1b0ae8d182cd4b7372605f4d2c1b0ae8d7c6a59382715f4"
+        "d02ba8b79e8d7c5a49382605f4e2d1b0af9d7c6b082ce0b705f3d2c1bf9e8d7c6a49382605f4e3c1"
+        "192c9eb76b5948271604e3d2c1af9e8c7b5a4937c22b4bb7d1c0af9e8c6b5a48271604f3d2c0bf9e"
+    ),
+    "Q5_0": (
+        "b5277ee0ffff000e0b090603000e0b080603000f0c09d627c00ffcc03d1af8c592704e1bf8c6a371"
+        "4e2bf9d6fca710000000f6e8bb9e604d1b18457390c2e5f8caad1f28f8033ff0d7b5826f3c1ae7c5"
+        "92704d2be8c693712e28037fe007b4826f3d1ad8b5836f3c1ae7c592704df0a7811ff8038fb1d406"
+        "395c8ea1d3f6295b7ea0c3f670a73ff0037fc2f5072a5d8fa0d306395b8eb1e4f61976a7e0077ee0"
+        "e417396c9fc2f4072a5d7fa0d306385b09a80ffcc00f174a6d9fb2e5173a6c8fb1d407395c8e30ae"
+        "fcc11ff81e2f304152b2c3d4e5ebfc0d102f304015a8813ff0037da0c3f5184b6d90b2e5174a6c9f"
+        "b2e50a28811ff881604d1ae8c593704d1bf8c6a3715e2bf9de273ff0033f3d1ae8b592603d1af8c5"
+        "93704e2bf9c62528f0077ee01ad7b5826f3c1ae7c592704d2be8c6932c2807fec00fd7b4826f3d1a"
+        "d8b5836f3c1ae7c5927002a8033ff0076c8fb1d407395c8ea1d3f6295b7ea0d3"
+    ),
+    "Q5_1": (
+        "b627b8b77ee0ffff000e0b090603000e0b080603000f0c09d527ccb7c00ffcc03d1af8c592704e1b"
+        "f8c693704e2bf9d61b24ec97813ff003144f9ae53186dbc0752adf8b36217bc60a28eeb7f8033ff0"
+        "d7b4826f3c0ae7b592604d1ae8c593600a28d2b7033fe007a4815f3c09d7b4825f3c0ae7b5926f3d"
+        "0b28c6b77ee007fc715e2bf9d6a4815f3c09d7b4825f3c0abe2790b7c00ffc814e2bf9d6a3815f2c"
+        "09d7a4815f3c0ae7bc27f9b60ff8811f0ae7b5826f3d0af8c592704e1bf8c693d62783b7f0033ff0"
+        "f8c592704e1bf8c693704e2bf9d6a3813d2c87b7001000005a48372605e4d2c1b09e8d7b6f493826"
+        "0b28a7b7fec00ffc826f3c0ae7b592604d1ae8c593604d1b0d2809b8811ff881604d1ae8c593604d"
+        "1bf8c6a3705e2bf9ca27eab73ff0033f4d1be8c593604d1bf8c5a3704e2cf9c60e28dfb7f0037ee0"
+        "09d7a4825f3c0ae7b4926f3d1ae8b5930b28dbb7077ec00fd6a4815f3c09d7b4825f3c0ae7b5926f"
+        "0928c8b7fcc00ff8a3715e2bf9d6a4815f3c09d7b4825f3c"
+    ),
 }
 
 
@@ -103,6 +148,16 @@ def test_blocks_match_llama_cpp_byte_for_byte(qtype: str) -> None:
     ours = kw.quantize_weighted(x, qtype, w)
     assert ours.shape == (1, 2 * kq.BLOCK_BYTES[qtype])
     assert ours.tobytes().hex() == LLAMA_CPP_BYTES[qtype]
+
+
+@pytest.mark.parametrize("qtype", LEGACY_TYPES)
+def test_fallback_blocks_match_llama_cpp_byte_for_byte(qtype: str) -> None:
+    x, w = _reference_input()
+    ours = kw.quantize_legacy_weighted(x, qtype, w)
+    assert ours.tobytes().hex() == LLAMA_CPP_BYTES[qtype]
+    # Read back by gguf: close to the values.
+    back = gguf.quants.dequantize(ours, gguf.GGMLQuantizationType[qtype])
+    assert np.abs(back - x).max() < 0.35
 
 
 def _skewed(rows: int = 96, cols: int = 512) -> tuple[np.ndarray, np.ndarray]:
@@ -264,19 +319,34 @@ def test_the_export_uses_it_and_the_logit_error_drops(tiny) -> None:
         assert "Without the importance matrix: mean |Δ| " in summary
 
 
-def test_tensors_without_an_entry_or_falling_back_are_written_as_before(
+def test_fallbacks_are_weighted_and_tensors_without_an_entry_unchanged(
     tmp_path: Path,
 ) -> None:
-    # The 64-wide model: every row falls back to a 32-value type.
+    # The 64-wide model: every row falls back to a 32-value type, which
+    # llama.cpp weights too (Q8_0, the output's, takes no weights).
     folder = build_tiny_model(tmp_path / "m", "llama")
-    wide = build_tiny_model(tmp_path / "w", "llama", size=(256, 512, 2))
-    im = Imatrix(weights={"blk.0.attn_q.weight": np.ones(64, F)}, source="x.txt")
+    rng = np.random.default_rng(3)
+    skewed = (rng.random(64) ** 4).astype(F)
+    im = Imatrix(
+        weights={"blk.0.attn_q.weight": skewed, "blk.1.attn_v.weight": skewed},
+        source="x.txt",
+    )
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     gx.export_gguf(folder, a, "q4_k_m")
     report = gx.export_gguf(folder, b, "q4_k_m", imatrix=im)
-    assert report.imatrix["weighted"] == 0 and a.read_bytes() == b.read_bytes()
+    assert report.imatrix["weighted"] == 1  # attn_v of layer 1 is Q8_0
+    plain = {t.name: t for t in gguf.GGUFReader(a).tensors}
+    weighted = {t.name: t for t in gguf.GGUFReader(b).tensors}
+    changed = [
+        n
+        for n in plain
+        if np.asarray(plain[n].data).tobytes() != np.asarray(weighted[n].data).tobytes()
+    ]
+    assert changed == ["blk.0.attn_q.weight"]
+    q = weighted["blk.0.attn_q.weight"]
+    assert q.tensor_type == gguf.GGMLQuantizationType.Q5_0
     # An entry of the wrong width is not used.
-    im = Imatrix(weights={"blk.0.attn_q.weight": np.ones(64, F)}, source="x.txt")
+    wide = build_tiny_model(tmp_path / "w", "llama", size=(256, 512, 2))
     assert gx.export_gguf(wide, b, "q4_k_m", imatrix=im).imatrix["weighted"] == 0
 
 

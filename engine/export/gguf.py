@@ -58,7 +58,18 @@ SUPPORTED_ARCHITECTURES: dict[str, str] = {
 }
 """Llama-architecture models (Llama 2/3, Mistral-style, SmolLM), Qwen2/2.5, Qwen3."""
 
-_K_TYPE_NAMES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+_WEIGHTED_TYPES = (
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+)
+"""Types an importance matrix weights (llama.cpp's Q8_0 takes no weights)."""
 
 #: Chunk of rows converted at once, in source elements (about 32 MB as float32).
 _CHUNK_ELEMENTS = 8 * 1024 * 1024
@@ -849,10 +860,12 @@ def _convert_chunk(
         return np.ascontiguousarray(values, dtype=np.float16)
     from engine.export import kquants
 
-    if importance is not None and qtype.name in kquants.QUANTIZERS:
-        from engine.export.kquants_imatrix import quantize_weighted
+    if importance is not None:
+        from engine.export import kquants_imatrix
 
-        return quantize_weighted(values, qtype.name, importance)
+        if qtype.name in kquants.QUANTIZERS:
+            return kquants_imatrix.quantize_weighted(values, qtype.name, importance)
+        return kquants_imatrix.quantize_legacy_weighted(values, qtype.name, importance)
     if qtype.name in kquants.QUANTIZERS:
         return kquants.quantize(values, qtype.name)
     return gguf.quants.quantize(np.ascontiguousarray(values, dtype=np.float32), qtype)
@@ -1163,8 +1176,9 @@ def export_gguf(
 
     ``gguf_type`` is one of ``GGUF_TYPES``. ``imatrix`` (K-quant types only,
     from ``engine.export.imatrix.collect_imatrix``) weights the K-quant
-    tensors it has an entry for, as ``llama-quantize --imatrix`` does;
-    tensors that fall back to a 32-value type are written without it. Raises
+    tensors it has an entry for, as ``llama-quantize --imatrix`` does,
+    their Q4_0/Q4_1/Q5_0/Q5_1 fallbacks included (Q8_0 and F16 take no
+    weights). Raises
     ``EngineError`` with one sentence for anything that cannot be exported,
     before any file is written.
     """
@@ -1223,7 +1237,7 @@ def export_gguf(
         importance = imatrix.weights.get(gname) if imatrix is not None else None
         if (
             importance is None
-            or qt.name not in _K_TYPE_NAMES
+            or qt.name not in _WEIGHTED_TYPES
             or importance.shape != (src.shape[-1],)
         ):
             importance = None

@@ -9,7 +9,10 @@ block's mean square, doubled for Q3_K/Q4_K/Q5_K), the sub-block search is
 -0.9 + 0.05·k for 37 steps) or ``make_qx_quants`` with those weights, and the
 sub-block scales are themselves quantized by a weighted search
 (``make_qp_quants`` for Q2_K/Q4_K/Q5_K, ``make_qx_quants`` for Q3_K) instead
-of max/63. Q6_K weights its sub-block search by the imatrix alone.
+of max/63. Q6_K weights its sub-block search by the imatrix alone. The
+32-value types K types fall back to (Q4_0, Q4_1, Q5_0, Q5_1) are weighted
+too, as ``quantize_row_q4_0_impl`` ... ``q5_1_impl`` do (``sigma2`` the
+row's mean square).
 
 The importance of a column is the mean of the squared activations that
 multiply it (``engine.export.imatrix`` collects them), the value
@@ -373,3 +376,68 @@ def quantize_weighted(
         for b0 in starts:
             one_pass(b0)
     return out.reshape(*values.shape[:-1], ncols // QK_K * size)
+
+
+# --------------------------------------------------------------------------
+# the 32-value types K types fall back to (rows not a multiple of 256)
+
+
+_LEGACY_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q5_0": 22, "Q5_1": 24}
+"""Bytes per 32-value block of the types weighted like llama.cpp's
+``quantize_row_q4_0_impl`` ... ``q5_1_impl`` (Q8_0 takes no weights)."""
+
+
+def _qh_bits(levels: np.ndarray) -> np.ndarray:
+    """The fifth bits of 32 levels as Q5_0/Q5_1's little-endian ``qh``."""
+    bits = ((levels >> 4) & 1).astype(np.uint32) << np.arange(32, dtype=np.uint32)
+    packed: np.ndarray = np.bitwise_or.reduce(bits, axis=1).astype("<u4")
+    return packed.reshape(-1, 1).view(np.uint8)
+
+
+def _legacy_rows(x: np.ndarray, qw_row: np.ndarray, type_name: str) -> np.ndarray:
+    """Whole rows (rows, n_per_row) of one 32-value type to bytes (rows, ...)."""
+    rows, ncols = x.shape
+    nb = ncols // 32
+    xt_rows = np.ascontiguousarray(x.T)
+    # One sigma2 per row: its mean square, summed as the C loop adds.
+    sigma2 = _seq_sum(xt_rows * xt_rows) / _f(ncols)
+    blocks = x.reshape(-1, 32)
+    xt = np.ascontiguousarray(blocks.T)
+    qt = np.ascontiguousarray(np.tile(qw_row.reshape(nb, 32), (rows, 1)).T)
+    s2 = np.repeat(sigma2, nb)[None, :]
+    w = qt * np.sqrt(s2 + xt * xt)
+    if type_name in ("Q4_0", "Q5_0"):
+        nmax = 8 if type_name == "Q4_0" else 16
+        d, levels_t = make_qx_quants_weighted(xt, nmax, w)
+        head = [_fp16_bytes(d)]
+    else:
+        nmax = 15 if type_name == "Q4_1" else 31
+        d, the_min, levels_t = make_qkx2_quants(xt, w, nmax, -0.9, 0.05, 36, False)
+        head = [_fp16_bytes(d), _fp16_bytes(-the_min)]
+    levels = levels_t.T.astype(np.uint8)
+    qs = (levels[:, :16] & 0xF) | ((levels[:, 16:] & 0xF) << 4)
+    parts = [*head, _qh_bits(levels), qs] if type_name[1] == "5" else [*head, qs]
+    return np.concatenate(parts, axis=1).reshape(rows, -1)
+
+
+def quantize_legacy_weighted(
+    values: np.ndarray, type_name: str, importance: np.ndarray
+) -> np.ndarray:
+    """Rows (last axis a multiple of 32) to Q4_0/Q4_1/Q5_0/Q5_1 bytes weighted
+    by ``importance`` per column, as llama.cpp quantizes a K type's fallback
+    with an importance matrix; shaped (rows..., row bytes)."""
+    ncols = values.shape[-1]
+    if ncols % 32 != 0:
+        raise ValueError(f"rows of {ncols} values do not fit {type_name}")
+    importance = np.ascontiguousarray(importance, dtype=_F32).reshape(-1)
+    if importance.shape[0] != ncols:
+        raise ValueError(
+            f"the importance matrix has {importance.shape[0]} columns, the rows {ncols}"
+        )
+    x = np.ascontiguousarray(values, dtype=_F32).reshape(-1, ncols)
+    row_bytes = ncols // 32 * _LEGACY_BYTES[type_name]
+    out = np.empty((x.shape[0], row_bytes), np.uint8)
+    step = max(1, _BLOCKS_PER_PASS * QK_K // ncols)
+    for r0 in range(0, x.shape[0], step):
+        out[r0 : r0 + step] = _legacy_rows(x[r0 : r0 + step], importance, type_name)
+    return out.reshape(*values.shape[:-1], row_bytes)

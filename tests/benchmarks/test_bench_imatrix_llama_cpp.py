@@ -3,7 +3,9 @@
 1. ``test_weighted_blocks_match_llama_cpp``: our ``quantize_weighted`` against
    llama.cpp's own ``quantize_q2_K`` ... ``quantize_q6_K`` called with
    ``quant_weights`` through ctypes, byte for byte, on random and awkward
-   matrices, with the time of each. It needs a build of ``ggml-quants.c``:
+   matrices, with the time of each; and ``quantize_legacy_weighted`` against
+   ``quantize_q4_0`` ... ``quantize_q5_1`` (K types' fallbacks) on rows of
+   896 and 320 values. It needs a build of ``ggml-quants.c``:
    ``RLSTUDIO_GGML_QUANTS_LIB`` naming a shared library that exports those
    functions, or ``RLSTUDIO_LLAMA_CPP_SRC`` naming a llama.cpp source tree,
    from which the test compiles ``ggml/src/ggml-quants.c`` with gcc -O2 (no
@@ -45,11 +47,13 @@ size_t ggml_type_size(enum ggml_type t) {
     switch (t) {
     case GGML_TYPE_Q2_K: return 84;  case GGML_TYPE_Q3_K: return 110;
     case GGML_TYPE_Q4_K: return 144; case GGML_TYPE_Q5_K: return 176;
-    case GGML_TYPE_Q6_K: return 210; default: abort();
+    case GGML_TYPE_Q6_K: return 210; case GGML_TYPE_Q4_0: return 18;
+    case GGML_TYPE_Q4_1: return 20;  case GGML_TYPE_Q5_0: return 22;
+    case GGML_TYPE_Q5_1: return 24;  default: abort();
     }
 }
 size_t ggml_row_size(enum ggml_type t, int64_t ne) {
-    return ggml_type_size(t) * ne / 256;
+    return ggml_type_size(t) * ne / (t >= GGML_TYPE_Q2_K ? 256 : 32);
 }
 const char * ggml_type_name(enum ggml_type t) { (void) t; return "?"; }
 void ggml_abort(const char * file, int line, const char * fmt, ...) {
@@ -129,6 +133,22 @@ def test_weighted_blocks_match_llama_cpp(ggml: ctypes.CDLL) -> None:
             f"BENCH imatrix {t}: byte-identical to llama.cpp on 3 matrices; "
             f"ours / llama.cpp (1 C thread) time {o / c:.1f}"
         )
+    from engine.export.kquants_imatrix import _LEGACY_BYTES, quantize_legacy_weighted
+
+    for t, size in _LEGACY_BYTES.items():
+        fn = getattr(ggml, f"quantize_{t.lower()}")
+        fn.restype = ctypes.c_size_t
+        fn.argtypes = [p, p, ctypes.c_int64, ctypes.c_int64, p]
+        for rows, cols in ((64, 896), (33, 320)):
+            x = rng.standard_t(4, (rows, cols)).astype(np.float32)
+            x[1, :32] = 0
+            w = rng.random(cols).astype(np.float32) ** 3
+            w[:7] = 0
+            theirs = np.zeros(rows * cols // 32 * size, np.uint8)
+            fn(x.ctypes.data, theirs.ctypes.data, rows, cols, w.ctypes.data)
+            ours = quantize_legacy_weighted(x, t, w).reshape(-1)
+            assert np.array_equal(ours, theirs), f"{t} {rows}x{cols}"
+        print(f"BENCH imatrix {t} (fallback): byte-identical to llama.cpp")
 
 
 def _outlier_channels(folder: Path, seed: int = 1) -> None:
