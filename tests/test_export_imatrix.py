@@ -561,3 +561,34 @@ def test_the_node_takes_a_linked_dataset_as_calibration(
         flow_nodes.export_gguf(
             node({"type": "q8_0", "calibration_text": "x.txt"}, adapter=adapter)
         )
+
+
+def test_the_export_job_collects_reports_and_records_it(tiny, tmp_path: Path) -> None:
+    from engine.export.jobs import run_gguf, validate_gguf
+    from engine.jobs.context import JobContext
+
+    config = validate_gguf(
+        {
+            "model_dir": str(tiny["folder"]),
+            "type": "q4_k_s",
+            "calibration_text": str(tiny["calibration"]),
+        }
+    )
+    run_dir = tmp_path / "project" / "runs" / "export"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("export", run_dir, "export.gguf", config, events=None)
+    seen: list[str] = []
+    ctx.progress = lambda _d, _t, message="": seen.append(message)  # type: ignore[method-assign]
+    try:
+        summary = run_gguf(ctx)
+    finally:
+        ctx.close()
+    report = summary["report"]
+    assert report["imatrix"]["weighted"] == 28 and report["file_type"] == "q4_k_s"
+    (model,) = summary["models"]
+    assert model["metrics"]["imatrix_tokens"] == report["imatrix"]["tokens"] > 0
+    chunks = report["imatrix"]["chunks"]
+    assert [m for m in seen if m.startswith("importance")] == [
+        f"importance matrix: chunk {i + 1}" for i in range(chunks)
+    ]
+    assert seen[-1] == "done" and Path(model["file"]).is_file()
