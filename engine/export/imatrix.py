@@ -182,7 +182,7 @@ def collect_imatrix(
     bos = tok.bos_token_id
     # BOS first in every chunk where the tokenizer puts it before a text.
     add_bos = bos is not None and tok("x").input_ids[:1] == [bos]
-    per_chunk = n_ctx - 1 if add_bos else n_ctx
+    per_chunk = max(1, n_ctx - 1 if add_bos else n_ctx)
     starts = list(range(0, len(ids), per_chunk))[:max_chunks]
     if not starts:
         raise EngineError(
