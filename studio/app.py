@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.screenshot or args.exit_when_shown:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     from studio.engine_client import EngineClient
@@ -112,22 +113,27 @@ def main(argv: list[str] | None = None) -> int:
         window.set_workspace(args.workspace)
     if args.size:
         window.resize(*args.size)
-    client.start()
-    session.open_project(project, create=create)
     if args.open_file is not None:
         _open_when_ready(window, session, args.open_file.expanduser().resolve())
+
+    def start_engine() -> None:
+        client.start()
+        session.open_project(project, create=create)
 
     if args.exit_when_shown:
         window.show()
         app.processEvents()
         shown_s, cpu_s = time.perf_counter() - _T0, time.process_time()
         print(f'{{"shown_s": {shown_s:.4f}, "cpu_s": {cpu_s:.4f}}}', flush=True)
-        client.stop()
         return 0
     if args.screenshot:
+        start_engine()
         return _screenshot(app, window, session, args.screenshot)
 
     window.show()
+    # The engine (a second Python process) and the project start once the
+    # window has been shown: they competed with it for the CPU at launch.
+    QTimer.singleShot(0, start_engine)
     # A launch that names where to go (a workspace, a file) skips the welcome.
     if settings.show_welcome and not (args.workspace or args.open_file):
         window.show_welcome()

@@ -7,7 +7,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psutil
 from PySide6.QtCore import QSize, Qt, QTimer, QUrl, qVersion
 from PySide6.QtGui import (
     QAction,
@@ -199,11 +198,10 @@ class MainWindow(QMainWindow):
         bar.addPermanentWidget(self.hardware_meter)
         self._gpu: dict = {}
         self._cpu_ram: tuple[float, int, int] = (0.0, 0, 1)
+        self._cpu_primed = False
         self._usage_timer = QTimer(self, interval=1500)
         self._usage_timer.timeout.connect(self._on_usage_timer_timeout)
         self._usage_timer.start()
-        psutil.cpu_percent(None)  # prime the counter; the first reading is 0
-        self._on_usage_timer_timeout()
 
         self._build_menus()
         client = session.client
@@ -252,6 +250,10 @@ class MainWindow(QMainWindow):
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
+        if not self._cpu_primed:
+            # The first reading soon after the window has painted (psutil is
+            # imported then, not at launch).
+            QTimer.singleShot(IDLE_BUILD_MS, self._on_usage_timer_timeout)
         if len(self.workspaces.built()) < len(WORKSPACES):
             self._idle_build.start()
 
@@ -554,6 +556,11 @@ class MainWindow(QMainWindow):
     def _on_usage_timer_timeout(self) -> None:
         # CPU and RAM are read here (psutil is cheap); GPU load comes from the
         # engine (no torch or NVML in the GUI) and updates the meter on reply.
+        import psutil  # imported after the window shows, not at launch
+
+        if not self._cpu_primed:
+            psutil.cpu_percent(None)  # prime the counter; the first reading is 0
+            self._cpu_primed = True
         if self.session.has_nvidia_gpu():
             self.session.request_gpu_usage()
         mem = psutil.virtual_memory()

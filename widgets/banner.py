@@ -69,8 +69,8 @@ class Banner(QFrame):
 
     def _place(self) -> None:
         host = self._host
-        if host is None:
-            return
+        if host is None or self.isHidden():
+            return  # placed when a message shows
         width = max(0, host.width() - 2 * OVERLAY_MARGIN)
         height = self.heightForWidth(width)
         if height < 0:

@@ -30,7 +30,7 @@ import json
 import operator
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from PySide6.QtCore import QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QKeySequence, QUndoStack
@@ -62,11 +62,7 @@ from studio.document_session import DocumentSession
 from studio.environments import commands as cmd
 from studio.environments.controller import EnvController
 from studio.environments.fields import FieldForm, monospace
-from studio.environments.grid_editor import GridEditor
-from studio.environments.gymnasium_editor import GymnasiumEditor
 from studio.environments.preview import EnvPreviewPanel
-from studio.environments.python_editor import PythonEditor
-from studio.environments.workflow_editor import WorkflowEditor
 from studio.lifetime import subscribe
 from studio.session import Session
 from studio.state.env_design import (
@@ -96,6 +92,20 @@ from widgets.fit import undo_redo_actions
 from widgets.param_form import ERROR_STYLE
 from widgets.record_table import Column, RecordTable
 
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QComboBox
+
+    from studio.environments.grid_editor import GridEditor
+    from studio.environments.gymnasium_editor import GymnasiumEditor
+    from studio.environments.python_editor import PythonEditor
+    from studio.environments.workflow_editor import WorkflowEditor, WorkflowInspector
+    from widgets.code_editor import CodeEditor
+    from widgets.grid_painter import GridPainter, GridPalette
+    from widgets.param_form import ParamForm
+    from widgets.state_machine_editor import StateMachineEditor
+
+PAGE_INDEX = {"workflow": 1, "grid": 2, "gymnasium": 3, "python": 4}
+"""The editor page of each env kind in the Design tab (0: nothing open)."""
 PREFERRED_FIRST = "jira_issue_resolution"
 """Opened first in a project that holds it (the example to start from)."""
 JSON_DEBOUNCE_MS = 400
@@ -259,10 +269,12 @@ class EnvironmentsWorkspace(QWidget):
         )
         self.empty_page.setStyleSheet("color: palette(mid);")
         self.pages.addWidget(self.empty_page)
-        self.pages.addWidget(self._build_workflow_page())
-        self.pages.addWidget(self._build_grid_page())
-        self.pages.addWidget(self._build_gymnasium_page())
-        self.pages.addWidget(self._build_python_page())
+        # Each kind's editor is built when an env of that kind is first
+        # opened (or a script asks for it): building all four was a fifth
+        # of the launch, before the project had even opened.
+        self._editors: dict[str, QWidget] = {}
+        for _ in PAGE_INDEX:
+            self.pages.addWidget(QWidget())
 
         self.json_view = QPlainTextEdit()
         monospace(self.json_view)
@@ -329,7 +341,29 @@ class EnvironmentsWorkspace(QWidget):
         layout = QVBoxLayout(self)
         layout.addWidget(main)
 
+    def _editor(self, kind: str) -> QWidget:
+        """The editor page of an env kind, built on first use."""
+        editor = self._editors.get(kind)
+        if editor is None:
+            build = {
+                "workflow": self._build_workflow_page,
+                "grid": self._build_grid_page,
+                "gymnasium": self._build_gymnasium_page,
+                "python": self._build_python_page,
+            }[kind]
+            editor = self._editors[kind] = build()
+            index = PAGE_INDEX[kind]
+            placeholder = self.pages.widget(index)
+            current = self.pages.currentIndex()
+            self.pages.insertWidget(index, editor)
+            self.pages.removeWidget(placeholder)
+            placeholder.deleteLater()
+            self.pages.setCurrentIndex(current)
+        return editor
+
     def _build_workflow_page(self) -> QWidget:
+        from studio.environments.workflow_editor import WorkflowEditor
+
         editor = WorkflowEditor(
             self.model,
             self.banner,
@@ -340,34 +374,27 @@ class EnvironmentsWorkspace(QWidget):
         editor.inspector.settings.values_changed.connect(
             lambda v: self._on_form_values_changed(editor.inspector.settings, v)
         )
-        self.workflow_editor = editor
-        # Its widgets under the names the problem marks and scripts use.
-        self.canvas, self.inspector = editor.canvas, editor.inspector
         return editor
 
     def _build_grid_page(self) -> QWidget:
+        from studio.environments.grid_editor import GridEditor
+
         editor = GridEditor(self.model, self._push, lambda: self._source)
         editor.form.values_changed.connect(
             lambda v: self._on_form_values_changed(editor.form, v)
         )
-        self.grid_editor = editor
-        # Its widgets under the names the problem marks and scripts use.
-        self.grid_painter, self.grid_palette = editor.painter, editor.cell_palette
-        self.grid_form = editor.form
         return editor
 
     def _build_gymnasium_page(self) -> QWidget:
-        editor = GymnasiumEditor(
+        from studio.environments.gymnasium_editor import GymnasiumEditor
+
+        return GymnasiumEditor(
             self.model, self.controller, self._push, lambda: self._source
         )
-        self.gym_editor = editor
-        # Its widgets under the names the problem marks and scripts use.
-        self.gym_id, self.gym_spaces = editor.env_id, editor.spaces
-        self.gym_max_steps, self.gym_kwargs = editor.max_steps, editor.kwargs
-        self.gym_kwargs_text = editor.kwargs_text
-        return editor
 
     def _build_python_page(self) -> QWidget:
+        from studio.environments.python_editor import PythonEditor
+
         editor = PythonEditor(
             self.model,
             self.banner,
@@ -378,11 +405,77 @@ class EnvironmentsWorkspace(QWidget):
             lambda v: self._on_form_values_changed(editor.form, v)
         )
         editor.code_modified_changed.connect(lambda *_: self._update_title())
-        self.python_editor = editor
-        # Its widgets under the names the problem marks and scripts use.
-        self.python_form, self.python_code = editor.form, editor.code
-        self.python_note = editor.note
         return editor
+
+    # The editors, and their widgets under the names the problem marks and
+    # scripts use (each built on first use).
+    @property
+    def workflow_editor(self) -> WorkflowEditor:
+        return cast("WorkflowEditor", self._editor("workflow"))
+
+    @property
+    def canvas(self) -> StateMachineEditor:
+        return self.workflow_editor.canvas
+
+    @property
+    def inspector(self) -> WorkflowInspector:
+        return self.workflow_editor.inspector
+
+    @property
+    def grid_editor(self) -> GridEditor:
+        return cast("GridEditor", self._editor("grid"))
+
+    @property
+    def grid_painter(self) -> GridPainter:
+        return self.grid_editor.painter
+
+    @property
+    def grid_palette(self) -> GridPalette:
+        return self.grid_editor.cell_palette
+
+    @property
+    def grid_form(self) -> FieldForm:
+        return self.grid_editor.form
+
+    @property
+    def gym_editor(self) -> GymnasiumEditor:
+        return cast("GymnasiumEditor", self._editor("gymnasium"))
+
+    @property
+    def gym_id(self) -> QComboBox:
+        return self.gym_editor.env_id
+
+    @property
+    def gym_spaces(self) -> QLabel:
+        return self.gym_editor.spaces
+
+    @property
+    def gym_max_steps(self) -> QLineEdit:
+        return self.gym_editor.max_steps
+
+    @property
+    def gym_kwargs(self) -> ParamForm:
+        return self.gym_editor.kwargs
+
+    @property
+    def gym_kwargs_text(self) -> QLineEdit:
+        return self.gym_editor.kwargs_text
+
+    @property
+    def python_editor(self) -> PythonEditor:
+        return cast("PythonEditor", self._editor("python"))
+
+    @property
+    def python_form(self) -> FieldForm:
+        return self.python_editor.form
+
+    @property
+    def python_code(self) -> CodeEditor:
+        return self.python_editor.code
+
+    @property
+    def python_note(self) -> QLabel:
+        return self.python_editor.note
 
     # ============================================================ documents
     @property
@@ -658,7 +751,7 @@ class EnvironmentsWorkspace(QWidget):
         """The env's action space as far as the studio knows it: from the
         catalog for a gymnasium id, else from the last preview of this env."""
         kind = self.model.kind
-        described = self.gym_editor.described
+        described = self.gym_editor.described if kind == "gymnasium" else {}
         if kind == "gymnasium" and described.get("id") == self.model.get_field(
             "gymnasium.id"
         ):
@@ -674,7 +767,8 @@ class EnvironmentsWorkspace(QWidget):
         if self.confirm_discard(self.model.name):
             self.document.remove_autosave()
             self.undo_stack.setClean()
-            self.python_code.document().setModified(False)
+            if "python" in self._editors:
+                self.python_code.document().setModified(False)
             return True
         return False
 
@@ -913,11 +1007,14 @@ class EnvironmentsWorkspace(QWidget):
     def _inspected(self) -> tuple[str, Any]:
         """What the workflow inspector shows: ("status", name),
         ("transition", index) or ("", None)."""
+        if "workflow" not in self._editors:
+            return ("", None)
         return self.workflow_editor.inspected
 
     @_inspected.setter
     def _inspected(self, value: tuple[str, Any]) -> None:
-        self.workflow_editor.inspected = value
+        if "workflow" in self._editors or value != ("", None):
+            self.workflow_editor.inspected = value
 
     def _refresh_workflow(self) -> None:
         self.workflow_editor.refresh()
@@ -944,13 +1041,15 @@ class EnvironmentsWorkspace(QWidget):
     @property
     def code_path(self) -> Path | None:
         """The file shown in a python env's code editor."""
+        if "python" not in self._editors:
+            return None  # no python env opened yet
         return self.python_editor.code_path
 
     @property
     def code_modified(self) -> bool:
         """Unsaved changes in a python env's code (kept apart from the spec's
         undo stack: the code is its own file)."""
-        return self.python_editor.code_modified
+        return "python" in self._editors and self.python_editor.code_modified
 
     def _python_file(self) -> Path:
         """The python env's file, resolved as the engine does (project
@@ -1058,6 +1157,8 @@ class EnvironmentsWorkspace(QWidget):
             elif target.kind == "field":
                 add(fields, target.key, msg)
         kind = self.model.kind
+        if kind not in self._editors and not targets:
+            kind = ""  # an editor not built yet has no marks to clear
         if kind == "workflow":
             self.canvas.set_problems(statuses, transitions)
             table = self.inspector.tools_table
@@ -1150,7 +1251,13 @@ class EnvironmentsWorkspace(QWidget):
         elif target.kind == "cell":
             self.grid_painter.setFocus()
         elif target.kind == "field":
-            for form in (self.inspector.settings, self.grid_form, self.python_form):
+            forms = {
+                "workflow": lambda: self.inspector.settings,
+                "grid": lambda: self.grid_form,
+                "python": lambda: self.python_form,
+            }
+            for kind in [k for k in forms if k in self._editors]:
+                form = forms[kind]()
                 for name, p in form.paths.items():
                     if p == target.key and form.isVisible():
                         form.editor(name).setFocus()
