@@ -11,7 +11,10 @@ after a short backoff; the session re-opens the project on ``ready``.
 
 from __future__ import annotations
 
+import math
 import sys
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +56,10 @@ class EngineClient(QObject):
 
     MAX_RAPID_RESTARTS = 5
     STABLE_AFTER_MS = 30_000
+    DISPATCH_BUDGET_S = 0.025
+    """Most seconds of engine messages handled in one slice of the GUI
+    thread; the rest wait for the next turn of the event loop, so a burst
+    (runs reporting while the window was busy) never stalls it."""
 
     def __init__(
         self,
@@ -75,6 +82,9 @@ class EngineClient(QObject):
         self._queued: list[str] = []  # request ids waiting for the handshake
         self._stdout_buf = b""
         self._stderr_buf = b""
+        self._lines: deque[bytes] = deque()  # read, not handled yet
+        self._drain_timer = QTimer(self, singleShot=True, interval=0)
+        self._drain_timer.timeout.connect(self._drain)
         self._intentional_stop = False
         self._rapid_restarts = 0
         self.restarts = 0
@@ -107,6 +117,7 @@ class EngineClient(QObject):
             return
         self._intentional_stop = False
         self._stdout_buf = self._stderr_buf = b""
+        self._lines.clear()
         proc = QProcess(self)
         env = QProcessEnvironment.systemEnvironment()
         env.insert("PYTHONUNBUFFERED", "1")
@@ -191,9 +202,21 @@ class EngineClient(QObject):
         assert self._proc is not None
         self._stdout_buf += bytes(self._proc.readAllStandardOutput().data())
         *lines, self._stdout_buf = self._stdout_buf.split(b"\n")
-        for line in lines:
-            if line.strip():
-                self._dispatch_line(line)
+        self._lines.extend(line for line in lines if line.strip())
+        self._drain()
+
+    def _drain(self, budget_s: float | None = None) -> None:
+        """Handle the lines read, in order, for at most ``budget_s`` seconds
+        (default :attr:`DISPATCH_BUDGET_S`; ``math.inf``: all of them)."""
+        budget = self.DISPATCH_BUDGET_S if budget_s is None else budget_s
+        deadline = time.perf_counter() + budget
+        while self._lines:
+            # Popped before it is handled: a handler that runs a nested event
+            # loop may drain the lines after it, and they stay in order.
+            self._dispatch_line(self._lines.popleft())
+            if self._lines and time.perf_counter() > deadline:
+                self._drain_timer.start()
+                return
 
     def _dispatch_line(self, line: bytes) -> None:
         try:
@@ -284,6 +307,10 @@ class EngineClient(QObject):
         self._rapid_restarts = 0
 
     def _cleanup_process(self) -> None:
+        # What the engine said before it ended is handled before anything
+        # waiting for it is failed.
+        self._drain(math.inf)
+        self._drain_timer.stop()
         proc, self._proc = self._proc, None
         if proc is not None:
             proc.readyReadStandardOutput.disconnect(self._on_proc_stdout)

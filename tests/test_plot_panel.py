@@ -261,9 +261,42 @@ def test_a_run_shown_again_reuses_its_curves_with_fresh_data(
     for i in range(panel.PARKED_RUNS + 2):
         fill(store, f"r{i}", keys[:1], 5)
         panel.add_keys(f"r{i}", keys[:1])
+        # (a run removed before its curve was built parks nothing)
+        qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
         panel.remove_run(f"r{i}")
     hidden = [i for i in plot.listDataItems() if not i.isVisible()]
     assert len(hidden) == panel.PARKED_RUNS
+
+
+def test_new_curves_are_built_over_redraw_ticks_within_their_budget(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """Selecting runs declares all their keys at once; their plot items (3 to
+    10 ms each) are built on the redraw ticks, within the tick's budget, so
+    no single slice of the GUI thread builds them all (issue 16's stall)."""
+    keys = ["rollout/ep_rew_mean", "eval/mean_reward", "train/value_loss"]
+    for i in range(3):
+        fill(store, f"run-{i}", keys, 20, seed=i)
+    assert panel.pending_redraws() == 9
+    assert panel.group_titles(visible_only=False) == []  # nothing built yet
+
+    def built() -> int:
+        return sum(
+            len(panel.curve_keys(t)) for t in panel.group_titles(visible_only=False)
+        )
+
+    panel.redraw_budget_s = 0.0  # a spent budget: one build per tick
+    panel.redraw_dirty()
+    assert built() == 1 and panel.pending_redraws() == 9  # 8 to build, 1 to draw
+    panel.redraw_budget_s = 0.020
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=5000)
+    assert built() == 9
+    assert panel.group_titles() == ["Rewards", "Losses"]
+    # A run removed before its curves were built leaves nothing behind.
+    fill(store, "run-late", keys, 5)
+    panel.remove_run("run-late")
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=5000)
+    assert built() == 9
 
 
 def test_legend_names_a_curve_whose_first_points_come_later(

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
+import shiboken6
 from PySide6 import QtCore, QtGui, QtWidgets
 
 __all__ = [
@@ -574,6 +575,10 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._parked_runs: dict[str, None] = {}
         self._runs: dict[str, dict[str, str]] = {}  # run_id -> {label, color}
         self._dirty: dict[_Curve, None] = {}  # ordered set
+        # Declared keys whose plot item is not built yet: building one takes
+        # 3 to 10 ms, so a selection of three runs (36 curves) is built over
+        # a few redraw ticks, within their budget, instead of at once.
+        self._pending: dict[tuple[str, str], None] = {}  # ordered set
         self._smoothing = 0.0
         self._x_axis = "step"
         self._visible: list[str] = []
@@ -690,12 +695,21 @@ class LivePlotPanel(QtWidgets.QWidget):
         return info["color"] if info else None
 
     def add_keys(self, run_id: str, keys: Iterable[str]) -> None:
-        """Declare metric keys of a run; their data is fetched from the source."""
+        """Declare metric keys of a run; their data is fetched from the source.
+
+        A curve shown before (parked) comes back at once; a new one is built
+        on the next redraw ticks (:meth:`pending_redraws` counts it)."""
         self.add_run(run_id)
         for key in keys:
-            curve = self._curve(run_id, key, create=True)
+            curve = self._curves.get((run_id, key))
+            if curve is None and (run_id, key) in self._parked:
+                curve = self._curve(run_id, key, create=True)
             if curve is not None:
                 self._mark(curve)
+            elif (run_id, key) not in self._pending:
+                self._pending[(run_id, key)] = None
+                if not self._timer.isActive():
+                    self._timer.start()
 
     def mark_dirty(self, run_id: str, keys: Iterable[str] | None = None) -> None:
         """Series of a run grew (``keys`` None: all its keys); redraw next tick.
@@ -725,6 +739,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         if times.shape != values.shape:
             raise ValueError("times and values must have the same length.")
         self.add_run(run_id)
+        self._pending.pop((run_id, key), None)
         curve = self._curve(run_id, key, create=True)
         if curve is None:
             return
@@ -740,6 +755,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         run again (the user going back and forth between runs) shows them
         without building a plot item per metric, which took 3 ms each."""
         groups: dict[_Group, None] = {}
+        for pending in [k for k in self._pending if k[0] == run_id]:
+            del self._pending[pending]
         for curve in list(self._run_curves(run_id)):
             curve.item.hide()
             curve.group.curves.remove(curve)
@@ -871,7 +888,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         return curve.x(self._x_axis), curve.display_y()
 
     def pending_redraws(self) -> int:
-        return len(self._dirty)
+        """Curves waiting to be built or drawn."""
+        return len(self._dirty) + len(self._pending)
 
     # ------------------------------------------------------------ redraw
     def redraw_dirty(self) -> int:
@@ -886,7 +904,17 @@ class LivePlotPanel(QtWidgets.QWidget):
         limit = None if unbounded else self.chunk_points
         drawn = 0
         touched: dict[_Group, None] = {}
+        for run_id, key in list(self._pending):
+            # At least one per tick; drawn in this tick if time is left.
+            del self._pending[(run_id, key)]
+            built = self._curve(run_id, key, create=True)
+            if built is not None:
+                self._mark(built)
+            if time.perf_counter() - t0 > self.redraw_budget_s:
+                break
         for curve in list(self._dirty):
+            if time.perf_counter() - t0 > self.redraw_budget_s:
+                break  # the builds took this tick
             del self._dirty[curve]
             if self._refresh(curve, limit):
                 drawn += 1
@@ -901,7 +929,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             if _shown_curves(group) != group.legend_curves:
                 self._update_legend(group)
         self._update_visibility()
-        if not self._dirty:
+        if not self._dirty and not self._pending:
             self._timer.stop()
         self.last_redraw_s = time.perf_counter() - t0
         return drawn
@@ -911,7 +939,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         budget = self.redraw_budget_s
         self.redraw_budget_s = math.inf
         try:
-            while self._dirty:
+            while self._dirty or self._pending:
                 self.redraw_dirty()
         finally:
             self.redraw_budget_s = budget
@@ -1189,6 +1217,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         group.view.setXRange(lo - 0.02 * span, hi + 0.08 * span, padding=0)
 
     def _on_view_changed(self, group: _Group) -> None:
+        if not shiboken6.isValid(self._timer):
+            return  # the panel is being destroyed (its views resize on the way)
         for curve in group.curves:
             self._dirty[curve] = None
         if group.curves and not self._timer.isActive():
