@@ -170,9 +170,15 @@ def current_job(project: Project, job: JobLookup) -> dict[str, Any] | None:
     return None
 
 
+SCHEDULE_FIELDS = ("everySeconds", "nextAt", "lastCheck", "lastStarted")
+"""A schedule's status: its period, its next look, its last look (what it did
+or why not) and the last look that started a training (kept when later looks
+find nothing to do)."""
+
+
 def recorded_schedule(project: Project) -> dict[str, Any]:
     """The schedule a running ``serve-http --retrain-every`` recorded
-    (``everySeconds``, ``nextAt``, ``lastCheck``); all None without one."""
+    (:data:`SCHEDULE_FIELDS`); all None without one."""
     schedule = project.setting(SCHEDULE_KEY)
     next_at = schedule.get("nextAt")
     if (
@@ -180,8 +186,8 @@ def recorded_schedule(project: Project) -> dict[str, Any]:
         or not isinstance(next_at, int | float)
         or time.time() > next_at + SCHEDULE_GRACE_S
     ):
-        return {"everySeconds": None, "nextAt": None, "lastCheck": None}
-    return {k: schedule.get(k) for k in ("everySeconds", "nextAt", "lastCheck")}
+        return dict.fromkeys(SCHEDULE_FIELDS)
+    return {k: schedule.get(k) for k in SCHEDULE_FIELDS}
 
 
 def training_status(

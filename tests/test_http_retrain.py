@@ -209,8 +209,11 @@ def test_the_schedule_retrains_by_itself(tmp_path: Path) -> None:
         record(client, "s", agent="anyone")
 
         def started() -> Any:
-            last = client.request("GET", "/training/status")["schedule"]["lastCheck"]
-            return last and last.get("started")
+            # lastStarted, not lastCheck: the next look, a second later, finds
+            # the training running and becomes lastCheck (a loaded machine's
+            # polls missed that second).
+            schedule = client.request("GET", "/training/status")["schedule"]
+            return (schedule["lastStarted"] or {}).get("started")
 
         job = wait_until("the schedule to start training", started, timeout=60)
         assert client.wait(job, timeout=120)["status"] == "completed"

@@ -105,10 +105,12 @@ def test_the_strip_counts_trajectories_and_flips_to_ready(
             "everySeconds": 86400.0,
             "nextAt": time.time() + 3600,
             "lastCheck": {"time": time.time(), "reason": "Not ready to train: x."},
+            "lastStarted": {"time": time.time() - 60, "started": "r-7"},
         },
     )
     _shows(qtbot, strip, lambda t: "Schedule: every 1 d, next check" in t)
     assert "(last check: Not ready to train: x.)" in strip.details.text()
+    assert "; it last started r-7 at " in strip.details.text()
 
 
 def test_a_schedule_left_by_a_server_that_died_is_no_schedule(
@@ -116,7 +118,12 @@ def test_a_schedule_left_by_a_server_that_died_is_no_schedule(
 ) -> None:
     project = Project.open(tmp_path / "p", create=True)
     try:
-        recorded = {"everySeconds": 60.0, "nextAt": time.time() + 30, "lastCheck": None}
+        recorded = {
+            "everySeconds": 60.0,
+            "nextAt": time.time() + 30,
+            "lastCheck": None,
+            "lastStarted": None,
+        }
         project.set_setting(retrain_status.SCHEDULE_KEY, recorded)
         assert retrain_status.recorded_schedule(project) == recorded
         overdue = time.time() - retrain_status.SCHEDULE_GRACE_S - 1
@@ -124,7 +131,9 @@ def test_a_schedule_left_by_a_server_that_died_is_no_schedule(
             retrain_status.SCHEDULE_KEY, {**recorded, "nextAt": overdue}
         )
         status = retrain_status.recorded_schedule(project)
-        assert status == {"everySeconds": None, "nextAt": None, "lastCheck": None}
+        assert status == dict.fromkeys(
+            ("everySeconds", "nextAt", "lastCheck", "lastStarted")
+        )
     finally:
         project.close()
 

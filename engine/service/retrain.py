@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from engine import retrain_status
 from engine.errors import ConfigError, EngineError
 from engine.retrain_status import (
+    SCHEDULE_FIELDS,
     SCHEDULE_KEY,
     RetrainSettings,
     current_job,
@@ -71,6 +72,9 @@ class Retraining:
         self.next_at: float | None = None
         self.last_check: dict[str, Any] | None = None
         """The schedule's last look: when, and what it did or why not."""
+        self.last_started: dict[str, Any] | None = None
+        """The schedule's last look that started a training (the next looks,
+        a second later, find it running and would hide it)."""
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -120,11 +124,8 @@ class Retraining:
         return current_job(self.service.project, self.service.job)
 
     def schedule(self) -> dict[str, Any]:
-        return {
-            "everySeconds": self.every_s,
-            "nextAt": self.next_at,
-            "lastCheck": self.last_check,
-        }
+        values = (self.every_s, self.next_at, self.last_check, self.last_started)
+        return dict(zip(SCHEDULE_FIELDS, values, strict=True))
 
     def status(self) -> dict[str, Any]:
         """``GET /training/status`` (Babylon's shape)."""
@@ -195,6 +196,7 @@ class Retraining:
             try:
                 started = self.trigger(by="schedule")
                 self.last_check = {"time": time.time(), "started": started["job_id"]}
+                self.last_started = self.last_check
             except EngineError as exc:
                 self.last_check = {"time": time.time(), "reason": str(exc)}
                 log.info("retraining schedule: %s", exc)

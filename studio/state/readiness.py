@@ -81,6 +81,11 @@ def readiness_text(status: dict[str, Any]) -> ReadinessText:
             schedule += f" (last check: {last['reason']})"
         elif last.get("started"):
             schedule += f" (last check started {last['started']})"
+        began = schedule_info.get("lastStarted") or {}
+        if began.get("started") and began != last:
+            schedule += (
+                f"; it last started {began['started']} at {_clock(began.get('time'))}"
+            )
     else:
         schedule = "No schedule (serve-http --retrain-every keeps one)."
     agent = (status.get("settings") or {}).get("agent") or ""
