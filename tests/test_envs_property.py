@@ -121,8 +121,9 @@ class Reference:
                             break
                 reward += tr
                 if nxt != s:
+                    # potential: weight 0 at a terminal status (episode end)
                     reward += (
-                        weights[nxt] - weights[s]
+                        (0.0 if nxt in self.terminal else weights[nxt]) - weights[s]
                         if r["status_mode"] == "potential"
                         else weights[nxt]
                     )

@@ -181,7 +181,109 @@ def test_failure_terminal_is_not_success(project: Path) -> None:
     env.reset(seed=0, options={"task": 0})
     _, r, term, _, info = env.step(env.model.tool_index["close_wont_do"])
     assert term and not info["is_success"] and info["status"] == "Won't Do"
-    assert r == pytest.approx(-0.02 - 0.5)
+    # potential shaping: a terminal status has potential 0 (To Do's is 0
+    # too), so the failure pays the step and forgoes the success bonus
+    assert info["reward_breakdown"]["status"] == 0.0
+    assert r == pytest.approx(-0.02)
+
+
+def _episodes(
+    env: gym.Env, task: int, depth: int
+) -> list[tuple[list[str], float, bool]]:
+    """Every episode of ``task`` that ends within ``depth`` valid steps: its
+    statuses, its return and whether it succeeded."""
+    out = []
+
+    def walk(prefix: list[int]) -> None:
+        env.reset(seed=0, options={"task": task})
+        ret, statuses, done, info = 0.0, [], False, {}
+        for a in prefix:
+            _, r, term, trunc, info = env.step(a)
+            ret += r
+            statuses.append(info["status"])
+            done = term or trunc
+        if done:
+            out.append((statuses, ret, bool(info["is_success"])))
+            return
+        if len(prefix) < depth:
+            for a in np.flatnonzero(env.action_masks()):
+                walk([*prefix, int(a)])
+
+    walk([])
+    return out
+
+
+def test_potential_shaping_pays_the_shortest_successful_path_most(
+    project: Path,
+) -> None:
+    env = make(project / "envs" / "jira_status_update.env.json").unwrapped
+    difficulty = env.model.task_difficulty
+    for task in range(len(env.model.tasks)):
+        episodes = _episodes(env, task, depth=6)
+        best = max(ret for _, ret, _ in episodes)
+        shortest = [
+            ret for path, ret, ok in episodes if ok and len(path) == difficulty[task]
+        ]
+        assert shortest and max(shortest) == pytest.approx(best)
+        # every longer success and every failure (a detour that ends at
+        # another terminal status) earns less
+        for path, ret, ok in episodes:
+            if not ok or len(path) > difficulty[task]:
+                assert ret < best - 0.01, (task, path, ret, best)
+
+
+def test_a_detour_to_done_pays_less_than_the_target(project: Path) -> None:
+    env = make(project / "envs" / "jira_status_update.env.json").unwrapped
+    data = json.loads((project / "data" / "jira_mock_data.json").read_text())
+    task = next(
+        i
+        for i, t in enumerate(data["issues"])
+        if (t["status"], t["target_status"]) == ("To Do", "Won't Do")
+    )
+    tool = env.model.tool_index
+
+    def play(tools: list[str]) -> tuple[float, bool]:
+        env.reset(seed=0, options={"task": task})
+        ret, info = 0.0, {}
+        for name in tools:
+            _, r, *_, info = env.step(tool[name])
+            ret += r
+        return ret, bool(info["is_success"])
+
+    target, ok = play(["move_to_wont_do"])
+    detour, detour_ok = play(
+        ["move_to_in_progress", "move_to_in_review", "move_to_done"]
+    )
+    assert ok and not detour_ok
+    assert target == pytest.approx(-0.02 + 1.0)  # step, potential 0 -> 0, bonus
+    assert detour == pytest.approx(-0.06)  # potentials sum to -phi(To Do) = 0
+    # the batch pays the same, also when the target is not terminal (its
+    # potential drops to 0 when the episode ends there)
+    spec = load_spec(project / "envs" / "jira_status_update.env.json")
+    batch = workflow_batch(spec, 32, seed=3)
+    batch.reset()
+    rng = np.random.default_rng(3)
+    ended_at_target = 0
+    for _ in range(60):
+        actions = np.array(
+            [rng.choice(np.flatnonzero(m)) for m in batch.action_masks()]
+        )
+        before, target_of = batch.status.copy(), batch.target.copy()
+        _, reward, term, _, info = batch.step(actions)
+        for i in range(32):
+            state = env.get_state()
+            state.update(
+                status=env.model.statuses[before[i]],
+                target=env.model.statuses[target_of[i]],
+                steps=0,
+                done=False,
+            )
+            env.set_state(state)
+            _, r, t, *_ = env.step(int(actions[i]))
+            assert (r, t) == (pytest.approx(reward[i]), term[i])
+            if info["is_success"][i] and not env.model.terminal[env._status]:
+                ended_at_target += 1
+    assert ended_at_target > 0
 
 
 def test_truncation_at_max_steps(project: Path) -> None:

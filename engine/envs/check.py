@@ -246,6 +246,17 @@ def _static_workflow(spec: EnvSpec, report: Report) -> None:
                 "reward_range",
             )
         )
+    if m.status_mode == "potential" and m.success_bonus <= 0:
+        add(
+            Problem(
+                "warning",
+                "workflow.rewards.success_bonus",
+                "In 'potential' mode the status weights add up to the same over "
+                "any finished episode, so without a success bonus a success pays "
+                "no more than a failure.",
+                "reward_range",
+            )
+        )
     if positive_cycle(m):
         add(
             Problem(

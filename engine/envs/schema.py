@@ -157,8 +157,9 @@ WORKFLOW_SCHEMA: dict[str, Any] = {
                 "status_mode": {
                     "enum": ["enter", "potential"],
                     "description": "'enter': the weight of each status entered; "
-                    "'potential': the change in weight (cannot be farmed by "
-                    "cycling between statuses).",
+                    "'potential': the change in weight, with weight 0 where an "
+                    "episode ends, so the weights guide without changing the "
+                    "best path (the shortest successful one).",
                 },
             },
         },

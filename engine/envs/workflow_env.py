@@ -117,6 +117,7 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
         self._valid_py = m.valid.tolist()
         self._terminal = m.terminal.tolist()
         self._success = m.success.tolist()
+        self._end_potential = m.end_potential.tolist()
         self._status_obs = []
         for s in range(m.n_statuses):
             o = np.zeros(m.obs_size, dtype=np.float32)
@@ -173,6 +174,10 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
         if success and self.model.success_bonus:
             bd["success"] = self.model.success_bonus
             reward += self.model.success_bonus
+        if success and self._end_potential[nxt]:
+            # the episode ends here: the target's potential drops to 0
+            bd["status"] -= self._end_potential[nxt]
+            reward -= self._end_potential[nxt]
         valid = self._valid_py[s][a]
         self._status = nxt
         self._last_tool = a

@@ -11,8 +11,13 @@ step from. Rewards, broken down by rule:
   (the status does not change);
 * ``transition`` — the transition's own ``reward``;
 * ``status`` — the weight of the status entered (``status_mode`` "enter",
-  default) or the change in weight (``status_mode`` "potential", which
-  cannot be farmed by cycling);
+  default) or potential-based shaping (``status_mode`` "potential"):
+  ``phi(s') - phi(s)`` with ``phi`` the status weight, and ``phi = 0`` at the
+  status an episode terminates at (a terminal status, or a task's target
+  reached). Over an episode that ends the shaping sums to ``-phi(start)``
+  whatever the path, so it guides without moving the optimum: the shortest
+  successful path earns the most, and no detour (a lap, or a terminal
+  status that is not the task's target) pays;
 * ``success`` — ``rewards.success_bonus`` when a success status (or the
   task's target status) is reached.
 """
@@ -149,6 +154,11 @@ class WorkflowModel:
         else:
             self.success = self.terminal & (self.status_weights > 0)
         self.outcomes: list[list[list[Outcome]]] = expand_transitions(spec)[0]
+        self.end_potential = np.zeros(S)
+        """Potential dropped when a success ends an episode at a non-terminal
+        status (a task's target): its weight in "potential" mode, else 0."""
+        if self.status_mode == "potential":
+            self.end_potential = np.where(self.terminal, 0.0, self.status_weights)
 
         tasks_cfg = body.get("tasks", {})
         self.use_task_status = bool(tasks_cfg.get("use_task_status", False))
@@ -209,7 +219,11 @@ class WorkflowModel:
         bd[2] = transition_reward
         if to != s:
             w = self.status_weights
-            bd[3] = w[to] - w[s] if self.status_mode == "potential" else w[to]
+            if self.status_mode == "potential":
+                # a terminal status has potential 0: the episode ends there
+                bd[3] = (0.0 if self.terminal[to] else w[to]) - w[s]
+            else:
+                bd[3] = w[to]
         return bd
 
     def _load_tasks(self, spec: EnvSpec) -> list[Task]:
@@ -317,8 +331,8 @@ class WorkflowModel:
         """Smallest and largest reward of one step (success bonus included)."""
         r = self.reward_table
         lo, hi = float(r.min()), float(r.max())
-        if self.success_bonus and (self.success.any() or self.use_task_target):
-            lo = min(lo, lo + self.success_bonus)
+        if self.success.any() or self.use_task_target:
+            lo = min(lo, lo + self.success_bonus - float(self.end_potential.max()))
             hi = max(hi, hi + self.success_bonus)
         return lo, hi
 
@@ -654,6 +668,8 @@ class WorkflowBatch:
         success = self._success(nxt)
         if m.success_bonus:
             reward = reward + success * m.success_bonus
+        if m.status_mode == "potential":
+            reward = reward - success * m.end_potential[nxt]
         self.valid_flag = m.valid[s, a]
         self.status = nxt
         self.last_tool = a.copy()

@@ -94,7 +94,8 @@ WORKFLOW_FIELDS: list[tuple[str, dict[str, Any]]] = [
             "choices": ["enter", "potential"],
             "default": "enter",
             "help": "'enter': a status's reward each time it is entered; "
-            "'potential': the change in reward (cannot be farmed by cycling).",
+            "'potential': the change in reward, 0 where an episode ends (guides "
+            "without paying detours; the success bonus pays for finishing).",
             "title": "Status rewards",
         },
     ),

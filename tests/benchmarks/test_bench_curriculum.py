@@ -43,8 +43,9 @@ from engine.rl.train import run
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "resources" / "examples"
 ENV = "rlstudio/jira_status_update-v0"
-BUDGET = 100_000
+BUDGET = 20_000
 SEEDS = (0, 1, 2)
+EVAL_EVERY = 1000
 SUCCESS = 0.95
 SMOOTH = (5, 0.8)
 """Evaluations averaged, and the rate their mean must reach."""
@@ -71,7 +72,7 @@ def train(project: Path, seed: int, curriculum: bool) -> dict[str, Any]:
             "total_steps": BUDGET,
             "seed": seed,
             "n_envs": 8,
-            "eval_every_steps": 2000,
+            "eval_every_steps": EVAL_EVERY,
             "eval_episodes": 50,
             "checkpoint_every_steps": 0,
             "torch_threads": 1,
