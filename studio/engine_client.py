@@ -17,14 +17,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
-from engine import protocol
 from studio.lifetime import is_alive, owner_of
 
+if TYPE_CHECKING:
+    from engine import protocol
+
 ReplyCallback = Callable[[dict], None]
-ErrorCallback = Callable[[protocol.Error], None]
+ErrorCallback = Callable[["protocol.Error"], None]
 
 STOPPED, STARTING, READY, CRASHED, FAILED = (
     "stopped",
@@ -113,6 +116,8 @@ class EngineClient(QObject):
 
     # --------------------------------------------------------- lifecycle
     def start(self) -> None:
+        from engine import protocol
+
         if self._proc is not None:
             return
         self._intentional_stop = False
@@ -140,6 +145,8 @@ class EngineClient(QObject):
     def stop(self, timeout_ms: int = 15_000, *, restart: bool = False) -> None:
         """Ask the engine to shut down (it stops its runs, recording the user
         or, with ``restart``, the engine restart as why), wait, then kill."""
+        from engine import protocol
+
         self._restart_timer.stop()
         proc = self._proc
         if proc is None:
@@ -176,6 +183,8 @@ class EngineClient(QObject):
         ties the callbacks to its life: once it is deleted, the answer is
         dropped. Callers whose callbacks are lambdas name it.
         """
+        from engine import protocol
+
         if not msg.id:
             msg = _with_id(msg, protocol.next_id())
         owner = owner or owner_of(on_reply, on_error)
@@ -193,6 +202,8 @@ class EngineClient(QObject):
         return any(isinstance(p.msg, message_type) for p in self._pending.values())
 
     def _write(self, msg: protocol.Message) -> None:
+        from engine import protocol
+
         if self._proc is None:
             return
         self._proc.write((protocol.encode(msg) + "\n").encode("utf-8"))
@@ -219,6 +230,8 @@ class EngineClient(QObject):
                 return
 
     def _dispatch_line(self, line: bytes) -> None:
+        from engine import protocol
+
         try:
             msg = protocol.decode(line)
         except protocol.UnknownMessageType as exc:
@@ -320,6 +333,8 @@ class EngineClient(QObject):
             proc.deleteLater()
 
     def _fail_all_pending(self, message: str) -> None:
+        from engine import protocol
+
         pending, self._pending = self._pending, {}
         queued = set(self._queued)
         self._queued = []
@@ -339,6 +354,8 @@ class EngineClient(QObject):
                 )
 
     def _fail_pending_queued(self, message: str) -> None:
+        from engine import protocol
+
         for req_id in self._queued:
             p = self._pending.pop(req_id, None)
             if p and p.on_error and is_alive(p.owner):

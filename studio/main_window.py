@@ -32,7 +32,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import protocol
 from resources import resource_path
 from studio.engine_client import CRASHED, FAILED, READY, STARTING
 from studio.session import Session
@@ -467,6 +466,8 @@ class MainWindow(QMainWindow):
 
     def _on_about(self) -> None:
         from platform import python_version  # 30 ms at launch otherwise
+
+        from engine import protocol
 
         info = self.session.client.engine_info
         hw = self.session.hardware

@@ -13,16 +13,19 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine import contract, protocol
+from engine import contract
 from studio.engine_client import READY, EngineClient
 from studio.lifetime import owner_of
 from studio.settings import Settings
 from studio.state.metric_store import MetricStore
 from studio.state.project_state import ProjectState
+
+if TYPE_CHECKING:
+    from engine import protocol
 
 EVAL_REWARD = "eval/mean_reward"
 
@@ -77,6 +80,8 @@ class Session(QObject):
     def open_project(self, path: str, create: bool = False) -> None:
         """Open (or create) a project; ``project_opened`` or ``project_failed``
         follows. Re-sent automatically after an engine restart."""
+        from engine import protocol
+
         self._wanted_project = (path, create)
         self.client.request(
             protocol.OpenProject(path=path, create=create),
@@ -85,6 +90,8 @@ class Session(QObject):
         )
 
     def refresh_project(self) -> None:
+        from engine import protocol
+
         if self.state.is_open:
             self.client.request(
                 protocol.GetProjectSnapshot(), on_reply=self.state.load_snapshot
@@ -123,6 +130,8 @@ class Session(QObject):
         (a dialog shows it on the field), else to the log and ``request_failed``.
         The callbacks are dropped if the object they belong to is deleted
         before the answer comes."""
+        from engine import protocol
+
         self.client.request(
             protocol.StartRun(kind=kind, config=config, name=name),
             on_reply=lambda r: on_started(r["run_id"]) if on_started else None,
@@ -137,6 +146,8 @@ class Session(QObject):
         on_fields: Callable[[list[dict[str, Any]]], None],
         on_error: Callable[[protocol.Error], None] | None = None,
     ) -> None:
+        from engine import protocol
+
         self.client.request(
             protocol.GetRunSchema(kind=kind, values=values),
             on_reply=lambda r: on_fields(list(r.get("fields", []))),
@@ -226,17 +237,23 @@ class Session(QObject):
             self.state.on_run_eval(run_id, float(values.max()))
 
     def stop_run(self, run_id: str) -> None:
+        from engine import protocol
+
         self.client.request(
             protocol.StopRun(run_id=run_id, timeout_s=self.settings.stop_timeout_s),
             on_error=self._on_request_error,
         )
 
     def resume_run(self, run_id: str) -> None:
+        from engine import protocol
+
         self.client.request(
             protocol.ResumeRun(run_id=run_id), on_error=self._on_request_error
         )
 
     def detect_hardware(self) -> None:
+        from engine import protocol
+
         self.client.request(protocol.DetectHardware(), on_reply=self._on_hardware_reply)
 
     def _on_hardware_reply(self, info: dict[str, Any]) -> None:
@@ -249,6 +266,8 @@ class Session(QObject):
     def request_gpu_usage(self) -> None:
         """Ask the engine for live GPU load (``gpu_usage_changed`` follows);
         a request still in flight is not doubled."""
+        from engine import protocol
+
         if self._gpu_usage_pending or self.client.state != READY:
             return
         self._gpu_usage_pending = True
@@ -282,6 +301,8 @@ class Session(QObject):
 
     def _project_request_pending(self) -> bool:
         # A request made before the handshake is still queued in the client.
+        from engine import protocol
+
         return any(
             isinstance(p.msg, protocol.OpenProject)
             for p in self.client._pending.values()
@@ -292,6 +313,8 @@ class Session(QObject):
         self.message_posted.emit(level, "engine", line)
 
     def _on_client_event_received(self, msg: protocol.Message) -> None:
+        from engine import protocol
+
         match msg:
             case protocol.RunMetrics(run_id=run_id, rows=rows):
                 self._on_run_metrics(run_id, rows)

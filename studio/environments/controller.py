@@ -6,13 +6,16 @@ that a newer one replaced is dropped."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine import contract, protocol
+from engine import contract
 from studio.lifetime import subscribe
 from studio.session import Session
+
+if TYPE_CHECKING:
+    from engine import protocol
 
 
 class EnvController(QObject):
@@ -53,6 +56,8 @@ class EnvController(QObject):
         self, spec: dict[str, Any], path: str = "", *, env_checks: bool = True
     ) -> None:
         """Check ``spec`` (its file ``path`` resolves relative files)."""
+        from engine import protocol
+
         self.check_started.emit()
         req_id = protocol.next_id("env")
         self._check_id = req_id
@@ -63,6 +68,8 @@ class EnvController(QObject):
         )
 
     def request_catalog(self) -> None:
+        from engine import protocol
+
         self._session.client.request(
             protocol.GetEnvCatalog(),
             on_reply=self._on_catalog_reply,
@@ -71,6 +78,8 @@ class EnvController(QObject):
 
     def describe(self, env_id: str) -> None:
         """Ask for the spaces of one env (``env_described`` follows)."""
+        from engine import protocol
+
         req_id = protocol.next_id("env")
         self._describe_id = req_id
         self._session.client.request(
