@@ -268,3 +268,29 @@ def test_a_resumed_run_shows_live_steps_best_and_keeps_one_model(
         assert f"{stamp} {first_text}" in again.run_log.text().splitlines()
     finally:
         session.client.stop()
+
+
+def test_a_burst_of_progress_updates_a_listed_row_once(qtbot, tmp_path: Path) -> None:
+    """Progress comes many times a second per run, in bursts after the GUI
+    was busy: a listed run's row is brought up to date once per turn of the
+    event loop (issue 16's stalls); a new status shows at once."""
+    run = {"id": "ppo", "kind": "rl.train", "name": "ppo", "status": "running"}
+    ws = make_workspace(qtbot, tmp_path, [{**run, "config": {}, "started": 1.0}])
+    state = ws._state
+    state.on_run_progress("ppo", 10, 1000, 5.0, 10.0)  # its status: shown now
+    updates: list[str] = []
+    original = ws.table.update_record
+
+    def counting(record: dict) -> None:
+        updates.append(record["id"])
+        original(record)
+
+    ws.table.update_record = counting  # type: ignore[method-assign]
+    for done in range(20, 520, 10):
+        state.on_run_progress("ppo", done, 1000, 5.0, 10.0)
+    assert updates == []  # nothing yet: once, on the next turn
+    qtbot.waitUntil(lambda: updates == ["ppo"], timeout=5000)
+    assert ws.table.model.records[0]["progress_done"] == 510
+    state.runs["ppo"]["status"] = "stopped"
+    state.notify("run", "ppo")
+    assert updates == ["ppo", "ppo"]  # a new status at once

@@ -275,6 +275,10 @@ class TrainingWorkspace(QWidget):
         layout.addWidget(split, 1)
 
         self._log_shown: tuple[str, int] | None = None
+        self._changed_runs: dict[str, None] = {}  # ordered set
+        self._shown_status: dict[str, Any] = {}  # run id -> status its row shows
+        self._run_changes = QTimer(self, singleShot=True, interval=0)
+        self._run_changes.timeout.connect(self._on_run_changes_timeout)
         subscribe(self._state, self, self._on_state_changed)
         session.run_log_received.connect(self._on_session_run_log_received)
         # Durations of running runs tick even without events.
@@ -329,6 +333,25 @@ class TrainingWorkspace(QWidget):
             run = self._state.run(key)
             if run is None:
                 return
+            if self._shown_status.get(key) == run.get("status"):
+                # Progress of a listed run comes many times a second per
+                # run, in bursts: its row is brought up to date once per
+                # turn of the event loop (each took 5 ms of the GUI thread).
+                # A new run or a new status shows at once.
+                self._changed_runs[key] = None
+                self._run_changes.start()
+                return
+            self._show_run_change(key)
+
+    def _on_run_changes_timeout(self) -> None:
+        changed, self._changed_runs = self._changed_runs, {}
+        for key in changed:
+            self._show_run_change(key)
+
+    def _show_run_change(self, key: str) -> None:
+        run = self._state.run(key)
+        if run is not None:
+            self._shown_status[key] = run.get("status")
             table = self.table_of(run)
             table.update_record(run)
             if not table.selected_keys():
