@@ -5,6 +5,7 @@ the time-to-target objective is minimized."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -177,3 +178,45 @@ def test_a_study_with_another_objective_is_a_clash(tmp_path: Path) -> None:
     wanted = tune._new_settings(args, tmp_path / "p")
     with pytest.raises(tune.ConfigError, match=r"\(its objective differ\)"):
         tune.find_study("clash", wanted, url, tmp_path / "p")
+
+
+def test_early_workers_take_the_released_study_and_dropped_ones_end(
+    tmp_path: Path,
+) -> None:
+    # Started before the study exists (their imports overlap its making),
+    # released with its name: they take its queued trials.
+    procs = tune.start_workers(2)
+    url, study = _new_study(tmp_path, "early", trials=2, steps=256)
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+    tune.release_workers(procs, url, "early", project)
+    for p in procs:
+        assert p.wait(timeout=300) == 0
+    assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE] * 2
+    # Never released (the settings were refused): they end, having written
+    # nothing.
+    dropped = tune.start_workers(1)
+    tune.drop_workers(dropped)
+    assert dropped[0].returncode is not None
+
+
+def test_workers_on_one_machine_split_its_torch_threads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engine.rl import config
+
+    monkeypatch.setattr(config, "default_torch_threads", lambda: 4)
+    settings = {"settings": {"eval_episodes": 2}}
+    assert tune.shared_threads(settings, 1) == settings
+    assert tune.shared_threads(settings, 2)["settings"]["torch_threads"] == 2
+    assert tune.shared_threads(settings, 8)["settings"]["torch_threads"] == 1
+    fixed = {"settings": {"torch_threads": 3}}
+    assert tune.shared_threads(fixed, 2) == fixed
+
+
+def test_a_sqlite_storage_writes_ahead(tmp_path: Path) -> None:
+    import sqlite3
+
+    _new_study(tmp_path, "wal", trials=1, steps=256)
+    with contextlib.closing(sqlite3.connect(tmp_path / "sweeps.db")) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

@@ -285,7 +285,7 @@ def open_storage(
         with warnings.catch_warnings():
             # Heartbeats are marked experimental since Optuna 2.9.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.storages.RDBStorage(
+            storage = optuna.storages.RDBStorage(
                 url,
                 engine_kwargs=kwargs,
                 skip_compatibility_check=checked,
@@ -293,6 +293,9 @@ def open_storage(
                 heartbeat_interval=heartbeat_s,
                 grace_period=grace_s,
             )
+        if url.startswith("sqlite"):
+            _write_ahead(storage)
+        return storage
     except Exception as exc:  # SQLAlchemy and drivers raise many kinds
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         why = f" ({text[:200]})" if text else ""
@@ -300,6 +303,25 @@ def open_storage(
             f"The storage {url!r} cannot be opened{why}; give an RDB URL such as "
             "sqlite:///path/sweeps.db or postgresql://host/db."
         ) from None
+
+
+def _write_ahead(storage: optuna.storages.RDBStorage) -> None:
+    """Every connection to the SQLite file in write-ahead-log mode with
+    normal syncing: the watcher's reads no longer block the workers'
+    writes, and a commit (a report, a heartbeat) syncs the disk at
+    checkpoints only; a trial's storage calls take half the time. A commit
+    survives a crash of its process; a power cut may lose the last few."""
+    import sqlalchemy
+
+    def on_connect(connection: Any, _record: Any) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    sqlalchemy.event.listen(storage.engine, "connect", on_connect)
+    # Connections made before (the table check) reconnect in that mode.
+    storage.engine.dispose()
 
 
 def default_storage(project_dir: Path) -> str:
@@ -604,6 +626,19 @@ def _run_taken(
     return outcome.status == "failed"
 
 
+def shared_threads(settings: dict[str, Any], sharing: int) -> dict[str, Any]:
+    """``settings`` with the torch threads a run would get by default split
+    between ``sharing`` workers (at least one each); as they are when the
+    sweep sets ``torch_threads`` or one worker runs."""
+    from engine.rl.config import default_torch_threads
+
+    fixed = settings["settings"]
+    if sharing <= 1 or fixed.get("torch_threads") is not None:
+        return settings
+    threads = max(1, default_torch_threads() // sharing)
+    return {**settings, "settings": {**fixed, "torch_threads": threads}}
+
+
 def work(
     storage_url: str,
     study_name: str,
@@ -611,13 +646,17 @@ def work(
     worker: int,
     *,
     checked: bool = False,
+    sharing: int = 1,
 ) -> int:
-    """A worker process: queued trials until none is left."""
+    """A worker process: queued trials until none is left. ``sharing``: the
+    workers this machine runs for the sweep, which split its torch threads
+    (unless the sweep sets ``torch_threads``)."""
     from engine.rl.config import register_designed_envs
     from engine.store.project import Project
 
     storage = open_storage(storage_url, checked=checked)
     study, settings = load(storage, study_name, worker)
+    settings = shared_threads(settings, sharing)
     project = Project.open(project_dir)
     register_designed_envs(project_dir)
     try:
@@ -988,19 +1027,52 @@ def open_study(
     return study, settings
 
 
-def start_workers(
-    storage_url: str, name: str, project_dir: Path, count: int
-) -> list[subprocess.Popen[bytes]]:
-    """``count`` worker processes on this machine (the storage is made and
-    checked: they skip that)."""
-    cmd = [sys.executable, "-m", "engine.rl.tune", storage_url, name, str(project_dir)]
+def start_workers(count: int) -> list[subprocess.Popen[bytes]]:
+    """``count`` worker processes on this machine, started before the study
+    is ready: each imports torch, Stable-Baselines3 and Optuna (seconds of a
+    worker's start-up) while this process checks the settings and makes the
+    study, then waits for :func:`release_workers` to name the study. Ending
+    this process, or :func:`drop_workers`, without that ends them."""
+    cmd = [sys.executable, "-m", "engine.rl.tune", "--await-study"]
     # Their own sessions: a Ctrl-C reaches them once, forwarded by
     # stop_workers (a second one would abort their trials without a
     # checkpoint).
     return [
-        subprocess.Popen([*cmd, str(i), "--checked"], start_new_session=True)
+        subprocess.Popen([*cmd, str(i)], start_new_session=True, stdin=subprocess.PIPE)
         for i in range(count)
     ]
+
+
+def release_workers(
+    procs: list[subprocess.Popen[bytes]], storage_url: str, name: str, project_dir: Path
+) -> None:
+    """Name the study to the waiting workers (its storage is made and
+    checked: they skip that); they start taking its trials."""
+    line = json.dumps(
+        {
+            "storage": storage_url,
+            "study": name,
+            "project": str(project_dir),
+            "sharing": len(procs),
+        }
+    )
+    for p in procs:
+        assert p.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            p.stdin.write(line.encode() + b"\n")
+            p.stdin.close()
+
+
+def drop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    """End workers that were never released (the sweep did not start); they
+    have only imported modules, so they are killed rather than waited for."""
+    for p in procs:
+        assert p.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            p.stdin.close()
+        p.kill()
+    for p in procs:
+        p.wait()
 
 
 def conclude(
@@ -1045,28 +1117,15 @@ def conclude(
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.rl.cli import project_folder
-    from engine.store.paths import checked_name
-    from engine.store.project import Project
-    from resources import resource_path
-
     if args.workers < 1:
         raise EngineError(f"--workers must be at least 1, not {args.workers}.")
-    if args.save_preset is not None:
-        checked_name("preset", args.save_preset)
-    if args.study is not None:
-        checked_name("study", args.study)
-    project_dir = project_folder(args.project, "rlstudio-tune-")
-    examples = resource_path("examples")
-    wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
-    storage_url = args.storage or default_storage(project_dir)
-    storage, _ = find_study(args.study, wanted, args.storage or "", project_dir)
-    # Everything is checked; from here on the project and the study are written.
-    Project.open(project_dir, create=True, examples=examples).close()
-    if storage is None:
-        storage = open_storage(storage_url)
-    name = args.study if args.study is not None else study_name(wanted or {})
-    study, settings = open_study(storage, name, wanted)
+    procs = start_workers(args.workers)
+    try:
+        name, study, settings, storage_url, project_dir = _prepare(args)
+    except BaseException:
+        drop_workers(procs)
+        raise
+    release_workers(procs, storage_url, name, project_dir)
     total = settings["trials"]
     print(
         f"sweep {name!r}: {settings['algo']} on {settings['env']}, "
@@ -1075,7 +1134,6 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    procs = start_workers(storage_url, name, project_dir, args.workers)
 
     def say(t: optuna.trial.FrozenTrial, done: int, best: Any) -> None:
         print(trial_line(t, done, total, best), file=sys.stderr, flush=True)
@@ -1107,6 +1165,34 @@ def run(args: argparse.Namespace) -> int:
         print(f"A worker ended with exit code {bad[0]}.", file=sys.stderr)
         return 1
     return 0
+
+
+def _prepare(
+    args: argparse.Namespace,
+) -> tuple[str, optuna.Study, dict[str, Any], str, Path]:
+    """The command's study, made or found: (name, study, settings, storage
+    URL, project folder)."""
+    from engine.rl.cli import project_folder
+    from engine.store.paths import checked_name
+    from engine.store.project import Project
+    from resources import resource_path
+
+    if args.save_preset is not None:
+        checked_name("preset", args.save_preset)
+    if args.study is not None:
+        checked_name("study", args.study)
+    project_dir = project_folder(args.project, "rlstudio-tune-")
+    examples = resource_path("examples")
+    wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
+    storage_url = args.storage or default_storage(project_dir)
+    storage, _ = find_study(args.study, wanted, args.storage or "", project_dir)
+    # Everything is checked; from here on the project and the study are written.
+    Project.open(project_dir, create=True, examples=examples).close()
+    if storage is None:
+        storage = open_storage(storage_url)
+    name = args.study if args.study is not None else study_name(wanted or {})
+    study, settings = open_study(storage, name, wanted)
+    return name, study, settings, storage_url, project_dir
 
 
 # --------------------------------------------------------------------------
@@ -1197,22 +1283,42 @@ def validate_job(config: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def _early_workers(raw: Any) -> int:
+    """Workers to start before the job's config is checked: the asked
+    number when it is a whole number within the setting's bounds, else
+    none (the check says what is wrong)."""
+    from engine.settings import fields_of
+
+    info = fields_of(TuneConfig)["workers"]
+    ok = isinstance(raw, int) and not isinstance(raw, bool)
+    return raw if ok and (info.min or 1) <= raw <= (info.max or 1) else 0
+
+
 def job(ctx: JobContext) -> dict[str, Any]:
     """The ``rl.tune`` job: the sweep's workers started and watched; each
     finished trial is a metrics row at its number (``sweep/value`` when it
     completed, ``sweep/best``), progress counts finished trials, Stop stops
     the workers' trials."""
-    cfg = validate_job(dict(ctx.config))
-    project_dir = Path(cfg["project_dir"])
-    wanted = _new_settings(argparse.Namespace(**cfg), project_dir)
-    storage_url = cfg["storage"] or default_storage(project_dir)
-    study, settings = open_study(open_storage(storage_url), cfg["study"], wanted)
+    procs = start_workers(_early_workers(ctx.config.get("workers", 1)))
+    try:
+        cfg = validate_job(dict(ctx.config))
+        project_dir = Path(cfg["project_dir"])
+        wanted = _new_settings(argparse.Namespace(**cfg), project_dir)
+        storage_url = cfg["storage"] or default_storage(project_dir)
+        study, settings = open_study(open_storage(storage_url), cfg["study"], wanted)
+    except BaseException:
+        drop_workers(procs)
+        raise
+    if len(procs) != cfg["workers"]:
+        # The raw count was not one to trust before the check.
+        drop_workers(procs)
+        procs = start_workers(cfg["workers"])
+    release_workers(procs, storage_url, study.study_name, project_dir)
     total = settings["trials"]
     ctx.log(
         f"sweep {study.study_name!r}: {total} trials of {settings['steps']} steps, "
         f"{cfg['workers']} worker(s); storage {storage_url}"
     )
-    procs = start_workers(storage_url, study.study_name, project_dir, cfg["workers"])
     ctx.progress(0, total)
 
     def seen(t: optuna.trial.FrozenTrial, done: int, best: Any) -> None:
@@ -1234,13 +1340,49 @@ def job(ctx: JobContext) -> dict[str, Any]:
     return summary
 
 
+def warm_up() -> None:
+    """Import what a worker's first trial needs (torch, its compiler stack
+    that the first optimizer pulls in, Stable-Baselines3, Optuna's storage)
+    while the study is still being made."""
+    import optuna.storages._rdb.models  # noqa: F401
+    import stable_baselines3  # noqa: F401
+    import torch._dynamo  # noqa: F401
+
+    import engine.rl.train  # noqa: F401
+
+
+def await_study(worker: int) -> int:
+    """A worker started by :func:`start_workers`: warm up, then read the
+    study from stdin (one JSON line) and work on it; nothing read (the
+    command stopped before the study was made): end at once."""
+    warm_up()
+    line = sys.stdin.readline()
+    if not line.strip():
+        return 0
+    given = json.loads(line)
+    return work(
+        given["storage"],
+        given["study"],
+        Path(given["project"]),
+        worker,
+        checked=True,
+        sharing=given["sharing"],
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """A worker process: ``python -m engine.rl.tune STORAGE STUDY PROJECT N
-    [--checked]`` (``--checked``: the storage's tables are made and checked)."""
+    [--checked]`` (``--checked``: the storage's tables are made and checked),
+    or ``python -m engine.rl.tune --await-study N`` (:func:`await_study`)."""
     argv = sys.argv[1:] if argv is None else argv
-    checked = "--checked" in argv
-    storage_url, study_name, project_dir, worker = [a for a in argv if a != "--checked"]
+    worker = argv[-1]
     try:
+        if argv[0] == "--await-study":
+            return await_study(int(worker))
+        checked = "--checked" in argv
+        storage_url, study_name, project_dir, worker = [
+            a for a in argv if a != "--checked"
+        ]
         return work(
             storage_url, study_name, Path(project_dir), int(worker), checked=checked
         )
