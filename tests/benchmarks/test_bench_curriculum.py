@@ -3,22 +3,24 @@ curriculum: environment steps to 95 % evaluation success, and what was
 reached.
 
 The hardest env is ``jira_status_update``: each issue has its own target
-status, and for a quarter of them (to Won't Do, to Blocked, back to In
-Progress) the shaped reward pays more for a detour to Done than for the
-target, so success plateaus near 0.8 (``jira_issue_resolution`` and
-``jira_comment_management`` pass 95 % by 4,000 steps). The curriculum
-starts with one-step issues and one-step episodes (no room for the detour),
-then issues and episodes of up to two steps, then the env as designed,
-advancing when 90 % of the last 50 evaluation episodes succeed. (Stages by
-issue difficulty alone never left the first stage: the one-step issues are
-the misleading ones, and success stayed near 0.6.)
+status (to Won't Do, to Blocked, back to In Progress as well as to Done).
+Under the earlier status reward a detour to Done paid more than a quarter
+of those targets and success plateaued near 0.8 with or without a
+curriculum; with potential-based status shaping (potential 0 where an
+episode ends) the shortest successful path earns the most and both runs
+reach 95 %. The curriculum starts with one-step issues, then issues of up
+to two steps, then all, advancing when 90 % of the last 50 evaluation
+episodes succeed, so it cannot leave a stage sooner than one evaluation
+later. (Shortening episodes with the issues, one step then two, left seed
+2 at the two-step stage, its success 0.2-0.9 through 30,000 steps.)
 
 Both runs: the studio's ``rl.train``, same seed, preset, 8 envs, evaluation
-every 2,000 steps over 50 greedy episodes; several seeds, alternating which
+every 1,000 steps over 50 greedy episodes; several seeds, alternating which
 run goes first. Figures, all at full difficulty (the curriculum's last
 stage; the plain run's every evaluation): steps to the first evaluation at
-95 % or more, steps until the mean of 5 evaluations in a row (250 episodes)
-reaches 80 %, and the mean success of the last 10 evaluations.
+95 % or more (steps at easier stages count), steps until the mean of 5
+evaluations in a row (250 episodes) reaches 80 %, and the mean success of
+the last 10 evaluations.
 
 Run: nice -n 19 .venv/bin/pytest tests/benchmarks/test_bench_curriculum.py -s
 -o addopts=""
@@ -50,11 +52,7 @@ SUCCESS = 0.95
 SMOOTH = (5, 0.8)
 """Evaluations averaged, and the rate their mean must reach."""
 CURRICULUM = {
-    "stages": [
-        {"max_task_difficulty": 1, "max_steps": 1},
-        {"max_task_difficulty": 2, "max_steps": 2},
-        {},
-    ],
+    "stages": [{"max_task_difficulty": 1}, {"max_task_difficulty": 2}, {}],
     "threshold": 0.9,
     "window": 50,
 }
@@ -166,8 +164,8 @@ def test_curriculum_against_plain_maskable_ppo(tmp_path: Path) -> None:
         r["final_success"] for r in results["curriculum"]
     ) / max(1e-9, statistics.median(r["final_success"] for r in results["plain"]))
     print(f"  curriculum / plain, median final success = {final_ratio:.3f}")
-    # both were measured: the plain runs evaluated at full difficulty, and
-    # the curriculum moved (a seed may stay at a stage it cannot pass: its
+    # the reward's optimum is the task, so every plain run reaches 95 %; the
+    # curriculum moved (a seed may stay at a stage it cannot pass: its
     # success is reported, 0 at full difficulty)
-    assert all(r["final_success"] > 0 for r in results["plain"]), results
+    assert all(r["steps_to_95"] is not None for r in results["plain"]), results
     assert any(max(r["stages"]) > 0 for r in results["curriculum"]), results
