@@ -543,3 +543,49 @@ def test_x_range_follows_new_data_with_headroom_until_the_user_zooms(
     assert view.viewRange()[0] == [1_000, 2_000]
     panel.reset_view("Throughput")
     qtbot.waitUntil(lambda: view.viewRange()[0][1] > 300_000, timeout=2000)
+
+
+def test_y_range_follows_the_drawn_points_with_headroom_until_the_user_zooms(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    steps = np.arange(1, 101, dtype=float)
+    store.append_arrays("r", "time/fps", steps, steps, np.linspace(0.0, 10.0, 100))
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    view = panel.group_widget("Throughput").view
+    lo, hi = view.viewRange()[1]
+    assert lo < 0.0 and 10.0 < hi < 15.0
+    # A point inside the range leaves it (and the axes) alone.
+    store.append_arrays("r", "time/fps", np.array([101.0]), np.ones(1), np.ones(1) * 5)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert view.viewRange()[1] == [lo, hi]
+    # A point above it grows the range to take it in.
+    store.append_arrays("r", "time/fps", np.array([102.0]), np.ones(1), np.ones(1) * 40)
+    qtbot.waitUntil(lambda: view.viewRange()[1][1] > 40.0, timeout=2000)
+    # After a zoom, new data does not move y; reset_view follows again.
+    view.setYRange(1.0, 2.0, padding=0)
+    view.sigRangeChangedManually.emit([False, True])
+    store.append_arrays("r", "time/fps", np.array([103.0]), np.ones(1), np.ones(1) * 90)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert view.viewRange()[1] == [1.0, 2.0]
+    panel.reset_view("Throughput")
+    qtbot.waitUntil(lambda: view.viewRange()[1][1] > 90.0, timeout=2000)
+
+
+def test_a_shorter_legend_does_not_resize_its_plot(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    fill(store, "a-run-with-a-long-name", PPO_KEYS, 50)
+    fill(store, "another-run-with-a-long-name", PPO_KEYS, 50, seed=1)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=10_000)
+    group = panel.group_widget("Rewards")
+    qtbot.waitUntil(lambda: group.plot.isVisible(), timeout=2000)
+    panel._set_hover(group, 2_000.0)  # the readout: a longer legend
+    qtbot.waitUntil(lambda: "@" in panel.legend_text("Rewards"), timeout=2000)
+    qtbot.waitUntil(
+        lambda: group.legend.height() >= group.legend.minimumHeight(), timeout=2000
+    )
+    height = group.plot.height()
+    panel._set_hover(group, None)  # shorter again
+    assert "@" not in panel.legend_text("Rewards")
+    QtCore.QCoreApplication.processEvents()
+    assert group.plot.height() == height

@@ -491,7 +491,15 @@ class _Group(QtWidgets.QFrame):
         # a double click turns it back on.
         self.follow_x = True
         self.x_fitted = False
-        self.view.enableAutoRange(x=False, y=True)
+        # y too: pyqtgraph's y auto-range asked every curve for its bounds
+        # (nanmin/nanmax of the full data) on every paint and moved the range
+        # by a hair on each new point, so the left axis recomputed its ticks
+        # each frame: with three runs selected, a third of a slice's GUI
+        # time. The panel sets y from the drawn (decimated) points, with
+        # headroom, only when they leave the range or fill too little of it.
+        self.follow_y = True
+        self.y_fitted = False
+        self.view.enableAutoRange(x=False, y=False)
         self.apply_theme(theme)
 
     def apply_theme(self, theme: dict[str, str]) -> None:
@@ -777,8 +785,8 @@ class LivePlotPanel(QtWidgets.QWidget):
                 curve.group.plot.getPlotItem().removeItem(curve.item)
         self._runs.pop(run_id, None)
         for group in self._groups.values():
-            if group.follow_x:
-                group.x_fitted = False
+            if group.follow_x or group.follow_y:
+                group.x_fitted = group.y_fitted = False
                 self._on_view_changed(group)
         # Which plots show is settled on the next redraw tick: a host that
         # swaps runs (remove one, add another) must not hide every plot and
@@ -841,9 +849,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         """Fit a plot (or all) to its data again and follow new data on x."""
         groups = self._groups.values() if title is None else [self._groups[title]]
         for group in groups:
-            group.follow_x = True
-            group.x_fitted = False
-            group.view.enableAutoRange(y=True)
+            group.follow_x = group.follow_y = True
+            group.x_fitted = group.y_fitted = False
             self._on_view_changed(group)
 
     def set_theme(self, theme: str) -> None:
@@ -926,6 +933,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         for group in touched:
             if group.follow_x:
                 self._follow_x(group)
+            if group.follow_y:
+                self._follow_y(group)
             if _shown_curves(group) != group.legend_curves:
                 self._update_legend(group)
         self._update_visibility()
@@ -1191,7 +1200,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         return group
 
     def _on_view_range_changed_manually(self, group: _Group) -> None:
-        group.follow_x = False
+        group.follow_x = group.follow_y = False
 
     def _on_scene_mouse_clicked(self, group: _Group, event: object) -> None:
         if getattr(event, "double", lambda: False)():
@@ -1215,6 +1224,25 @@ class LivePlotPanel(QtWidgets.QWidget):
             return
         group.x_fitted = True
         group.view.setXRange(lo - 0.02 * span, hi + 0.08 * span, padding=0)
+
+    def _follow_y(self, group: _Group) -> None:
+        """Keep the drawn points in view on y, changing the range only when
+        they leave it or fill less than two thirds of it."""
+        lo, hi = math.inf, -math.inf
+        for curve in group.curves:
+            y = curve.drawn[1]
+            if len(y) and curve.item.isVisible():
+                lo = min(lo, float(np.nanmin(y)))
+                hi = max(hi, float(np.nanmax(y)))
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return
+        span = hi - lo if hi > lo else max(abs(hi) * 0.1, 1.0)
+        cur_lo, cur_hi = group.view.viewRange()[1]
+        fits = cur_lo <= lo and hi <= cur_hi
+        if fits and (cur_hi - cur_lo) <= 1.5 * span and group.y_fitted:
+            return
+        group.y_fitted = True
+        group.view.setYRange(lo - 0.08 * span, hi + 0.08 * span, padding=0)
 
     def _on_view_changed(self, group: _Group) -> None:
         if not shiboken6.isValid(self._timer):
@@ -1291,6 +1319,15 @@ class LivePlotPanel(QtWidgets.QWidget):
                     )
                 parts.append(text)
         group.legend.setText("&nbsp;&nbsp;&nbsp; ".join(parts))
+        # The legend keeps the tallest height it has needed at this width: a
+        # legend one line shorter (the hover readout gone, one run fewer)
+        # resized the plot above it, and a resized plot re-lays out its axes
+        # and repaints, plot by plot, in the same turn of the event loop.
+        width = group.legend.width()
+        if width > 0:
+            needed = group.legend.heightForWidth(width)
+            if needed > group.legend.minimumHeight():
+                group.legend.setMinimumHeight(needed)
 
     def _x_label(self) -> str:
         return "step" if self._x_axis == "step" else "time"
@@ -1324,6 +1361,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             self._grid.setColumnStretch(c, 0)
         for i, title in enumerate(self._visible):
             group = self._groups[title]
+            group.legend.setMinimumHeight(0)  # its width may change
             self._grid.addWidget(group, i // cols, i % cols)
             group.show()
         for title, group in self._groups.items():
