@@ -84,6 +84,29 @@ def _to_u8(v: np.ndarray) -> np.ndarray:
     return (v.astype(np.int64) & 0xFF).astype(np.uint8)
 
 
+def _mask(cond: np.ndarray) -> np.ndarray:
+    """A bool array as uint32 bit masks (all ones where true) for ``_pick``."""
+    out: np.ndarray = np.negative(cond.view(np.uint8), dtype=np.uint32)
+    return out
+
+
+def _pick(
+    mask: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``np.where`` of float32 arrays by bit operations: ``a`` where ``mask``
+    (from ``_mask``, broadcast over leading axes) is all ones, else ``b``,
+    into ``out`` (which may be ``b``). The bits are copied as they are, NaN
+    included. numpy's masked copies (``where``, ``copyto(where=)``) branch
+    on every element and took two thirds of the scale search's time."""
+    bits_b = b.view(np.uint32)
+    diff = np.bitwise_xor(a.view(np.uint32), bits_b)
+    np.bitwise_and(diff, mask, out=diff)
+    if out is None:
+        out = np.empty_like(b)
+    np.bitwise_xor(bits_b, diff, out=out.view(np.uint32))
+    return out
+
+
 def _abs_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per column: the value of largest magnitude (first one on ties) and
     that magnitude."""
@@ -117,6 +140,7 @@ def make_qkx2_quants(
     t = np.empty_like(x)
     aux = np.empty_like(x)
     wl = np.empty_like(x)
+    zeros = np.zeros_like(mx)
 
     def levels_at(iscale: np.ndarray, out: np.ndarray) -> np.ndarray:
         np.subtract(x, mn, out=t)
@@ -155,15 +179,15 @@ def make_qkx2_quants(
             d = sum_w * sum_l2 - sum_l * sum_l
             this_scale = (sum_w * sum_xl - sum_x * sum_l) / d
             this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d
-            positive = this_min > 0
-            this_min = np.where(positive, _f(0), this_min)
-            this_scale = np.where(positive, sum_xl / sum_l2, this_scale)
+            positive = _mask(this_min > 0)
+            this_min = _pick(positive, zeros, this_min)
+            this_scale = _pick(positive, sum_xl / sum_l2, this_scale)
             cur = error(this_scale, this_min, aux)
-            better = (d > 0) & (cur < best)
-            np.copyto(levels, aux, where=better)
-            best = np.where(better, cur, best)
-            scale = np.where(better, this_scale, scale)
-            mn = np.where(better, this_min, mn)
+            better = _mask((d > 0) & (cur < best))
+            _pick(better, aux, levels, out=levels)
+            best = _pick(better, cur, best)
+            scale = _pick(better, this_scale, scale)
+            mn = _pick(better, this_min, mn)
     levels[:, flat] = 0
     scale = np.where(flat, _f(0), scale)
     return scale.astype(_F32), (-mn).astype(_F32), levels
@@ -184,8 +208,7 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
         """Levels at ``iscale`` into q; sum of w*x*l and of w*l*l."""
         np.multiply(iscale, x, out=t)
         np.rint(t, out=q)
-        np.maximum(q, -nmax, out=q)
-        np.minimum(q, nmax - 1, out=q)
+        np.clip(q, -f_nmax, f_nmax - _f(1), out=q)
         np.multiply(wx, q, out=t)
         sumlx = _seq_sum(t)
         np.multiply(w, q, out=t)
@@ -201,11 +224,11 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
             if step == 0:
                 continue
             sumlx, suml2 = sums(-(f_nmax + _f(0.1) * _f(step)) / mx)
-            take = (suml2 > 0) & (sumlx * sumlx > best * suml2)
+            take = _mask((suml2 > 0) & (sumlx * sumlx > best * suml2))
             np.add(q, f_nmax, out=t)
-            np.copyto(levels, t, where=take)
-            scale = np.where(take, sumlx / suml2, scale)
-            best = np.where(take, scale * sumlx, best)
+            _pick(take, t, levels, out=levels)
+            scale = _pick(take, sumlx / suml2, scale)
+            best = _pick(take, scale * sumlx, best)
     levels[:, zero] = 0
     scale = np.where(zero, _f(0), scale)
     return scale.astype(_F32), levels
