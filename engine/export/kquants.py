@@ -142,8 +142,8 @@ def make_qkx2_quants(
     wl = np.empty_like(x)
     zeros = np.zeros_like(mx)
 
-    def levels_at(iscale: np.ndarray, out: np.ndarray) -> np.ndarray:
-        np.subtract(x, mn, out=t)
+    def levels_at(iscale: np.ndarray, the_mn: np.ndarray, out: np.ndarray) -> np.ndarray:
+        np.subtract(x, the_mn, out=t)
         np.multiply(t, iscale, out=t)
         np.rint(t, out=out)
         # MAX(0, MIN(nmax, l)) in one pass
@@ -165,11 +165,13 @@ def make_qkx2_quants(
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = f_nmax / (mx - mn)
         scale = _f(1) / iscale
-        levels = levels_at(iscale, np.empty_like(x))
-        best = error(scale, mn, levels)
+        # The best levels are kept as the (iscale, min) that made them and
+        # made again once at the end: copying them at every step cost more.
+        best_iscale, best_mn = iscale, mn
+        best = error(scale, mn, levels_at(iscale, mn, aux))
         for step in range(nstep + 1):
             iscale = (f_rmin + f_rdelta * _f(step) + f_nmax) / (mx - mn)
-            levels_at(iscale, aux)
+            levels_at(iscale, mn, aux)
             np.multiply(w, aux, out=wl)
             sum_l = _seq_sum(wl)
             np.multiply(wl, aux, out=t)
@@ -184,10 +186,12 @@ def make_qkx2_quants(
             this_scale = _pick(positive, sum_xl / sum_l2, this_scale)
             cur = error(this_scale, this_min, aux)
             better = _mask((d > 0) & (cur < best))
-            _pick(better, aux, levels, out=levels)
+            best_iscale = _pick(better, iscale, best_iscale)
+            best_mn = _pick(better, mn, best_mn)
             best = _pick(better, cur, best)
             scale = _pick(better, this_scale, scale)
             mn = _pick(better, this_min, mn)
+        levels = levels_at(best_iscale, best_mn, np.empty_like(x))
     levels[:, flat] = 0
     scale = np.where(flat, _f(0), scale)
     return scale.astype(_F32), (-mn).astype(_F32), levels
@@ -216,19 +220,23 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
         return sumlx, _seq_sum(t)
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        sumlx, suml2 = sums(-f_nmax / mx)
+        # The best levels are kept as the iscale that made them, made again
+        # once at the end.
+        best_iscale = -f_nmax / mx
+        sumlx, suml2 = sums(best_iscale)
         scale = np.where(suml2 != 0, sumlx / suml2, _f(0))
         best = scale * sumlx
-        levels = q + f_nmax
         for step in range(-9, 10):
             if step == 0:
                 continue
-            sumlx, suml2 = sums(-(f_nmax + _f(0.1) * _f(step)) / mx)
+            iscale = -(f_nmax + _f(0.1) * _f(step)) / mx
+            sumlx, suml2 = sums(iscale)
             take = _mask((suml2 > 0) & (sumlx * sumlx > best * suml2))
-            np.add(q, f_nmax, out=t)
-            _pick(take, t, levels, out=levels)
+            best_iscale = _pick(take, iscale, best_iscale)
             scale = _pick(take, sumlx / suml2, scale)
             best = _pick(take, scale * sumlx, best)
+        sums(best_iscale)
+        levels = q + f_nmax
     levels[:, zero] = 0
     scale = np.where(zero, _f(0), scale)
     return scale.astype(_F32), levels
