@@ -142,7 +142,9 @@ def make_qkx2_quants(
     wl = np.empty_like(x)
     zeros = np.zeros_like(mx)
 
-    def levels_at(iscale: np.ndarray, the_mn: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def levels_at(
+        iscale: np.ndarray, the_mn: np.ndarray, out: np.ndarray
+    ) -> np.ndarray:
         np.subtract(x, the_mn, out=t)
         np.multiply(t, iscale, out=t)
         np.rint(t, out=out)
