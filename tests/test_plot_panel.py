@@ -574,18 +574,27 @@ def test_y_range_follows_the_drawn_points_with_headroom_until_the_user_zooms(
 def test_a_shorter_legend_does_not_resize_its_plot(
     qtbot, panel: LivePlotPanel, store: MetricStore
 ) -> None:
-    fill(store, "a-run-with-a-long-name", PPO_KEYS, 50)
-    fill(store, "another-run-with-a-long-name", PPO_KEYS, 50, seed=1)
+    fill(store, "r", ["rollout/ep_rew_mean"], 50)
     qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=10_000)
     group = panel.group_widget("Rewards")
-    qtbot.waitUntil(lambda: group.plot.isVisible(), timeout=2000)
-    panel._set_hover(group, 2_000.0)  # the readout: a longer legend
-    qtbot.waitUntil(lambda: "@" in panel.legend_text("Rewards"), timeout=2000)
-    qtbot.waitUntil(
-        lambda: group.legend.height() >= group.legend.minimumHeight(), timeout=2000
-    )
-    height = group.plot.height()
-    panel._set_hover(group, None)  # shorter again
-    assert "@" not in panel.legend_text("Rewards")
-    QtCore.QCoreApplication.processEvents()
-    assert group.plot.height() == height
+    legend = group.legend
+    qtbot.waitUntil(lambda: legend.width() > 0 and legend.isVisible(), timeout=2000)
+    one_line = legend.heightForWidth(legend.width())
+    panel.set_run_label("r", " ".join(["a-long-run-name"] * 40))  # several lines
+    tallest = legend.heightForWidth(legend.width())
+    assert tallest > one_line
+    panel.set_run_label("r", "r")  # one line again
+    # The legend keeps its height, so the plot above it keeps its size.
+    assert legend.minimumHeight() >= tallest
+
+
+def test_no_axis_rewrites_its_title_when_the_range_changes(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    fill(store, "r", ["time/fps"], 10)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=10_000)
+    item = panel.plot_widget("Throughput").getPlotItem()
+    # Hidden axes (top, right) follow the view as well: an SI prefix on any
+    # of them would set its rich-text title on every range change.
+    for name in ("left", "bottom", "top", "right"):
+        assert not item.getAxis(name).autoSIPrefix, name

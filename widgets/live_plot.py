@@ -456,9 +456,11 @@ class _Group(QtWidgets.QFrame):
         item.showGrid(x=True, y=True, alpha=1.0)
         for name in ("left", "bottom"):
             item.getAxis(name).setStyle(maxTickLevel=0)
+        for name in ("left", "bottom", "top", "right"):
             # The SI prefix rewrites the axis title (rich text) on every range
             # change: a third of the GUI thread's time when runs are selected.
-            # Tick labels carry the magnitude instead.
+            # Tick labels carry the magnitude instead. The hidden top and
+            # right axes follow the view too, so they rewrote theirs as well.
             item.getAxis(name).enableAutoSIPrefix(False)
         item.setMenuEnabled(False)
         item.hideButtons()
