@@ -18,6 +18,14 @@ the Jira env. Target: learned / env >= 0.9 in held-out success.
    decisions (greedy answer = shortest-path tool) and episode success of
    the ``llm.evaluate`` job on 20 held-out episodes.
 
+Measured 2026-11-26 (2 shared, loaded cores; the GRPO arms run on the
+SFT model and reward model this benchmark built): reward model held-out
+accuracy 0.90 on 40 of the 200 labels; SFT start tool success 0.74, episode
+success 0.25; after 30 GRPO steps env reward 0.98 / 1.00, learned reward
+0.98 / 1.00 -> learned / env = 1.00 on both (also 1.00 after 10 steps:
+0.86 / 0.50 each). The whole run takes 10 to 45 minutes depending on the
+load (reward model training: about 100 steps of 4 pairs).
+
 Run: ``.venv/bin/pytest tests/benchmarks/test_bench_learned_reward.py -s -o addopts=""``
 """
 
