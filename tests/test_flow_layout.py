@@ -54,3 +54,15 @@ def test_a_wide_row_is_one_line(qtbot) -> None:  # type: ignore[no-untyped-def]
     qtbot.waitUntil(lambda: len({b.y() for b in shown}) == 1)
     xs = [b.x() for b in shown]
     assert xs == sorted(xs)
+
+
+def test_the_row_grows_again_when_a_hidden_button_shows(qtbot) -> None:  # type: ignore[no-untyped-def]
+    """Heights are remembered per width until the items change: a button
+    shown again, or one more, makes the remembered heights stale."""
+    _window, holder, buttons = _row(qtbot, 300)
+    layout = holder.layout()
+    assert isinstance(layout, FlowLayout)
+    before = layout.heightForWidth(300)
+    buttons[5].show()
+    layout.addWidget(QPushButton("One more action"))
+    qtbot.waitUntil(lambda: layout.heightForWidth(300) > before)

@@ -18,6 +18,7 @@ class FlowLayout(QLayout):
     ) -> None:
         super().__init__(parent)
         self._items: list[QLayoutItem] = []
+        self._heights: dict[int, int] = {}
         self._spacing = spacing
         self._line_spacing = line_spacing
         self.setContentsMargins(0, 0, 0, 0)
@@ -25,6 +26,7 @@ class FlowLayout(QLayout):
     # -- QLayout's item bookkeeping
     def addItem(self, item: QLayoutItem) -> None:
         self._items.append(item)
+        self.invalidate()
 
     def count(self) -> int:
         return len(self._items)
@@ -33,7 +35,10 @@ class FlowLayout(QLayout):
         return self._items[index] if 0 <= index < len(self._items) else None
 
     def takeAt(self, index: int) -> QLayoutItem | None:  # type: ignore[override]
-        return self._items.pop(index) if 0 <= index < len(self._items) else None
+        if not 0 <= index < len(self._items):
+            return None
+        self._heights.clear()
+        return self._items.pop(index)
 
     def addSpacing(self, width: int) -> None:
         """A gap of ``width`` px before the next item (dropped at a line's
@@ -52,7 +57,20 @@ class FlowLayout(QLayout):
         return True
 
     def heightForWidth(self, width: int) -> int:
-        return self._arrange(QRect(0, 0, width, 0), apply=False)
+        # Qt asks again and again during one layout pass: remembered until
+        # the items change (invalidate).
+        height = self._heights.get(width)
+        if height is None:
+            if len(self._heights) > 64:  # a window dragged wider and wider
+                self._heights.clear()
+            height = self._heights[width] = self._arrange(
+                QRect(0, 0, width, 0), apply=False
+            )
+        return height
+
+    def invalidate(self) -> None:
+        self._heights.clear()
+        super().invalidate()
 
     def setGeometry(self, rect: QRect) -> None:
         super().setGeometry(rect)
