@@ -447,15 +447,25 @@ def quantize_q3_k_blocks(x: np.ndarray) -> np.ndarray:
         iscale = _f(-32) / max_scale
         l6 = np.clip(np.rint(iscale[:, None] * scales), -32, 31) + 32
     l6 = np.where(has[:, None], l6, 0).astype(np.uint8)
+    with np.errstate(divide="ignore"):
+        d = np.where(has, _fp16_round(_f(1) / iscale), _f(0))
+    # A block without scales stores zeros, which read back as -32.
+    return q3_k_blocks(x, l6, d, levels_t)
+
+
+def q3_k_blocks(
+    x: np.ndarray, l6: np.ndarray, d: np.ndarray, levels_t: np.ndarray
+) -> np.ndarray:
+    """Q3_K blocks from their 6-bit sub-block scales ``l6`` (offset 32), the
+    super-block scales ``d`` (already fp16-rounded) and the scale search's
+    levels ``levels_t`` (kept where a sub-block's scale is 0)."""
+    n = x.shape[0]
     packed = np.zeros((n, 12), np.uint8)
     packed[:, 0:8] = (l6[:, 0:8] & 0xF) | ((l6[:, 8:16] & 0xF) << 4)
     high = (l6 >> 4).reshape(n, 4, 4) << (2 * np.arange(4, dtype=np.uint8))[
         None, :, None
     ]
     packed[:, 8:12] = np.bitwise_or.reduce(high, axis=1)
-    with np.errstate(divide="ignore"):
-        d = np.where(has, _fp16_round(_f(1) / iscale), _f(0))
-    # A block without scales stores zeros, which read back as -32.
     d_sub = d[:, None] * (l6.astype(_F32) - _f(32))
     keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -472,9 +482,15 @@ def quantize_q3_k_blocks(x: np.ndarray) -> np.ndarray:
 
 
 def quantize_q6_k_blocks(x: np.ndarray) -> np.ndarray:
+    return q6_k_blocks(x, *make_qx_quants(_sub_blocks(x, 16), 32))
+
+
+def q6_k_blocks(
+    x: np.ndarray, scales_t: np.ndarray, levels_t: np.ndarray
+) -> np.ndarray:
+    """Q6_K blocks from the sub-block scale search's scales and levels (by
+    sub-block, as ``make_qx_quants`` returns them)."""
     n = x.shape[0]
-    xt = _sub_blocks(x, 16)
-    scales_t, levels_t = make_qx_quants(xt, 32)
     scales = scales_t.reshape(n, 16)
     idx = np.argmax(np.abs(scales), axis=1)
     max_scale = scales[np.arange(n), idx]

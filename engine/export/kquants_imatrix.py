@@ -45,10 +45,11 @@ from engine.export.kquants import (
     _levels_by_block,
     _pack_2bit,
     _pack_k4_scales,
-    _round,
     _seq_sum,
     _sub_blocks,
     make_qkx2_quants,
+    q3_k_blocks,
+    q6_k_blocks,
 )
 
 _F32 = np.float32
@@ -279,53 +280,14 @@ def quantize_q3_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
         np.ascontiguousarray(sw.reshape(n, 16).T),
     )
     l6 = ls.T.astype(np.uint8)
-    packed = np.zeros((n, 12), np.uint8)
-    packed[:, 0:8] = (l6[:, 0:8] & 0xF) | ((l6[:, 8:16] & 0xF) << 4)
-    high = (l6 >> 4).reshape(n, 4, 4) << (2 * np.arange(4, dtype=np.uint8))[
-        None, :, None
-    ]
-    packed[:, 8:12] = np.bitwise_or.reduce(high, axis=1)
-    d = _fp16_round(d_block)
-    d_sub = d[:, None] * (l6.astype(_F32) - _f(32))
-    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -4, 3) + _f(4)
-    levels = np.where(d_sub[:, :, None] != 0, new, keep).reshape(n, QK_K)
-    levels = levels.astype(np.uint8)
-    high_bits = (levels > 3).reshape(n, 8, 32).astype(np.uint8) << np.arange(
-        8, dtype=np.uint8
-    )[None, :, None]
-    hmask = np.bitwise_or.reduce(high_bits, axis=1)
-    return np.concatenate(
-        [hmask, _pack_2bit(levels & 3), packed, _fp16_bytes(d)], axis=1
-    )
+    return q3_k_blocks(x, l6, _fp16_round(d_block), levels_t)
 
 
 def quantize_q6_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
-    n = x.shape[0]
-    xt = _sub_blocks(x, 16)
-    scales_t, levels_t = make_qx_quants_weighted(xt, 32, _sub_blocks(qw, 16))
-    scales = scales_t.reshape(n, 16)
-    idx = np.argmax(np.abs(scales), axis=1)
-    max_scale = scales[np.arange(n), idx]
-    zero = np.abs(max_scale) < _GROUP_MAX_EPS
-    with np.errstate(divide="ignore", invalid="ignore"):
-        iscale = _f(-128) / max_scale
-        d = _fp16_round(_f(1) / iscale)
-        sc = np.minimum(np.rint(iscale[:, None] * scales), 127)
-    sc = np.where(zero[:, None], 0, sc).astype(np.int8)
-    d = np.where(zero, _f(0), d)
-    d_sub = d[:, None] * sc.astype(_F32)
-    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -32, 31) + _f(32)
-    levels = np.where(d_sub[:, :, None] != 0, new, keep).astype(np.uint8)
-    levels[zero] = 0
-    lr = levels.reshape(n, 2, 4, 32)
-    ql = ((lr[:, :, 0:2] & 0xF) | ((lr[:, :, 2:4] & 0xF) << 4)).reshape(n, 128)
-    high = (lr >> 4) << (2 * np.arange(4, dtype=np.uint8))[None, None, :, None]
-    qh = np.bitwise_or.reduce(high, axis=2).reshape(n, 64)
-    return np.concatenate([ql, qh, sc.view(np.uint8), _fp16_bytes(d)], axis=1)
+    scales_t, levels_t = make_qx_quants_weighted(
+        _sub_blocks(x, 16), 32, _sub_blocks(qw, 16)
+    )
+    return q6_k_blocks(x, scales_t, levels_t)
 
 
 WEIGHTED_QUANTIZERS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
