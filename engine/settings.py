@@ -116,6 +116,19 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def same_setting(cls: type, name: str) -> Any:
+    """A field standing for the setting ``name`` that ``cls`` declares, in
+    another job's config (one that passes it on to that job's work): the
+    same default, metadata and help, declared once in ``cls``."""
+    declared = {f.name: f for f in dataclasses.fields(cls)}[name]
+    metadata = {**declared.metadata, "same_as": (cls, name)}
+    if declared.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(
+            default_factory=declared.default_factory, metadata=metadata
+        )
+    return dataclasses.field(default=declared.default, metadata=metadata)
+
+
 @dataclass(frozen=True)
 class FieldInfo:
     """One setting as the dataclass declares it."""
@@ -197,13 +210,17 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
         else:
             default = None if f.default is dataclasses.MISSING else f.default
         meta = dict(f.metadata)
+        help_text = docs.get(f.name, "")
+        if not help_text and "same_as" in meta:
+            source, name = meta["same_as"]
+            help_text = field_docs(source).get(name, "")
         out.append(
             FieldInfo(
                 name=f.name,
                 kind=kind,
                 optional=optional,
                 default=default,
-                help=docs.get(f.name, ""),
+                help=help_text,
                 unit=meta.get("unit", ""),
                 min=meta.get("min"),
                 max=meta.get("max"),

@@ -592,3 +592,108 @@ def test_the_export_job_collects_reports_and_records_it(tiny, tmp_path: Path) ->
         f"importance matrix: chunk {i + 1}" for i in range(chunks)
     ]
     assert seen[-1] == "done" and Path(model["file"]).is_file()
+
+
+def test_export_ollama_command_takes_calibration_text(tiny, tmp_path: Path) -> None:
+    """The one-click export (headless) weights its K-quant GGUF by the
+    calibration text, a setting derived from the Export GGUF declaration;
+    types without K-quants made here, and a GGUF deployed as it is, refuse
+    it in one sentence."""
+    from models_workspace_support import FakeOllama
+
+    from engine.export.jobs import GGUFExportConfig
+    from engine.export.ollama_job import OllamaExportConfig
+    from engine.settings import fields_of
+
+    ours = fields_of(OllamaExportConfig)["calibration_text"]
+    declared = fields_of(GGUFExportConfig)["calibration_text"]
+    assert (ours.default, ours.label, ours.help) == (
+        declared.default,
+        declared.label,
+        declared.help,
+    )
+    assert "imatrix" in ours.help
+
+    def export(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "engine", "export-ollama", *args, "--quiet"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+
+    calibration = str(tiny["calibration"])
+    with FakeOllama() as fake:
+        proc = export(
+            str(tiny["folder"]),
+            *("--name", "tiny-agent", "--host", fake.host, "--type", "Q4_K_S"),
+            *("--calibration-text", calibration, "--out", str(tmp_path / "out")),
+            "--json",
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "tiny-agent:latest" in fake.models
+    result = json.loads(proc.stdout)
+    gguf_entry = next(m for m in result["models"] if m["kind"] == "gguf")
+    assert gguf_entry["metrics"]["type"] == "q4_k_s"
+    assert gguf_entry["metrics"]["imatrix_tokens"] > 0
+
+    for args, sentence in (
+        (
+            (str(tiny["folder"]), "--type", "ollama-q4_k_m"),
+            "An importance matrix weights K-quants only (",
+        ),
+        (
+            (gguf_entry["file"], "--type", "q4_k_s"),
+            "A .gguf file is deployed as it is; calibration text weights an "
+            "export from a model or adapter.",
+        ),
+    ):
+        proc = export(*args, "--name", "x", "--calibration-text", calibration, "--json")
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and sentence in proc.stderr
+
+
+def test_the_one_click_dialog_offers_calibration_for_k_quants_only(qtbot) -> None:
+    from types import SimpleNamespace
+
+    from PySide6.QtCore import QObject, Signal
+
+    from studio.model_manager.controller import ModelsController
+    from studio.model_manager.dialogs import DeployOllamaDialog
+
+    dialog = DeployOllamaDialog({"name": "m", "kind": "hf-merged"}, one_click=True)
+    qtbot.addWidget(dialog)
+    row = dialog.calibration_row
+    assert dialog.type_box.currentText() == "q4_k_m" and row.edit.isEnabled()
+    row.edit.setText(" /data/cal.txt ")
+    assert dialog.values()["calibration_text"] == "/data/cal.txt"
+    for other in ("q8_0", "ollama-q4_k_m"):
+        dialog.type_box.setCurrentText(other)
+        assert not row.edit.isEnabled() and not row.browse.isEnabled()
+        assert dialog.values()["calibration_text"] is None
+    dialog.type_box.setCurrentText("q5_k_m")
+    assert dialog.values()["calibration_text"] == "/data/cal.txt"
+    # A GGUF is deployed as it is, and a plain deploy exports nothing.
+    for model, one_click in (({"name": "g", "kind": "gguf"}, True), (
+            {"name": "g", "kind": "gguf"}, False)):  # fmt: skip
+        other_dialog = DeployOllamaDialog(model, one_click=one_click)
+        qtbot.addWidget(other_dialog)
+        other_dialog.calibration_row.edit.setText("/data/cal.txt")
+        assert other_dialog.values()["calibration_text"] is None
+        assert other_dialog.calibration_row.parent() is None  # not in the form
+
+    # The controller passes it into the export.ollama run's config.
+    class Session(QObject):
+        run_ended = Signal(str, str, str)
+
+    session = Session()
+    session.state = SimpleNamespace(subscribe=lambda f: lambda: None)  # type: ignore[attr-defined]
+    controller = ModelsController(session)  # type: ignore[arg-type]
+    model = {"id": "m-1", "name": "m", "kind": "hf-merged", "path": "/x/m"}
+    export = controller.export_to_ollama(
+        model, "m", gguf_type="q4_k_m", calibration_text="/data/cal.txt"
+    )
+    assert export.config["calibration_text"] == "/data/cal.txt"
+    plain = controller.export_to_ollama(model, "m", gguf_type="q8_0")
+    assert "calibration_text" not in plain.config

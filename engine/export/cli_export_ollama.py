@@ -1,5 +1,6 @@
 """``rl-studio-engine export-ollama MODEL_DIR --name NAME [--type q4_k_m]
-[--host URL]``: the one-click export (merge → GGUF → deploy) headless.
+[--host URL] [--calibration-text FILE]``: the one-click export (merge → GGUF
+→ deploy) headless.
 
 Exits 0 when the model was created on the server, 3 when no server answered
 and only an import bundle was written, 2 with one sentence on bad input.
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from engine.export.ollama import BUNDLE_ONLY_EXIT
 from engine.export.ollama_job import EXPORT_TYPES, OllamaExportConfig
+from engine.settings import fields_of
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +44,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="folder for the merged model, the GGUF and a bundle "
         "(default ./NAME-export)",
     )
+    calibration = fields_of(OllamaExportConfig)["calibration_text"]
+    parser.add_argument(
+        "--calibration-text",
+        type=Path,
+        default=calibration.default,
+        metavar="FILE",
+        help=calibration.help,
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -58,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
             "host": args.host,
             "system": args.system,
             "base": args.base,
+            "calibration_text": (
+                None if args.calibration_text is None else str(args.calibration_text)
+            ),
         }
     )
     safe = cfg["name"].replace(":", "-").replace("/", "-")

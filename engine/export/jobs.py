@@ -119,9 +119,33 @@ def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
     return path
 
 
+def check_calibration(value: Any, gguf_type: str, adapter: bool = False) -> str | None:
+    """The calibration text setting checked for an export of ``gguf_type``:
+    None when empty, else the path it names (which must exist and hold
+    something); a ConfigError on ``calibration_text`` otherwise."""
+    from engine.export.types import imatrix_problem
+
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    problem = imatrix_problem(gguf_type, adapter)
+    if problem:
+        raise ConfigError("calibration_text", problem)
+    path = Path(str(value)).expanduser()
+    if not path.exists():
+        raise ConfigError(
+            "calibration_text", f"The calibration text {path} does not exist."
+        )
+    if path.is_file() and path.stat().st_size == 0:
+        raise ConfigError(
+            "calibration_text",
+            f"The calibration text {path} is empty; give a file with text.",
+        )
+    return str(path)
+
+
 def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.gguf import SUPPORTED_ARCHITECTURES
-    from engine.export.types import GGUF_TYPES, adapter_type_problem, imatrix_problem
+    from engine.export.types import GGUF_TYPES, adapter_type_problem
 
     out = _common(config, GGUFExportConfig, "a GGUF export")
     adapter = out["adapter"]
@@ -137,24 +161,9 @@ def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
     if problem:
         raise ConfigError("type", problem)
     out["type"] = out["type"].lower()
-    calibration = out["calibration_text"]
-    if isinstance(calibration, str) and not calibration.strip():
-        out["calibration_text"] = calibration = None
-    if calibration is not None:
-        problem = imatrix_problem(out["type"], adapter)
-        if problem:
-            raise ConfigError("calibration_text", problem)
-        path = Path(str(calibration)).expanduser()
-        if not path.exists():
-            raise ConfigError(
-                "calibration_text", f"The calibration text {path} does not exist."
-            )
-        if path.is_file() and path.stat().st_size == 0:
-            raise ConfigError(
-                "calibration_text",
-                f"The calibration text {path} is empty; give a file with text.",
-            )
-        out["calibration_text"] = str(path)
+    out["calibration_text"] = check_calibration(
+        out["calibration_text"], out["type"], adapter
+    )
     if adapter:
         if not (src / "adapter_config.json").is_file():
             raise ConfigError("model_dir", f"{src} has no adapter_config.json.")

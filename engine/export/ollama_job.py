@@ -19,8 +19,9 @@ from typing import Any
 
 from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import ConfigError, EngineError
+from engine.export.jobs import GGUFExportConfig
 from engine.export.types import OLLAMA_EXPORT_TYPES, OLLAMA_SERVER_QUANTS
-from engine.settings import checked_config, setting
+from engine.settings import checked_config, same_setting, setting
 
 SERVER_QUANTS = OLLAMA_SERVER_QUANTS
 EXPORT_TYPES = OLLAMA_EXPORT_TYPES
@@ -45,6 +46,7 @@ class OllamaExportConfig:
     """An adapter's base model (None: the one the adapter names)."""
     dtype: str = setting("float32", choices=("float32", "float16", "bfloat16"))
     """Precision of the merged model written before the GGUF export."""
+    calibration_text: str | None = same_setting(GGUFExportConfig, "calibration_text")
     parents: list[str] = setting(factory=list)
     """Model ids the outputs derive from (their lineage)."""
 
@@ -86,7 +88,7 @@ def stages_for(kind: str) -> list[Stage]:
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
-    from engine.export.jobs import validate_gguf
+    from engine.export.jobs import check_calibration, validate_gguf
     from engine.export.ollama import check_host, check_model_name
 
     if isinstance(config.get("type"), str):
@@ -113,6 +115,14 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         # A GGUF file is deployed as it is: only the server can make it Q4_K_M.
         out["type"] = f"ollama-{out['type']}"
     export_type = "f16" if out["type"] in SERVER_QUANTS else out["type"]
+    calibration = out["calibration_text"]
+    if kind == "gguf" and isinstance(calibration, str) and calibration.strip():
+        raise ConfigError(
+            "calibration_text",
+            "A .gguf file is deployed as it is; calibration text weights an "
+            "export from a model or adapter.",
+        )
+    out["calibration_text"] = check_calibration(calibration, out["type"])
     if kind == "lora-adapter":
         from engine.llm.base import inspect_model
 
@@ -212,7 +222,29 @@ def export_to_ollama(
             elif stage.kind == "gguf":
                 export_type = "f16" if cfg["type"] in SERVER_QUANTS else cfg["type"]
                 gguf_file = work_dir / f"{safe}-{export_type}.gguf"
-                rep = export_gguf(current, gguf_file, export_type, report, name=safe)
+                imatrix = None
+                export_progress: Progress = report
+                calibration = cfg.get("calibration_text")
+                if calibration:
+                    from engine.export.imatrix import collect_imatrix
+
+                    # The stage's first half collects, its second exports.
+                    say(f"Collecting the importance matrix on {calibration}")
+                    imatrix = collect_imatrix(
+                        current, calibration, lambda d, t, m: report(d, 2 * t, m)
+                    )
+
+                    def export_progress(d: float, t: float, m: str) -> None:
+                        report(t + d, 2 * t, m)
+
+                rep = export_gguf(
+                    current,
+                    gguf_file,
+                    export_type,
+                    export_progress,
+                    name=safe,
+                    imatrix=imatrix,
+                )
                 say(rep.summary())
                 models.append(
                     {
@@ -227,6 +259,11 @@ def export_to_ollama(
                             "type": rep.file_type,
                             "verified": rep.verified,
                             "gguf_kind": rep.kind,
+                            **(
+                                {"imatrix_tokens": rep.imatrix["tokens"]}
+                                if rep.imatrix
+                                else {}
+                            ),
                         },
                     }
                 )

@@ -404,10 +404,11 @@ class ModelsController(QObject):
         host: str | None = None,
         gguf_type: str = "q4_k_m",
         system: str | None = None,
+        calibration_text: str | None = None,
     ) -> OllamaExport:
         """The one-click export as one engine run; call ``start()`` on it."""
         path = model.get("path", "")
-        config = {
+        config: dict[str, Any] = {
             "model": str(path if model.get("kind") == "gguf" else model_folder(model)),
             "name": name,
             "type": gguf_type,
@@ -415,6 +416,8 @@ class ModelsController(QObject):
             "system": system or None,
             "parents": [str(model["id"])],
         }
+        if calibration_text:
+            config["calibration_text"] = calibration_text
         return OllamaExport(self.session, model, config, parent=self)
 
     def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:

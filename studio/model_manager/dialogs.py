@@ -127,6 +127,54 @@ class ChatDialog(QDialog):
         self.send_button.setEnabled(True)
 
 
+class CalibrationRow(QWidget):
+    """The calibration text of a full-model GGUF export (Export GGUF and the
+    one-click Export to Ollama): a text file or project dataset with a
+    browse button, enabled for K-quant types only."""
+
+    LABEL = "Calibration text"
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.edit = QLineEdit(
+            placeholderText="none: no importance matrix",
+            toolTip="A text file, or a project dataset (folder, .jsonl, .parquet), "
+            "the model runs over to weight the K-quants by the importance of each "
+            "input column, as llama.cpp's imatrix does. With the logit error "
+            "measured, the report also gives it without the importance matrix.",
+        )
+        self.browse = QToolButton(text="…")
+        self.browse.clicked.connect(self._on_browse_clicked)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.edit, 1)
+        layout.addWidget(self.browse)
+
+    def set_type(self, gguf_type: str) -> None:
+        """Calibration text weights K-quants only: disabled, with the reason,
+        for the other types."""
+        problem = imatrix_problem(gguf_type)
+        for w in (self.edit, self.browse):
+            w.setEnabled(problem is None)
+        self.edit.setPlaceholderText(
+            "none: no importance matrix" if problem is None else "K-quant types only"
+        )
+
+    def value(self) -> str | None:
+        """The path given, None when empty or not offered for the type."""
+        return (self.edit.text().strip() if self.edit.isEnabled() else "") or None
+
+    def _on_browse_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self,
+            self.LABEL,
+            self.edit.text(),
+            "Text or dataset (*.txt *.md *.jsonl *.parquet);;All files (*)",
+        )
+        if path:
+            self.edit.setText(path)
+
+
 class ExportGgufDialog(QDialog):
     """Type and output file of a GGUF export."""
 
@@ -148,26 +196,16 @@ class ExportGgufDialog(QDialog):
         self.logit_error = QCheckBox(
             "Measure the logit error against the source model (loads both)"
         )
-        self.calibration = QLineEdit(
-            placeholderText="none: no importance matrix",
-            toolTip="A text file, or a project dataset (folder, .jsonl, .parquet), "
-            "the model runs over to weight the K-quants by the importance of each "
-            "input column, as llama.cpp's imatrix does. With the logit error "
-            "measured, the report also gives it without the importance matrix.",
-        )
-        self.calibration_browse = QToolButton(text="…")
-        self.calibration_browse.clicked.connect(self._on_calibration_browse)
-        calibration_row = QHBoxLayout()
-        calibration_row.addWidget(self.calibration, 1)
-        calibration_row.addWidget(self.calibration_browse)
+        self.calibration_row = CalibrationRow()
+        self.calibration = self.calibration_row.edit
         form = QFormLayout()
         form.addRow("Type", self.type_box)
         form.addRow("Output file", out_row)
         if not adapter:
-            form.addRow("Calibration text", calibration_row)
+            form.addRow(CalibrationRow.LABEL, self.calibration_row)
             form.addRow(self.logit_error)
-            self.type_box.currentTextChanged.connect(self._on_type_changed)
-            self._on_type_changed(self.type_box.currentText())
+            self.type_box.currentTextChanged.connect(self.calibration_row.set_type)
+            self.calibration_row.set_type(self.type_box.currentText())
         if adapter:
             form.addRow(
                 QLabel("A LoRA adapter exports as a GGUF adapter (ADAPTER line).")
@@ -189,31 +227,8 @@ class ExportGgufDialog(QDialog):
             "type": self.type_box.currentText(),
             "out": self.out.text().strip(),
             "logit_error": self.logit_error.isChecked(),
-            "calibration_text": (
-                self.calibration.text().strip() if self.calibration.isEnabled() else ""
-            )
-            or None,
+            "calibration_text": self.calibration_row.value(),
         }
-
-    def _on_type_changed(self, gguf_type: str) -> None:
-        """Calibration text weights K-quants only: disabled, with the reason,
-        for the other types."""
-        problem = imatrix_problem(gguf_type)
-        for w in (self.calibration, self.calibration_browse):
-            w.setEnabled(problem is None)
-        self.calibration.setPlaceholderText(
-            "none: no importance matrix" if problem is None else "K-quant types only"
-        )
-
-    def _on_calibration_browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self,
-            "Calibration text",
-            self.calibration.text(),
-            "Text or dataset (*.txt *.md *.jsonl *.parquet);;All files (*)",
-        )
-        if path:
-            self.calibration.setText(path)
 
     def _on_browse_clicked(self) -> None:
         path, _ = QFileDialog.getSaveFileName(
@@ -320,9 +335,16 @@ class DeployOllamaDialog(QDialog):
         form.addRow("Ollama name", self.name)
         form.addRow("Host", self.host)
         form.addRow("System prompt", self.system)
+        self.calibration_row = CalibrationRow()
+        # A .gguf file is deployed as it is; models and adapters are exported.
+        self.calibrated = one_click and model.get("kind") != "gguf"
         if one_click:
             # The type covers quantizing on the server (ollama-q4_k_*).
             form.addRow("Type", self.type_box)
+            if self.calibrated:
+                form.addRow(CalibrationRow.LABEL, self.calibration_row)
+                self.type_box.currentTextChanged.connect(self.calibration_row.set_type)
+                self.calibration_row.set_type(self.type_box.currentText())
         else:
             form.addRow("Quantize on server", self.quantize)
         buttons = QDialogButtonBox(
@@ -353,6 +375,9 @@ class DeployOllamaDialog(QDialog):
             "system": self.system.toPlainText().strip() or None,
             "quantize": self.quantize.currentData() or None,
             "type": self.type_box.currentText(),
+            "calibration_text": (
+                self.calibration_row.value() if self.calibrated else None
+            ),
         }
 
     def _on_accepted(self) -> None:

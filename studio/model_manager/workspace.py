@@ -595,7 +595,12 @@ class ModelsWorkspace(QWidget):
         def go() -> None:
             v = dialog.values()
             export = self.controller.export_to_ollama(
-                model, v["name"], v["host"], v["type"], v["system"]
+                model,
+                v["name"],
+                v["host"],
+                v["type"],
+                v["system"],
+                calibration_text=v["calibration_text"],
             )
             self.pipeline_view.set_export(export)
             export.finished.connect(lambda ok, _msg: self._rebuild())
