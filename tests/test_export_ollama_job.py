@@ -5,6 +5,7 @@ when it only wrote a bundle."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -156,3 +157,70 @@ def test_the_job_refuses_bad_input_through_the_protocol(tmp_path: Path) -> None:
     assert isinstance(reply, protocol.Error)
     assert reply.field == "model"
     assert reply.message == f"The model {tmp_path / 'nope'} does not exist."
+
+
+def test_a_deployment_registers_the_ollama_model_with_its_lineage(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """The one-click export and the deploy job list the deployed model
+    (its Ollama name and server) for the project, child of its GGUF."""
+    from engine.export.jobs import run_ollama, validate_ollama
+    from engine.export.ollama_job import export_to_ollama, validate
+    from engine.jobs.context import JobContext
+    from engine.store.project import Project
+
+    project = Project.open(tmp_path / "p", create=True)
+    try:
+        src = project.register_model(name="tiny", kind="hf-merged", files=[model_dir])
+        with FakeOllama() as fake:
+            cfg = validate(
+                {
+                    "model": src.path,
+                    "name": "tiny-agent",
+                    "type": "q8_0",
+                    "host": fake.host,
+                    "parents": [src.id],
+                }
+            )
+            result = export_to_ollama(cfg, tmp_path / "out")
+            gguf_entry, deployed = result.models
+            assert gguf_entry["kind"] == "gguf" and deployed["kind"] == "ollama"
+            facts = {"ollama_model": "tiny-agent", "host": cfg["host"]}
+            assert deployed["name"] == "tiny-agent"
+            assert {k: deployed["metrics"][k] for k in facts} == facts
+            assert json.loads(Path(deployed["file"]).read_text()) == facts
+            ids, problems = project.register_run_models("r-1", result.to_dict())
+            assert problems == []
+            gguf_id, ollama_id = ids
+            assert (src.id, gguf_id, "derived") in project.lineage(gguf_id)
+            assert (gguf_id, ollama_id, "derived") in project.lineage(ollama_id)
+            record = next(m for m in project.list_models() if m.id == ollama_id)
+            assert (record.kind, record.name, record.source_run) == (
+                "ollama",
+                "tiny-agent",
+                "r-1",
+            )
+
+            # deploy.ollama of that GGUF: the same kind of entry.
+            config = validate_ollama(
+                {
+                    "gguf": gguf_entry["file"],
+                    "name": "tiny-two",
+                    "host": fake.host,
+                    "parents": [gguf_id],
+                    "verify_prompt": None,
+                }
+            )
+            run_dir = project.path / "runs" / "r-2"
+            run_dir.mkdir(parents=True)
+            ctx = JobContext("r-2", run_dir, "deploy.ollama", config, events=None)
+            try:
+                summary = run_ollama(ctx)
+            finally:
+                ctx.close()
+        (entry,) = summary["models"]
+        assert entry["kind"] == "ollama" and entry["parents"] == [gguf_id]
+        assert entry["metrics"]["ollama_model"] == "tiny-two"
+        assert Path(entry["file"]).parent == run_dir / "output"
+    finally:
+        project.close()

@@ -365,3 +365,19 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
     assert (
         "Modelfile and deploy (1/1)" in (Path(run["run_dir"]) / "log.txt").read_text()
     )
+    # The deployed model is the project's too, named as on the server and
+    # child of the GGUF it was made from.
+    qtbot.waitUntil(
+        lambda: any(
+            r["kind"] == "ollama" and r.get("source_run") == export.run_id
+            for r in ws.records()
+        ),
+        timeout=10_000,
+    )
+    deployed = next(r for r in ws.records() if r.get("source_run") == export.run_id)
+    assert deployed["name"] == "tiny-agent"
+    assert deployed["metrics"]["ollama_model"] == "tiny-agent"
+    ws.select(deployed["id"])
+    qtbot.waitUntil(
+        lambda: ws.chain.titles()[-2:] == ["tiny-f16", "tiny-agent"], timeout=10_000
+    )

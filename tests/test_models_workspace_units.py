@@ -303,3 +303,57 @@ def test_only_the_latest_ollama_listing_counts() -> None:
     old_error(protocol.Error(message="connection refused"))
     assert controller.ollama_models == [{"name": "a"}]
     assert controller.ollama_error == ""
+
+
+def test_a_registered_deployment_ends_the_chain_and_is_no_server_record() -> None:
+    """A deployment the project registered (kind ``ollama``, its own id) is
+    followed in the lineage like other exports: after the GGUF a deploy
+    job registered it from, and after each stage of a one-click export;
+    chat and delete treat it as the project's model, not the server's."""
+    from types import SimpleNamespace
+
+    from PySide6.QtCore import QObject, Signal
+
+    from engine import protocol
+    from studio.model_manager.controller import ModelsController
+    from studio.state.model_catalog import ollama_ref, on_server
+
+    models, runs, links = _lineage_fixture()
+    facts = {"ollama_model": "jira-agent", "host": "http://h:1"}
+    deployed = {"id": "m-o", "name": "jira-agent", "kind": "ollama",
+                "path": "/p/models/m-o/jira-agent-ollama.json", "env": "",
+                "source_run": "r-deploy", "metrics": facts}  # fmt: skip
+    runs["r-deploy"]["summary"]["registered_models"] = ["m-o"]
+    chain = lineage_chain("m-g", links, [*models, deployed], runs)
+    assert [(n.key, n.kind) for n in chain[-2:]] == [("m-g", "gguf"), ("m-o", "ollama")]
+    # A one-click export from the merged model: its stages in order.
+    gguf2 = {**models[2], "id": "m-g2", "source_run": "r-one"}
+    one = {**deployed, "id": "m-o2", "source_run": "r-one"}
+    runs["r-one"] = {"id": "r-one", "name": "Export to Ollama",
+                     "kind": "export.ollama", "status": "completed",
+                     "config": {"parents": ["m-x"], "model": "/elsewhere"},
+                     "summary": {"registered_models": ["m-g2", "m-o2"]}}  # fmt: skip
+    chain = lineage_chain(
+        "m-g2", [["m-m", "m-g2", "derived"]], [*models, gguf2, one], runs
+    )
+    assert [n.key for n in chain[-3:]] == ["m-m", "m-g2", "m-o2"]
+
+    server = ollama_record(fake_entry("jira-agent:latest"), "http://h:2")
+    assert on_server(server) and not on_server(deployed)
+    assert ollama_ref(server) == ("jira-agent:latest", "http://h:2")
+    assert ollama_ref(deployed) == ("jira-agent", "http://h:1")
+
+    class Session(QObject):
+        run_ended = Signal(str, str, str)
+
+    asked: list[object] = []
+    session = Session()
+    session.client = SimpleNamespace(  # type: ignore[attr-defined]
+        request=lambda msg, on_reply=None, on_error=None, owner=None: asked.append(msg)
+    )
+    controller = ModelsController(session)  # type: ignore[arg-type]
+    controller.delete_model(deployed)
+    controller.delete_model(server)
+    assert isinstance(asked[0], protocol.DeleteModel) and asked[0].model_id == "m-o"
+    assert isinstance(asked[1], protocol.DeleteOllamaModel)
+    assert asked[1].name == "jira-agent:latest"

@@ -314,7 +314,7 @@ def validate_ollama(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_ollama(ctx: JobContext) -> dict[str, Any]:
-    from engine.export.ollama import deploy_gguf
+    from engine.export.ollama import deploy_gguf, deployed_model_entry
 
     cfg = ctx.config
     gguf_path = Path(cfg["gguf"])
@@ -342,7 +342,11 @@ def run_ollama(ctx: JobContext) -> dict[str, Any]:
     for w in result.warnings:
         ctx.log(f"Warning: {w}")
     models = []
-    if result.bundle_dir and not result.deployed:
+    if result.deployed:
+        models.append(
+            deployed_model_entry(result, ctx.run_dir / "output", cfg["parents"])
+        )
+    elif result.bundle_dir:
         models.append(
             {
                 "name": cfg["name"],

@@ -644,6 +644,33 @@ class DeployResult:
         return asdict(self)
 
 
+OLLAMA_MODEL_KIND = "ollama"
+"""The kind of a project model that lives on an Ollama server."""
+
+
+def deployed_model_entry(
+    result: DeployResult, folder: Path, parents: list[str]
+) -> dict[str, Any]:
+    """The project model entry of a model ``result`` deployed: its Ollama
+    name and server (the metrics an agent version reads), stored as a small
+    ``NAME-ollama.json`` with the same facts in ``folder`` (a model row needs
+    a file), the GGUF it came from as parent."""
+    from engine.contract import atomic_write_json
+
+    facts = {"ollama_model": result.name, "host": result.host}
+    safe = result.name.replace(":", "-").replace("/", "-")
+    file = folder / f"{safe}-ollama.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(file, facts)
+    return {
+        "name": result.name,
+        "kind": OLLAMA_MODEL_KIND,
+        "file": str(file.resolve()),
+        "parents": parents,
+        "metrics": {**facts, "family": result.family or "unknown"},
+    }
+
+
 def _place(src: Path, dest: Path) -> None:
     """Hard-link or copy ``src`` to ``dest`` atomically."""
     if dest.exists() and dest.stat().st_size == src.stat().st_size:

@@ -7,7 +7,8 @@ The stages and their order live here only; the studio starts the job and
 shows its progress. What the job starts from decides the stages: a LoRA
 adapter folder gets all three, a model folder the last two, a ``.gguf`` file
 only the deployment. Each file made is listed in the summary's ``models`` so
-the supervisor registers it with its lineage (merged model → GGUF).
+the supervisor registers it with its lineage (merged model → GGUF → the
+Ollama model, or the import bundle when no server answered).
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def export_to_ollama(
     merge reports none) or between stages, keeping what finished stages made.
     """
     from engine.export.gguf import export_gguf
-    from engine.export.ollama import deploy_gguf
+    from engine.export.ollama import deploy_gguf, deployed_model_entry
 
     stages = [Stage(k, STAGE_TITLES[k]) for k in cfg["stages"]]
     total = float(len(stages))
@@ -282,13 +283,16 @@ def export_to_ollama(
                 for w in result.warnings:
                     say(f"Warning: {w}")
                 deploy = result.to_dict()
-                if result.bundle_dir and not result.deployed:
+                source = [str(current)] if models else parents
+                if result.deployed:
+                    models.append(deployed_model_entry(result, work_dir, source))
+                elif result.bundle_dir:
                     models.append(
                         {
                             "name": name,
                             "kind": "ollama-bundle",
                             "file": result.bundle_dir,
-                            "parents": [str(current)] if models else parents,
+                            "parents": source,
                             "metrics": {"family": result.family or "unknown"},
                         }
                     )

@@ -21,6 +21,7 @@ from engine import contract, protocol
 from engine.contract import DEFAULT_OLLAMA_HOST
 from studio.lifetime import guard, owner_of
 from studio.session import Session
+from studio.state.model_catalog import on_server
 
 ErrorCallback = Callable[[str], None]
 
@@ -182,9 +183,11 @@ class ModelsController(QObject):
     def delete_model(
         self, model: dict[str, Any], on_done: Callable[[], None] | None = None
     ) -> None:
-        """Delete a registered model, or an Ollama model from its server."""
+        """Delete a registered model, or an Ollama model from its server (a
+        record of the server's list; a registered deployment is forgotten
+        by the project, the server keeps it)."""
         on_done = guard(on_done)
-        if model.get("kind") == "ollama":
+        if on_server(model):
             self.client.request(
                 protocol.DeleteOllamaModel(
                     host=str(model.get("host") or self.ollama_host),

@@ -53,6 +53,8 @@ from studio.state.model_catalog import (
     key_metric,
     lineage_chain,
     ollama_record,
+    ollama_ref,
+    on_server,
     table_records,
 )
 from widgets.chain_view import ChainItem, ChainView
@@ -352,7 +354,7 @@ class ModelsWorkspace(QWidget):
             )
             return
         self.details.setText(self._details_html(model))
-        if model["kind"] == "ollama":
+        if on_server(model):
             self._show_ollama_chain(model)
         elif model["id"] in self._links:
             self._show_chain(model["id"])
@@ -404,6 +406,23 @@ class ModelsWorkspace(QWidget):
         self.chain.set_items(
             [ChainItem(node.key, node.kind, node.title, node.subtitle, True)]
         )
+        # Deployed from this project: the chain of its registered model.
+        for r in self._records:
+            if (
+                r["kind"] == "ollama"
+                and not on_server(r)
+                and ollama_ref(r)[0].removesuffix(":latest") == bare
+            ):
+
+                def show_registered(
+                    links: list[list[str]], rid: str = str(r["id"])
+                ) -> None:
+                    self._links[rid] = links
+                    if (self.selected() or {}).get("id") == model["id"]:
+                        self._show_chain(rid)
+
+                self.controller.request_lineage(str(r["id"]), show_registered)
+                return
         for run in reversed(list(self._state.runs.values())):
             config = run.get("config") or {}
             if run.get("kind") == "deploy.ollama" and config.get("name") in (
@@ -449,7 +468,7 @@ class ModelsWorkspace(QWidget):
         parts = [
             f"<h3 style='margin-bottom:2px'>{html.escape(m['name'])}</h3>"
             f"<span style='color:gray'>{kind}</span><table>",
-            row("Id", m["id"] if m["kind"] != "ollama" else ""),
+            row("Id", m["id"] if not on_server(m) else ""),
             row("Environment", m.get("env")),
             row("Algorithm", m.get("algo")),
             row("Base", m.get("base")),
@@ -537,7 +556,7 @@ class ModelsWorkspace(QWidget):
         if model is None:
             return None
         if model["kind"] == "ollama":
-            ref, host = model["name"], str(model.get("host") or "")
+            ref, host = ollama_ref(model)
         else:
             ref, host = model_folder(model), ""
         dialog = ChatDialog(self.controller, ref, model["name"], host, parent=self)
@@ -614,7 +633,7 @@ class ModelsWorkspace(QWidget):
         model = self.selected()
         if model is None:
             return
-        if model["kind"] == "ollama":
+        if on_server(model):
             text = (
                 f"Delete {model['name']} from the Ollama server at "
                 f"{model.get('host')}? This cannot be undone."

@@ -108,6 +108,20 @@ def _parse_time(text: str) -> float:
     return stamp.timestamp()
 
 
+def on_server(model: Mapping[str, Any]) -> bool:
+    """A record of an Ollama server's list (not a project model: a deployed
+    model the project registered is kind ``ollama`` too, with its own id)."""
+    return str(model.get("id", "")).startswith(OLLAMA_PREFIX)
+
+
+def ollama_ref(model: Mapping[str, Any]) -> tuple[str, str]:
+    """(Ollama name, server) of an ``ollama`` record: a server's entry or a
+    registered deployment (whose metrics hold both)."""
+    metrics = model.get("metrics") or {}
+    name = str(metrics.get("ollama_model") or model.get("name", ""))
+    return name, str(model.get("host") or metrics.get("host") or "")
+
+
 def ollama_record(entry: Mapping[str, Any], host: str) -> dict[str, Any]:
     """One ``/api/tags`` entry as a table record."""
     details = entry.get("details") or {}
@@ -237,6 +251,25 @@ def _children_runs(
     return out
 
 
+def _next_of_export(
+    model: Mapping[str, Any],
+    runs: Mapping[str, Mapping[str, Any]],
+    by_id: Mapping[str, Mapping[str, Any]],
+    seen: set[str],
+) -> Mapping[str, Any] | None:
+    """The model a one-click export (``export.ollama``) made from ``model``:
+    its stages register one chain in order (merged → GGUF → Ollama model)."""
+    run = runs.get(str(model.get("source_run") or "")) or {}
+    if run.get("kind") != "export.ollama":
+        return None
+    made = [str(i) for i in (run.get("summary") or {}).get("registered_models") or []]
+    mid = str(model["id"])
+    if mid not in made or made.index(mid) + 1 == len(made):
+        return None
+    following = made[made.index(mid) + 1]
+    return by_id.get(following) if following not in seen else None
+
+
 def lineage_chain(
     model_id: str,
     links: Iterable[Sequence[str]],
@@ -312,11 +345,16 @@ def lineage_chain(
     # Descendants: what runs made from it (first of each), and deployments.
     node = model
     while len(chain) < max_length:
-        follow: Mapping[str, Any] | None = None
-        for run in _children_runs(node, runs.values()):
+        follow: Mapping[str, Any] | None = _next_of_export(node, runs, by_id, seen)
+        for run in [] if follow is not None else _children_runs(node, runs.values()):
             config = run.get("config") or {}
             summary = run.get("summary") or {}
-            if run.get("kind") == "deploy.ollama" and run.get("status") == "completed":
+            if (
+                run.get("kind") == "deploy.ollama"
+                and run.get("status") == "completed"
+                # Older deployments registered nothing: the name alone.
+                and not summary.get("registered_models")
+            ):
                 deploy = summary.get("deploy") or {}
                 name = str(config.get("name", "?"))
                 chain.append(
