@@ -1,15 +1,17 @@
-"""Formatting helpers and a JSON file preview shared by the workspaces."""
+"""Formatting helpers, a JSON file preview and a dialog's button box, shared
+by the workspaces."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import QPlainTextEdit, QWidget
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QPlainTextEdit, QWidget
 
 STATUS_COLORS = {
     "running": "#1f77b4",
@@ -94,3 +96,19 @@ def enable_with_reason(widget: QWidget, enabled: bool, tip: str, why_not: str) -
     sentence that says why it is disabled."""
     widget.setEnabled(enabled)
     widget.setToolTip(tip if enabled else why_not)
+
+
+def ok_cancel_buttons(
+    dialog: QDialog, ok_text: str = "", on_ok: Callable[[], None] | None = None
+) -> QDialogButtonBox:
+    """A dialog's OK and Cancel buttons: OK (named ``ok_text`` when given)
+    runs ``on_ok`` (default: accept, so ``on_ok`` may check and refuse
+    first), Cancel rejects."""
+    buttons = QDialogButtonBox(
+        QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+    )
+    if ok_text:
+        buttons.button(QDialogButtonBox.StandardButton.Ok).setText(ok_text)
+    buttons.accepted.connect(on_ok or dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    return buttons

@@ -8,7 +8,6 @@ from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import (
     QCheckBox,
     QDialog,
-    QDialogButtonBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
@@ -20,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine.contract import ALLOW_UNCONFINED_ENV, TRACKING_URI_ENV
+from studio.common import ok_cancel_buttons
 
 MAX_RECENT = 8
 THEMES = ("system", "light", "dark")
@@ -220,11 +220,7 @@ class SettingsDialog(QDialog):
         form.addRow("Log lines kept", self.log_lines)
         form.addRow("Untrusted code", self.allow_unconfined)
         form.addRow("MLflow tracking URI", self.mlflow_uri)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
+        buttons = ok_cancel_buttons(self)
         form.addRow(buttons)
 
     def _on_browse_clicked(self) -> None:

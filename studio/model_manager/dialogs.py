@@ -34,6 +34,7 @@ from engine.export.types import (
     OLLAMA_EXPORT_TYPES,
     imatrix_problem,
 )
+from studio.common import ok_cancel_buttons
 from studio.model_manager.controller import (
     DEFAULT_OLLAMA_HOST,
     ModelsController,
@@ -210,12 +211,7 @@ class ExportGgufDialog(QDialog):
             form.addRow(
                 QLabel("A LoRA adapter exports as a GGUF adapter (ADAPTER line).")
             )
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Export")
-        buttons.accepted.connect(self._on_accepted)
-        buttons.rejected.connect(self.reject)
+        buttons = ok_cancel_buttons(self, "Export", self._on_accepted)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.message)
@@ -263,13 +259,8 @@ class HubDownloadDialog(QDialog):
             "download resumes.</span>",
             wordWrap=True,
         )
-        self.buttons = buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Download")
+        self.buttons = buttons = ok_cancel_buttons(self, "Download", self._on_accepted)
         buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(False)
-        buttons.accepted.connect(self._on_accepted)
-        buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(self.form)
         layout.addWidget(note)
@@ -347,14 +338,9 @@ class DeployOllamaDialog(QDialog):
                 self.calibration_row.set_type(self.type_box.currentText())
         else:
             form.addRow("Quantize on server", self.quantize)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        buttons = ok_cancel_buttons(
+            self, "Export and deploy" if one_click else "Deploy", self._on_accepted
         )
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText(
-            "Export and deploy" if one_click else "Deploy"
-        )
-        buttons.accepted.connect(self._on_accepted)
-        buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         if one_click:
             layout.addWidget(

@@ -37,7 +37,6 @@ from PySide6.QtGui import QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
-    QDialogButtonBox,
     QDoubleSpinBox,
     QFileDialog,
     QGroupBox,
@@ -63,6 +62,7 @@ from engine.store.labels import (
     ref_of,
     resolve,
 )
+from studio.common import ok_cancel_buttons
 from studio.state.traces import (
     LABEL_FILTERS,
     EpisodeFilter,
@@ -156,11 +156,7 @@ class IdealAnswerDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Ideal answer")
         self.editor = QPlainTextEdit(text)
-        buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
+        buttons = ok_cancel_buttons(self)
         layout = QVBoxLayout(self)
         layout.addWidget(QLabel("The answer the model should have given:"))
         layout.addWidget(self.editor, 1)

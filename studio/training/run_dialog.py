@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import protocol
+from studio.common import ok_cancel_buttons
 from studio.pickers import picker_sources
 from studio.session import Session
 from widgets.param_form import ParamForm
@@ -85,12 +86,7 @@ class RunDialog(QDialog):
         scroll.setWidget(self.form)
         self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
         self.message.hide()
-        self.buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
-        )
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Train")
-        self.buttons.accepted.connect(self._on_buttons_accepted)
-        self.buttons.rejected.connect(self.reject)
+        self.buttons = ok_cancel_buttons(self, "Train", self._on_buttons_accepted)
         layout = QVBoxLayout(self)
         layout.addWidget(scroll, 1)
         layout.addWidget(self.message)
