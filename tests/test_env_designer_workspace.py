@@ -301,3 +301,45 @@ def test_validation_in_the_engine_marks_the_culprit(
     # An edit makes the marks stale: they go away until the next check.
     ws.canvas.status_add_requested.emit(0.0, 600.0)
     assert box.problem == "" and "Validate again" in ws.problems_label.text()
+
+
+def test_every_canvas_tool_is_in_sight_in_a_1024_px_window(
+    qtbot, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """The canvas tool bar wraps instead of scrolling: at 1,024 px each of
+    its buttons is shown whole (none clipped by the splitter, none behind a
+    scroll bar)."""
+    from studio_harness import build_main_window, start_on_project
+
+    win = build_main_window(qtbot, tmp_path)
+    win.resize(1024, 700)
+    win.show()
+    win.set_workspace("environments")
+    start_on_project(qtbot, win, tmp_path / "project", create=True)
+    ws = win.workspaces["environments"]
+    assert isinstance(ws, EnvironmentsWorkspace)
+    try:
+        qtbot.waitUntil(lambda: ws.model.kind == "workflow", timeout=20_000)
+        assert win.width() == 1024
+        buttons = ws.workflow_editor.tool_buttons
+        assert list(buttons) == [
+            "Add status",
+            "Delete",
+            "Layered layout",
+            "Circle layout",
+            "Fit",
+        ]
+
+        def whole(button) -> bool:  # type: ignore[no-untyped-def]
+            return (
+                button.isVisible()
+                and button.visibleRegion().boundingRect() == button.rect()
+            )
+
+        qtbot.waitUntil(lambda: all(whole(b) for b in buttons.values()))
+        # Each one does what it says there: Circle layout moves the statuses.
+        before = dict(ws.model.positions)
+        qtbot.mouseClick(buttons["Circle layout"], Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: ws.model.positions != before)
+    finally:
+        win.session.client.stop()

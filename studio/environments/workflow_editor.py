@@ -35,7 +35,8 @@ from studio.state.env_design import (
     EnvDesign,
 )
 from widgets.banner import Banner
-from widgets.fit import ScrollStrip, scroll_area
+from widgets.fit import scroll_area
+from widgets.flow_layout import FlowLayout
 from widgets.state_machine_editor import (
     Edge,
     StateMachineEditor,
@@ -307,7 +308,10 @@ class WorkflowEditor(QWidget):
         self.canvas.statuses_moved.connect(self._on_canvas_statuses_moved)
         self.canvas.selection_changed.connect(self._on_canvas_selection_changed)
         self.canvas.delete_requested.connect(self.delete_selection)
-        bar = QHBoxLayout()
+        # Wraps instead of scrolling: every action stays in sight at 1,024 px.
+        bar = FlowLayout()
+        self.tool_buttons: dict[str, QToolButton] = {}
+        """The canvas tool bar's buttons by their text."""
         for text, slot, tip in (
             ("Add status", self._on_add_status_clicked, "Add a status"),
             (
@@ -330,7 +334,8 @@ class WorkflowEditor(QWidget):
             b = QToolButton(text=text, toolTip=tip)
             b.clicked.connect(lambda *_, s=slot: s())
             bar.addWidget(b)
-        bar.addStretch(1)
+            self.tool_buttons[text] = b
+        bar.addSpacing(16)
         legend = QLabel(
             "<span style='color:#2a7de1'>▶ start</span> &nbsp; "
             "<span style='color:#2e9e3e'>▣ success</span> &nbsp; "
@@ -340,7 +345,9 @@ class WorkflowEditor(QWidget):
         canvas_box = QWidget()
         canvas_layout = QVBoxLayout(canvas_box)
         canvas_layout.setContentsMargins(0, 0, 0, 0)
-        canvas_layout.addWidget(ScrollStrip(bar))
+        bar_row = QWidget()
+        bar_row.setLayout(bar)
+        canvas_layout.addWidget(bar_row)
         canvas_layout.addWidget(self.canvas, 1)
 
         self.inspector = ins = WorkflowInspector()
