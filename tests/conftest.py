@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -15,6 +16,10 @@ os.environ["XDG_CONFIG_HOME"] = str(_HOME / ".config")
 os.environ["XDG_DATA_HOME"] = str(_HOME / ".local" / "share")
 os.environ["HOME"] = str(_HOME)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# SB3's learn() without a logger of ours (as tests call it) makes a folder
+# ``SB3-<date>`` in the temp folder; here it goes into the throwaway home
+# (inherited by the processes tests start).
+os.environ["SB3_LOGDIR"] = str(_HOME / "sb3-logs")
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -36,3 +41,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from studio.qt_exit import shutdown_qt
 
     shutdown_qt()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the throwaway home (last, after every test and teardown)."""
+    shutil.rmtree(_HOME, ignore_errors=True)

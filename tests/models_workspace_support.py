@@ -3,6 +3,7 @@ documented REST API, a real SB3 zip, and a project with a model lineage."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import shutil
@@ -33,9 +34,12 @@ _PPO_ZIP: list[Path] = []
 
 def make_ppo_zip(path: Path) -> Path:
     """Train PPO on CartPole for 64 steps (in a subprocess, once per test
-    session) and save it at ``path``."""
+    session: cached in a temporary folder removed when the process exits) and
+    save it at ``path``."""
     if not _PPO_ZIP or not _PPO_ZIP[0].is_file():
-        cached = Path(tempfile.mkdtemp(prefix="rl-studio-ppo-")) / "ppo.zip"
+        folder = Path(tempfile.mkdtemp(prefix="rl-studio-ppo-"))
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        cached = folder / "ppo.zip"
         subprocess.run(
             [sys.executable, "-c", MAKE_PPO, str(cached)],
             check=True,

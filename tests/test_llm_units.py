@@ -464,6 +464,8 @@ def test_accelerate_launch_files(tmp_path: Path) -> None:
         str(path),
     ]
     assert cmd[-4:] == ["-m", "engine.llm.train", "/p/runs/r1", "--resume"]
+    # torchrun's logs go to the run folder, not a torchelastic_* temp folder
+    assert cmd[5:7] == ["--log_dir", "/p/runs/r1/distributed/torchrun"]
 
 
 def test_metric_names() -> None:

@@ -4,6 +4,7 @@ run prints its summary as JSON and leaves a self-describing run folder."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def test_bad_input_exits_2_with_one_sentence(
     assert not (tmp_path / "runs").exists()  # refused before anything started
 
 
-def test_bad_input_exit_code_from_the_real_command() -> None:
+def test_bad_input_exit_code_from_the_real_command(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             sys.executable,
@@ -72,11 +73,14 @@ def test_bad_input_exit_code_from_the_real_command() -> None:
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     assert done.returncode == 2
     assert (
         done.stderr.strip() == "rl-studio-engine train: gamma must be at most 1, not 2."
     )
+    # Without --project it made a temporary project folder, removed on refusal.
+    assert list(tmp_path.glob("rlstudio-train-*")) == []
 
 
 def test_settings_split_into_top_level_and_hyperparameters() -> None:

@@ -10,12 +10,13 @@ Llama 3 split regex, then byte-level), so exporters see what they would see on
 a real checkpoint.
 
 Folders are cached per ``(arch, tie_embeddings, seed)`` for the test session
-under one temporary directory and copied to the requested ``folder``. Plain
-functions, no pytest fixtures.
+under one temporary directory (removed when the process exits) and copied to
+the requested ``folder``. Plain functions, no pytest fixtures.
 """
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -107,6 +108,7 @@ def _cache_root() -> Path:
     global _CACHE_ROOT
     if _CACHE_ROOT is None:
         _CACHE_ROOT = Path(tempfile.mkdtemp(prefix="rl-studio-tiny-models-"))
+        atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
     return _CACHE_ROOT
 
 

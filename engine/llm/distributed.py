@@ -51,6 +51,9 @@ CONFIG_NAME = "accelerate_config.json"
 JOB_NAME = "job.json"
 SUMMARY_NAME = "summary.json"
 RANKS_DIR = "ranks"
+TORCHRUN_DIR = "torchrun"
+"""torchrun's own log folder (its ranks' error reports), in the run folder
+instead of a ``torchelastic_*`` folder left in the system's temp folder."""
 LAST_LINES = 8
 """Lines of a dead rank's log quoted in the run's error."""
 POLL_S = 0.5
@@ -286,13 +289,16 @@ def write_launch_files(
 def launch_command(
     config_file: Path, run_dir: Path, *, resume: bool = False
 ) -> list[str]:
-    """``accelerate launch --config_file CONFIG -m engine.llm.train RUN_DIR``."""
+    """``accelerate launch --config_file CONFIG --log_dir RUN_DIR/distributed/torchrun
+    -m engine.llm.train RUN_DIR``."""
     cmd = [
         sys.executable,
         "-m",
         "accelerate.commands.launch",
         "--config_file",
         str(config_file),
+        "--log_dir",
+        str(dist_dir(run_dir) / TORCHRUN_DIR),
         "-m",
         "engine.llm.train",
         str(run_dir),

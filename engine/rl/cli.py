@@ -23,11 +23,13 @@ they parse (``1e-3``, ``true``, ``[64,64]``), as text otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -225,6 +227,19 @@ def project_folder(project: Path | None, temp_prefix: str) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def removed_on_error(folder: Path, temporary: bool) -> Iterator[None]:
+    """Remove ``folder`` again when the block raises and the folder is the
+    temporary one :func:`project_folder` made: a refused command leaves
+    nothing behind in the temp folder."""
+    try:
+        yield
+    except BaseException:
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     from engine.rl.config import validate
     from engine.rl.train import run as train
@@ -239,10 +254,11 @@ def run(args: argparse.Namespace) -> int:
         raise EngineError("--preset needs the --project that holds the preset.")
     project_dir = project_folder(args.project, "rlstudio-train-")
     examples = resource_path("examples")
-    # Refuse bad settings before anything is written to the project.
-    config = validate(build_config(args, project_dir))
-    # A fresh project gets the bundled examples (envs, data), as in the studio.
-    project = Project.open(project_dir, create=True, examples=examples)
+    with removed_on_error(project_dir, temporary=args.project is None):
+        # Refuse bad settings before anything is written to the project.
+        config = validate(build_config(args, project_dir))
+        # A fresh project gets the bundled examples (envs, data), as in the studio.
+        project = Project.open(project_dir, create=True, examples=examples)
     try:
         return _train_in_project(args, project, config, train)
     finally:

@@ -1172,7 +1172,7 @@ def _prepare(
 ) -> tuple[str, optuna.Study, dict[str, Any], str, Path]:
     """The command's study, made or found: (name, study, settings, storage
     URL, project folder)."""
-    from engine.rl.cli import project_folder
+    from engine.rl.cli import project_folder, removed_on_error
     from engine.store.paths import checked_name
     from engine.store.project import Project
     from resources import resource_path
@@ -1183,15 +1183,16 @@ def _prepare(
         checked_name("study", args.study)
     project_dir = project_folder(args.project, "rlstudio-tune-")
     examples = resource_path("examples")
-    wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
-    storage_url = args.storage or default_storage(project_dir)
-    storage, _ = find_study(args.study, wanted, args.storage or "", project_dir)
-    # Everything is checked; from here on the project and the study are written.
-    Project.open(project_dir, create=True, examples=examples).close()
-    if storage is None:
-        storage = open_storage(storage_url)
-    name = args.study if args.study is not None else study_name(wanted or {})
-    study, settings = open_study(storage, name, wanted)
+    with removed_on_error(project_dir, temporary=args.project is None):
+        wanted = _new_settings(args, project_dir) if _gave_settings(args) else None
+        storage_url = args.storage or default_storage(project_dir)
+        storage, _ = find_study(args.study, wanted, args.storage or "", project_dir)
+        # Everything is checked; from here on the project and the study are written.
+        Project.open(project_dir, create=True, examples=examples).close()
+        if storage is None:
+            storage = open_storage(storage_url)
+        name = args.study if args.study is not None else study_name(wanted or {})
+        study, settings = open_study(storage, name, wanted)
     return name, study, settings, storage_url, project_dir
 
 
