@@ -124,6 +124,69 @@ def test_example_flows_validate_and_read_like_text(path: Path) -> None:
     for lk in doc.links:
         (x0, y0), (x1, y1) = at[lk.from_node], at[lk.to_node]
         assert x0 < x1 or y1 > y0, f"{lk.from_node} -> {lk.to_node} leads back"
+    # No link runs through a node: the straight line between its two
+    # ports misses every other node's box (as the canvas draws it, with a
+    # subtitle line).
+    boxes, ports = _canvas_geometry(doc)
+    for lk in doc.links:
+        a = ports[lk.from_node, lk.from_port]
+        b = ports[lk.to_node, lk.to_port]
+        through = [
+            nid
+            for nid, box in boxes.items()
+            if nid not in (lk.from_node, lk.to_node) and _crosses(a, b, box)
+        ]
+        assert not through, f"{lk.from_node} -> {lk.to_node} crosses {through}"
+
+
+def _canvas_geometry(
+    doc: FlowDocument,
+) -> tuple[dict[str, tuple[float, float, float, float]], dict[tuple, tuple]]:
+    """Each node's box (left, top, right, bottom) and each port's point, laid
+    out as widgets.node_graph.NodeItem lays them out."""
+    from widgets.node_graph import HEADER_HEIGHT, NODE_WIDTH, PORT_ROW
+
+    boxes: dict[str, tuple[float, float, float, float]] = {}
+    ports: dict[tuple, tuple] = {}
+    for n in doc.nodes:
+        spec = registry.get(n.type).spec
+        rows = max(len(spec.inputs), len(spec.outputs), 1)
+        height = HEADER_HEIGHT + rows * PORT_ROW + 12 + 16
+        boxes[n.id] = (n.x, n.y, n.x + NODE_WIDTH, n.y + height)
+        for x, side in ((n.x, spec.inputs), (n.x + NODE_WIDTH, spec.outputs)):
+            for i, port in enumerate(side):
+                ports[n.id, port.name] = (
+                    x,
+                    n.y + HEADER_HEIGHT + PORT_ROW * (i + 0.5) + 6,
+                )
+    return boxes, ports
+
+
+def _crosses(
+    a: tuple[float, float],
+    b: tuple[float, float],
+    box: tuple[float, float, float, float],
+) -> bool:
+    """Whether the segment a-b passes through the inside of ``box``
+    (Liang-Barsky clipping)."""
+    (x0, y0), (x1, y1) = a, b
+    dx, dy = x1 - x0, y1 - y0
+    left, top, right, bottom = box
+    enter, leave = 0.0, 1.0
+    for p, q in (
+        (-dx, x0 - left),
+        (dx, right - x0),
+        (-dy, y0 - top),
+        (dy, bottom - y0),
+    ):
+        if p == 0:
+            if q <= 0:
+                return False
+        elif p < 0:
+            enter = max(enter, q / p)
+        else:
+            leave = min(leave, q / p)
+    return enter < leave
 
 
 def test_the_examples_are_the_ones_promised() -> None:
