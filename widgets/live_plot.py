@@ -387,6 +387,26 @@ def _format_x(mode: str, v: float) -> str:
     return f"{v:,.0f}" if mode == "step" else _format_duration(v)
 
 
+def _followed_range(
+    current: tuple[float, float] | list[float],
+    lo: float,
+    hi: float,
+    fitted: bool,
+    margins: tuple[float, float],
+) -> tuple[float, float] | None:
+    """The view range on one axis that keeps data from ``lo`` to ``hi`` in
+    view, with ``margins`` (fractions of the data's span) below and above; or
+    None to keep the ``current`` range, which already holds the data and is
+    at most 1.5 times their span (once fitted: the range changes only now and
+    then)."""
+    span = hi - lo if hi > lo else max(abs(hi) * 0.1, 1.0)
+    cur_lo, cur_hi = current
+    fits = cur_lo <= lo and hi <= cur_hi
+    if fits and (cur_hi - cur_lo) <= 1.5 * span and fitted:
+        return None
+    return lo - margins[0] * span, hi + margins[1] * span
+
+
 class _XAxis(pg.AxisItem):
     """Bottom axis that writes steps as 250k / 1.5M and wall time as h:mm:ss."""
 
@@ -1219,13 +1239,12 @@ class LivePlotPanel(QtWidgets.QWidget):
             hi = max(hi, float(x[curve.display.n - 1]))
         if lo > hi:
             return
-        span = hi - lo if hi > lo else max(abs(hi) * 0.1, 1.0)
-        cur_lo, cur_hi = group.view.viewRange()[0]
-        fits = cur_lo <= lo and hi <= cur_hi
-        if fits and (cur_hi - cur_lo) <= 1.5 * span and group.x_fitted:
-            return
-        group.x_fitted = True
-        group.view.setXRange(lo - 0.02 * span, hi + 0.08 * span, padding=0)
+        new = _followed_range(
+            group.view.viewRange()[0], lo, hi, group.x_fitted, margins=(0.02, 0.08)
+        )
+        if new is not None:
+            group.x_fitted = True
+            group.view.setXRange(*new, padding=0)
 
     def _follow_y(self, group: _Group) -> None:
         """Keep the drawn points in view on y, changing the range only when
@@ -1238,13 +1257,12 @@ class LivePlotPanel(QtWidgets.QWidget):
                 hi = max(hi, float(np.nanmax(y)))
         if not (math.isfinite(lo) and math.isfinite(hi)):
             return
-        span = hi - lo if hi > lo else max(abs(hi) * 0.1, 1.0)
-        cur_lo, cur_hi = group.view.viewRange()[1]
-        fits = cur_lo <= lo and hi <= cur_hi
-        if fits and (cur_hi - cur_lo) <= 1.5 * span and group.y_fitted:
-            return
-        group.y_fitted = True
-        group.view.setYRange(lo - 0.08 * span, hi + 0.08 * span, padding=0)
+        new = _followed_range(
+            group.view.viewRange()[1], lo, hi, group.y_fitted, margins=(0.08, 0.08)
+        )
+        if new is not None:
+            group.y_fitted = True
+            group.view.setYRange(*new, padding=0)
 
     def _on_view_changed(self, group: _Group) -> None:
         if not shiboken6.isValid(self._timer):

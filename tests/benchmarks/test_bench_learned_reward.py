@@ -3,8 +3,9 @@ labelled decisions against the same GRPO run rewarded by the env reward, on
 the Jira env. Target: learned / env >= 0.9 in held-out success.
 
 1. The tiny Qwen2 model of ``test_bench_llm`` (no real model weights exist
-   on these machines) is warm-started with SFT on noisy rollouts of the
-   rule-based policy on the training issues, so GRPO has signal to amplify.
+   on these machines; the shared setup is ``jira_llm``) is warm-started with
+   SFT on noisy rollouts of the rule-based policy on the training issues, so
+   GRPO has signal to amplify.
 2. 200 decisions of further noisy rollouts (training issues only) are
    labelled good/bad through the label store, the way a person labels them
    in the trace view: good when the recorded tool is the one a person who
@@ -37,15 +38,18 @@ import time
 from pathlib import Path
 
 import pytest
-from test_bench_llm import (
+from jira_llm import (
     ENV,
     SYSTEM,
     TRAIN_TASKS,
     build_model,
     episode_success,
+    grpo_config,
     held_out_states,
     job,
+    tokenizer_texts,
     tool_success,
+    warm_start,
 )
 
 LABELS = 200
@@ -54,24 +58,6 @@ GRPO_STEPS = 30
 TARGET = 0.9
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
-
-
-def tokenizer_texts() -> list[str]:
-    from engine.llm.policy import ExpertPolicy, build_messages, env_text, env_tools
-    from engine.llm.rollouts import make_env
-
-    env = make_env(ENV)
-    pol = ExpertPolicy(noise=0.5, seed=9)
-    texts: list[str] = []
-    for ep in range(60):
-        env.reset(seed=ep)
-        done = False
-        while not done:
-            msgs = build_messages(env_text(env), env_tools(env), SYSTEM)
-            texts += [m["content"] for m in msgs]
-            _, _, term, trunc, _ = env.step(pol.choose(env))
-            done = term or trunc
-    return texts + env_tools(env) * 20
 
 
 def label_decisions(project: Path, trace: str, n: int, seed: int) -> tuple[int, int]:
@@ -118,32 +104,8 @@ def test_bench_learned_reward_vs_env_reward(tmp_path: Path) -> None:
     base = str(build_model(root / "base", tokenizer_texts()))
 
     # 1. SFT warm start on noisy demonstrations of the training issues
-    job(root, "llm.collect", {
-        "env": ENV, "policy": "expert", "noise": 0.5, "episodes": 300,
-        "tasks": TRAIN_TASKS, "system_prompt": SYSTEM, "seed": 1, "name": "noisy",
-    })  # fmt: skip
-    sft_ds = job(root, "llm.dataset", {
-        "traces": "noisy.jsonl", "method": "sft", "seed": 0, "name": "sft"
-    })["dataset"]  # fmt: skip
-    grpo_ds = job(root, "llm.dataset", {
-        "traces": "noisy.jsonl", "method": "grpo", "seed": 0, "name": "grpo"
-    })["dataset"]  # fmt: skip
-    common = {
-        "device": "cpu",
-        "precision": "fp32",
-        "gradient_checkpointing": False,
-        "lora_rank": 16,
-        "seed": 0,
-        "save_steps": 0,
-        "max_length": 256,
-    }
-    sft = job(root, "llm.train", {
-        **common, "model": base, "method": "sft", "dataset": sft_ds,
-        "max_steps": 36, "batch_size": 8, "learning_rate": 3e-3, "name": "sft",
-    })  # fmt: skip
-    sft_model = job(
-        root, "llm.merge", {"adapter": sft["models"][0]["file"], "name": "sft-merged"}
-    )["models"][0]["file"]
+    start = warm_start(root, base)
+    sft_model = start.model
     t_sft = time.perf_counter() - t_start
 
     # 2. 200 labelled decisions from fresh noisy rollouts (training issues)
@@ -164,19 +126,7 @@ def test_bench_learned_reward_vs_env_reward(tmp_path: Path) -> None:
     report = rm["report"]
 
     # 4. the two GRPO runs: same start, seed, data and budget
-    grpo_cfg = {
-        **common,
-        "model": sft_model,
-        "method": "grpo",
-        "dataset": grpo_ds,
-        "max_steps": GRPO_STEPS,
-        "batch_size": 16,
-        "num_generations": 8,
-        "max_completion_length": 8,
-        "learning_rate": 5e-4,
-        "beta": 0.0,
-        "temperature": 0.5,
-    }
+    grpo_cfg = grpo_config(start, steps=GRPO_STEPS)
     arms = {
         "env": [{"name": "env_reward", "weight": 1.0}],
         "learned": [{"name": "learned", "weight": 1.0, "model": rm["reward_model"]}],

@@ -22,22 +22,23 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from jira_llm import (
+    build_model,
+    episode_success,
+    grpo_config,
+    held_out_states,
+    job,
+    tokenizer_texts,
+    tool_success,
+    warm_start,
+)
 
-from engine.jobs.context import JobContext
-from engine.jobs.registry import get_kind, load, validate_config
+from engine.jobs.registry import validate_config
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = str(ROOT / "resources/examples/envs/jira_status_update.env.json")
-HELD_OUT = [3, 7, 10, 13]
-TRAIN_TASKS = [i for i in range(16) if i not in HELD_OUT]
-SYSTEM = "Pick the next tool. Tools: {tools}. Reply with one tool name."
-WIDTH = 128
 OVERHEAD_ROUNDS = 3
 """Alternating rounds of the studio job and bare TRL."""
 OVERHEAD_STEPS = 6
@@ -46,242 +47,22 @@ OVERHEAD_STEPS = 6
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(1800)]
 
 
-def build_model(folder: Path, texts: list[str], seed: int = 0) -> Path:
-    """A 2-layer Qwen2 with a BPE tokenizer trained on ``texts`` (ChatML)."""
-    import torch
-    import transformers
-    from tiny_models import CHATML_TEMPLATE
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=900,
-        min_frequency=2,
-        show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        chat_template=CHATML_TEMPLATE,
-        model_max_length=1024,
-    )
-    cfg = transformers.Qwen2Config(
-        vocab_size=len(fast),
-        hidden_size=WIDTH,
-        intermediate_size=2 * WIDTH,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        tie_word_embeddings=False,
-        eos_token_id=fast.eos_token_id,
-        pad_token_id=fast.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    model = transformers.Qwen2ForCausalLM(cfg)
-    # LoRA ("all-linear") leaves the output head frozen: with the default
-    # 0.02 init its logits stay nearly flat and sampled GRPO completions are
-    # noise. Wider weights (as a pretrained model has) leave room to sharpen.
-    with torch.no_grad():
-        gen = torch.Generator().manual_seed(seed)
-        for _name, p in model.named_parameters():
-            if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return folder
-
-
-def job(root: Path, kind: str, config: dict[str, Any]) -> dict[str, Any]:
-    cfg = validate_config(kind, config)
-    run_id = f"{kind.replace('.', '-')}-{uuid.uuid4().hex[:6]}"
-    run_dir = root / "runs" / run_id
-    run_dir.mkdir(parents=True)
-    ctx = JobContext(run_id, run_dir, kind, cfg)
-    try:
-        return load(get_kind(kind).entry)(ctx)
-    finally:
-        ctx.close()
-
-
-def held_out_states(n: int = 50) -> list[dict[str, Any]]:
-    """``n`` decision states of held-out issues, from noisy expert episodes."""
-    from engine.llm.policy import ExpertPolicy, env_state, env_tools, expert_action
-    from engine.llm.rollouts import make_env
-
-    env = make_env(ENV)
-    pol = ExpertPolicy(noise=0.5, seed=123)
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    ep = 0
-    while len(out) < n and ep < 400:
-        env.reset(seed=1000 + ep, options={"task": HELD_OUT[ep % len(HELD_OUT)]})
-        ep += 1
-        done = False
-        while not done and len(out) < n:
-            u = env.unwrapped
-            text = u.render_text()
-            if text not in seen or ep > 200:
-                seen.add(text)
-                out.append(
-                    {
-                        "state": env_state(env),
-                        "expert": env_tools(env)[expert_action(env)],
-                    }
-                )
-            _, _, term, trunc, _ = env.step(pol.choose(env))
-            done = term or trunc
-    return out
-
-
-def tool_success(model_dir: str, states: list[dict[str, Any]]) -> float:
-    from engine.llm.policy import GenerationSettings, LLMPolicy
-    from engine.llm.rollouts import make_env
-
-    policy = LLMPolicy.from_pretrained(
-        model_dir,
-        system_prompt=SYSTEM,
-        generation=GenerationSettings(max_new_tokens=8, greedy=True, batch_size=25),
-        fallback="noop",
-    )
-    envs = []
-    for s in states:
-        e = make_env(ENV)
-        e.reset(seed=0)
-        e.unwrapped.set_state(s["state"])
-        envs.append(e)
-    decisions = policy.act(envs)
-    return float(
-        np.mean([d.tool == s["expert"] for d, s in zip(decisions, states, strict=True)])
-    )
-
-
-def episode_success(root: Path, model_dir: str) -> dict[str, Any]:
-    summary = job(
-        root,
-        "llm.evaluate",
-        {
-            "model": model_dir,
-            "env": ENV,
-            "episodes": 20,
-            "num_envs": 20,
-            "max_new_tokens": 8,
-            "tasks": HELD_OUT,
-            "system_prompt": SYSTEM,
-            "seed": 5,
-        },
-    )
-    return summary["results"]["after"]
-
-
 def test_bench_llm_learns_and_overhead(tmp_path: Path) -> None:
-    from engine.llm.policy import ExpertPolicy, build_messages, env_text, env_tools
-    from engine.llm.rollouts import make_env
-
     t_start = time.perf_counter()
     root = tmp_path / "project"
-    # Tokenizer corpus: the env's texts over many states.
-    env = make_env(ENV)
-    pol = ExpertPolicy(noise=0.5, seed=9)
-    texts: list[str] = []
-    for ep in range(60):
-        env.reset(seed=ep)
-        done = False
-        while not done:
-            msgs = build_messages(env_text(env), env_tools(env), SYSTEM)
-            texts += [m["content"] for m in msgs]
-            _, _, term, trunc, _ = env.step(pol.choose(env))
-            done = term or trunc
-    texts += env_tools(env) * 20
-    base = str(build_model(root / "base", texts))
+    base = str(build_model(root / "base", tokenizer_texts()))
 
     # 1. noisy demonstrations on the training issues, SFT warm start
-    job(
-        root,
-        "llm.collect",
-        {
-            "env": ENV,
-            "policy": "expert",
-            "noise": 0.5,
-            "episodes": 300,
-            "tasks": TRAIN_TASKS,
-            "system_prompt": SYSTEM,
-            "seed": 1,
-            "name": "noisy",
-        },
-    )
-    sft_ds = job(
-        root,
-        "llm.dataset",
-        {"traces": "noisy.jsonl", "method": "sft", "seed": 0, "name": "sft"},
-    )["dataset"]
-    grpo_ds = job(
-        root,
-        "llm.dataset",
-        {"traces": "noisy.jsonl", "method": "grpo", "seed": 0, "name": "grpo"},
-    )["dataset"]
-    common = {
-        "model": base,
-        "device": "cpu",
-        "precision": "fp32",
-        "gradient_checkpointing": False,
-        "lora_rank": 16,
-        "seed": 0,
-        "save_steps": 0,
-        "max_length": 256,
-    }
-    t0 = time.perf_counter()
-    sft = job(
-        root,
-        "llm.train",
-        {
-            **common,
-            "method": "sft",
-            "dataset": sft_ds,
-            # long enough that the model's samples are mostly tool names,
-            # short of imitating the noise-free expert (about 80 steps here)
-            "max_steps": 36,
-            "batch_size": 8,
-            "learning_rate": 3e-3,
-            "name": "sft",
-        },
-    )
-    sft_adapter = sft["models"][0]["file"]
-    merged = job(root, "llm.merge", {"adapter": sft_adapter, "name": "sft-merged"})
-    sft_model = merged["models"][0]["file"]
-    t_sft = time.perf_counter() - t0
+    start = warm_start(root, base)
+    sft_model, t_sft = start.model, start.seconds
 
     states = held_out_states(50)
     before = tool_success(sft_model, states)
     before_ep = episode_success(root, sft_model)
 
-    # 2. GRPO from the SFT model with the env reward. Sampling at 1.0 from a
-    # warm start whose samples are mostly malformed (-1 each) teaches one
-    # thing first: name *a* tool, any tool; the most frequent one
-    # (move_to_in_progress, sometimes worth +1.1) wins every group and the
-    # greedy policy collapses onto it within 10 steps (0.70 -> 0.34 with 4
-    # generations, lr 2e-3). At 0.5 with 8 generations the groups compare
-    # tools, and the env reward's differences between them drive learning.
+    # 2. GRPO from the SFT model with the env reward
     grpo_cfg = {
-        **common,
-        "model": sft_model,
-        "method": "grpo",
-        "dataset": grpo_ds,
-        "max_steps": 30,
-        "batch_size": 16,
-        "num_generations": 8,
-        "max_completion_length": 8,
-        "learning_rate": 5e-4,
-        "beta": 0.0,
-        "temperature": 0.5,
+        **grpo_config(start, steps=30),
         "rewards": [
             {"name": "env_reward", "weight": 1.0},
             {"name": "format", "weight": 0.2},
