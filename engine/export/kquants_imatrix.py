@@ -186,6 +186,16 @@ def _weights(
     return out
 
 
+def _weighted_sub_blocks(
+    x: np.ndarray, qw: np.ndarray, factor: int, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sub-blocks of ``size`` values of Q2_K ... Q5_K and their weights
+    (``sigma2`` the block's mean square times ``factor``), laid out as
+    ``_sub_blocks(x, size)``: (values, weights, each sub-block's weight sum)."""
+    w = _weights(x, qw, _block_sigma2(x, factor), size)
+    return _sub_blocks(x, size), w, _seq_sum(w)
+
+
 def _k4_scales_decoded(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``get_scale_min_k4`` for the eight sub-blocks of every block."""
     q = packed.astype(np.uint8)
@@ -204,10 +214,7 @@ def _q4_k_like(
     """``quantize_row_q4_K_impl`` / ``q5_K_impl`` up to the packing of the
     levels: (levels, packed scales, d, dmin)."""
     n = x.shape[0]
-    sigma2 = _block_sigma2(x, 2)
-    w = _weights(x, qw, sigma2, 32)
-    xt = _sub_blocks(x, 32)
-    sw = _seq_sum(w)
+    xt, w, sw = _weighted_sub_blocks(x, qw, 2, 32)
     scales, mins, levels_t = make_qkx2_quants(xt, w, nmax, -0.9, 0.05, 36, False)
     sw_b = np.ascontiguousarray(sw.reshape(n, 8).T)
     d_block, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(n, 8).T), 63, sw_b)
@@ -247,10 +254,7 @@ def quantize_q5_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
 
 def quantize_q2_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     n = x.shape[0]
-    sigma2 = _block_sigma2(x, 1)
-    w = _weights(x, qw, sigma2, 16)
-    xt = _sub_blocks(x, 16)
-    sw = _seq_sum(w)
+    xt, w, sw = _weighted_sub_blocks(x, qw, 1, 16)
     scales, mins, levels_t = make_qkx2_quants(xt, w, 3, -0.9, 0.05, 36, False)
     sw_b = np.ascontiguousarray(sw.reshape(n, 16).T)
     dm, ls = make_qp_quants(np.ascontiguousarray(scales.reshape(n, 16).T), 15, sw_b)
@@ -269,10 +273,7 @@ def quantize_q2_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
 
 def quantize_q3_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     n = x.shape[0]
-    sigma2 = _block_sigma2(x, 2)
-    w = _weights(x, qw, sigma2, 16)
-    xt = _sub_blocks(x, 16)
-    sw = _seq_sum(w)
+    xt, w, sw = _weighted_sub_blocks(x, qw, 2, 16)
     scales, levels_t = make_qx_quants_weighted(xt, 4, w)
     d_block, ls = make_qx_quants_weighted(
         np.ascontiguousarray(scales.reshape(n, 16).T),
