@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6 import QtCore, QtGui
+from PySide6 import QtCore, QtGui, QtWidgets
 
 from studio.state.metric_store import MetricStore
 from widgets.live_plot import (
@@ -598,3 +598,113 @@ def test_no_axis_rewrites_its_title_when_the_range_changes(
     # of them would set its rich-text title on every range change.
     for name in ("left", "bottom", "top", "right"):
         assert not item.getAxis(name).autoSIPrefix, name
+
+
+def test_legends_that_grow_get_their_room_without_squeezing_their_plots(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """More plots than the view holds (it scrolls): when another run's curves
+    make every legend a line longer, each plot's row grows in one layout
+    step; no plot is first squeezed into the old height (each resize
+    re-lays out its axes and repaints it)."""
+    panel.resize(700, 400)
+    fill(store, "r", PPO_KEYS, 30)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=10_000)
+    scroll_bar = panel._scroll.verticalScrollBar()
+    qtbot.waitUntil(lambda: scroll_bar.maximum() > 0, timeout=2000)
+    titles = panel.group_titles()
+    plots = {t: panel.plot_widget(t) for t in titles}
+    before = {t: p.height() for t, p in plots.items()}
+    legends = {t: panel.group_widget(t).legend.height() for t in titles}
+    heights: dict[QtCore.QObject, list[int]] = {p: [] for p in plots.values()}
+
+    class Spy(QtCore.QObject):
+        def eventFilter(self, obj: QtCore.QObject, event: QtCore.QEvent) -> bool:
+            if event.type() == QtCore.QEvent.Type.Resize:
+                heights[obj].append(event.size().height())
+            return False
+
+    spy = Spy()
+    for plot in plots.values():
+        plot.installEventFilter(spy)
+    panel.add_run("s", "second-run-with-a-long-name")
+    fill(store, "s", PPO_KEYS, 30, seed=1)
+    qtbot.waitUntil(
+        lambda: any(panel.group_widget(t).legend.height() > legends[t] for t in titles),
+        timeout=5000,
+    )
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=10_000)
+    for title, plot in plots.items():
+        assert all(h >= before[title] for h in heights[plot]), (title, heights[plot])
+
+
+def test_a_hidden_panel_draws_what_came_in_when_it_shows_again(
+    qtbot, store: MetricStore
+) -> None:
+    """Behind another page of a shown window the panel keeps its data (and
+    which plots have any) but leaves the drawing until it shows again."""
+    window = QtWidgets.QStackedWidget()
+    qtbot.addWidget(window)
+    panel = LivePlotPanel(columns=2)
+    panel.set_source(store.series)
+    store.add_keys_listener(panel.add_keys)
+    store.add_append_listener(panel.mark_dirty)
+    other = QtWidgets.QLabel("another workspace")
+    window.addWidget(panel)
+    window.addWidget(other)
+    window.resize(900, 600)
+    window.show()
+    fill(store, "r", ["rollout/ep_rew_mean"], 10)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=5000)
+    assert len(panel.curve_data("r", "rollout/ep_rew_mean")[0]) == 10
+    window.setCurrentWidget(other)
+    fill(store, "r", ["rollout/ep_rew_mean", "train/value_loss"], 40, seed=1)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=5000)
+    assert panel.group_titles() == ["Rewards", "Losses"]  # known while hidden
+    assert len(panel.curve_data("r", "rollout/ep_rew_mean")[0]) == 10  # not drawn
+    window.setCurrentWidget(panel)
+    qtbot.waitUntil(
+        lambda: len(panel.curve_data("r", "rollout/ep_rew_mean")[0]) == 50,
+        timeout=5000,
+    )
+    qtbot.waitUntil(
+        lambda: len(panel.curve_data("r", "train/value_loss")[0]) == 40, timeout=5000
+    )
+
+
+def test_a_legend_measures_again_after_its_text_changes(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """The legend remembers its height per width, until its text changes."""
+    fill(store, "r", ["rollout/ep_rew_mean"], 10)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=5000)
+    legend = panel.group_widget("Rewards").legend
+    short = legend.heightForWidth(200)
+    panel.set_run_label("r", " ".join(["a-long-run-name"] * 20))
+    assert legend.heightForWidth(200) > short
+    fresh = QtWidgets.QLabel(legend.text())
+    fresh.setWordWrap(True)
+    fresh.setFont(legend.font())
+    assert legend.heightForWidth(200) == fresh.heightForWidth(200)
+
+
+def test_tick_labels_are_measured_as_the_painter_measures_them(qtbot) -> None:
+    """The axes' remembered label sizes equal the painter's, and a caller
+    changing the rectangle it got does not change the remembered one."""
+    from widgets.live_plot import _MeasuringPainter
+
+    image = QtGui.QImage(50, 50, QtGui.QImage.Format.Format_ARGB32)
+    painter = QtGui.QPainter(image)
+    try:
+        measuring = _MeasuringPainter(painter)
+        rect = QtCore.QRectF(0, 0, 100, 100)
+        center = QtCore.Qt.AlignmentFlag.AlignCenter
+        for text in ("250k", "1.5M", "250k"):
+            got = measuring.boundingRect(rect, center, text)
+            assert got == painter.boundingRect(rect, center, text)
+            got.setHeight(got.height() * 0.8)  # as pyqtgraph's axis does
+        assert measuring.boundingRect(rect, center, "250k") == painter.boundingRect(
+            rect, center, "250k"
+        )
+    finally:
+        painter.end()

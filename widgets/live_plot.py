@@ -407,7 +407,48 @@ def _followed_range(
     return lo - margins[0] * span, hi + margins[1] * span
 
 
-class _XAxis(pg.AxisItem):
+_TEXT_SIZES: dict[tuple[str, int, str], QtCore.QRectF] = {}
+"""Measured tick labels by (font, flags, text), shared by every axis."""
+_TEXT_SIZES_MAX = 4096
+_MEASURE_RECT = QtCore.QRectF(0, 0, 100, 100)
+"""The rectangle pyqtgraph's axes measure tick labels in."""
+
+
+class _MeasuringPainter:
+    """The painter an axis lays out its ticks with, measuring each label once.
+
+    pyqtgraph asks the painter for every tick label's bounding rectangle each
+    time an axis regenerates its ticks (a range change, a resize): text shaping
+    was a fifth of a plot's paint here, for labels ("0", "250k") that recur."""
+
+    def __init__(self, painter: QtGui.QPainter) -> None:
+        self._painter = painter
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._painter, name)
+
+    def boundingRect(
+        self, rect: QtCore.QRectF, flags: QtCore.Qt.AlignmentFlag, text: str
+    ) -> QtCore.QRectF:
+        if rect != _MEASURE_RECT:
+            return self._painter.boundingRect(rect, flags, text)
+        key = (self._painter.font().key(), int(flags), text)
+        size = _TEXT_SIZES.get(key)
+        if size is None:
+            if len(_TEXT_SIZES) >= _TEXT_SIZES_MAX:
+                _TEXT_SIZES.clear()
+            size = _TEXT_SIZES[key] = self._painter.boundingRect(rect, flags, text)
+        return QtCore.QRectF(size)  # a copy: the axis shrinks its height
+
+
+class _Axis(pg.AxisItem):
+    """An axis whose tick labels are measured once (see _MeasuringPainter)."""
+
+    def generateDrawSpecs(self, p):
+        return super().generateDrawSpecs(_MeasuringPainter(p))
+
+
+class _XAxis(_Axis):
     """Bottom axis that writes steps as 250k / 1.5M and wall time as h:mm:ss."""
 
     def __init__(self) -> None:
@@ -445,6 +486,7 @@ class _Curve:
     last_request: tuple[object, ...] | None = None
     drawn: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
     wide: bool = True  # 2 px pen while few points are drawn (1 px is much faster)
+    style: tuple[object, ...] = ()  # (color, width, line style) its pen has
 
     def x(self, mode: str) -> np.ndarray:
         return self.steps if mode == "step" else self.times
@@ -453,6 +495,65 @@ class _Curve:
         if self.display is None:
             return self.values[:0]
         return self.display.y(self.values)
+
+
+class _Legend(QtWidgets.QLabel):
+    """The word-wrapped rich-text legend under a plot, which keeps the
+    tallest height it has needed at its width.
+
+    A legend one line shorter (the hover readout gone, one run fewer) resized
+    the plot above it, and a resized plot re-lays out its axes and repaints,
+    plot by plot, in the same turn of the event loop; selecting one run, then
+    three, then one again did that to every plot each time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept_width = -1  # the width the kept height was measured at
+        self._heights: dict[int, int] = {}
+
+    def setText(self, text: str) -> None:
+        if text != self.text():
+            self._heights.clear()
+            super().setText(text)
+
+    def heightForWidth(self, width: int) -> int:
+        # Remembered per width until the text or font changes: one layout
+        # pass of the scroll area asks at each width from its viewport's
+        # down to the viewport's less the scroll bar's (16 widths), and a
+        # rich-text label lays out its text again for each (1 to 2 ms, times
+        # the plots shown: the bulk of showing the Training workspace).
+        height = self._heights.get(width)
+        if height is None:
+            if len(self._heights) > 64:
+                self._heights.clear()
+            height = self._heights[width] = super().heightForWidth(width)
+        return height
+
+    def changeEvent(self, event: QtCore.QEvent) -> None:
+        if event.type() in (
+            QtCore.QEvent.Type.FontChange,
+            QtCore.QEvent.Type.StyleChange,
+        ):
+            self._heights.clear()
+        super().changeEvent(event)
+
+    def keep_height(self) -> None:
+        """Grow the kept height to what the text needs at the current width
+        (at a new width, start again from what it needs there)."""
+        width = self.width()
+        if width <= 0 or not self.testAttribute(QtCore.Qt.WidgetAttribute.WA_Resized):
+            return  # never laid out: not at its real width yet
+        needed = self.heightForWidth(width)
+        if width != self._kept_width:
+            self._kept_width = width
+            self.setMinimumHeight(needed)
+        elif needed > self.minimumHeight():
+            self.setMinimumHeight(needed)
+
+    def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
+        super().resizeEvent(event)
+        if self._kept_width not in (-1, event.size().width()):
+            self.keep_height()
 
 
 class _Group(QtWidgets.QFrame):
@@ -465,7 +566,9 @@ class _Group(QtWidgets.QFrame):
         self.curves: list[_Curve] = []
         self.keys: list[str] = []
         self.axis = _XAxis()
-        self.plot = _PlotWidget(axisItems={"bottom": self.axis})
+        self.plot = _PlotWidget(
+            axisItems={"bottom": self.axis, "left": _Axis(orientation="left")}
+        )
         self.plot.setMinimumHeight(180)
         item = self.plot.getPlotItem()
         item.setClipToView(True)
@@ -492,7 +595,7 @@ class _Group(QtWidgets.QFrame):
         item.addItem(self.crosshair, ignoreBounds=True)
         self.title_label = QtWidgets.QLabel(title)
         self.title_label.setObjectName("livePlotTitle")
-        self.legend = QtWidgets.QLabel()
+        self.legend = _Legend()
         self.legend.setObjectName("livePlotLegend")
         self.legend.setWordWrap(True)
         self.legend.setTextFormat(QtCore.Qt.TextFormat.RichText)
@@ -554,6 +657,41 @@ class _Group(QtWidgets.QFrame):
         item.setLabel("bottom", x, **style)
 
 
+class _FittedGridLayout(QtWidgets.QGridLayout):
+    """The plot grid inside its scroll area, laid out once per change.
+
+    When a plot's legend grows or a plot shows or hides, Qt first lays the
+    grid out in the old height of its widget (squeezing or stretching every
+    plot), and only then has the scroll area give the widget its new height
+    and lays it out again: every plot resized twice, each re-laying out its
+    axes and repainting. Here the grid asks for its new height first, while
+    the scroll area keeps scrolling (its scroll bar, and so the width, stays)."""
+
+    def __init__(self, host: QtWidgets.QWidget) -> None:
+        super().__init__(host)
+        self._fitting = False
+
+    def setGeometry(self, rect: QtCore.QRect) -> None:
+        host = self.parentWidget()
+        viewport = host.parentWidget() if host is not None else None
+        if (
+            not self._fitting
+            and viewport is not None
+            and host.isVisible()
+            and rect.height() > viewport.height()
+        ):
+            wanted = max(viewport.height(), self.totalHeightForWidth(rect.width()))
+            if wanted > viewport.height() and wanted != rect.height():
+                self._fitting = True
+                try:
+                    host.resize(rect.width(), wanted)  # lays the grid out
+                finally:
+                    self._fitting = False
+                if host.height() == wanted:
+                    return
+        super().setGeometry(rect)
+
+
 # ------------------------------------------------------------------ the panel
 class LivePlotPanel(QtWidgets.QWidget):
     """Grouped live plots of metric series for several runs at once.
@@ -605,6 +743,14 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._parked_runs: dict[str, None] = {}
         self._runs: dict[str, dict[str, str]] = {}  # run_id -> {label, color}
         self._dirty: dict[_Curve, None] = {}  # ordered set
+        # Curves brought up to date while the panel was hidden in a shown
+        # window (another workspace or tab): drawn when it shows again.
+        self._undrawn: dict[_Curve, None] = {}  # ordered set
+        # Groups whose legend is rewritten at the end of the redraw tick: a
+        # selection of runs changes a legend once per curve, and each rewrite
+        # lays out its rich text (1 to 2 ms).
+        self._stale_legends: dict[_Group, None] = {}  # ordered set
+        self._rewritten_legends: dict[_Group, None] = {}  # since the last layout
         # Declared keys whose plot item is not built yet: building one takes
         # 3 to 10 ms, so a selection of three runs (36 curves) is built over
         # a few redraw ticks, within their budget, instead of at once.
@@ -657,7 +803,7 @@ class LivePlotPanel(QtWidgets.QWidget):
 
         self._grid_host = QtWidgets.QWidget()
         self._grid_host.setObjectName("livePlotGrid")
-        self._grid = QtWidgets.QGridLayout(self._grid_host)
+        self._grid = _FittedGridLayout(self._grid_host)
         self._grid.setContentsMargins(4, 4, 4, 4)
         self._grid.setSpacing(6)
         self._empty = QtWidgets.QLabel("No metrics yet")
@@ -791,11 +937,12 @@ class LivePlotPanel(QtWidgets.QWidget):
             curve.item.hide()
             curve.group.curves.remove(curve)
             self._dirty.pop(curve, None)
+            self._undrawn.pop(curve, None)
             del self._curves[(curve.run_id, curve.key)]
             self._parked[(curve.run_id, curve.key)] = curve
             groups[curve.group] = None
         for group in groups:
-            self._update_legend(group)
+            self._queue_legend(group)
         if groups:
             self._parked_runs.pop(run_id, None)
             self._parked_runs[run_id] = None
@@ -899,6 +1046,7 @@ class LivePlotPanel(QtWidgets.QWidget):
 
     def legend_text(self, title: str) -> str:
         """The legend / hover readout under a plot, as plain text."""
+        self._flush_legends()
         doc = QtGui.QTextDocument()
         doc.setHtml(self._groups[title].legend.text())
         return doc.toPlainText().replace("\u2060", "").replace("\xa0", " ")
@@ -931,6 +1079,9 @@ class LivePlotPanel(QtWidgets.QWidget):
         t0 = time.perf_counter()
         unbounded = math.isinf(self.redraw_budget_s)
         limit = None if unbounded else self.chunk_points
+        # Hidden behind another workspace or tab, the panel keeps its data up
+        # to date (and which plots have any) but draws when it shows again.
+        deferred = not unbounded and self._hidden_in_window()
         drawn = 0
         touched: dict[_Group, None] = {}
         for run_id, key in list(self._pending):
@@ -945,21 +1096,22 @@ class LivePlotPanel(QtWidgets.QWidget):
             if time.perf_counter() - t0 > self.redraw_budget_s:
                 break  # the builds took this tick
             del self._dirty[curve]
-            if self._refresh(curve, limit):
+            if self._refresh(curve, limit, draw=not deferred):
                 drawn += 1
             else:
                 self._dirty[curve] = None  # more to take in: next tick
-            touched[curve.group] = None
+            if deferred:
+                self._undrawn[curve] = None
+            else:
+                touched[curve.group] = None
             if time.perf_counter() - t0 > self.redraw_budget_s:
                 break
         for group in touched:
-            if group.follow_x:
-                self._follow_x(group)
-            if group.follow_y:
-                self._follow_y(group)
+            self._follow(group)
             if _shown_curves(group) != group.legend_curves:
-                self._update_legend(group)
+                self._queue_legend(group)
         self._update_visibility()
+        self._flush_legends()
         if not self._dirty and not self._pending:
             self._timer.stop()
         self.last_redraw_s = time.perf_counter() - t0
@@ -969,14 +1121,16 @@ class LivePlotPanel(QtWidgets.QWidget):
         """Draw every dirty curve now, ignoring budgets (tests, export)."""
         budget = self.redraw_budget_s
         self.redraw_budget_s = math.inf
+        self._redraw_undrawn()
         try:
             while self._dirty or self._pending:
                 self.redraw_dirty()
         finally:
             self.redraw_budget_s = budget
 
-    def _refresh(self, curve: _Curve, limit: int | None) -> bool:
-        """Bring a curve's display up to date and draw it; False if unfinished."""
+    def _refresh(self, curve: _Curve, limit: int | None, draw: bool = True) -> bool:
+        """Bring a curve's display up to date and draw it (unless ``draw`` is
+        False); False if unfinished."""
         if curve.needs_fetch and not curve.explicit and self._source is not None:
             steps, times, values = self._source(curve.run_id, curve.key)
             if len(values) < len(curve.values):
@@ -996,8 +1150,22 @@ class LivePlotPanel(QtWidgets.QWidget):
             complete = True
         else:
             complete = disp.advance(curve.values, limit)
-        self._draw(curve)
+        if draw:
+            self._draw(curve)
         return complete
+
+    def _hidden_in_window(self) -> bool:
+        """Whether the panel's window shows but the panel does not."""
+        return not self.isVisible() and self.window().isVisible()
+
+    def _redraw_undrawn(self) -> None:
+        """Queue the curves left undrawn while the panel was hidden."""
+        for curve in self._undrawn:
+            if self._curves.get((curve.run_id, curve.key)) is curve:
+                self._dirty[curve] = None
+        self._undrawn.clear()
+        if self._dirty and not self._timer.isActive():
+            self._timer.start()
 
     def _draw(self, curve: _Curve) -> None:
         disp = curve.display
@@ -1041,6 +1209,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             group.crosshair.setPos(x)
             group.crosshair.show()
         self._update_legend(group)
+        self._settle_grid()
 
     def _nearest(self, curve: _Curve, x: float) -> tuple[float, float] | None:
         xs = curve.x(self._x_axis)
@@ -1193,7 +1362,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._curves[(run_id, key)] = curve
         for other in group.curves if restyle else [curve]:
             self._style(other)
-        self._update_legend(group)
+        self._queue_legend(group)
         return curve
 
     def _group(self, title: str) -> _Group:
@@ -1228,8 +1397,22 @@ class LivePlotPanel(QtWidgets.QWidget):
         if getattr(event, "double", lambda: False)():
             self.reset_view(group.title)
 
-    def _follow_x(self, group: _Group) -> None:
-        """Keep all data in view on x, changing the range only now and then."""
+    def _follow(self, group: _Group) -> None:
+        """Keep the data in view on the axes the plot follows, moving both
+        ranges in one change (each change re-lays out the axes' ticks and
+        redraws the plot's curves)."""
+        x = self._follow_x(group) if group.follow_x else None
+        y = self._follow_y(group) if group.follow_y else None
+        if x is not None and y is not None:
+            group.view.setRange(xRange=x, yRange=y, padding=0)
+        elif x is not None:
+            group.view.setXRange(*x, padding=0)
+        elif y is not None:
+            group.view.setYRange(*y, padding=0)
+
+    def _follow_x(self, group: _Group) -> tuple[float, float] | None:
+        """The x range that keeps all data in view, changing only now and
+        then (None: keep the current one)."""
         lo, hi = math.inf, -math.inf
         for curve in group.curves:
             if curve.display is None or curve.display.n == 0:
@@ -1238,17 +1421,17 @@ class LivePlotPanel(QtWidgets.QWidget):
             lo = min(lo, float(x[0]))
             hi = max(hi, float(x[curve.display.n - 1]))
         if lo > hi:
-            return
+            return None
         new = _followed_range(
             group.view.viewRange()[0], lo, hi, group.x_fitted, margins=(0.02, 0.08)
         )
         if new is not None:
             group.x_fitted = True
-            group.view.setXRange(*new, padding=0)
+        return new
 
-    def _follow_y(self, group: _Group) -> None:
-        """Keep the drawn points in view on y, changing the range only when
-        they leave it or fill less than two thirds of it."""
+    def _follow_y(self, group: _Group) -> tuple[float, float] | None:
+        """The y range that keeps the drawn points in view, changing only when
+        they leave it or fill less than two thirds of it (None: keep it)."""
         lo, hi = math.inf, -math.inf
         for curve in group.curves:
             y = curve.drawn[1]
@@ -1256,13 +1439,13 @@ class LivePlotPanel(QtWidgets.QWidget):
                 lo = min(lo, float(np.nanmin(y)))
                 hi = max(hi, float(np.nanmax(y)))
         if not (math.isfinite(lo) and math.isfinite(hi)):
-            return
+            return None
         new = _followed_range(
             group.view.viewRange()[1], lo, hi, group.y_fitted, margins=(0.08, 0.08)
         )
         if new is not None:
             group.y_fitted = True
-            group.view.setYRange(*new, padding=0)
+        return new
 
     def _on_view_changed(self, group: _Group) -> None:
         if not shiboken6.isValid(self._timer):
@@ -1284,14 +1467,45 @@ class LivePlotPanel(QtWidgets.QWidget):
     def _style(self, curve: _Curve) -> None:
         color = self._runs[curve.run_id]["color"]
         style = _LINE_STYLES[curve.group.keys.index(curve.key) % len(_LINE_STYLES)]
-        curve.item.setPen(pg.mkPen(color, width=2 if curve.wide else 1, style=style))
+        width = 2 if curve.wide else 1
+        if curve.style == (color, width, style):
+            return  # a new pen re-sets the item's data (a run shown again)
+        curve.style = (color, width, style)
+        curve.item.setPen(pg.mkPen(color, width=width, style=style))
         if curve.key.startswith("eval/"):
             curve.item.setSymbol("o")
             curve.item.setSymbolSize(5)
             curve.item.setSymbolBrush(pg.mkBrush(color))
             curve.item.setSymbolPen(None)
 
+    def _queue_legend(self, group: _Group) -> None:
+        """Rewrite a legend at the end of the redraw tick (or when read)."""
+        self._stale_legends[group] = None
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def _flush_legends(self) -> None:
+        while self._stale_legends:
+            self._update_legend(next(iter(self._stale_legends)))
+        self._settle_grid()
+
+    def _settle_grid(self) -> None:
+        """Lay the grid out now for legends that were rewritten.
+
+        Left to Qt, a plot whose legend needs another line is laid out
+        first in its old height (the plot shrinks), and only then does the
+        grid give it the taller height (the plot grows back): two resizes
+        of the plot, each re-laying out its axes. The grid laid out first
+        gives the plot its room in one step."""
+        groups, self._rewritten_legends = self._rewritten_legends, {}
+        if not groups or not self._grid_host.isVisible():
+            return
+        for group in groups:
+            group.updateGeometry()
+        self._grid.activate()
+
     def _update_legend(self, group: _Group) -> None:
+        self._stale_legends.pop(group, None)
         fg, dim = group.theme["fg"], group.theme["dim"]
         shown = [c for c in group.curves if len(c.values)]
         group.legend_curves = _shown_curves(group)
@@ -1338,16 +1552,11 @@ class LivePlotPanel(QtWidgets.QWidget):
                         f"{_format_x(self._x_axis, near[0])}</span>"
                     )
                 parts.append(text)
-        group.legend.setText("&nbsp;&nbsp;&nbsp; ".join(parts))
-        # The legend keeps the tallest height it has needed at this width: a
-        # legend one line shorter (the hover readout gone, one run fewer)
-        # resized the plot above it, and a resized plot re-lays out its axes
-        # and repaints, plot by plot, in the same turn of the event loop.
-        width = group.legend.width()
-        if width > 0:
-            needed = group.legend.heightForWidth(width)
-            if needed > group.legend.minimumHeight():
-                group.legend.setMinimumHeight(needed)
+        text = "&nbsp;&nbsp;&nbsp; ".join(parts)
+        if text != group.legend.text():
+            group.legend.setText(text)
+            group.legend.keep_height()
+            self._rewritten_legends[group] = None
 
     def _x_label(self) -> str:
         return "step" if self._x_axis == "step" else "time"
@@ -1362,7 +1571,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             return
         self._visible = visible
         for group in self._groups.values():
-            self._update_legend(group)
+            self._queue_legend(group)
         self._relayout()
         self.visible_groups_changed.emit(list(visible))
 
@@ -1381,7 +1590,6 @@ class LivePlotPanel(QtWidgets.QWidget):
             self._grid.setColumnStretch(c, 0)
         for i, title in enumerate(self._visible):
             group = self._groups[title]
-            group.legend.setMinimumHeight(0)  # its width may change
             self._grid.addWidget(group, i // cols, i % cols)
             group.show()
         for title, group in self._groups.items():
@@ -1393,6 +1601,10 @@ class LivePlotPanel(QtWidgets.QWidget):
         if not self._visible:
             self._grid.addWidget(self._empty, 0, 0)
         self._layout_cols = cols
+
+    def showEvent(self, event: QtGui.QShowEvent) -> None:
+        super().showEvent(event)
+        self._redraw_undrawn()
 
     def resizeEvent(self, event: QtGui.QResizeEvent) -> None:
         super().resizeEvent(event)
