@@ -10,7 +10,11 @@ times our Q4_K_M export against llama.cpp's converter writing F16 alone
 (``convert_hf_to_gguf.py MODEL --outtype f16``, its own gguf-py first on the
 path), each a fresh process timed whole (interpreter start and imports
 included), in alternating rounds, and prints the ratio; skipped with the
-reason otherwise. The converter imports ``sentencepiece`` before it looks for
+reason otherwise. It also prints both sides' CPU seconds: Linux schedules
+each session (autogroup) as one, so on a machine shared with other sessions
+this test's processes together get a fixed share of the CPUs, threads or not,
+and the wall-time ratio tends to the CPU-time ratio; on an idle machine the
+K-quants' threads count. The converter imports ``sentencepiece`` before it looks for
 a ``tokenizer.model``: set ``LLAMA_CPP_PYTHONPATH`` to a folder holding it
 (``pip install --target DIR sentencepiece``) if the venv lacks it. The test
 model's tokenizer is a small BPE one the converter's hash table does not
@@ -143,6 +147,14 @@ def test_bench_export_vs_copy(tmp_path: Path) -> None:
         assert rss_mb < mb / 2, "export should stream, not hold the model"
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of the finished child processes so far."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def _ours(model_dir: Path, out: Path, qtype: str) -> dict[str, float]:
     r = subprocess.run(
         [sys.executable, "-c", _CHILD, str(model_dir), str(out), qtype, str(ROOT)],
@@ -173,11 +185,14 @@ def test_bench_q4_k_m_vs_llama_cpp_f16(tmp_path: Path) -> None:
     mb = (model_dir / "model.safetensors").stat().st_size / 1e6
     ours_s: list[float] = []
     theirs_s: list[float] = []
+    ours_cpu: list[float] = []
+    theirs_cpu: list[float] = []
     for _ in range(int(os.environ.get("BENCH_ROUNDS", "2"))):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), _children_cpu()
         _ours(model_dir, tmp_path / "ours-q4_k_m.gguf", "q4_k_m")
         ours_s.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
+        ours_cpu.append(_children_cpu() - c0)
+        t0, c0 = time.perf_counter(), _children_cpu()
         r = subprocess.run(
             [
                 sys.executable,
@@ -195,6 +210,7 @@ def test_bench_q4_k_m_vs_llama_cpp_f16(tmp_path: Path) -> None:
             env=env,
         )
         theirs_s.append(time.perf_counter() - t0)
+        theirs_cpu.append(_children_cpu() - c0)
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or ["no output"])[-1]
             pytest.skip(f"llama.cpp's converter failed: {last}")
@@ -206,5 +222,8 @@ def test_bench_q4_k_m_vs_llama_cpp_f16(tmp_path: Path) -> None:
         f"whole processes, best of {len(ours_s)} alternating rounds: ours / "
         f"llama.cpp = {ratio:.2f} ({'slower' if ratio > 1 else 'faster'}); "
         f"rounds ours {[round(t, 1) for t in ours_s]} theirs "
-        f"{[round(t, 1) for t in theirs_s]}"
+        f"{[round(t, 1) for t in theirs_s]}; CPU seconds (user + system, "
+        f"best) ours {min(ours_cpu):.1f} theirs {min(theirs_cpu):.1f} = "
+        f"{min(ours_cpu) / min(theirs_cpu):.2f}; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
