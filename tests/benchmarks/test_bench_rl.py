@@ -16,7 +16,6 @@ Run: .venv/bin/pytest tests/benchmarks/test_bench_rl.py -s -o addopts=""
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ import pytest
 from engine.jobs.context import JobContext
 from engine.rl.config import validate
 from engine.rl.train import model_kwargs, run
+from tests.benchmarks.time_to_target import Tuned, race
 
 STEPS = 20_000
 ROUNDS = 9
@@ -136,135 +136,34 @@ def test_bench_rl_train_overhead(tmp_path: Path) -> None:
     assert ratio >= TARGET_RATIO
 
 
-TARGET_REWARD = 475.0
 SEEDS = (0, 1, 2, 3, 4)
 TARGET_TIME_RATIO = 0.8  # issue 13: studio preset / RL Zoo settings, wall time
-
-
-Outcome = tuple[float, int, bool, float]
-"""(wall seconds, steps, reached the target, CPU seconds of this process)."""
-
-
-def studio_to_target(folder: Path, seed: int) -> Outcome:
-    """The studio's default CartPole preset, stopping at eval reward 475."""
-    cfg = validate(
-        {
-            "env": "CartPole-v1",
-            "algo": "PPO",
-            "seed": seed,
-            "target_eval_reward": TARGET_REWARD,
-        }
-    )
-    run_dir = folder / "runs" / f"target-{seed}-{time.monotonic_ns()}"
-    t0, c0 = time.perf_counter(), time.process_time()
-    ctx = JobContext(run_dir.name, run_dir, "rl.train", cfg, events=None)
-    summary = run(ctx)
-    ctx.close()
-    wall = time.perf_counter() - t0
-    reached = summary.get("stopped_by") == "target"
-    return wall, int(summary["total_steps"]), reached, time.process_time() - c0
-
-
-def zoo_to_target(seed: int, eval_every: int, episodes: int) -> Outcome:
-    """RL Zoo's published CartPole-v1 PPO hyperparameters (hyperparams/ppo.yml)
-    as a bare script, with SB3's own EvalCallback and reward-threshold stop on
-    the studio's evaluation schedule."""
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import (
-        EvalCallback,
-        StopTrainingOnRewardThreshold,
-    )
-    from stable_baselines3.common.env_util import make_vec_env
-
-    def linear(start: float):  # rl_zoo3's lin_<value>
-        return lambda progress_remaining: progress_remaining * start
-
-    t0, c0 = time.perf_counter(), time.process_time()
-    torch.set_num_threads(1)
-    n_envs = 8
-    env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
-    eval_env = make_vec_env("CartPole-v1", n_envs=1, seed=seed + 10_000)
-    model = PPO(
-        "MlpPolicy",
-        env,
-        n_steps=32,
-        batch_size=256,
-        gae_lambda=0.8,
-        gamma=0.98,
-        n_epochs=20,
-        ent_coef=0.0,
-        learning_rate=linear(1e-3),
-        clip_range=linear(0.2),
-        seed=seed,
-        device="cpu",
-        verbose=0,
-    )
-    stop = StopTrainingOnRewardThreshold(reward_threshold=TARGET_REWARD, verbose=0)
-    callback = EvalCallback(
-        eval_env,
-        callback_on_new_best=stop,
-        eval_freq=max(1, eval_every // n_envs),
-        n_eval_episodes=episodes,
-        deterministic=True,
-        verbose=0,
-    )
-    model.learn(100_000, callback=callback)
-    reached = callback.best_mean_reward >= TARGET_REWARD
-    env.close()
-    eval_env.close()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return wall, int(model.num_timesteps), reached, cpu
+CARTPOLE = Tuned(
+    env="CartPole-v1",
+    algo="PPO",
+    target=475.0,
+    budget=100_000,
+    zoo={  # hyperparams/ppo.yml
+        "n_envs": 8,
+        "n_steps": 32,
+        "batch_size": 256,
+        "gae_lambda": 0.8,
+        "gamma": 0.98,
+        "n_epochs": 20,
+        "ent_coef": 0.0,
+        "learning_rate": "lin_1e-3",
+        "clip_range": "lin_0.2",
+    },
+)
 
 
 @pytest.mark.timeout(2400)
 def test_bench_rl_time_to_reward_475(tmp_path: Path) -> None:
     """Issue 13: wall time to eval mean reward 475 on CartPole-v1, the
     studio's default preset against RL Zoo's settings as a bare script with
-    the same evaluation schedule (median of 5 seeds; a run that never
-    reaches it counts its full time). The two alternate, the order flipping
-    every seed, so a machine getting busier or quieter hits both alike."""
-    defaults = validate({"env": "CartPole-v1", "algo": "PPO"})
-    every, episodes = defaults["eval_every_steps"], defaults["eval_episodes"]
-    # Warm-up, not counted: the first torch optimizer imports torch._dynamo.
-    zoo_to_target(99, every, episodes)
-    studio: list[Outcome] = []
-    zoo: list[Outcome] = []
-    for i, seed in enumerate(SEEDS):
-        for which in ("zoo", "studio") if i % 2 == 0 else ("studio", "zoo"):
-            if which == "zoo":
-                zoo.append(zoo_to_target(seed, every, episodes))
-            else:
-                studio.append(studio_to_target(tmp_path, seed))
-    s_med = statistics.median(w for w, _, _, _ in studio)
-    z_med = statistics.median(w for w, _, _, _ in zoo)
-    ratio = s_med / z_med
-    cpu_ratio = statistics.median(c for *_, c in studio) / statistics.median(
-        c for *_, c in zoo
-    )
-    print()
-    print(
-        f"BENCH rl time to eval reward {TARGET_REWARD:g} on CartPole-v1: studio "
-        f"default preset {s_med:.1f} s, RL Zoo settings bare SB3 {z_med:.1f} s "
-        f"(median of {len(SEEDS)} seeds, alternating; eval every {every:,} "
-        f"steps, {episodes} episodes); studio/zoo = {ratio:.2f} (lower is "
-        f"better; target <= {TARGET_TIME_RATIO}; the studio takes "
-        f"{abs(1 - ratio) * 100:.0f} % {'less' if ratio < 1 else 'more'} time)"
-    )
-    # Other agents share this machine's cores: CPU seconds are less bent
-    # by them than wall seconds, so they are printed beside.
-    print(
-        f"  CPU seconds (medians): studio/zoo = {cpu_ratio:.2f}; load average "
-        f"(1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-    )
-    for name, rows in (("studio", studio), ("zoo", zoo)):
-        print(
-            f"  {name}: "
-            + ", ".join(
-                f"{w:.1f} s ({c:.1f} CPU s) / {n:,} steps"
-                + ("" if ok else " (not reached)")
-                for w, n, ok, c in rows
-            )
-        )
+    the same evaluation schedule (median of 5 seeds, alternating; a run that
+    never reaches it counts its full time)."""
+    ratio, studio, zoo = race(tmp_path, CARTPOLE, SEEDS, "rl default preset")
+    print(f"  target preset/zoo <= {TARGET_TIME_RATIO}")
     assert sum(ok for _, _, ok, _ in studio) >= sum(ok for _, _, ok, _ in zoo)
     assert ratio <= TARGET_TIME_RATIO

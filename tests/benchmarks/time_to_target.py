@@ -1,0 +1,173 @@
+"""Shared by the preset benchmarks (test_bench_rl.py, test_bench_presets.py):
+time to a target eval reward for a built-in preset against RL Zoo's
+published settings (rl-baselines3-zoo hyperparams/*.yml) run as a bare
+stable-baselines3 script with SB3's own EvalCallback and reward-threshold
+stop on the studio's evaluation schedule.
+
+The two alternate, the order flipping every seed, so a machine getting
+busier or quieter hits both alike; the figure is the ratio of the medians of
+wall seconds (CPU seconds printed beside: other processes on a shared
+machine bend wall time more). A run that never reaches the target counts
+its full time.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from engine.jobs.context import JobContext
+from engine.rl.config import validate
+from engine.rl.train import run
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A built-in preset and the RL Zoo settings it is measured against."""
+
+    env: str
+    algo: str
+    target: float
+    budget: int
+    """Most environment steps of either run (its full time counts when the
+    target is not reached)."""
+    zoo: dict[str, Any] = field(default_factory=dict)
+    """RL Zoo's hyperparameters as SB3 keyword arguments, plus ``n_envs``
+    and ``normalize``; a value ``"lin_<x>"`` is rl_zoo3's linear schedule
+    from x to 0."""
+
+
+Outcome = tuple[float, int, bool, float]
+"""(wall seconds, steps, reached the target, CPU seconds of this process)."""
+
+
+def studio_to_target(folder: Path, case: Tuned, seed: int) -> Outcome:
+    """The studio's built-in preset, stopping at the target."""
+    cfg = validate(
+        {
+            "env": case.env,
+            "algo": case.algo,
+            "seed": seed,
+            "total_steps": case.budget,
+            "target_eval_reward": case.target,
+            "checkpoint_every_steps": 0,
+        }
+    )
+    run_dir = folder / "runs" / f"target-{seed}-{time.monotonic_ns()}"
+    t0, c0 = time.perf_counter(), time.process_time()
+    ctx = JobContext(run_dir.name, run_dir, "rl.train", cfg, events=None)
+    summary = run(ctx)
+    ctx.close()
+    wall = time.perf_counter() - t0
+    reached = summary.get("stopped_by") == "target"
+    return wall, int(summary["total_steps"]), reached, time.process_time() - c0
+
+
+def _zoo_value(value: Any) -> Any:
+    """rl_zoo3's ``lin_<x>``: a schedule from x at the start to 0 at the end."""
+    if isinstance(value, str) and value.startswith("lin_"):
+        start = float(value[4:])
+        schedule: Callable[[float], float] = lambda progress: progress * start  # noqa: E731
+        return schedule
+    return value
+
+
+def zoo_to_target(case: Tuned, seed: int, eval_every: int, episodes: int) -> Outcome:
+    """RL Zoo's settings as a bare SB3 script, evaluating like the studio."""
+    import stable_baselines3
+    import torch
+    from stable_baselines3.common.callbacks import (
+        EvalCallback,
+        StopTrainingOnRewardThreshold,
+    )
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+    kwargs = {key: _zoo_value(value) for key, value in case.zoo.items()}
+    n_envs = kwargs.pop("n_envs", 1)
+    normalize = kwargs.pop("normalize", False)
+    t0, c0 = time.perf_counter(), time.process_time()
+    torch.set_num_threads(1)
+    env: VecEnv = make_vec_env(case.env, n_envs=n_envs, seed=seed)
+    eval_env: VecEnv = make_vec_env(case.env, n_envs=1, seed=seed + 10_000)
+    if normalize:  # rl_zoo3: VecNormalize with the algorithm's gamma
+        env = VecNormalize(env, gamma=kwargs["gamma"])
+        eval_env = VecNormalize(
+            eval_env, gamma=kwargs["gamma"], training=False, norm_reward=False
+        )
+    algo_class = getattr(stable_baselines3, case.algo)
+    model = algo_class("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    stop = StopTrainingOnRewardThreshold(reward_threshold=case.target, verbose=0)
+    callback = EvalCallback(
+        eval_env,
+        callback_on_new_best=stop,
+        eval_freq=max(1, eval_every // n_envs),
+        n_eval_episodes=episodes,
+        deterministic=True,
+        verbose=0,
+    )
+    model.learn(case.budget, callback=callback)
+    reached = callback.best_mean_reward >= case.target
+    env.close()
+    eval_env.close()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return wall, int(model.num_timesteps), reached, cpu
+
+
+def race(
+    folder: Path, case: Tuned, seeds: tuple[int, ...], title: str
+) -> tuple[float, list[Outcome], list[Outcome]]:
+    """The preset and RL Zoo's settings on each seed, alternating; prints
+    each run as it ends and the summary line headed ``title``. Returns
+    (preset/zoo ratio of median wall seconds, preset runs, zoo runs)."""
+    defaults = validate({"env": case.env, "algo": case.algo})
+    every, episodes = defaults["eval_every_steps"], defaults["eval_episodes"]
+    # Warm-up, not counted: the first torch optimizer imports torch._dynamo.
+    zoo_to_target(replace(case, budget=2_000), 99, every, episodes)
+    studio: list[Outcome] = []
+    zoo: list[Outcome] = []
+    for i, seed in enumerate(seeds):
+        for which in ("zoo", "studio") if i % 2 == 0 else ("studio", "zoo"):
+            if which == "zoo":
+                zoo.append(zoo_to_target(case, seed, every, episodes))
+            else:
+                studio.append(studio_to_target(folder, case, seed))
+            # Each run as it ends: a loaded machine makes the whole long.
+            w, n, ok, c = (zoo if which == "zoo" else studio)[-1]
+            print(
+                f"  {which} seed {seed}: {w:.1f} s ({c:.1f} CPU s) / {n:,} "
+                f"steps{'' if ok else ' (not reached)'}",
+                flush=True,
+            )
+    s_med = statistics.median(w for w, _, _, _ in studio)
+    z_med = statistics.median(w for w, _, _, _ in zoo)
+    ratio = s_med / z_med
+    cpu_ratio = statistics.median(c for *_, c in studio) / statistics.median(
+        c for *_, c in zoo
+    )
+    way = f"{abs(1 - ratio) * 100:.0f} % {'less' if ratio < 1 else 'more'} time"
+    print()
+    print(
+        f"BENCH {title} time to eval reward {case.target:g} on {case.env} "
+        f"({case.algo}, seeds {seeds[0]}-{seeds[-1]}): preset {s_med:.1f} s, "
+        f"RL Zoo settings bare SB3 {z_med:.1f} s (median, alternating; eval "
+        f"every {every:,} steps, {episodes} episodes); preset/zoo = "
+        f"{ratio:.2f} (lower is better; {way}); CPU seconds preset/zoo = "
+        f"{cpu_ratio:.2f}; load average (1 min) {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} cores"
+    )
+    for name, rows in (("preset", studio), ("zoo", zoo)):
+        print(
+            f"  {name}: "
+            + ", ".join(
+                f"{w:.1f} s ({c:.1f} CPU s) / {n:,} steps"
+                + ("" if ok else " (not reached)")
+                for w, n, ok, c in rows
+            )
+        )
+    return ratio, studio, zoo
