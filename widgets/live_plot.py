@@ -670,6 +670,7 @@ class _FittedGridLayout(QtWidgets.QGridLayout):
     def __init__(self, host: QtWidgets.QWidget) -> None:
         super().__init__(host)
         self._fitting = False
+        self._laid_out = False  # while fitting: the new height was laid out
 
     def setGeometry(self, rect: QtCore.QRect) -> None:
         host = self.parentWidget()
@@ -682,13 +683,16 @@ class _FittedGridLayout(QtWidgets.QGridLayout):
         ):
             wanted = max(viewport.height(), self.totalHeightForWidth(rect.width()))
             if wanted > viewport.height() and wanted != rect.height():
-                self._fitting = True
+                self._fitting, self._laid_out = True, False
                 try:
                     host.resize(rect.width(), wanted)  # lays the grid out
                 finally:
                     self._fitting = False
                 if host.height() == wanted:
+                    if not self._laid_out:  # the resize did not reach the grid
+                        super().setGeometry(host.contentsRect())
                     return
+        self._laid_out = True
         super().setGeometry(rect)
 
 
