@@ -219,6 +219,89 @@ def test_ollama_models_are_listed_chatted_with_and_deleted(qtbot, setup) -> None
         assert "other:7b" not in fake.models
 
 
+def kind_text(ws: ModelsWorkspace, model_id: str) -> str:
+    """The Kind cell of a model's row, as the table shows it."""
+    model = ws.table.model
+    row = next(i for i, r in enumerate(model.records) if r["id"] == model_id)
+    return str(model.data(model.index(row, 1)))
+
+
+def test_a_registered_deployment_is_one_row_with_its_server_entry(
+    qtbot, setup, tmp_path: Path
+) -> None:
+    """A deployment the project registered and the server's entry of it are
+    one row (the project's, with the server's size); gone from the server
+    it stays, marked; other server models stay server rows. Deleting the
+    row forgets it and leaves the model on the server."""
+    win, ws, ids = setup
+    with FakeOllama() as fake:
+        fake.models["tiny-agent:latest"] = fake_entry("tiny-agent:latest", size=5_000)
+        fake.models["other:7b"] = fake_entry("other:7b")
+        facts = {"ollama_model": "tiny-agent", "host": fake.host}
+        file = tmp_path / "tiny-agent-ollama.json"
+        file.write_text(json.dumps(facts))
+        project = Project.open(Path(win.session.state.path))
+        try:
+            deployed = project.register_model(
+                name="tiny-agent",
+                kind="ollama",
+                files=[file],
+                parents=[ids["gguf"]],
+                metrics=facts,
+            )
+        finally:
+            project.close()
+        win.session.refresh_project()
+        ws.host_edit.setText(fake.host + "/")
+        ws.refresh_button.click()
+
+        def ollama_rows() -> dict[str, dict]:
+            return {r["id"]: r for r in ws.records() if r["kind"] == "ollama"}
+
+        def status() -> str:
+            return str(ollama_rows().get(deployed.id, {}).get("server_status"))
+
+        qtbot.waitUntil(lambda: status() == "on server", timeout=15_000)
+        assert set(ollama_rows()) == {deployed.id, "ollama:other:7b"}
+        assert ollama_rows()[deployed.id]["size_bytes"] == 5_000
+        assert kind_text(ws, deployed.id) == "Ollama · on server"
+        assert kind_text(ws, "ollama:other:7b") == "Ollama"
+        ws.select(deployed.id)
+        assert ws.buttons["chat"].isEnabled()
+        qtbot.waitUntil(
+            lambda: ws.chain.titles()[-2:] == ["jira-f16", "tiny-agent"],
+            timeout=10_000,
+        )
+
+        # Gone from the server: the row stays, marked; chat is off.
+        del fake.models["tiny-agent:latest"]
+        ws.refresh_button.click()
+        qtbot.waitUntil(lambda: status() == "not on server", timeout=15_000)
+        assert set(ollama_rows()) == {deployed.id, "ollama:other:7b"}
+        assert kind_text(ws, deployed.id) == "Ollama · not on server"
+        assert "Not on server" in ws.details.text()
+        assert not ws.buttons["chat"].isEnabled()
+
+        # Back on the server; Delete forgets the row, the server keeps it
+        # and lists it as its own again.
+        fake.models["tiny-agent:latest"] = fake_entry("tiny-agent:latest", size=5_000)
+        ws.refresh_button.click()
+        qtbot.waitUntil(lambda: status() == "on server", timeout=15_000)
+        asked: list[str] = []
+        ws.confirm = lambda title, text: asked.append(text) or True
+        ws.select(deployed.id)
+        ws.buttons["delete"].click()
+        qtbot.waitUntil(
+            lambda: (
+                set(ollama_rows()) == {"ollama:tiny-agent:latest", "ollama:other:7b"}
+            ),
+            timeout=10_000,
+        )
+        assert "keeps it" in asked[0]
+        assert "tiny-agent:latest" in fake.models
+        assert not [r for r in fake.requests if r[0] == "DELETE"]
+
+
 def test_export_onnx_registers_an_onnx_model(qtbot, setup) -> None:
     win, ws, ids = setup
     ws.select(ids["policy"])

@@ -27,6 +27,8 @@ from studio.state.model_catalog import (
     lineage_chain,
     model_record,
     ollama_record,
+    on_server,
+    table_records,
 )
 from studio.state.sb3_zip import Sb3ZipError, read_sb3_zip
 from studio.state.traces import ReportError, comparison_from_report
@@ -166,6 +168,48 @@ def test_ollama_records() -> None:
     assert record["id"] == "ollama:jira-agent:latest" and record["kind"] == "ollama"
     assert record["base"] == "qwen2 494M Q8_0" and record["size_bytes"] == 397_000_000
     assert record["created"] > 1.7e9
+
+
+def test_a_registered_deployment_and_its_server_entry_are_one_row() -> None:
+    """The server's entry of a deployment the project registered (same name,
+    ``:latest`` implied, same server however spelled) is merged into the
+    project's row; a registered model gone from the server that answered is
+    marked; entries the project did not register stay server rows."""
+
+    def deployed(mid: str, name: str, host: str) -> dict:
+        return {"id": mid, "name": name, "kind": "ollama", "path": "/p/x.json",
+                "metrics": {"ollama_model": name, "host": host}}  # fmt: skip
+
+    models = [
+        deployed("m-here", "jira-agent", "http://h:1"),
+        deployed("m-gone", "old-agent", "http://h:1"),
+        deployed("m-other", "far-agent", "http://h:2"),
+        {"id": "m-g", "name": "jira-f16", "kind": "gguf", "path": "/p/m.gguf"},
+    ]
+    server = [
+        ollama_record(fake_entry("jira-agent:latest", size=123), "http://h:1"),
+        ollama_record(fake_entry("other:7b"), "http://h:1"),
+    ]
+    rows = {r["id"]: r for r in table_records(models, server, "h:1/")}
+    assert list(rows) == ["m-here", "m-gone", "m-other", "m-g", "ollama:other:7b"]
+    here = rows["m-here"]
+    assert here["server_status"] == "on server" and here["size_bytes"] == 123
+    assert here["details"]["family"] == "qwen2" and here["host"] == "http://h:1"
+    assert here["name"] == "jira-agent" and not on_server(here)
+    assert rows["m-gone"]["server_status"] == "not on server"
+    # Deployed to a server that was not asked: unknown, not missing.
+    assert "server_status" not in rows["m-other"]
+    assert "server_status" not in rows["m-g"] and "host" not in rows["m-g"]
+    assert on_server(rows["ollama:other:7b"])
+    # No server answered: every registered row, no status; nothing merged.
+    rows = {r["id"]: r for r in table_records(models)}
+    assert list(rows) == ["m-here", "m-gone", "m-other", "m-g"]
+    assert not any(r.get("server_status") for r in rows.values())
+    # The same deployment registered twice: both rows are on the server.
+    twice = [*models[:1], deployed("m-again", "jira-agent:latest", "http://h:1")]
+    rows = {r["id"]: r for r in table_records(twice, server, "http://h:1")}
+    assert list(rows) == ["m-here", "m-again", "ollama:other:7b"]
+    assert rows["m-again"]["server_status"] == "on server"
 
 
 def test_report_comparison_and_bad_reports() -> None:
@@ -316,7 +360,7 @@ def test_a_registered_deployment_ends_the_chain_and_is_no_server_record() -> Non
 
     from engine import protocol
     from studio.model_manager.controller import ModelsController
-    from studio.state.model_catalog import ollama_ref, on_server
+    from studio.state.model_catalog import ollama_ref
 
     models, runs, links = _lineage_fixture()
     facts = {"ollama_model": "jira-agent", "host": "http://h:1"}

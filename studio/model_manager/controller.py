@@ -162,6 +162,9 @@ class ModelsController(QObject):
         self._ollama_asked = 0
         self.ollama_models: list[dict[str, Any]] = []
         self.ollama_error = ""
+        self.ollama_listed_host: str | None = None
+        """The server ``ollama_models`` lists (it answered); None before a
+        listing and after one failed."""
         self.actions: dict[str, ActionRun] = {}
         session.run_ended.connect(self._on_session_run_ended)
 
@@ -235,11 +238,13 @@ class ModelsController(QObject):
         self.ollama_host = str(result.get("host") or self.ollama_host)
         self.ollama_version = str(result.get("version", ""))
         self.ollama_models = list(result.get("models") or [])
+        self.ollama_listed_host = self.ollama_host
         self.ollama_models_changed.emit(self.ollama_models)
 
     def _on_ollama_error(self, error: protocol.Error) -> None:
         self.ollama_error = error.message
         self.ollama_models = []
+        self.ollama_listed_host = None
         self.ollama_models_changed.emit([])
         self.ollama_failed.emit(error.message)
 

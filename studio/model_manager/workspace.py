@@ -47,6 +47,7 @@ from studio.model_manager.trace_viewer import TraceViewer
 from studio.session import Session
 from studio.state.model_catalog import (
     KIND_LABELS,
+    NOT_ON_SERVER,
     OLLAMA_PREFIX,
     ChainNode,
     evaluation_reports,
@@ -55,6 +56,7 @@ from studio.state.model_catalog import (
     ollama_record,
     ollama_ref,
     on_server,
+    server_status,
     table_records,
 )
 from widgets.chain_view import ChainItem, ChainView
@@ -76,13 +78,32 @@ PURPOSE_TITLES = {
     "retrain": "Reward model retraining",
 }
 
+
+def _kind_text(m: dict[str, Any]) -> str:
+    """The kind, and for a registered deployment whether its server has it."""
+    label = KIND_LABELS.get(m["kind"], m["kind"])
+    status = server_status(m)
+    return f"{label} · {status}" if status else label
+
+
+def _kind_color(m: dict[str, Any]) -> str | None:
+    if m["kind"] != "ollama":
+        return None
+    return "gray" if server_status(m) == NOT_ON_SERVER else "#d62728"
+
+
 MODEL_COLUMNS = [
     Column("Name", lambda m: m["name"]),
     Column(
         "Kind",
         lambda m: m["kind"],
-        lambda k: KIND_LABELS.get(k, k),
-        color=lambda m: "#d62728" if m["kind"] == "ollama" else None,
+        display=_kind_text,
+        color=_kind_color,
+        tooltip=lambda m: (
+            f"{server_status(m).capitalize()} {m.get('host')}"
+            if server_status(m)
+            else ""
+        ),
     ),
     Column("Env", lambda m: m.get("env", "")),
     Column("Algorithm / base", lambda m: m.get("algo") or Path(m.get("base", "")).name),
@@ -296,9 +317,10 @@ class ModelsWorkspace(QWidget):
 
     # ------------------------------------------------------------- model
     def _rebuild(self) -> None:
-        host = self.controller.ollama_host
+        listed = self.controller.ollama_listed_host
+        host = listed or self.controller.ollama_host
         ollama = [ollama_record(o, host) for o in self.controller.ollama_models]
-        self._records = table_records(self._state.models, ollama)
+        self._records = table_records(self._state.models, ollama, listed)
         self.table.set_records(self._records)
         self._show_selection()
 
@@ -477,6 +499,7 @@ class ModelsWorkspace(QWidget):
             row("Source run", self._run_name(m.get("source_run"))),
             row("Path", m.get("path")),
             row("Server", m.get("host")),
+            row("Status", server_status(m).capitalize()),
             row("Digest", str(m.get("digest", ""))[:19]),
             "</table>",
         ]
@@ -528,7 +551,8 @@ class ModelsWorkspace(QWidget):
         enabled = {
             "evaluate": policy,
             "play": policy,
-            "chat": kind in ("ollama", *HF_KINDS),
+            "chat": kind in ("ollama", *HF_KINDS)
+            and server_status(m or {}) != NOT_ON_SERVER,
             "gguf": kind in HF_KINDS,
             "onnx": kind == "sb3-policy",
             "deploy": kind == "gguf"
@@ -637,6 +661,11 @@ class ModelsWorkspace(QWidget):
             text = (
                 f"Delete {model['name']} from the Ollama server at "
                 f"{model.get('host')}? This cannot be undone."
+            )
+        elif model["kind"] == "ollama":
+            text = (
+                f"Forget the deployed model {model['name']} in this project? "
+                f"The Ollama server at {ollama_ref(model)[1]} keeps it."
             )
         else:
             text = (

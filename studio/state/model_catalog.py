@@ -149,10 +149,66 @@ def ollama_record(entry: Mapping[str, Any], host: str) -> dict[str, Any]:
     }
 
 
+ON_SERVER = "on server"
+NOT_ON_SERVER = "not on server"
+
+
+def _host_key(host: str) -> str:
+    """A server address as the engine's Ollama client spells it (scheme
+    added, no trailing slash), to compare addresses written differently."""
+    host = host.strip().rstrip("/").lower()
+    return host if "://" in host else "http://" + host
+
+
+def _name_key(name: str) -> str:
+    """An Ollama name without the implied ``:latest`` tag."""
+    return name.removesuffix(":latest")
+
+
 def table_records(
-    models: Iterable[Mapping[str, Any]], ollama: Iterable[Mapping[str, Any]] = ()
+    models: Iterable[Mapping[str, Any]],
+    ollama: Iterable[Mapping[str, Any]] = (),
+    listed_host: str | None = None,
 ) -> list[dict[str, Any]]:
-    return [model_record(m) for m in models] + [dict(o) for o in ollama]
+    """One row per model: the registered models, then the server's entries
+    (``ollama_record``) that are not deployments the project registered.
+
+    A registered deployment whose server entry is listed (same Ollama name,
+    same server) takes that entry's live facts (size, digest, details) and
+    ``server_status`` "on server"; when ``listed_host`` is the server it was
+    deployed to (that server answered with ``ollama``) and the entry is not
+    there, its ``server_status`` is "not on server". Unknown otherwise."""
+    server = {
+        (_host_key(str(o.get("host") or "")), _name_key(str(o["name"]))): dict(o)
+        for o in ollama
+    }
+    listed = _host_key(listed_host) if listed_host is not None else None
+    matched: set[tuple[str, str]] = set()
+    out = []
+    for m in models:
+        record = model_record(m)
+        if record.get("kind") == "ollama" and not on_server(record):
+            name, host = ollama_ref(record)
+            key = (_host_key(host), _name_key(name))
+            entry = server.get(key)
+            if entry is not None:
+                matched.add(key)
+                record.update(
+                    {k: entry[k] for k in ("size_bytes", "digest", "details")}
+                )
+                record["base"] = record.get("base") or entry["base"]
+                record["server_status"] = ON_SERVER
+            elif listed is not None and key[0] == listed:
+                record["server_status"] = NOT_ON_SERVER
+            record["host"] = host
+        out.append(record)
+    return out + [o for key, o in server.items() if key not in matched]
+
+
+def server_status(model: Mapping[str, Any]) -> str:
+    """Whether a registered deployment is on its server ("on server", "not
+    on server"), "" when unknown or not a deployment."""
+    return str(model.get("server_status") or "")
 
 
 # ------------------------------------------------------------------ reports
