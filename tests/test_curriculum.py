@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "resources" / "examples"
 RESOLUTION = EXAMPLES / "envs" / "jira_issue_resolution.env.json"
 MAZE = EXAMPLES / "envs" / "maze.env.json"
+PIPELINE = EXAMPLES / "envs" / "jira_release_pipeline.env.json"
 
 
 @pytest.fixture
@@ -244,6 +245,37 @@ def test_grid_difficulty_shrinks_the_area_and_drops_traps_and_slip() -> None:
     assert env.shortest_path_length() == full_path and env.traps
 
 
+def random_success(env: WorkflowEnv, episodes: int, tasks: list[int]) -> float:
+    """Success rate of a policy picking uniformly among the valid tools, on
+    the tasks ``tasks`` in turn."""
+    rng = np.random.default_rng(0)
+    wins = 0
+    for i in range(episodes):
+        env.reset(seed=i, options={"task": tasks[i % len(tasks)]})
+        done = False
+        while not done:
+            action = rng.choice(np.flatnonzero(env.action_masks()))
+            _, _, terminated, truncated, info = env.step(action)
+            done = terminated or truncated
+        wins += info["is_success"]
+    return wins / episodes
+
+
+def test_the_release_pipeline_is_long_and_sparse_and_short_at_easy_stages() -> None:
+    """The hardest bundled Jira env: issues need up to nine transitions,
+    most wait in the backlog (eight), and random tools almost never get a
+    long one there; the short issues an easy stage plays are often won."""
+    env = WorkflowEnv(load_spec(PIPELINE))
+    difficulty = env.model.task_difficulty
+    counts = Counter(difficulty)
+    assert sorted(counts) == list(range(1, 10))
+    assert sum(n for d, n in counts.items() if d >= 7) >= 0.8 * len(difficulty)
+    long = [i for i, d in enumerate(difficulty) if d >= 7]
+    short = [i for i, d in enumerate(difficulty) if d <= 2]
+    assert random_success(env, 400, long) < 0.01
+    assert random_success(env, 200, short) > 0.2
+
+
 # ------------------------------------------------------------ the dashboard
 def test_the_stage_has_its_own_chart_and_the_rate_sits_with_rates() -> None:
     from widgets.live_plot import GROUP_AXES, group_for_key
@@ -327,6 +359,45 @@ def test_an_sb3_run_advances_through_the_stages_and_resumes_there(
     run(True)
     later = [r for r in rows_of(run_dir) if r["step"] > 12_000 and STAGE_METRIC in r]
     assert later and later[0][STAGE_METRIC] == reached
+
+
+@pytest.mark.slow
+def test_maskable_ppo_on_the_release_pipeline_advances_a_stage(project: Path) -> None:
+    """A curriculum on the hardest Jira env moves on once the short issues
+    are learnt (the benchmark: tests/benchmarks/test_bench_curriculum.py)."""
+    from engine.jobs.context import JobContext
+    from engine.rl import train as rltrain
+    from engine.rl.config import validate
+
+    cfg = validate(
+        {
+            "env": "rlstudio/jira_release_pipeline-v0",
+            "algo": "MaskablePPO",
+            "total_steps": 4000,
+            "seed": 0,
+            "n_envs": 8,
+            "eval_every_steps": 1000,
+            "eval_episodes": 20,
+            "checkpoint_every_steps": 0,
+            "torch_threads": 1,
+            "project_dir": str(project),
+            "curriculum": {
+                "stages": [{"max_task_difficulty": 2}, {"max_task_difficulty": 4}, {}],
+                "threshold": 0.9,
+                "window": 20,
+            },
+        }
+    )
+    run_dir = project / "runs" / "pipeline"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("pipeline", run_dir, "rl.train", cfg, events=None)
+    try:
+        summary = rltrain.run(ctx)
+    finally:
+        ctx.close()
+    assert summary["curriculum"]["highest"] >= 1, summary["curriculum"]
+    stages = [r[STAGE_METRIC] for r in rows_of(run_dir) if STAGE_METRIC in r]
+    assert stages[0] == 0 and max(stages) >= 1, stages
 
 
 def test_language_model_rollouts_advance_with_the_expert(project: Path) -> None:

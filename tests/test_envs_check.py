@@ -41,6 +41,7 @@ def _save(project: Path, doc: dict, name: str = "variant") -> Path:
         "cartpole",
         "jira_comment_management",
         "jira_issue_resolution",
+        "jira_release_pipeline",
         "jira_status_update",
         "maze",
     ],

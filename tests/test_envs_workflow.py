@@ -23,6 +23,7 @@ NAMES = [
     "cartpole",
     "jira_comment_management",
     "jira_issue_resolution",
+    "jira_release_pipeline",
     "jira_status_update",
     "maze",
 ]

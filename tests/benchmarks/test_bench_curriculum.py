@@ -2,17 +2,25 @@
 curriculum: environment steps to 95 % evaluation success, and what was
 reached.
 
-The hardest env is ``jira_status_update``: each issue has its own target
-status (to Won't Do, to Blocked, back to In Progress as well as to Done).
-Under the earlier status reward a detour to Done paid more than a quarter
-of those targets and success plateaued near 0.8 with or without a
-curriculum; with potential-based status shaping (potential 0 where an
-episode ends) the shortest successful path earns the most and both runs
-reach 95 %. The curriculum starts with one-step issues, then issues of up
-to two steps, then all, advancing when 90 % of the last 50 evaluation
-episodes succeed, so it cannot leave a stage sooner than one evaluation
-later. (Shortening episodes with the issues, one step then two, left seed
-2 at the two-step stage, its success 0.2-0.9 through 30,000 steps.)
+The hardest env is ``jira_release_pipeline``: an issue goes Backlog,
+Triage, Ready, In Progress, Code Review, QA, Staging, UAT, Done, one
+correct tool a step among three to five valid ones (commenting always
+is, and leaves the status); review, QA and the customer may send it back
+(probabilistic outcomes), parking or blocking it loses progress, and
+closing it (Won't Do, Duplicate, Cancelled) ends the episode as a failure.
+The reward is sparse: 1 on reaching the target status, -0.01 a step,
+nothing else. 34 of its 40 issues need 7 to 9 transitions (26 wait in the
+backlog), one issue each 1 to 6; valid tools picked at random finish a
+long issue in about 0.1 % of episodes. A plain run learns the chain from
+the few short issues it happens to sample; the curriculum plays issues of
+up to 2 steps, then 4, 6, 7, then all (the env as designed), advancing
+when 90 % of the last 50 evaluation episodes at the stage succeed, so it
+cannot leave a stage sooner than one evaluation later.
+
+The earlier choice, ``jira_status_update`` (issues of 1 to 3 steps with
+potential-based status shaping), is learnt by plain MaskablePPO in its
+first update (95 % at 3,000 steps); a curriculum there (one step, two,
+all) could only cost steps: 95 % at 5,000, curriculum / plain = 1.67.
 
 Both runs: the studio's ``rl.train``, same seed, preset, 8 envs, evaluation
 every 1,000 steps over 50 greedy episodes; several seeds, alternating which
@@ -21,6 +29,16 @@ stage; the plain run's every evaluation): steps to the first evaluation at
 95 % or more (steps at easier stages count), steps until the mean of 5
 evaluations in a row (250 episodes) reaches 80 %, and the mean success of
 the last 10 evaluations.
+
+Measured (2026-11-27, seeds 0-2, the same configuration run two at a time
+on a loaded 2-core box, 6-12 min a run, about 1 min on an idle one; step
+counts are seeded, not timed):
+steps to a 95 % evaluation, plain 15,000 / 19,000 / 12,000, curriculum
+12,000 / 17,000 / 12,000 (its last stage from 11,000 / 13,000 / 7,000);
+curriculum / plain, median = 12,000 / 15,000 = 0.80, 20 % fewer steps (per
+seed 0.80, 0.89, 1.00: fewer in two seeds, as many in one). Both runs
+plateau before a jump: plain near 0.2 at full difficulty, the curriculum
+near 0.6-0.8 at its 7-step stage (the one adding Triage and Blocked).
 
 Run: nice -n 19 .venv/bin/pytest tests/benchmarks/test_bench_curriculum.py -s
 -o addopts=""
@@ -44,15 +62,21 @@ from engine.rl.train import run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "resources" / "examples"
-ENV = "rlstudio/jira_status_update-v0"
-BUDGET = 20_000
+ENV = "rlstudio/jira_release_pipeline-v0"
+BUDGET = 40_000
 SEEDS = (0, 1, 2)
 EVAL_EVERY = 1000
 SUCCESS = 0.95
 SMOOTH = (5, 0.8)
 """Evaluations averaged, and the rate their mean must reach."""
 CURRICULUM = {
-    "stages": [{"max_task_difficulty": 1}, {"max_task_difficulty": 2}, {}],
+    "stages": [
+        {"max_task_difficulty": 2},
+        {"max_task_difficulty": 4},
+        {"max_task_difficulty": 6},
+        {"max_task_difficulty": 7},
+        {},
+    ],
     "threshold": 0.9,
     "window": 50,
 }
@@ -135,7 +159,10 @@ def test_curriculum_against_plain_maskable_ppo(tmp_path: Path) -> None:
     def steps(rs: list[dict[str, Any]], key: str) -> str:
         values = [r[key] for r in rs]
         done = [v for v in values if v is not None]
-        text = f"{values} (reached in {len(done)}/{len(rs)} seeds"
+        shown = [
+            f"{v:,}" if v is not None else f"not within {BUDGET:,}" for v in values
+        ]
+        text = f"{shown} (reached in {len(done)}/{len(rs)} seeds"
         if done:
             text += f", median {statistics.median(done):,.0f}"
         return text + ")"
@@ -164,8 +191,10 @@ def test_curriculum_against_plain_maskable_ppo(tmp_path: Path) -> None:
         r["final_success"] for r in results["curriculum"]
     ) / max(1e-9, statistics.median(r["final_success"] for r in results["plain"]))
     print(f"  curriculum / plain, median final success = {final_ratio:.3f}")
-    # the reward's optimum is the task, so every plain run reaches 95 %; the
-    # curriculum moved (a seed may stay at a stage it cannot pass: its
-    # success is reported, 0 at full difficulty)
-    assert all(r["steps_to_95"] is not None for r in results["plain"]), results
-    assert any(max(r["stages"]) > 0 for r in results["curriculum"]), results
+    # every curriculum run reaches the env as designed and 95 % there, in
+    # fewer steps than the plain runs (the median; step counts are seeded,
+    # not timed, so the load does not move them)
+    assert all(r["steps_to_95"] is not None for r in results["curriculum"]), results
+    assert capped(results["curriculum"], "steps_to_95") < capped(
+        results["plain"], "steps_to_95"
+    ), results
