@@ -37,6 +37,13 @@ TUNED = (
             "ent_coef": 0.0,
         },
     ),
+    Tuned(
+        env="Pendulum-v1",
+        algo="SAC",
+        target=-200.0,
+        budget=20_000,
+        zoo={"learning_rate": 1e-3},  # hyperparams/sac.yml; SB3's defaults else
+    ),
 )
 
 
