@@ -81,7 +81,8 @@ CURRICULUM = {
     "window": 50,
 }
 
-pytestmark = pytest.mark.bench
+# Six 40,000-step runs, one after another: 5-25 min on two shared cores.
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 
 
 def train(project: Path, seed: int, curriculum: bool) -> dict[str, Any]:
