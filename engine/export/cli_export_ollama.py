@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.export.ollama import BUNDLE_ONLY_EXIT
+from engine.export.ollama import BUNDLE_ONLY_EXIT, file_stem
 from engine.export.ollama_job import EXPORT_TYPES, OllamaExportConfig
 from engine.settings import fields_of
 
@@ -73,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
             ),
         }
     )
-    safe = cfg["name"].replace(":", "-").replace("/", "-")
-    work_dir = args.out or Path.cwd() / f"{safe}-export"
+    work_dir = args.out or Path.cwd() / f"{file_stem(cfg['name'])}-export"
     work_dir.mkdir(parents=True, exist_ok=True)
     result = export_to_ollama(
         cfg,

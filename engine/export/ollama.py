@@ -648,6 +648,11 @@ OLLAMA_MODEL_KIND = "ollama"
 """The kind of a project model that lives on an Ollama server."""
 
 
+def file_stem(name: str) -> str:
+    """An Ollama model name (``family/model:tag``) as one file-name part."""
+    return name.replace(":", "-").replace("/", "-")
+
+
 def deployed_model_entry(
     result: DeployResult, folder: Path, parents: list[str]
 ) -> dict[str, Any]:
@@ -658,8 +663,7 @@ def deployed_model_entry(
     from engine.contract import atomic_write_json
 
     facts = {"ollama_model": result.name, "host": result.host}
-    safe = result.name.replace(":", "-").replace("/", "-")
-    file = folder / f"{safe}-ollama.json"
+    file = folder / f"{file_stem(result.name)}-ollama.json"
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_json(file, facts)
     return {

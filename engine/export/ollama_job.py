@@ -179,14 +179,14 @@ def export_to_ollama(
     merge reports none) or between stages, keeping what finished stages made.
     """
     from engine.export.gguf import export_gguf
-    from engine.export.ollama import deploy_gguf, deployed_model_entry
+    from engine.export.ollama import deploy_gguf, deployed_model_entry, file_stem
 
     stages = [Stage(k, STAGE_TITLES[k]) for k in cfg["stages"]]
     total = float(len(stages))
     say = log or (lambda text: None)
     src = Path(cfg["model"])
     name: str = cfg["name"]
-    safe = name.replace(":", "-").replace("/", "-")
+    safe = file_stem(name)
     parents = list(cfg["parents"])
     models: list[dict[str, Any]] = []
     current = src
