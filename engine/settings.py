@@ -84,6 +84,7 @@ def setting(
     search: Search | None = None,
     picker: str = "",
     offer: Callable[[], Offer] | None = None,
+    structure: type | None = None,
 ) -> Any:
     """A dataclass field carrying a setting's metadata.
 
@@ -93,7 +94,11 @@ def setting(
     apply to each item. ``picker`` (one of :data:`PICKER_KINDS`) makes forms
     offer a searchable list of known values for a text field. ``offer``
     tells forms what this machine allows (see :class:`Offer`); it must import
-    nothing heavy, as the supervisor asks it.
+    nothing heavy, as the supervisor asks it. ``structure`` names the config
+    dataclass whose settings an object-valued setting holds; a form that
+    knows where it applies edits it as one nested field
+    (:func:`structure_form_field`), flat forms and node parameters leave it
+    out.
     """
     assert not picker or picker in PICKER_KINDS, picker
     metadata = {
@@ -110,6 +115,7 @@ def setting(
         "search": search,
         "picker": picker,
         "offer": offer,
+        "structure": structure,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -153,6 +159,7 @@ class FieldInfo:
     search: Search | None = None
     picker: str = ""
     offer: Callable[[], Offer] | None = None
+    structure: type | None = None
 
     def offered(self) -> Offer:
         """What this machine allows of the setting now (everything when it
@@ -234,6 +241,7 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
                 search=meta.get("search"),
                 picker=meta.get("picker", ""),
                 offer=meta.get("offer"),
+                structure=meta.get("structure"),
             )
         )
     return tuple(out)
@@ -352,12 +360,15 @@ def title_of(info: FieldInfo) -> str:
     return info.label or info.name.replace("_", " ").capitalize()
 
 
-def form_type(info: FieldInfo) -> str | None:
-    """The form type of a setting, None for one a form cannot edit."""
+def form_type(info: FieldInfo, *, lists: bool = False) -> str | None:
+    """The form type of a setting, None for one a form cannot edit; with
+    ``lists``, a ``list[int]`` setting is ``int_list`` (typed as ``3, 4``)."""
     if info.choices:
         return "choice"
     if info.kind in SCALAR_KINDS:
         return info.kind
+    if lists and info.kind == "list[int]":
+        return "int_list"
     return None
 
 
@@ -367,9 +378,11 @@ def form_field(
     name: str | None = None,
     default: Any = dataclasses.MISSING,
     group: str | None = None,
+    lists: bool = False,
 ) -> dict[str, Any]:
-    """The setting as a ``widgets.param_form`` schema."""
-    kind = form_type(info)
+    """The setting as a ``widgets.param_form`` schema (``lists``: see
+    :func:`form_type`)."""
+    kind = form_type(info, lists=lists)
     assert kind is not None, f"{info.name} cannot be edited in a form"
     out: dict[str, Any] = {
         "name": name or info.name,
@@ -399,6 +412,55 @@ def form_field(
     for key in ("exclusive_min", "exclusive_max"):
         if getattr(info, key):
             out[key] = True
+    return out
+
+
+def structure_form_field(
+    info: FieldInfo,
+    *,
+    rows: Mapping[str, type],
+    default: Any = dataclasses.MISSING,
+    group: str | None = None,
+) -> dict[str, Any]:
+    """An object-valued setting (``info.structure`` names its dataclass) as
+    one ``object`` form field: each form setting of that dataclass a
+    sub-field, and each list setting named in ``rows`` a ``rows`` sub-field
+    (a table, one row per item) whose columns are the settings of the
+    dataclass ``rows`` gives for it. A row leaves out the columns at their
+    default, so ``{}`` is a row of defaults."""
+    assert info.structure is not None, f"{info.name} declares no structure"
+    fields: list[dict[str, Any]] = []
+    for sub in fields_of(info.structure).values():
+        if sub.name in rows:
+            columns = [
+                form_field(col, lists=True)
+                for col in fields_of(rows[sub.name]).values()
+                if col.form and form_type(col, lists=True) is not None
+            ]
+            fields.append(
+                {
+                    "name": sub.name,
+                    "type": "rows",
+                    "columns": columns,
+                    "default": sub.default,
+                    "min_rows": 1,
+                    "help": sub.help,
+                    "title": title_of(sub),
+                }
+            )
+        elif sub.form and form_type(sub) is not None:
+            fields.append(form_field(sub, group=""))
+    out: dict[str, Any] = {
+        "name": info.name,
+        "type": "object",
+        "fields": fields,
+        "default": info.default if default is dataclasses.MISSING else default,
+        "help": info.help,
+        "title": title_of(info),
+        "group": info.group if group is None else group,
+    }
+    if info.optional:
+        out["optional"] = True
     return out
 
 

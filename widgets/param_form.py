@@ -18,10 +18,20 @@ it does not (one of them as the value, from an old document, is shown as
 such and kept, for the engine to refuse with its reason). ``disabled`` (one
 sentence) shows the field disabled, the reason as its tooltip and a grey
 note under it.
+
+Two types hold structures: ``rows`` (a list of records; ``columns`` are
+field schemas, ``min_rows`` the fewest it takes; see
+:class:`widgets.rows_editor.RowsEditor`) and ``object`` (a dict whose
+``fields`` are field schemas, shown as a nested form; ``optional`` adds a
+check box turning it on, the value None when off; it can also be edited as
+JSON, see :class:`ObjectField`). A problem anywhere in one shows one sentence
+under it and the form keeps its last good value. An error the host reports
+for a path inside a field (``curriculum.stages[0].slip``) shows on that field.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -34,68 +44,30 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QPlainTextEdit,
     QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
+from widgets.form_values import ERROR_STYLE, INT64_MAX, check_value
 from widgets.picker import PickerEntry, SearchPicker
+from widgets.rows_editor import RowsEditor
 
-ERROR_STYLE = "border: 1px solid #d62728;"
-INT64_MAX = 2**63 - 1
-"""Largest whole number a field takes (the engine refuses larger ones)."""
-
-
-def check_value(schema: Mapping[str, Any], text: str) -> tuple[Any, str]:
-    """Parse ``text`` for ``schema``: ``(value, "")`` or ``(None, error sentence)``."""
-    kind = schema.get("type", "str")
-    title = schema.get("title") or schema["name"]
-    text = text.strip()
-    if text == "":
-        if schema.get("optional"):
-            return None, ""
-        if kind in ("str", "path"):
-            return "", ""
-        return None, f"{title} needs a value."
-    if kind == "int":
-        try:
-            value: Any = int(text.replace("_", "").replace(",", ""))
-        except ValueError:
-            return None, f"{title} must be a whole number."
-        if abs(value) > INT64_MAX:  # JSON readers refuse more than 64 bits
-            return None, f"{title} must be a whole number of at most 19 digits."
-    elif kind == "float":
-        try:
-            value = float(text)
-        except ValueError:
-            return None, f"{title} must be a number."
-        if value != value or value in (float("inf"), float("-inf")):
-            return None, f"{title} must be a finite number."
-    else:
-        value = text
-    if kind in ("int", "float"):
-        lo, hi = schema.get("min"), schema.get("max")
-        if lo is not None:
-            if schema.get("exclusive_min") and value <= lo:
-                return None, f"{title} must be greater than {lo}."
-            if value < lo:
-                return None, f"{title} must be at least {lo}."
-        if hi is not None:
-            if schema.get("exclusive_max") and value >= hi:
-                return None, f"{title} must be less than {hi}."
-            if value > hi:
-                return None, f"{title} must be at most {hi}."
-    return value, ""
+__all__ = ["ERROR_STYLE", "INT64_MAX", "ObjectField", "ParamForm", "check_value"]
 
 
 class ParamForm(QWidget):
     """Emits ``values_changed(dict)`` with every valid edit and
     ``validity_changed(bool)`` when the form as a whole becomes (in)valid;
     ``picker_search_requested(kind, text)`` when the user searches a picker
-    field (the host may add entries found elsewhere, e.g. on the Hub)."""
+    field (the host may add entries found elsewhere, e.g. on the Hub);
+    ``errors_changed(dict)`` when the sentences on its fields change."""
 
     values_changed = Signal(dict)
     validity_changed = Signal(bool)
     picker_search_requested = Signal(str, str)
+    errors_changed = Signal(dict)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -164,8 +136,16 @@ class ParamForm(QWidget):
                 reason.setStyleSheet("color: gray;")
                 column.addRow(reason)
             column.addRow(error)
-            self._layout.addRow(label, cell)
-        self._set_valid(True)
+            if isinstance(editor, ObjectField):
+                self._layout.addRow(cell)  # the whole width; it names itself
+            else:
+                self._layout.addRow(label, cell)
+            if isinstance(editor, RowsEditor | ObjectField):
+                # Its value as the editor reads it (a bad one kept as given).
+                if not editor.problem():
+                    self._values[name] = editor.value()
+                self._set_error(name, editor.problem())
+        self._set_valid(not self._errors)
 
     def values(self) -> dict[str, Any]:
         """The current values (the last valid value of a field in error)."""
@@ -229,17 +209,47 @@ class ParamForm(QWidget):
             picker.set_status(text)
 
     def set_external_errors(self, errors: Mapping[str, str]) -> None:
-        """Show errors found elsewhere (the engine's validation) on their fields."""
+        """Show errors found elsewhere (the engine's validation) on their
+        fields; one for a path inside a field (``a.b``, ``a[0]``) on that
+        field."""
+        by_field: dict[str, str] = {}
+        for path, message in errors.items():
+            name = self._field_of(path)
+            if name is not None:
+                by_field.setdefault(name, message)
         for name, label in self._error_labels.items():
-            message = errors.get(name) or self._errors.get(name, "")
+            message = by_field.get(name) or self._errors.get(name, "")
             label.setText(message)
             label.setVisible(bool(message))
+
+    def _field_of(self, path: str) -> str | None:
+        """The field ``path`` names or lies inside (the longest such name)."""
+        if path in self._error_labels:
+            return path
+        inside = [n for n in self._error_labels if path.startswith((f"{n}.", f"{n}["))]
+        return max(inside, key=len) if inside else None
 
     # -------------------------------------------------------- editors
     def _make_editor(self, schema: dict[str, Any], value: Any) -> QWidget:
         kind = schema.get("type", "str")
         name = schema["name"]
         tip = schema.get("help", "")
+        if kind in ("rows", "object"):
+            editor: RowsEditor | ObjectField
+            if kind == "rows":
+                editor = RowsEditor(
+                    schema.get("columns", []),
+                    title=schema.get("title") or name,
+                    min_rows=int(schema.get("min_rows", 0)),
+                )
+                editor.set_value(value or [])
+            else:
+                editor = ObjectField(schema)
+                editor.set_value(value)
+            editor.setToolTip(tip)
+            editor.value_changed.connect(lambda v, n=name: self._accept(n, v))
+            editor.problem_changed.connect(lambda p, n=name: self._set_error(n, p))
+            return editor
         if kind in ("bool", "choice") and schema.get("optional"):
             # An empty first entry: leave the value to the engine.
             options = (
@@ -334,15 +344,25 @@ class ParamForm(QWidget):
         name = schema["name"]
         edit.setStyleSheet(ERROR_STYLE if error else "")
         edit.setToolTip(error or schema.get("help", ""))
-        label = self._error_labels[name]
-        label.setText(error)
-        label.setVisible(bool(error))
+        self._set_error(name, error)
+        if not error:
+            self._accept(name, value)
+
+    def _set_error(self, name: str, error: str) -> None:
+        """Show ``error`` (one sentence; empty: none) under the field (an
+        object field shows its own, where the problem lies)."""
+        label = self._error_labels.get(name)
+        if label is not None and not isinstance(self._editors.get(name), ObjectField):
+            label.setText(error)
+            label.setVisible(bool(error))
+        if error == self._errors.get(name, ""):
+            return
         if error:
             self._errors[name] = error
-            self._set_valid(False)
-            return
-        self._errors.pop(name, None)
-        self._accept(name, value)
+        else:
+            self._errors.pop(name, None)
+        self._set_valid(not self._errors)
+        self.errors_changed.emit(self.errors())
 
     def _accept(self, name: str, value: Any) -> None:
         self._values[name] = value
@@ -353,3 +373,187 @@ class ParamForm(QWidget):
         if valid != self._valid:
             self._valid = valid
             self.validity_changed.emit(valid)
+
+
+class ObjectField(QWidget):
+    """An ``object`` field: a nested :class:`ParamForm` of its ``fields``
+    (an optional one behind a check box), or the same value as JSON text
+    ("Edit as JSON"). Emits ``value_changed(object)`` with every good edit
+    (a dict without the unset optional settings, or None when off) and
+    ``problem_changed(str)`` when the sentence saying what is wrong changes;
+    ``value()`` keeps the last good value."""
+
+    value_changed = Signal(object)
+    problem_changed = Signal(str)
+
+    def __init__(self, schema: Mapping[str, Any], parent: QWidget | None = None):
+        super().__init__(parent)
+        self._fields = [dict(f) for f in schema.get("fields", [])]
+        self._title = str(schema.get("title") or schema["name"])
+        self._value: dict[str, Any] | None = None
+        self._problem = ""
+        self._loaded_problem = ""
+        self._json_problem = ""
+        self._loading = False
+        optional = bool(schema.get("optional"))
+        self.enabled_box = QCheckBox(f"Use {self._title.lower()}")
+        self.enabled_box.setToolTip(schema.get("help", ""))
+        self.enabled_box.setVisible(optional)
+        self.enabled_box.setChecked(not optional)
+        title = QLabel(self._title, toolTip=schema.get("help", ""))
+        title.setVisible(not optional)
+        self.enabled_box.toggled.connect(self._on_enabled_box_toggled)
+        self.json_button = QToolButton(text="Edit as JSON", checkable=True)
+        self.json_button.setToolTip("Edit the settings as one JSON object")
+        self.json_button.toggled.connect(self._on_json_button_toggled)
+        self.form = ParamForm()
+        self.form.values_changed.connect(self._update)
+        self.form.errors_changed.connect(self._update)
+        self.json_edit = QPlainTextEdit()
+        self.json_edit.setObjectName("json")
+        self.json_edit.hide()
+        self.json_edit.textChanged.connect(self._on_json_edit_text_changed)
+        self.problem_label = QLabel(styleSheet="color: #d62728;", wordWrap=True)
+        self.problem_label.hide()
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.enabled_box)
+        top.addWidget(title)
+        top.addStretch(1)
+        top.addWidget(self.json_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(top)
+        layout.addWidget(self.form)
+        layout.addWidget(self.json_edit)
+        layout.addWidget(self.problem_label)
+        self._load({})
+        self._show_body()
+
+    # ------------------------------------------------------------ API
+    def value(self) -> dict[str, Any] | None:
+        return None if self._value is None else dict(self._value)
+
+    def problem(self) -> str:
+        return self._problem
+
+    def set_value(self, value: Any) -> None:
+        """Show ``value`` (None: off); a key no field has, or a value that
+        is no object, is a problem."""
+        self._json_problem = ""
+        if value is None:
+            self._set_enabled(False)
+            self._load({})
+        else:
+            self._set_enabled(True)
+            self._load(value)
+        if self.json_button.isChecked():
+            self._show_json()
+        self._update()
+
+    # ------------------------------------------------------------ inside
+    def _set_enabled(self, on: bool) -> None:
+        self._loading = True
+        self.enabled_box.setChecked(on or self.enabled_box.isHidden())
+        self._loading = False
+        self._show_body()
+
+    def _load(self, value: Any) -> None:
+        """Rebuild the nested form from ``value`` (a dict of its fields)."""
+        names = [f["name"] for f in self._fields]
+        self._loaded_problem = ""
+        if not isinstance(value, dict):
+            self._loaded_problem = f"{self._title} must be an object of settings."
+            value = {}
+        unknown = [k for k in value if k not in names]
+        if unknown:
+            self._loaded_problem = (
+                f"{unknown[0]!r} is not a setting of {self._title}; it has "
+                f"{', '.join(names)}."
+            )
+        values = {k: v for k, v in value.items() if k in names}
+        for field in self._fields:  # a table that needs rows starts with them
+            if field.get("type") == "rows" and field["name"] not in values:
+                values[field["name"]] = [{}] * int(field.get("min_rows", 0))
+        self._loading = True
+        self.form.set_schema(self._fields, values)
+        self._loading = False
+
+    def _current(self) -> dict[str, Any] | None:
+        if not self.enabled_box.isChecked():
+            return None
+        return {k: v for k, v in self.form.values().items() if v is not None}
+
+    def _update(self, *_: Any) -> None:
+        if self._loading:
+            return
+        problem = ""
+        if self.enabled_box.isChecked():
+            errors = self.form.errors()
+            problem = (
+                self._json_problem
+                or self._loaded_problem
+                or next(iter(errors.values()), "")
+            )
+        # Shown here unless a field of the nested form shows it.
+        own = problem in (self._json_problem, self._loaded_problem)
+        own = own or self.json_button.isChecked()
+        self.problem_label.setText(problem if own else "")
+        self.problem_label.setVisible(bool(problem) and own)
+        if problem != self._problem:
+            self._problem = problem
+            self.problem_changed.emit(problem)
+        value = self._current()
+        if not problem and value != self._value:
+            self._value = value
+            self.value_changed.emit(self.value())
+
+    def _show_body(self) -> None:
+        on = self.enabled_box.isChecked()
+        json_mode = self.json_button.isChecked()
+        self.json_button.setEnabled(on)
+        self.form.setVisible(on and not json_mode)
+        self.json_edit.setVisible(on and json_mode)
+
+    def _show_json(self) -> None:
+        self._loading = True
+        self.json_edit.setPlainText(json.dumps(self._current() or {}, indent=1))
+        self._loading = False
+
+    def _on_enabled_box_toggled(self, on: bool) -> None:
+        if self._loading:
+            return
+        self._json_problem = ""
+        if not on:
+            self.json_button.setChecked(False)
+        self._show_body()
+        self._update()
+
+    def _on_json_button_toggled(self, on: bool) -> None:
+        if on:
+            self._show_json()
+        elif self._problem:
+            self._json_problem = ""  # back to the last good settings
+            self._load(self._value if self._value is not None else {})
+        self._show_body()
+        self._update()
+
+    def _on_json_edit_text_changed(self) -> None:
+        if self._loading:
+            return
+        try:
+            value = json.loads(self.json_edit.toPlainText() or "{}")
+        except json.JSONDecodeError as exc:
+            self._json_problem = (
+                f"{self._title} is not valid JSON: {exc.msg.lower()} at line "
+                f"{exc.lineno}, column {exc.colno}."
+            )
+            self._update()
+            return
+        if not isinstance(value, dict):
+            self._json_problem = f"{self._title} must be a JSON object of settings."
+            self._update()
+            return
+        self._json_problem = ""
+        self._load(value)
+        self._update()

@@ -103,8 +103,9 @@ class CurriculumConfig:
     """A curriculum: stages of difficulty, easiest first, and when to move."""
 
     stages: list[dict[str, Any]] = setting(factory=list, form=False)
-    """Difficulty settings of each stage (see :data:`DIFFICULTY`); the last
-    is usually the env as designed (``{}``)."""
+    """Difficulty settings of each stage, one object per stage with the
+    settings of the env's kind; the last is usually the env as designed
+    (``{}``)."""
     threshold: float = setting(0.8, min=0, max=1, label="Advance at")
     """Success rate over the window that moves to the next stage."""
     window: int = setting(20, min=1, unit="episodes")

@@ -39,9 +39,12 @@ from engine.settings import FieldInfo, fields_of, param_spec, parse_list_text
 
 HP_GROUP = "Hyperparameters"
 RUN_PARAMS = tuple(
-    name for name, info in fields_of(TrainConfig).items() if info.form and name != "env"
+    name
+    for name, info in fields_of(TrainConfig).items()
+    if info.form and info.structure is None and name != "env"
 )
-"""The run settings the Train node has a parameter for (the run dialog's)."""
+"""The run settings the Train node has a parameter for (the run dialog's
+flat ones; a curriculum goes in its settings JSON)."""
 # Settings the Train node sets from its own parameters or inputs; the
 # "settings" JSON may carry any other rl.train setting.
 _OWN_SETTINGS = (

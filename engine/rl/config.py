@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import contract
+from engine.envs.curriculum import CurriculumConfig
 from engine.errors import ConfigError
 from engine.settings import Search, check_fields, defaults_of, fields_of, setting
 
@@ -377,7 +378,9 @@ class TrainConfig:
     its p(good) ('' = the env's reward alone)."""
     learned_reward_weight: float = setting(1.0, min=-100, max=100, form=False)
     """Weight of the learned reward added to the env's."""
-    curriculum: dict[str, Any] | None = setting(None, form=False)
+    curriculum: dict[str, Any] | None = setting(
+        None, group="Curriculum", structure=CurriculumConfig
+    )
     """Stages of difficulty of a designed env, easiest first, and when to
     move between them (``engine.envs.curriculum.CurriculumConfig``); None:
     the env as designed throughout."""

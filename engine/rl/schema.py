@@ -8,13 +8,19 @@ Defaults are the environment's preset where it has one (or the project
 preset the ``preset`` field names, which the field offers); a client sends only
 the fields the user changed, so the engine keeps fitting the rest (rollout
 sizes to the step budget and the hardware).
+
+A designed env with difficulty settings (a workflow or grid env of the
+project) gets a ``curriculum`` field: an ``object`` field
+(:func:`engine.settings.structure_form_field`) whose stage table has a
+column per difficulty setting of the env's kind; other envs get none.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.errors import ConfigError
+from engine.envs.curriculum import DIFFICULTY
+from engine.errors import ConfigError, EngineError
 from engine.rl.config import (
     ALGO_CONFIGS,
     DEFAULT_TOTAL_STEPS,
@@ -24,7 +30,7 @@ from engine.rl.config import (
     preset_names,
     preset_provenance,
 )
-from engine.settings import fields_of, form_field, form_type
+from engine.settings import fields_of, form_field, form_type, structure_form_field
 
 COMMON_ENVS = (
     "CartPole-v1",
@@ -54,7 +60,12 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
             preset = dict(record["settings"])
             chosen = str(values["preset"])
     fields: list[dict[str, Any]] = []
+    difficulty = difficulty_kind(env, project_dir)
     for info in fields_of(TrainConfig).values():
+        if info.name == "curriculum" and difficulty is not None:
+            stages = {"stages": DIFFICULTY[difficulty]}
+            fields.append(structure_form_field(info, rows=stages))
+            continue
         if not info.form or form_type(info) is None:
             continue
         default = preset.get(info.name, info.default)
@@ -84,3 +95,16 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
     return fields
+
+
+def difficulty_kind(env: str, project_dir: Any) -> str | None:
+    """The kind of the designed env ``env`` (in the project) when that kind
+    has difficulty settings (a curriculum applies), else None."""
+    from engine.envs.spec import designed_spec_file, read_spec_json
+
+    try:
+        path = designed_spec_file(env, project_dir)
+        kind = read_spec_json(path).get("kind") if path is not None else None
+    except EngineError:
+        return None  # the validator says why when the run is started
+    return kind if isinstance(kind, str) and kind in DIFFICULTY else None
