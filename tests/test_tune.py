@@ -213,6 +213,17 @@ BASE = ["--env", "CartPole-v1", "--algo", "PPO", "--trials", "2", "--steps", "51
         ([*BASE, "--search", "activation=a:b"], "activation takes choices"),
         ([*BASE, "--search", "activation=tanh,sigmoid"], "activation must be one of"),
         ([*BASE, "--search", "seed=1:9"], "'seed' is no setting a sweep of PPO"),
+        (
+            [*BASE, "--search", "net_arch=[64,64],[256"],
+            "--search net_arch takes lists of whole numbers, like "
+            "net_arch=[64,64],[256,256], not '[64,64],[256'.",
+        ),
+        ([*BASE, "--search", "net_arch=64,64"], "takes lists of whole numbers"),
+        (
+            [*BASE, "--search", "net_arch=[64,0]"],
+            "Each item of net_arch must be at least 1, not 0.",
+        ),
+        ([*BASE, "--search", "net_arch"], "net_arch has no default choices"),
         ([*BASE, "--storage", "sqlite:////no/such/folder/s.db"], "cannot be opened"),
         ([*BASE, "--storage", "nosuchdb://host/x"], "cannot be opened"),
         (
@@ -276,3 +287,42 @@ def test_default_search_space_comes_from_the_field_declarations() -> None:
     dims = tune.parse_search(["gamma", "activation=tanh,relu", "n_envs=4,8"], "PPO")
     assert [d.kind for d in dims] == ["float", "choice", "choice"]
     assert dims[2].top and dims[2].choices == (4, 8)
+
+
+def test_list_settings_are_searched_as_choices_of_lists() -> None:
+    (dim,) = tune.parse_search(["net_arch=[64,64], [256,256],[64, 64]"], "PPO")
+    assert dim == tune.Dimension("net_arch", "choice", choices=([64, 64], [256, 256]))
+    assert tune.Dimension.from_json(json.loads(json.dumps(dim.to_json()))) == dim
+    assert dim.value("[256,256]") == [256, 256] and dim.value(3) == 3
+    assert tune.choice_key([64, 64]) == "[64,64]" and tune.choice_key(0.5) == 0.5
+
+
+def test_a_sweep_over_net_arch_trains_each_choice_and_saves_the_best_as_a_list(
+    tmp_path: Path,
+) -> None:
+    project_dir = tmp_path / "p"
+    done = _tune(
+        "--env", "CartPole-v1", "--algo", "PPO", "--trials", "3",
+        "--steps", "512", "--project", str(project_dir), "--study", "arch",
+        "--search", "net_arch=[8],[16,16]", *FIXED, "--save-preset", "arch-best",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["finished"] == 3 and summary["completed"] >= 1
+    url = f"sqlite:///{project_dir / 'data' / 'sweeps.db'}"
+    trials = _study(url, "arch").get_trials()
+    # Optuna keeps each choice as its text; the run got the list.
+    assert {t.params["net_arch"] for t in trials} <= {"[8]", "[16,16]"}
+    project = Project.open(project_dir)
+    try:
+        for t in trials:
+            config = project.get_run(t.user_attrs["run_id"]).config
+            assert config["hyperparameters"]["net_arch"] == json.loads(
+                t.params["net_arch"]
+            )
+    finally:
+        project.close()
+    best = summary["best_params"]["net_arch"]
+    assert best in ([8], [16, 16])
+    preset = json.loads((project_dir / "presets" / "arch-best.preset.json").read_text())
+    assert preset["settings"]["net_arch"] == best

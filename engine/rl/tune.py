@@ -19,6 +19,11 @@ give other ranges or choices::
         --project P --workers 2 --search learning_rate=1e-4:1e-2:log \\
         --search gamma --search n_epochs=5,10,20 --save-preset cartpole-fast
 
+A list setting (``net_arch``) is searched among lists written as JSON,
+``--search net_arch=[64,64],[256,256]``; Optuna stores each choice as its
+compact JSON text (a categorical parameter takes only scalars), read back
+as the list wherever a trial's values are used (:meth:`Dimension.value`).
+
 ``--workers K`` starts K worker processes here; ``rl-studio-engine tune
 --study NAME --storage URL --project DIR`` on another machine joins the same
 study with workers of its own. The command prints a line per finished trial
@@ -119,12 +124,15 @@ class Dimension:
     high: float | None = None
     log: bool = False
     choices: tuple[Any, ...] = ()
+    """The values of a ``choice``: scalars, or lists (kept in Optuna as
+    :func:`choice_key` texts)."""
     top: bool = False
     """A run setting (``n_envs``) rather than a hyperparameter."""
 
     def suggest(self, trial: optuna.trial.Trial) -> Any:
         if self.kind == "choice":
-            return trial.suggest_categorical(self.name, list(self.choices))
+            keys = [choice_key(c) for c in self.choices]
+            return self.value(trial.suggest_categorical(self.name, keys))
         assert self.low is not None and self.high is not None
         if self.kind == "int":
             return trial.suggest_int(
@@ -141,6 +149,32 @@ class Dimension:
     def from_json(cls, data: dict[str, Any]) -> Dimension:
         return cls(**{**data, "choices": tuple(data.get("choices", ()))})
 
+    def value(self, param: Any) -> Any:
+        """The setting's value for ``param`` as Optuna stored it (a list
+        choice's text read back as the list)."""
+        if self.kind == "choice" and isinstance(param, str):
+            for choice in self.choices:
+                if isinstance(choice, list) and choice_key(choice) == param:
+                    return list(choice)
+        return param
+
+
+def choice_key(choice: Any) -> Any:
+    """A choice as Optuna keeps it: a list as its compact JSON text
+    (``[64,64]``), a scalar as it is."""
+    if isinstance(choice, list | tuple):
+        return json.dumps(list(choice), separators=(",", ":"))
+    return choice
+
+
+def trial_values(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's Optuna ``params`` as the settings' values (list choices
+    read back as lists)."""
+    dims = {d["name"]: Dimension.from_json(d) for d in settings["search"]}
+    return {
+        name: dims[name].value(v) if name in dims else v for name, v in params.items()
+    }
+
 
 def searchable(algo: str) -> dict[str, tuple[FieldInfo, bool]]:
     """The settings a sweep of ``algo`` may vary: name -> (field, is a run
@@ -154,7 +188,9 @@ def searchable(algo: str) -> dict[str, tuple[FieldInfo, bool]]:
         if name not in NOT_SEARCHED and info.kind in SCALAR_KINDS
     }
     for name, info in fields_of(ALGO_CONFIGS[algo]).items():
-        if info.kind in SCALAR_KINDS and not (info.kind == "str" and not info.choices):
+        if info.kind == "list[int]" or (
+            info.kind in SCALAR_KINDS and not (info.kind == "str" and not info.choices)
+        ):
             out[name] = (info, False)
     return out
 
@@ -162,6 +198,12 @@ def searchable(algo: str) -> dict[str, tuple[FieldInfo, bool]]:
 def _hinted(info: FieldInfo, top: bool) -> Dimension:
     """The setting's default range, from its declaration."""
     hint = info.search
+    if hint is None and info.kind == "list[int]":
+        raise ConfigError(
+            info.name,
+            f"{info.name} has no default choices; give --search "
+            f"{info.name}=[64,64],[256,256].",
+        )
     if hint is None:
         raise ConfigError(
             info.name,
@@ -198,8 +240,9 @@ def _value(info: FieldInfo, raw: str) -> Any:
 
 def parse_search(items: list[str], algo: str) -> list[Dimension]:
     """``--search`` items as dimensions: ``KEY`` (its declared range),
-    ``KEY=low:high[:log]`` or ``KEY=a,b,c``; a ConfigError naming the
-    setting on anything that cannot be searched."""
+    ``KEY=low:high[:log]``, ``KEY=a,b,c``, or for a list setting
+    ``KEY=[a,b],[c,d]``; a ConfigError naming the setting on anything that
+    cannot be searched."""
     fields = searchable(algo)
     out: dict[str, Dimension] = {}
     for item in items:
@@ -219,7 +262,10 @@ def parse_search(items: list[str], algo: str) -> list[Dimension]:
             out[key] = _hinted(info, top)
             continue
         numeric = info.kind in ("int", "float") and not info.choices
-        if ":" in raw and numeric:
+        if info.kind == "list[int]":
+            choices = _list_choices(info, raw)
+            out[key] = Dimension(key, "choice", choices=choices, top=top)
+        elif ":" in raw and numeric:
             parts = raw.split(":")
             log = len(parts) == 3 and parts[2].strip() == "log"
             if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
@@ -249,6 +295,26 @@ def parse_search(items: list[str], algo: str) -> list[Dimension]:
             choices = tuple(dict.fromkeys(_value(info, p) for p in raw.split(",")))
             out[key] = Dimension(key, "choice", choices=choices, top=top)
     return list(out.values())
+
+
+def _list_choices(info: FieldInfo, raw: str) -> tuple[list[int], ...]:
+    """``[64,64],[256,256]`` as the list setting's choices (each checked
+    against its bounds, repeats dropped); a ConfigError otherwise."""
+    from engine.settings import check_value
+
+    key = info.name
+    try:
+        items = json.loads(f"[{raw}]")
+    except json.JSONDecodeError:
+        items = None
+    if not items or not all(isinstance(item, list) and item for item in items):
+        raise ConfigError(
+            key,
+            f"--search {key} takes lists of whole numbers, like "
+            f"{key}=[64,64],[256,256], not {raw!r}.",
+        )
+    checked = [check_value(info, item, key) for item in items]
+    return tuple({choice_key(c): c for c in checked}.values())
 
 
 # --------------------------------------------------------------------------
@@ -555,7 +621,7 @@ def _run_taken(
     n = trial.number
     objective = objective_of(settings)
     dims = [Dimension.from_json(d) for d in settings["search"]]
-    params = {d.name: d.suggest(trial) for d in dims}
+    params = {d.name: d.suggest(trial) for d in dims}  # list choices as lists
     try:
         config = validate(trial_config(settings, dims, params, project.path, n))
     except ConfigError as exc:
@@ -689,7 +755,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="KEY[=low:high[:log]|=a,b,c]",
         help="a setting to search (repeatable); KEY alone takes its declared "
-        "range (default: every setting that declares one)",
+        "range (default: every setting that declares one); a list setting "
+        "takes lists, e.g. net_arch=[64,64],[256,256]",
     )
     parser.add_argument(
         "--set",
@@ -936,7 +1003,7 @@ def _summary(
         "pruned": sum(t.state == TrialState.PRUNED for t in done),
         "failed": sum(t.state == TrialState.FAIL for t in done),
         "best_value": None if best is None else best.value,
-        "best_params": None if best is None else best.params,
+        "best_params": None if best is None else trial_values(settings, best.params),
         "best_trial": None if best is None else best.number,
         "best_run_id": None if best is None else best.user_attrs.get("run_id"),
     }
@@ -1216,8 +1283,9 @@ class TuneConfig:
     workers: int = setting(1, min=1, max=64, group="Sweep")
     """Worker processes on this machine."""
     search: list[str] | None = setting(None, form=False)
-    """``KEY``, ``KEY=low:high[:log]`` or ``KEY=a,b,c`` items (None: every
-    setting that declares a default range)."""
+    """``KEY``, ``KEY=low:high[:log]`` or ``KEY=a,b,c`` items, a list
+    setting's ``KEY=[a,b],[c,d]`` (None: every setting that declares a
+    default range)."""
     settings: list[str] = setting(factory=list, form=False)
     """``key=value`` items fixed for every trial."""
     seed: int | None = setting(None, min=0, max=2**31 - 1, group="Sweep")
