@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QLabel, QLineEdit
+from PySide6.QtWidgets import QCheckBox, QLabel, QLineEdit, QWidget
 
 from engine.envs.curriculum import (
     DIFFICULTY,
@@ -70,6 +70,13 @@ def type_cell(table: RowsEditor, row: int, title: str, text: str) -> None:
     titles = [" ".join(h.split()).split(" (")[0] for h in headers]
     (column,) = [i for i, t in enumerate(titles) if t == title]
     table.table.item(row, column).setText(text)
+
+
+def click(qtbot: Any, button: QWidget) -> None:
+    """Click ``button`` once the layout has given it a size (a section just
+    shown is laid out by the event loop)."""
+    qtbot.waitUntil(lambda: button.height() > 0)
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
 def retype(edit: QLineEdit, qtbot: Any, text: str) -> None:
@@ -136,17 +143,17 @@ def test_the_stage_table_gives_a_config_the_engine_accepts(
         "start_stage": 0,
     }
     # Two easier stages before the maze as designed, moved into place.
-    qtbot.mouseClick(table.add_button, Qt.MouseButton.LeftButton)
-    qtbot.mouseClick(table.add_button, Qt.MouseButton.LeftButton)
+    click(qtbot, table.add_button)
+    click(qtbot, table.add_button)
     type_cell(table, 2, "Size", "3, 3")
     type_cell(table, 2, "Max steps", "30")
     table.table.item(2, 2).setCheckState(Qt.CheckState.Unchecked)  # no traps
     type_cell(table, 1, "Slip", "0")
     table.select_row(2)
-    qtbot.mouseClick(table.up_button, Qt.MouseButton.LeftButton)
-    qtbot.mouseClick(table.up_button, Qt.MouseButton.LeftButton)
+    click(qtbot, table.up_button)
+    click(qtbot, table.up_button)
     table.select_row(2)
-    qtbot.mouseClick(table.up_button, Qt.MouseButton.LeftButton)
+    click(qtbot, table.up_button)
     threshold = field.form.editor("threshold")
     assert isinstance(threshold, QLineEdit)
     retype(threshold, qtbot, "0.7")
@@ -212,18 +219,18 @@ def test_bad_input_shows_one_sentence_and_keeps_the_saved_config(
     assert saved["stages"] == [{}, {"transition_noise": 0.1}]
 
     table.select_row(0)
-    qtbot.mouseClick(table.remove_button, Qt.MouseButton.LeftButton)
+    click(qtbot, table.remove_button)
     saved = form.values()["curriculum"]
     assert saved["stages"] == [{"transition_noise": 0.1}]
     table.select_row(0)
-    qtbot.mouseClick(table.remove_button, Qt.MouseButton.LeftButton)
+    click(qtbot, table.remove_button)
     refused("Stages needs at least 1 row; add one.")
-    qtbot.mouseClick(table.add_button, Qt.MouseButton.LeftButton)
+    click(qtbot, table.add_button)
     assert form.is_valid() and form.values()["curriculum"]["stages"] == [{}]
     saved = form.values()["curriculum"]
 
     # The same settings as JSON: unknown keys and broken text are refused.
-    qtbot.mouseClick(field.json_button, Qt.MouseButton.LeftButton)
+    click(qtbot, field.json_button)
     assert field.form.isHidden() and not field.json_edit.isHidden()
     field.json_edit.setPlainText('{"stages": [{}], "speed": 2}')
     refused(
@@ -249,7 +256,7 @@ def test_bad_input_shows_one_sentence_and_keeps_the_saved_config(
         "start_stage": 0,
     }
     # Back to the table, which shows what the JSON said.
-    qtbot.mouseClick(field.json_button, Qt.MouseButton.LeftButton)
+    click(qtbot, field.json_button)
     _, table = parts(form)
     assert table.table.rowCount() == 2 and table.table.item(0, 2).text() == "12"
 
@@ -264,6 +271,10 @@ def test_an_engine_error_inside_the_curriculum_shows_on_its_field(
     form.set_external_errors({"curriculum.stages[0].size": sentence})
     qtbot.waitUntil(lambda: shown_sentences(form) == [sentence])
     assert form.is_valid()  # the engine's errors are shown, not owned
+    _, table = parts(form)
+    type_cell(table, 0, "Size", "3, 3")  # an edit: the engine's word is old
+    qtbot.waitUntil(lambda: shown_sentences(form) == [])
+    assert form.values()["curriculum"]["stages"] == [{"size": [3, 3]}]
 
 
 def test_an_optional_object_field_starts_off_and_seeds_its_rows(qtbot: Any) -> None:
@@ -296,3 +307,62 @@ def test_an_optional_object_field_starts_off_and_seeds_its_rows(qtbot: Any) -> N
     field.set_value("steps")
     assert field.problem() == "Plan must be an object of settings."
     assert field.value() == {"steps": [{}, {}]}
+
+
+# ------------------------------------------------------------ the dialog
+def test_the_run_dialog_sends_the_curriculum_and_shows_the_engines_refusal(
+    qtbot: Any, tmp_path: Path
+) -> None:
+    """Through the real engine: the New run dialog on a designed maze shows
+    the curriculum, a refused one (back_threshold above threshold) shows the
+    engine's sentence on the field and the dialog stays open, the fixed one
+    starts a run whose config holds it."""
+    from studio_harness import build_main_window, start_on_project
+
+    win = build_main_window(qtbot, tmp_path)
+    try:
+        start_on_project(qtbot, win, tmp_path / "project", create=True)
+        shutil.copy(EXAMPLES / "envs" / "maze.env.json", tmp_path / "project" / "envs")
+        training = win.workspaces["training"]
+        dialog = training.open_run_dialog({"env": MAZE, "algo": "PPO"})
+        qtbot.waitUntil(lambda: "curriculum" in dialog.form.values(), timeout=30_000)
+        field, table = parts(dialog.form)
+        field.enabled_box.click()
+        click(qtbot, table.add_button)
+        type_cell(table, 0, "Size", "3, 3")
+        back = field.form.editor("back_threshold")
+        assert isinstance(back, QLineEdit)
+        retype(back, qtbot, "0.9")
+        for name, text in (("total_steps", "256"), ("eval_every_steps", "128"),
+                           ("eval_episodes", "2"), ("n_envs", "1")):  # fmt: skip
+            edit = dialog.form.editor(name)
+            assert isinstance(edit, QLineEdit)
+            retype(edit, qtbot, text)
+        assert dialog.form.is_valid(), dialog.form.errors()
+        sent = {"stages": [{"size": [3, 3]}, {}], "threshold": 0.8, "window": 20,
+                "back_threshold": 0.9, "start_stage": 0}  # fmt: skip
+        assert dialog.config()["curriculum"] == sent
+        dialog.buttons.accepted.emit()
+        sentence = (
+            "back_threshold (0.9) must be below threshold (0.8), or every stage "
+            "would be left both ways."
+        )
+        qtbot.waitUntil(lambda: dialog.message.text() == sentence, timeout=30_000)
+        qtbot.waitUntil(lambda: sentence in shown_sentences(dialog.form))
+        assert dialog.isVisible() and not dialog.started_run_id
+        retype(back, qtbot, "0.5")
+        qtbot.waitUntil(lambda: sentence not in shown_sentences(dialog.form))
+        with qtbot.waitSignal(dialog.accepted, timeout=30_000):
+            dialog.buttons.accepted.emit()
+        run_id = dialog.started_run_id
+        state = win.session.state
+        qtbot.waitUntil(
+            lambda: (state.run(run_id) or {}).get("status") == "completed",
+            timeout=180_000,
+        )
+        config = (state.run(run_id) or {})["config"]
+        assert config["curriculum"] == check_curriculum(
+            {**sent, "back_threshold": 0.5}, "grid"
+        )
+    finally:
+        win.session.client.stop()

@@ -247,7 +247,9 @@ class ParamForm(QWidget):
                 editor = ObjectField(schema)
                 editor.set_value(value)
             editor.setToolTip(tip)
-            editor.value_changed.connect(lambda v, n=name: self._accept(n, v))
+            editor.value_changed.connect(
+                lambda v, n=name: self._on_structure_value_changed(n, v)
+            )
             editor.problem_changed.connect(lambda p, n=name: self._set_error(n, p))
             return editor
         if kind in ("bool", "choice") and schema.get("optional"):
@@ -348,13 +350,18 @@ class ParamForm(QWidget):
         if not error:
             self._accept(name, value)
 
+    def _on_structure_value_changed(self, name: str, value: Any) -> None:
+        self._set_error(name, "")  # a good value: no engine error stays shown
+        self._accept(name, value)
+
     def _set_error(self, name: str, error: str) -> None:
         """Show ``error`` (one sentence; empty: none) under the field (an
         object field shows its own, where the problem lies)."""
         label = self._error_labels.get(name)
-        if label is not None and not isinstance(self._editors.get(name), ObjectField):
-            label.setText(error)
-            label.setVisible(bool(error))
+        if label is not None:  # also clears an engine error shown there
+            inside = isinstance(self._editors.get(name), ObjectField)
+            label.setText("" if inside else error)
+            label.setVisible(bool(error) and not inside)
         if error == self._errors.get(name, ""):
             return
         if error:
