@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -418,6 +419,10 @@ class ObjectField(QWidget):
         self.form.errors_changed.connect(self._update)
         self.json_edit = QPlainTextEdit()
         self.json_edit.setObjectName("json")
+        self.json_edit.setFont(
+            QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        )
+        self.json_edit.setMaximumHeight(160)
         self.json_edit.hide()
         self.json_edit.textChanged.connect(self._on_json_edit_text_changed)
         self.problem_label = QLabel(styleSheet="color: #d62728;", wordWrap=True)
