@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import shutil
 import sys
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +20,8 @@ from engine.rl.cli import build_config, configure
 from engine.rl.config import ALGO_CONFIGS, TrainConfig, validate
 from engine.rl.train import reproduce_argv
 from engine.settings import field_docs
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "resources" / "examples"
 
 
 class MaskedEnv(gym.Env[np.ndarray, int]):
@@ -293,7 +297,7 @@ def _installed(env_id: str) -> bool:
     [(env, algo) for env, by_algo in rlconfig.PRESETS.items() for algo in by_algo],
 )
 def test_every_built_in_preset_validates_and_says_where_it_comes_from(
-    env_id: str, algo: str
+    env_id: str, algo: str, tmp_path: Path
 ) -> None:
     where = rlconfig.PRESETS[env_id][algo]["provenance"]
     if "study" in where:  # tuned here: the whole record
@@ -305,10 +309,16 @@ def test_every_built_in_preset_validates_and_says_where_it_comes_from(
     text = rlconfig.preset_provenance(env_id, algo)
     assert text.startswith(f"The built-in preset for {algo} on {env_id}: ")
     assert "provenance" not in rlconfig.preset_for(env_id, algo)
-    if not _installed(env_id):
+    project: dict[str, str] = {}
+    if env_id.startswith("rlstudio/"):  # a bundled designed env
+        shutil.copytree(EXAMPLES / "envs", tmp_path / "envs")
+        shutil.copytree(EXAMPLES / "data", tmp_path / "data")
+        project["project_dir"] = str(tmp_path)
+    elif not _installed(env_id):
         pytest.skip(f"{env_id} is not installed here")
-    cfg = validate({"env": env_id, "algo": algo, "seed": 1})
+    cfg = validate({"env": env_id, "algo": algo, "seed": 1, **project})
     assert "provenance" not in cfg["hyperparameters"]
+    assert cfg["algo"] == algo
 
 
 def test_the_preset_provenance_is_shown_in_the_form_and_the_help(tmp_path) -> None:

@@ -171,3 +171,128 @@ def race(
             )
         )
     return ratio, studio, zoo
+
+
+# --------------------------------------------------------------------------
+# Designed envs (resources/examples/envs): RL Zoo has no settings for them, so
+# a tuned preset races what a run gets without one, the engine's defaults.
+# --------------------------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "resources" / "examples"
+
+
+@dataclass(frozen=True)
+class Designed:
+    """A built-in preset for a bundled designed env and the target it races
+    the engine's defaults to (the settings a run had before the preset)."""
+
+    env: str
+    """``rlstudio/<name>-v0``."""
+    algo: str
+    target: float
+    budget: int
+    """Most environment steps of either run (its full time counts when the
+    target is not reached)."""
+
+
+def bundled_project(folder: Path) -> Path:
+    """A project folder holding the bundled designed envs and their data."""
+    import shutil
+
+    if not (folder / "envs").exists():
+        shutil.copytree(EXAMPLES / "envs", folder / "envs")
+        shutil.copytree(EXAMPLES / "data", folder / "data")
+    return folder
+
+
+def designed_to_target(
+    project: Path, case: Designed, seed: int, *, preset: bool
+) -> Outcome:
+    """A run of ``case`` stopping at its target: with the built-in preset,
+    or (``preset=False``) with the engine's defaults, as before the preset
+    existed (the env's entry is left out of PRESETS meanwhile)."""
+    from engine.rl.config import PRESETS
+
+    config = {
+        "env": case.env,
+        "algo": case.algo,
+        "seed": seed,
+        "total_steps": case.budget,
+        "target_eval_reward": case.target,
+        "checkpoint_every_steps": 0,
+        "project_dir": str(project),
+    }
+    # Without the preset the env's entry is out of PRESETS for the whole run,
+    # so the run's log says it has none.
+    saved = None if preset else PRESETS.pop(case.env, None)
+    try:
+        cfg = validate(config)
+        name = f"{'preset' if preset else 'default'}-{seed}-{time.monotonic_ns()}"
+        run_dir = project / "runs" / name
+        t0, c0 = time.perf_counter(), time.process_time()
+        ctx = JobContext(run_dir.name, run_dir, "rl.train", cfg, events=None)
+        summary = run(ctx)
+        ctx.close()
+    finally:
+        if saved is not None:
+            PRESETS[case.env] = saved
+    wall = time.perf_counter() - t0
+    reached = summary.get("stopped_by") == "target"
+    return wall, int(summary["total_steps"]), reached, time.process_time() - c0
+
+
+def race_defaults(
+    folder: Path, case: Designed, seeds: tuple[int, ...], title: str
+) -> tuple[float, list[Outcome], list[Outcome]]:
+    """The built-in preset and the engine's defaults on each seed,
+    alternating; prints each run as it ends and the summary line headed
+    ``title``. Returns (preset/default ratio of median wall seconds, preset
+    runs, default runs)."""
+    project = bundled_project(folder)
+    # Warm-up, not counted: imports and the first optimizer.
+    designed_to_target(project, replace(case, budget=1_000), 99, preset=False)
+    tuned: list[Outcome] = []
+    default: list[Outcome] = []
+    for i, seed in enumerate(seeds):
+        for which in ("default", "preset") if i % 2 == 0 else ("preset", "default"):
+            rows = tuned if which == "preset" else default
+            rows.append(
+                designed_to_target(project, case, seed, preset=which == "preset")
+            )
+            w, n, ok, c = rows[-1]
+            print(
+                f"  {which} seed {seed}: {w:.1f} s ({c:.1f} CPU s) / {n:,} "
+                f"steps{'' if ok else ' (not reached)'}",
+                flush=True,
+            )
+    t_med = statistics.median(w for w, _, _, _ in tuned)
+    d_med = statistics.median(w for w, _, _, _ in default)
+    ratio = t_med / d_med
+    cpu_ratio = statistics.median(c for *_, c in tuned) / statistics.median(
+        c for *_, c in default
+    )
+    t_steps = statistics.median(n for _, n, _, _ in tuned)
+    d_steps = statistics.median(n for _, n, _, _ in default)
+    way = f"{abs(1 - ratio) * 100:.0f} % {'less' if ratio < 1 else 'more'} time"
+    cpu_way = f"{abs(1 - cpu_ratio) * 100:.0f} % {'less' if cpu_ratio < 1 else 'more'}"
+    print()
+    print(
+        f"BENCH {title} time to eval mean reward {case.target:g} on {case.env} "
+        f"({case.algo}, seeds {', '.join(map(str, seeds))}, budget "
+        f"{case.budget:,} steps): preset {t_med:.1f} s, engine defaults "
+        f"{d_med:.1f} s (median, alternating); preset/default = {ratio:.2f} "
+        f"(lower is better; {way}); CPU seconds preset/default = "
+        f"{cpu_ratio:.2f} ({cpu_way}); median steps {t_steps:,.0f} against "
+        f"{d_steps:,.0f} (preset/default = {t_steps / d_steps:.2f}); load "
+        f"average (1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    for label, rows in (("preset", tuned), ("default", default)):
+        print(
+            f"  {label}: "
+            + ", ".join(
+                f"{w:.1f} s ({c:.1f} CPU s) / {n:,} steps"
+                + ("" if ok else " (not reached)")
+                for w, n, ok, c in rows
+            )
+        )
+    return ratio, tuned, default
