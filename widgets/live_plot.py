@@ -11,8 +11,10 @@ Redraws happen on the panel's own timer (25 Hz) and only for dirty curves, with
 one ``setData`` each. Series are assumed append-only between redraws; each
 curve keeps an incremental EMA (smoothing) and a min/max pyramid so a redraw
 costs O(pixels), not O(points): the panel clips to the visible x range and
-peak-decimates to about two points per pixel before ``setData``. pyqtgraph's
-own ``clipToView`` and ``peak`` auto-downsampling stay on as a safety net.
+reduces a dense curve to the max and min of each pixel column (kept between
+redraws, so a tick redoes only the last column and the new points). A curve
+is a lean polyline item (:class:`_Line`) rather than a PlotDataItem, whose
+per-change and per-paint bookkeeping was most of a frame.
 """
 
 from __future__ import annotations
@@ -183,8 +185,9 @@ _THEMES = {
     },
 }
 X_AXES = ("step", "time")
-#: Above this many drawn points a curve uses a 1 px pen: Qt draws wide pens
-#: about 10x slower (measured: 3 curves x 2,800 points, 4 ms vs 45 ms a paint).
+#: Above this many drawn raw points a curve uses a 1 px pen: Qt draws wide
+#: pens about 10x slower (measured: 3 curves x 2,800 points, 4 ms vs 45 ms a
+#: paint). A decimated curve always does.
 _WIDE_PEN_MAX_POINTS = 1500
 
 
@@ -250,6 +253,9 @@ class _PeakPyramid:
     def __init__(self) -> None:
         self.levels: list[_Growable] = []  # rows: 0 = min, 1 = max
         self.n = 0
+        # The last columns drawn: (key, end, first point of the last
+        # column, column numbers, maxima, minima); see columns().
+        self._columns: tuple | None = None
 
     def update(self, y: np.ndarray) -> None:
         """Take in points appended since the last update (``len(y) >= self.n``)."""
@@ -273,31 +279,103 @@ class _PeakPyramid:
                     grow.extend(lo, hi)
             level += 1
 
-    def decimate(
-        self, x: np.ndarray, y: np.ndarray, i0: int, i1: int, target: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Points ``[i0, i1)`` reduced to about ``2 * target`` (min and max)."""
+    def columns(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        i0: int,
+        i1: int,
+        span: tuple[float, float],
+        count: int,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Points ``[i0, i1)`` as the max and min of each of ``count`` pixel
+        columns over the x range ``span`` (x ascending), between the exact
+        first and last points; None when there are at most two points per
+        column.
+
+        Columns are taken from the coarsest pyramid level whose buckets hold
+        at most a quarter of a column's points (a bucket goes to the column
+        its first point falls in: a column edge is off by less than a quarter
+        of a pixel), plus the raw points around the whole buckets. Columns
+        are kept: while ``x``, ``i0``, ``span`` and ``count`` stay, a call
+        after an append redoes only the last column and the new points."""
         m = i1 - i0
-        if m <= 2 * target or not self.levels:
-            return x[i0:i1], y[i0:i1]
-        level = max(0, math.ceil(math.log2(m / target)) - self.BASE)
+        lo, hi = span
+        if m <= 2 * count or count < 1 or not hi > lo:
+            return None
+        level = math.floor(math.log2(m / count / 4)) - self.BASE
         level = min(level, len(self.levels) - 1)
-        size = 1 << (self.BASE + level)
-        grow = self.levels[level]
-        b0 = i0 // size
-        b1 = min(-(-i1 // size), grow.n)
-        if b1 <= b0:
-            return x[i0:i1], y[i0:i1]
-        mids = np.arange(b0, b1) * size + size // 2
-        xs = np.repeat(x[mids], 2)
-        ys = np.empty(2 * (b1 - b0))
-        ys[0::2] = grow.data[1, b0:b1]
-        ys[1::2] = grow.data[0, b0:b1]
-        tail = b1 * size
-        if tail < i1:  # points after the last complete bucket, drawn as they are
-            xs = np.concatenate([xs, x[tail:i1]])
-            ys = np.concatenate([ys, y[tail:i1]])
+        key = (x.__array_interface__["data"][0], i0, lo, hi, count, level)
+        kept = self._columns
+        if kept is not None and kept[0] == key and kept[1] <= i1:
+            # Redo from the first point of the last kept column (it may grow).
+            _, _, start, cols, tops, bottoms = kept
+            new = self._segments(x, y, start, i1, level, lo, hi, count)
+            cols = np.concatenate([cols[:-1], new[0]])
+            tops = np.concatenate([tops[:-1], new[1]])
+            bottoms = np.concatenate([bottoms[:-1], new[2]])
+            start = new[3]
+        else:
+            cols, tops, bottoms, start = self._segments(
+                x, y, i0, i1, level, lo, hi, count
+            )
+        self._columns = (key, i1, start, cols, tops, bottoms)
+        step = (hi - lo) / count
+        xc = np.clip(lo + step * (cols + 0.5), x[i0], x[i1 - 1])
+        xs = np.empty(2 * len(cols) + 2)
+        ys = np.empty(2 * len(cols) + 2)
+        xs[1:-1] = np.repeat(xc, 2)
+        ys[1:-1:2] = tops
+        ys[2:-1:2] = bottoms
+        xs[0], ys[0] = x[i0], y[i0]
+        xs[-1], ys[-1] = x[i1 - 1], y[i1 - 1]
         return xs, ys
+
+    def _segments(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        i0: int,
+        i1: int,
+        level: int,
+        lo: float,
+        hi: float,
+        count: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """(column, max, min) of each column that points ``[i0, i1)`` fall
+        in, and the index of the first point of the last column."""
+        size = 1 << (self.BASE + level) if level >= 0 else 1
+        b0 = -(-i0 // size)
+        b1 = max(b0, min(i1 // size, self.levels[level].n)) if level >= 0 else b0
+        head, tail = (b0 * size, b1 * size) if b1 > b0 else (i1, i1)
+        # Source elements: raw points before the whole buckets, the buckets
+        # (placed by their first point), raw points after them.
+        src_x = np.concatenate([x[i0:head], x[head:tail:size], x[tail:i1]])
+        if b1 > b0:
+            grow = self.levels[level].data
+            src_hi = np.concatenate([y[i0:head], grow[1, b0:b1], y[tail:i1]])
+            src_lo = np.concatenate([y[i0:head], grow[0, b0:b1], y[tail:i1]])
+        else:
+            src_hi = src_lo = y[i0:i1]
+        step = (hi - lo) / count
+        # Left of the span: the first column; right of it: the last.
+        col = np.clip((src_x - lo) / step, 0, count - 1).astype(np.int64)
+        k = np.flatnonzero(np.diff(col)) + 1
+        k = np.concatenate([[0], k])
+        last = int(k[-1])
+        nh, nb = head - i0, b1 - b0
+        if last < nh:
+            first = i0 + last
+        elif last < nh + nb:
+            first = (b0 + last - nh) * size
+        else:
+            first = tail + last - nh - nb
+        return (
+            col[k],
+            np.maximum.reduceat(src_hi, k),
+            np.minimum.reduceat(src_lo, k),
+            first,
+        )
 
 
 class _Display:
@@ -468,13 +546,116 @@ class _PlotWidget(pg.PlotWidget):
         return QtCore.QSize(420, 220)
 
 
+class _Line(pg.GraphicsObject):
+    """One curve of a plot: a polyline through points in view coordinates,
+    with round symbols when asked (an evaluation's points).
+
+    pyqtgraph's PlotDataItem did the same with some sixty Python calls per
+    data change and per paint (display-dataset copies, bounds from nanmin
+    and nanmax, pixel padding from the device transform, a new
+    QPainterPath): with 12 curves, most of a frame. The panel decimates,
+    clips and knows its data to be finite, so a line keeps a QPolygonF and
+    claims the plot's view rectangle (all that a changed curve repaints
+    anyway): nothing to measure per change. Its attributes are the ones the
+    panel and its tests read of a PlotDataItem: ``getData()``,
+    ``opts["pen"]``, ``implements("plotData")`` (listed by
+    ``PlotItem.listDataItems``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opts: dict[str, object] = {"pen": QtGui.QPen(), "antialias": True}
+        self._x = self._y = np.empty(0)
+        self._polygon = QtGui.QPolygonF()
+        self._rect: QtCore.QRectF | None = None
+        self._symbols: pg.ScatterPlotItem | None = None
+        self.setAcceptedMouseButtons(QtCore.Qt.MouseButton.NoButton)
+
+    def implements(self, interface: str | None = None) -> bool | list[str]:
+        return ["plotData"] if interface is None else interface == "plotData"
+
+    def name(self) -> None:
+        return None
+
+    def getData(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._x, self._y
+
+    def dataBounds(
+        self, ax: int, frac: float = 1.0, orthoRange: object = None
+    ) -> tuple[float | None, float | None]:
+        """Bounds of the points on one axis (for pyqtgraph's auto-range)."""
+        d = self._x if ax == 0 else self._y
+        d = d[np.isfinite(d)]
+        if not len(d):
+            return None, None
+        return float(d.min()), float(d.max())
+
+    def setPen(self, pen: QtGui.QPen) -> None:
+        self.opts["pen"] = pen
+        self.update()
+
+    def setAntialias(self, on: bool) -> None:
+        if on != self.opts["antialias"]:
+            self.opts["antialias"] = on
+            self.update()
+
+    def setSymbols(self, size: float, brush: QtGui.QBrush) -> None:
+        """Draw a round symbol of ``size`` pixels at each point."""
+        if self._symbols is None:
+            self._symbols = pg.ScatterPlotItem(pxMode=True, symbol="o")
+            self._symbols.setParentItem(self)
+        self._symbols.setSize(size)
+        self._symbols.setBrush(brush)
+        self._symbols.setPen(None)
+        self._symbols.setData(x=self._x, y=self._y)
+
+    def setData(self, x: np.ndarray, y: np.ndarray) -> None:
+        self._x, self._y = x, y
+        polygon = pg.functions.create_qpolygonf(len(x))
+        if len(x):  # (an empty polygon has no memory to write to)
+            points = pg.functions.ndarray_from_qpolygonf(polygon)
+            points[:, 0] = x
+            points[:, 1] = y
+        self._polygon = polygon
+        if self._symbols is not None:
+            self._symbols.setData(x=x, y=y)
+        self.update()
+
+    def viewRangeChanged(self) -> None:
+        self.prepareGeometryChange()
+        self._rect = None
+
+    def viewTransformChanged(self) -> None:
+        self.prepareGeometryChange()
+        self._rect = None
+
+    def boundingRect(self) -> QtCore.QRectF:
+        if self._rect is None:
+            rect = self.viewRect()
+            self._rect = QtCore.QRectF() if rect is None else rect
+        return self._rect
+
+    def paint(
+        self,
+        painter: QtGui.QPainter,
+        option: QtWidgets.QStyleOptionGraphicsItem,
+        widget: QtWidgets.QWidget | None = None,
+    ) -> None:
+        if self._polygon.size() < 2:
+            return
+        painter.setRenderHint(
+            QtGui.QPainter.RenderHint.Antialiasing, bool(self.opts["antialias"])
+        )
+        painter.setPen(self.opts["pen"])
+        painter.drawPolyline(self._polygon)
+
+
 # ------------------------------------------------------------------ model
 @dataclass(eq=False)
 class _Curve:
     run_id: str
     key: str
     group: _Group
-    item: pg.PlotDataItem
+    item: _Line
     steps: np.ndarray = field(default_factory=lambda: np.empty(0))
     times: np.ndarray = field(default_factory=lambda: np.empty(0))
     values: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -570,9 +751,12 @@ class _Group(QtWidgets.QFrame):
             axisItems={"bottom": self.axis, "left": _Axis(orientation="left")}
         )
         self.plot.setMinimumHeight(180)
+        # The view's background brush covers every pixel: Qt need not paint
+        # the frame (a style sheet) under the plot on each frame.
+        self.plot.viewport().setAttribute(
+            QtCore.Qt.WidgetAttribute.WA_OpaquePaintEvent, True
+        )
         item = self.plot.getPlotItem()
-        item.setClipToView(True)
-        item.setDownsampling(auto=True, mode="peak")
         # Grid at major ticks only, opaque, in a dark tone: the axes draw the
         # grid, so every curve update repaints them; minor and alpha-blended
         # lines tripled the paint time of a plot here.
@@ -1179,21 +1363,28 @@ class LivePlotPanel(QtWidgets.QWidget):
         x = curve.x(self._x_axis)[:n]
         view = curve.group.view
         width = max(100, int(view.width()))
+        span = view.viewRange()[0]
         if curve.group.follow_x or n == 0:
             i0, i1 = 0, n
         else:
-            lo, hi = view.viewRange()[0]
-            i0 = max(0, int(np.searchsorted(x, lo, "left")) - 1)
-            i1 = min(n, int(np.searchsorted(x, hi, "right")) + 1)
-        request = (id(disp), n, i0, i1, width, self._x_axis)
+            i0 = max(0, int(np.searchsorted(x, span[0], "left")) - 1)
+            i1 = min(n, int(np.searchsorted(x, span[1], "right")) + 1)
+        request = (id(disp), n, i0, i1, width, *span, self._x_axis)
         if request == curve.last_request:
             return
         curve.last_request = request
-        xd, yd = disp.pyramid.decimate(x, y, i0, i1, width)
-        wide = len(xd) <= _WIDE_PEN_MAX_POINTS
+        columns = disp.pyramid.columns(x, y, i0, i1, (span[0], span[1]), width)
+        xd, yd = (x[i0:i1], y[i0:i1]) if columns is None else columns
+        # A 2 px pen for a few raw points; Qt strokes wide pens about 10x
+        # slower, and an envelope (max and min per pixel column) with one
+        # was 130 ms a frame for 12 curves here. An envelope's segments are
+        # vertical or one pixel wide, where antialiasing shows little and
+        # cost a tenth of the frame.
+        wide = columns is None and len(xd) <= _WIDE_PEN_MAX_POINTS
         if wide != curve.wide:
             curve.wide = wide
             self._style(curve)
+        curve.item.setAntialias(columns is None)
         curve.item.setData(xd, yd)
         curve.drawn = (xd, yd)
         if curve.group.hover_x is not None:
@@ -1347,7 +1538,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         else:
             if curve is not None:
                 curve.group.plot.getPlotItem().removeItem(curve.item)
-            item = pg.PlotDataItem(skipFiniteCheck=True, antialias=True)
+            item = _Line()
             group.plot.getPlotItem().addItem(item)
             curve = _Curve(run_id=run_id, key=key, group=group, item=item)
         restyle = False
@@ -1477,10 +1668,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         curve.style = (color, width, style)
         curve.item.setPen(pg.mkPen(color, width=width, style=style))
         if curve.key.startswith("eval/"):
-            curve.item.setSymbol("o")
-            curve.item.setSymbolSize(5)
-            curve.item.setSymbolBrush(pg.mkBrush(color))
-            curve.item.setSymbolPen(None)
+            curve.item.setSymbols(5, pg.mkBrush(color))
 
     def _queue_legend(self, group: _Group) -> None:
         """Rewrite a legend at the end of the redraw tick (or when read)."""

@@ -6,14 +6,18 @@ Run with ``.venv/bin/pytest tests/benchmarks/test_bench_plot.py -s -o addopts=""
 Each tick appends a batch of rows to every series (as the engine's 10 Hz
 metric batches do) and then draws. Three ways are timed in the same run:
 
-- panel: :class:`LivePlotPanel` (incremental pyramid, clip + peak decimation
-  before one ``setData`` per dirty curve);
+- panel: :class:`LivePlotPanel` (incremental pyramid, clip, max and min per
+  pixel column kept between ticks, one ``setData`` per dirty curve on a lean
+  polyline item);
 - pyqtgraph: ``setData`` of the full arrays with pyqtgraph's own
   ``clipToView`` and ``peak`` auto-downsampling;
 - naive: ``setData`` of the full arrays, no clipping, no downsampling.
 
 A tick is the redraw slot plus the event processing that paints what changed
 (offscreen raster painting, so the numbers include Qt's line and text drawing).
+The panel's frames are also timed in GUI-thread CPU time, which other load on
+the machine inflates far less than wall time: the 16 ms target (a 60 Hz frame)
+is judged on it, and only a gross miss fails.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from widgets.live_plot import RUN_COLORS, LivePlotPanel
 pytestmark = pytest.mark.bench
 
 N = 1_000_000
+#: A frame at 60 Hz, in milliseconds.
+TARGET_MS = 16.0
 RUNS = ("ppo-1", "ppo-2", "ppo-3")
 KEYS = ("rollout/ep_rew_mean", "train/value_loss", "train/approx_kl", "time/fps")
 
@@ -101,8 +107,11 @@ def _bench_plain(qtbot, store: MetricStore, builtin: bool, ticks: int) -> list[f
     return times
 
 
-def _bench_panel(qtbot, store: MetricStore) -> tuple[list[float], list[float]]:
-    """(frame, redraw-slot) seconds per tick of a LivePlotPanel on ``store``."""
+def _bench_panel(
+    qtbot, store: MetricStore
+) -> tuple[list[float], list[float], list[float]]:
+    """(frame, redraw-slot, frame thread-CPU) seconds per tick of a
+    LivePlotPanel on ``store``."""
     panel = LivePlotPanel(columns=2)
     qtbot.addWidget(panel)
     panel.resize(1400, 900)
@@ -119,31 +128,33 @@ def _bench_panel(qtbot, store: MetricStore) -> tuple[list[float], list[float]]:
     qtbot.waitUntil(lambda: len(panel.group_titles()) == 4)
     qtbot.wait(50)  # let the grid lay the plots out before timing paints
 
-    frames, redraws = [], []
+    frames, redraws, cpu = [], [], []
     for tick in range(30):
         _append(store, tick)
-        t0 = time.perf_counter()
+        c0, t0 = time.thread_time(), time.perf_counter()
         panel.redraw_all()  # every dirty curve, no time budget: a full frame
         t1 = time.perf_counter()
         QtWidgets.QApplication.processEvents()  # Qt paints what changed
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.thread_time()
         redraws.append(t1 - t0)
         frames.append(t2 - t0)
+        cpu.append(c2 - c0)
     for off in unsubscribe:
         off()
     panel.close()
-    return frames, redraws
+    return frames, redraws, cpu
 
 
 def test_bench_plot_redraw(qtbot) -> None:
     ms = lambda xs: 1e3 * statistics.median(xs)  # noqa: E731
-    one_run, _ = _bench_panel(qtbot, _store(RUNS[:1]))
+    one_run, _, one_cpu = _bench_panel(qtbot, _store(RUNS[:1]))
     print(
-        f"\nBENCH plot frame, one run: {ms(one_run):.1f} ms/tick "
-        f"(4 curves x {N:,} points, 4 plots, 1400x900; target 16 ms)"
+        f"\nBENCH plot frame, one run: {ms(one_run):.1f} ms/tick, "
+        f"CPU {ms(one_cpu):.1f} ms (4 curves x {N:,} points, 4 plots, 1400x900; "
+        f"target {TARGET_MS:.0f} ms)"
     )
     store = _store()
-    frames, redraws = _bench_panel(qtbot, store)
+    frames, redraws, cpu = _bench_panel(qtbot, store)
     # Few ticks for the references: here Qt's raster engine stalled for minutes
     # in drawPath on the 9th full-array setData tick of the pyqtgraph variant.
     builtin = _bench_plain(qtbot, store, builtin=True, ticks=5)
@@ -162,4 +173,11 @@ def test_bench_plot_redraw(qtbot) -> None:
         f"BENCH plot redraw slot only (no paint): panel {ms(redraws):.1f} ms/tick "
         f"(12 curves x {N:,} points, 3 runs, 4 plots, 1400x900)"
     )
+    print(
+        f"BENCH plot frame with paint, 3 runs: {panel_ms:.1f} ms/tick, GUI-thread "
+        f"CPU {ms(cpu):.1f} ms/tick (worst {1e3 * max(cpu):.1f}; target "
+        f"{TARGET_MS:.0f} ms)"
+    )
     assert panel_ms < naive_ms
+    # Only a gross miss fails: CPU time still grows with the machine's load.
+    assert ms(cpu) < 3 * TARGET_MS, f"a frame took {ms(cpu):.0f} ms of CPU"
