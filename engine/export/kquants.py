@@ -70,6 +70,42 @@ def _seq_sum(a: np.ndarray) -> np.ndarray:
     return acc
 
 
+def _einsum_matches() -> bool:
+    """Whether ``np.einsum`` sums products over axis 0 exactly as ``_seq_sum``
+    of the multiplied arrays: each product rounded to float32, then added one
+    row after another. numpy's baseline x86 build does (no FMA in its loops);
+    a build whose einsum fuses the multiply-add or reorders the sum fails
+    this on random data, and ``_dot`` then multiplies and sums separately."""
+    rng = np.random.default_rng(12345)
+    for rows, cols in ((32, 8), (32, 2), (16, 16), (32, 259)):
+        a, b, c = (
+            rng.standard_normal((3 * rows, cols)).astype(_F32).reshape(3, rows, cols)
+        )
+        for args in ((a, b), (a, b, c), (a[:, ::-1], b), (a, b[::-1], c)):
+            want = np.multiply(args[0], args[1])
+            if len(args) == 3:
+                want = np.multiply(want, args[2])
+            if not np.array_equal(_seq_sum(want), np.einsum(_SPEC[len(args)], *args)):
+                return False
+    return True
+
+
+_SPEC = {2: "ij,ij->j", 3: "ij,ij,ij->j"}
+
+
+def _dot(*arrays: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 of the product of two or three (rows, cols) float32
+    arrays, multiplied left to right and summed as ``_seq_sum`` does, in one
+    pass (``np.einsum``) where that gives the same bits."""
+    if _EINSUM_EXACT and arrays[0].shape[1] > 1:
+        out: np.ndarray = np.einsum(_SPEC[len(arrays)], *arrays)
+        return out
+    prod = np.multiply(arrays[0], arrays[1])
+    for a in arrays[2:]:
+        np.multiply(prod, a, out=prod)
+    return _seq_sum(prod)
+
+
 def _round(v: np.ndarray, lo: int, hi: int) -> np.ndarray:
     """``MAX(lo, MIN(hi, nearest_int(v)))`` as float32 (ties to even, as the
     C code's magic-number rounding)."""
@@ -110,6 +146,9 @@ def _pick(
     return out
 
 
+_EINSUM_EXACT = _einsum_matches()
+
+
 def _abs_max(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per column: the value of largest magnitude (first one on ties) and
     that magnitude."""
@@ -134,6 +173,8 @@ def make_qkx2_quants(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Scale and min search of an asymmetric sub-block: (scale, -min, L)."""
     f_nmax, f_rmin, f_rdelta = _f(nmax), _f(rmin), _f(rdelta)
+    x = np.ascontiguousarray(x)
+    w = np.ascontiguousarray(w)
     mn = np.minimum(x.min(axis=0), _f(0))
     mx = x.max(axis=0)
     flat = mx == mn
@@ -144,6 +185,15 @@ def make_qkx2_quants(
     aux = np.empty_like(x)
     wl = np.empty_like(x)
     zeros = np.zeros_like(mx)
+    # The search's state, one row each: the (iscale, min) that made the best
+    # levels (kept that way and made again once at the end: copying levels
+    # at every step cost more), the best error, the scale and the min. A
+    # step's candidate has the same rows and replaces a column of the state
+    # where it is better, all rows in one ``_pick``.
+    state = np.empty((5, x.shape[1]), _F32)
+    best_iscale, best_mn, best, scale, mn_now = state
+    cand = np.empty_like(state)
+    c_iscale, c_mn, c_err, c_scale, c_min = cand
 
     def levels_at(
         iscale: np.ndarray, the_mn: np.ndarray, out: np.ndarray
@@ -162,49 +212,47 @@ def make_qkx2_quants(
         np.subtract(t, x, out=t)
         if use_mad:
             np.abs(t, out=t)
-        else:
-            np.multiply(t, t, out=t)
-        np.multiply(t, w, out=t)
-        return _seq_sum(t)
+            return _dot(t, w)
+        return _dot(t, t, w)
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = f_nmax / (mx - mn)
-        scale = _f(1) / iscale
-        # The best levels are kept as the (iscale, min) that made them and
-        # made again once at the end: copying them at every step cost more.
-        best_iscale, best_mn = iscale, mn
-        best = error(scale, mn, levels_at(iscale, mn, aux))
+        best_iscale[:] = iscale
+        best_mn[:] = mn
+        mn_now[:] = mn
+        scale[:] = _f(1) / iscale
+        best[:] = error(scale, mn, levels_at(iscale, mn, aux))
         for step in range(nstep + 1):
-            iscale = (f_rmin + f_rdelta * _f(step) + f_nmax) / (mx - mn)
-            levels_at(iscale, mn, aux)
+            np.divide(f_rmin + f_rdelta * _f(step) + f_nmax, mx - mn_now, out=c_iscale)
+            c_mn[:] = mn_now
+            levels_at(c_iscale, c_mn, aux)
             np.multiply(w, aux, out=wl)
             sum_l = _seq_sum(wl)
-            np.multiply(wl, aux, out=t)
-            sum_l2 = _seq_sum(t)
-            np.multiply(wl, x, out=t)
-            sum_xl = _seq_sum(t)
+            sum_l2 = _dot(wl, aux)
+            sum_xl = _dot(wl, x)
             d = sum_w * sum_l2 - sum_l * sum_l
-            this_scale = (sum_w * sum_xl - sum_x * sum_l) / d
-            this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d
-            positive = _mask(this_min > 0)
-            this_min = _pick(positive, zeros, this_min)
-            this_scale = _pick(positive, sum_xl / sum_l2, this_scale)
-            cur = error(this_scale, this_min, aux)
-            better = _mask((d > 0) & (cur < best))
-            best_iscale = _pick(better, iscale, best_iscale)
-            best_mn = _pick(better, mn, best_mn)
-            best = _pick(better, cur, best)
-            scale = _pick(better, this_scale, scale)
-            mn = _pick(better, this_min, mn)
+            np.divide(sum_w * sum_xl - sum_x * sum_l, d, out=c_scale)
+            np.divide(sum_l2 * sum_x - sum_l * sum_xl, d, out=c_min)
+            positive = c_min > 0
+            if positive.any():
+                # A positive min is clamped to 0 and the scale refit alone
+                # (rare: the step is skipped when no sub-block has one).
+                mask = _mask(positive)
+                _pick(mask, zeros, c_min, out=c_min)
+                _pick(mask, sum_xl / sum_l2, c_scale, out=c_scale)
+            c_err[:] = error(c_scale, c_min, aux)
+            better = _mask((d > 0) & (c_err < best))
+            _pick(better, cand, state, out=state)
         levels = levels_at(best_iscale, best_mn, np.empty_like(x))
     levels[:, flat] = 0
-    scale = np.where(flat, _f(0), scale)
-    return scale.astype(_F32), (-mn).astype(_F32), levels
+    scale_out = np.where(flat, _f(0), scale)
+    return scale_out.astype(_F32), (-mn_now).astype(_F32), levels
 
 
 def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric scale search weighted by x² (``rmse_type`` 1, no importance
     weights): (scale, L with L in [0, 2*nmax))."""
+    x = np.ascontiguousarray(x)
     mx, amax = _abs_max(x)
     zero = amax < _GROUP_MAX_EPS
     w = x * x
@@ -212,39 +260,39 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     f_nmax = _f(nmax)
     t = np.empty_like(x)
     q = np.empty_like(x)
+    # State and candidate rows: the iscale of the best levels (made again
+    # once at the end), the scale and the best score.
+    state = np.empty((3, x.shape[1]), _F32)
+    best_iscale, scale, best = state
+    cand = np.empty_like(state)
+    c_iscale, c_scale, c_best = cand
 
     def sums(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Levels at ``iscale`` into q; sum of w*x*l and of w*l*l."""
         np.multiply(iscale, x, out=t)
         np.rint(t, out=q)
         np.clip(q, -f_nmax, f_nmax - _f(1), out=q)
-        np.multiply(wx, q, out=t)
-        sumlx = _seq_sum(t)
-        np.multiply(w, q, out=t)
-        np.multiply(t, q, out=t)
-        return sumlx, _seq_sum(t)
+        return _dot(wx, q), _dot(w, q, q)
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        # The best levels are kept as the iscale that made them, made again
-        # once at the end.
-        best_iscale = -f_nmax / mx
+        best_iscale[:] = -f_nmax / mx
         sumlx, suml2 = sums(best_iscale)
-        scale = np.where(suml2 != 0, sumlx / suml2, _f(0))
-        best = scale * sumlx
+        scale[:] = np.where(suml2 != 0, sumlx / suml2, _f(0))
+        best[:] = scale * sumlx
         for step in range(-9, 10):
             if step == 0:
                 continue
-            iscale = -(f_nmax + _f(0.1) * _f(step)) / mx
-            sumlx, suml2 = sums(iscale)
+            np.divide(-(f_nmax + _f(0.1) * _f(step)), mx, out=c_iscale)
+            sumlx, suml2 = sums(c_iscale)
             take = _mask((suml2 > 0) & (sumlx * sumlx > best * suml2))
-            best_iscale = _pick(take, iscale, best_iscale)
-            scale = _pick(take, sumlx / suml2, scale)
-            best = _pick(take, scale * sumlx, best)
+            np.divide(sumlx, suml2, out=c_scale)
+            np.multiply(c_scale, sumlx, out=c_best)
+            _pick(take, cand, state, out=state)
         sums(best_iscale)
         levels = q + f_nmax
     levels[:, zero] = 0
-    scale = np.where(zero, _f(0), scale)
-    return scale.astype(_F32), levels
+    scale_out = np.where(zero, _f(0), scale)
+    return scale_out.astype(_F32), levels
 
 
 def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
