@@ -400,21 +400,32 @@ def _k4_scales(
 
 def _asym_requantize(
     x: np.ndarray,
-    levels: np.ndarray,
+    levels_t: np.ndarray,
     d_sub: np.ndarray,
     m_sub: np.ndarray,
     size: int,
     nmax: int,
 ) -> np.ndarray:
-    """Levels against the stored scales, kept from the search where a
-    sub-block's scale is zero."""
+    """Levels against the stored scales, kept from the search (``levels_t``,
+    by sub-block) where a sub-block's scale is zero."""
     n = x.shape[0]
-    xs = x.reshape(n, -1, size)
     d = d_sub[:, :, None]
+    new = np.add(x.reshape(n, -1, size), m_sub[:, :, None])
     with np.errstate(divide="ignore", invalid="ignore"):
-        new = _round((xs + m_sub[:, :, None]) / d, 0, nmax)
-    keep = levels.reshape(n, -1, size)
-    return np.where(d != 0, new, keep).reshape(n, QK_K).astype(np.uint8)
+        np.divide(new, d, out=new)
+    np.rint(new, out=new)
+    np.clip(new, _f(0), _f(nmax), out=new)
+    _keep_where_zero(new, d_sub, levels_t)
+    return new.reshape(n, QK_K).astype(np.uint8)
+
+
+def _keep_where_zero(new: np.ndarray, d_sub: np.ndarray, levels_t: np.ndarray) -> None:
+    """Into ``new`` (blocks, sub-blocks, values): the search's levels where
+    the sub-block's stored scale ``d_sub`` is zero (the C code keeps them)."""
+    zero = d_sub == 0
+    if zero.any():
+        keep = _levels_by_block(levels_t, new.shape[0]).reshape(new.shape)
+        new[zero] = keep[zero]
 
 
 def _q4_k_like(
@@ -430,7 +441,7 @@ def _q4_k_like(
     ls, lm, d, dmin = _k4_scales(scales.reshape(n, 8), mins.reshape(n, 8))
     d_sub = d[:, None] * ls.astype(_F32)
     m_sub = dmin[:, None] * lm.astype(_F32)
-    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 32, nmax)
+    levels = _asym_requantize(x, levels_t, d_sub, m_sub, 32, nmax)
     return levels, _pack_k4_scales(ls, lm), d, dmin
 
 
@@ -479,7 +490,7 @@ def quantize_q2_k_blocks(x: np.ndarray) -> np.ndarray:
     dmin = np.where(has_min, _fp16_round(max_min / q4scale), _f(0))
     d_sub = d[:, None] * (sc_u8 & 0xF).astype(_F32)
     m_sub = dmin[:, None] * (sc_u8 >> 4).astype(_F32)
-    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 16, 3)
+    levels = _asym_requantize(x, levels_t, d_sub, m_sub, 16, 3)
     return np.concatenate(
         [sc_u8, _pack_2bit(levels), _fp16_bytes(d), _fp16_bytes(dmin)], axis=1
     )
@@ -504,6 +515,22 @@ def quantize_q3_k_blocks(x: np.ndarray) -> np.ndarray:
     return q3_k_blocks(x, l6, d, levels_t)
 
 
+def _sym_requantize(
+    x: np.ndarray, levels_t: np.ndarray, d_sub: np.ndarray, nmax: int
+) -> np.ndarray:
+    """Q3_K/Q6_K: levels in [0, 2*nmax) of 16-value sub-blocks against the
+    stored scales ``d_sub``, kept from the search (``levels_t``, by
+    sub-block) where a scale is zero; (blocks, 16, 16) uint8."""
+    n = x.shape[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new = np.divide(x.reshape(n, 16, 16), d_sub[:, :, None])
+    np.rint(new, out=new)
+    np.clip(new, _f(-nmax), _f(nmax - 1), out=new)
+    np.add(new, _f(nmax), out=new)
+    _keep_where_zero(new, d_sub, levels_t)
+    return new.astype(np.uint8)
+
+
 def q3_k_blocks(
     x: np.ndarray, l6: np.ndarray, d: np.ndarray, levels_t: np.ndarray
 ) -> np.ndarray:
@@ -518,11 +545,7 @@ def q3_k_blocks(
     ]
     packed[:, 8:12] = np.bitwise_or.reduce(high, axis=1)
     d_sub = d[:, None] * (l6.astype(_F32) - _f(32))
-    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -4, 3) + _f(4)
-    levels = np.where(d_sub[:, :, None] != 0, new, keep).reshape(n, QK_K)
-    levels = levels.astype(np.uint8)
+    levels = _sym_requantize(x, levels_t, d_sub, 4).reshape(n, QK_K)
     high_bits = (levels > 3).reshape(n, 8, 32).astype(np.uint8) << np.arange(
         8, dtype=np.uint8
     )[None, :, None]
@@ -553,10 +576,7 @@ def q6_k_blocks(
     sc = np.where(zero[:, None], 0, sc).astype(np.int8)
     d = np.where(zero, _f(0), d)
     d_sub = d[:, None] * sc.astype(_F32)
-    keep = _levels_by_block(levels_t, n).reshape(n, 16, 16)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        new = _round(x.reshape(n, 16, 16) / d_sub[:, :, None], -32, 31) + _f(32)
-    levels = np.where(d_sub[:, :, None] != 0, new, keep).astype(np.uint8)
+    levels = _sym_requantize(x, levels_t, d_sub, 32)
     levels[zero] = 0
     lr = levels.reshape(n, 2, 4, 32)
     ql = ((lr[:, :, 0:2] & 0xF) | ((lr[:, :, 2:4] & 0xF) << 4)).reshape(n, 128)

@@ -42,7 +42,6 @@ from engine.export.kquants import (
     _asym_requantize,
     _fp16_bytes,
     _fp16_round,
-    _levels_by_block,
     _pack_2bit,
     _pack_k4_scales,
     _seq_sum,
@@ -228,7 +227,7 @@ def _q4_k_like(
     sc, mn = _k4_scales_decoded(packed)
     d_sub = d[:, None] * sc.astype(_F32)
     m_sub = dmin[:, None] * mn.astype(_F32)
-    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 32, nmax)
+    levels = _asym_requantize(x, levels_t, d_sub, m_sub, 32, nmax)
     return levels, packed, d, dmin
 
 
@@ -265,7 +264,7 @@ def quantize_q2_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
     dmin = _fp16_round(mm)
     d_sub = d[:, None] * (sc_u8 & 0xF).astype(_F32)
     m_sub = dmin[:, None] * (sc_u8 >> 4).astype(_F32)
-    levels = _asym_requantize(x, _levels_by_block(levels_t, n), d_sub, m_sub, 16, 3)
+    levels = _asym_requantize(x, levels_t, d_sub, m_sub, 16, 3)
     return np.concatenate(
         [sc_u8, _pack_2bit(levels), _fp16_bytes(d), _fp16_bytes(dmin)], axis=1
     )
