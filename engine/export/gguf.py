@@ -26,8 +26,9 @@ import os
 import shutil
 import struct
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -888,6 +889,63 @@ def _check_free_space(target_dir: Path, needed: int) -> None:
         )
 
 
+#: Row spans converting at once ahead of the writer.
+_SPANS_AHEAD = 2
+
+
+@dataclass
+class _Span:
+    """Rows ``r0:r1`` of a planned tensor's ``rows`` (n_rows in all) to
+    convert and write; ``done`` is the progress once they are written."""
+
+    planned: _Planned
+    rows: np.ndarray
+    src_dtype: str
+    r0: int
+    r1: int
+    n_rows: int
+    done: int
+
+
+def _spans(planned: list[_Planned], pool: _MemmapPool) -> Iterator[_Span]:
+    """Every planned tensor's data as row spans of at most
+    ``_CHUNK_ELEMENTS`` values, in file order (one empty span for a tensor
+    without rows)."""
+    done = 0
+    for p in planned:
+        if p.data is not None:
+            values = p.data
+            src_dtype = "F32"
+        else:
+            assert p.source is not None
+            values = pool.array(p.source)
+            src_dtype = p.source.dtype
+            if p.transform is not None:
+                values = p.transform(_to_f32(values, src_dtype))
+                src_dtype = "F32"
+        rows = values.reshape(-1, values.shape[-1]) if values.ndim > 1 else values[None]
+        step = max(1, _CHUNK_ELEMENTS // max(1, rows.shape[-1]))
+        n_rows = rows.shape[0]
+        weight = p.source.nbytes if p.source is not None else p.nbytes
+        if n_rows == 0:
+            yield _Span(p, rows, src_dtype, 0, 0, 0, done)
+        for r0 in range(0, n_rows, step):
+            r1 = min(r0 + step, n_rows)
+            yield _Span(
+                p, rows, src_dtype, r0, r1, n_rows, done + weight * r1 // n_rows
+            )
+        done += weight
+
+
+def _convert_span(span: _Span) -> np.ndarray:
+    """A span's rows in its tensor's GGUF type, as contiguous bytes."""
+    if span.r1 == span.r0:
+        return np.empty(0, np.uint8)
+    chunk = _to_f32(np.asarray(span.rows[span.r0 : span.r1]), span.src_dtype)
+    p = span.planned
+    return np.ascontiguousarray(_convert_chunk(chunk, p.qtype, p.importance))
+
+
 def _write_gguf(
     out_path: Path,
     writer_setup: Callable[[Any], None],
@@ -905,7 +963,6 @@ def _write_gguf(
     _check_free_space(out_path.parent, needed)
     tmp = temp_path(out_path)
     total = sum(p.source.nbytes if p.source else p.nbytes for p in planned) or 1
-    done = 0
     writer = gguf.GGUFWriter(tmp, arch)
     try:
         writer_setup(writer)
@@ -930,48 +987,47 @@ def _write_gguf(
         writer.write_ti_data_to_file()
         assert writer.fout is not None
         fout = writer.fout[0]
-        for p in planned:
-            writer.write_padding(fout, fout.tell())
-            written = 0
-            if p.data is not None:
-                values = p.data
-                src_dtype = "F32"
-            else:
-                assert p.source is not None
-                values = pool.array(p.source)
-                src_dtype = p.source.dtype
-                if p.transform is not None:
-                    values = p.transform(_to_f32(values, src_dtype))
-                    src_dtype = "F32"
-            rows = (
-                values.reshape(-1, values.shape[-1])
-                if values.ndim > 1
-                else values[None]
-            )
-            step = max(1, _CHUNK_ELEMENTS // max(1, rows.shape[-1]))
-            done_before = done
-            n_rows = rows.shape[0]
-            weight = p.source.nbytes if p.source is not None else p.nbytes
-            for r0 in range(0, n_rows, step):
-                chunk = _to_f32(np.asarray(rows[r0 : r0 + step]), src_dtype)
-                data = np.ascontiguousarray(
-                    _convert_chunk(chunk, p.qtype, p.importance)
-                )
+        # Spans convert ahead on threads (numpy releases the GIL) while the
+        # file is written in order, so one span's last K-quant passes overlap
+        # the next span's first ones instead of leaving cores idle.
+        written = 0
+        with ThreadPoolExecutor(_SPANS_AHEAD) as ahead_pool:
+            ahead: deque[tuple[_Span, Future[np.ndarray]]] = deque()
+
+            def write_next() -> None:
+                nonlocal written
+                span, future = ahead.popleft()
+                p = span.planned
+                if span.r0 == 0:
+                    writer.write_padding(fout, fout.tell())
+                    written = 0
+                data = future.result()
                 # file.write, not ndarray.tofile: tofile reports a full disk
                 # as "N requested and M written" with no errno, so ENOSPC
                 # could not be told apart from any other failure.
                 fout.write(data.data)
                 written += data.nbytes
-                done = done_before + weight * min(r0 + step, n_rows) // n_rows
-                if progress is not None:
-                    progress(min(done, total), total, p.name)
-            if p.source is not None:
-                pool.release(p.source)
-            if written != p.nbytes:
-                raise RuntimeError(
-                    f"{p.name}: wrote {written} bytes, declared {p.nbytes}"
-                )
-            writer.write_padding(fout, written)
+                if progress is not None and span.r1 > span.r0:
+                    progress(min(span.done, total), total, p.name)
+                if span.r1 == span.n_rows:
+                    if p.source is not None:
+                        pool.release(p.source)
+                    if written != p.nbytes:
+                        raise RuntimeError(
+                            f"{p.name}: wrote {written} bytes, declared {p.nbytes}"
+                        )
+                    writer.write_padding(fout, written)
+
+            try:
+                for span in _spans(planned, pool):
+                    ahead.append((span, ahead_pool.submit(_convert_span, span)))
+                    if len(ahead) > _SPANS_AHEAD:
+                        write_next()
+                while ahead:
+                    write_next()
+            finally:
+                for _, future in ahead:
+                    future.cancel()
         fout.flush()
         os.fsync(fout.fileno())
         writer.close()

@@ -48,6 +48,9 @@ _GROUP_MAX_EPS = _F32(1e-15)
 # 0.37-0.42 against 0.40-0.47; 256 blocks add more numpy call overhead than
 # they save).
 _BLOCKS_PER_PASS = 512
+# Passes are split no smaller than this to keep threads busy (below it the
+# numpy calls' overhead grows).
+_MIN_BLOCKS_PER_PASS = 128
 # numpy releases the GIL in its loops, so passes run side by side on threads.
 _THREADS = min(8, os.cpu_count() or 1)
 
@@ -410,7 +413,7 @@ def _asym_requantize(
     by sub-block) where a sub-block's scale is zero."""
     n = x.shape[0]
     d = d_sub[:, :, None]
-    new = np.add(x.reshape(n, -1, size), m_sub[:, :, None])
+    new: np.ndarray = np.add(x.reshape(n, -1, size), m_sub[:, :, None])
     with np.errstate(divide="ignore", invalid="ignore"):
         np.divide(new, d, out=new)
     np.rint(new, out=new)
@@ -523,7 +526,7 @@ def _sym_requantize(
     sub-block) where a scale is zero; (blocks, 16, 16) uint8."""
     n = x.shape[0]
     with np.errstate(divide="ignore", invalid="ignore"):
-        new = np.divide(x.reshape(n, 16, 16), d_sub[:, :, None])
+        new: np.ndarray = np.divide(x.reshape(n, 16, 16), d_sub[:, :, None])
     np.rint(new, out=new)
     np.clip(new, _f(-nmax), _f(nmax - 1), out=new)
     np.add(new, _f(nmax), out=new)
@@ -595,6 +598,18 @@ QUANTIZERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 """Block quantizer of each K type: (blocks, 256) float32 to (blocks, bytes)."""
 
 
+def _pass_blocks(n_blocks: int) -> int:
+    """Blocks per pass for ``n_blocks``: at most ``_BLOCKS_PER_PASS``, and
+    the passes a multiple of the threads where there is enough to share, so
+    that a small tensor (a 256 x 512 attn_k is one pass of 512) or a chunk's
+    last passes do not leave threads idle. Each block is quantized on its
+    own, so the bytes do not depend on it."""
+    passes = -(-n_blocks // _BLOCKS_PER_PASS)
+    if _THREADS > 1 and n_blocks >= 2 * _MIN_BLOCKS_PER_PASS:
+        passes = -(-passes // _THREADS) * _THREADS
+    return max(_MIN_BLOCKS_PER_PASS, -(-n_blocks // passes))
+
+
 def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
     """Rows of float values (last axis a multiple of 256) to K-quant bytes,
     shaped (rows..., row bytes) like ``gguf.quants.quantize``."""
@@ -605,10 +620,12 @@ def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
     blocks = np.ascontiguousarray(values, dtype=_F32).reshape(-1, QK_K)
     out = np.empty((blocks.shape[0], size), np.uint8)
 
-    def one_pass(b0: int) -> None:
-        out[b0 : b0 + _BLOCKS_PER_PASS] = fn(blocks[b0 : b0 + _BLOCKS_PER_PASS])
+    per_pass = _pass_blocks(blocks.shape[0])
 
-    starts = range(0, blocks.shape[0], _BLOCKS_PER_PASS)
+    def one_pass(b0: int) -> None:
+        out[b0 : b0 + per_pass] = fn(blocks[b0 : b0 + per_pass])
+
+    starts = range(0, blocks.shape[0], per_pass)
     if _THREADS > 1 and len(starts) > 1:
         # Each pass writes its own rows of ``out``; list() re-raises errors.
         with ThreadPoolExecutor(min(_THREADS, len(starts))) as pool:
