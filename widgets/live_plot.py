@@ -277,6 +277,8 @@ class _PeakPyramid:
                     lo = below[0, 2 * old : 2 * count].reshape(-1, 2).min(axis=1)
                     hi = below[1, 2 * old : 2 * count].reshape(-1, 2).max(axis=1)
                     grow.extend(lo, hi)
+            elif count == old:
+                break  # no new bucket here: none on the coarser levels either
             level += 1
 
     def columns(
@@ -1296,6 +1298,8 @@ class LivePlotPanel(QtWidgets.QWidget):
                 break
         for group in touched:
             self._follow(group)
+            if group.hover_x is not None:  # the readout, once per plot
+                self._set_hover(group, group.hover_x)
             if _shown_curves(group) != group.legend_curves:
                 self._queue_legend(group)
         self._update_visibility()
@@ -1387,8 +1391,6 @@ class LivePlotPanel(QtWidgets.QWidget):
         curve.item.setAntialias(columns is None)
         curve.item.setData(xd, yd)
         curve.drawn = (xd, yd)
-        if curve.group.hover_x is not None:
-            self._set_hover(curve.group, curve.group.hover_x)
 
     # ------------------------------------------------------------ hover
     def hover_text(self, title: str, x: float) -> str:
