@@ -445,6 +445,24 @@ def test_passes_over_blocks_give_the_same_bytes(monkeypatch) -> None:
         np.testing.assert_array_equal(kq.quantize(x, t), whole[t])
 
 
+def test_passes_are_shared_evenly_between_threads(monkeypatch) -> None:
+    monkeypatch.setattr(kq, "_THREADS", 2)
+    # One 256 x 512 attn_k (512 blocks) is two passes, not one on one thread;
+    # three passes' worth becomes four; small inputs stay whole.
+    assert kq._pass_blocks(512) == 256
+    assert kq._pass_blocks(1536) == 384
+    assert kq._pass_blocks(4096) == kq._BLOCKS_PER_PASS
+    assert kq._pass_blocks(100) == kq._MIN_BLOCKS_PER_PASS
+
+
+def test_one_pass_sums_give_the_same_bytes_as_multiply_then_sum(monkeypatch) -> None:
+    x = _blocks(3, 24)
+    fused = {t: kq.quantize(x, t) for t in K_TYPES}
+    monkeypatch.setattr(kq, "_EINSUM_EXACT", False)
+    for t in K_TYPES:
+        np.testing.assert_array_equal(kq.quantize(x, t), fused[t], err_msg=t)
+
+
 def test_rows_must_fit_the_super_block() -> None:
     with pytest.raises(ValueError, match="do not fit Q4_K"):
         kq.quantize(np.zeros((2, 320), F), "Q4_K")

@@ -607,7 +607,7 @@ def _pass_blocks(n_blocks: int) -> int:
     passes = -(-n_blocks // _BLOCKS_PER_PASS)
     if _THREADS > 1 and n_blocks >= 2 * _MIN_BLOCKS_PER_PASS:
         passes = -(-passes // _THREADS) * _THREADS
-    return max(_MIN_BLOCKS_PER_PASS, -(-n_blocks // passes))
+    return max(min(_MIN_BLOCKS_PER_PASS, _BLOCKS_PER_PASS), -(-n_blocks // passes))
 
 
 def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
