@@ -270,11 +270,15 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     cand = np.empty_like(state)
     c_iscale, c_scale, c_best = cand
 
-    def sums(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Levels at ``iscale`` into q; sum of w*x*l and of w*l*l."""
+    def levels_at(iscale: np.ndarray) -> None:
+        """Levels at ``iscale`` into q."""
         np.multiply(iscale, x, out=t)
         np.rint(t, out=q)
         np.clip(q, -f_nmax, f_nmax - _f(1), out=q)
+
+    def sums(iscale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Levels at ``iscale`` into q; sum of w*x*l and of w*l*l."""
+        levels_at(iscale)
         return _dot(wx, q), _dot(w, q, q)
 
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -291,7 +295,7 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
             np.divide(sumlx, suml2, out=c_scale)
             np.multiply(c_scale, sumlx, out=c_best)
             _pick(take, cand, state, out=state)
-        sums(best_iscale)
+        levels_at(best_iscale)
         levels = q + f_nmax
     levels[:, zero] = 0
     scale_out = np.where(zero, _f(0), scale)
