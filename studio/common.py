@@ -88,7 +88,11 @@ class JsonPreview(QPlainTextEdit):
         self.setPlainText(text)
 
     def show_value(self, value: Any) -> None:
-        self.setPlainText(json.dumps(value, indent=2, default=str))
+        text = json.dumps(value, indent=2, default=str)
+        # The same value shown again (a selection that kept its first run)
+        # keeps the document: laying the text out again is not free.
+        if text != self.toPlainText():
+            self.setPlainText(text)
 
 
 def enable_with_reason(widget: QWidget, enabled: bool, tip: str, why_not: str) -> None:

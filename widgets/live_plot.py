@@ -1001,6 +1001,11 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._grid.addWidget(self._empty, 0, 0)
         scroll = QtWidgets.QScrollArea()
         scroll.setWidgetResizable(True)
+        # The scroll bar's room is always kept: one appearing once the plots
+        # outgrow the view (the first show, a run's plots added) narrowed
+        # them after they were laid out, so every plot was resized and
+        # re-laid out its axes twice in the same turn of the event loop.
+        scroll.setVerticalScrollBarPolicy(QtCore.Qt.ScrollBarPolicy.ScrollBarAlwaysOn)
         scroll.setFrameShape(QtWidgets.QFrame.Shape.NoFrame)
         scroll.setWidget(self._grid_host)
         self._scroll = scroll
@@ -1048,7 +1053,9 @@ class LivePlotPanel(QtWidgets.QWidget):
         return info["color"]
 
     def set_run_label(self, run_id: str, label: str) -> None:
-        if run_id in self._runs:
+        # Unchanged (a host showing its selection again): no legend is
+        # rewritten; each rewrite lays out rich text (1 to 2 ms per plot).
+        if run_id in self._runs and self._runs[run_id]["label"] != label:
             self._runs[run_id]["label"] = label
             for group in {c.group for c in self._run_curves(run_id)}:
                 self._update_legend(group)

@@ -13,14 +13,14 @@ studio died) makes the job go on headless: it logs to ``log.txt``, keeps its
 progress in the project and records its own end (the lifecycle's last step),
 as ``rl-studio-engine train --project`` does.
 
-A job runs :data:`JOB_NICENESS` nicer than the process that started it.
+A job runs :data:`JOB_NICENESS` nicer than the process that started it, and
+so does its session (:mod:`engine.jobs.priority`: Linux shares the CPU
+between sessions first).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 import threading
 from pathlib import Path
@@ -33,6 +33,7 @@ from engine.jobs.context import (
     stop_on_signals,
 )
 from engine.jobs.lifecycle import Outcome, execute, finish, resume_time_offset
+from engine.jobs.priority import lower_priority
 from engine.jobs.registry import get_kind, load
 
 PROGRESS_SAVE_S = 2.0
@@ -40,7 +41,9 @@ PROGRESS_SAVE_S = 2.0
 JOB_NICENESS = 5
 """Jobs yield the CPU to the studio window and its engine: on a two-core
 machine training three runs, the window's stalls halved. A job alone on the
-machine loses nothing; it gives way only while the CPU is contested."""
+machine loses nothing; it gives way only while the CPU is contested. Its
+session gets the same value (:func:`engine.jobs.priority.lower_priority`),
+and the sweep's workers, in sessions of their own, take the job's."""
 
 
 def _watch_stdin(ctx: JobContext) -> None:
@@ -96,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
-    with contextlib.suppress(OSError, AttributeError):  # no os.nice on Windows
-        os.nice(JOB_NICENESS)
+    lower_priority(JOB_NICENESS)
     events = private_event_stream()
     run_dir: Path = args.run_dir
     record = read_run_config(run_dir)

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import HeadlessContext
+from engine.jobs.priority import match_session_priority
 from engine.rl.config import ALGO_NAMES
 from engine.settings import setting
 
@@ -1445,6 +1446,10 @@ def main(argv: list[str] | None = None) -> int:
     or ``python -m engine.rl.tune --await-study N`` (:func:`await_study`)."""
     argv = sys.argv[1:] if argv is None else argv
     worker = argv[-1]
+    # Its own session (start_workers): nice as the job that started it, where
+    # Linux looks first (the session), so a sweep yields the CPU to the studio
+    # as a training run does.
+    match_session_priority()
     try:
         if argv[0] == "--await-study":
             return await_study(int(worker))

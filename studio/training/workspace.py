@@ -376,13 +376,17 @@ class TrainingWorkspace(QWidget):
     def _show_selection(self) -> None:
         runs = self.selected_runs()
         wanted = {r["id"] for r in runs}
-        for run_id in self.plots.runs():
-            if run_id not in wanted:
-                self.plots.remove_run(run_id)
+        shown = set(self.plots.runs())
+        for run_id in shown - wanted:
+            self.plots.remove_run(run_id)
         for run in runs:
             self._session.ensure_metrics_loaded(run["id"])
             self.plots.add_run(run["id"], run.get("name") or run["id"])
-            self.plots.add_keys(run["id"], self._store.keys(run["id"]))
+            if run["id"] not in shown:
+                # A run shown already keeps its curves, which the store's
+                # listeners keep up to date: declaring its keys again marked
+                # every curve for a fetch and redraw on each selection.
+                self.plots.add_keys(run["id"], self._store.keys(run["id"]))
         self._update_controls()
         # An open Compare tab follows the selection, as the plots do.
         if self.tabs.currentWidget() is self.compare and len(runs) >= 2:
