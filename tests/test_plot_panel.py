@@ -529,6 +529,41 @@ def test_dense_curve_is_a_column_envelope_kept_up_to_date_per_tick(
     assert item.opts["pen"].widthF() <= 1 and not item.opts["antialias"]
 
 
+def test_live_ticks_leave_on_screen_what_a_full_repaint_shows(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """A tick repaints only the strip where curves changed (their ends);
+    the window's pixels are then those of a repaint of everything."""
+    keys = ["time/fps", "rollout/ep_rew_mean"]
+    fill(store, "r", keys, 20_000)
+    panel.redraw_all()
+    groups = [panel.group_widget(t) for t in panel.group_titles()]
+    qtbot.waitUntil(
+        lambda: all(g.view.viewRange()[0][1] >= 2_000_000 for g in groups),
+        timeout=2000,
+    )
+    qtbot.waitExposed(panel)
+    window = panel.window().windowHandle()
+
+    def pixels() -> QtGui.QImage:
+        QtWidgets.QApplication.processEvents()  # paints what was updated
+        return window.screen().grabWindow(window.winId()).toImage()
+
+    pixels()
+    for i in range(5):
+        # The ends move up and back by a few pixels; the ranges stay.
+        row = {"step": (20_001 + i) * 100.0, "time": 0.0}
+        for k in keys:
+            row[k] = store.series("r", k)[2][-1] + 30.0 * (-1) ** i
+        store.append_rows("r", [row])
+        panel.redraw_all()
+        shown = pixels()
+    assert not shown.isNull()
+    for group in groups:
+        group.plot.viewport().update()
+    assert shown == pixels()
+
+
 def test_hover_readout_follows_points_drawn_later(
     qtbot, panel: LivePlotPanel, store: MetricStore
 ) -> None:

@@ -611,6 +611,7 @@ class _Line(pg.GraphicsObject):
         self._symbols.setData(x=self._x, y=self._y)
 
     def setData(self, x: np.ndarray, y: np.ndarray) -> None:
+        old_x, old_y = self._x, self._y
         self._x, self._y = x, y
         polygon = pg.functions.create_qpolygonf(len(x))
         if len(x):  # (an empty polygon has no memory to write to)
@@ -620,13 +621,44 @@ class _Line(pg.GraphicsObject):
         self._polygon = polygon
         if self._symbols is not None:
             self._symbols.setData(x=x, y=y)
-        self.update()
+            self.update()  # (a symbol is wider than the margin Qt adds)
+            return
+        changed = self._changed(old_x, old_y)
+        if changed is not None:
+            self.update(changed)
+
+    def _changed(self, old_x: np.ndarray, old_y: np.ndarray) -> QtCore.QRectF | None:
+        """The part of the view to repaint after the points changed from
+        ``old_x, old_y``: right of the last point the two lines share (a
+        tick's new points end a curve), None when nothing in view changed.
+
+        The view repaints that strip only (Qt adds a 2 px margin, more than a
+        pen's overhang): the background, grid and the other curves left of
+        it are not drawn again."""
+        x, y = self._x, self._y
+        rect = self.boundingRect()
+        m = min(len(old_x), len(x))
+        differ = np.flatnonzero((old_x[:m] != x[:m]) | (old_y[:m] != y[:m]))
+        j = int(differ[0]) if len(differ) else m
+        if j == len(x) == len(old_x):
+            return None
+        if j == 0 or rect.isEmpty():
+            return rect
+        lo = min(float(old_x[j - 1 :].min()), float(x[j - 1 :].min()))
+        if not math.isfinite(lo):
+            return rect
+        if lo >= rect.right():
+            return None
+        lo = max(lo, rect.left())
+        return QtCore.QRectF(lo, rect.top(), rect.right() - lo, rect.height())
 
     def viewRangeChanged(self) -> None:
+        super().viewRangeChanged()
         self.prepareGeometryChange()
         self._rect = None
 
     def viewTransformChanged(self) -> None:
+        super().viewTransformChanged()  # (forgets pyqtgraph's viewRect)
         self.prepareGeometryChange()
         self._rect = None
 
