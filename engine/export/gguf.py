@@ -889,8 +889,10 @@ def _check_free_space(target_dir: Path, needed: int) -> None:
         )
 
 
-#: Row spans converting at once ahead of the writer.
-_SPANS_AHEAD = 2
+#: Row spans converting ahead of the writer, one at a time: a K-quant span
+#: already runs on every core (``kquants._THREADS``), and two at once (four
+#: threads on two cores) cost 15-30 % more CPU on a loaded 2-core machine.
+_SPANS_AHEAD = 1
 
 
 @dataclass
@@ -987,9 +989,8 @@ def _write_gguf(
         writer.write_ti_data_to_file()
         assert writer.fout is not None
         fout = writer.fout[0]
-        # Spans convert ahead on threads (numpy releases the GIL) while the
-        # file is written in order, so one span's last K-quant passes overlap
-        # the next span's first ones instead of leaving cores idle.
+        # The next span converts on a thread (numpy releases the GIL) while
+        # this one is written, in order.
         written = 0
         with ThreadPoolExecutor(_SPANS_AHEAD) as ahead_pool:
             ahead: deque[tuple[_Span, Future[np.ndarray]]] = deque()
