@@ -443,6 +443,7 @@ def test_passes_over_blocks_give_the_same_bytes(monkeypatch) -> None:
     monkeypatch.setattr(kq, "_BLOCKS_PER_PASS", 5)
     for t in K_TYPES:
         np.testing.assert_array_equal(kq.quantize(x, t), whole[t])
+        np.testing.assert_array_equal(kq.quantize(x, t, threads=1), whole[t])
 
 
 def test_passes_are_shared_evenly_between_threads(monkeypatch) -> None:

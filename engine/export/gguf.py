@@ -72,8 +72,9 @@ _WEIGHTED_TYPES = (
 )
 """Types an importance matrix weights (llama.cpp's Q8_0 takes no weights)."""
 
-#: Chunk of rows converted at once, in source elements (about 32 MB as float32).
-_CHUNK_ELEMENTS = 8 * 1024 * 1024
+#: Rows converted at once, in source elements (8 MB as float32): small
+#: enough that the span workers share the last tensors evenly.
+_CHUNK_ELEMENTS = 2 * 1024 * 1024
 
 
 @dataclass
@@ -850,8 +851,13 @@ def _plan_type(
 
 
 def _convert_chunk(
-    values: np.ndarray, qtype: Any, importance: np.ndarray | None = None
+    values: np.ndarray,
+    qtype: Any,
+    importance: np.ndarray | None = None,
+    threads: int | None = None,
 ) -> np.ndarray:
+    """Rows in ``qtype``; K-quants on ``threads`` threads (all cores unless
+    given)."""
     import gguf
 
     Q = gguf.GGMLQuantizationType
@@ -865,10 +871,12 @@ def _convert_chunk(
         from engine.export import kquants_imatrix
 
         if qtype.name in kquants.QUANTIZERS:
-            return kquants_imatrix.quantize_weighted(values, qtype.name, importance)
+            return kquants_imatrix.quantize_weighted(
+                values, qtype.name, importance, threads
+            )
         return kquants_imatrix.quantize_legacy_weighted(values, qtype.name, importance)
     if qtype.name in kquants.QUANTIZERS:
-        return kquants.quantize(values, qtype.name)
+        return kquants.quantize(values, qtype.name, threads)
     return gguf.quants.quantize(np.ascontiguousarray(values, dtype=np.float32), qtype)
 
 
@@ -889,10 +897,14 @@ def _check_free_space(target_dir: Path, needed: int) -> None:
         )
 
 
-#: Row spans converting ahead of the writer, one at a time: a K-quant span
-#: already runs on every core (``kquants._THREADS``), and two at once (four
-#: threads on two cores) cost 15-30 % more CPU on a loaded 2-core machine.
-_SPANS_AHEAD = 1
+#: Row spans converting at once, each K-quant span on its share of the
+#: cores (two spans of two threads each on two cores cost 15-30 % more CPU
+#: on a loaded machine than the same work on two threads).
+_SPAN_WORKERS = min(2, os.cpu_count() or 1)
+_SPAN_THREADS = max(1, (os.cpu_count() or 1) // _SPAN_WORKERS)
+#: Spans converting or converted ahead of the writer: more than the workers,
+#: so a worker done with a small span starts the next while a large one runs.
+_SPANS_AHEAD = 2 * _SPAN_WORKERS
 
 
 @dataclass
@@ -945,7 +957,9 @@ def _convert_span(span: _Span) -> np.ndarray:
         return np.empty(0, np.uint8)
     chunk = _to_f32(np.asarray(span.rows[span.r0 : span.r1]), span.src_dtype)
     p = span.planned
-    return np.ascontiguousarray(_convert_chunk(chunk, p.qtype, p.importance))
+    return np.ascontiguousarray(
+        _convert_chunk(chunk, p.qtype, p.importance, _SPAN_THREADS)
+    )
 
 
 def _write_gguf(
@@ -992,7 +1006,7 @@ def _write_gguf(
         # The next span converts on a thread (numpy releases the GIL) while
         # this one is written, in order.
         written = 0
-        with ThreadPoolExecutor(_SPANS_AHEAD) as ahead_pool:
+        with ThreadPoolExecutor(_SPAN_WORKERS) as ahead_pool:
             ahead: deque[tuple[_Span, Future[np.ndarray]]] = deque()
 
             def write_next() -> None:

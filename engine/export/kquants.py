@@ -602,21 +602,26 @@ QUANTIZERS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 """Block quantizer of each K type: (blocks, 256) float32 to (blocks, bytes)."""
 
 
-def _pass_blocks(n_blocks: int) -> int:
+def _pass_blocks(n_blocks: int, threads: int | None = None) -> int:
     """Blocks per pass for ``n_blocks``: at most ``_BLOCKS_PER_PASS``, and
     the passes a multiple of the threads where there is enough to share, so
     that a small tensor (a 256 x 512 attn_k is one pass of 512) or a chunk's
     last passes do not leave threads idle. Each block is quantized on its
     own, so the bytes do not depend on it."""
+    threads = _THREADS if threads is None else threads
     passes = -(-n_blocks // _BLOCKS_PER_PASS)
-    if _THREADS > 1 and n_blocks >= 2 * _MIN_BLOCKS_PER_PASS:
-        passes = -(-passes // _THREADS) * _THREADS
+    if threads > 1 and n_blocks >= 2 * _MIN_BLOCKS_PER_PASS:
+        passes = -(-passes // threads) * threads
     return max(min(_MIN_BLOCKS_PER_PASS, _BLOCKS_PER_PASS), -(-n_blocks // passes))
 
 
-def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
+def quantize(
+    values: np.ndarray, type_name: str, threads: int | None = None
+) -> np.ndarray:
     """Rows of float values (last axis a multiple of 256) to K-quant bytes,
-    shaped (rows..., row bytes) like ``gguf.quants.quantize``."""
+    shaped (rows..., row bytes) like ``gguf.quants.quantize``, on ``threads``
+    threads (``_THREADS`` unless given)."""
+    threads = _THREADS if threads is None else threads
     fn = QUANTIZERS[type_name]
     size = BLOCK_BYTES[type_name]
     if values.shape[-1] % QK_K != 0:
@@ -624,15 +629,15 @@ def quantize(values: np.ndarray, type_name: str) -> np.ndarray:
     blocks = np.ascontiguousarray(values, dtype=_F32).reshape(-1, QK_K)
     out = np.empty((blocks.shape[0], size), np.uint8)
 
-    per_pass = _pass_blocks(blocks.shape[0])
+    per_pass = _pass_blocks(blocks.shape[0], threads)
 
     def one_pass(b0: int) -> None:
         out[b0 : b0 + per_pass] = fn(blocks[b0 : b0 + per_pass])
 
     starts = range(0, blocks.shape[0], per_pass)
-    if _THREADS > 1 and len(starts) > 1:
+    if threads > 1 and len(starts) > 1:
         # Each pass writes its own rows of ``out``; list() re-raises errors.
-        with ThreadPoolExecutor(min(_THREADS, len(starts))) as pool:
+        with ThreadPoolExecutor(min(threads, len(starts))) as pool:
             list(pool.map(one_pass, starts))
     else:
         for b0 in starts:

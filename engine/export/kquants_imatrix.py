@@ -302,11 +302,16 @@ and weights to (blocks, bytes)."""
 
 
 def quantize_weighted(
-    values: np.ndarray, type_name: str, importance: np.ndarray
+    values: np.ndarray,
+    type_name: str,
+    importance: np.ndarray,
+    threads: int | None = None,
 ) -> np.ndarray:
     """Rows of float values (last axis a multiple of 256) to K-quant bytes
     weighted by ``importance`` (one non-negative float per column, shared by
-    every row), shaped (rows..., row bytes) like ``kquants.quantize``."""
+    every row), shaped (rows..., row bytes) like ``kquants.quantize``, on
+    ``threads`` threads (``_THREADS`` unless given)."""
+    threads = _THREADS if threads is None else threads
     fn = WEIGHTED_QUANTIZERS[type_name]
     size = BLOCK_BYTES[type_name]
     ncols = values.shape[-1]
@@ -331,8 +336,8 @@ def quantize_weighted(
         out[b0 : b0 + step] = fn(chunk, qw)
 
     starts = range(0, blocks.shape[0], step)
-    if _THREADS > 1 and len(starts) > 1:
-        with ThreadPoolExecutor(min(_THREADS, len(starts))) as pool:
+    if threads > 1 and len(starts) > 1:
+        with ThreadPoolExecutor(min(threads, len(starts))) as pool:
             list(pool.map(one_pass, starts))
     else:
         for b0 in starts:
