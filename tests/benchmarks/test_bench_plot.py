@@ -175,8 +175,9 @@ def test_bench_plot_redraw(qtbot) -> None:
     )
     print(
         f"BENCH plot frame with paint, 3 runs: {panel_ms:.1f} ms/tick, GUI-thread "
-        f"CPU {ms(cpu):.1f} ms/tick (worst {1e3 * max(cpu):.1f}; target "
-        f"{TARGET_MS:.0f} ms)"
+        f"CPU {ms(cpu):.1f} ms/tick (worst after the first tick, which may "
+        f"still hold the window's first paint: {1e3 * max(cpu[1:]):.1f}; "
+        f"target {TARGET_MS:.0f} ms)"
     )
     assert panel_ms < naive_ms
     # Only a gross miss fails: CPU time still grows with the machine's load.
