@@ -64,6 +64,66 @@ def test_bench_preset_time_to_target(
 
 
 # --------------------------------------------------------------------------
+# A sweep's best trial not yet adopted: it replaces the built-in preset (and
+# moves to TUNED with its provenance) once this passes on both seed sets.
+# --------------------------------------------------------------------------
+
+CANDIDATES = (
+    # The sweep 'dqn-mountaincar-time-to-minus120' (seeds 13-16), best trial
+    # #3: 174.8 CPU s to -120 at 100,000 steps. The target is RL Zoo's own
+    # reported mean for these settings (-120 +- 25); gymnasium's -110 is
+    # beyond it, so RL Zoo's settings would often miss it within their
+    # budget and the race would time the budget, not the learning.
+    Tuned(
+        env="MountainCar-v0",
+        algo="DQN",
+        target=-120.0,
+        budget=120_000,
+        zoo={  # hyperparams/dqn.yml
+            "learning_rate": 4e-3,
+            "batch_size": 128,
+            "buffer_size": 10_000,
+            "learning_starts": 1000,
+            "gamma": 0.98,
+            "target_update_interval": 600,
+            "train_freq": 16,
+            "gradient_steps": 8,
+            "exploration_fraction": 0.2,
+            "exploration_final_eps": 0.07,
+            "policy_kwargs": {"net_arch": [256, 256]},
+        },
+        preset={
+            "eval_every_steps": 5_000,
+            "hyperparameters": {
+                "net_arch": [64, 64],
+                "gradient_steps": 4,
+                "learning_rate": 3.23e-3,
+                "target_update_interval": 300,
+                "exploration_fraction": 0.059,
+            },
+        },
+    ),
+)
+
+
+@pytest.mark.timeout(7200)  # six runs of up to 120,000 DQN steps
+@pytest.mark.parametrize(
+    "seeds", [BENCH_SEEDS, HELD_OUT_SEEDS], ids=["bench", "held_out"]
+)
+@pytest.mark.parametrize("case", CANDIDATES, ids=[c.env for c in CANDIDATES])
+def test_bench_candidate_time_to_target(
+    tmp_path: Path, case: Tuned, seeds: tuple[int, ...]
+) -> None:
+    """Issue 13: a sweep's best trial, over the built-in preset (still RL
+    Zoo's settings), reaches the target in less wall time than RL Zoo's
+    settings as a bare script (median over the seeds), and as often."""
+    assert "study" not in PRESETS[case.env][case.algo]["provenance"]
+    ratio, studio, zoo = race(tmp_path, case, seeds, "candidate")
+    assert sum(ok for _, _, ok, _ in studio) >= sum(ok for _, _, ok, _ in zoo)
+    assert ratio < 1.0
+
+
+# --------------------------------------------------------------------------
 # Bundled designed envs: RL Zoo has no settings for them, so the preset races
 # the engine's defaults, what a run got before the preset (race_defaults).
 # Held-out seeds only: the sweep's trials were seeded 13-22.
