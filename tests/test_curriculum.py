@@ -473,3 +473,38 @@ def test_a_run_that_never_reaches_the_last_stage_says_so(
         "warning: the curriculum ended at stage 0 of 1 without an evaluation of "
         "the env as designed" in capsys.readouterr().err
     )
+
+
+def _farm(env: GridEnv) -> list[float]:
+    """Walk next to the maze's reward cell (4, 7) without slipping, then step
+    on, off and on it again twice; the cell reward of each entry."""
+    env.slip = 0.0
+    env.reset(seed=0)
+    for action in [1] * 4 + [2, 2] + [1, 1] + [2, 2]:  # via (0,4) (2,4) (2,6)
+        env.step(action)
+    assert env.pos == (4, 6)
+    paid = []
+    for action in (1, 3, 1, 3, 1):  # on, off, on, off, on
+        _, _, _, _, info = env.step(action)
+        if info["cell"] == [4, 7]:
+            paid.append(info["reward_breakdown"]["cell"])
+    return paid
+
+
+def test_a_once_cell_pays_on_the_first_entry_of_an_episode_only() -> None:
+    doc = json.loads(MAZE.read_text())
+    assert doc["grid"]["cell_rewards"] == [
+        {"cell": [4, 7], "reward": 0.1, "once": True}
+    ]
+    env = GridEnv(load_spec(MAZE))
+    assert _farm(env) == [0.1, 0.0, 0.0]
+    assert "+" not in env.render_ansi()  # collected: drawn as floor
+    saved = env.get_state()
+    again = GridEnv(load_spec(MAZE))
+    again.set_state(saved)
+    assert again.collected == {(4, 7)}
+    env.reset(seed=1)
+    assert not env.collected and "+" in env.render_ansi()  # a new episode pays
+    # A spec without 'once' (every file written before it) pays each entry.
+    del doc["grid"]["cell_rewards"][0]["once"]
+    assert _farm(GridEnv(doc, source=str(MAZE))) == [0.1, 0.1, 0.1]

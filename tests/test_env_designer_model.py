@@ -97,6 +97,21 @@ def test_grid_cells_round_trip_and_one_start() -> None:
         m.resize_grid(0, 3)
 
 
+def test_painting_keeps_a_cell_reward_paid_once() -> None:
+    m = EnvDesign(json.loads((EXAMPLES / "maze.env.json").read_text()))
+    m.set_grid_cells([(0, 8, ("empty", 0.5))])
+    assert m.body["cell_rewards"] == [
+        {"cell": [0, 8], "reward": 0.5},
+        {"cell": [4, 7], "reward": 0.1, "once": True},
+    ]
+    m.set_grid_cells([(4, 7, ("empty", 0.2))])  # a new value keeps the mark
+    assert m.body["cell_rewards"][1] == {"cell": [4, 7], "reward": 0.2, "once": True}
+    m.set_grid_cells([(4, 7, ("empty", None))])
+    assert m.body["cell_rewards"] == [{"cell": [0, 8], "reward": 0.5}]
+    m.set_grid_cells([(4, 7, ("empty", 0.1))])  # erased, then painted anew
+    assert "once" not in m.body["cell_rewards"][1]
+
+
 @pytest.mark.parametrize(
     ("path", "target"),
     [

@@ -260,3 +260,23 @@ def test_gymnasium_module_that_is_installed_is_imported(project: Path) -> None:
         "gymnasium": {"id": "gymnasium.envs.classic_control:CartPole-v1"},
     }
     assert not check_spec(_save(project, doc, "g"), env_checks=False).errors
+
+
+def test_farmable_cell_reward_is_flagged_until_it_pays_once(project: Path) -> None:
+    # The maze as first designed: its 0.1 cell paid each time it was entered,
+    # so stepping on and off it out-earned the goal over an episode.
+    doc = _doc(project, "maze")
+    del doc["grid"]["cell_rewards"][0]["once"]
+    report = check_spec(_save(project, doc), env_checks=False)
+    (warning,) = report.warnings
+    assert warning.path == "grid.cell_rewards[0]"
+    assert warning.message == (
+        "The cell [4, 7] pays 0.1 each time it is entered, so stepping on and off "
+        "it earns about 3.4 in an episode against 0.86 for reaching the goal; "
+        "mark it 'once' or lower it."
+    )
+    doc["grid"]["cell_rewards"][0]["once"] = True
+    assert not check_spec(_save(project, doc), env_checks=False).warnings
+    # A round trip that costs more than it pays is no farm.
+    doc["grid"]["cell_rewards"][0] = {"cell": [4, 7], "reward": 0.01}
+    assert not check_spec(_save(project, doc), env_checks=False).warnings

@@ -297,6 +297,7 @@ def _static_grid(spec: EnvSpec, report: Report) -> None:
                 "reachability",
             )
         )
+    _farmable_cells(spec, env, d, report)
     rewards = [
         env.r_step + env.r_goal,
         env.r_step + env.r_trap,
@@ -304,6 +305,44 @@ def _static_grid(spec: EnvSpec, report: Report) -> None:
     ]
     rewards += [env.r_step + float(v) for v in np.unique(env.cell_reward)]
     report.stats["step_reward_range"] = [min(rewards), max(rewards)]
+
+
+def _farmable_cells(spec: EnvSpec, env: Any, goal_moves: int, report: Report) -> None:
+    """Warn about each repeatable positive cell reward that pays more over an
+    episode of stepping on and off it than reaching the goal does."""
+    from engine.envs.grid import MOVES
+
+    reach = env._distances(env.start)
+    goal = env.r_goal + goal_moves * env.r_step
+    ends = env.goals | env.traps
+    for i, item in enumerate(spec.body.get("cell_rewards", [])):
+        cell = (int(item["cell"][0]), int(item["cell"][1]))
+        if item.get("once", False) or cell not in reach or cell in ends:
+            continue
+        repeat = env.cell_reward[cell] - env.once_reward[cell]
+        sides = [(cell[0] + dr, cell[1] + dc) for dr, dc in MOVES]
+        back = [
+            env.cell_reward[n] - env.once_reward[n]
+            for n in sides
+            if env._free(n) and n not in ends
+        ]
+        if repeat <= 0 or not back:
+            continue
+        lap = float(repeat + max(back) + 2 * env.r_step)  # on and off again
+        laps = (env.max_steps - reach[cell]) // 2
+        farm = laps * lap + reach[cell] * env.r_step
+        if lap > 0 and farm > goal:
+            report.problems.append(
+                Problem(
+                    "warning",
+                    f"grid.cell_rewards[{i}]",
+                    f"The cell {list(cell)} pays {float(repeat):g} each time it is "
+                    f"entered, so stepping on and off it earns about {farm:.2g} "
+                    f"in an episode against {goal:.2g} for reaching the goal; "
+                    "mark it 'once' or lower it.",
+                    "reward_range",
+                )
+            )
 
 
 def _static_gymnasium(spec: EnvSpec, report: Report) -> None:

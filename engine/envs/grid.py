@@ -6,7 +6,8 @@ move goes to one of the two perpendicular sides instead. Moving into a wall or
 off the grid leaves the agent in place (``rewards.wall_bump`` is added).
 Reaching a goal or a trap ends the episode; ``max_steps`` truncates it.
 Rewards by rule in ``info["reward_breakdown"]``: step, wall_bump, cell, goal,
-trap.
+trap. A cell reward marked ``once`` pays the first time its cell is entered in
+an episode only (a coin); others pay each time.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         self.action_space = spaces.Discrete(4)
         self.pos = self.start
         self.steps = 0
+        self.collected: set[tuple[int, int]] = set()
+        """Cells whose 'once' reward this episode has paid."""
 
     def set_difficulty(self, difficulty: dict[str, Any] | None) -> None:
         """Play at ``difficulty`` (:class:`~engine.envs.curriculum.
@@ -80,9 +83,12 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         keep_traps = d.get("traps", True)
         self.traps = {tuple(t) for t in body.get("traps", [])} if keep_traps else set()
         self.cell_reward = np.zeros((self.rows, self.cols))
+        self.once_reward = np.zeros((self.rows, self.cols))
         for item in body.get("cell_rewards", []):
             r, c = item["cell"]
             self.cell_reward[r, c] += float(item["reward"])
+            if item.get("once", False):
+                self.once_reward[r, c] += float(item["reward"])
         rewards = body.get("rewards", {})
         self.r_step = float(rewards.get("per_step", -0.01))
         self.r_goal = float(rewards.get("goal", 1.0))
@@ -149,6 +155,14 @@ class GridEnv(gym.Env[np.int64, np.int64]):
             )
         self.start = min(starts, key=lambda c: (abs(c[0] - sr) + abs(c[1] - sc), c))
 
+    def cell_value(self, cell: tuple[int, int]) -> float:
+        """The reward entering ``cell`` pays now: its 'once' part only until
+        it has been collected this episode."""
+        value = float(self.cell_reward[cell])
+        return (
+            value - float(self.once_reward[cell]) if cell in self.collected else value
+        )
+
     def _obs(self) -> np.int64:
         return np.int64(self.pos[0] * self.cols + self.pos[1])
 
@@ -158,6 +172,7 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         super().reset(seed=seed)
         self.pos = self.start
         self.steps = 0
+        self.collected = set()
         return self._obs(), {"cell": list(self.pos)}
 
     def step(self, action: Any) -> tuple[np.int64, float, bool, bool, dict[str, Any]]:
@@ -177,7 +192,9 @@ class GridEnv(gym.Env[np.int64, np.int64]):
             r, c = self.pos
             bd["wall_bump"] = self.r_bump
         else:
-            bd["cell"] = float(self.cell_reward[r, c])
+            bd["cell"] = self.cell_value((r, c))
+            if self.once_reward[r, c]:
+                self.collected.add((r, c))
         self.pos = (r, c)
         self.steps += 1
         success = self.pos in self.goals
@@ -219,8 +236,8 @@ class GridEnv(gym.Env[np.int64, np.int64]):
                     ch = "X"
                 elif cell == self.start:
                     ch = "S"
-                elif self.cell_reward[r, c]:
-                    ch = "+" if self.cell_reward[r, c] > 0 else "-"
+                elif self.cell_value(cell):
+                    ch = "+" if self.cell_value(cell) > 0 else "-"
                 else:
                     ch = "."
                 row.append(ch)
@@ -232,6 +249,9 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         img[:] = COLORS["floor"]
         img[self.walls] = COLORS["wall"]
         img[self.cell_reward != 0] = COLORS["reward"]
+        for cell in self.collected:
+            if not self.cell_value(cell):
+                img[cell] = COLORS["floor"]
         img[self.start] = COLORS["start"]
         for g in self.goals:
             img[g] = COLORS["goal"]
@@ -247,12 +267,14 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         return {
             "cell": list(self.pos),
             "steps": self.steps,
+            "collected": sorted([r, c] for r, c in self.collected),
             "rng": self.np_random.bit_generator.state,
         }
 
     def set_state(self, state: dict[str, Any]) -> np.int64:
         self.pos = (int(state["cell"][0]), int(state["cell"][1]))
         self.steps = int(state["steps"])
+        self.collected = {(int(r), int(c)) for r, c in state.get("collected", [])}
         bitgen = getattr(np.random, state["rng"]["bit_generator"])()
         bitgen.state = state["rng"]
         self.np_random = np.random.Generator(bitgen)

@@ -207,7 +207,8 @@ GRID_SCHEMA: dict[str, Any] = {
         "traps": {"type": "array", "items": {"$ref": "#/$defs/cell"}},
         "cell_rewards": {
             "type": "array",
-            "description": "Reward added each time a cell is entered.",
+            "description": "Reward added each time a cell is entered (once per "
+            "episode where 'once' is true).",
             "items": {
                 "type": "object",
                 "required": ["cell", "reward"],
@@ -215,6 +216,13 @@ GRID_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "cell": {"$ref": "#/$defs/cell"},
                     "reward": {"type": "number"},
+                    "once": {
+                        "type": "boolean",
+                        "default": False,
+                        "description": "Pay the reward only the first time the "
+                        "cell is entered in an episode, like a coin (false: "
+                        "each time, so stepping off and on again pays again).",
+                    },
                 },
             },
         },

@@ -667,7 +667,16 @@ class EnvDesign(Observable):
         self.notify("grid")
 
     def _write_cells(self, cells: dict[tuple[int, int], Cell]) -> None:
+        """Write ``cells`` into the spec; a reward cell marked ``once`` keeps
+        the mark while it has a reward."""
         body = self.body
+        once = {
+            (item["cell"][0], item["cell"][1])
+            for item in body.get("cell_rewards", [])
+            if isinstance(item, dict)
+            and _is_cell(item.get("cell"))
+            and item.get("once")
+        }
         lists: dict[str, list[list[int]]] = {"wall": [], "goal": [], "trap": []}
         rewards = []
         start = None
@@ -678,6 +687,8 @@ class EnvDesign(Observable):
                 start = [row, col]
             if reward is not None and kind != "wall":
                 rewards.append({"cell": [row, col], "reward": float(reward)})
+                if (row, col) in once:
+                    rewards[-1]["once"] = True
         body["walls"] = lists["wall"]
         body["goals"] = lists["goal"]
         body["traps"] = lists["trap"]
