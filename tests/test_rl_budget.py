@@ -9,7 +9,9 @@ from engine_harness import EngineProcess
 
 from engine import protocol
 
-MAZE = "rlstudio/maze-v0"
+# A bundled env with no built-in PPO preset, so the form shows PPO's own
+# defaults (the maze has one since its sweep).
+ENV = "rlstudio/cartpole-v0"
 
 
 def test_short_ppo_run_with_schema_defaults_trains_about_the_steps_asked(
@@ -20,7 +22,7 @@ def test_short_ppo_run_with_schema_defaults_trains_about_the_steps_asked(
         engine.call(protocol.Hello())
         engine.call(protocol.OpenProject(path=str(tmp_path / "p"), create=True))
         fields = engine.call(
-            protocol.GetRunSchema(kind="rl.train", values={"env": MAZE, "algo": "PPO"})
+            protocol.GetRunSchema(kind="rl.train", values={"env": ENV, "algo": "PPO"})
         )["fields"]
         defaults = {f["name"]: f["default"] for f in fields}
         assert defaults["hyperparameters.n_steps"] == 2048
@@ -28,7 +30,7 @@ def test_short_ppo_run_with_schema_defaults_trains_about_the_steps_asked(
         # defaults, and the env and algorithm.
         values = {**defaults, "total_steps": 3000, "eval_every_steps": 0}
         config = {
-            "env": MAZE,
+            "env": ENV,
             "algo": "PPO",
             **{
                 k: v
