@@ -522,9 +522,18 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                 "seconds to eval mean reward -120, 4 trials of up to 120,000 "
                 "steps finished, 2 of them reaching it) found a candidate "
                 "(net_arch [64, 64], 4 gradient steps every 16 env steps: "
-                "174.8 CPU s at 100,000 steps on its trial's seed) not yet "
-                "raced to the end against them on held-out seeds, so not "
-                "adopted",
+                "174.8 CPU s at 100,000 steps on its trial's seed) that is "
+                "not reliably faster: raced against them as a bare SB3 "
+                "script on held-out seeds 5-7 (seeds in parallel processes, "
+                "loaded 2-core machine), it reached -120 on seed 5 only (65,000 "
+                "steps, 105.5 CPU s, where RL Zoo's settings missed it in "
+                "120,000 steps, 517.5 CPU s) and missed it on seeds 6 and 7 "
+                "(225.7 and 206.6 CPU s; RL Zoo's settings reached it on seed "
+                "6 at 95,000 steps, 388.4 CPU s, and missed it on seed 7, "
+                "460.0 CPU s): each on 1 of 3 seeds, median CPU 0.45 of RL "
+                "Zoo's at median 120,000 steps each; so not adopted, and "
+                "-120 is beyond RL Zoo's settings in 120,000 steps on 2 of "
+                "these 3 seeds",
             },
             "total_steps": 120_000,
             "learning_rate": 4e-3,
