@@ -789,8 +789,9 @@ PRESETS["LunarLanderContinuous-v3"] = {
 
 # --------------------------------------------------------------------------
 # Bundled designed envs (resources/examples/envs). RL Zoo has no settings for
-# them; without a preset a run gets the engine's defaults (MaskablePPO, as
-# their actions are masked, with SB3's defaults: 8 env copies here, n_steps
+# them; without a preset a run gets the engine's defaults (MaskablePPO for
+# the Jira envs, whose actions are masked, PPO for the maze; SB3's defaults
+# for the algorithm: 8 env copies here, n_steps
 # 256, batch_size 64, n_epochs 10, learning_rate 3e-4, evaluation every
 # 10,000 steps). The sweeps below raced those defaults.
 # --------------------------------------------------------------------------
