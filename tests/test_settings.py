@@ -99,8 +99,9 @@ def test_language_model_nodes_agree_with_their_jobs(
 
 def test_run_form_and_train_node_defaults_come_from_the_same_dataclass() -> None:
     node = specs()["rl.train"]
-    # an env without a preset: every default is the dataclass's
-    form = {f["name"]: f for f in schema({"env": "rlstudio/maze-v0"})}
+    # an env without a preset (the bundled designed cartpole): every default
+    # is the dataclass's
+    form = {f["name"]: f for f in schema({"env": "rlstudio/cartpole-v0"})}
     for name, info in fields_of(TrainConfig).items():
         if not info.form or name == "env":
             continue
