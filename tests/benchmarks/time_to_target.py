@@ -4,7 +4,7 @@ published settings (rl-baselines3-zoo hyperparams/*.yml) run as a bare
 stable-baselines3 script with SB3's own EvalCallback and reward-threshold
 stop on the studio's evaluation schedule.
 
-The two alternate, the order flipping every seed, so a machine getting
+The two alternate (``alternate``), the order flipping every seed, so a machine getting
 busier or quieter hits both alike; the figure is the ratio of the medians of
 wall seconds (CPU seconds printed beside: other processes on a shared
 machine bend wall time more). A run that never reaches the target counts
@@ -125,6 +125,81 @@ def zoo_to_target(case: Tuned, seed: int, eval_every: int, episodes: int) -> Out
     return wall, int(model.num_timesteps), reached, cpu
 
 
+Runner = Callable[[int], Outcome]
+"""One run on a seed."""
+
+
+def alternate(
+    seeds: tuple[int, ...], first: tuple[str, Runner], second: tuple[str, Runner]
+) -> tuple[list[Outcome], list[Outcome]]:
+    """Both runners on each seed, ``second`` first on the 1st, 3rd, ... seed
+    and ``first`` first on the others, so a machine getting busier or
+    quieter hits both alike; prints each run as it ends (a
+    loaded machine makes the whole long). Returns each runner's outcomes."""
+    rows: dict[str, list[Outcome]] = {first[0]: [], second[0]: []}
+    for i, seed in enumerate(seeds):
+        for name, runner in (second, first) if i % 2 == 0 else (first, second):
+            rows[name].append(runner(seed))
+            w, n, ok, c = rows[name][-1]
+            print(
+                f"  {name} seed {seed}: {w:.1f} s ({c:.1f} CPU s) / {n:,} "
+                f"steps{'' if ok else ' (not reached)'}",
+                flush=True,
+            )
+    return rows[first[0]], rows[second[0]]
+
+
+@dataclass(frozen=True)
+class Medians:
+    """``ours`` against ``theirs``: ratios of the medians over the seeds."""
+
+    wall: float
+    cpu: float
+    steps: float
+    ours_wall: float
+    theirs_wall: float
+
+    @staticmethod
+    def of(ours: list[Outcome], theirs: list[Outcome]) -> Medians:
+        def median(rows: list[Outcome], i: int) -> float:
+            return statistics.median(row[i] for row in rows)
+
+        return Medians(
+            wall=median(ours, 0) / median(theirs, 0),
+            cpu=median(ours, 3) / median(theirs, 3),
+            steps=median(ours, 1) / median(theirs, 1),
+            ours_wall=median(ours, 0),
+            theirs_wall=median(theirs, 0),
+        )
+
+
+def way(ratio: float, what: str = "") -> str:
+    """'12 % less time' for 0.88 (lower is better)."""
+    return f"{abs(1 - ratio) * 100:.0f} % {'less' if ratio < 1 else 'more'}{what}"
+
+
+def print_rows(named: dict[str, list[Outcome]]) -> None:
+    """Each side's runs on one line, in seed order."""
+    for name, rows in named.items():
+        print(
+            f"  {name}: "
+            + ", ".join(
+                f"{w:.1f} s ({c:.1f} CPU s) / {n:,} steps"
+                + ("" if ok else " (not reached)")
+                for w, n, ok, c in rows
+            )
+        )
+
+
+def times_reached(rows: list[Outcome]) -> int:
+    """How many runs reached the target."""
+    return sum(ok for _, _, ok, _ in rows)
+
+
+def load() -> str:
+    return f"load average (1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+
+
 def race(
     folder: Path, case: Tuned, seeds: tuple[int, ...], title: str
 ) -> tuple[float, list[Outcome], list[Outcome]]:
@@ -135,48 +210,24 @@ def race(
     every, episodes = defaults["eval_every_steps"], defaults["eval_episodes"]
     # Warm-up, not counted: the first torch optimizer imports torch._dynamo.
     zoo_to_target(replace(case, budget=2_000), 99, every, episodes)
-    studio: list[Outcome] = []
-    zoo: list[Outcome] = []
-    for i, seed in enumerate(seeds):
-        for which in ("zoo", "studio") if i % 2 == 0 else ("studio", "zoo"):
-            if which == "zoo":
-                zoo.append(zoo_to_target(case, seed, every, episodes))
-            else:
-                studio.append(studio_to_target(folder, case, seed))
-            # Each run as it ends: a loaded machine makes the whole long.
-            w, n, ok, c = (zoo if which == "zoo" else studio)[-1]
-            print(
-                f"  {which} seed {seed}: {w:.1f} s ({c:.1f} CPU s) / {n:,} "
-                f"steps{'' if ok else ' (not reached)'}",
-                flush=True,
-            )
-    s_med = statistics.median(w for w, _, _, _ in studio)
-    z_med = statistics.median(w for w, _, _, _ in zoo)
-    ratio = s_med / z_med
-    cpu_ratio = statistics.median(c for *_, c in studio) / statistics.median(
-        c for *_, c in zoo
+    studio, zoo = alternate(
+        seeds,
+        ("studio", lambda seed: studio_to_target(folder, case, seed)),
+        ("zoo", lambda seed: zoo_to_target(case, seed, every, episodes)),
     )
-    way = f"{abs(1 - ratio) * 100:.0f} % {'less' if ratio < 1 else 'more'} time"
+    m = Medians.of(studio, zoo)
     print()
     print(
         f"BENCH {title} time to eval reward {case.target:g} on {case.env} "
-        f"({case.algo}, seeds {seeds[0]}-{seeds[-1]}): preset {s_med:.1f} s, "
-        f"RL Zoo settings bare SB3 {z_med:.1f} s (median, alternating; eval "
-        f"every {every:,} steps, {episodes} episodes); preset/zoo = "
-        f"{ratio:.2f} (lower is better; {way}); CPU seconds preset/zoo = "
-        f"{cpu_ratio:.2f}; load average (1 min) {os.getloadavg()[0]:.1f} on "
-        f"{os.cpu_count()} cores"
+        f"({case.algo}, seeds {seeds[0]}-{seeds[-1]}): preset {m.ours_wall:.1f} s, "
+        f"RL Zoo settings bare SB3 {m.theirs_wall:.1f} s (median, alternating; "
+        f"eval every {every:,} steps, {episodes} episodes); preset/zoo = "
+        f"{m.wall:.2f} (lower is better; {way(m.wall, ' time')}); CPU seconds "
+        f"preset/zoo = {m.cpu:.2f}; reached {times_reached(studio)} against "
+        f"{times_reached(zoo)} of {len(seeds)}; {load()}"
     )
-    for name, rows in (("preset", studio), ("zoo", zoo)):
-        print(
-            f"  {name}: "
-            + ", ".join(
-                f"{w:.1f} s ({c:.1f} CPU s) / {n:,} steps"
-                + ("" if ok else " (not reached)")
-                for w, n, ok, c in rows
-            )
-        )
-    return ratio, studio, zoo
+    print_rows({"preset": studio, "zoo": zoo})
+    return m.wall, studio, zoo
 
 
 # --------------------------------------------------------------------------
@@ -257,48 +308,22 @@ def race_defaults(
     project = bundled_project(folder)
     # Warm-up, not counted: imports and the first optimizer.
     designed_to_target(project, replace(case, budget=1_000), 99, preset=False)
-    tuned: list[Outcome] = []
-    default: list[Outcome] = []
-    for i, seed in enumerate(seeds):
-        for which in ("default", "preset") if i % 2 == 0 else ("preset", "default"):
-            rows = tuned if which == "preset" else default
-            rows.append(
-                designed_to_target(project, case, seed, preset=which == "preset")
-            )
-            w, n, ok, c = rows[-1]
-            print(
-                f"  {which} seed {seed}: {w:.1f} s ({c:.1f} CPU s) / {n:,} "
-                f"steps{'' if ok else ' (not reached)'}",
-                flush=True,
-            )
-    t_med = statistics.median(w for w, _, _, _ in tuned)
-    d_med = statistics.median(w for w, _, _, _ in default)
-    ratio = t_med / d_med
-    cpu_ratio = statistics.median(c for *_, c in tuned) / statistics.median(
-        c for *_, c in default
+    tuned, default = alternate(
+        seeds,
+        ("preset", lambda seed: designed_to_target(project, case, seed, preset=True)),
+        ("default", lambda seed: designed_to_target(project, case, seed, preset=False)),
     )
-    t_steps = statistics.median(n for _, n, _, _ in tuned)
-    d_steps = statistics.median(n for _, n, _, _ in default)
-    way = f"{abs(1 - ratio) * 100:.0f} % {'less' if ratio < 1 else 'more'} time"
-    cpu_way = f"{abs(1 - cpu_ratio) * 100:.0f} % {'less' if cpu_ratio < 1 else 'more'}"
+    m = Medians.of(tuned, default)
     print()
     print(
         f"BENCH {title} time to eval mean reward {case.target:g} on {case.env} "
         f"({case.algo}, seeds {', '.join(map(str, seeds))}, budget "
-        f"{case.budget:,} steps): preset {t_med:.1f} s, engine defaults "
-        f"{d_med:.1f} s (median, alternating); preset/default = {ratio:.2f} "
-        f"(lower is better; {way}); CPU seconds preset/default = "
-        f"{cpu_ratio:.2f} ({cpu_way}); median steps {t_steps:,.0f} against "
-        f"{d_steps:,.0f} (preset/default = {t_steps / d_steps:.2f}); load "
-        f"average (1 min) {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        f"{case.budget:,} steps): preset {m.ours_wall:.1f} s, engine defaults "
+        f"{m.theirs_wall:.1f} s (median, alternating); preset/default = "
+        f"{m.wall:.2f} (lower is better; {way(m.wall, ' time')}); CPU seconds "
+        f"preset/default = {m.cpu:.2f} ({way(m.cpu)}); median steps "
+        f"preset/default = {m.steps:.2f}; reached {times_reached(tuned)} against "
+        f"{times_reached(default)} of {len(seeds)}; {load()}"
     )
-    for label, rows in (("preset", tuned), ("default", default)):
-        print(
-            f"  {label}: "
-            + ", ".join(
-                f"{w:.1f} s ({c:.1f} CPU s) / {n:,} steps"
-                + ("" if ok else " (not reached)")
-                for w, n, ok, c in rows
-            )
-        )
-    return ratio, tuned, default
+    print_rows({"preset": tuned, "default": default})
+    return m.wall, tuned, default
