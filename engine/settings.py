@@ -384,16 +384,7 @@ def form_field(
     :func:`form_type`)."""
     kind = form_type(info, lists=lists)
     assert kind is not None, f"{info.name} cannot be edited in a form"
-    out: dict[str, Any] = {
-        "name": name or info.name,
-        "type": kind,
-        "default": info.default if default is dataclasses.MISSING else default,
-        "help": info.help,
-        "title": title_of(info),
-        "group": info.group if group is None else group,
-    }
-    if info.optional:
-        out["optional"] = True
+    out = _form_header(info, kind, name=name, default=default, group=group)
     if info.unit:
         out["unit"] = info.unit
     offer = info.offered()
@@ -437,23 +428,28 @@ def structure_form_field(
                 for col in fields_of(rows[sub.name]).values()
                 if col.form and form_type(col, lists=True) is not None
             ]
-            fields.append(
-                {
-                    "name": sub.name,
-                    "type": "rows",
-                    "columns": columns,
-                    "default": sub.default,
-                    "min_rows": 1,
-                    "help": sub.help,
-                    "title": title_of(sub),
-                }
-            )
+            table = _form_header(sub, "rows", group="")
+            fields.append({**table, "columns": columns, "min_rows": 1})
         elif sub.form and form_type(sub) is not None:
             fields.append(form_field(sub, group=""))
+    out = _form_header(info, "object", default=default, group=group)
+    out["fields"] = fields
+    return out
+
+
+def _form_header(
+    info: FieldInfo,
+    kind: str,
+    *,
+    name: str | None = None,
+    default: Any = dataclasses.MISSING,
+    group: str | None = None,
+) -> dict[str, Any]:
+    """What every form field says of its setting: name, type, default, help,
+    title, group and whether it may be left unset."""
     out: dict[str, Any] = {
-        "name": info.name,
-        "type": "object",
-        "fields": fields,
+        "name": name or info.name,
+        "type": kind,
         "default": info.default if default is dataclasses.MISSING else default,
         "help": info.help,
         "title": title_of(info),
