@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from PySide6.QtGui import QUndoStack
 
 from engine.contract import atomic_write_text
+from engine.envs.grid import GridEnv
 from studio.environments import commands as cmd
 from studio.state.env_design import (
+    EMPTY_CELL,
     DesignError,
     EnvDesign,
     Target,
@@ -82,11 +84,15 @@ def test_success_and_terminal_marks() -> None:
 def test_grid_cells_round_trip_and_one_start() -> None:
     m = EnvDesign(new_spec("grid", "g"))
     m.set_grid_cells(
-        [(1, 1, ("wall", None)), (2, 2, ("trap", None)), (3, 3, ("empty", 0.5))]
+        [
+            (1, 1, ("wall", None, False)),
+            (2, 2, ("trap", None, False)),
+            (3, 3, ("empty", 0.5, False)),
+        ]
     )
-    m.set_grid_cells([(2, 3, ("start", None))])
+    m.set_grid_cells([(2, 3, ("start", None, False))])
     cells = m.grid_cells()
-    assert cells[(2, 3)] == ("start", None) and (0, 0) not in cells
+    assert cells[(2, 3)] == ("start", None, False) and (0, 0) not in cells
     assert m.body["start"] == [2, 3] and m.body["walls"] == [[1, 1]]
     assert m.body["cell_rewards"] == [{"cell": [3, 3], "reward": 0.5}]
     m.resize_grid(2, 2)
@@ -97,19 +103,53 @@ def test_grid_cells_round_trip_and_one_start() -> None:
         m.resize_grid(0, 3)
 
 
-def test_painting_keeps_a_cell_reward_paid_once() -> None:
+def _cell_rewards_paid(spec: dict, moves: list[int]) -> list[float]:
+    """The cell reward of each step of ``moves`` in the engine's grid env
+    built from ``spec`` (validated as the engine does), without slips."""
+    env = GridEnv(copy.deepcopy(spec), source="designed.env.json")
+    env.slip = 0.0
+    env.reset(seed=0)
+    return [env.step(a)[4]["reward_breakdown"]["cell"] for a in moves]
+
+
+def test_a_cell_reward_paid_once_is_written_cleared_and_undone() -> None:
     m = EnvDesign(json.loads((EXAMPLES / "maze.env.json").read_text()))
-    m.set_grid_cells([(0, 8, ("empty", 0.5))])
+    assert m.grid_cells()[(4, 7)] == ("empty", 0.1, True)
+    stack = QUndoStack()
+    # A coin one step right of the start, over the painted stroke's old cell.
+    stack.push(cmd.PaintCells(m, [(0, 1, EMPTY_CELL, ("empty", 0.5, True))]))
     assert m.body["cell_rewards"] == [
-        {"cell": [0, 8], "reward": 0.5},
+        {"cell": [0, 1], "reward": 0.5, "once": True},
         {"cell": [4, 7], "reward": 0.1, "once": True},
     ]
-    m.set_grid_cells([(4, 7, ("empty", 0.2))])  # a new value keeps the mark
-    assert m.body["cell_rewards"][1] == {"cell": [4, 7], "reward": 0.2, "once": True}
-    m.set_grid_cells([(4, 7, ("empty", None))])
-    assert m.body["cell_rewards"] == [{"cell": [0, 8], "reward": 0.5}]
-    m.set_grid_cells([(4, 7, ("empty", 0.1))])  # erased, then painted anew
-    assert "once" not in m.body["cell_rewards"][1]
+    assert m.grid_cells()[(0, 1)] == ("empty", 0.5, True)
+    right, left = 1, 3
+    assert _cell_rewards_paid(m.spec, [right, left, right, left]) == [0.5, 0, 0, 0]
+    # Painted again with the box cleared: paid each time it is entered.
+    stack.push(cmd.PaintCells(m, [(0, 1, ("empty", 0.5, True), ("empty", 0.5, False))]))
+    assert m.body["cell_rewards"][0] == {"cell": [0, 1], "reward": 0.5}
+    assert _cell_rewards_paid(m.spec, [right, left, right]) == [0.5, 0, 0.5]
+    stack.undo()
+    assert m.body["cell_rewards"][0] == {"cell": [0, 1], "reward": 0.5, "once": True}
+    stack.redo()
+    assert "once" not in m.body["cell_rewards"][0]
+    # A goal painted over a coin keeps it; a wall or an erase drops the reward.
+    m.set_grid_cells([(4, 7, ("goal", 0.1, True))])
+    assert m.body["cell_rewards"][1] == {"cell": [4, 7], "reward": 0.1, "once": True}
+    m.set_grid_cells([(4, 7, ("wall", None, False)), (0, 1, EMPTY_CELL)])
+    assert "cell_rewards" not in m.body
+
+
+def test_a_spec_without_the_once_mark_loads_as_paid_each_entry() -> None:
+    spec = json.loads((EXAMPLES / "maze.env.json").read_text())
+    del spec["grid"]["cell_rewards"][0]["once"]  # as written before the mark
+    m = EnvDesign(spec)
+    assert m.grid_cells()[(4, 7)] == ("empty", 0.1, False)
+    m.set_grid_cells([(0, 8, ("empty", 0.5, False))])  # a stroke elsewhere
+    assert m.body["cell_rewards"] == [
+        {"cell": [0, 8], "reward": 0.5},
+        {"cell": [4, 7], "reward": 0.1},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -184,7 +224,7 @@ def test_grid_stroke_is_one_undo_step() -> None:
     m = EnvDesign(new_spec("grid", "g"))
     before = copy.deepcopy(m.spec)
     stack = QUndoStack()
-    stroke = [(0, c, ("empty", None), ("wall", None)) for c in range(1, 4)]
+    stroke = [(0, c, EMPTY_CELL, ("wall", None, False)) for c in range(1, 4)]
     stack.push(cmd.PaintCells(m, stroke))
     assert stack.count() == 1 and len(m.body["walls"]) == 3
     stack.undo()

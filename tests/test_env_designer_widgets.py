@@ -9,7 +9,8 @@ import pytest
 from PySide6.QtCore import QPoint, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF
 
-from widgets.grid_painter import GridPainter
+from studio.state.env_design import EMPTY_CELL
+from widgets.grid_painter import COIN, EMPTY, GridPainter, GridPalette
 from widgets.state_machine_editor import (
     READABLE_PX,
     Edge,
@@ -106,7 +107,9 @@ def test_grid_stroke_is_reported_once_on_release(qtbot) -> None:
     painter = GridPainter()
     qtbot.addWidget(painter)
     painter.resize(400, 400)
-    painter.set_grid(5, 5, {(0, 0): ("start", None), (4, 4): ("goal", None)})
+    painter.set_grid(
+        5, 5, {(0, 0): ("start", None, False), (4, 4): ("goal", None, False)}
+    )
     strokes = []
     painter.stroke_finished.connect(strokes.append)
     painter.set_tool("wall")
@@ -118,19 +121,87 @@ def test_grid_stroke_is_reported_once_on_release(qtbot) -> None:
     )
     assert len(strokes) == 1
     assert [(r, c, new) for r, c, _, new in strokes[0]] == [
-        (1, c, ("wall", None)) for c in range(5)
+        (1, c, ("wall", None, False)) for c in range(5)
     ]
     painter.set_tool("start")
     qtbot.mouseClick(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(3, 3))
     assert sorted(strokes[1]) == [
-        (0, 0, ("start", None), ("empty", None)),
-        (3, 3, ("empty", None), ("start", None)),
+        (0, 0, ("start", None, False), EMPTY),
+        (3, 3, EMPTY, ("start", None, False)),
     ]
     painter.set_tool("reward", 0.5)
     qtbot.mouseClick(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(4, 4))
-    assert strokes[2] == [(4, 4, ("goal", None), ("goal", 0.5))]
+    assert strokes[2] == [(4, 4, ("goal", None, False), ("goal", 0.5, False))]
     with pytest.raises(ValueError, match="Unknown tool 'lava'"):
         painter.set_tool("lava")
+
+
+def _paint_stroke(qtbot, painter: GridPainter, cells: list[tuple[int, int]]) -> None:  # type: ignore[no-untyped-def]
+    """Press on the first cell, drag over the rest and release on the last."""
+    button = Qt.MouseButton.LeftButton
+    qtbot.mousePress(painter, button, pos=painter.cell_center(*cells[0]))
+    for cell in cells[1:]:
+        qtbot.mouseMove(painter, painter.cell_center(*cell))
+    qtbot.mouseRelease(painter, button, pos=painter.cell_center(*cells[-1]))
+
+
+def _coin_pixels(painter: GridPainter, row: int, col: int) -> int:
+    """How many pixels of the cell are drawn in the coin's colour."""
+    image = painter.grab().toImage()
+    rect = painter.cell_rect(row, col).toAlignedRect()
+    coin = QColor(COIN)
+    return sum(
+        1
+        for x in range(rect.left(), rect.right())
+        for y in range(rect.top(), rect.bottom())
+        if image.pixelColor(x, y) == coin
+    )
+
+
+def test_the_palettes_once_box_paints_cells_paid_once(qtbot) -> None:  # type: ignore[no-untyped-def]
+    painter = GridPainter()
+    palette = GridPalette(painter)
+    for widget in (painter, palette):
+        qtbot.addWidget(widget)
+    painter.resize(300, 300)
+    painter.set_grid(
+        5, 5, {(0, 0): ("start", None, False), (4, 4): ("goal", None, False)}
+    )
+    palette.show()
+    qtbot.waitExposed(palette)
+    assert EMPTY == EMPTY_CELL  # the model's cells and the painter's are alike
+    assert palette.once.toolTip().startswith("Paid the first time the cell is")
+    strokes: list[list] = []
+    painter.stroke_finished.connect(strokes.append)
+    palette.buttons["reward"].click()
+    palette.reward.setValue(0.25)
+    qtbot.mouseClick(palette.once, Qt.MouseButton.LeftButton)
+    assert palette.once.isChecked() and painter.once
+    _paint_stroke(qtbot, painter, [(2, 0), (2, 1), (2, 2)])
+    assert [(r, c, new) for r, c, _, new in strokes[-1]] == [
+        (2, c, ("empty", 0.25, True)) for c in range(3)
+    ]
+    assert painter.cell(2, 1) == ("empty", 0.25, True)
+    # The goal keeps its kind and gets the coin.
+    _paint_stroke(qtbot, painter, [(4, 4)])
+    assert strokes[-1] == [(4, 4, ("goal", None, False), ("goal", 0.25, True))]
+    assert _coin_pixels(painter, 2, 1) > 20 and _coin_pixels(painter, 4, 4) > 20
+    # Cleared, the box paints rewards paid each entry over the coins.
+    qtbot.mouseClick(palette.once, Qt.MouseButton.LeftButton)
+    assert not palette.once.isChecked() and not painter.once
+    _paint_stroke(qtbot, painter, [(2, 1), (2, 2)])
+    assert strokes[-1] == [
+        (2, 1, ("empty", 0.25, True), ("empty", 0.25, False)),
+        (2, 2, ("empty", 0.25, True), ("empty", 0.25, False)),
+    ]
+    assert _coin_pixels(painter, 2, 1) == 0 and _coin_pixels(painter, 2, 0) > 20
+    # Start moved onto a coin keeps it; a wall over one drops it.
+    palette.buttons["start"].click()
+    _paint_stroke(qtbot, painter, [(2, 0)])
+    assert painter.cell(2, 0) == ("start", 0.25, True)
+    palette.buttons["wall"].click()
+    _paint_stroke(qtbot, painter, [(4, 4)])
+    assert painter.cell(4, 4) == ("wall", None, False)
 
 
 def test_a_fitted_small_canvas_still_names_every_status(qtbot) -> None:  # type: ignore[no-untyped-def]

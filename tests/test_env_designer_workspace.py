@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings, Qt
 
+from engine.envs.grid import GridEnv
 from studio.engine_client import EngineClient
 from studio.environments.workspace import EnvironmentsWorkspace
 from studio.session import Session
@@ -246,11 +247,88 @@ def test_grid_stroke_is_one_undo_step(qtbot, workspace: EnvironmentsWorkspace) -
     assert len(ws.model.body["walls"]) == walls_before + 4
     ws.grid_palette.buttons["start"].click()
     qtbot.mouseClick(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(6, 0))
-    assert ws.model.body["start"] == [6, 0] and painter.cell(0, 0) == ("empty", None)
+    assert ws.model.body["start"] == [6, 0] and painter.cell(0, 0) == (
+        "empty",
+        None,
+        False,
+    )
     ws.undo_stack.undo()
     ws.undo_stack.undo()
     assert len(ws.model.body["walls"]) == walls_before
     assert ws.model.body["start"] == [0, 0]
+
+
+def _paint(qtbot, painter, cells: list[tuple[int, int]]) -> None:  # type: ignore[no-untyped-def]
+    """One stroke with the mouse over ``cells``, as a user paints it."""
+    with qtbot.waitSignal(painter.stroke_finished):
+        qtbot.mousePress(
+            painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(*cells[0])
+        )
+        for cell in cells[1:]:
+            qtbot.mouseMove(painter, painter.cell_center(*cell))
+        qtbot.mouseRelease(
+            painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(*cells[-1])
+        )
+
+
+def _check(qtbot, ws: EnvironmentsWorkspace) -> list[dict]:  # type: ignore[no-untyped-def]
+    """The engine's spec check of the open env (no env runs)."""
+    with qtbot.waitSignal(ws.problems_changed, timeout=30_000) as shown:
+        ws.validate(env_checks=False)
+    return shown.args[0]
+
+
+def test_a_reward_painted_once_pays_once_and_the_check_says_so(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    ws = workspace
+    assert ws.open_env(ws.path.parent / "maze.env.json")
+    painter, palette = ws.grid_painter, ws.grid_palette
+    palette.buttons["reward"].click()
+    palette.reward.setValue(0.5)
+    assert not palette.once.isChecked()
+    # Paid each entry, two cells side by side are a farm: the check warns on
+    # the first and names the box that fixes it.
+    _paint(qtbot, painter, [(0, 1), (0, 2)])
+    assert ws.model.body["cell_rewards"][:2] == [
+        {"cell": [0, 1], "reward": 0.5},
+        {"cell": [0, 2], "reward": 0.5},
+    ]
+    farm = [p for p in _check(qtbot, ws) if p["path"] == "grid.cell_rewards[0]"]
+    assert farm and "tick 'once' on the reward tool" in farm[0]["message"]
+    (target,) = [t for t, p in ws.problem_targets() if p == farm[0]]
+    assert target.kind == "cell" and target.key == (0, 1)
+
+    qtbot.mouseClick(palette.once, Qt.MouseButton.LeftButton)
+    assert palette.once.isChecked()
+    _paint(qtbot, painter, [(0, 1), (0, 2)])
+    assert ws.model.body["cell_rewards"][:2] == [
+        {"cell": [0, 1], "reward": 0.5, "once": True},
+        {"cell": [0, 2], "reward": 0.5, "once": True},
+    ]
+    assert painter.cell(0, 1) == ("empty", 0.5, True)
+    assert not [p for p in _check(qtbot, ws) if "cell_rewards" in p["path"]]
+    # The engine's env built from the spec pays each coin once an episode.
+    env = GridEnv(json.loads(json.dumps(ws.model.spec)), source=str(ws.path))
+    env.slip = 0.0
+    env.reset(seed=0)
+    right, left = 1, 3
+    paid = [env.step(a)[4]["reward_breakdown"]["cell"] for a in (right, right, left)]
+    assert paid == [0.5, 0.5, 0.0]
+
+    # Cleared, the box paints the cell back to paid each entry; undo restores.
+    qtbot.mouseClick(palette.once, Qt.MouseButton.LeftButton)
+    _paint(qtbot, painter, [(0, 1)])
+    assert ws.model.body["cell_rewards"][0] == {"cell": [0, 1], "reward": 0.5}
+    assert painter.cell(0, 1) == ("empty", 0.5, False)
+    ws.undo_stack.undo()
+    assert ws.model.body["cell_rewards"][0]["once"] is True
+    assert painter.cell(0, 1) == ("empty", 0.5, True)
+    ws.undo_stack.undo()
+    assert "once" not in ws.model.body["cell_rewards"][1]
+    ws.undo_stack.redo()
+    ws.undo_stack.redo()
+    assert ws.model.body["cell_rewards"][0] == {"cell": [0, 1], "reward": 0.5}
 
 
 def test_validation_in_the_engine_marks_the_culprit(

@@ -273,7 +273,8 @@ def test_farmable_cell_reward_is_flagged_until_it_pays_once(project: Path) -> No
     assert warning.message == (
         "The cell [4, 7] pays 0.1 each time it is entered, so stepping on and off "
         "it earns about 3.4 in an episode against 0.86 for reaching the goal; "
-        "mark it 'once' or lower it."
+        "make it pay once an episode (tick 'once' on the reward tool and paint it "
+        'again, or "once": true in the JSON) or lower it.'
     )
     doc["grid"]["cell_rewards"][0]["once"] = True
     assert not check_spec(_save(project, doc), env_checks=False).warnings

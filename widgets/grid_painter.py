@@ -1,15 +1,18 @@
 """A painter for grid worlds: walls, start, goals, traps and cell rewards.
 
-:class:`GridPainter` shows a grid of cells, each ``(kind, reward)`` with
-kind one of ``empty``, ``wall``, ``start``, ``goal``, ``trap`` and reward a
-number or None. Press and drag paints with the current tool; the whole
-stroke is reported once, on release, as ``stroke_finished([(row, col, old,
-new), ...])`` so the caller can make it one undo step. The painter shows
-the stroke as it goes but keeps its cells only until the caller sets the
-grid again (:meth:`GridPainter.set_grid`). There is one start: painting it
-moves it (the old start cell is part of the stroke).
+:class:`GridPainter` shows a grid of cells, each ``(kind, reward, once)``
+with kind one of ``empty``, ``wall``, ``start``, ``goal``, ``trap``, reward a
+number or None and once whether the reward is paid only the first time the
+cell is entered in an episode (a coin, drawn with a ring). Press and drag
+paints with the current tool; the whole stroke is reported once, on
+release, as ``stroke_finished([(row, col, old, new), ...])`` so the caller
+can make it one undo step. The painter shows the stroke as it goes but
+keeps its cells only until the caller sets the grid again
+(:meth:`GridPainter.set_grid`). There is one start: painting it moves it
+(the old start cell is part of the stroke).
 
-:class:`GridPalette` is a row of tool buttons and a reward field to go with it.
+:class:`GridPalette` is a row of tool buttons and the reward tool's value
+and "once" box.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from PySide6.QtCore import QPoint, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QMouseEvent, QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import (
     QButtonGroup,
+    QCheckBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
@@ -31,8 +35,10 @@ from PySide6.QtWidgets import (
 
 from widgets.theme import CANVAS, theme_name
 
-Cell = tuple[str, float | None]
-EMPTY: Cell = ("empty", None)
+Cell = tuple[str, float | None, bool]
+"""``(kind, reward, once)``; the same shape as ``studio.state.env_design.Cell``
+(this module may not import it), so cells pass between them as they are."""
+EMPTY: Cell = ("empty", None, False)
 TOOLS = ("wall", "start", "goal", "trap", "reward", "erase")
 FILL = {
     "empty": "#ffffff",
@@ -42,6 +48,12 @@ FILL = {
     "trap": "#c8413a",
 }
 SYMBOL = {"start": "S", "goal": "G", "trap": "T"}
+COIN = "#d99a00"
+"""The ring of a cell whose reward is paid once an episode."""
+ONCE_TIP = (
+    "Paid the first time the cell is entered in an episode, like a coin; "
+    "clear it to pay each time the cell is entered."
+)
 TOOL_TEXT = {
     "wall": "Wall",
     "start": "Start",
@@ -65,6 +77,7 @@ class GridPainter(QWidget):
         self._problems: dict[tuple[int, int], str] = {}
         self.tool = "wall"
         self.reward = 0.1
+        self.once = False
         self._stroke: dict[tuple[int, int], tuple[Cell, Cell]] | None = None
         self._last: tuple[int, int] | None = None
         self.setMouseTracking(True)
@@ -85,7 +98,11 @@ class GridPainter(QWidget):
     def cell(self, row: int, col: int) -> Cell:
         return self._cells.get((row, col), EMPTY)
 
-    def set_tool(self, tool: str, reward: float | None = None) -> None:
+    def set_tool(
+        self, tool: str, reward: float | None = None, once: bool | None = None
+    ) -> None:
+        """Paint with ``tool``; ``reward`` and ``once`` (when given) are what
+        the reward tool paints."""
         if tool not in TOOLS:
             raise ValueError(
                 f"Unknown tool {tool!r}; choose one of {', '.join(TOOLS)}."
@@ -93,6 +110,8 @@ class GridPainter(QWidget):
         self.tool = tool
         if reward is not None:
             self.reward = float(reward)
+        if once is not None:
+            self.once = bool(once)
 
     def set_problem_cells(self, problems: Mapping[tuple[int, int], str]) -> None:
         """Outline cells in red; the message shows when the mouse is over one."""
@@ -133,14 +152,14 @@ class GridPainter(QWidget):
         return size, x0, y0
 
     def _painted(self, row: int, col: int, old: Cell) -> Cell:
-        kind, reward = old
+        kind, reward, once = old
         if self.tool == "erase":
             return EMPTY
         if self.tool == "reward":
-            return ("empty" if kind == "wall" else kind, self.reward)
+            return ("empty" if kind == "wall" else kind, self.reward, self.once)
         if self.tool == "wall":
-            return ("wall", None)
-        return (self.tool, reward)
+            return ("wall", None, False)
+        return (self.tool, reward, once)
 
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
@@ -154,11 +173,22 @@ class GridPainter(QWidget):
         small.setPixelSize(max(7, int(size * 0.26)))
         for row in range(self.rows):
             for col in range(self.cols):
-                kind, reward = self.cell(row, col)
+                kind, reward, once = self.cell(row, col)
                 rect = self.cell_rect(row, col)
                 painter.setPen(QPen(QColor("#cfd6de"), 1))
                 painter.setBrush(QColor(FILL[kind]))
                 painter.drawRect(rect)
+                if reward is not None and kind == "empty":
+                    painter.setPen(Qt.PenStyle.NoPen)
+                    painter.setBrush(QColor(106, 79, 179, 40))
+                    painter.drawRect(rect.adjusted(1, 1, -1, -1))
+                if once and reward is not None:
+                    # A coin: a ring inside the cell, around the symbol if any.
+                    ring = max(1.5, size * 0.07)
+                    inset = size * 0.16 + ring / 2
+                    painter.setPen(QPen(QColor(COIN), ring))
+                    painter.setBrush(Qt.BrushStyle.NoBrush)
+                    painter.drawEllipse(rect.adjusted(inset, inset, -inset, -inset))
                 if kind in SYMBOL:
                     painter.setPen(QColor("white"))
                     painter.setFont(font)
@@ -171,10 +201,6 @@ class GridPainter(QWidget):
                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignBottom,
                         f"{reward:+g}",
                     )
-                    if kind == "empty":
-                        painter.setPen(Qt.PenStyle.NoPen)
-                        painter.setBrush(QColor(106, 79, 179, 40))
-                        painter.drawRect(rect.adjusted(1, 1, -1, -1))
                 if (row, col) in self._problems:
                     painter.setPen(QPen(QColor("#d62728"), 3))
                     painter.setBrush(Qt.BrushStyle.NoBrush)
@@ -197,7 +223,7 @@ class GridPainter(QWidget):
         if cell is not None:
             self.cell_hovered.emit(*cell)
             message = self._problems.get(cell)
-            if message:
+            if message and self._stroke is None:  # none under the brush
                 QToolTip.showText(event.globalPosition().toPoint(), message, self)
         if self._stroke is None or cell is None or cell == self._last:
             return
@@ -223,9 +249,9 @@ class GridPainter(QWidget):
         old = self.cell(row, col)
         new = self._painted(row, col, old)
         if self.tool == "start":
-            for key, (kind, reward) in list(self._cells.items()):
+            for key, (kind, reward, once) in list(self._cells.items()):
                 if kind == "start" and key != (row, col):
-                    self._record(key, (kind, reward), ("empty", reward))
+                    self._record(key, (kind, reward, once), ("empty", reward, once))
         self._record((row, col), old, new)
         self.update()
 
@@ -261,8 +287,8 @@ def _line(a: tuple[int, int], b: tuple[int, int]) -> list[tuple[int, int]]:
 
 
 class GridPalette(QWidget):
-    """Tool buttons (wall, start, goal, trap, reward, erase) and the reward
-    value; drives a :class:`GridPainter`."""
+    """Tool buttons (wall, start, goal, trap, reward, erase), the reward
+    value and its "once" box; drives a :class:`GridPainter`."""
 
     tool_changed = Signal(str)
 
@@ -286,7 +312,8 @@ class GridPalette(QWidget):
                     "start": "Place the start (there is one).",
                     "goal": "Paint goal cells (the episode ends with success).",
                     "trap": "Paint traps (the episode ends with a penalty).",
-                    "reward": "Give cells a reward added each time they are entered.",
+                    "reward": "Give cells a reward added each time they are "
+                    "entered, or the first time in an episode with 'once' ticked.",
                     "erase": "Clear cells.",
                 }[tool]
             )
@@ -301,6 +328,10 @@ class GridPalette(QWidget):
         self.reward.setValue(painter.reward)
         self.reward.valueChanged.connect(self._on_reward_changed)
         layout.addWidget(self.reward)
+        self.once = QCheckBox("once", checked=painter.once)
+        self.once.setToolTip(ONCE_TIP)
+        self.once.toggled.connect(self._on_once_toggled)
+        layout.addWidget(self.once)
         layout.addStretch(1)
         self.buttons[painter.tool].setChecked(True)
 
@@ -310,6 +341,9 @@ class GridPalette(QWidget):
 
     def _on_reward_changed(self, value: float) -> None:
         self.painter.set_tool(self.painter.tool, value)
+
+    def _on_once_toggled(self, checked: bool) -> None:
+        self.painter.set_tool(self.painter.tool, once=checked)
 
 
 __all__ = ["EMPTY", "TOOLS", "Cell", "GridPainter", "GridPalette"]

@@ -339,7 +339,8 @@ def _farmable_cells(spec: EnvSpec, env: Any, goal_moves: int, report: Report) ->
                     f"The cell {list(cell)} pays {float(repeat):g} each time it is "
                     f"entered, so stepping on and off it earns about {farm:.2g} "
                     f"in an episode against {goal:.2g} for reaching the goal; "
-                    "mark it 'once' or lower it.",
+                    "make it pay once an episode (tick 'once' on the reward tool "
+                    'and paint it again, or "once": true in the JSON) or lower it.',
                     "reward_range",
                 )
             )

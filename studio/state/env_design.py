@@ -44,9 +44,12 @@ WILDCARD = contract.WILDCARD
 CELL_KINDS = ("empty", "wall", "start", "goal", "trap")
 
 Position = tuple[float, float]
-Cell = tuple[str, float | None]
-"""A grid cell: its kind (one of :data:`CELL_KINDS`) and its reward or None."""
-EMPTY_CELL: Cell = ("empty", None)
+Cell = tuple[str, float | None, bool]
+"""A grid cell ``(kind, reward, once)``: its kind (one of :data:`CELL_KINDS`),
+its reward or None, and whether the reward is paid only the first time the
+cell is entered in an episode (``"once": true`` in the spec). The grid painter
+(``widgets.grid_painter.Cell``) uses the same shape."""
+EMPTY_CELL: Cell = ("empty", None, False)
 
 
 class DesignError(ValueError):
@@ -632,13 +635,14 @@ class EnvDesign(Observable):
             return 5, 5
 
     def grid_cells(self) -> dict[tuple[int, int], Cell]:
-        """Every non-empty cell with its kind and reward."""
+        """Every non-empty cell with its kind, reward and once mark (a spec
+        without the mark pays each entry)."""
         body = self.body
         out: dict[tuple[int, int], list[Any]] = {}
 
         def put(cell: Any, kind: str) -> None:
             if _is_cell(cell):
-                out.setdefault((cell[0], cell[1]), ["empty", None])[0] = kind
+                out.setdefault((cell[0], cell[1]), list(EMPTY_CELL))[0] = kind
 
         for key, kind in (("walls", "wall"), ("traps", "trap"), ("goals", "goal")):
             for cell in body.get(key, []):
@@ -647,47 +651,42 @@ class EnvDesign(Observable):
         for item in body.get("cell_rewards", []):
             if isinstance(item, dict) and _is_cell(item.get("cell")):
                 c = item["cell"]
-                out.setdefault((c[0], c[1]), ["empty", None])[1] = item.get("reward")
-        return {k: (v[0], v[1]) for k, v in out.items()}
+                entry = out.setdefault((c[0], c[1]), list(EMPTY_CELL))
+                entry[1] = item.get("reward")
+                entry[2] = bool(item.get("once", False))
+        return {k: (v[0], v[1], v[2]) for k, v in out.items()}
 
     def set_grid_cells(self, changes: list[tuple[int, int, Cell]]) -> None:
-        """Apply ``(row, col, (kind, reward))`` changes. There is one start:
-        painting one elsewhere moves it."""
+        """Apply ``(row, col, (kind, reward, once))`` changes. There is one
+        start: painting one elsewhere moves it."""
         cells = self.grid_cells()
         for row, col, cell in changes:
-            kind, reward = cell
+            kind, reward, once = cell
             if kind not in CELL_KINDS:
                 raise DesignError(f"Unknown cell kind {kind!r}.")
             if kind == "start":
-                for key, (k, r) in list(cells.items()):
+                for key, (k, r, o) in list(cells.items()):
                     if k == "start":
-                        cells[key] = ("empty", r)
-            cells[(row, col)] = (kind, reward)
+                        cells[key] = ("empty", r, o)
+            cells[(row, col)] = (kind, reward, bool(once))
         self._write_cells(cells)
         self.notify("grid")
 
     def _write_cells(self, cells: dict[tuple[int, int], Cell]) -> None:
-        """Write ``cells`` into the spec; a reward cell marked ``once`` keeps
-        the mark while it has a reward."""
+        """Write ``cells`` into the spec; ``"once": true`` goes with a reward
+        marked once, and nothing with one paid each entry."""
         body = self.body
-        once = {
-            (item["cell"][0], item["cell"][1])
-            for item in body.get("cell_rewards", [])
-            if isinstance(item, dict)
-            and _is_cell(item.get("cell"))
-            and item.get("once")
-        }
         lists: dict[str, list[list[int]]] = {"wall": [], "goal": [], "trap": []}
-        rewards = []
+        rewards: list[dict[str, Any]] = []
         start = None
-        for (row, col), (kind, reward) in sorted(cells.items()):
+        for (row, col), (kind, reward, once) in sorted(cells.items()):
             if kind in lists:
                 lists[kind].append([row, col])
             elif kind == "start":
                 start = [row, col]
             if reward is not None and kind != "wall":
                 rewards.append({"cell": [row, col], "reward": float(reward)})
-                if (row, col) in once:
+                if once:
                     rewards[-1]["once"] = True
         body["walls"] = lists["wall"]
         body["goals"] = lists["goal"]
@@ -707,11 +706,12 @@ class EnvDesign(Observable):
         cells = {
             k: v for k, v in self.grid_cells().items() if k[0] < rows and k[1] < cols
         }
-        if not any(kind == "start" for kind, _ in cells.values()):
+        if not any(cell[0] == "start" for cell in cells.values()):
             old = self.body.get("start", [0, 0])
             r = min(old[0], rows - 1) if _is_cell(old) else 0
             c = min(old[1], cols - 1) if _is_cell(old) else 0
-            cells[(r, c)] = ("start", cells.get((r, c), EMPTY_CELL)[1])
+            _, reward, once = cells.get((r, c), EMPTY_CELL)
+            cells[(r, c)] = ("start", reward, once)
         self.body["size"] = [rows, cols]
         self._write_cells(cells)
         self.notify("grid")
