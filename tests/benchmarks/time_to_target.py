@@ -4,11 +4,11 @@ published settings (rl-baselines3-zoo hyperparams/*.yml) run as a bare
 stable-baselines3 script with SB3's own EvalCallback and reward-threshold
 stop on the studio's evaluation schedule.
 
-The two alternate (``alternate``), the order flipping every seed, so a machine getting
-busier or quieter hits both alike; the figure is the ratio of the medians of
-wall seconds (CPU seconds printed beside: other processes on a shared
-machine bend wall time more). A run that never reaches the target counts
-its full time.
+The two alternate (``alternate``), the order flipping every seed, so a
+machine getting busier or quieter hits both alike; the figure is the ratio
+of the medians of wall seconds (CPU seconds printed beside: other processes
+on a shared machine bend wall time more). A run that never reaches the
+target counts its full time.
 """
 
 from __future__ import annotations
@@ -40,10 +40,6 @@ class Tuned:
     """RL Zoo's hyperparameters as SB3 keyword arguments, plus ``n_envs``
     and ``normalize``; a value ``"lin_<x>"`` is rl_zoo3's linear schedule
     from x to 0."""
-    preset: dict[str, Any] = field(default_factory=dict)
-    """``rl.train`` settings over the built-in preset for the studio's run
-    (hyperparameters under ``"hyperparameters"``): a sweep's best trial
-    measured before it replaces the preset; empty: the preset as it is."""
 
 
 Outcome = tuple[float, int, bool, float]
@@ -51,13 +47,11 @@ Outcome = tuple[float, int, bool, float]
 
 
 def studio_to_target(folder: Path, case: Tuned, seed: int) -> Outcome:
-    """The studio's built-in preset (with ``case.preset`` over it),
-    stopping at the target."""
+    """The studio's built-in preset, stopping at the target."""
     cfg = validate(
         {
             "env": case.env,
             "algo": case.algo,
-            **case.preset,
             "seed": seed,
             "total_steps": case.budget,
             "target_eval_reward": case.target,
@@ -206,7 +200,7 @@ def race(
     """The preset and RL Zoo's settings on each seed, alternating; prints
     each run as it ends and the summary line headed ``title``. Returns
     (preset/zoo ratio of median wall seconds, preset runs, zoo runs)."""
-    defaults = validate({"env": case.env, "algo": case.algo, **case.preset})
+    defaults = validate({"env": case.env, "algo": case.algo})
     every, episodes = defaults["eval_every_steps"], defaults["eval_episodes"]
     # Warm-up, not counted: the first torch optimizer imports torch._dynamo.
     zoo_to_target(replace(case, budget=2_000), 99, every, episodes)
