@@ -172,9 +172,19 @@ def way(ratio: float, what: str = "") -> str:
     return f"{abs(1 - ratio) * 100:.0f} % {'less' if ratio < 1 else 'more'}{what}"
 
 
-def print_rows(named: dict[str, list[Outcome]]) -> None:
-    """Each side's runs on one line, in seed order."""
-    for name, rows in named.items():
+def report(head: str, m: Medians, sides: dict[str, list[Outcome]]) -> None:
+    """Print the BENCH line (``head``, then the ratios in ``m`` of the two
+    ``sides``, ours first) and each side's runs on a line of its own."""
+    (ours, ours_rows), (theirs, theirs_rows) = sides.items()
+    print()
+    print(
+        f"{head}; {ours}/{theirs} = {m.wall:.2f} (lower is better; "
+        f"{way(m.wall, ' time')}); CPU seconds {ours}/{theirs} = {m.cpu:.2f} "
+        f"({way(m.cpu)}); median steps {ours}/{theirs} = {m.steps:.2f}; reached "
+        f"{times_reached(ours_rows)} against {times_reached(theirs_rows)} of "
+        f"{len(ours_rows)}; {load()}"
+    )
+    for name, rows in sides.items():
         print(
             f"  {name}: "
             + ", ".join(
@@ -210,17 +220,14 @@ def race(
         ("zoo", lambda seed: zoo_to_target(case, seed, every, episodes)),
     )
     m = Medians.of(studio, zoo)
-    print()
-    print(
+    report(
         f"BENCH {title} time to eval reward {case.target:g} on {case.env} "
         f"({case.algo}, seeds {seeds[0]}-{seeds[-1]}): preset {m.ours_wall:.1f} s, "
         f"RL Zoo settings bare SB3 {m.theirs_wall:.1f} s (median, alternating; "
-        f"eval every {every:,} steps, {episodes} episodes); preset/zoo = "
-        f"{m.wall:.2f} (lower is better; {way(m.wall, ' time')}); CPU seconds "
-        f"preset/zoo = {m.cpu:.2f}; reached {times_reached(studio)} against "
-        f"{times_reached(zoo)} of {len(seeds)}; {load()}"
+        f"eval every {every:,} steps, {episodes} episodes)",
+        m,
+        {"preset": studio, "zoo": zoo},
     )
-    print_rows({"preset": studio, "zoo": zoo})
     return m.wall, studio, zoo
 
 
@@ -308,16 +315,12 @@ def race_defaults(
         ("default", lambda seed: designed_to_target(project, case, seed, preset=False)),
     )
     m = Medians.of(tuned, default)
-    print()
-    print(
+    report(
         f"BENCH {title} time to eval mean reward {case.target:g} on {case.env} "
         f"({case.algo}, seeds {', '.join(map(str, seeds))}, budget "
         f"{case.budget:,} steps): preset {m.ours_wall:.1f} s, engine defaults "
-        f"{m.theirs_wall:.1f} s (median, alternating); preset/default = "
-        f"{m.wall:.2f} (lower is better; {way(m.wall, ' time')}); CPU seconds "
-        f"preset/default = {m.cpu:.2f} ({way(m.cpu)}); median steps "
-        f"preset/default = {m.steps:.2f}; reached {times_reached(tuned)} against "
-        f"{times_reached(default)} of {len(seeds)}; {load()}"
+        f"{m.theirs_wall:.1f} s (median, alternating)",
+        m,
+        {"preset": tuned, "default": default},
     )
-    print_rows({"preset": tuned, "default": default})
     return m.wall, tuned, default
