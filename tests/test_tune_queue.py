@@ -220,3 +220,40 @@ def test_a_sqlite_storage_writes_ahead(tmp_path: Path) -> None:
     _new_study(tmp_path, "wal", trials=1, steps=256)
     with contextlib.closing(sqlite3.connect(tmp_path / "sweeps.db")) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_the_watcher_reads_the_trials_only_when_more_have_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, study = _new_study(tmp_path, "watch", trials=4, steps=256)
+    storage = tune.open_storage(url, checked=True)
+    study_id = storage.get_study_id_from_name("watch")
+    assert tune.finished_count(storage, study_id) == 0
+    # One trial of each finished state; the fourth is left running.
+    for ending in (1.5, TrialState.PRUNED, TrialState.FAIL, None):
+        trial = tune.take_trial(study, storage)
+        assert trial is not None
+        if isinstance(ending, float):
+            study.tell(trial, ending)
+        elif ending is not None:
+            study.tell(trial, state=ending)
+    assert tune.finished_count(storage, study_id) == 3 == len(tune.finished(study))
+
+    reads: list[int] = []
+    real = tune.finished
+
+    def counted(s: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+        reads.append(1)
+        return real(s)
+
+    monkeypatch.setattr(tune, "finished", counted)
+    seen: list[tuple[int, int]] = []
+    # A stand-in worker alive for a few of the watcher's polls.
+    worker = subprocess.Popen(
+        [sys.executable, "-c", f"import time; time.sleep({4 * tune.POLL_S})"]
+    )
+    tune.watch(
+        study, storage, [worker], lambda t, done, _best: seen.append((t.number, done))
+    )
+    assert seen == [(0, 1), (1, 2), (2, 3)]
+    assert len(reads) == 1  # the later polls counted, and read nothing

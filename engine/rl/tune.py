@@ -457,12 +457,33 @@ def load(storage: optuna.storages.RDBStorage, name: str, worker: int = 0) -> Any
     return study, settings
 
 
-def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """The study's finished trials."""
+def _finished_states() -> tuple[optuna.trial.TrialState, ...]:
     from optuna.trial import TrialState
 
-    done = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-    return list(study.get_trials(deepcopy=False, states=done))
+    return (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The study's finished trials."""
+    return list(study.get_trials(deepcopy=False, states=_finished_states()))
+
+
+def finished_count(storage: optuna.storages.RDBStorage, study_id: int) -> int:
+    """How many of the study's trials have finished, in one COUNT query.
+    Reading the finished trials (:func:`finished`) loads every unfinished
+    one too, with its parameters and reports: twice a second, that took a
+    core's 2 % from the workers of a sweep on a 2-core machine."""
+    import sqlalchemy
+    from optuna.storages._rdb.models import TrialModel
+
+    query = (
+        sqlalchemy.select(sqlalchemy.func.count())
+        .select_from(TrialModel)
+        .where(TrialModel.study_id == study_id)
+        .where(TrialModel.state.in_(_finished_states()))
+    )
+    with storage.engine.connect() as connection:
+        return int(connection.execute(query).scalar_one())
 
 
 def queue_trials(study: optuna.Study, settings: dict[str, Any]) -> None:
@@ -904,17 +925,20 @@ TrialSeen = Callable[
 
 def watch(
     study: optuna.Study,
+    storage: optuna.storages.RDBStorage,
     procs: list[subprocess.Popen[bytes]],
     on_trial: TrialSeen,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> bool:
-    """Read the study for finished trials until the workers are done; when
-    ``should_stop`` turns true, ask the workers to stop (their trials save a
-    checkpoint) and wait for them. True when it was stopped so."""
+    """Read the study (in ``storage``) for finished trials until the workers
+    are done; when ``should_stop`` turns true, ask the workers to stop
+    (their trials save a checkpoint) and wait for them. True when it was
+    stopped so."""
     from optuna.study import StudyDirection
     from optuna.trial import TrialState
 
     sign = 1.0 if study.direction == StudyDirection.MAXIMIZE else -1.0
+    study_id = storage.get_study_id_from_name(study.study_name)
     seen: set[int] = set()
     best: tuple[float, int] | None = None
     stopped = False
@@ -925,7 +949,9 @@ def watch(
             # A worker on another machine may have died with its trial.
             fail_stale_trials(study)
             reaped = time.monotonic()
-        for t in sorted(finished(study), key=lambda t: t.number):
+        # The trials are read only when more have finished than were seen.
+        new = finished(study) if finished_count(storage, study_id) > len(seen) else []
+        for t in sorted(new, key=lambda t: t.number):
             if t.number in seen:
                 continue
             seen.add(t.number)
@@ -1189,7 +1215,7 @@ def run(args: argparse.Namespace) -> int:
         raise EngineError(f"--workers must be at least 1, not {args.workers}.")
     procs = start_workers(args.workers)
     try:
-        name, study, settings, storage_url, project_dir = _prepare(args)
+        name, study, storage, settings, storage_url, project_dir = _prepare(args)
     except BaseException:
         drop_workers(procs)
         raise
@@ -1214,7 +1240,7 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, terminate)
     interrupted = False
     try:
-        watch(study, procs, say)
+        watch(study, storage, procs, say)
     except KeyboardInterrupt:
         interrupted = True
         print("stopping the workers' trials (saving checkpoints)", file=sys.stderr)
@@ -1237,9 +1263,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _prepare(
     args: argparse.Namespace,
-) -> tuple[str, optuna.Study, dict[str, Any], str, Path]:
-    """The command's study, made or found: (name, study, settings, storage
-    URL, project folder)."""
+) -> tuple[str, optuna.Study, optuna.storages.RDBStorage, dict[str, Any], str, Path]:
+    """The command's study, made or found: (name, study, its storage,
+    settings, storage URL, project folder)."""
     from engine.rl.cli import project_folder, removed_on_error
     from engine.store.paths import checked_name
     from engine.store.project import Project
@@ -1261,7 +1287,7 @@ def _prepare(
             storage = open_storage(storage_url)
         name = args.study if args.study is not None else study_name(wanted or {})
         study, settings = open_study(storage, name, wanted)
-    return name, study, settings, storage_url, project_dir
+    return name, study, storage, settings, storage_url, project_dir
 
 
 # --------------------------------------------------------------------------
@@ -1375,7 +1401,8 @@ def job(ctx: JobContext) -> dict[str, Any]:
         project_dir = Path(cfg["project_dir"])
         wanted = _new_settings(argparse.Namespace(**cfg), project_dir)
         storage_url = cfg["storage"] or default_storage(project_dir)
-        study, settings = open_study(open_storage(storage_url), cfg["study"], wanted)
+        storage = open_storage(storage_url)
+        study, settings = open_study(storage, cfg["study"], wanted)
     except BaseException:
         drop_workers(procs)
         raise
@@ -1402,7 +1429,7 @@ def job(ctx: JobContext) -> dict[str, Any]:
         ctx.log(trial_line(t, done, total, best))
 
     try:
-        watch(study, procs, seen, lambda: ctx.should_stop)
+        watch(study, storage, procs, seen, lambda: ctx.should_stop)
     finally:
         stop_workers(procs)
     summary = conclude(study, settings, storage_url, project_dir, cfg["save_preset"])
