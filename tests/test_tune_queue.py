@@ -149,6 +149,61 @@ def test_time_to_target_is_minimized_and_recorded_in_the_preset(
     assert preset["provenance"]["value"] == summary["best_value"]
 
 
+def test_a_time_to_target_trial_slower_than_the_best_stops_at_its_next_eval(
+    tmp_path: Path,
+) -> None:
+    # CartPole pays at most 500 an episode: this trial cannot reach the target.
+    url, study = _new_study(
+        tmp_path, "slow", 2, 200_000, "--objective", "time_to_target",
+        "--set", "target_eval_reward=10000", "--set", "eval_every_steps=256",
+    )  # fmt: skip
+    storage = tune.open_storage(url, checked=True)
+    first = tune.take_trial(study, storage)
+    assert first is not None
+    study.tell(first, 0.01)  # the best so far reached it in 0.01 CPU seconds
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+    done = subprocess.run(
+        [sys.executable, "-m", "engine.rl.tune", url, "slow", str(project), "0"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    trial = study.get_trials()[1]
+    assert trial.state == TrialState.PRUNED
+    assert "more than the best trial's 0.0 to reach it" in trial.user_attrs["error"]
+    assert trial.user_attrs["cpu_seconds"] > 0.01
+    with contextlib.closing(Project.open(project)) as opened:
+        run = opened.get_run(trial.user_attrs["run_id"])
+    assert run.status == "stopped"
+    assert run.summary["stopped_by"] == "pruned"
+    # Stopped at its first evaluation, not after its 200,000 steps.
+    assert run.summary["total_steps"] < 2_000
+
+
+def test_only_a_trial_short_of_the_target_and_past_the_best_time_is_stopped(
+    tmp_path: Path,
+) -> None:
+    target = ("--objective", "time_to_target", "--set", "target_eval_reward=400")
+    url, study = _new_study(tmp_path, "rule", 2, 512, *target)
+    # No trial has reached the target yet: nothing to compare with.
+    assert tune._slower_than_best(study, 100.0, 10.0, 400.0) is None
+    first = tune.take_trial(study, tune.open_storage(url, checked=True))
+    assert first is not None
+    study.tell(first, 5.0)
+    assert tune._slower_than_best(study, 4.9, 10.0, 400.0) is None
+    # Past the best time but reaching the target now: its time is told.
+    assert tune._slower_than_best(study, 6.0, 450.0, 400.0) is None
+    reason = tune._slower_than_best(study, 6.0, 10.0, 400.0)
+    assert reason == (
+        "Pruned by the sweep 'rule': 6.0 CPU seconds without reaching eval mean "
+        "reward 400, more than the best trial's 5.0 to reach it."
+    )
+
+
 def test_time_to_target_without_a_target_is_refused_in_one_sentence(
     tmp_path: Path,
 ) -> None:

@@ -9,7 +9,8 @@ evaluation hook, and a pruned trial's run ends ``stopped`` by ``pruned`` with
 the reason. A trial's value is its last evaluation's mean reward, or with
 ``--objective time_to_target`` the CPU seconds its run took to reach
 ``target_eval_reward`` (minimized; a trial that never reaches it counts as
-pruned, below every one that did).
+pruned, below every one that did, and one that has spent more CPU than the
+best trial needed is stopped at its next evaluation: it can no longer win).
 
 Where each setting may be searched is declared once, on its config field
 (:class:`engine.settings.Search`); ``--search`` picks the settings and may
@@ -106,7 +107,8 @@ SQLite file may delay a heartbeat."""
 OBJECTIVES = ("reward", "time_to_target")
 """``reward``: the last evaluation's mean reward, maximized.
 ``time_to_target``: CPU seconds of the trial's run until it reached
-``target_eval_reward``, minimized (a trial that does not reach it is pruned)."""
+``target_eval_reward``, minimized (a trial that does not reach it is pruned,
+at the first evaluation past the best trial's CPU seconds)."""
 
 
 # --------------------------------------------------------------------------
@@ -658,9 +660,14 @@ def _run_taken(
     trial.set_user_attr("host", socket.gethostname())
     trial.set_user_attr("project", str(project.path))
 
+    target = config["target_eval_reward"]
+    cpu_start = time.process_time()
+
     def on_eval(step: int, mean: float) -> str | None:
-        if objective != "reward":
-            return None
+        if objective == "time_to_target":
+            return _slower_than_best(
+                study, time.process_time() - cpu_start, mean, target
+            )
         trial.report(mean, step)
         if trial.should_prune():
             return (
@@ -676,7 +683,6 @@ def _run_taken(
         record.id, Path(record.run_dir), KIND, config, events=None, project=project
     )
     total = float(config["total_steps"])
-    cpu_start = time.process_time()
     outcome = run_in_process(
         project,
         record.id,
@@ -694,12 +700,15 @@ def _run_taken(
     summary["sweep"] = {"study": study.study_name, "trial": n, "storage": storage_url}
     project.update_run(record.id, summary=summary)
     value = summary.get("last_eval_reward")
-    if objective == "time_to_target" and outcome.status == "completed":
+    if objective == "time_to_target" and (
+        outcome.status == "completed" or summary.get("stopped_by") == "pruned"
+    ):
         trial.set_user_attr("cpu_seconds", cpu_seconds)
         if summary.get("stopped_by") == "target":
             study.tell(trial, cpu_seconds)
         else:
-            trial.set_user_attr("error", "did not reach target_eval_reward")
+            why = outcome.reason or "did not reach target_eval_reward"
+            trial.set_user_attr("error", why)
             study.tell(trial, state=TrialState.PRUNED)
         return True
     if outcome.status == "completed" and isinstance(value, int | float):
@@ -712,6 +721,29 @@ def _run_taken(
     study.tell(trial, state=TrialState.FAIL)
     # A stopped (Ctrl-C) or aborted trial stops its worker; a failed one not.
     return outcome.status == "failed"
+
+
+def _slower_than_best(
+    study: optuna.Study, cpu_seconds: float, mean: float, target: float
+) -> str | None:
+    """Why a time-to-target trial that has not reached ``target`` after
+    ``cpu_seconds`` stops: the best trial reached it in less (it can only
+    end with a larger value). None while it may still win. Without this, a
+    trial that never gets there trains its whole budget: stop 21's DQN
+    misses on MountainCar cost 450 CPU seconds each."""
+    if mean >= target:
+        return None  # reached now: its time is worth telling the sampler
+    try:
+        best = float(study.best_value)
+    except ValueError:  # no trial has reached the target yet
+        return None
+    if cpu_seconds <= best:
+        return None
+    return (
+        f"Pruned by the sweep {study.study_name!r}: {cpu_seconds:.1f} CPU seconds "
+        f"without reaching eval mean reward {target:g}, more than the best "
+        f"trial's {best:.1f} to reach it."
+    )
 
 
 def shared_threads(settings: dict[str, Any], sharing: int) -> dict[str, Any]:
