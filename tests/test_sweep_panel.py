@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QComboBox, QLineEdit
 from studio_harness import build_main_window, start_on_project
 
 from studio.main_window import MainWindow
-from studio.training.sweep import SweepPanel, text_items
+from studio.training.sweep import SweepPanel, objective_label, text_items
 
 
 @pytest.fixture
@@ -83,6 +83,45 @@ def test_a_sweep_runs_its_trials_as_runs_and_draws_its_history(
     assert "2/2 trials" in panel.status.text()
     assert f"best {sweep['summary']['best_value']:.4g}" in panel.status.text()
     assert panel.start_button.isEnabled() and not panel.stop_button.isEnabled()
+
+
+def test_a_time_to_target_sweep_plots_cpu_seconds_to_its_target(
+    qtbot, window: MainWindow
+) -> None:
+    panel = _panel(qtbot, window)
+    assert panel.history.y_label() == "eval reward (last evaluation)"
+    for name, text in (("algo", "PPO"), ("objective", "time_to_target")):
+        combo = panel.form.editor(name)
+        assert isinstance(combo, QComboBox)
+        combo.setCurrentText(text)
+    _type(qtbot, panel, "trials", "2")
+    _type(qtbot, panel, "steps", "512")
+    panel.search_edit.setPlainText("gamma")
+    # CartPole pays at least 1 an episode: every trial reaches it.
+    panel.settings_edit.setPlainText("eval_episodes=2\ntarget_eval_reward=1")
+    with qtbot.waitSignal(panel.sweep_started, timeout=30_000) as started:
+        qtbot.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
+    assert panel.history.y_label() == "CPU seconds to eval reward 1"
+    state = window.session.state
+    qtbot.waitUntil(
+        lambda: (state.run(started.args[0]) or {}).get("status") == "completed",
+        timeout=180_000,
+    )
+    summary = (state.run(started.args[0]) or {})["summary"]
+    assert summary["objective"] == "time_to_target" and summary["completed"] == 2
+    qtbot.waitUntil(lambda: panel.history.point_count() == 2, timeout=10_000)
+    assert f"best {summary['best_value']:.4g}" in panel.status.text()
+
+
+def test_the_value_axis_says_what_the_objective_measures() -> None:
+    assert objective_label({"objective": "reward"}) == "eval reward (last evaluation)"
+    assert objective_label({"objective": "time_to_target"}) == "CPU seconds"
+    assert (
+        objective_label(
+            {"objective": "time_to_target", "settings": ["target_eval_reward = 475"]}
+        )
+        == "CPU seconds to eval reward 475"
+    )
 
 
 def test_a_bad_search_item_is_refused_with_the_engines_sentence(

@@ -29,6 +29,8 @@ class HistoryPlot(QWidget):
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setLabel("bottom", x_label)
         self.plot.setLabel("left", y_label)
+        # Values as they are: 70 "(x0.001)" beside "CPU seconds" misread.
+        self.plot.getAxis("left").enableAutoSIPrefix(False)
         self.plot.addLegend(offset=(10, 10))
         follow_palette(self, lambda dark: style_plot(self.plot, dark))
         self.points = pg.ScatterPlotItem(
@@ -50,6 +52,13 @@ class HistoryPlot(QWidget):
         bx, by = x[kept], best[kept]
         # The best so far holds until a trial beats it: a staircase.
         self.best.setData(x=np.repeat(bx, 2)[1:], y=np.repeat(by, 2)[:-1])
+
+    def set_y_label(self, text: str) -> None:
+        """What the values are (a sweep's objective)."""
+        self.plot.setLabel("left", text)
+
+    def y_label(self) -> str:
+        return str(self.plot.getAxis("left").labelText)
 
     def point_count(self) -> int:
         return len(self.points.data)

@@ -45,6 +45,19 @@ def text_items(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def objective_label(config: dict[str, Any]) -> str:
+    """The history's value axis for a sweep started with ``config``: what
+    its objective measures (the ``rl.tune`` job's ``objective``)."""
+    if config.get("objective") != "time_to_target":
+        return "eval reward (last evaluation)"
+    targets = [
+        item.partition("=")[2].strip()
+        for item in config.get("settings", [])
+        if item.partition("=")[0].strip() == "target_eval_reward"
+    ]
+    return f"CPU seconds to eval reward {targets[-1]}" if targets else "CPU seconds"
+
+
 class SweepPanel(QWidget):
     sweep_started = Signal(str)
     """The run id of the sweep just started."""
@@ -55,6 +68,8 @@ class SweepPanel(QWidget):
         self._store = session.metrics
         self.run_id = ""
         self._dirty = False
+        self._starting_axis = objective_label({})
+        """The history's value axis for the sweep being started."""
 
         self.form = ParamForm()
         self.form.validity_changed.connect(self._on_form_validity_changed)
@@ -96,7 +111,9 @@ class SweepPanel(QWidget):
         left_layout.addWidget(self.message)
 
         self.status = QLabel("No sweep started.")
-        self.history = HistoryPlot(x_label="finished trials", y_label="eval reward")
+        self.history = HistoryPlot(
+            x_label="finished trials", y_label=objective_label({})
+        )
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
@@ -146,13 +163,16 @@ class SweepPanel(QWidget):
     def _on_start_clicked(self) -> None:
         self.start_button.setEnabled(False)
         self.message.hide()
+        config = self.config()
+        self._starting_axis = objective_label(config)
         self._session.start_run(
-            KIND, self.config(), on_started=self._on_started, on_error=self._on_error
+            KIND, config, on_started=self._on_started, on_error=self._on_error
         )
 
     def _on_started(self, run_id: str) -> None:
         self.run_id = run_id
         self.history.clear()
+        self.history.set_y_label(self._starting_axis)
         self._dirty = True
         self._update_status()
         self.sweep_started.emit(run_id)
