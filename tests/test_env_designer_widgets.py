@@ -242,3 +242,53 @@ def test_a_fitted_small_canvas_still_names_every_status(qtbot) -> None:  # type:
         assert name in item.toolTip() or name in item.text
     for edge in view.edge_items():
         assert edge.edge.label in edge.toolTip()
+
+
+# The offscreen platform cannot raise the tooltip's window; it shows it.
+@pytest.mark.qt_log_ignore("This plugin does not support raise")
+def test_hovering_a_cell_says_what_it_is_and_what_it_pays(qtbot) -> None:  # type: ignore[no-untyped-def]
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QApplication, QToolTip
+
+    painter = GridPainter()
+    qtbot.addWidget(painter)
+    painter.resize(300, 300)
+    painter.set_grid(
+        3,
+        3,
+        {
+            (0, 0): ("start", None, False),
+            (0, 1): ("empty", 0.5, True),
+            (1, 1): ("empty", -0.1, False),
+            (2, 2): ("goal", 1.0, False),
+        },
+    )
+    painter.set_problem_cells({(0, 1): "Paid again on every visit."})
+    painter.show()
+    qtbot.waitExposed(painter)
+
+    def hover(row: int, col: int) -> str:
+        pos = painter.cell_center(row, col)
+        QApplication.sendEvent(
+            painter, QHelpEvent(QEvent.Type.ToolTip, pos, painter.mapToGlobal(pos))
+        )
+        return QToolTip.text()
+
+    assert hover(1, 1) == "Row 1, column 1. Empty. Pays -0.1 each time it is entered."
+    assert hover(0, 1) == (
+        "Row 0, column 1. Empty. Pays +0.5 the first time it is entered in an "
+        "episode.\nPaid again on every visit."
+    )
+    assert hover(2, 2) == (
+        "Row 2, column 2. Goal: entering it ends the episode with success. "
+        "Pays +1 each time it is entered."
+    )
+    assert hover(0, 0) == "Row 0, column 0. Start: each episode begins here."
+    # Mid-stroke, nothing covers the cells being painted.
+    qtbot.mousePress(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(2, 0))
+    hover(2, 0)
+    assert not QToolTip.isVisible()
+    qtbot.mouseRelease(
+        painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(2, 0)
+    )

@@ -19,8 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from PySide6.QtCore import QPoint, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QMouseEvent, QPainter, QPaintEvent, QPen
+from PySide6.QtCore import QEvent, QPoint, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QHelpEvent,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPen,
+)
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -54,6 +62,30 @@ ONCE_TIP = (
     "Paid the first time the cell is entered in an episode, like a coin; "
     "clear it to pay each time the cell is entered."
 )
+KIND_TEXT = {
+    "empty": "Empty",
+    "wall": "Wall: it cannot be entered",
+    "start": "Start: each episode begins here",
+    "goal": "Goal: entering it ends the episode with success",
+    "trap": "Trap: entering it ends the episode with the trap's penalty",
+}
+
+
+def describe_cell(cell: Cell) -> str:
+    """What a cell is and what entering it pays, in a sentence or two (its
+    hover text)."""
+    kind, reward, once = cell
+    text = KIND_TEXT[kind] + "."
+    if reward is not None:
+        when = (
+            "the first time it is entered in an episode"
+            if once
+            else ("each time it is entered")
+        )
+        text += f" Pays {reward:+g} {when}."
+    return text
+
+
 TOOL_TEXT = {
     "wall": "Wall",
     "start": "Start",
@@ -114,9 +146,16 @@ class GridPainter(QWidget):
             self.once = bool(once)
 
     def set_problem_cells(self, problems: Mapping[tuple[int, int], str]) -> None:
-        """Outline cells in red; the message shows when the mouse is over one."""
+        """Outline cells in red; the message shows, under the cell's
+        description, when the mouse is over one."""
         self._problems = dict(problems)
         self.update()
+
+    def hover_text(self, row: int, col: int) -> str:
+        """The cell's description, and its problem when it has one."""
+        text = f"Row {row}, column {col}. {describe_cell(self.cell(row, col))}"
+        problem = self._problems.get((row, col))
+        return f"{text}\n{problem}" if problem else text
 
     def cell_rect(self, row: int, col: int) -> QRectF:
         size, x0, y0 = self._geometry()
@@ -208,6 +247,16 @@ class GridPainter(QWidget):
         painter.end()
 
     # ------------------------------------------------------------ mouse
+    def event(self, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            cell = self.cell_at(event.pos())
+            if cell is None or self._stroke is not None:  # none under the brush
+                QToolTip.hideText()
+            else:
+                QToolTip.showText(event.globalPos(), self.hover_text(*cell), self)
+            return True
+        return super().event(event)
+
     def mousePressEvent(self, event: QMouseEvent) -> None:
         if event.button() != Qt.MouseButton.LeftButton:
             return
@@ -222,9 +271,11 @@ class GridPainter(QWidget):
         cell = self.cell_at(event.position().toPoint())
         if cell is not None:
             self.cell_hovered.emit(*cell)
-            message = self._problems.get(cell)
-            if message and self._stroke is None:  # none under the brush
-                QToolTip.showText(event.globalPosition().toPoint(), message, self)
+            if cell in self._problems and self._stroke is None:  # not mid-stroke
+                # At once, not after the hover delay: the outline asks why.
+                QToolTip.showText(
+                    event.globalPosition().toPoint(), self.hover_text(*cell), self
+                )
         if self._stroke is None or cell is None or cell == self._last:
             return
         if self.tool != "start":
