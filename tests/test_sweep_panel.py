@@ -5,6 +5,7 @@ is refused with the engine's sentence."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +84,41 @@ def test_a_sweep_runs_its_trials_as_runs_and_draws_its_history(
     assert "2/2 trials" in panel.status.text()
     assert f"best {sweep['summary']['best_value']:.4g}" in panel.status.text()
     assert panel.start_button.isEnabled() and not panel.stop_button.isEnabled()
+
+    # Its best trial becomes a project preset with one click.
+    assert panel.save_preset_button.isEnabled()
+    panel.preset_name.setText("swept")
+    qtbot.mouseClick(panel.save_preset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: "as the preset 'swept'" in panel.preset_message.text(), timeout=60_000
+    )
+    best = sweep["summary"]
+    assert f"Saved trial #{best['best_trial']}" in panel.preset_message.text()
+    preset_file = Path(state.path) / "presets" / "swept.preset.json"
+    preset = json.loads(preset_file.read_text(encoding="utf-8"))
+    assert preset["env"] == "CartPole-v1" and preset["algo"] == "PPO"
+    assert preset["provenance"]["study"] == best["study"]
+    assert preset["provenance"]["trial"] == best["best_trial"]
+    lr = best["best_params"]["learning_rate"]
+    assert preset["settings"]["learning_rate"] == pytest.approx(lr)
+    # The run dialog offers it.
+    fields: list[list[dict]] = []
+    window.session.request_run_schema(
+        "rl.train", {"env": "CartPole-v1", "algo": "PPO"}, fields.append
+    )
+    qtbot.waitUntil(lambda: bool(fields), timeout=30_000)
+    (preset_field,) = [f for f in fields[0] if f["name"] == "preset"]
+    assert "swept" in preset_field["suggestions"]
+    # The same name again is refused in one sentence; the saved one is kept.
+    saved = preset_file.read_bytes()
+    qtbot.waitUntil(panel.save_preset_button.isEnabled, timeout=10_000)
+    qtbot.mouseClick(panel.save_preset_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(
+        lambda: "already has a preset 'swept'" in panel.preset_message.text(),
+        timeout=30_000,
+    )
+    assert preset_file.read_bytes() == saved
+    assert panel.save_preset_button.isEnabled()
 
 
 def test_a_time_to_target_sweep_plots_cpu_seconds_to_its_target(

@@ -312,3 +312,42 @@ def test_the_watcher_reads_the_trials_only_when_more_have_finished(
     )
     assert seen == [(0, 1), (1, 2), (2, 3)]
     assert len(reads) == 1  # the later polls counted, and read nothing
+
+
+def test_saving_a_sweeps_best_as_a_preset_refuses_bad_input_in_one_sentence(
+    tmp_path: Path,
+) -> None:
+    from engine.jobs.registry import validate_config
+
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+    url = f"sqlite:///{project / 'data' / 'sweeps.db'}"
+
+    def refused(**config: str) -> str:
+        with pytest.raises(tune.ConfigError) as caught:
+            validate_config("rl.tune.preset", {"project_dir": str(project), **config})
+        return str(caught.value)
+
+    assert refused(study="none", name="p") == (f"There is no sweep 'none' in {url}.")
+    _, study = _new_study(project / "data", "fresh", 2, 256)
+    assert refused(study="fresh", name="p") == (
+        "The sweep 'fresh' has no completed trial to save yet."
+    )
+    assert "preset" in refused(study="fresh", name="../outside")
+    storage = tune.open_storage(url, checked=True)
+    trial = tune.take_trial(study, storage)
+    assert trial is not None
+    study.tell(trial, 1.0)
+    assert (
+        validate_config(
+            "rl.tune.preset",
+            {"project_dir": str(project), "study": "fresh", "name": "p"},
+        )["name"]
+        == "p"
+    )
+    (project / "presets").mkdir()
+    (project / "presets" / "p.preset.json").write_text("{}", encoding="utf-8")
+    assert refused(study="fresh", name="p") == (
+        "The project already has a preset 'p'; give another name."
+    )
+    assert (project / "presets" / "p.preset.json").read_text() == "{}"

@@ -146,6 +146,18 @@ register(
 
 register(
     JobKind(
+        name="rl.tune.preset",
+        entry="engine.rl.tune:preset_job",
+        validator="engine.rl.tune:validate_preset_job",
+        project_field="project_dir",
+        default_name="preset {name}",
+        description="Saves a sweep's best trial's settings as a project preset.",
+    )
+)
+
+
+register(
+    JobKind(
         name="flow.run",
         entry="engine.nodes.executor:run",
         validator="engine.nodes.executor:validate",

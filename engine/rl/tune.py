@@ -1469,6 +1469,78 @@ def job(ctx: JobContext) -> dict[str, Any]:
     return summary
 
 
+# --------------------------------------------------------------------------
+# The rl.tune.preset job: a finished sweep's best trial saved as a preset
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class SweepPresetConfig:
+    """An ``rl.tune.preset`` job (the Sweep panel's "Save best as preset"):
+    the best trial of a sweep, saved as a project preset after the fact, as
+    ``--save-preset`` does at the sweep's end."""
+
+    study: str = setting("")
+    """The sweep's study."""
+    storage: str = setting("")
+    """Its Optuna RDB storage URL ('' = the project's ``data/sweeps.db``)."""
+    name: str = setting("")
+    """The new preset's name."""
+    project_dir: str | None = setting(None, form=False)
+    """The project the sweep's trials ran in; the preset is saved there."""
+
+
+def validate_preset_job(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``rl.tune.preset`` validator: a ConfigError naming the field
+    when the name is taken or not a name, or the sweep is not there or has
+    no completed trial; writes nothing."""
+    from optuna.trial import TrialState
+
+    from engine.rl.config import preset_names
+    from engine.settings import checked_config
+    from engine.store.paths import checked_name
+
+    cfg = checked_config(SweepPresetConfig, config, "rl.tune.preset")
+    checked_name("preset", cfg["name"])
+    checked_name("study", cfg["study"])
+    if cfg["project_dir"] is None:
+        raise ConfigError("project_dir", "A preset is saved in a project.")
+    project_dir = Path(cfg["project_dir"])
+    if cfg["name"] in preset_names(project_dir):
+        raise ConfigError(
+            "name",
+            f"The project already has a preset {cfg['name']!r}; give another name.",
+        )
+    url = cfg["storage"] or default_storage(project_dir)
+    storage = None
+    if cfg["storage"] or (project_dir / "data" / "sweeps.db").exists():
+        storage = open_storage(url)
+    if storage is None or not study_exists(storage, cfg["study"]):
+        raise ConfigError("study", f"There is no sweep {cfg['study']!r} in {url}.")
+    study, _ = load(storage, cfg["study"])
+    if not any(t.state == TrialState.COMPLETE for t in finished(study)):
+        raise ConfigError(
+            "study", f"The sweep {cfg['study']!r} has no completed trial to save yet."
+        )
+    return cfg
+
+
+def preset_job(ctx: JobContext) -> dict[str, Any]:
+    """The ``rl.tune.preset`` job: the sweep's summary (:func:`conclude`),
+    with the saved preset's file in ``preset``."""
+    cfg = validate_preset_job(dict(ctx.config))
+    project_dir = Path(cfg["project_dir"])
+    url = cfg["storage"] or default_storage(project_dir)
+    study, settings = load(open_storage(url), cfg["study"])
+    summary = conclude(study, settings, url, project_dir, cfg["name"])
+    ctx.log(
+        f"saved trial #{summary['best_trial']} of the sweep {study.study_name!r} "
+        f"(value {summary['best_value']:.4g}) as the preset {cfg['name']!r}: "
+        f"{summary['preset']}"
+    )
+    return summary
+
+
 def warm_up() -> None:
     """Import what a worker's first trial needs (torch, its compiler stack
     that the first optimizer pulls in, Stable-Baselines3, Optuna's storage)

@@ -7,7 +7,9 @@ command line (``learning_rate=1e-5:1e-2:log``, ``gamma``, ``n_epochs=5,10,20``;
 empty: every setting that declares a range). Start sends an ``rl.tune`` run;
 its trials appear in the run list as ordinary runs, and each finished trial
 arrives as a metrics row of the sweep run (``sweep/value``, ``sweep/best``),
-drawn as an optimization history on the panel's own timer.
+drawn as an optimization history on the panel's own timer. Once it has
+ended, "Save best as preset" saves its best trial's settings as a project
+preset (an ``rl.tune.preset`` run).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
@@ -35,6 +38,7 @@ from widgets.history_plot import HistoryPlot
 from widgets.param_form import ParamForm
 
 KIND = "rl.tune"
+PRESET_KIND = "rl.tune.preset"
 VALUE = "sweep/value"
 BEST = "sweep/best"
 REDRAW_MS = 40
@@ -67,6 +71,8 @@ class SweepPanel(QWidget):
         self._session = session
         self._store = session.metrics
         self.run_id = ""
+        self._preset_run_id = ""
+        """The rl.tune.preset run saving the shown sweep's best, if any."""
         self._dirty = False
         self._starting_axis = objective_label({})
         """The history's value axis for the sweep being started."""
@@ -114,11 +120,26 @@ class SweepPanel(QWidget):
         self.history = HistoryPlot(
             x_label="finished trials", y_label=objective_label({})
         )
+        self.preset_name = QLineEdit(placeholderText="preset name")
+        self.save_preset_button = QPushButton("Save best as preset")
+        self.save_preset_button.setToolTip(
+            "Save the best trial's settings as a project preset: the run "
+            "dialog offers it for this env, with the sweep as its provenance."
+        )
+        self.save_preset_button.setEnabled(False)
+        self.save_preset_button.clicked.connect(self._on_save_preset_clicked)
+        self.preset_message = QLabel(wordWrap=True)
+        self.preset_message.hide()
+        save = QHBoxLayout()
+        save.addWidget(self.preset_name, 1)
+        save.addWidget(self.save_preset_button)
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.status)
         right_layout.addWidget(self.history, 1)
+        right_layout.addLayout(save)
+        right_layout.addWidget(self.preset_message)
 
         layout = QHBoxLayout(self)
         layout.addWidget(left, 2)
@@ -189,6 +210,56 @@ class SweepPanel(QWidget):
             self.stop_button.setEnabled(False)
             self._session.stop_run(self.run_id)
 
+    def _on_save_preset_clicked(self) -> None:
+        run = self._session.state.run(self.run_id) or {}
+        config = run.get("config") or {}
+        self.save_preset_button.setEnabled(False)
+        self._show_preset_message("")
+        self._session.start_run(
+            PRESET_KIND,
+            {
+                "study": config.get("study", ""),
+                "storage": config.get("storage", ""),
+                "name": self.preset_name.text().strip(),
+            },
+            on_started=self._on_preset_started,
+            on_error=self._on_preset_error,
+        )
+
+    def _on_preset_started(self, run_id: str) -> None:
+        self._preset_run_id = run_id
+        self._preset_ended()  # it may have ended before this reply came
+
+    def _on_preset_error(self, error: protocol.Error) -> None:
+        self._show_preset_message(error.message, error=True)
+        self._update_status()
+
+    def _show_preset_message(self, text: str, *, error: bool = False) -> None:
+        self.preset_message.setStyleSheet("color: #d62728;" if error else "")
+        self.preset_message.setText(text)
+        self.preset_message.setVisible(bool(text))
+
+    def _preset_ended(self) -> None:
+        """Say how the preset run ended, once."""
+        run = self._session.state.run(self._preset_run_id) or {}
+        status = run.get("status")
+        if status in ("queued", "running", None):
+            return
+        self._preset_run_id = ""
+        summary = run.get("summary") or {}
+        if status == "completed" and summary.get("preset"):
+            self._show_preset_message(
+                f"Saved trial #{summary['best_trial']} (value "
+                f"{summary['best_value']:.4g}) as the preset "
+                f"{(run.get('config') or {}).get('name')!r}: {summary['preset']}"
+            )
+        else:
+            self._show_preset_message(
+                str(run.get("reason") or f"The preset was not saved ({status})."),
+                error=True,
+            )
+        self._update_status()
+
     # ------------------------------------------------------------- live
     def _running(self) -> bool:
         run = self._session.state.run(self.run_id) if self.run_id else None
@@ -197,12 +268,21 @@ class SweepPanel(QWidget):
     def _on_state_changed(self, what: str, key: str) -> None:
         if what == "reset" or key == self.run_id:
             self._update_status()
+        if self._preset_run_id and (what == "reset" or key == self._preset_run_id):
+            self._preset_ended()
 
     def _update_status(self) -> None:
         run = self._session.state.run(self.run_id) if self.run_id else None
         running = self._running()
         self.stop_button.setEnabled(running)
         self.start_button.setEnabled(self.form.is_valid() and not running)
+        # The best of a sweep that has ended, one save at a time.
+        self.save_preset_button.setEnabled(
+            run is not None
+            and not running
+            and not self._preset_run_id
+            and self._store.last(self.run_id, BEST) is not None
+        )
         if run is None:
             return
         done = int(run.get("progress_done") or 0)
