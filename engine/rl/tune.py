@@ -472,9 +472,9 @@ def finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 
 def finished_count(storage: optuna.storages.RDBStorage, study_id: int) -> int:
     """How many of the study's trials have finished, in one COUNT query.
-    Reading the finished trials (:func:`finished`) loads every unfinished
-    one too, with its parameters and reports: twice a second, that took a
-    core's 2 % from the workers of a sweep on a 2-core machine."""
+    Reading the finished trials (:func:`finished`) loads every queued and
+    running one too, with its parameters and reports: a watcher polling
+    twice a second does that only when this count has grown."""
     import sqlalchemy
     from optuna.storages._rdb.models import TrialModel
 
@@ -729,8 +729,8 @@ def _slower_than_best(
     """Why a time-to-target trial that has not reached ``target`` after
     ``cpu_seconds`` stops: the best trial reached it in less (it can only
     end with a larger value). None while it may still win. Without this, a
-    trial that never gets there trains its whole budget: stop 21's DQN
-    misses on MountainCar cost 450 CPU seconds each."""
+    trial that never gets there trains its whole budget: a DQN trial that
+    misses on MountainCar-v0 costs about 450 CPU seconds."""
     if mean >= target:
         return None  # reached now: its time is worth telling the sampler
     try:
