@@ -393,8 +393,25 @@ def _write_ahead(storage: optuna.storages.RDBStorage) -> None:
     storage.engine.dispose()
 
 
+def _default_storage_file(project_dir: Path) -> Path:
+    return project_dir / "data" / "sweeps.db"
+
+
 def default_storage(project_dir: Path) -> str:
-    return f"sqlite:///{project_dir / 'data' / 'sweeps.db'}"
+    return f"sqlite:///{_default_storage_file(project_dir)}"
+
+
+def existing_storage(
+    storage_arg: str, project_dir: Path
+) -> optuna.storages.RDBStorage | None:
+    """The storage given (``storage_arg``, opened: a bad URL is refused at
+    once), else the project's default one when it exists; None when neither
+    (opening the default would make it)."""
+    if storage_arg:
+        return open_storage(storage_arg)
+    if _default_storage_file(project_dir).exists():
+        return open_storage(default_storage(project_dir))
+    return None
 
 
 def settings_of(study: optuna.Study) -> dict[str, Any]:
@@ -1100,13 +1117,12 @@ def find_study(
     The storage is opened when given (so a bad URL is refused at once) or
     when the project's default one exists."""
     storage_url = storage_arg or default_storage(project_dir)
-    storage = open_storage(storage_url) if storage_arg else None
+    storage = None
+    if storage_arg or name is not None:
+        storage = existing_storage(storage_arg, project_dir)
     existing: dict[str, Any] | None = None
-    if name is not None:
-        if storage is None and (project_dir / "data" / "sweeps.db").exists():
-            storage = open_storage(storage_url)
-        if storage is not None and study_exists(storage, name):
-            _, existing = load(storage, name)
+    if name is not None and storage is not None and study_exists(storage, name):
+        _, existing = load(storage, name)
     if existing is not None and wanted is not None:
         differ = _clash(existing, wanted)
         if differ:
@@ -1494,6 +1510,14 @@ def validate_preset_job(config: dict[str, Any]) -> dict[str, Any]:
     """The ``rl.tune.preset`` validator: a ConfigError naming the field
     when the name is taken or not a name, or the sweep is not there or has
     no completed trial; writes nothing."""
+    return _checked_preset(config)[0]
+
+
+def _checked_preset(
+    config: dict[str, Any],
+) -> tuple[dict[str, Any], optuna.Study, dict[str, Any], str]:
+    """(checked config, the sweep's study, its settings, storage URL) of an
+    ``rl.tune.preset`` job; see :func:`validate_preset_job`."""
     from optuna.trial import TrialState
 
     from engine.rl.config import preset_names
@@ -1512,27 +1536,23 @@ def validate_preset_job(config: dict[str, Any]) -> dict[str, Any]:
             f"The project already has a preset {cfg['name']!r}; give another name.",
         )
     url = cfg["storage"] or default_storage(project_dir)
-    storage = None
-    if cfg["storage"] or (project_dir / "data" / "sweeps.db").exists():
-        storage = open_storage(url)
+    storage = existing_storage(cfg["storage"], project_dir)
     if storage is None or not study_exists(storage, cfg["study"]):
         raise ConfigError("study", f"There is no sweep {cfg['study']!r} in {url}.")
-    study, _ = load(storage, cfg["study"])
+    study, settings = load(storage, cfg["study"])
     if not any(t.state == TrialState.COMPLETE for t in finished(study)):
         raise ConfigError(
             "study", f"The sweep {cfg['study']!r} has no completed trial to save yet."
         )
-    return cfg
+    return cfg, study, settings, url
 
 
 def preset_job(ctx: JobContext) -> dict[str, Any]:
     """The ``rl.tune.preset`` job: the sweep's summary (:func:`conclude`),
-    with the saved preset's file in ``preset``."""
-    cfg = validate_preset_job(dict(ctx.config))
-    project_dir = Path(cfg["project_dir"])
-    url = cfg["storage"] or default_storage(project_dir)
-    study, settings = load(open_storage(url), cfg["study"])
-    summary = conclude(study, settings, url, project_dir, cfg["name"])
+    with the saved preset's file in ``preset``. Checked again here: a
+    preset of that name may have been saved since the validator ran."""
+    cfg, study, settings, url = _checked_preset(dict(ctx.config))
+    summary = conclude(study, settings, url, Path(cfg["project_dir"]), cfg["name"])
     ctx.log(
         f"saved trial #{summary['best_trial']} of the sweep {study.study_name!r} "
         f"(value {summary['best_value']:.4g}) as the preset {cfg['name']!r}: "
