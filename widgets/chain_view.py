@@ -92,8 +92,9 @@ class ChainView(QScrollArea):
         self._items = list(items)
         while self._row.count():
             child = self._row.takeAt(0)
-            if child.widget() is not None:
-                child.widget().deleteLater()
+            widget = child.widget() if child is not None else None
+            if widget is not None:
+                widget.deleteLater()
         if not items and empty_text:
             self._row.addWidget(QLabel(f"<i>{_escape(empty_text)}</i>"))
         for i, item in enumerate(items):

@@ -62,8 +62,8 @@ class PythonHighlighter(QSyntaxHighlighter):
 
     def highlightBlock(self, text: str) -> None:
         for pattern, name in self.RULES:
-            for m in pattern.finditer(text):
-                self.setFormat(m.start(), m.end() - m.start(), self.formats[name])
+            for hit in pattern.finditer(text):
+                self.setFormat(hit.start(), hit.end() - hit.start(), self.formats[name])
         # Triple-quoted strings: state 1 = inside one at the end of the block.
         string = self.formats["string"]
         start = 0 if self.previousBlockState() == 1 else -1

@@ -37,7 +37,8 @@ class ScrollStrip(QScrollArea):
         self, content: QWidget | QLayout, parent: QWidget | None = None
     ) -> None:
         super().__init__(parent)
-        self.setWidget(_as_widget(content))
+        self._content = _as_widget(content)
+        self.setWidget(self._content)
         self.setWidgetResizable(True)
         self.setFrameShape(QFrame.Shape.NoFrame)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -45,12 +46,10 @@ class ScrollStrip(QScrollArea):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
     def _overflows(self) -> bool:
-        content = self.widget()
-        return content.minimumSizeHint().width() > self.viewport().width()
+        return self._content.minimumSizeHint().width() > self.viewport().width()
 
     def sizeHint(self) -> QSize:
-        content = self.widget()
-        hint = content.sizeHint()
+        hint = self._content.sizeHint()
         height = hint.height()
         if self._overflows():
             height += self.horizontalScrollBar().sizeHint().height()

@@ -351,7 +351,9 @@ class GridPalette(QWidget):
         self.group = QButtonGroup(self)
         self.buttons: dict[str, QToolButton] = {}
         for tool in TOOLS:
-            button = QToolButton(text=TOOL_TEXT[tool], checkable=True)
+            button = QToolButton()
+            button.setText(TOOL_TEXT[tool])
+            button.setCheckable(True)
             color = FILL.get(tool, "#6a4fb3" if tool == "reward" else "#ffffff")
             button.setStyleSheet(
                 f"QToolButton {{ border-left: 6px solid {color}; padding: 3px 8px; }}"
@@ -379,7 +381,8 @@ class GridPalette(QWidget):
         self.reward.setValue(painter.reward)
         self.reward.valueChanged.connect(self._on_reward_changed)
         layout.addWidget(self.reward)
-        self.once = QCheckBox("once", checked=painter.once)
+        self.once = QCheckBox("once")
+        self.once.setChecked(painter.once)
         self.once.setToolTip(ONCE_TIP)
         self.once.toggled.connect(self._on_once_toggled)
         layout.addWidget(self.once)

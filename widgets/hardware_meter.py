@@ -26,7 +26,8 @@ class _Gauge(QWidget):
     def __init__(self, title: str) -> None:
         super().__init__()
         self.title = QLabel(title)
-        self.bar = QProgressBar(maximumWidth=70, maximumHeight=14, textVisible=False)
+        self.bar = QProgressBar(textVisible=False)
+        self.bar.setMaximumSize(70, 14)
         self.bar.setRange(0, 100)
         self.value = QLabel()
         layout = QHBoxLayout(self)

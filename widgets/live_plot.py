@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -255,7 +256,17 @@ class _PeakPyramid:
         self.n = 0
         # The last columns drawn: (key, end, first point of the last
         # column, column numbers, maxima, minima); see columns().
-        self._columns: tuple | None = None
+        self._columns: (
+            tuple[
+                tuple[int, int, float, float, int, int],
+                int,
+                int,
+                np.ndarray,
+                np.ndarray,
+                np.ndarray,
+            ]
+            | None
+        ) = None
 
     def update(self, y: np.ndarray) -> None:
         """Take in points appended since the last update (``len(y) >= self.n``)."""
@@ -521,10 +532,11 @@ class _MeasuringPainter:
         return QtCore.QRectF(size)  # a copy: the axis shrinks its height
 
 
-class _Axis(pg.AxisItem):
+# pyqtgraph ships no type information: its classes are Any to mypy.
+class _Axis(pg.AxisItem):  # type: ignore[misc]
     """An axis whose tick labels are measured once (see _MeasuringPainter)."""
 
-    def generateDrawSpecs(self, p):
+    def generateDrawSpecs(self, p: QtGui.QPainter) -> Any:
         return super().generateDrawSpecs(_MeasuringPainter(p))
 
 
@@ -536,19 +548,21 @@ class _XAxis(_Axis):
         self.mode = "step"
         self.enableAutoSIPrefix(False)
 
-    def tickStrings(self, values, scale, spacing):
+    def tickStrings(
+        self, values: Sequence[float], scale: float, spacing: float
+    ) -> list[str]:
         fmt = _format_steps if self.mode == "step" else _format_duration
         return [fmt(v * scale) for v in values]
 
 
-class _PlotWidget(pg.PlotWidget):
+class _PlotWidget(pg.PlotWidget):  # type: ignore[misc]  # pyqtgraph: untyped
     """A PlotWidget with a modest size hint, so plots share the viewport."""
 
     def sizeHint(self) -> QtCore.QSize:
         return QtCore.QSize(420, 220)
 
 
-class _Line(pg.GraphicsObject):
+class _Line(pg.GraphicsObject):  # type: ignore[misc]  # pyqtgraph: untyped
     """One curve of a plot: a polyline through points in view coordinates,
     with round symbols when asked (an evaluation's points).
 
@@ -895,6 +909,7 @@ class _FittedGridLayout(QtWidgets.QGridLayout):
         viewport = host.parentWidget() if host is not None else None
         if (
             not self._fitting
+            and host is not None
             and viewport is not None
             and host.isVisible()
             and rect.height() > viewport.height()
@@ -1500,7 +1515,9 @@ class LivePlotPanel(QtWidgets.QWidget):
             for title in self._visible:
                 group = self._groups[title]
                 lo, hi = (
-                    group.view.viewRange()[0] if visible_range_only else (None, None)
+                    group.view.viewRange()[0]
+                    if visible_range_only
+                    else (-math.inf, math.inf)
                 )
                 for curve in group.curves:
                     n = len(curve.values)
@@ -1744,12 +1761,13 @@ class LivePlotPanel(QtWidgets.QWidget):
         group.legend_curves = _shown_curves(group)
         runs = list(dict.fromkeys(c.run_id for c in shown))
         keys = list(dict.fromkeys(c.key for c in shown))
-        hovering = group.hover_x is not None
+        hover_x = group.hover_x
+        hovering = hover_x is not None
         parts = []
-        if hovering:
+        if hover_x is not None:
             parts.append(
                 f"<span style='color:{dim}'>{self._x_label()}&nbsp;"
-                f"{_format_x(self._x_axis, group.hover_x)}</span>"
+                f"{_format_x(self._x_axis, hover_x)}</span>"
             )
         if len(runs) > 1 and len(keys) > 1 and not hovering:
             # Compact: colors name the runs, line styles name the keys.
@@ -1777,7 +1795,7 @@ class LivePlotPanel(QtWidgets.QWidget):
                     f"<span style='color:{info['color']}'>{_swatch(group, curve.key)}"
                     f"</span>&nbsp;<span style='color:{fg}'>{_html(name)}</span>"
                 )
-                near = self._nearest(curve, group.hover_x) if hovering else None
+                near = self._nearest(curve, hover_x) if hover_x is not None else None
                 if near is not None:
                     text += (
                         f"&nbsp;<b style='color:{fg}'>{near[1]:.4g}</b>"

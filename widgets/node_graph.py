@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from PySide6.QtCore import QLineF, QPoint, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QLineF, QPoint, QPointF, QRect, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QBrush,
     QColor,
@@ -645,6 +645,7 @@ class LinkDragInteraction(Gesture):
 
     def __init__(self, view: NodeGraphView) -> None:
         super().__init__(view)
+        self.view: NodeGraphView = view
         self.start: PortItem | None = None
         self.preview: QGraphicsPathItem | None = None
 
@@ -726,6 +727,7 @@ class MoveTracker(Gesture):
 
     def __init__(self, view: NodeGraphView) -> None:
         super().__init__(view)
+        self.view: NodeGraphView = view
         self._start: dict[str, QPointF] = {}
 
     def begin(self) -> None:
@@ -1041,7 +1043,7 @@ class NodeGraphView(CanvasView):
         self.fit_rect(rect, 1.0)
 
     # ---------------------------------------------------------- painting
-    def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
+    def drawBackground(self, painter: QPainter, rect: QRectF | QRect) -> None:
         background, fine, coarse = CANVAS[theme_name(self.palette())]
         painter.fillRect(rect, QColor(background))
         step = GRID if self.zoom() >= LOD_DETAIL else GRID * 5
@@ -1069,7 +1071,7 @@ class NodeGraphView(CanvasView):
         painter.drawLines(lines[1])
         painter.restore()
 
-    def drawForeground(self, painter: QPainter, rect: QRectF) -> None:
+    def drawForeground(self, painter: QPainter, rect: QRectF | QRect) -> None:
         if self.nodes or not self.empty_text:
             return
         painter.save()

@@ -94,22 +94,29 @@ class NodePalette(QWidget):
         self._refresh_empty()
 
     def type_item(self, type_name: str) -> QTreeWidgetItem | None:
-        for i in range(self.tree.topLevelItemCount()):
-            group = self.tree.topLevelItem(i)
-            for j in range(group.childCount()):
-                child = group.child(j)
+        for _group, children in self._groups():
+            for child in children:
                 if child.data(0, TYPE_ROLE) == type_name:
                     return child
         return None
 
     def visible_types(self) -> list[str]:
+        out: list[str] = []
+        for group, children in self._groups():
+            for child in children:
+                if not child.isHidden() and not group.isHidden():
+                    out.append(child.data(0, TYPE_ROLE))
+        return out
+
+    def _groups(self) -> list[tuple[QTreeWidgetItem, list[QTreeWidgetItem]]]:
+        """Each category's item with its node types' items, in tree order."""
         out = []
         for i in range(self.tree.topLevelItemCount()):
             group = self.tree.topLevelItem(i)
-            for j in range(group.childCount()):
-                child = group.child(j)
-                if not child.isHidden() and not group.isHidden():
-                    out.append(child.data(0, TYPE_ROLE))
+            if group is None:
+                continue
+            children = [group.child(j) for j in range(group.childCount())]
+            out.append((group, [c for c in children if c is not None]))
         return out
 
     # -------------------------------------------------------- building
@@ -142,11 +149,9 @@ class NodePalette(QWidget):
 
     def _on_search_text_changed(self, text: str) -> None:
         words = text.lower().split()
-        for i in range(self.tree.topLevelItemCount()):
-            group = self.tree.topLevelItem(i)
+        for group, children in self._groups():
             shown = 0
-            for j in range(group.childCount()):
-                child = group.child(j)
+            for child in children:
                 haystack = " ".join(
                     (child.text(0), child.toolTip(0), group.text(0))
                 ).lower()

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QFontDatabase
@@ -115,7 +115,8 @@ class ParamForm(QWidget):
             self._editors[name] = editor
             label = QLabel(schema.get("title") or name.replace("_", " ").capitalize())
             label.setToolTip(schema.get("help", ""))
-            error = QLabel(styleSheet="color: #d62728;", wordWrap=True)
+            error = QLabel(wordWrap=True)
+            error.setStyleSheet("color: #d62728;")
             error.hide()
             self._error_labels[name] = error
             cell = QWidget()
@@ -129,10 +130,9 @@ class ParamForm(QWidget):
                 column.addRow(note)
             if schema.get("disabled"):
                 reason = QLabel(
-                    f"Unavailable here: {schema['disabled']}",
-                    wordWrap=True,
-                    toolTip=schema["disabled"],
+                    f"Unavailable here: {schema['disabled']}", wordWrap=True
                 )
+                reason.setToolTip(schema["disabled"])
                 reason.setObjectName(f"{name}-disabled")
                 reason.setStyleSheet("color: gray;")
                 column.addRow(reason)
@@ -260,7 +260,8 @@ class ParamForm(QWidget):
                 if kind == "bool"
                 else [(str(c), c) for c in schema.get("choices", [])]
             )
-            combo = QComboBox(toolTip=tip)
+            combo = QComboBox()
+            combo.setToolTip(tip)
             for text, data in [("", None), *options]:
                 combo.addItem(text, data)
             combo.setCurrentIndex(max(combo.findData(value), 0))
@@ -269,12 +270,14 @@ class ParamForm(QWidget):
             )
             return combo
         if kind == "bool":
-            box = QCheckBox(toolTip=tip)
+            box = QCheckBox()
+            box.setToolTip(tip)
             box.setChecked(bool(value))
             box.toggled.connect(lambda checked, n=name: self._accept(n, bool(checked)))
             return box
         if kind == "choice":
-            combo = QComboBox(toolTip=tip)
+            combo = QComboBox()
+            combo.setToolTip(tip)
             for choice in schema.get("choices", []):
                 combo.addItem(str(choice), choice)
             if value in schema.get("unoffered", ()):
@@ -292,16 +295,19 @@ class ParamForm(QWidget):
             return self._make_picker(schema, value)
         if schema.get("suggestions"):
             # Free text with a list of common answers (env ids, model names).
-            combo = QComboBox(toolTip=tip, editable=True)
+            combo = QComboBox(editable=True)
+            combo.setToolTip(tip)
             combo.addItems([str(x) for x in schema["suggestions"]])
             combo.setCurrentText("" if value is None else str(value))
-            line = combo.lineEdit()
+            # An editable combo box always has its line edit.
+            line = cast(QLineEdit, combo.lineEdit())
             line.textChanged.connect(
                 lambda text, s=schema, e=line: self._on_text_changed(s, e, text)
             )
             combo.setProperty("line_edit", line)
             return combo
-        edit = QLineEdit("" if value is None else str(value), toolTip=tip)
+        edit = QLineEdit("" if value is None else str(value))
+        edit.setToolTip(tip)
         edit.setPlaceholderText("optional" if schema.get("optional") else "")
         edit.textChanged.connect(
             lambda text, s=schema, e=edit: self._on_text_changed(s, e, text)
@@ -312,7 +318,9 @@ class ParamForm(QWidget):
         layout = QHBoxLayout(row)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(edit, 1)
-        browse = QToolButton(text="…", toolTip="Browse")
+        browse = QToolButton()
+        browse.setText("…")
+        browse.setToolTip("Browse")
         browse.clicked.connect(lambda *_, e=edit: self._on_browse_clicked(e))
         layout.addWidget(browse)
         row.setProperty("line_edit", edit)
@@ -408,10 +416,13 @@ class ObjectField(QWidget):
         self.enabled_box.setToolTip(schema.get("help", ""))
         self.enabled_box.setVisible(optional)
         self.enabled_box.setChecked(not optional)
-        title = QLabel(self._title, toolTip=schema.get("help", ""))
+        title = QLabel(self._title)
+        title.setToolTip(schema.get("help", ""))
         title.setVisible(not optional)
         self.enabled_box.toggled.connect(self._on_enabled_box_toggled)
-        self.json_button = QToolButton(text="Edit as JSON", checkable=True)
+        self.json_button = QToolButton()
+        self.json_button.setText("Edit as JSON")
+        self.json_button.setCheckable(True)
         self.json_button.setToolTip("Edit the settings as one JSON object")
         self.json_button.toggled.connect(self._on_json_button_toggled)
         self.form = ParamForm()
@@ -425,7 +436,8 @@ class ObjectField(QWidget):
         self.json_edit.setMaximumHeight(160)
         self.json_edit.hide()
         self.json_edit.textChanged.connect(self._on_json_edit_text_changed)
-        self.problem_label = QLabel(styleSheet="color: #d62728;", wordWrap=True)
+        self.problem_label = QLabel(wordWrap=True)
+        self.problem_label.setStyleSheet("color: #d62728;")
         self.problem_label.hide()
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)

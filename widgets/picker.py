@@ -111,9 +111,14 @@ class SearchPicker(QWidget):
         self.edit.textEdited.connect(self._on_edit_text_edited)
         self.edit.returnPressed.connect(self._on_edit_return_pressed)
         self.edit.installEventFilter(self)
-        self.toggle = QToolButton(text="▾", toolTip="Show the list", checkable=True)
+        self.toggle = QToolButton()
+        self.toggle.setText("▾")
+        self.toggle.setToolTip("Show the list")
+        self.toggle.setCheckable(True)
         self.toggle.toggled.connect(self._on_toggle_toggled)
-        self.browse = QToolButton(text="…", toolTip="Choose a folder")
+        self.browse = QToolButton()
+        self.browse.setText("…")
+        self.browse.setToolTip("Choose a folder")
         self.browse.clicked.connect(self._on_browse_clicked)
         self.browse.setVisible(browse_folders)
         self.list = _EntryList(self)
@@ -124,7 +129,8 @@ class SearchPicker(QWidget):
         # Long details elide; the tooltip has them whole.
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.status_label = QLabel(wordWrap=True, styleSheet="color: #b35c00;")
+        self.status_label = QLabel(wordWrap=True)
+        self.status_label.setStyleSheet("color: #b35c00;")
         self.status_label.hide()
         self._search_timer = QTimer(self, singleShot=True, interval=SEARCH_DELAY_MS)
         self._search_timer.timeout.connect(self._on_search_timer_timeout)
@@ -142,8 +148,10 @@ class SearchPicker(QWidget):
         if always_open:
             self.toggle.hide()
         else:
-            row = self.list.fontMetrics().height() + 4
-            self.list.setMaximumHeight(row * LIST_ROWS + 2 * self.list.frameWidth())
+            row_height = self.list.fontMetrics().height() + 4
+            self.list.setMaximumHeight(
+                row_height * LIST_ROWS + 2 * self.list.frameWidth()
+            )
             self.list.hide()
 
     # ------------------------------------------------------------ API

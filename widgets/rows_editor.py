@@ -98,10 +98,10 @@ class RowsEditor(QWidget):
         self.table.itemSelectionChanged.connect(self._update_buttons)
         buttons = QHBoxLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
-        self.add_button = QToolButton(text="Add", toolTip="Add a row at the end")
-        self.remove_button = QToolButton(text="Remove", toolTip="Remove the row")
-        self.up_button = QToolButton(text="Up", toolTip="Move the row up")
-        self.down_button = QToolButton(text="Down", toolTip="Move the row down")
+        self.add_button = _tool_button("Add", "Add a row at the end")
+        self.remove_button = _tool_button("Remove", "Remove the row")
+        self.up_button = _tool_button("Up", "Move the row up")
+        self.down_button = _tool_button("Down", "Move the row down")
         self.add_button.clicked.connect(self._on_add_clicked)
         self.remove_button.clicked.connect(self._on_remove_clicked)
         self.up_button.clicked.connect(lambda: self._move(-1))
@@ -175,10 +175,14 @@ class RowsEditor(QWidget):
             self.table.setItem(r, c, item)
 
     def _row_cells(self, r: int) -> list[QTableWidgetItem]:
-        return [self.table.item(r, c) for c in range(len(self._columns))]
+        return [
+            _present(self.table.item(r, c), r, c) for c in range(len(self._columns))
+        ]
 
     def _take_row(self, r: int) -> list[QTableWidgetItem]:
-        return [self.table.takeItem(r, c) for c in range(len(self._columns))]
+        return [
+            _present(self.table.takeItem(r, c), r, c) for c in range(len(self._columns))
+        ]
 
     def _on_add_clicked(self) -> None:
         self._filling = True
@@ -256,3 +260,17 @@ class RowsEditor(QWidget):
             return column.get("default"), ""
         name = column.get("title") or column["name"]
         return check_value({**column, "title": f"{name} in row {r + 1}"}, item.text())
+
+
+def _tool_button(text: str, tip: str) -> QToolButton:
+    button = QToolButton()
+    button.setText(text)
+    button.setToolTip(tip)
+    return button
+
+
+def _present(item: QTableWidgetItem | None, r: int, c: int) -> QTableWidgetItem:
+    """The cell's item: ``_append`` gives every cell one."""
+    if item is None:
+        raise LookupError(f"Row {r + 1}, column {c + 1} of the table has no item.")
+    return item

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QLineF, QPointF, QRectF, Qt, Signal
+from PySide6.QtCore import QLineF, QPointF, QRect, QRectF, Qt, Signal
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -702,20 +702,20 @@ class StateMachineEditor(CanvasView):
             ),
         )
         for name in wanted:
-            item = self._statuses.get(name)
-            if item is not None and item.ghost != (name in ghosts):
+            status_item = self._statuses.get(name)
+            if status_item is not None and status_item.ghost != (name in ghosts):
                 scene.removeItem(self._statuses.pop(name))
-                item = None
-            if item is None:
-                item = StatusItem(name, self, ghost=name in ghosts)
-                self._statuses[name] = item
-                scene.addItem(item)
+                status_item = None
+            if status_item is None:
+                status_item = StatusItem(name, self, ghost=name in ghosts)
+                self._statuses[name] = status_item
+                scene.addItem(status_item)
             if name == ANY or name in ghosts:
                 continue
             x, y = positions.get(name, auto.get(name, (0.0, 0.0)))
-            if item.pos() != QPointF(x, y):
-                item.setPos(x, y)
-            item.set_flags(name == start, name in terminal, name in success)
+            if status_item.pos() != QPointF(x, y):
+                status_item.setPos(x, y)
+            status_item.set_flags(name == start, name in terminal, name in success)
         real = [i for i in self._statuses.values() if not i.pseudo]
         right = max((i.pos().x() for i in real), default=0.0)
         bottom = max((i.pos().y() for i in real), default=0.0)
@@ -810,8 +810,8 @@ class StateMachineEditor(CanvasView):
         """Mark statuses and transitions in red with the message as tooltip."""
         for name, item in self._statuses.items():
             item.set_problem(statuses.get(name, ""))
-        for item in self._edges:
-            item.set_problem(transitions.get(item.edge.key, ""))
+        for edge_item in self._edges:
+            edge_item.set_problem(transitions.get(edge_item.edge.key, ""))
 
     def request_fit(self) -> None:
         """Fit the graph now and again whenever the view is resized, until
@@ -863,7 +863,7 @@ class StateMachineEditor(CanvasView):
             self._selected = current
             self.selection_changed.emit(*current)
 
-    def drawBackground(self, painter: QPainter, rect: QRectF) -> None:
+    def drawBackground(self, painter: QPainter, rect: QRectF | QRect) -> None:
         background, grid, _ = CANVAS[theme_name(self.palette())]
         painter.fillRect(rect, QColor(background))
         step = 40
