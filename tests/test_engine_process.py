@@ -193,7 +193,7 @@ def test_cooperative_stop_then_resume_continues(
 
 
 def test_a_job_that_ignores_stop_is_terminated_after_the_timeout(
-    opened: EngineProcess,
+    opened: EngineProcess, project_dir: Path
 ) -> None:
     run_id = opened.call(
         protocol.StartRun(
@@ -204,10 +204,15 @@ def test_a_job_that_ignores_stop_is_terminated_after_the_timeout(
     opened.wait_for(is_event(protocol.RunMetrics, run_id))
     opened.call(protocol.StopRun(run_id=run_id, timeout_s=0.5))
     finished = opened.wait_for(is_event(protocol.RunFinished, run_id), timeout=20)
+    # Killed: its summary is what its checkpoint says, if it saved one yet.
+    saved = project_dir / "runs" / run_id / "checkpoints" / "state.json"
+    steps = {"steps": json.loads(saved.read_text())["step"]} if saved.exists() else {}
     assert finished.status == "stopped" and finished.summary == {
+        **steps,
         "forced": True,
         "stopped_by": "user",
     }
+    assert opened.call(protocol.ListRuns())["runs"][0]["summary"] == finished.summary
 
 
 def test_runs_of_a_killed_engine_show_as_interrupted(project_dir: Path) -> None:

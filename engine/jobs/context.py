@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from engine.jobs.tracking import Tracker
 
 FLUSH_INTERVAL_S = 0.1
+CHECKPOINTS_FOLDER = "checkpoints"
+"""The folder of a run's checkpoints, in its run folder (``checkpoint_dir``)."""
 
 STOP_REASONS = ("user", "engine_restart", "engine_gone", "gui_gone", "signal")
 """Why a run stopped before its end (its summary's ``stopped_by``): the user
@@ -72,7 +74,7 @@ class JobContext:
         self.kind = kind
         self.config = config
         self.resume = resume
-        self.checkpoint_dir = self.run_dir / "checkpoints"
+        self.checkpoint_dir = self.run_dir / CHECKPOINTS_FOLDER
         # runs live at <project>/runs/<run-id>/
         self.project_dir = self.run_dir.parent.parent
         self._events = events

@@ -10,7 +10,10 @@ through the same steps, declared here once:
    run whose recorder vanished is still reconciled;
 3. :func:`finish` — the models its summary lists are registered (also when
    it failed or stopped: a flow failing at its last node keeps what its
-   earlier nodes made), and the row gets its final status.
+   earlier nodes made), and the row gets its final status. A run stopped by
+   force, killed before it said how it ended, is finished by
+   :func:`finish_forced` with the summary its kind reads from what the run
+   saved (``JobKind.summary_on_disk``).
 
 The supervisor does steps 1 and 3 around the job process, which does step 2;
 the headless commands do all three in their own process
@@ -19,6 +22,7 @@ the headless commands do all three in their own process
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import traceback
@@ -36,6 +40,8 @@ from engine.store.metrics import iter_metrics
 if TYPE_CHECKING:
     from engine.store.project import Project
 
+FORCED_REASON = "Stopped by force: the run did not stop in time."
+"""The reason of a run whose stop was forced."""
 PROGRESS_SAVE_INTERVAL_S = 2.0
 """How often a headless run writes its progress to the project's run list."""
 
@@ -184,18 +190,23 @@ def finish(
     exit_code: int | None = 0,
     signal_number: int | None = None,
     progress: tuple[float, float] | None = None,
+    register: bool = True,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """Step 3: register the models ``outcome``'s summary lists (whatever the
     status: a stopped run's best model so far, a failed flow's finished
-    nodes' models), rewrite ``result.json`` with their ids and give the row
-    its final status. Returns the summary as recorded and one sentence per
-    model that could not be registered."""
+    nodes' models; not with ``register`` False), rewrite ``result.json``
+    with their ids and give the row its final status. Ids the summary
+    already lists in ``registered_models`` stay after the new ones. Returns
+    the summary as recorded and one sentence per model that could not be
+    registered."""
     summary = None if outcome.summary is None else dict(outcome.summary)
     problems: list[str] = []
-    if summary is not None:
+    if summary is not None and register:
         registered, problems = project.register_run_models(run_id, summary)
         if registered:
-            summary["registered_models"] = registered
+            earlier = summary.get("registered_models") or []
+            kept = [i for i in earlier if i not in registered]
+            summary["registered_models"] = [*registered, *kept]
     recorded = Outcome(outcome.status, summary, outcome.reason)
     atomic_write_json(project.run_dir(run_id) / contract.RESULT_FILE, recorded.result())
     fields: dict[str, Any] = {
@@ -211,6 +222,94 @@ def finish(
         fields["progress_done"], fields["progress_total"] = progress
     project.update_run(run_id, **fields)
     return summary, problems
+
+
+def read_checkpoint_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON state file, which names at least the ``step`` it
+    was saved at; raises :class:`EngineError` in one sentence when it cannot
+    be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise EngineError(
+            f"The checkpoint state {path} cannot be read ({exc.strerror or exc})."
+        ) from None
+    except ValueError as exc:  # also a UnicodeDecodeError
+        raise EngineError(
+            f"The checkpoint state {path} is not valid JSON ({exc})."
+        ) from None
+    step = data.get("step") if isinstance(data, dict) else None
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise EngineError(
+            f"The checkpoint state {path} does not say at which step it was saved."
+        )
+    return dict(data)
+
+
+def finish_forced(
+    project: Project,
+    run_id: str,
+    stopped_by: str,
+    *,
+    progress: tuple[float, float] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Step 3 for a run stopped by force: killed before it said how it ended,
+    so its row would keep the summary of its previous attempt (a resumed
+    run's). A kind that declares ``summary_on_disk`` gets the summary that
+    reader gives from the run's folder (its last checkpoint's steps, its
+    best evaluation, its models, registered again under their ids), with
+    the ids of ``registered_models`` that are still in the project; when
+    the run saved nothing yet, or its newest checkpoint cannot be read, the
+    row keeps its summary and nothing is registered. Either way the summary
+    says ``forced`` and ``stopped_by``. Other kinds keep the row's summary
+    as it was.
+
+    Returns the summary for the ``run.finished`` event and one sentence per
+    problem (a checkpoint that cannot be read, a model not registered)."""
+    from engine.jobs import registry
+
+    run = project.get_run(run_id)
+    marks: dict[str, Any] = {"forced": True, "stopped_by": stopped_by}
+    reader = registry.get_kind(run.kind).summary_on_disk
+    if reader is None:
+        _, problems = finish(
+            project,
+            run_id,
+            Outcome("stopped", None, FORCED_REASON),
+            exit_code=None,
+            progress=progress,
+        )
+        return marks, problems
+    problems = []
+    on_disk: dict[str, Any] | None = None
+    try:
+        on_disk = registry.load(reader)(Path(run.run_dir), dict(run.config))
+    except Exception as exc:  # the run's end is recorded whatever the reader does
+        detail = (
+            str(exc)
+            if isinstance(exc, EngineError)
+            else (f"{type(exc).__name__}: {exc}")
+        )
+        problems.append(
+            f"Run {run_id} was stopped by force and keeps the summary it had: {detail}"
+        )
+    if on_disk is None:
+        summary = {**run.summary, **marks}
+    else:
+        known = {m.id for m in project.list_models()}
+        earlier = [i for i in run.summary.get("registered_models") or [] if i in known]
+        summary = {**on_disk, **marks}
+        if earlier:
+            summary["registered_models"] = earlier
+    recorded, more = finish(
+        project,
+        run_id,
+        Outcome("stopped", summary, FORCED_REASON),
+        exit_code=None,
+        progress=progress,
+        register=on_disk is not None,
+    )
+    return recorded or summary, [*problems, *more]
 
 
 class HeadlessContext(JobContext):

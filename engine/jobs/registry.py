@@ -9,6 +9,9 @@ starts.
 * validator: ``validate(config: dict) -> dict`` — the normalized config with
   every default filled in; raises ``engine.errors.ConfigError`` naming the
   field for anything that cannot work.
+* summary on disk: ``read(run_dir: Path, config: dict) -> dict | None`` — run
+  in the supervisor for a run stopped by force (see
+  :attr:`JobKind.summary_on_disk`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,15 @@ class JobKind:
     """The least time a stop of this kind gets before the supervisor forces
     it, whatever the caller asked: a sweep stops its workers, whose trials
     save their checkpoints first."""
+    summary_on_disk: str | None = None
+    """``module:function`` giving the summary of a run of this kind from what
+    it saved in its folder (its last checkpoint): what the supervisor
+    records for a run stopped by force, killed before it reported its own
+    summary (``engine.jobs.lifecycle.finish_forced``). ``read(run_dir,
+    config)`` returns None when the run saved nothing yet and raises
+    ``engine.errors.EngineError`` in one sentence for a checkpoint it cannot
+    read. It runs in the supervisor, so it must not import torch. Kinds
+    without one keep the summary the run's row had."""
 
 
 JOB_KINDS: dict[str, JobKind] = {}
@@ -60,6 +72,7 @@ register(
         validator="engine.jobs.selftest:validate",
         description="Checks the engine end to end: progress, metrics, logs, stop.",
         resumable=True,
+        summary_on_disk="engine.jobs.selftest:summary_on_disk",
     )
 )
 
@@ -124,6 +137,7 @@ register(
         description="Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
         "MaskablePPO) on a Gymnasium or designed environment.",
         resumable=True,
+        summary_on_disk="engine.rl.checkpoints:summary_on_disk",
     )
 )
 

@@ -9,9 +9,11 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from engine.jobs.context import JobContext
+from engine.jobs.context import CHECKPOINTS_FOLDER, JobContext
+from engine.jobs.lifecycle import read_checkpoint_state
 from engine.settings import checked_config, setting
 from engine.store.atomic import atomic_write_json
 
@@ -32,6 +34,10 @@ class SelfTestConfig:
     """Keep counting after a stop request, to exercise the kill path."""
 
 
+STATE_FILE = "state.json"
+"""The self-test's checkpoint in its ``checkpoints/`` folder: the steps done."""
+
+
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     out = checked_config(SelfTestConfig, config, "the self-test job")
     if out["seed"] is None:
@@ -44,7 +50,7 @@ def run(ctx: JobContext) -> dict[str, Any]:
     steps: int = cfg["steps"]
     ignore_stop: bool = cfg["ignore_stop"]
     rng = random.Random(cfg["seed"])
-    ckpt = ctx.checkpoint_dir / "state.json"
+    ckpt = ctx.checkpoint_dir / STATE_FILE
     done = 0
     if ctx.resume and ckpt.exists():
         done = json.loads(ckpt.read_text())["step"]
@@ -69,3 +75,12 @@ def run(ctx: JobContext) -> dict[str, Any]:
                 ctx.wait_for_stop(cfg["step_seconds"])
     atomic_write_json(ckpt, {"step": done})
     return {"steps": done}
+
+
+def summary_on_disk(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary of a self-test stopped by force: the steps of its last
+    checkpoint (None before its first)."""
+    path = run_dir / CHECKPOINTS_FOLDER / STATE_FILE
+    if not path.exists():
+        return None
+    return {"steps": read_checkpoint_state(path)["step"]}

@@ -406,13 +406,16 @@ class Supervisor:
                 run_id=job.run_id, status=outcome.status, summary=summary or {}
             )
         if job.stop_requested and (job.forced or code != 0):
-            reason = "Stopped by force: the run did not stop in time."
-            outcome = lifecycle.Outcome("stopped", None, reason)
-            self._finish(project, job.run_id, outcome, progress=progress, code=None)
+            # Killed before it reported its summary: the one its kind reads
+            # from what the run saved (a resumed run's row still holds its
+            # previous attempt's).
+            forced, problems = lifecycle.finish_forced(
+                project, job.run_id, job.stop_reason, progress=progress
+            )
+            for text in problems:
+                self._emit(protocol.EngineLog(level="error", text=text))
             return protocol.RunFinished(
-                run_id=job.run_id,
-                status="stopped",
-                summary={"forced": True, "stopped_by": job.stop_reason},
+                run_id=job.run_id, status="stopped", summary=forced
             )
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None

@@ -43,6 +43,13 @@ from engine import contract
 from engine.envs.spec import designed_spec_file
 from engine.errors import EngineError
 from engine.jobs.context import STOP_REASONS, JobContext
+from engine.rl.checkpoints import (
+    BEST_FOLDER,
+    CHECKPOINT_PREFIX,
+    checkpoints,
+    latest_checkpoint,
+    summary_of,
+)
 from engine.rl.config import (
     OFF_POLICY,
     ON_POLICY,
@@ -56,7 +63,6 @@ from engine.rl.policy import VECNORMALIZE_FILE, evaluate
 from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
 from engine.store.metrics import iter_metrics
 
-CHECKPOINT_PREFIX = "step-"
 PROGRESS_INTERVAL_S = 0.1
 EVAL_SEED_OFFSET = 1_000_003
 """The eval env's seed is the run's seed plus this, so it never replays the
@@ -651,6 +657,9 @@ class Trainer:
         return {
             "step": int(self.model.num_timesteps),
             "algo": self.algo,
+            # So that a summary read from this checkpoint says where this
+            # attempt started (engine.rl.checkpoints.summary_on_disk).
+            "resumed_from": self.resumed_from,
             "env": self.cfg["env"],
             "eval_history": self.eval_history,
             "best_eval_reward": self.best_eval_reward,
@@ -717,7 +726,7 @@ class Trainer:
         return final
 
     def _save_best(self) -> None:
-        best = self.ckpt_dir / "best"
+        best = self.ckpt_dir / BEST_FOLDER
         tmp = temp_path(best)
         self._write_model_dir(tmp, replay=False)
         old = self.ckpt_dir / ".old-best"
@@ -729,20 +738,10 @@ class Trainer:
 
     def checkpoints(self) -> list[Path]:
         """Complete periodic checkpoints, oldest first."""
-        if not self.ckpt_dir.is_dir():
-            return []
-        found = [
-            p
-            for p in self.ckpt_dir.iterdir()
-            if p.is_dir()
-            and p.name.startswith(CHECKPOINT_PREFIX)
-            and (p / "state.json").exists()
-        ]
-        return sorted(found, key=lambda p: p.name)
+        return checkpoints(self.ckpt_dir)
 
     def latest_checkpoint(self) -> Path | None:
-        found = self.checkpoints()
-        return found[-1] if found else None
+        return latest_checkpoint(self.ckpt_dir)
 
     def _truncate_metrics(self, step: int) -> None:
         """Drop rows logged after the checkpoint (a crash between checkpoint
@@ -758,8 +757,7 @@ class Trainer:
 
     # ---------------------------------------------------------- summary
     def summary(self) -> dict[str, Any]:
-        cfg = self.cfg
-        best_dir = self.ckpt_dir / "best"
+        best_dir = self.ckpt_dir / BEST_FOLDER
         if (best_dir / "model.zip").exists():
             model_dir = best_dir
             metrics = {k: v for k, v in self.best_eval_metrics.items() if k != "step"}
@@ -769,44 +767,7 @@ class Trainer:
                 raise EngineError("Training ended without saving a model.")
             model_dir = latest
             metrics = {}
-        for key in ("rollout/ep_rew_mean", "rollout/ep_len_mean"):
-            if key in self.last_logged:
-                metrics[key] = self.last_logged[key]
-        extra = (
-            [str((model_dir / VECNORMALIZE_FILE).resolve())]
-            if cfg["vec_normalize"]
-            else []
-        )
-        name = cfg["name"] or f"{self.algo} {cfg['env']}"
-        out: dict[str, Any] = {
-            "total_steps": int(self.model.num_timesteps),
-            "best_eval_reward": self.best_eval_reward,
-            "last_eval_reward": self.last_eval_reward,
-            "stopped_by": self.stopped_by,
-            "algo": self.algo,
-            "env": cfg["env"],
-            "seed": cfg["seed"],
-            "models": [
-                {
-                    "name": name,
-                    "kind": "sb3-policy",
-                    "file": str((model_dir / "model.zip").resolve()),
-                    "extra_files": extra,
-                    "env": cfg["env"],
-                    "algo": self.algo,
-                    "metrics": metrics,
-                }
-            ],
-        }
-        if self.resumed_from is not None:
-            out["resumed_from"] = self.resumed_from
-        if self.curriculum is not None:
-            schedule = self.curriculum.schedule
-            out["curriculum"] = {
-                "stage": schedule.stage,
-                "last_stage": len(schedule.stages) - 1,
-                "highest": schedule.highest,
-            }
+        out = summary_of(self.cfg, self._state(), model_dir, metrics, self.stopped_by)
         if self.pruned_reason:
             # Stopped on purpose, though by no one of STOP_REASONS.
             out["status"] = "stopped"
