@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     from studio.settings import Settings
     from studio.state.project_state import ProjectState
 
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    existing = QApplication.instance()
+    app = existing if isinstance(existing, QApplication) else QApplication(sys.argv[:1])
     app.setApplicationName("RL Studio")
     app.setOrganizationName("RLStudio")
     app.setDesktopFileName("rl-studio")

@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QUndoStack
 
 T = TypeVar("T")
+P = TypeVar("P", bound=Path | None)
 
 
 class DocumentSession(QObject, Generic[T]):
@@ -116,9 +117,9 @@ class DocumentSession(QObject, Generic[T]):
     # ----------------------------------------------------------- restore
     def restorable(
         self,
-        path: Path | None,
+        path: P,
         saved: T | None,
-        ask: Callable[[Path | None, Path], bool],
+        ask: Callable[[P, Path], bool],
         *,
         forget_declined: bool = False,
     ) -> T | None:

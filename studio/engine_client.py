@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
@@ -26,7 +26,7 @@ from studio.lifetime import is_alive, owner_of
 if TYPE_CHECKING:
     from engine import protocol
 
-ReplyCallback = Callable[[dict], None]
+ReplyCallback = Callable[[dict[str, Any]], None]
 ErrorCallback = Callable[["protocol.Error"], None]
 
 STOPPED, STARTING, READY, CRASHED, FAILED = (
@@ -91,7 +91,7 @@ class EngineClient(QObject):
         self._intentional_stop = False
         self._rapid_restarts = 0
         self.restarts = 0
-        self.engine_info: dict = {}
+        self.engine_info: dict[str, Any] = {}
         self._restart_timer = QTimer(self, singleShot=True)
         self._restart_timer.timeout.connect(self.start)
         self._stable_timer = QTimer(self, singleShot=True)
@@ -264,7 +264,7 @@ class EngineClient(QObject):
             self.stderr_received.emit(line.decode("utf-8", "replace"))
 
     # --------------------------------------------------------- handshake
-    def _on_hello_reply(self, result: dict) -> None:
+    def _on_hello_reply(self, result: dict[str, Any]) -> None:
         self.engine_info = result
         self._set_state(READY)
         self._stable_timer.start(self.STABLE_AFTER_MS)

@@ -3,6 +3,7 @@ project status, the log console, and the application menus."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QSplitter,
     QStackedWidget,
@@ -195,7 +197,7 @@ class MainWindow(QMainWindow):
         bar.addWidget(self.engine_label)
         bar.addWidget(self.project_label, 1)
         bar.addPermanentWidget(self.hardware_meter)
-        self._gpu: dict = {}
+        self._gpu: dict[str, Any] = {}
         self._cpu_ram: tuple[float, int, int] = (0.0, 0, 1)
         self._cpu_primed = False
         self._usage_timer = QTimer(self, interval=1500)
@@ -238,8 +240,9 @@ class MainWindow(QMainWindow):
         placeholder = self.stack.widget(index)
         current = self.stack.currentIndex()
         self.stack.insertWidget(index, widget)
-        self.stack.removeWidget(placeholder)
-        placeholder.deleteLater()
+        if placeholder is not None:
+            self.stack.removeWidget(placeholder)
+            placeholder.deleteLater()
         self.stack.setCurrentIndex(current)
         if name == "environments":
             widget.train_requested.connect(  # type: ignore[attr-defined]
@@ -313,7 +316,7 @@ class MainWindow(QMainWindow):
             self._add_action(
                 view_menu,
                 name.title(),
-                lambda n=name: self.set_workspace(n),
+                functools.partial(self.set_workspace, name),
                 f"Ctrl+{i + 1}",
             )
         view_menu.addSeparator()
@@ -347,7 +350,13 @@ class MainWindow(QMainWindow):
         help_menu.addSeparator()
         self._add_action(help_menu, "&About RL Studio", self._on_about)
 
-    def _add_action(self, menu, text, slot, shortcut=None) -> QAction:  # type: ignore[no-untyped-def]
+    def _add_action(
+        self,
+        menu: QMenu,
+        text: str,
+        slot: Callable[[], object],
+        shortcut: QKeySequence.StandardKey | str | None = None,
+    ) -> QAction:
         action = QAction(text, self)
         if isinstance(shortcut, QKeySequence.StandardKey):
             # Some platforms (and desktops) bind no key to Quit or
@@ -543,12 +552,12 @@ class MainWindow(QMainWindow):
         self.log_console.append_lines(lines, run_id[-4:])
 
     # ----------------------------------------------------------- hardware
-    def _on_session_hardware_changed(self, info: dict) -> None:
+    def _on_session_hardware_changed(self, info: dict[str, Any]) -> None:
         gpus = info.get("gpus") or []
         self._gpu = gpus[0] if gpus else {}
         self._show_usage()
 
-    def _on_session_gpu_usage_changed(self, gpus: list) -> None:
+    def _on_session_gpu_usage_changed(self, gpus: list[dict[str, Any]]) -> None:
         # Live readings of the first GPU (the one trainers pick by default).
         if gpus:
             self._gpu = {**self._gpu, **gpus[0]}

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from PySide6.QtCore import QObject, Signal
 
@@ -94,10 +94,14 @@ class Session(QObject):
 
         if self.state.is_open:
             self.client.request(
-                protocol.GetProjectSnapshot(), on_reply=self.state.load_snapshot
+                protocol.GetProjectSnapshot(), on_reply=self._on_snapshot_reply
             )
 
-    def _on_project_snapshot(self, snap: dict[str, Any]) -> None:
+    def _on_snapshot_reply(self, reply: dict[str, Any]) -> None:
+        self.state.load_snapshot(_snapshot(reply))
+
+    def _on_project_snapshot(self, reply: dict[str, Any]) -> None:
+        snap = _snapshot(reply)
         if snap.get("path") != self.state.path:
             self.metrics.clear()
             self._metrics_last_time.clear()
@@ -378,3 +382,9 @@ def _line_start_before(path: Path, size: int) -> int:
     # No newline in the last 64 KiB: a line that long does not occur here;
     # start from the beginning and let the time filter drop what is held.
     return size - chunk + cut + 1 if cut >= 0 else 0
+
+
+def _snapshot(reply: dict[str, Any]) -> contract.ProjectSnapshot:
+    """The reply to ``open_project`` / ``get_project_snapshot``: the engine
+    answers both with ``Project.snapshot()``, a ``ProjectSnapshot``."""
+    return cast(contract.ProjectSnapshot, reply)

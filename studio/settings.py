@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import (
@@ -24,6 +26,8 @@ from studio.common import ok_cancel_buttons
 MAX_RECENT = 8
 THEMES = ("system", "light", "dark")
 
+T = TypeVar("T")
+
 
 class Settings:
     """Typed access to the studio's persistent settings."""
@@ -31,12 +35,22 @@ class Settings:
     def __init__(self, qsettings: QSettings | None = None) -> None:
         self._s = qsettings or QSettings("RLStudio", "RL Studio")
 
-    def _get(self, key: str, default: object, kind: type) -> object:
+    def _get(self, key: str, default: T, kind: Callable[[Any], T]) -> T:
         value = self._s.value(key, default)
         try:
             return kind(value)
         except (TypeError, ValueError):
             return default
+
+    def _strings(self, key: str) -> list[str]:
+        """A list setting: QSettings gives a one-entry list back as a string
+        and an empty one as None (on some platforms)."""
+        value = self._s.value(key, [])
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            return [str(v) for v in value]
+        return []
 
     @property
     def projects_root(self) -> Path:
@@ -60,10 +74,7 @@ class Settings:
 
     @property
     def recent_projects(self) -> list[str]:
-        value = self._s.value("recent_projects", [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in (value or [])]
+        return self._strings("recent_projects")
 
     def add_recent_project(self, path: str) -> None:
         recent = [p for p in self.recent_projects if p != path]
@@ -77,10 +88,7 @@ class Settings:
     @property
     def recent_flows(self) -> list[str]:
         """Flow files the user opened or saved last, newest first."""
-        value = self._s.value("recent_flows", [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in (value or [])]
+        return self._strings("recent_flows")
 
     def add_recent_flow(self, path: str) -> None:
         recent = [p for p in self.recent_flows if p != path]
@@ -91,7 +99,7 @@ class Settings:
 
     @property
     def stop_timeout_s(self) -> float:
-        return float(self._get("stop_timeout_s", 10.0, float))  # type: ignore[arg-type]
+        return self._get("stop_timeout_s", 10.0, float)
 
     @stop_timeout_s.setter
     def stop_timeout_s(self, value: float) -> None:
@@ -99,7 +107,7 @@ class Settings:
 
     @property
     def log_max_lines(self) -> int:
-        return int(self._get("log_max_lines", 5000, int))  # type: ignore[call-overload]
+        return self._get("log_max_lines", 5000, int)
 
     @log_max_lines.setter
     def log_max_lines(self, value: int) -> None:

@@ -32,11 +32,11 @@ def shortcut_rows(
         for text, key in pairs
     }
     for action in window.findChildren(QAction):
-        keys = ", ".join(
+        shown = ", ".join(
             k.toString(QKeySequence.SequenceFormat.NativeText)
             for k in action.shortcuts()
         )
-        if not keys:
+        if not shown:
             continue
         owner = action.parent()
         group = APPLICATION
@@ -47,7 +47,7 @@ def shortcut_rows(
                 group = title
                 break
         text = action.text().replace("&&", "\0").replace("&", "").replace("\0", "&")
-        rows[(group, text.rstrip("…").strip(), keys)] = None
+        rows[(group, text.rstrip("…").strip(), shown)] = None
     order = [APPLICATION, *groups, *(g for g in keys or {} if g not in groups)]
     return sorted(rows, key=lambda r: (order.index(r[0]), r[1].lower()))
 

@@ -81,10 +81,10 @@ def test_a_flow_built_in_the_editor_runs_on_the_engine(
         lambda run, node, state, *_: states.append((node, state))
     )
     with qtbot.waitSignal(ws.run_finished, timeout=120_000) as finished:
-        assert ws.actions["run"].isEnabled()
-        ws.actions["run"].trigger()
-        assert not ws.actions["run"].isEnabled()
-        qtbot.waitUntil(lambda: ws.actions["cancel"].isEnabled(), timeout=20_000)
+        assert ws.flow_actions["run"].isEnabled()
+        ws.flow_actions["run"].trigger()
+        assert not ws.flow_actions["run"].isEnabled()
+        qtbot.waitUntil(lambda: ws.flow_actions["cancel"].isEnabled(), timeout=20_000)
     assert finished.args == ["completed", ""], ws.status_label.text()
 
     path = project / "flows" / "cart.flow.json"
@@ -115,7 +115,7 @@ def test_a_flow_built_in_the_editor_runs_on_the_engine(
     # A second run of the unchanged flow reuses every cached node.
     states.clear()
     with qtbot.waitSignal(ws.run_finished, timeout=60_000) as finished:
-        ws.actions["run"].trigger()
+        ws.flow_actions["run"].trigger()
     assert finished.args[0] == "completed"
     final = {node: state for node, state in states}
     assert final["train"] == "cached" and final["evaluate"] == "cached"
@@ -159,7 +159,7 @@ def test_a_flow_built_in_the_editor_runs_on_the_engine(
 def test_cancel_stops_the_run_and_skips_what_follows(qtbot, live) -> None:
     ws, _ = live
     build_cartpole(qtbot, ws, total_steps="5000000")
-    ws.actions["run"].trigger()
+    ws.flow_actions["run"].trigger()
     # Wait until training steps: a stop during the job's start-up (imports)
     # is only seen when it ends, and a loaded machine may pass the stop
     # timeout there (the supervisor then kills the run; see the workspace
@@ -167,11 +167,13 @@ def test_cancel_stops_the_run_and_skips_what_follows(qtbot, live) -> None:
     qtbot.waitUntil(lambda: ws.canvas.node_state("train")[1] > 0, timeout=60_000)
     assert ws.last_run_label.text() == "Running now."
     with qtbot.waitSignal(ws.run_finished, timeout=60_000) as finished:
-        ws.actions["cancel"].trigger()
+        ws.flow_actions["cancel"].trigger()
         assert "Stopping" in ws.status_label.text()
     assert finished.args[0] == "stopped", finished.args
     assert ws.canvas.node_state("train")[0] == "stopped"
     assert ws.canvas.node_state("evaluate")[0] == "skipped"
     assert ws.canvas.node_state("environment")[0] == "done"
-    assert not ws.actions["cancel"].isEnabled() and ws.actions["run"].isEnabled()
+    assert (
+        not ws.flow_actions["cancel"].isEnabled() and ws.flow_actions["run"].isEnabled()
+    )
     assert ws.last_run_label.text().startswith("Stopped")

@@ -138,27 +138,27 @@ def test_build_undo_redo_save_and_reopen_identical(qtbot, ws, project) -> None:
     assert ws.undo_stack.count() == 7
 
     ws.canvas.select_nodes(["train"])
-    ws.actions["undo"].trigger()  # the evaluate edit
-    ws.actions["undo"].trigger()  # the train edit
+    ws.flow_actions["undo"].trigger()  # the evaluate edit
+    ws.flow_actions["undo"].trigger()  # the train edit
     assert model.node("train").params["total_steps"] is None  # the preset's
     assert model.node("evaluate").params["episodes"] == 10
     assert ws.param_form.editor("total_steps").text() == ""
-    ws.actions["undo"].trigger()  # the second link
+    ws.flow_actions["undo"].trigger()  # the second link
     assert len(ws.links()) == 1 and len(ws.canvas.links) == 1
     for _ in range(3):
-        ws.actions["redo"].trigger()
+        ws.flow_actions["redo"].trigger()
     assert model.node("train").params["total_steps"] == 256
     assert ws.param_form.editor("total_steps").text() == "256"
     assert len(ws.canvas.links) == 2
 
     with qtbot.waitSignal(ws.document_saved):
-        ws.actions["save"].trigger()
+        ws.flow_actions["save"].trigger()
     path = project / "flows" / "cart.flow.json"
     assert not ws.is_modified() and "•" not in ws.title_label.text()
     saved_text = path.read_text()
     assert not ws.autosave_file().exists()  # a save clears the autosave copy
 
-    ws.actions["new"].trigger()
+    ws.flow_actions["new"].trigger()
     assert ws.node_ids() == [] and not ws.canvas.nodes
     assert ws.open_file(path)
     assert flow.dumps(ws.model.doc) == saved_text
@@ -225,8 +225,8 @@ def test_a_move_is_one_undo_step_and_delete_takes_links(qtbot, ws) -> None:
 def test_copy_paste_and_duplicate(qtbot, ws) -> None:
     build_cartpole(qtbot, ws)
     ws.canvas.select_nodes(["environment", "train"])
-    assert ws.actions["copy"].isEnabled()
-    ws.actions["copy"].trigger()
+    assert ws.flow_actions["copy"].isEnabled()
+    ws.flow_actions["copy"].trigger()
     pasted = ws.paste()
     assert pasted == ["environment_2", "train_2"]
     assert ws.canvas.selected_nodes() == pasted
@@ -396,15 +396,15 @@ def test_flow_name_and_description_are_undoable_and_saved(qtbot, ws, project) ->
         "cartpole check",
         "Train PPO, then evaluate it.",
     )
-    ws.actions["undo"].trigger()
+    ws.flow_actions["undo"].trigger()
     assert (
         ws.model.doc.description == "" and ws.flow_description_edit.toPlainText() == ""
     )
     assert ws.is_modified()
-    ws.actions["undo"].trigger()
+    ws.flow_actions["undo"].trigger()
     assert ws.model.doc.name == "" and ws.flow_name_edit.text() == ""
     assert "cart" in ws.title_label.text()  # the file name stands in
-    ws.actions["redo"].trigger()
+    ws.flow_actions["redo"].trigger()
     assert ws.flow_name_edit.text() == "cartpole check"
 
 
@@ -493,7 +493,7 @@ def test_a_killed_run_leaves_no_node_running(qtbot, ws) -> None:
     ctl = ws.controller
     ws._run_pending = True
     ctl.run_started.emit("r9")
-    assert ws.run_id == "r9" and ws.actions["cancel"].isEnabled()
+    assert ws.run_id == "r9" and ws.flow_actions["cancel"].isEnabled()
     ctl.node_state_received.emit("r9", "environment", "done", 1.0, "ok", {}, {})
     ctl.node_state_received.emit("r9", "train", "running", 0.4, "", {}, {})
     ctl.node_state_received.emit("r9", "evaluate", "queued", 0.0, "", {}, {})
@@ -505,7 +505,7 @@ def test_a_killed_run_leaves_no_node_running(qtbot, ws) -> None:
     assert ws.canvas.node_state("train")[0] == "stopped"
     assert ws.canvas.node_state("evaluate")[0] == "skipped"
     assert ws.canvas.node_state("environment")[0] == "done"
-    assert ws.run_id is None and ws.actions["run"].isEnabled()
+    assert ws.run_id is None and ws.flow_actions["run"].isEnabled()
     assert ws.last_run_label.text().startswith("Stopped")
 
 
@@ -525,10 +525,10 @@ def test_recent_files_and_paste_availability(qtbot, ws, project, tmp_path) -> No
     assert ws.model.path == project / "flows" / "cart.flow.json"
 
     QApplication.clipboard().setText("just words")
-    assert not ws.actions["paste"].isEnabled()
+    assert not ws.flow_actions["paste"].isEnabled()
     ws.canvas.select_nodes(["train"])
-    ws.actions["copy"].trigger()
-    assert ws.actions["paste"].isEnabled()
+    ws.flow_actions["copy"].trigger()
+    assert ws.flow_actions["paste"].isEnabled()
 
 
 def test_keyboard_select_all_zoom_and_multi_delete(qtbot, ws) -> None:
@@ -537,16 +537,16 @@ def test_keyboard_select_all_zoom_and_multi_delete(qtbot, ws) -> None:
     canvas.setFocus()
     qtbot.keyClick(canvas, Qt.Key.Key_0, Qt.KeyboardModifier.ControlModifier)
     assert canvas.zoom() == 1.0
-    ws.actions["zoom_in"].trigger()
+    ws.flow_actions["zoom_in"].trigger()
     assert canvas.zoom() == 1.25
-    ws.actions["zoom_out"].trigger()
+    ws.flow_actions["zoom_out"].trigger()
     assert canvas.zoom() == 1.0
     qtbot.keyClick(canvas, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
     assert canvas.selected_nodes() == ["environment", "train", "evaluate"]
     assert "No node" not in ws.inspector_heading.text()  # several: the flow
     qtbot.keyClick(canvas, Qt.Key.Key_Delete)
     assert ws.node_ids() == [] and ws.links() == []
-    ws.actions["undo"].trigger()  # one step brings all of it back
+    ws.flow_actions["undo"].trigger()  # one step brings all of it back
     assert ws.node_ids() == ["environment", "train", "evaluate"]
     assert len(ws.links()) == 2
 

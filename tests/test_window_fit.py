@@ -124,7 +124,7 @@ def test_shortcuts_dialog_lists_the_actions_real_keys(qtbot, tmp_path: Path) -> 
     assert rows[("Environments", "Undo")] == "Ctrl+Z"
     assert rows[("Workflows", "Duplicate")] == "Ctrl+D"
     # derived, not copied: a changed shortcut shows changed
-    win.workspaces["workflows"].actions["duplicate"].setShortcut("Ctrl+Shift+U")
+    win.workspaces["workflows"].flow_actions["duplicate"].setShortcut("Ctrl+Shift+U")
     dialog = win.shortcuts_dialog()
     qtbot.addWidget(dialog)
     rows = {(group, text): keys for group, text, keys in _tree_rows(dialog)}

@@ -115,7 +115,7 @@ def text_width(texts: Iterable[str], point_size: float = 8.5) -> float:
 
 def layered_layout(
     statuses: Sequence[str],
-    edges: Iterable[tuple[str, str]],
+    edges: Iterable[tuple[str | None, str | None]],
     start: str = "",
     label_width: float = 0.0,
 ) -> dict[str, tuple[float, float]]:
@@ -123,7 +123,8 @@ def layered_layout(
     predecessor (back edges of cycles ignored), ordered within a layer by
     the mean position of their neighbours to keep arrows short. Layers are
     far enough apart for the widest box plus ``label_width`` (px), so
-    transition labels fit between the boxes."""
+    transition labels fit between the boxes. An edge whose end is not one
+    of ``statuses`` (or None, not given) is left out."""
     names = [s for s in statuses if s != ANY]
     known = set(names)
     out_edges: dict[str, list[str]] = {s: [] for s in names}

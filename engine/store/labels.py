@@ -30,7 +30,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -198,7 +198,7 @@ def episode_key(episode: dict[str, Any]) -> str:
 
 
 def ref_of(
-    trace: str, episodes: list[dict[str, Any]], episode: int, step: int
+    trace: str, episodes: Sequence[dict[str, Any]], episode: int, step: int
 ) -> StepRef:
     """The reference of a step (or whole episode) of loaded ``episodes``."""
     ep = episodes[episode]
@@ -605,7 +605,7 @@ class Resolved:
 
 
 def resolve(
-    labels: Iterable[Label], traces: dict[str, list[dict[str, Any]]]
+    labels: Iterable[Label], traces: Mapping[str, Sequence[dict[str, Any]]]
 ) -> Resolved:
     """Match ``labels`` to the episodes of ``traces`` (name -> episodes);
     labels of other traces are left out, those whose key no longer matches

@@ -5,6 +5,7 @@ that a newer one replaced is dropped."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -96,7 +97,7 @@ class EnvController(QObject):
         episodes: int = 20,
         frames: int = 0,
         trace_episodes: int = 1,
-        model: dict[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ) -> None:
         """Play ``episodes`` of the spec document as it is now (saved or

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
@@ -51,7 +51,10 @@ class GymnasiumEditor(QWidget):
         self.env_id = QComboBox(editable=True)
         self.env_id.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.env_id.activated.connect(lambda *_: self._on_id_edited())
-        self.env_id.lineEdit().editingFinished.connect(self._on_id_edited)
+        # An editable combo box always has its line edit.
+        cast(QLineEdit, self.env_id.lineEdit()).editingFinished.connect(
+            self._on_id_edited
+        )
         self.spaces = QLabel(wordWrap=True)
         self.spaces.setTextInteractionFlags(
             Qt.TextInteractionFlag.TextSelectableByMouse
@@ -193,7 +196,7 @@ class GymnasiumEditor(QWidget):
                 self.kwargs_text,
             )
 
-    def _on_catalog_received(self, envs: list) -> None:
+    def _on_catalog_received(self, envs: list[dict[str, Any]]) -> None:
         with QSignalBlocker(self.env_id):
             text = self.env_id.currentText()
             self.env_id.clear()
@@ -202,7 +205,7 @@ class GymnasiumEditor(QWidget):
         if self._model.kind == "gymnasium":
             self._build_kwargs_form()
 
-    def _on_env_described(self, entry: dict) -> None:
+    def _on_env_described(self, entry: dict[str, Any]) -> None:
         if entry.get("id") != self._model.get_field("gymnasium.id"):
             return
         self.described = dict(entry)

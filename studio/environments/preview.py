@@ -13,6 +13,7 @@ run and hands the results back.
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +161,7 @@ class EnvPreviewPanel(QWidget):
         self.clear()
 
     # ---------------------------------------------------------------- API
-    def set_policies(self, models: list[dict[str, Any]]) -> None:
+    def set_policies(self, models: Sequence[Mapping[str, Any]]) -> None:
         """The project's policies for this env (records with ``id``,
         ``name``, ``algo``); the current choice is kept when still there."""
         current = self.policy_combo.currentData()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import QSignalBlocker, Qt
 from PySide6.QtWidgets import (
@@ -33,6 +33,7 @@ from studio.environments.fields import FieldForm
 from studio.state.env_design import (
     WILDCARD,
     EnvDesign,
+    Position,
 )
 from widgets.banner import Banner
 from widgets.fit import scroll_area
@@ -185,7 +186,8 @@ class WorkflowInspector(QWidget):
         self.status_reward.setToolTip(
             "Reward weight of the status (see Status rewards)."
         )
-        self.status_error = QLabel(styleSheet="color: #d62728;", wordWrap=True)
+        self.status_error = QLabel(wordWrap=True)
+        self.status_error.setStyleSheet("color: #d62728;")
         form.addRow("Name", self.status_name)
         form.addRow("Start", self.status_start)
         form.addRow("Terminal", self.status_terminal)
@@ -206,7 +208,8 @@ class WorkflowInspector(QWidget):
             "and tool; empty takes what the others leave."
         )
         self.transition_reward = QLineEdit(placeholderText="none")
-        self.transition_error = QLabel(styleSheet="color: #d62728;", wordWrap=True)
+        self.transition_error = QLabel(wordWrap=True)
+        self.transition_error.setStyleSheet("color: #d62728;")
         form.addRow("From", self.transition_from)
         form.addRow("Tool", self.transition_tool)
         form.addRow("To", self.transition_to)
@@ -331,7 +334,9 @@ class WorkflowEditor(QWidget):
             ),
             ("Fit", self.canvas.fit, "Show the whole graph"),
         ):
-            b = QToolButton(text=text, toolTip=tip)
+            b = QToolButton()
+            b.setText(text)
+            b.setToolTip(tip)
             b.clicked.connect(lambda *_, s=slot: s())
             bar.addWidget(b)
             self.tool_buttons[text] = b
@@ -363,9 +368,9 @@ class WorkflowEditor(QWidget):
         ins.transition_tool.activated.connect(
             lambda *_: self._on_transition_edited("tool")
         )
-        ins.transition_tool.lineEdit().editingFinished.connect(
-            lambda: self._on_transition_edited("tool")
-        )
+        # An editable combo box always has its line edit.
+        tool_edit = cast(QLineEdit, ins.transition_tool.lineEdit())
+        tool_edit.editingFinished.connect(lambda: self._on_transition_edited("tool"))
         ins.transition_probability.editingFinished.connect(
             lambda: self._on_transition_edited("probability")
         )
@@ -463,13 +468,13 @@ class WorkflowEditor(QWidget):
         if kind == "status":
             ins.stack.setCurrentIndex(1)
             rewards = m.status_rewards()
-            for w, value in (
+            for box, value in (
                 (ins.status_start, key == m.start()),
                 (ins.status_terminal, key in m.terminal()),
                 (ins.status_success, key in m.effective_success()),
             ):
-                with QSignalBlocker(w):
-                    w.setChecked(value)
+                with QSignalBlocker(box):
+                    box.setChecked(value)
             ins.status_start.setEnabled(key != m.start())
             for w, text in (
                 (ins.status_name, key),
@@ -539,7 +544,7 @@ class WorkflowEditor(QWidget):
         self._push(command)
         self.canvas.select("transition", command.index)
 
-    def _on_canvas_statuses_moved(self, positions: dict) -> None:
+    def _on_canvas_statuses_moved(self, positions: dict[str, Position]) -> None:
         self._push(cmd.MoveStatuses(self._model, positions), self.canvas)
 
     def auto_layout(self, style: str = "layered") -> None:
@@ -693,7 +698,9 @@ class WorkflowEditor(QWidget):
         self._push(cmd.AddTool(self._model, name))
         table = self.inspector.tools_table
         table.setCurrentCell(table.rowCount() - 1, 0)
-        table.editItem(table.item(table.rowCount() - 1, 0))
+        item = table.item(table.rowCount() - 1, 0)
+        if item is not None:
+            table.editItem(item)
 
     def _on_remove_tool_clicked(self) -> None:
         row = self.inspector.tools_table.currentRow()

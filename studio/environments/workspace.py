@@ -56,7 +56,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import contract
-from engine.contract import atomic_write_text
+from engine.contract import ModelRow, atomic_write_text
 from studio.common import fmt_time
 from studio.document_session import DocumentSession
 from studio.environments import commands as cmd
@@ -356,8 +356,9 @@ class EnvironmentsWorkspace(QWidget):
             placeholder = self.pages.widget(index)
             current = self.pages.currentIndex()
             self.pages.insertWidget(index, editor)
-            self.pages.removeWidget(placeholder)
-            placeholder.deleteLater()
+            if placeholder is not None:
+                self.pages.removeWidget(placeholder)
+                placeholder.deleteLater()
             self.pages.setCurrentIndex(current)
         return editor
 
@@ -667,7 +668,7 @@ class EnvironmentsWorkspace(QWidget):
         self.controller.check(self.model.spec, str(self.path), env_checks=env_checks)
 
     # ------------------------------------------------------------ preview
-    def policies(self) -> list[dict[str, Any]]:
+    def policies(self) -> list[ModelRow]:
         """The project's SB3 policies trained on the open env."""
         if self.path is None:
             return []
@@ -721,7 +722,7 @@ class EnvironmentsWorkspace(QWidget):
     def _on_preview_started(self, run_id: str) -> None:
         self.preview_panel.set_running(True)
 
-    def _on_preview_finished(self, data: dict) -> None:
+    def _on_preview_finished(self, data: dict[str, Any]) -> None:
         self.preview_panel.show_result(data, self._preview_policy or "a random policy")
 
     def _on_preview_failed(self, message: str) -> None:
@@ -1077,7 +1078,7 @@ class EnvironmentsWorkspace(QWidget):
         self.validate_button.setEnabled(False)
         self.problems_label.setText("Checking in the engine…")
 
-    def _on_check_finished(self, report: dict) -> None:
+    def _on_check_finished(self, report: dict[str, Any]) -> None:
         self.validate_button.setEnabled(self.path is not None)
         problems = list(report.get("problems", []))
         self._set_problems(problems, stale=False)
@@ -1139,7 +1140,7 @@ class EnvironmentsWorkspace(QWidget):
         tools: dict[int, str] = {}
         sub_fields: dict[tuple[str, Any, str], str] = {}
 
-        def add(d: dict, key: Any, msg: str) -> None:
+        def add(d: dict[Any, str], key: Any, msg: str) -> None:
             d[key] = f"{d[key]}\n{msg}" if key in d else msg
 
         for target, p in targets:

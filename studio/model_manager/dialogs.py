@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import protocol
+from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.export.types import (
     ADAPTER_TYPES,
     GGUF_TYPES,
@@ -36,7 +37,6 @@ from engine.export.types import (
 )
 from studio.common import ok_cancel_buttons
 from studio.model_manager.controller import (
-    DEFAULT_OLLAMA_HOST,
     ModelsController,
     OllamaExport,
     ollama_name_for,
@@ -137,14 +137,15 @@ class CalibrationRow(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.edit = QLineEdit(
-            placeholderText="none: no importance matrix",
-            toolTip="A text file, or a project dataset (folder, .jsonl, .parquet), "
+        self.edit = QLineEdit(placeholderText="none: no importance matrix")
+        self.edit.setToolTip(
+            "A text file, or a project dataset (folder, .jsonl, .parquet), "
             "the model runs over to weight the K-quants by the importance of each "
             "input column, as llama.cpp's imatrix does. With the logit error "
-            "measured, the report also gives it without the importance matrix.",
+            "measured, the report also gives it without the importance matrix."
         )
-        self.browse = QToolButton(text="…")
+        self.browse = QToolButton()
+        self.browse.setText("…")
         self.browse.clicked.connect(self._on_browse_clicked)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -188,12 +189,14 @@ class ExportGgufDialog(QDialog):
         types = ADAPTER_TYPES if adapter else GGUF_TYPES
         self.type_box.addItems(["f16", *(t for t in types if t != "f16")])
         self.out = QLineEdit(placeholderText="in the run folder (default)")
-        browse = QToolButton(text="…")
+        browse = QToolButton()
+        browse.setText("…")
         browse.clicked.connect(self._on_browse_clicked)
         out_row = QHBoxLayout()
         out_row.addWidget(self.out, 1)
         out_row.addWidget(browse)
-        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        self.message = QLabel(wordWrap=True)
+        self.message.setStyleSheet("color: #d62728;")
         self.logit_error = QCheckBox(
             "Measure the logit error against the source model (loads both)"
         )
@@ -252,7 +255,8 @@ class HubDownloadDialog(QDialog):
         self.setWindowTitle("Download from the Hugging Face Hub")
         self.form = ParamForm()
         picker_sources(session).attach(self.form)
-        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        self.message = QLabel(wordWrap=True)
+        self.message.setStyleSheet("color: #d62728;")
         note = QLabel(
             "<span style='color:gray'>Into the Hugging Face cache ($HF_HOME), "
             "from $HF_ENDPOINT with $HF_TOKEN when they are set. A stopped "
@@ -320,7 +324,8 @@ class DeployOllamaDialog(QDialog):
             self.quantize.addItem(q or "none (keep the GGUF's type)", q)
         self.type_box = QComboBox()
         self.type_box.addItems(list(OLLAMA_EXPORT_TYPES))
-        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        self.message = QLabel(wordWrap=True)
+        self.message.setStyleSheet("color: #d62728;")
         self.message.hide()
         form = QFormLayout()
         form.addRow("Ollama name", self.name)
@@ -397,7 +402,9 @@ class PipelineView(QWidget):
         self.result.setFont(mono)
         self.stop_button = QPushButton("Stop")
         self.stop_button.clicked.connect(self._on_stop_clicked)
-        self.close_button = QToolButton(text="✕", toolTip="Hide")
+        self.close_button = QToolButton()
+        self.close_button.setText("✕")
+        self.close_button.setToolTip("Hide")
         self.close_button.clicked.connect(self.hide)
         head = QHBoxLayout()
         head.addWidget(self.title, 1)

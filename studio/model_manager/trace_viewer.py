@@ -30,6 +30,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject, Qt, Signal
@@ -118,7 +119,7 @@ STEP_COLUMNS = [
 ]
 
 
-def _sorted_set(table: RecordTable, records: list[dict]) -> None:
+def _sorted_set(table: RecordTable, records: list[dict[str, Any]]) -> None:
     """Show ``records``, sorted as the table's header says; the proxy sorts
     only when they are not in that order already (a thousand episodes in
     file order need no sort)."""
@@ -246,7 +247,7 @@ class TraceViewer(QWidget):
         self.project_dir = ""
         self.trace: TraceFile | None = None
         self.store: LabelStore | None = None
-        self._rows: list[dict] = []
+        self._rows: list[dict[str, Any]] = []
         self._step_labels: dict[tuple[int, int], dict[str, str]] = {}
         """(episode, step) -> kind -> what its label shows."""
         self._pinned: StepRef | None = None
@@ -552,7 +553,7 @@ class TraceViewer(QWidget):
             self.prompt.clear()
 
     # ------------------------------------------------------------ browsing
-    def _episode(self) -> dict | None:
+    def _episode(self) -> dict[str, Any] | None:
         keys = self.episodes.selected_keys()
         if not keys or self.trace is None:
             return None
@@ -889,7 +890,7 @@ class TraceViewer(QWidget):
         if self._episode_index() == sug.episode:
             self.steps.select_keys([str(sug.step)])
 
-    def retrain_config(self) -> dict | None:
+    def retrain_config(self) -> dict[str, Any] | None:
         """A ``reward.train`` config like the one that made the current
         suggestions (None without one)."""
         models = [s.model for s in self._suggested]
@@ -906,7 +907,10 @@ class TraceViewer(QWidget):
             meta = json.loads(meta_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        config: dict = {"agent": meta.get("kind", "auto"), "traces": meta.get("traces")}
+        config: dict[str, Any] = {
+            "agent": meta.get("kind", "auto"),
+            "traces": meta.get("traces"),
+        }
         if meta.get("kind") == "text":
             config["base_model"] = meta.get("base", "")
         return config

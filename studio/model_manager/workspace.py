@@ -10,6 +10,7 @@ the before/after evaluation report.
 
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Callable
 from pathlib import Path
@@ -167,10 +168,10 @@ class ModelsWorkspace(QWidget):
         header.addWidget(QLabel("Ollama:"))
         header.addWidget(self.host_edit)
         header.addWidget(self.refresh_button)
-        self.hub_button = QPushButton(
-            "Download from the Hub…",
-            toolTip="Download a model from the Hugging Face Hub ($HF_ENDPOINT, "
-            "$HF_TOKEN) into the Hugging Face cache, to use as a base model",
+        self.hub_button = QPushButton("Download from the Hub…")
+        self.hub_button.setToolTip(
+            "Download a model from the Hugging Face Hub ($HF_ENDPOINT, "
+            "$HF_TOKEN) into the Hugging Face cache, to use as a base model"
         )
         self.hub_button.clicked.connect(lambda: self.download_from_hub())
         header.addWidget(self.hub_button)
@@ -195,7 +196,8 @@ class ModelsWorkspace(QWidget):
             ("delete", "Delete", "Delete the model", self.delete_selected),
             ("folder", "Show in folder", "Open the model's folder", self.show_folder),
         ):
-            button = QPushButton(text, toolTip=tip)
+            button = QPushButton(text)
+            button.setToolTip(tip)
             button.clicked.connect(lambda *_, s=slot: s())
             self.buttons[key] = button
             actions.addWidget(button)
@@ -277,7 +279,8 @@ class ModelsWorkspace(QWidget):
         action_row = QHBoxLayout()
         action_row.addWidget(self.action_label)
         action_row.addWidget(self.action_progress, 1)
-        self.action_stop = QPushButton("Stop", toolTip="Stop this run")
+        self.action_stop = QPushButton("Stop")
+        self.action_stop.setToolTip("Stop this run")
         self.action_stop.clicked.connect(self._on_action_stop_clicked)
         self.action_stop.hide()
         action_row.addWidget(self.action_stop)
@@ -346,7 +349,7 @@ class ModelsWorkspace(QWidget):
         self.ollama_status.setText("<span style='color:gray'>Asking Ollama…</span>")
         self.controller.refresh_ollama(self.host_edit.text())
 
-    def _on_ollama_models_changed(self, models: list) -> None:
+    def _on_ollama_models_changed(self, models: list[dict[str, Any]]) -> None:
         if not self.controller.ollama_error:
             version = getattr(self.controller, "ollama_version", "")
             self.ollama_status.setText(
@@ -390,7 +393,7 @@ class ModelsWorkspace(QWidget):
             self._show_chain(model["id"])
             self._links.pop(model["id"], None)
             self.controller.request_lineage(
-                model["id"], lambda links, mid=model["id"]: self._on_links(mid, links)
+                model["id"], functools.partial(self._on_links, model["id"])
             )
 
     def _on_links(self, model_id: str, links: list[list[str]]) -> None:
@@ -775,7 +778,7 @@ class ModelsWorkspace(QWidget):
             )
             self.refresh_ollama()
 
-    def _on_retrain_requested(self, config: dict) -> None:
+    def _on_retrain_requested(self, config: dict[str, Any]) -> None:
         self.controller.start_action(
             "retrain", "reward.train", config, {"id": ""}, name="Retrain reward model"
         )

@@ -11,8 +11,9 @@ spec) as the plain Gymnasium id it wraps.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.contract import (
     ENVS_FOLDER,
@@ -21,6 +22,8 @@ from engine.contract import (
     env_id,
     env_name,
 )
+
+M = TypeVar("M", bound=Mapping[str, Any])
 
 POLICY_KIND = "sb3-policy"
 SB3_ALGOS = ("PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
@@ -53,8 +56,8 @@ def env_refs(spec: dict[str, Any], path: str | Path | None) -> set[str]:
 
 
 def matching_policies(
-    models: list[dict[str, Any]], spec: dict[str, Any], path: str | Path | None
-) -> list[dict[str, Any]]:
+    models: Sequence[M], spec: dict[str, Any], path: str | Path | None
+) -> list[M]:
     """The project's SB3 policies trained on this env, newest first."""
     refs = env_refs(spec, path)
     found = [

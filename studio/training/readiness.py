@@ -43,11 +43,11 @@ class ReadinessStrip(QFrame):
         # One line until asked: the rules and counts matter to a project that
         # retrains from recorded trajectories, not to one training CartPole.
         self.details.hide()
-        self.toggle = QToolButton(
-            text="Details",
-            checkable=True,
-            toolTip="The retraining rules, the trajectory counts and the agent's "
-            "versions",
+        self.toggle = QToolButton()
+        self.toggle.setText("Details")
+        self.toggle.setCheckable(True)
+        self.toggle.setToolTip(
+            "The retraining rules, the trajectory counts and the agent's versions"
         )
         self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.toggle.setArrowType(Qt.ArrowType.RightArrow)

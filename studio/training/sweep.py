@@ -105,7 +105,8 @@ class SweepPanel(QWidget):
         buttons.addWidget(self.start_button)
         buttons.addWidget(self.stop_button)
         buttons.addStretch(1)
-        self.message = QLabel(wordWrap=True, styleSheet="color: #d62728;")
+        self.message = QLabel(wordWrap=True)
+        self.message.setStyleSheet("color: #d62728;")
         self.message.hide()
 
         left = QWidget()

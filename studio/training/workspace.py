@@ -391,20 +391,20 @@ class TrainingWorkspace(QWidget):
         # An open Compare tab follows the selection, as the plots do.
         if self.tabs.currentWidget() is self.compare and len(runs) >= 2:
             self._show_comparison([r["id"] for r in runs])
-        run = self.selected_run()
-        if run is None:
+        current = self.selected_run()
+        if current is None:
             self._log_shown = None
             self.run_log.clear()
             self.details.clear()
             return
-        self.details.show_value(run)
+        self.details.show_value(current)
         # Snapshots come every few seconds while a headless run trains; keep
         # the log (and where the user scrolled it) unless its file changed.
-        shown = (run["id"], _log_size(run))
-        if shown != self._log_shown:
-            self._log_shown = shown
+        log_shown = (current["id"], _log_size(current))
+        if log_shown != self._log_shown:
+            self._log_shown = log_shown
             self.run_log.clear()
-            self.run_log.append_timed_lines(self._session.read_run_log(run["id"]))
+            self.run_log.append_timed_lines(self._session.read_run_log(current["id"]))
 
     def _update_controls(self) -> None:
         run = self.selected_run()

@@ -64,6 +64,7 @@ from studio.workflows.commands import (
     AddNodeCommand,
     MoveNodesCommand,
     PasteCommand,
+    Position,
     RemoveLinksCommand,
     RemoveNodesCommand,
     SetFlowInfoCommand,
@@ -398,9 +399,11 @@ class WorkflowsWorkspace(QWidget):
 
     # ------------------------------------------------------------- UI
     def _build_ui(self) -> None:
-        self.palette = NodePalette()
-        self.palette.set_empty_text("Waiting for the engine's node catalog…")
-        self.palette.node_type_activated.connect(self._on_palette_node_type_activated)
+        self.node_palette = NodePalette()
+        self.node_palette.set_empty_text("Waiting for the engine's node catalog…")
+        self.node_palette.node_type_activated.connect(
+            self._on_palette_node_type_activated
+        )
         self.table = RecordTable(
             [
                 Column("Name", lambda d: d["name"]),
@@ -423,7 +426,7 @@ class WorkflowsWorkspace(QWidget):
             self._on_env_list_activation_requested
         )
         self.left_tabs = QTabWidget()
-        self.left_tabs.addTab(self.palette, "Nodes")
+        self.left_tabs.addTab(self.node_palette, "Nodes")
         self.left_tabs.addTab(self.env_list, "Envs")
         self.left_tabs.addTab(self.table, "Flows")
 
@@ -549,13 +552,14 @@ class WorkflowsWorkspace(QWidget):
 
     def _build_actions(self) -> None:
         ctx = Qt.ShortcutContext.WidgetWithChildrenShortcut
-        self.actions: dict[str, QAction] = {}
+        self.flow_actions: dict[str, QAction] = {}
+        """The toolbar's actions by name (``run``, ``undo``, ``save``…)."""
 
         def add(
             name: str,
             text: str,
             slot: Callable[[], object],
-            shortcut: QKeySequence | str | None = None,
+            shortcut: QKeySequence | QKeySequence.StandardKey | str | None = None,
             owner: QWidget | None = None,
             tip: str = "",
         ) -> QAction:
@@ -567,7 +571,7 @@ class WorkflowsWorkspace(QWidget):
                 (owner or self).addAction(action)
             action.triggered.connect(lambda *_: slot())
             self.toolbar.addAction(action)
-            self.actions[name] = action
+            self.flow_actions[name] = action
             return action
 
         add("new", "New", self.new_document, tip="Start an empty flow")
@@ -576,7 +580,8 @@ class WorkflowsWorkspace(QWidget):
         add("save_as", "Save as…", self.save_as, "Ctrl+Shift+S")
         self.recent_menu = QMenu(self)
         self.recent_menu.aboutToShow.connect(self._on_recent_menu_about_to_show)
-        recent = QToolButton(text="Recent")
+        recent = QToolButton()
+        recent.setText("Recent")
         recent.setMenu(self.recent_menu)
         recent.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         self.toolbar.addWidget(recent)
@@ -625,7 +630,7 @@ class WorkflowsWorkspace(QWidget):
             action.setShortcutContext(ctx)
             action.triggered.connect(lambda *_, f=slot: f())
             canvas.addAction(action)
-            self.actions[name] = action
+            self.flow_actions[name] = action
         self.toolbar.addSeparator()
         add("validate", "Validate", self.validate, tip="Check the flow")
         add("run", "Run", self.run_flow, "Ctrl+R", tip="Save and run the flow")
@@ -635,7 +640,7 @@ class WorkflowsWorkspace(QWidget):
     def set_catalog(self, node_types: list[dict[str, Any]]) -> None:
         """Node types from the engine (``flow.catalog``'s ``node_types``)."""
         self.catalog = flow.catalog_from_dicts(node_types)
-        self.palette.set_node_types(
+        self.node_palette.set_node_types(
             [
                 {
                     "type": t.type,
@@ -646,7 +651,7 @@ class WorkflowsWorkspace(QWidget):
                 for t in self.catalog.values()
             ]
         )
-        self.palette.set_empty_text("The engine offers no node types.")
+        self.node_palette.set_empty_text("The engine offers no node types.")
         selected = self.canvas.selected_nodes()
         self._rebuild_canvas()
         self.canvas.select_nodes(selected)
@@ -655,7 +660,9 @@ class WorkflowsWorkspace(QWidget):
         self._update_actions()
 
     def _on_controller_catalog_failed(self, message: str) -> None:
-        self.palette.set_empty_text(f"The engine could not list node types: {message}")
+        self.node_palette.set_empty_text(
+            f"The engine could not list node types: {message}"
+        )
 
     # --------------------------------------------------------- canvas
     def _canvas_node_args(self, node: flow.Node) -> dict[str, Any]:
@@ -910,7 +917,7 @@ class WorkflowsWorkspace(QWidget):
 
     # -------------------------------------------------- canvas events
     def _on_canvas_node_params_drop_requested(
-        self, type_name: str, params: dict, pos: QPointF, node_id: str
+        self, type_name: str, params: dict[str, Any], pos: QPointF, node_id: str
     ) -> None:
         # Dropped onto a node of that type: set it; elsewhere: a new node.
         if node_id and self.model.has_node(node_id):
@@ -941,15 +948,17 @@ class WorkflowsWorkspace(QWidget):
     def _on_canvas_link_requested(self, a: str, ap: str, b: str, bp: str) -> None:
         self.request_link(a, ap, b, bp)
 
-    def _on_canvas_nodes_moved(self, moves: dict) -> None:
+    def _on_canvas_nodes_moved(
+        self, moves: dict[str, tuple[Position, Position]]
+    ) -> None:
         moves = {k: v for k, v in moves.items() if self.model.has_node(k)}
         if moves:
             self.undo_stack.push(MoveNodesCommand(self.model, moves))
 
-    def _on_canvas_delete_requested(self, _ids: list) -> None:
+    def _on_canvas_delete_requested(self, _ids: list[str]) -> None:
         self.delete_selected()
 
-    def _on_canvas_selection_changed(self, ids: list) -> None:
+    def _on_canvas_selection_changed(self, ids: list[str]) -> None:
         self._show_inspector(ids[0] if len(ids) == 1 else None)
         if not ids and self._details_node is not None and not self._rebuilding:
             self.show_flow_overview()  # clicked the empty canvas
@@ -1061,7 +1070,7 @@ class WorkflowsWorkspace(QWidget):
                     by_field[p.name] = match[0]
             self.param_form.set_external_errors(by_field)
 
-    def _on_param_form_values_changed(self, values: dict) -> None:
+    def _on_param_form_values_changed(self, values: dict[str, Any]) -> None:
         node_id = self._inspected
         if node_id is None or not self.model.has_node(node_id):
             return
@@ -1127,7 +1136,7 @@ class WorkflowsWorkspace(QWidget):
             self._show_node_errors()
         return errors
 
-    def _on_engine_validation(self, errors: dict) -> None:
+    def _on_engine_validation(self, errors: dict[str, list[str]]) -> None:
         doc_ids = set(self.model.doc.node_ids()) | {flow.DOCUMENT_KEY}
         self._engine_errors = {k: list(v) for k, v in errors.items() if k in doc_ids}
         self._refresh_errors()
@@ -1467,8 +1476,8 @@ class WorkflowsWorkspace(QWidget):
         state: str,
         progress: float,
         message: str,
-        outputs: dict,
-        summary: dict | None = None,
+        outputs: dict[str, Any],
+        summary: dict[str, Any] | None = None,
     ) -> None:
         if run_id != self.run_id:
             if self._run_pending:
@@ -1500,7 +1509,7 @@ class WorkflowsWorkspace(QWidget):
         elif self._details_node is None and state != "running":
             self._render_overview()
 
-    def _on_run_log(self, run_id: str, lines: list) -> None:
+    def _on_run_log(self, run_id: str, lines: list[str]) -> None:
         if run_id != self.run_id:
             if self._run_pending:
                 self._early_events.append(("log", (run_id, lines)))
@@ -1632,15 +1641,15 @@ class WorkflowsWorkspace(QWidget):
     def _update_actions(self) -> None:
         has_selection = bool(self.canvas.selected_nodes())
         running = self.run_id is not None or self._run_pending
-        self.actions["delete"].setEnabled(
+        self.flow_actions["delete"].setEnabled(
             has_selection or bool(self.canvas.selected_links())
         )
-        self.actions["copy"].setEnabled(has_selection)
-        self.actions["paste"].setEnabled(self._clipboard_has_nodes())
-        self.actions["duplicate"].setEnabled(has_selection)
-        self.actions["run"].setEnabled(bool(self.catalog) and not running)
-        self.actions["cancel"].setEnabled(self.run_id is not None)
-        self.actions["validate"].setEnabled(bool(self.catalog))
+        self.flow_actions["copy"].setEnabled(has_selection)
+        self.flow_actions["paste"].setEnabled(self._clipboard_has_nodes())
+        self.flow_actions["duplicate"].setEnabled(has_selection)
+        self.flow_actions["run"].setEnabled(bool(self.catalog) and not running)
+        self.flow_actions["cancel"].setEnabled(self.run_id is not None)
+        self.flow_actions["validate"].setEnabled(bool(self.catalog))
 
     @staticmethod
     def _clipboard_has_nodes() -> bool:
@@ -1652,7 +1661,7 @@ class WorkflowsWorkspace(QWidget):
         )
 
     def _on_clipboard_data_changed(self) -> None:
-        self.actions["paste"].setEnabled(self._clipboard_has_nodes())
+        self.flow_actions["paste"].setEnabled(self._clipboard_has_nodes())
 
     def node_ids(self) -> list[str]:
         return self.model.doc.node_ids()
