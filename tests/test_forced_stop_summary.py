@@ -1,6 +1,7 @@
 """A run stopped by force records the summary of what it saved, not the one
 its previous attempt left in the project (``JobKind.summary_on_disk``,
-``engine.jobs.lifecycle.finish_forced``).
+``engine.jobs.lifecycle.finish_forced``); a resumed run that fails without a
+summary keeps the one it had.
 
 The end-to-end tests drive the real engine subprocess and freeze the job
 (SIGSTOP) so that it cannot answer the stop: the supervisor then kills it, as
@@ -26,6 +27,7 @@ from engine.rl import checkpoints as rlckpt
 from engine.run_compare import run_metrics
 from engine.store.atomic import atomic_write_json
 from engine.store.project import Project
+from studio.training.workspace import best_reward, run_steps
 
 PPO_CARTPOLE: dict[str, Any] = {
     "env": "CartPole-v1",
@@ -143,6 +145,8 @@ def test_a_resumed_run_stopped_by_force_records_its_last_checkpoint(
     figures = run_metrics(recorded)
     assert figures["total_steps"] == saved_steps
     assert figures["best_eval_reward"] == best["best_eval_reward"]
+    assert run_steps(recorded) == saved_steps  # the run list's Steps and Best
+    assert best_reward(recorded) == best["best_eval_reward"]
     snapshot = opened.call(protocol.GetProjectSnapshot())
     (model,) = [m for m in snapshot["models"] if m["id"] == model_id]
     assert model["metrics"]["eval/mean_reward"] == summary["best_eval_reward"]
@@ -207,6 +211,36 @@ def test_a_resumed_selftest_whose_checkpoint_is_unreadable_keeps_its_summary(
         f"The checkpoint state {state} is not valid JSON ("
     )
     assert opened.call(protocol.Ping(payload="ok")) == {"payload": "ok"}
+
+
+def test_a_resumed_run_that_fails_keeps_the_summary_it_had(tmp_path: Path) -> None:
+    """Its job recorded no summary (it crashed): the row keeps its previous
+    attempt's, with the models the catalog's lineage reads."""
+    from engine.jobs.supervisor import Supervisor
+
+    seen: list[protocol.Message] = []
+    supervisor = Supervisor(seen.append)
+    project = supervisor.open_project(
+        str(tmp_path / "p"), create=True, with_examples=False
+    )
+    try:
+        config = {"steps": 50, "step_seconds": 0, "fail_at_step": 5}
+        run_id = supervisor.start_run("selftest", config)
+        wait_until(lambda: any(is_event(protocol.RunFailed, run_id)(m) for m in seen))
+        # As its first attempt would have left it (stopped at step 4 with a
+        # model registered).
+        earlier = {"steps": 4, "stopped_by": "user", "registered_models": ["m-1"]}
+        project.update_run(run_id, status="stopped", summary=earlier)
+        seen.clear()
+        supervisor.resume_run(run_id)
+        failed = wait_until(
+            lambda: [m for m in seen if is_event(protocol.RunFailed, run_id)(m)]
+        )[0]
+        assert "self-test failure requested at step 5" in failed.reason
+        run = project.get_run(run_id)
+        assert run.status == "failed" and run.summary == earlier
+    finally:
+        supervisor.shutdown(5)
 
 
 # ------------------------------------------------ reading the folder alone

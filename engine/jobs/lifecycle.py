@@ -66,7 +66,8 @@ class Outcome:
     """``completed``, ``stopped``, ``failed`` or ``interrupted``."""
     summary: dict[str, Any] | None = field(default_factory=dict)
     """The job's summary; None when it left none (the row keeps the one it
-    had: a resumed run that then failed, a run stopped by force)."""
+    had: a resumed run that then failed; see :func:`finish_forced` for a
+    run stopped by force)."""
     reason: str = ""
     """One sentence when it did not complete."""
     error: BaseException | None = None
@@ -170,14 +171,16 @@ def _status(ctx: JobContext, summary: dict[str, Any]) -> str:
 
 
 def read_outcome(run_dir: Path) -> Outcome | None:
-    """The outcome a job process recorded, if it recorded one."""
+    """The outcome a job process recorded, if it recorded one; its summary
+    is None when it recorded none (a job that failed: the row keeps the
+    summary it had)."""
     data = contract.read_json_object(run_dir / contract.RESULT_FILE)
     if not data or data.get("status") not in contract.FINAL_STATUSES:
         return None
     summary = data.get("summary")
     return Outcome(
         str(data["status"]),
-        dict(summary) if isinstance(summary, dict) else {},
+        dict(summary) if isinstance(summary, dict) else None,
         str(data.get("reason", "")),
     )
 

@@ -422,8 +422,10 @@ class Supervisor:
         reason = _failure_reason(code, list(job.tail))
         # A job that failed after making models (a flow whose last node
         # failed) recorded them in its result.json; they are registered.
+        # One that recorded no summary (a crash, a kill) leaves the row's: a
+        # resumed run keeps its previous attempt's, registered_models too.
         recorded = lifecycle.read_outcome(job.run_dir)
-        summary = recorded.summary if recorded is not None else {}
+        summary = recorded.summary if recorded is not None else None
         outcome = lifecycle.Outcome("failed", summary, reason)
         self._finish(
             project, job.run_id, outcome, progress=progress, code=exit_code, sig=sig
