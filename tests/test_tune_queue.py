@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -61,9 +62,9 @@ def test_racing_workers_take_each_queued_trial_once_and_make_none(
     def worker() -> None:
         # Each its own connection, as separate processes have.
         storage = tune.open_storage(url, checked=True)
-        mine = optuna.load_study(study_name="race", storage=storage)
+        mine, settings = tune.load(storage, "race")
         start.wait()
-        while (trial := tune.take_trial(mine, storage)) is not None:
+        while (trial := tune.take_trial(mine, storage, settings)) is not None:
             with lock:
                 taken.append(trial.number)
 
@@ -76,6 +77,36 @@ def test_racing_workers_take_each_queued_trial_once_and_make_none(
     trials = study.get_trials()
     assert len(trials) == 6  # no surplus trial
     assert all(t.state == TrialState.RUNNING for t in trials)
+
+
+def test_a_seeded_sweep_draws_the_same_trials_on_one_worker_or_two(
+    tmp_path: Path,
+) -> None:
+    """Trial n draws with the sweep's seed plus n, so the trials a seeded
+    sweep trains do not depend on how many workers take them, in which
+    order, or on how many machines (where worker numbers repeat)."""
+
+    def drawn(name: str, workers: int) -> dict[int, tuple[Any, ...]]:
+        url, _ = _new_study(
+            tmp_path, name, 6, 512, "--search", "learning_rate", "--seed", "5"
+        )
+        taking = []
+        for _ in range(workers):
+            storage = tune.open_storage(url, checked=True)
+            study, settings = tune.load(storage, name)
+            taking.append((study, storage, settings))
+        dims = [tune.Dimension.from_json(d) for d in taking[0][2]["search"]]
+        params: dict[int, tuple[Any, ...]] = {}
+        turn = 0
+        while (trial := tune.take_trial(*taking[turn % workers])) is not None:
+            params[trial.number] = tuple(d.suggest(trial) for d in dims)
+            turn += 1
+        return params
+
+    one, two = drawn("alone", 1), drawn("shared", 2)
+    assert sorted(one) == list(range(6))
+    assert two == one
+    assert len({p[1] for p in one.values()}) == 6  # no trial repeats another
 
 
 def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
@@ -158,7 +189,7 @@ def test_a_time_to_target_trial_slower_than_the_best_stops_at_its_next_eval(
         "--set", "target_eval_reward=10000", "--set", "eval_every_steps=256",
     )  # fmt: skip
     storage = tune.open_storage(url, checked=True)
-    first = tune.take_trial(study, storage)
+    first = tune.take_trial(study, storage, tune.settings_of(study))
     assert first is not None
     study.tell(first, 0.01)  # the best so far reached it in 0.01 CPU seconds
     project = tmp_path / "p"
@@ -191,7 +222,9 @@ def test_only_a_trial_short_of_the_target_and_past_the_best_time_is_stopped(
     url, study = _new_study(tmp_path, "rule", 2, 512, *target)
     # No trial has reached the target yet: nothing to compare with.
     assert tune._slower_than_best(study, 100.0, 10.0, 400.0) is None
-    first = tune.take_trial(study, tune.open_storage(url, checked=True))
+    first = tune.take_trial(
+        study, tune.open_storage(url, checked=True), tune.settings_of(study)
+    )
     assert first is not None
     study.tell(first, 5.0)
     assert tune._slower_than_best(study, 4.9, 10.0, 400.0) is None
@@ -286,7 +319,7 @@ def test_the_watcher_reads_the_trials_only_when_more_have_finished(
     assert tune.finished_count(storage, study_id) == 0
     # One trial of each finished state; the fourth is left running.
     for ending in (1.5, TrialState.PRUNED, TrialState.FAIL, None):
-        trial = tune.take_trial(study, storage)
+        trial = tune.take_trial(study, storage, tune.settings_of(study))
         assert trial is not None
         if isinstance(ending, float):
             study.tell(trial, ending)
@@ -335,7 +368,7 @@ def test_saving_a_sweeps_best_as_a_preset_refuses_bad_input_in_one_sentence(
     )
     assert "preset" in refused(study="fresh", name="../outside")
     storage = tune.open_storage(url, checked=True)
-    trial = tune.take_trial(study, storage)
+    trial = tune.take_trial(study, storage, tune.settings_of(study))
     assert trial is not None
     study.tell(trial, 1.0)
     assert (

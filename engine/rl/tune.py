@@ -433,13 +433,18 @@ def study_exists(storage: optuna.storages.RDBStorage, name: str) -> bool:
     return True
 
 
-def _sampler(settings: dict[str, Any], worker: int) -> optuna.samplers.BaseSampler:
+def _sampler(settings: dict[str, Any], number: int) -> optuna.samplers.BaseSampler:
+    """The sampler that draws trial ``number``'s settings, seeded with the
+    sweep's seed plus the trial's number: a seeded sweep draws the same
+    trials whether one worker takes them or many, on one machine or several
+    (a seed per worker gave the first worker on each machine the same
+    draws, and a two-worker sweep other trials than a one-worker one)."""
     import optuna
 
     seed = settings.get("seed")
     # constant_liar: running trials count as bad, so parallel workers spread.
     return optuna.samplers.TPESampler(
-        seed=None if seed is None else seed + worker, constant_liar=True
+        seed=None if seed is None else seed + number, constant_liar=True
     )
 
 
@@ -461,17 +466,15 @@ def direction_of(settings: dict[str, Any]) -> Literal["maximize", "minimize"]:
     return "maximize" if objective_of(settings) == "reward" else "minimize"
 
 
-def load(storage: optuna.storages.RDBStorage, name: str, worker: int = 0) -> Any:
-    """(study, settings) of the sweep ``name``."""
+def load(storage: optuna.storages.RDBStorage, name: str) -> Any:
+    """(study, settings) of the sweep ``name``. Its sampler is set for each
+    trial a worker takes (:func:`take_trial`)."""
     import optuna
 
     study = optuna.load_study(study_name=name, storage=storage)
     settings = settings_of(study)
     study = optuna.load_study(
-        study_name=name,
-        storage=storage,
-        sampler=_sampler(settings, worker),
-        pruner=_pruner(settings),
+        study_name=name, storage=storage, pruner=_pruner(settings)
     )
     return study, settings
 
@@ -515,11 +518,12 @@ def queue_trials(study: optuna.Study, settings: dict[str, Any]) -> None:
 
 
 def take_trial(
-    study: optuna.Study, storage: optuna.storages.RDBStorage
+    study: optuna.Study, storage: optuna.storages.RDBStorage, settings: dict[str, Any]
 ) -> optuna.trial.Trial | None:
-    """A queued trial, now running and this worker's; None when none is
-    left. Of two workers reaching for one trial, one gets it and the other
-    tries the next."""
+    """A queued trial, now running and this worker's, drawing its settings
+    with its own sampler (:func:`_sampler`); None when none is left. Of two
+    workers reaching for one trial, one gets it and the other tries the
+    next."""
     import optuna
     from optuna.trial import TrialState
 
@@ -528,6 +532,7 @@ def take_trial(
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         if _claim(storage, trial_id):
             storage.record_heartbeat(trial_id)
+            study.sampler = _sampler(settings, t.number)  # before the Trial draws
             return optuna.trial.Trial(study, trial_id)
     return None
 
@@ -640,7 +645,7 @@ def run_trial(
     and tell the study how it went. False when no trial is left or the
     worker was asked to stop."""
     fail_stale_trials(study)
-    trial = take_trial(study, storage)
+    trial = take_trial(study, storage, settings)
     if trial is None:
         return False
     with Heartbeat(storage, trial._trial_id):
@@ -780,7 +785,6 @@ def work(
     storage_url: str,
     study_name: str,
     project_dir: Path,
-    worker: int,
     *,
     checked: bool = False,
     sharing: int = 1,
@@ -792,7 +796,7 @@ def work(
     from engine.store.project import Project
 
     storage = open_storage(storage_url, checked=checked)
-    study, settings = load(storage, study_name, worker)
+    study, settings = load(storage, study_name)
     settings = shared_threads(settings, sharing)
     project = Project.open(project_dir)
     register_designed_envs(project_dir)
@@ -1572,7 +1576,7 @@ def warm_up() -> None:
     import engine.rl.train  # noqa: F401
 
 
-def await_study(worker: int) -> int:
+def await_study() -> int:
     """A worker started by :func:`start_workers`: warm up, then read the
     study from stdin (one JSON line) and work on it; nothing read (the
     command stopped before the study was made): end at once."""
@@ -1585,7 +1589,6 @@ def await_study(worker: int) -> int:
         given["storage"],
         given["study"],
         Path(given["project"]),
-        worker,
         checked=True,
         sharing=given["sharing"],
     )
@@ -1594,7 +1597,8 @@ def await_study(worker: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """A worker process: ``python -m engine.rl.tune STORAGE STUDY PROJECT N
     [--checked]`` (``--checked``: the storage's tables are made and checked),
-    or ``python -m engine.rl.tune --await-study N`` (:func:`await_study`)."""
+    or ``python -m engine.rl.tune --await-study N`` (:func:`await_study`).
+    ``N`` names the worker in its messages and the process list."""
     argv = sys.argv[1:] if argv is None else argv
     worker = argv[-1]
     # Its own session (start_workers): nice as the job that started it, where
@@ -1603,14 +1607,12 @@ def main(argv: list[str] | None = None) -> int:
     match_session_priority()
     try:
         if argv[0] == "--await-study":
-            return await_study(int(worker))
+            return await_study()
         checked = "--checked" in argv
         storage_url, study_name, project_dir, worker = [
             a for a in argv if a != "--checked"
         ]
-        return work(
-            storage_url, study_name, Path(project_dir), int(worker), checked=checked
-        )
+        return work(storage_url, study_name, Path(project_dir), checked=checked)
     except EngineError as exc:
         print(f"rl-studio-engine tune worker {worker}: {exc}", file=sys.stderr)
         return 2
