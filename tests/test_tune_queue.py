@@ -22,7 +22,7 @@ import pytest
 from optuna.trial import TrialState
 
 from engine import cli
-from engine.rl import tune
+from engine.rl import sweep_workers, tune
 from engine.store.project import Project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -268,24 +268,112 @@ def test_a_study_with_another_objective_is_a_clash(tmp_path: Path) -> None:
         tune.find_study("clash", wanted, url, tmp_path / "p")
 
 
+def _group(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # pid (comm) state ppid pgrp ...: comm may hold spaces.
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+def _both_running(study: optuna.Study) -> bool:
+    """The first two trials running (two workers took one each)."""
+    states = [t.state for t in study.get_trials()]
+    return states[:2] == [TrialState.RUNNING] * 2
+
+
 def test_early_workers_take_the_released_study_and_dropped_ones_end(
     tmp_path: Path,
 ) -> None:
     # Started before the study exists (their imports overlap its making),
-    # released with its name: they take its queued trials.
-    procs = tune.start_workers(2)
+    # released with its name: they take its queued trials, side by side.
+    workers = tune.WorkerGroup(2)
+    if sweep_workers.FORKS:
+        assert workers.processes == 1  # the second is forked once warmed up
     url, study = _new_study(tmp_path, "early", trials=2, steps=256)
     project = tmp_path / "p"
     Project.open(project, create=True).close()
-    tune.release_workers(procs, url, "early", project)
-    for p in procs:
-        assert p.wait(timeout=300) == 0
-    assert [t.state for t in study.get_trials()] == [TrialState.COMPLETE] * 2
+    workers.release(url, "early", project)
+    while workers.running():
+        workers.wait(1.0)
+    assert workers.exit_codes() == [0] * workers.processes
+    first, second = study.get_trials()
+    assert [first.state, second.state] == [TrialState.COMPLETE] * 2
+    assert first.datetime_start and second.datetime_start
+    assert first.datetime_complete and second.datetime_complete
+    # Side by side: each began before the other ended.
+    assert second.datetime_start < first.datetime_complete
+    assert first.datetime_start < second.datetime_complete
     # Never released (the settings were refused): they end, having written
     # nothing.
-    dropped = tune.start_workers(1)
-    tune.drop_workers(dropped)
-    assert dropped[0].returncode is not None
+    dropped = tune.WorkerGroup(1)
+    dropped.drop()
+    assert not dropped.running() and len(dropped.exit_codes()) == 1
+
+
+def test_stopping_forked_workers_stops_each_trial_with_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    url, study = _new_study(tmp_path, "halt", trials=3, steps=1_000_000)
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+    workers = tune.WorkerGroup(2)
+    workers.release(url, "halt", project)
+    try:
+        _wait_until(lambda: _both_running(study), 120, "both workers' trials")
+        # A checkpoint to stop from: each run has trained a little.
+        runs = Project.open(project)
+        try:
+            _wait_until(
+                lambda: (
+                    [
+                        Path(r.run_dir, "metrics.jsonl").exists()
+                        for r in runs.list_runs()
+                    ]
+                    == [True, True]
+                ),
+                120,
+                "both runs' first metrics",
+            )
+        finally:
+            runs.close()
+    finally:
+        workers.stop(timeout=120)
+    assert workers.exit_codes() == [0] * workers.processes
+    assert all(not _group(pid) for pid in workers.pids)  # no worker left
+    trials = study.get_trials()
+    assert [t.state for t in trials[:2]] == [TrialState.FAIL] * 2
+    assert trials[2].state == TrialState.WAITING  # none taken after the stop
+    runs = Project.open(project)
+    try:
+        for run in runs.list_runs():
+            assert run.status == "stopped"
+            assert any(Path(run.run_dir, "checkpoints").glob("step-*"))
+    finally:
+        runs.close()
+
+
+@pytest.mark.skipif(not sweep_workers.FORKS, reason="workers are forked on Linux")
+def test_a_forked_worker_dies_with_the_process_that_forked_it(
+    tmp_path: Path,
+) -> None:
+    url, study = _new_study(tmp_path, "orphan", trials=2, steps=1_000_000)
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+    workers = tune.WorkerGroup(2)
+    workers.release(url, "orphan", project)
+    (leader,) = workers.pids
+    try:
+        _wait_until(lambda: _both_running(study), 120, "both workers' trials")
+        assert len(_group(leader)) == 2
+        os.kill(leader, signal.SIGKILL)  # the OOM killer, say
+        _wait_until(lambda: not _group(leader), 60, "the forked worker to end")
+    finally:
+        workers.drop()
 
 
 def test_workers_on_one_machine_split_its_torch_threads(
@@ -336,15 +424,30 @@ def test_the_watcher_reads_the_trials_only_when_more_have_finished(
 
     monkeypatch.setattr(tune, "finished", counted)
     seen: list[tuple[int, int]] = []
-    # A stand-in worker alive for a few of the watcher's polls.
-    worker = subprocess.Popen(
-        [sys.executable, "-c", f"import time; time.sleep({4 * tune.POLL_S})"]
-    )
     tune.watch(
-        study, storage, [worker], lambda t, done, _best: seen.append((t.number, done))
+        study,
+        storage,
+        _Polls(4),  # type: ignore[arg-type]  # stands in for the workers
+        lambda t, done, _best: seen.append((t.number, done)),
     )
     assert seen == [(0, 1), (1, 2), (2, 3)]
     assert len(reads) == 1  # the later polls counted, and read nothing
+
+
+class _Polls:
+    """Workers (for :func:`tune.watch`) that run for ``polls`` of its polls."""
+
+    def __init__(self, polls: int) -> None:
+        self.left = polls
+
+    def running(self) -> bool:
+        return self.left > 0
+
+    def wait(self, _seconds: float) -> None:
+        self.left -= 1
+
+    def stop(self) -> None:
+        self.left = 0
 
 
 def test_saving_a_sweeps_best_as_a_preset_refuses_bad_input_in_one_sentence(

@@ -152,7 +152,7 @@ register(
         default_name="sweep {study}",
         description="An Optuna sweep over an rl.train run's settings: its "
         "trials are rl.train runs of the project, trained by worker processes.",
-        # Its workers get 60 s each to stop (engine.rl.tune.stop_workers).
+        # Its workers get 60 s to stop (engine.rl.sweep_workers.WorkerGroup.stop).
         stop_grace_s=90.0,
     )
 )

@@ -52,7 +52,6 @@ import json
 import logging
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -68,6 +67,7 @@ from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.priority import match_session_priority
 from engine.rl.config import ALGO_NAMES
+from engine.rl.sweep_workers import WorkerGroup, run_forked
 from engine.settings import setting
 
 if TYPE_CHECKING:
@@ -979,7 +979,7 @@ TrialSeen = Callable[
 def watch(
     study: optuna.Study,
     storage: optuna.storages.RDBStorage,
-    procs: list[subprocess.Popen[bytes]],
+    workers: WorkerGroup,
     on_trial: TrialSeen,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> bool:
@@ -997,7 +997,7 @@ def watch(
     stopped = False
     reaped = time.monotonic()
     while True:
-        running = any(p.poll() is None for p in procs)
+        running = workers.running()
         if time.monotonic() - reaped > HEARTBEAT_S:
             # A worker on another machine may have died with its trial.
             fail_stale_trials(study)
@@ -1016,34 +1016,8 @@ def watch(
             return stopped
         if not stopped and should_stop():
             stopped = True
-            stop_workers(procs)
-        _wait_any(procs, POLL_S)
-
-
-def _wait_any(procs: list[subprocess.Popen[bytes]], seconds: float) -> None:
-    """Sleep ``seconds``, waking as soon as the last worker ends (the sweep's
-    end is not held up by a poll interval)."""
-    alive = [p for p in procs if p.poll() is None]
-    if len(alive) == 1:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            alive[0].wait(timeout=seconds)
-    elif alive:
-        time.sleep(seconds)
-
-
-def stop_workers(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
-    """SIGINT each worker once (its trial stops with a checkpoint); a worker
-    still there after ``timeout`` seconds is killed."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGINT)
-    deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            workers.stop()
+        workers.wait(POLL_S)
 
 
 def trial_line(
@@ -1173,54 +1147,6 @@ def open_study(
     return study, settings
 
 
-def start_workers(count: int) -> list[subprocess.Popen[bytes]]:
-    """``count`` worker processes on this machine, started before the study
-    is ready: each imports torch, Stable-Baselines3 and Optuna (seconds of a
-    worker's start-up) while this process checks the settings and makes the
-    study, then waits for :func:`release_workers` to name the study. Ending
-    this process, or :func:`drop_workers`, without that ends them."""
-    cmd = [sys.executable, "-m", "engine.rl.tune", "--await-study"]
-    # Their own sessions: a Ctrl-C reaches them once, forwarded by
-    # stop_workers (a second one would abort their trials without a
-    # checkpoint).
-    return [
-        subprocess.Popen([*cmd, str(i)], start_new_session=True, stdin=subprocess.PIPE)
-        for i in range(count)
-    ]
-
-
-def release_workers(
-    procs: list[subprocess.Popen[bytes]], storage_url: str, name: str, project_dir: Path
-) -> None:
-    """Name the study to the waiting workers (its storage is made and
-    checked: they skip that); they start taking its trials."""
-    line = json.dumps(
-        {
-            "storage": storage_url,
-            "study": name,
-            "project": str(project_dir),
-            "sharing": len(procs),
-        }
-    )
-    for p in procs:
-        assert p.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            p.stdin.write(line.encode() + b"\n")
-            p.stdin.close()
-
-
-def drop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
-    """End workers that were never released (the sweep did not start); they
-    have only imported modules, so they are killed rather than waited for."""
-    for p in procs:
-        assert p.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            p.stdin.close()
-        p.kill()
-    for p in procs:
-        p.wait()
-
-
 def conclude(
     study: optuna.Study,
     settings: dict[str, Any],
@@ -1265,13 +1191,13 @@ def conclude(
 def run(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise EngineError(f"--workers must be at least 1, not {args.workers}.")
-    procs = start_workers(args.workers)
+    workers = WorkerGroup(args.workers)
     try:
         name, study, storage, settings, storage_url, project_dir = _prepare(args)
     except BaseException:
-        drop_workers(procs)
+        workers.drop()
         raise
-    release_workers(procs, storage_url, name, project_dir)
+    workers.release(storage_url, name, project_dir)
     total = settings["trials"]
     print(
         f"sweep {name!r}: {settings['algo']} on {settings['env']}, "
@@ -1292,16 +1218,16 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, terminate)
     interrupted = False
     try:
-        watch(study, storage, procs, say)
+        watch(study, storage, workers, say)
     except KeyboardInterrupt:
         interrupted = True
         print("stopping the workers' trials (saving checkpoints)", file=sys.stderr)
-        stop_workers(procs)
+        workers.stop()
     finally:
         signal.signal(signal.SIGTERM, previous)
     summary = conclude(study, settings, storage_url, project_dir, args.save_preset)
     print(json.dumps(summary, indent=2))
-    bad = [p.returncode for p in procs if p.returncode not in (0, None)]
+    bad = [code for code in workers.exit_codes() if code != 0]
     if interrupted:
         return 130
     if summary["best_value"] is None:
@@ -1447,7 +1373,7 @@ def job(ctx: JobContext) -> dict[str, Any]:
     finished trial is a metrics row at its number (``sweep/value`` when it
     completed, ``sweep/best``), progress counts finished trials, Stop stops
     the workers' trials."""
-    procs = start_workers(_early_workers(ctx.config.get("workers", 1)))
+    workers = WorkerGroup(_early_workers(ctx.config.get("workers", 1)))
     try:
         cfg = validate_job(dict(ctx.config))
         project_dir = Path(cfg["project_dir"])
@@ -1456,13 +1382,13 @@ def job(ctx: JobContext) -> dict[str, Any]:
         storage = open_storage(storage_url)
         study, settings = open_study(storage, cfg["study"], wanted)
     except BaseException:
-        drop_workers(procs)
+        workers.drop()
         raise
-    if len(procs) != cfg["workers"]:
+    if workers.count != cfg["workers"]:
         # The raw count was not one to trust before the check.
-        drop_workers(procs)
-        procs = start_workers(cfg["workers"])
-    release_workers(procs, storage_url, study.study_name, project_dir)
+        workers.drop()
+        workers = WorkerGroup(cfg["workers"])
+    workers.release(storage_url, study.study_name, project_dir)
     total = settings["trials"]
     ctx.log(
         f"sweep {study.study_name!r}: {total} trials of {settings['steps']} steps, "
@@ -1481,9 +1407,9 @@ def job(ctx: JobContext) -> dict[str, Any]:
         ctx.log(trial_line(t, done, total, best))
 
     try:
-        watch(study, storage, procs, seen, lambda: ctx.should_stop)
+        watch(study, storage, workers, seen, lambda: ctx.should_stop)
     finally:
-        stop_workers(procs)
+        workers.stop()
     summary = conclude(study, settings, storage_url, project_dir, cfg["save_preset"])
     summary["stopped_by"] = ctx.stop_reason if ctx.should_stop else "trials"
     return summary
@@ -1576,48 +1502,58 @@ def warm_up() -> None:
     import engine.rl.train  # noqa: F401
 
 
-def await_study() -> int:
-    """A worker started by :func:`start_workers`: warm up, then read the
-    study from stdin (one JSON line) and work on it; nothing read (the
-    command stopped before the study was made): end at once."""
+def await_study(count: int) -> int:
+    """``count`` workers started by :class:`WorkerGroup` as one process: warm
+    up, then read the study from stdin (one JSON line) and work on it, in
+    this process and ``count - 1`` forks of it; nothing read (the command
+    stopped before the study was made): end at once."""
     warm_up()
     line = sys.stdin.readline()
     if not line.strip():
         return 0
     given = json.loads(line)
-    return work(
+    study = partial(
+        work,
         given["storage"],
         given["study"],
         Path(given["project"]),
         checked=True,
         sharing=given["sharing"],
     )
+    return run_forked(count, partial(_reported, study))
+
+
+def _reported(work: Callable[[], int]) -> int:
+    """A worker's exit code, with its error in one sentence."""
+    try:
+        return work()
+    except EngineError as exc:
+        print(f"rl-studio-engine tune worker: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
     """A worker process: ``python -m engine.rl.tune STORAGE STUDY PROJECT N
-    [--checked]`` (``--checked``: the storage's tables are made and checked),
-    or ``python -m engine.rl.tune --await-study N`` (:func:`await_study`).
-    ``N`` names the worker in its messages and the process list."""
+    [--checked]`` (``--checked``: the storage's tables are made and checked;
+    ``N`` names it in the process list), or ``python -m engine.rl.tune
+    --await-study COUNT`` (:func:`await_study`)."""
     argv = sys.argv[1:] if argv is None else argv
-    worker = argv[-1]
-    # Its own session (start_workers): nice as the job that started it, where
+    # Its own session (WorkerGroup): nice as the job that started it, where
     # Linux looks first (the session), so a sweep yields the CPU to the studio
     # as a training run does.
     match_session_priority()
-    try:
-        if argv[0] == "--await-study":
-            return await_study()
-        checked = "--checked" in argv
-        storage_url, study_name, project_dir, worker = [
-            a for a in argv if a != "--checked"
-        ]
-        return work(storage_url, study_name, Path(project_dir), checked=checked)
-    except EngineError as exc:
-        print(f"rl-studio-engine tune worker {worker}: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    if argv[0] == "--await-study":
+        try:
+            return await_study(int(argv[1]))
+        except KeyboardInterrupt:  # stopped while warming up
+            return 130
+    checked = "--checked" in argv
+    storage_url, study_name, project_dir, _ = [a for a in argv if a != "--checked"]
+    return _reported(
+        partial(work, storage_url, study_name, Path(project_dir), checked=checked)
+    )
 
 
 if __name__ == "__main__":
