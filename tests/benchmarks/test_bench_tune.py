@@ -1,6 +1,7 @@
-"""Sweep scale-out: the same 16-trial PPO CartPole study (seeded, no
-pruning, so every trial trains as long) finished by one ``tune`` worker
-and by two, wall time of the whole command each. Other agents share this
+"""Sweep scale-out: the same 16-trial PPO CartPole study (seeded, so one
+worker and two train the same trials, each drawn with the seed plus its
+number; no pruning, so every trial trains as long) finished by one ``tune``
+worker and by two, wall time of the whole command each. Other agents share this
 machine's two cores and their load comes and goes, so the two are measured
 in alternating rounds (one, two; two, one; ...) and the figure is the median
 of the rounds' ratios. Target (issue 13): two workers take at most 0.6 of
