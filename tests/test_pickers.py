@@ -330,7 +330,9 @@ def test_base_models_from_folders_the_cache_and_a_hub_search(
         assert picker.status() == ""
 
         # The Hub fails: one sentence; the local entries are still offered.
-        hub_home.search_status = 503
+        # A server error huggingface_hub does not retry (it retries 429, 500,
+        # 502, 503 and 504 five times, sleeping 23 s in all).
+        hub_home.search_status = 501
         picker.edit.clear()
         qtbot.keyClicks(picker.edit, "qwen")
         qtbot.waitUntil(lambda: picker.status() != "", timeout=30_000)
