@@ -23,6 +23,7 @@ from engine_harness import EngineProcess
 
 from engine import protocol
 from engine.jobs import lifecycle, registry
+from engine.jobs.context import JobContext
 from engine.rl import checkpoints as rlckpt
 from engine.run_compare import run_metrics
 from engine.store.atomic import atomic_write_json
@@ -383,5 +384,38 @@ def test_kinds_without_a_reader_keep_the_summary_they_had(tmp_path: Path) -> Non
         run = project.get_run(run_id)
         assert run.summary == {"steps": 3} and run.status == "stopped"
         assert run.reason == lifecycle.FORCED_REASON
+    finally:
+        project.close()
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_a_headless_run_aborted_by_a_second_ctrl_c_records_what_it_saved(
+    tmp_path: Path, saved: bool
+) -> None:
+    """``rl-studio-engine train --project``'s abort is a stop by force too:
+    the summary of its checkpoint (or the one it had), as ``interrupted``."""
+    project = Project.open(tmp_path / "p", create=True)
+    try:
+        config = registry.validate_config("selftest", {"steps": 500})
+        run_id = project.create_run("selftest", config, "abort").id
+        before = {"steps": 40, "stopped_by": "user"}
+        project.update_run(run_id, status="stopped", summary=before)
+        run_dir = project.run_dir(run_id)
+
+        def entry(ctx: JobContext) -> dict[str, Any]:
+            if saved:
+                atomic_write_json(ctx.checkpoint_dir / "state.json", {"step": 120})
+            raise KeyboardInterrupt
+
+        ctx = lifecycle.HeadlessContext(
+            run_id, run_dir, "selftest", config, resume=True, project=project
+        )
+        outcome = lifecycle.run_in_process(project, run_id, ctx, entry)
+        marks = {"forced": True, "stopped_by": "signal"}
+        wanted = {"steps": 120, **marks} if saved else {**before, **marks}
+        assert outcome.status == "interrupted" and outcome.summary == wanted
+        run = project.get_run(run_id)
+        assert run.status == "interrupted" and run.summary == wanted
+        assert run.reason == lifecycle.ABORTED_REASON
     finally:
         project.close()

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
     from engine.store.project import Project
 
 FORCED_REASON = "Stopped by force: the run did not stop in time."
-"""The reason of a run whose stop was forced."""
+"""The reason of a run whose stop the supervisor forced."""
+ABORTED_REASON = "Aborted with a second Ctrl-C."
+"""The reason of a headless run aborted by force (``interrupted``)."""
 PROGRESS_SAVE_INTERVAL_S = 2.0
 """How often a headless run writes its progress to the project's run list."""
 
@@ -122,7 +124,9 @@ def execute(
         ctx.tracker = tracking.start(ctx)
         summary = dict(entry(ctx) or {})
     except KeyboardInterrupt as exc:
-        outcome = Outcome("interrupted", {}, "Aborted with a second Ctrl-C.", error=exc)
+        # Ended by force: it has no summary to give (run_in_process records
+        # the one its kind reads from what it saved, see finish_forced).
+        outcome = Outcome("interrupted", None, ABORTED_REASON, error=exc)
     except Exception as exc:
         (trace or ctx.log)(traceback.format_exc().rstrip())
         if isinstance(exc, RunFailed):
@@ -255,12 +259,16 @@ def finish_forced(
     stopped_by: str,
     *,
     progress: tuple[float, float] | None = None,
+    status: str = "stopped",
+    reason: str = FORCED_REASON,
 ) -> tuple[dict[str, Any], list[str]]:
-    """Step 3 for a run stopped by force: killed before it said how it ended,
-    so its row would keep the summary of its previous attempt (a resumed
-    run's). A kind that declares ``summary_on_disk`` gets the summary that
-    reader gives from the run's folder (its last checkpoint's steps, its
-    best evaluation, its models, registered again under their ids), with
+    """Step 3 for a run stopped by force (killed by the supervisor after its
+    stop timed out; a headless run aborted by a second Ctrl-C, ``status``
+    ``interrupted``): it ended before it said how, so its row would keep the
+    summary of its previous attempt (a resumed run's). A kind that declares
+    ``summary_on_disk`` gets the summary that reader gives from the run's
+    folder (its last checkpoint's steps, its best evaluation, its models,
+    registered again under their ids), with
     the ids of ``registered_models`` that are still in the project; when
     the run saved nothing yet, or its newest checkpoint cannot be read, the
     row keeps its summary and nothing is registered. Either way the summary
@@ -278,7 +286,7 @@ def finish_forced(
         _, problems = finish(
             project,
             run_id,
-            Outcome("stopped", None, FORCED_REASON),
+            Outcome(status, None, reason),
             exit_code=None,
             progress=progress,
         )
@@ -307,12 +315,37 @@ def finish_forced(
     recorded, more = finish(
         project,
         run_id,
-        Outcome("stopped", summary, FORCED_REASON),
+        Outcome(status, summary, reason),
         exit_code=None,
         progress=progress,
         register=on_disk is not None,
     )
     return recorded or summary, [*problems, *more]
+
+
+def finish_own(
+    project: Project,
+    run_id: str,
+    outcome: Outcome,
+    stop_reason: str,
+    *,
+    exit_code: int | None = 0,
+    progress: tuple[float, float] | None = None,
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Step 3 taken by the run's own process (a headless command, a
+    detached job): :func:`finish`, or :func:`finish_forced` for a run
+    aborted by a second Ctrl-C (``stop_reason``, else ``signal``, as its
+    ``stopped_by``), as the supervisor finishes a job it had to kill."""
+    if isinstance(outcome.error, KeyboardInterrupt):
+        return finish_forced(
+            project,
+            run_id,
+            stop_reason or "signal",
+            progress=progress,
+            status=outcome.status,
+            reason=outcome.reason,
+        )
+    return finish(project, run_id, outcome, exit_code=exit_code, progress=progress)
 
 
 class HeadlessContext(JobContext):
@@ -384,7 +417,9 @@ def run_in_process(
         outcome = execute(ctx, entry, trace=trace)
     finally:
         restore_signals()
-    summary, problems = finish(project, run_id, outcome, progress=progress(outcome))
+    summary, problems = finish_own(
+        project, run_id, outcome, ctx.stop_reason, progress=progress(outcome)
+    )
     for problem in problems:
         ctx.say(problem)
     outcome.summary = summary

@@ -32,7 +32,7 @@ from engine.jobs.context import (
     read_run_config,
     stop_on_signals,
 )
-from engine.jobs.lifecycle import Outcome, execute, finish, resume_time_offset
+from engine.jobs.lifecycle import Outcome, execute, finish_own, resume_time_offset
 from engine.jobs.priority import lower_priority
 from engine.jobs.registry import get_kind, load
 
@@ -81,10 +81,11 @@ def _finish_detached(ctx: JobContext, outcome: Outcome) -> None:
 
     project = Project.open(ctx.project_dir)
     try:
-        _, problems = finish(
+        _, problems = finish_own(
             project,
             ctx.run_id,
             outcome,
+            ctx.stop_reason,
             exit_code=None if outcome.error else 0,
             progress=ctx.last_progress,
         )
