@@ -424,6 +424,9 @@ def test_stop_ends_a_long_preview_and_shows_what_it_played(
     with qtbot.waitSignal(ws.controller.preview_progress, timeout=PREVIEW_TIMEOUT_MS):
         qtbot.mouseClick(panel.run_button, Qt.MouseButton.LeftButton)
     assert panel.progress.isVisible() and panel.progress.maximum() == 5000
+    # The first progress says 0 played; on a loaded machine a Stop then may
+    # come before the first episode ends.
+    qtbot.waitUntil(lambda: panel.progress.value() >= 1, timeout=PREVIEW_TIMEOUT_MS)
     with qtbot.waitSignal(
         ws.controller.preview_finished, timeout=PREVIEW_TIMEOUT_MS
     ) as done:
