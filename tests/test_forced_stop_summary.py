@@ -1,6 +1,7 @@
 """A run stopped by force records the summary of what it saved, not the one
 its previous attempt left in the project (``JobKind.summary_on_disk``,
-``engine.jobs.lifecycle.finish_forced``); a resumed run that fails without a
+``engine.jobs.lifecycle.finish_forced``), and so does one whose process
+vanished (``Project.reconcile_runs``); a resumed run that fails without a
 summary keeps the one it had.
 
 The end-to-end tests drive the real engine subprocess and freeze the job
@@ -417,5 +418,56 @@ def test_a_headless_run_aborted_by_a_second_ctrl_c_records_what_it_saved(
         run = project.get_run(run_id)
         assert run.status == "interrupted" and run.summary == wanted
         assert run.reason == lifecycle.ABORTED_REASON
+    finally:
+        project.close()
+
+
+def test_a_resumed_run_whose_process_vanished_records_what_it_saved(
+    tmp_path: Path,
+) -> None:
+    """The engine died, or the machine rebooted, during a resumed run: the
+    next engine's reconcile finishes it ``interrupted`` with the summary of
+    its last checkpoint, not its first attempt's."""
+    project, run_id, run_dir, model_id = project_with_run(tmp_path)
+    # Resumed (its result.json removed, as a resume does), then gone.
+    (run_dir / "result.json").unlink()
+    project.update_run(run_id, status="running", pid=None)
+    fake_model_dir(
+        run_dir / "checkpoints" / "step-0000000300",
+        {"step": 300, "best_eval_reward": 9.0, "resumed_from": {"step": 100}},
+    )
+    try:
+        assert project.reconcile_runs() == [run_id]
+        run = project.get_run(run_id)
+        assert run.status == "interrupted"
+        assert run.reason == "The run's process ended without reporting a result."
+        assert run.summary["total_steps"] == 300
+        assert run.summary["resumed_from"] == {"step": 100}
+        assert run.summary["registered_models"] == [model_id]
+        assert "forced" not in run.summary
+        assert [m.id for m in project.list_models()] == [model_id]
+    finally:
+        project.close()
+
+
+def test_a_vanished_run_whose_checkpoint_is_unreadable_keeps_its_summary(
+    tmp_path: Path,
+) -> None:
+    project, run_id, run_dir, _ = project_with_run(tmp_path)
+    before = project.get_run(run_id).summary
+    (run_dir / "result.json").unlink()
+    project.update_run(run_id, status="running", pid=None)
+    newest = run_dir / "checkpoints" / "step-0000000300"
+    fake_model_dir(newest, {"step": 300})
+    (newest / "state.json").write_text("[1, 2]", encoding="utf-8")
+    try:
+        assert project.reconcile_runs() == [run_id]
+        run = project.get_run(run_id)
+        assert run.status == "interrupted" and run.summary == before
+        assert run.reason == (
+            f"Run {run_id} ended without reporting a result and keeps the summary "
+            f"it had: The checkpoint state {newest / 'state.json'} does not say "
+            "at which step it was saved."
+        )
     finally:
         project.close()

@@ -264,23 +264,46 @@ def finish_forced(
 ) -> tuple[dict[str, Any], list[str]]:
     """Step 3 for a run stopped by force (killed by the supervisor after its
     stop timed out; a headless run aborted by a second Ctrl-C, ``status``
-    ``interrupted``): it ended before it said how, so its row would keep the
-    summary of its previous attempt (a resumed run's). A kind that declares
-    ``summary_on_disk`` gets the summary that reader gives from the run's
-    folder (its last checkpoint's steps, its best evaluation, its models,
-    registered again under their ids), with
-    the ids of ``registered_models`` that are still in the project; when
-    the run saved nothing yet, or its newest checkpoint cannot be read, the
-    row keeps its summary and nothing is registered. Either way the summary
-    says ``forced`` and ``stopped_by``. Other kinds keep the row's summary
-    as it was.
+    ``interrupted``): :func:`finish_from_disk`, its summary saying
+    ``forced`` and ``stopped_by``."""
+    marks = {"forced": True, "stopped_by": stopped_by}
+    return finish_from_disk(
+        project,
+        run_id,
+        marks,
+        "was stopped by force",
+        status=status,
+        reason=reason,
+        progress=progress,
+    )
+
+
+def finish_from_disk(
+    project: Project,
+    run_id: str,
+    marks: dict[str, Any],
+    ended: str,
+    *,
+    status: str,
+    reason: str,
+    progress: tuple[float, float] | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Step 3 for a run that ended before it said how (stopped by force, its
+    process gone): its row would keep the summary of its previous attempt (a
+    resumed run's). A kind that declares ``summary_on_disk`` gets the
+    summary that reader gives from the run's folder (its last checkpoint's
+    steps, its best evaluation, its models, registered again under their
+    ids), with the ids of ``registered_models`` that are still in the
+    project; when the run saved nothing yet, or its newest checkpoint cannot
+    be read, the row keeps its summary and nothing is registered. Either way
+    the summary gets ``marks``. Other kinds keep the row's summary as it was.
+    ``ended`` says how the run ended, in the problems' sentences.
 
     Returns the summary for the ``run.finished`` event and one sentence per
     problem (a checkpoint that cannot be read, a model not registered)."""
     from engine.jobs import registry
 
     run = project.get_run(run_id)
-    marks: dict[str, Any] = {"forced": True, "stopped_by": stopped_by}
     reader = registry.get_kind(run.kind).summary_on_disk
     if reader is None:
         _, problems = finish(
@@ -301,9 +324,7 @@ def finish_forced(
             if isinstance(exc, EngineError)
             else (f"{type(exc).__name__}: {exc}")
         )
-        problems.append(
-            f"Run {run_id} was stopped by force and keeps the summary it had: {detail}"
-        )
+        problems.append(f"Run {run_id} {ended} and keeps the summary it had: {detail}")
     if on_disk is None:
         summary = {**run.summary, **marks}
     else:

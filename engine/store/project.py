@@ -402,12 +402,19 @@ class Project:
                 # take: its models registered, its final status.
                 lifecycle.finish(self, run.id, outcome, exit_code=run.exit_code)
             else:
-                self.update_run(
+                # What it saved, not its previous attempt's summary (a
+                # resumed run's): the summary its kind reads from its folder.
+                # A problem reading it is told in the run's reason.
+                _, problems = lifecycle.finish_from_disk(
+                    self,
                     run.id,
+                    {},
+                    "ended without reporting a result",
                     status="interrupted",
                     reason="The run's process ended without reporting a result.",
-                    ended=run.ended or time.time(),
                 )
+                if problems:
+                    self.update_run(run.id, reason=" ".join(problems))
             changed.append(run.id)
         return changed
 
