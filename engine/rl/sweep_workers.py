@@ -125,8 +125,8 @@ class WorkerGroup:
                 p.wait()
 
     def exit_codes(self) -> list[int]:
-        """The ended processes' exit codes; a forking process's is its first
-        failed worker's."""
+        """The ended processes' exit codes; a forking process's is its own,
+        else its first failed fork's."""
         return [p.returncode for p in self._procs if p.returncode is not None]
 
     @staticmethod
