@@ -357,6 +357,54 @@ def test_stopping_forked_workers_stops_each_trial_with_a_checkpoint(
         runs.close()
 
 
+FORK_SAVING = """
+import os, signal, sys, time
+from engine.rl.sweep_workers import run_forked
+
+leader = os.getpid()
+
+
+def work():
+    if os.getpid() == leader:
+        return 0  # no trial left for it: it waits for its fork
+    stopped = []
+    signal.signal(signal.SIGINT, lambda *_: stopped.append(1))
+    print("training", flush=True)
+    while not stopped:
+        time.sleep(0.01)
+    time.sleep(1.0)  # a checkpoint being saved
+    with open(sys.argv[1], "w") as f:
+        f.write("saved")
+    return 0
+
+
+try:
+    sys.exit(run_forked(2, work))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+@pytest.mark.skipif(not sweep_workers.FORKS, reason="workers are forked on Linux")
+def test_a_stop_lets_a_fork_save_while_its_idle_leader_waits(tmp_path: Path) -> None:
+    """The leader has no trial left when the group's SIGINT comes: it waits
+    for its fork to save, as its end would kill the fork."""
+    saved = tmp_path / "saved"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", FORK_SAVING, str(saved)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "training\n"
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=60) in (0, 130)
+    assert saved.read_text() == "saved"
+
+
 @pytest.mark.skipif(not sweep_workers.FORKS, reason="workers are forked on Linux")
 def test_a_forked_worker_dies_with_the_process_that_forked_it(
     tmp_path: Path,

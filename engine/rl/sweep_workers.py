@@ -141,25 +141,29 @@ def run_forked(count: int, work: Callable[[], int]) -> int:
     this process's exit code, else the first failed fork's. Fork before
     opening any storage or starting a thread: a fork copies neither."""
     forks = []
+    leader = os.getpid()
     for _ in range(count - 1):
         pid = os.fork()
         if pid == 0:
-            os._exit(_forked(work))  # never returns into the caller's stack
+            os._exit(_forked(work, leader))  # never returns into the caller's stack
         forks.append(pid)
     try:
         code = work()
     finally:
+        # A stop (one SIGINT to the group) may come while the forks still
+        # train or save their checkpoints: this process's end would kill
+        # them (PR_SET_PDEATHSIG), so it waits for them whatever comes.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         codes = [_exit_code(os.waitpid(pid, 0)[1]) for pid in forks]
     return code or next((c for c in codes if c), 0)
 
 
-def _forked(work: Callable[[], int]) -> int:
-    parent = os.getppid()
+def _forked(work: Callable[[], int], leader: int) -> int:
     libc = ctypes.CDLL(None, use_errno=True)
     # Killed with the process that forked it (SIGKILL, the OOM killer): no
     # orphan goes on training a trial nobody watches.
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # it died before the line above
+    if os.getppid() != leader:  # it died before the line above
         return 1
     _reseed()
     try:
