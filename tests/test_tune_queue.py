@@ -315,14 +315,23 @@ def test_early_workers_take_the_released_study_and_dropped_ones_end(
     assert not dropped.running() and len(dropped.exit_codes()) == 1
 
 
-def test_stopping_forked_workers_stops_each_trial_with_a_checkpoint(
-    tmp_path: Path,
-) -> None:
-    url, study = _new_study(tmp_path, "halt", trials=3, steps=1_000_000)
+def _two_workers_on(
+    tmp_path: Path, name: str, trials: int
+) -> tuple[optuna.Study, Path, sweep_workers.WorkerGroup]:
+    """Two workers released on a new study of long (1,000,000-step) trials:
+    (the study, its project, the workers)."""
+    url, study = _new_study(tmp_path, name, trials=trials, steps=1_000_000)
     project = tmp_path / "p"
     Project.open(project, create=True).close()
     workers = tune.WorkerGroup(2)
-    workers.release(url, "halt", project)
+    workers.release(url, name, project)
+    return study, project, workers
+
+
+def test_stopping_forked_workers_stops_each_trial_with_a_checkpoint(
+    tmp_path: Path,
+) -> None:
+    study, project, workers = _two_workers_on(tmp_path, "halt", trials=3)
     try:
         _wait_until(lambda: _both_running(study), 120, "both workers' trials")
         # A checkpoint to stop from: each run has trained a little.
@@ -409,11 +418,7 @@ def test_a_stop_lets_a_fork_save_while_its_idle_leader_waits(tmp_path: Path) -> 
 def test_a_forked_worker_dies_with_the_process_that_forked_it(
     tmp_path: Path,
 ) -> None:
-    url, study = _new_study(tmp_path, "orphan", trials=2, steps=1_000_000)
-    project = tmp_path / "p"
-    Project.open(project, create=True).close()
-    workers = tune.WorkerGroup(2)
-    workers.release(url, "orphan", project)
+    study, _, workers = _two_workers_on(tmp_path, "orphan", trials=2)
     (leader,) = workers.pids
     try:
         _wait_until(lambda: _both_running(study), 120, "both workers' trials")
