@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
+from engine.contract import read_json
 from engine.errors import EngineError
 from engine.export.imatrix import Imatrix
 from engine.export.types import (
@@ -43,6 +44,7 @@ from engine.export.types import (
     adapter_type_problem,
     imatrix_problem,
 )
+from engine.settings import shown
 from engine.store.atomic import make_parent_folder, temp_path
 
 log = logging.getLogger(__name__)
@@ -361,11 +363,68 @@ def _supported_text() -> str:
     return ", ".join(SUPPORTED_ARCHITECTURES)
 
 
+_INT_BOUNDS: dict[str, int] = {
+    # config.json field: the largest value a real checkpoint has room for
+    # (several times today's largest models), so an absurd value is refused
+    # in one sentence before it becomes an allocation.
+    "hidden_size": 1 << 17,
+    "num_attention_heads": 1 << 12,
+    "num_key_value_heads": 1 << 12,
+    "num_hidden_layers": 4096,
+    "intermediate_size": 1 << 20,
+    "vocab_size": 1 << 22,
+    "head_dim": 1 << 12,
+    "max_position_embeddings": 1 << 24,
+}
+"""Upper bounds of the integer fields of a model's config.json."""
+
+_WEIGHT_LIMIT = 65504.0
+"""The largest |weight| exported: float16's range. llama.cpp computes in F16
+on many backends, and no trained checkpoint comes near it; a larger value
+(or NaN, Inf) is a broken checkpoint, refused rather than written."""
+
+
+def _config_int(
+    cfg: dict[str, Any], key: str, model_dir: Path, default: int | None = None
+) -> int:
+    """``cfg[key]`` as a positive integer within :data:`_INT_BOUNDS`, or an
+    EngineError naming the field."""
+    value = cfg.get(key, default)
+    bound = _INT_BOUNDS[key]
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
+        raise EngineError(
+            f"config.json in {model_dir} has {key} = {shown(value)}; it must be a "
+            f"whole number from 1 to {bound:,}."
+        )
+    return value
+
+
+def _config_float(
+    value: Any, key: str, model_dir: Path, low: float, high: float
+) -> float:
+    """``value`` as a finite float in the open interval (low, high), or an
+    EngineError naming the field ``key``."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not (math.isfinite(value) and low < value < high):
+        raise EngineError(
+            f"config.json in {model_dir} has {key} = {shown(value)}; it must be a "
+            f"finite number above {low:g} and below {high:g}."
+        )
+    return float(value)
+
+
 def _hparams(cfg: dict[str, Any], model_dir: Path) -> _Hparams:
+    """The hyperparameters of ``cfg``, every one checked for type, range and
+    consistency with the others (heads divide the width, KV heads divide the
+    heads), each problem one sentence naming the field."""
+    if not isinstance(cfg, dict):
+        raise EngineError(f"config.json in {model_dir} is not a JSON object.")
     archs = cfg.get("architectures") or []
-    hf_arch = archs[0] if archs else ""
-    if hf_arch not in SUPPORTED_ARCHITECTURES:
-        what = hf_arch or f"model_type {cfg.get('model_type')!r}"
+    hf_arch = archs[0] if isinstance(archs, list) and archs else ""
+    if not isinstance(hf_arch, str) or hf_arch not in SUPPORTED_ARCHITECTURES:
+        what = (
+            shown(hf_arch) if hf_arch else f"model_type {shown(cfg.get('model_type'))}"
+        )
         raise EngineError(
             f"Cannot export {what} from {model_dir} to GGUF; supported architectures: "
             f"{_supported_text()}."
@@ -379,43 +438,175 @@ def _hparams(cfg: dict[str, Any], model_dir: Path) -> _Hparams:
             "intermediate_size",
             "vocab_size",
         )
-        if not isinstance(cfg.get(k), int) or isinstance(cfg.get(k), bool)
+        if k not in cfg
     ]
     if missing:
         raise EngineError(
-            f"The config.json in {model_dir} lacks {', '.join(missing)} (or has "
-            f"them as non-integers), so it is not a complete {hf_arch} config."
+            f"The config.json in {model_dir} lacks {', '.join(missing)}, so it is "
+            f"not a complete {hf_arch} config."
         )
     arch = SUPPORTED_ARCHITECTURES[hf_arch]
-    hidden = int(cfg["hidden_size"])
-    n_head = int(cfg["num_attention_heads"])
-    head_dim_cfg = cfg.get("head_dim")
-    head_dim = int(head_dim_cfg) if head_dim_cfg else hidden // n_head
+    hidden = _config_int(cfg, "hidden_size", model_dir)
+    n_head = _config_int(cfg, "num_attention_heads", model_dir)
+    n_head_kv = _config_int(
+        cfg, "num_key_value_heads", model_dir, cfg.get("num_key_value_heads") or n_head
+    )
+    head_dim_explicit = cfg.get("head_dim") is not None
+    if head_dim_explicit:
+        head_dim = _config_int(cfg, "head_dim", model_dir)
+    elif hidden % n_head:
+        raise EngineError(
+            f"config.json in {model_dir} has hidden_size {hidden}, which "
+            f"num_attention_heads {n_head} does not divide."
+        )
+    else:
+        head_dim = hidden // n_head
+    if n_head % n_head_kv:
+        raise EngineError(
+            f"config.json in {model_dir} has num_key_value_heads {n_head_kv}, "
+            f"which does not divide num_attention_heads {n_head}."
+        )
+    if arch == "llama" and head_dim % 2:
+        raise EngineError(
+            f"config.json in {model_dir} gives heads of {head_dim} values; rotary "
+            "embeddings need an even head size."
+        )
     # transformers 5 moved rope settings into rope_parameters; older configs keep
     # rope_theta at the top level and scaling in rope_scaling.
-    rope: dict[str, Any] = dict(cfg.get("rope_scaling") or {})
-    rope.update(cfg.get("rope_parameters") or {})
+    rope: dict[str, Any] = {}
+    for key in ("rope_scaling", "rope_parameters"):
+        part = cfg.get(key) or {}
+        if not isinstance(part, dict):
+            raise EngineError(
+                f"config.json in {model_dir} has {key} = {shown(part)}; it must "
+                "be an object."
+            )
+        rope.update(part)
     theta = rope.get("rope_theta", cfg.get("rope_theta"))
-    if theta is None:
-        theta = 10000.0
+    rope_theta = _config_float(
+        10000.0 if theta is None else theta, "rope_theta", model_dir, 0.0, 1e15
+    )
+    if "factor" in rope:
+        _config_float(rope["factor"], "rope factor", model_dir, 0.0, 1e6)
     tie = cfg.get("tie_word_embeddings")
     return _Hparams(
         hf_arch=hf_arch,
         arch=arch,
-        n_layers=int(cfg["num_hidden_layers"]),
+        n_layers=_config_int(cfg, "num_hidden_layers", model_dir),
         hidden=hidden,
-        ffn=int(cfg["intermediate_size"]),
+        ffn=_config_int(cfg, "intermediate_size", model_dir),
         n_head=n_head,
-        n_head_kv=int(cfg.get("num_key_value_heads") or n_head),
+        n_head_kv=n_head_kv,
         head_dim=head_dim,
-        head_dim_explicit=bool(head_dim_cfg),
-        eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        ctx=int(cfg.get("max_position_embeddings", 4096)),
-        vocab_size=int(cfg["vocab_size"]),
+        head_dim_explicit=head_dim_explicit,
+        eps=_config_float(
+            cfg.get("rms_norm_eps", 1e-6), "rms_norm_eps", model_dir, 0.0, 1.0
+        ),
+        ctx=_config_int(cfg, "max_position_embeddings", model_dir, 4096),
+        vocab_size=_config_int(cfg, "vocab_size", model_dir),
         tie=bool(tie) if tie is not None else False,
-        rope_theta=float(theta),
+        rope_theta=rope_theta,
         rope=rope,
     )
+
+
+def _expected_shapes(
+    hp: _Hparams, cfg: dict[str, Any], with_lm_head: bool
+) -> tuple[dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]:
+    """The shape ``cfg`` implies for every tensor of the model, as (required,
+    optional) maps from Hugging Face name to numpy-order shape."""
+    q_out, kv_out = hp.n_head * hp.head_dim, hp.n_head_kv * hp.head_dim
+    required: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (hp.vocab_size, hp.hidden),
+        "model.norm.weight": (hp.hidden,),
+    }
+    optional: dict[str, tuple[int, ...]] = {}
+    if with_lm_head:
+        required["lm_head.weight"] = (hp.vocab_size, hp.hidden)
+    biased = hp.arch == "qwen2" or bool(cfg.get("attention_bias"))
+    for i in range(hp.n_layers):
+        p = f"model.layers.{i}."
+        layer = {
+            "input_layernorm.weight": (hp.hidden,),
+            "post_attention_layernorm.weight": (hp.hidden,),
+            "self_attn.q_proj.weight": (q_out, hp.hidden),
+            "self_attn.k_proj.weight": (kv_out, hp.hidden),
+            "self_attn.v_proj.weight": (kv_out, hp.hidden),
+            "self_attn.o_proj.weight": (hp.hidden, q_out),
+            "mlp.gate_proj.weight": (hp.ffn, hp.hidden),
+            "mlp.up_proj.weight": (hp.ffn, hp.hidden),
+            "mlp.down_proj.weight": (hp.hidden, hp.ffn),
+        }
+        if hp.arch == "qwen3":
+            layer["self_attn.q_norm.weight"] = (hp.head_dim,)
+            layer["self_attn.k_norm.weight"] = (hp.head_dim,)
+        biases = {
+            "self_attn.q_proj.bias": (q_out,),
+            "self_attn.k_proj.bias": (kv_out,),
+            "self_attn.v_proj.bias": (kv_out,),
+        }
+        if biased:
+            layer.update(biases)
+        else:
+            optional.update({p + k: v for k, v in biases.items()})
+        optional[p + "self_attn.o_proj.bias"] = (hp.hidden,)
+        optional[p + "mlp.gate_proj.bias"] = (hp.ffn,)
+        optional[p + "mlp.up_proj.bias"] = (hp.ffn,)
+        optional[p + "mlp.down_proj.bias"] = (hp.hidden,)
+        required.update({p + k: v for k, v in layer.items()})
+    return required, optional
+
+
+_FIELDS_OF = (
+    # tensor name part: the config.json fields its shape follows from
+    ("embed_tokens", "vocab_size and hidden_size"),
+    ("lm_head", "vocab_size and hidden_size"),
+    ("norm", "hidden_size (or head_dim)"),
+    ("q_proj", "num_attention_heads, head_dim and hidden_size"),
+    ("k_proj", "num_key_value_heads, head_dim and hidden_size"),
+    ("v_proj", "num_key_value_heads, head_dim and hidden_size"),
+    ("o_proj", "num_attention_heads, head_dim and hidden_size"),
+    ("mlp", "intermediate_size and hidden_size"),
+)
+
+
+def _check_tensors_against_config(
+    hp: _Hparams,
+    cfg: dict[str, Any],
+    st: dict[str, _StTensor],
+    model_dir: Path,
+    with_lm_head: bool,
+) -> None:
+    """Refuse weights that contradict ``cfg``: a tensor missing, one beyond
+    the config's layers, or one of another shape; one sentence naming the
+    tensor and the config fields its shape follows from."""
+    required, optional = _expected_shapes(hp, cfg, with_lm_head)
+    for name, t in st.items():
+        if name.endswith("rotary_emb.inv_freq"):
+            continue
+        if name.startswith("model.layers."):
+            index = name.split(".")[2]
+            if not index.isdigit() or int(index) >= hp.n_layers:
+                raise EngineError(
+                    f"Tensor {shown(name)} in {model_dir} lies beyond config.json's "
+                    f"num_hidden_layers {hp.n_layers}; the config does not describe "
+                    "these weights."
+                )
+        want = required.get(name, optional.get(name))
+        if want is not None and tuple(t.shape) != want:
+            fields = next((f for part, f in _FIELDS_OF if part in name), "the config")
+            raise EngineError(
+                f"Tensor {name} in {model_dir} has shape {tuple(t.shape)}, but "
+                f"config.json's {fields} make it {want}; the config does not "
+                "describe these weights."
+            )
+    absent = [name for name in required if name not in st]
+    if absent:
+        more = f" and {len(absent) - 1} more" if len(absent) > 1 else ""
+        raise EngineError(
+            f"Tensor {absent[0]}{more} is missing from the weights in {model_dir}; "
+            "re-save the model whole."
+        )
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -468,14 +659,20 @@ LLAMA3_SPLIT = (
 
 def pre_tokenizer_signature(pre: dict[str, Any] | None) -> list[list[Any]]:
     """The parts of a ``tokenizer.json`` pre-tokenizer that decide the split."""
-    if not pre:
+    if not isinstance(pre, dict):
         return []
     parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
     sig: list[list[Any]] = []
-    for p in parts:
+    # A malformed step hashes as its type alone: a name llama.cpp knows none of.
+    for p in parts if isinstance(parts, list) else []:
+        if not isinstance(p, dict):
+            sig.append([shown(p, 40)])
+            continue
         kind = p.get("type")
         if kind == "Split":
             pattern = p.get("pattern", {})
+            if not isinstance(pattern, dict):
+                pattern = {}
             sig.append(["Split", pattern.get("Regex", pattern.get("String"))])
         elif kind == "ByteLevel":
             sig.append(["ByteLevel", bool(p.get("use_regex", True))])
@@ -575,7 +772,7 @@ def _read_sentencepiece_model(path: Path) -> list[tuple[str, float, int]]:
                 elif n2 == 3 and w2 == 0:
                     kind = int(v2)
             pieces.append((piece, float(score), kind))
-    except (ValueError, IndexError, UnicodeDecodeError) as exc:
+    except (ValueError, IndexError, UnicodeDecodeError, struct.error) as exc:
         raise EngineError(
             f"{path} is not a valid SentencePiece model ({exc})."
         ) from None
@@ -593,10 +790,65 @@ def _uses_step(tj: dict[str, Any] | None, kind: str) -> bool:
             return False
         if node.get("type") == kind:
             return True
-        inner = node.get("pretokenizers", []) + node.get("decoders", [])
+        inner = [
+            n
+            for key in ("pretokenizers", "decoders")
+            if isinstance(node.get(key), list)
+            for n in node[key]
+        ]
         return any(has(n) for n in inner)
 
     return tj is not None and (has(tj.get("pre_tokenizer")) or has(tj.get("decoder")))
+
+
+def _check_tokenizer_json(tj: Any, path: Path) -> None:
+    """Refuse a ``tokenizer.json`` whose parts this converter reads have the
+    wrong shape (token ids not whole numbers within the vocabulary bound,
+    added tokens without content), in one sentence naming the part."""
+    bound = _INT_BOUNDS["vocab_size"]
+
+    def refuse(what: str) -> NoReturn:
+        raise EngineError(f"{path} is malformed: {what}.")
+
+    def token_id(value: Any) -> bool:
+        return (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and 0 <= value < bound
+        )
+
+    if not isinstance(tj, dict):
+        refuse("it is not a JSON object")
+    model = tj.get("model", {})
+    if not isinstance(model, dict):
+        refuse("'model' is not an object")
+    vocab = model.get("vocab", {})
+    if isinstance(vocab, dict):
+        for tok, idx in vocab.items():
+            if not token_id(idx):
+                refuse(f"token {shown(tok, 40)} has id {shown(idx, 40)}")
+    elif model.get("type") == "BPE":
+        refuse("'model.vocab' of its BPE model is not an object")
+    merges = model.get("merges", [])
+    if not isinstance(merges, list) or not all(
+        isinstance(m, str)
+        or (isinstance(m, list) and all(isinstance(x, str) for x in m))
+        for m in merges
+    ):
+        refuse("'model.merges' is not a list of merges")
+    for key in ("pre_tokenizer", "decoder", "normalizer"):
+        if tj.get(key) is not None and not isinstance(tj[key], dict):
+            refuse(f"{key!r} is not an object")
+    added = tj.get("added_tokens", [])
+    if not isinstance(added, list):
+        refuse("'added_tokens' is not a list")
+    for item in added:
+        if (
+            not isinstance(item, dict)
+            or not token_id(item.get("id"))
+            or not isinstance(item.get("content"), str)
+        ):
+            refuse(f"added token {shown(item, 60)} lacks a valid id or content")
 
 
 def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
@@ -611,6 +863,7 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
             tj = json.loads(tj_path.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise EngineError(f"{tj_path} is not valid JSON ({exc}).") from None
+        _check_tokenizer_json(tj, tj_path)
     model = (tj or {}).get("model", {})
     # SentencePiece-style BPE (Llama 2, Mistral) marks word starts with "▁"
     # (Metaspace) and usually falls back to byte tokens; GPT-2 style BPE
@@ -650,7 +903,15 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
             types[idx] = ptype if 1 <= ptype <= 6 else int(T.NORMAL)
         added = model_dir / "added_tokens.json"
         if added.is_file():
-            for tok, idx in json.loads(added.read_text()).items():
+            extra = read_json(added)
+            if not isinstance(extra, dict) or not all(
+                isinstance(i, int) and 0 <= i < _INT_BOUNDS["vocab_size"]
+                for i in extra.values()
+            ):
+                raise EngineError(
+                    f"{added} is malformed: it must map tokens to whole-number ids."
+                )
+            for tok, idx in extra.items():
                 if int(idx) >= len(tokens):
                     tokens[int(idx)] = tok
                     scores[int(idx)] = -1000.0
@@ -670,7 +931,8 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
             types[int(model["vocab"][unk])] = int(T.UNKNOWN)
     elif tj is not None and model.get("type"):
         raise EngineError(
-            f"The tokenizer.json in {model_dir} holds a {model.get('type')} model, "
+            f"The tokenizer.json in {model_dir} holds a {shown(model.get('type'), 40)} "
+            "model, "
             "which only a SentencePiece tokenizer.model can describe to llama.cpp; "
             "put the model's tokenizer.model beside it."
         )
@@ -764,6 +1026,8 @@ class _Planned:
     """Values computed here rather than read (rope factors)."""
     importance: np.ndarray | None = None
     """Per-column importance the K-quant is weighted by (an imatrix entry)."""
+    source_name: str = ""
+    """The tensor's name in the source checkpoint, for error messages."""
 
 
 def _qtype(name: str) -> Any:
@@ -957,6 +1221,19 @@ def _convert_span(span: _Span) -> np.ndarray:
         return np.empty(0, np.uint8)
     chunk = _to_f32(np.asarray(span.rows[span.r0 : span.r1]), span.src_dtype)
     p = span.planned
+    # min and max propagate NaN, and take no temporary the size of the chunk.
+    if chunk.size and not (
+        float(chunk.min()) >= -_WEIGHT_LIMIT and float(chunk.max()) <= _WEIGHT_LIMIT
+    ):
+        bad = ~(np.abs(chunk) <= _WEIGHT_LIMIT)
+        row = int(np.argmax(bad.reshape(len(chunk), -1).any(axis=1)))
+        value = float(chunk[bad].flat[0])
+        raise EngineError(
+            f"Tensor {p.source_name or p.name} holds {value:g} in row "
+            f"{span.r0 + row}; a weight that is NaN, infinite or beyond "
+            f"±{_WEIGHT_LIMIT:g} means "
+            "a broken checkpoint, and nothing was written."
+        )
     return np.ascontiguousarray(
         _convert_chunk(chunk, p.qtype, p.importance, _SPAN_THREADS)
     )
@@ -1165,11 +1442,15 @@ def read_gguf_header(
 
 
 def verify_gguf(
-    path: Path, required_keys: list[str], tensors: dict[str, tuple[int, ...]]
+    path: Path,
+    required_keys: list[str],
+    tensors: dict[str, tuple[int, ...]],
+    expected_kv: dict[str, Any] | None = None,
 ) -> tuple[bool, list[str]]:
-    """Read ``path`` back: every key in ``required_keys`` present, the tensor
-    count, names and numpy-order shapes as declared, and the file as long as
-    its last tensor's data. Returns (ok, checks)."""
+    """Read ``path`` back: every key in ``required_keys`` present, the values
+    of ``expected_kv`` as the config gave them (floats as float32), the
+    tensor count, names and numpy-order shapes as declared, and the file as
+    long as its last tensor's data. Returns (ok, checks)."""
     import gguf
 
     checks: list[str] = []
@@ -1182,6 +1463,21 @@ def verify_gguf(
         f"{len(required_keys) - len(missing)}/{len(required_keys)} required keys"
         + (f" (missing {', '.join(missing)})" if missing else "")
     )
+    differ: list[str] = []
+    for key, want in (expected_kv or {}).items():
+        got = kv.get(key)
+        if isinstance(want, float):
+            same = isinstance(got, float) and got == float(np.float32(want))
+        else:
+            same = got == want
+        if not same:
+            differ.append(f"{key} {shown(got, 40)} != {shown(want, 40)}")
+    if expected_kv:
+        checks.append(
+            f"{len(expected_kv)} hyperparameters as configured"
+            if not differ
+            else f"hyperparameters differ: {'; '.join(differ[:3])}"
+        )
     count_ok = len(infos) == len(tensors)
     checks.append(f"{len(infos)}/{len(tensors)} tensors")
     bad: list[str] = []
@@ -1201,7 +1497,7 @@ def verify_gguf(
     size_ok = Path(path).stat().st_size >= data_bytes
     if not size_ok:
         checks.append("file shorter than its tensor data")
-    return (not missing and count_ok and not bad and size_ok), checks
+    return (not missing and not differ and count_ok and not bad and size_ok), checks
 
 
 def _name_map(hp: _Hparams) -> Any:
@@ -1266,14 +1562,15 @@ def export_gguf(
     cfg = _read_config(model_dir)
     hp = _hparams(cfg, model_dir)
     st = _load_safetensors_index(model_dir)
+    has_lm_head = "lm_head.weight" in st
+    tie = hp.tie or not has_lm_head
+    _check_tensors_against_config(hp, cfg, st, model_dir, with_lm_head=not tie)
     vocab = _read_vocab(model_dir, hp.vocab_size)
     warnings = list(vocab.warnings)
 
     name_map = _name_map(hp)
     fallbacks: list[str] = []
     planned: list[_Planned] = []
-    has_lm_head = "lm_head.weight" in st
-    tie = hp.tie or not has_lm_head
     mix = (
         _KMix(gguf_type, hp.n_layers, max(1, hp.n_head // hp.n_head_kv), tie)
         if gguf_type in K_FILE_TYPES
@@ -1314,7 +1611,14 @@ def export_gguf(
             importance = None
         planned.append(
             _Planned(
-                gname, src, qt, src.shape, nbytes, transform, importance=importance
+                gname,
+                src,
+                qt,
+                src.shape,
+                nbytes,
+                transform,
+                importance=importance,
+                source_name=hf_name,
             )
         )
 
@@ -1338,16 +1642,6 @@ def export_gguf(
         return (0 if p.name.startswith(("token_embd", "rope_freqs")) else 2, 0, p.name)
 
     planned.sort(key=order)
-
-    emb = st.get("model.embed_tokens.weight")
-    if emb is not None and emb.shape[0] != hp.vocab_size:
-        warnings.append(
-            f"config vocab_size {hp.vocab_size} differs from the embedding's "
-            f"{emb.shape[0]} rows; used the embedding."
-        )
-    n_vocab = emb.shape[0] if emb is not None else hp.vocab_size
-    if len(vocab.tokens) < n_vocab:
-        vocab = _read_vocab(model_dir, n_vocab)
 
     special = gguf.SpecialVocab(
         model_dir, load_merges=vocab.model == "gpt2", n_vocab=len(vocab.tokens)
@@ -1439,7 +1733,27 @@ def export_gguf(
         required += [f"{a}.attention.key_length", f"{a}.attention.value_length"]
     if vocab.model == "gpt2":
         required += ["tokenizer.ggml.pre", "tokenizer.ggml.merges"]
-    ok, checks = verify_gguf(out_path, required, {p.name: p.shape for p in planned})
+    configured: dict[str, Any] = {
+        "general.architecture": a,
+        "general.file_type": _file_type(gguf_type),
+        f"{a}.context_length": hp.ctx,
+        f"{a}.embedding_length": hp.hidden,
+        f"{a}.block_count": hp.n_layers,
+        f"{a}.feed_forward_length": hp.ffn,
+        f"{a}.attention.head_count": hp.n_head,
+        f"{a}.attention.head_count_kv": hp.n_head_kv,
+        f"{a}.rope.freq_base": hp.rope_theta,
+        f"{a}.attention.layer_norm_rms_epsilon": hp.eps,
+    }
+    if hp.head_dim_explicit:
+        configured[f"{a}.attention.key_length"] = hp.head_dim
+        configured[f"{a}.attention.value_length"] = hp.head_dim
+    # The shapes the config implies, not the ones read from the weights
+    # (checked against each other before writing, compared again here).
+    want_shapes = {p.name: p.shape for p in planned}
+    want_shapes["token_embd.weight"] = (hp.vocab_size, hp.hidden)
+    want_shapes[f"blk.{hp.n_layers - 1}.ffn_down.weight"] = (hp.hidden, hp.ffn)
+    ok, checks = verify_gguf(out_path, required, want_shapes, configured)
     if not ok:
         warnings.append("Reading the file back found problems: " + "; ".join(checks))
     types = dict(Counter(p.qtype.name for p in planned))
@@ -1602,7 +1916,11 @@ def export_lora_gguf(
         ):
             nm = gname + suffix
             qt, nbytes = _plan_type(nm, src.shape, want, fallbacks)
-            planned.append(_Planned(nm, src, qt, src.shape, nbytes, tr))
+            planned.append(
+                _Planned(
+                    nm, src, qt, src.shape, nbytes, tr, source_name=pair[suffix[-1]]
+                )
+            )
     if not planned:
         raise EngineError(f"The adapter in {adapter_dir} holds no LoRA tensors.")
 
