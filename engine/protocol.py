@@ -660,13 +660,30 @@ def decode(line: str | bytes) -> Message:
 
 
 def request_id_of(line: str | bytes) -> str | None:
-    """Best effort: the ``id`` of a line that failed to decode, to reply to."""
+    """Best effort: the ``id`` of a line that failed to decode, to reply to.
+
+    The line is parsed again without the limits that refused it (NaN, huge
+    numbers and lone surrogates elsewhere in the line are let through, too
+    deep a nesting is not): a refusal then answers the id it could read,
+    so the sender can match it. None when there is no readable string id.
+    """
     try:
         data = parse(line)
     except ProtocolError:
+        try:
+            text = line.decode("utf-8") if isinstance(line, bytes) else line
+            # Numbers stay text: a 5,000-digit one costs no conversion.
+            data = json.loads(text, parse_int=str, parse_float=str, parse_constant=str)
+        except (ValueError, RecursionError):
+            return None
+    if not isinstance(data, dict):
         return None
     value = data.get("id")
     if isinstance(value, str) and len(value) <= MAX_ID_CHARS:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: nothing to answer to
+            return None
         return value
     return None
 

@@ -58,6 +58,11 @@ class Server:
         self._parallel = ThreadPoolExecutor(
             max_workers=2, thread_name_prefix="parallel"
         )
+        # Requests that wait on other machines (the Hub, Ollama) get threads
+        # of their own: an unreachable server must not hold the local
+        # read-only requests behind it (a Hub search that timed out after
+        # 24 s used to delay every env check and catalog).
+        self._network = ThreadPoolExecutor(max_workers=4, thread_name_prefix="network")
         self._queued: dict[Future[None], protocol.Request] = {}
         self._queued_lock = threading.Lock()
         self._abandoned: set[int] = set()  # requests answered at shutdown
@@ -102,7 +107,9 @@ class Server:
             protocol.GetRunSchema,
             # Reads the project and the trajectory store (its own file).
             protocol.GetTrainingStatus,
-            # Network and generation: may take seconds, touch no project state.
+        }
+        # Network and generation: may take seconds, touch no project state.
+        self._waits_on_network = {
             protocol.ListOllamaModels,
             protocol.SearchHub,
             protocol.DeleteOllamaModel,
@@ -161,6 +168,7 @@ class Server:
         self.chat_worker.close()
         self._ordered.shutdown(wait=True, cancel_futures=True)
         self._parallel.shutdown(wait=False, cancel_futures=True)
+        self._network.shutdown(wait=False, cancel_futures=True)
         # Requests still queued were cancelled; those still running (a
         # stalled Ollama server, a slow catalog) get EXIT_GRACE_S. Both are
         # answered all the same, and none keeps the engine alive (run()).
@@ -200,6 +208,10 @@ class Server:
             )
             return
         except protocol.ProtocolError as exc:
+            if reply_to is None:
+                # Refused while parsing: answer the id all the same if it
+                # can be read, so the sender's request does not hang.
+                reply_to = protocol.request_id_of(line)
             self.send(
                 protocol.Error(
                     reply_to=reply_to,
@@ -232,6 +244,8 @@ class Server:
             return
         if type(msg) in self._inline:
             self._answer(handler, msg)
+        elif type(msg) in self._waits_on_network:
+            self._queue(self._network, handler, msg)
         elif type(msg) in self._slow_readonly:
             self._queue(self._parallel, handler, msg)
         else:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_harness import ROOT
+from engine_harness import ROOT, EngineProcess
 from fuzz_support import FLOWS, ReplySink
 
 from engine import flow, protocol, untrusted
@@ -101,6 +101,56 @@ def test_a_refused_field_is_answered_to_its_request_with_the_field(server: Any) 
     assert isinstance(answer, protocol.Error)
     assert answer.reply_to == "c1" and answer.field == "steps"
     assert answer.error_type == "ProtocolError" and "at most 10,000" in answer.message
+
+
+@pytest.mark.parametrize(
+    ("line", "reply_to"),
+    [
+        ('{"type": "ping", "id": "n1", "p": NaN}', "n1"),
+        ('{"type": "ping", "id": "n2", "n": ' + "9" * 5000 + "}", "n2"),
+        ('{"type": "ping", "id": "n3", "s": "\\ud800"}', "n3"),
+        ('{"type": "ping", "id": "n4", "x": ' + "[" * 70 + "]" * 70 + "}", "n4"),
+        ('{"type": "run.stop", "id": "n5", "timeout_s": -1}', "n5"),
+        ('{"type": "ping", "id": "\\ud800", "p": NaN}', None),
+        ('{"type": "ping", "id": "n6", "x": ' + "[" * 5000 + "]" * 5000 + "}", None),
+    ],
+)
+def test_a_line_refused_while_parsing_is_answered_to_its_readable_id(
+    server: Any, line: str, reply_to: str | None
+) -> None:
+    answer = ask(server, line)
+    assert isinstance(answer, protocol.Error)
+    assert answer.error_type == "ProtocolError" and answer.reply_to == reply_to
+
+
+def test_local_read_only_requests_never_wait_behind_network_calls() -> None:
+    """Three chats with an Ollama server that accepts and never answers used
+    to fill the read-only threads: a hardware query waited for them."""
+    import socket
+
+    engine = EngineProcess()
+    with socket.socket() as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen()
+        host = f"http://127.0.0.1:{stalled.getsockname()[1]}"
+        chats = [
+            engine.send(
+                protocol.Chat(
+                    model="m", host=host, messages=[{"role": "user", "content": "hi"}]
+                )
+            )
+            for _ in range(3)
+        ]
+        engine.send(protocol.SearchHub(query="qwen"))
+        try:
+            hardware = engine.call(protocol.DetectHardware(), timeout=60)
+            catalog = engine.call(protocol.GetEnvCatalog(ids=["CartPole-v1"]), 60)
+            assert hardware["cpu_logical_cores"] >= 1
+            assert [e["id"] for e in catalog["envs"]] == ["CartPole-v1"]
+            answered = {getattr(m, "reply_to", None) for m in engine._seen}
+            assert not answered & set(chats), "the chats were answered first"
+        finally:
+            engine.close()
 
 
 @pytest.mark.parametrize("path", ["/dev/zero", "/dev/null", "/proc/self/fd/0"])
