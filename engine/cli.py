@@ -14,7 +14,9 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
+from engine.contract import DEBUG_ENV
 from engine.errors import EngineError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -81,6 +83,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="rl-studio-engine",
         description="RL Studio engine: train, evaluate and export agents headless.",
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print tracebacks of failures (otherwise one sentence each; a run's "
+        "log.txt keeps them)",
+    )
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (module_name, help_text) in SUBCOMMANDS.items():
         sub = subs.add_parser(name, help=help_text, description=help_text)
@@ -102,8 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Configure only the command being run; an unknown command or a bare
     # --help needs no module at all.
-    wanted = argv[0] if argv and argv[0] in SUBCOMMANDS else ""
+    command = [a for a in argv if a != "--debug"]
+    wanted = command[0] if command and command[0] in SUBCOMMANDS else ""
     args = build_parser(wanted).parse_args(argv)
+    if args.debug:
+        os.environ[DEBUG_ENV] = "1"
+    debug = bool(os.environ.get(DEBUG_ENV))
     try:
         if getattr(args, "mlflow_uri", None) is not None:
             from engine.contract import TRACKING_URI_ENV
@@ -113,11 +125,24 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[TRACKING_URI_ENV] = check_uri(args.mlflow_uri)
         code: int = args._module.run(args)
     except EngineError as exc:
+        if debug:
+            traceback.print_exc()
         print(f"rl-studio-engine {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"rl-studio-engine {args.command}: interrupted.", file=sys.stderr)
         return 130
+    except Exception as exc:
+        # A bug, not bad input: still one sentence, the traceback on request.
+        if debug:
+            traceback.print_exc()
+        print(
+            f"rl-studio-engine {args.command}: failed with {type(exc).__name__}: "
+            f"{str(exc)[:200]}"
+            + ("" if debug else " (run with --debug for the traceback)."),
+            file=sys.stderr,
+        )
+        return 1
     return code
 
 

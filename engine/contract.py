@@ -144,6 +144,11 @@ bubblewrap nor unshare works (the studio sets it from Settings)."""
 # Experiment tracking (engine.jobs.tracking)
 # --------------------------------------------------------------------------
 
+DEBUG_ENV = "RL_STUDIO_DEBUG"
+"""Environment variable: set (to ``1``) by ``rl-studio-engine --debug``, and
+so inherited by the processes a command starts: tracebacks are printed on the
+terminal too, not only kept in the run's log."""
+
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
 """Environment variable: the MLflow tracking server every run logs to (the
 studio sets it from Settings, the CLI from ``--mlflow-uri``); unset or empty,

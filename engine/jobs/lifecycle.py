@@ -369,6 +369,9 @@ def finish_own(
     return finish(project, run_id, outcome, exit_code=exit_code, progress=progress)
 
 
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
 class HeadlessContext(JobContext):
     """The context of a run in a headless command's own process: its log
     lines go to the terminal (:meth:`say`) and to the run's ``log.txt``, and
@@ -390,7 +393,12 @@ class HeadlessContext(JobContext):
         super().log(text)
 
     def log(self, text: str) -> None:
-        self.say(text)
+        if text.startswith(TRACEBACK_HEAD) and not os.environ.get(contract.DEBUG_ENV):
+            # An expected failure is its sentence on the terminal; the
+            # traceback is for the log (and the terminal with --debug).
+            self.say(f"(the traceback is in {self.run_dir / contract.LOG_FILE})")
+        else:
+            self.say(text)
         self.log_to_file(text)
 
     def log_to_file(self, text: str) -> None:
