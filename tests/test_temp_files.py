@@ -107,3 +107,34 @@ def test_start_up_sweeps_only_what_it_can_prove_dead(tmp_path: Path) -> None:
     # temporary file and the user's files still stay.
     assert remove_stale_temp_files(root, older_than=0) == 2
     assert [p for p in keep if not p.exists()] == keep[1:3]
+
+
+def test_an_export_removes_what_a_killed_export_of_its_target_left(
+    tmp_path: Path,
+) -> None:
+    """A killed ``export-gguf`` leaves ``.m.gguf.tmp-<pid>-<tag>`` beside its
+    target; the next export of that target removes it once the pid is gone,
+    and touches nothing else in the folder."""
+    from engine_harness import ROOT
+    from gguf_fuzz_support import write_tiny_model
+
+    model = write_tiny_model(tmp_path / "model")
+    out_dir = tmp_path / "home"
+    out_dir.mkdir()
+    dead = out_dir / f".m.gguf.tmp-{dead_pid()}-0a1b2c3d"
+    dead.write_bytes(b"x" * 1000)
+    alive = out_dir / f".m.gguf.tmp-{os.getpid()}-0a1b2c3d"
+    alive.write_bytes(b"mine")
+    other = out_dir / f".other.gguf.tmp-{dead_pid()}-0a1b2c3d"
+    other.write_bytes(b"another export's")
+    user = out_dir / "m.gguf.tmp-notes.txt"
+    user.write_text("a user's file")
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine", "export-gguf", str(model),
+         "--out", str(out_dir / "m.gguf"), "--quiet"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(
+        ["m.gguf", alive.name, other.name, user.name]
+    )

@@ -59,6 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from engine.export.cli import ProgressBar
     from engine.export.ollama_job import export_to_ollama, validate
+    from engine.store.atomic import remove_stale_temp_files
 
     cfg = validate(
         {
@@ -75,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     )
     work_dir = args.out or Path.cwd() / f"{file_stem(cfg['name'])}-export"
     work_dir.mkdir(parents=True, exist_ok=True)
+    # What a killed export left in its own folder: the pid proves it dead.
+    remove_stale_temp_files(work_dir, older_than=0)
     result = export_to_ollama(
         cfg,
         work_dir,

@@ -52,12 +52,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.export.cli import ProgressBar
+    from engine.export.cli import ProgressBar, remove_dead_exports
     from engine.export.gguf import export_gguf, export_lora_gguf
     from engine.export.types import imatrix_problem
 
     if not str(args.out).endswith(".gguf"):
         raise EngineError(f"--out must name a .gguf file, not {args.out}.")
+    remove_dead_exports(args.out)
     if args.calibration_text is not None:
         problem = imatrix_problem(args.type, args.adapter)
         if problem:

@@ -20,10 +20,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from engine.errors import EngineError
+    from engine.export.cli import remove_dead_exports
     from engine.export.onnx_export import export_onnx
 
     if not str(args.out).endswith(".onnx"):
         raise EngineError(f"--out must name a .onnx file, not {args.out}.")
+    remove_dead_exports(args.out)
     report = export_onnx(args.policy, args.out, samples=args.samples)
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
     return 0
