@@ -40,6 +40,18 @@ from engine.flow import ParamSpec, bounds_problem
 
 SCALAR_KINDS = ("int", "float", "bool", "str")
 PICKER_KINDS = ("env", "base_model")
+COUNT_MAX = 10**9
+"""The upper bound of a whole-number setting that declares none: a count
+(steps, episodes, sizes) past it is a typo or an attack, never a run this app
+could finish (10^20 steps trained until killed). A setting that means more
+declares its own ``max``."""
+STEPS_MAX = 10**10
+"""The most environment steps any step setting may ask for (ten billion: about
+four months at a thousand steps a second)."""
+LIST_MAX_ITEMS = 256
+"""The most items a list setting (``net_arch``, a grid's ``size``) may hold."""
+QUOTE_CHARS = 200
+"""The most characters of a refused value an error message quotes."""
 """What a text setting's ``picker`` offers to pick from: ``env`` (the env
 catalog and the project's envs), ``base_model`` (local model folders, the
 HF cache and a Hub search)."""
@@ -167,6 +179,21 @@ class FieldInfo:
         return self.offer() if self.offer is not None else Offer()
 
 
+def shown(value: Any, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters (an
+    int too long for Python to print says how many digits it has)."""
+    # Over 77 digits (str() refuses an int past 4,300).
+    if _is_int(value) and value.bit_length() > 256:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too large to show"
+    if len(text) > limit:
+        return text[: limit - 1] + "…"
+    return text
+
+
 def _kind(annotation: object) -> tuple[str, bool]:
     parts = [p.strip() for p in str(annotation).split("|")]
     optional = "None" in parts
@@ -217,6 +244,9 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
         else:
             default = None if f.default is dataclasses.MISSING else f.default
         meta = dict(f.metadata)
+        upper = meta.get("max")
+        if upper is None and kind in ("int", "list[int]"):
+            upper = COUNT_MAX  # every count has a bound (see COUNT_MAX)
         help_text = docs.get(f.name, "")
         if not help_text and "same_as" in meta:
             source, name = meta["same_as"]
@@ -230,7 +260,7 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
                 help=help_text,
                 unit=meta.get("unit", ""),
                 min=meta.get("min"),
-                max=meta.get("max"),
+                max=upper,
                 exclusive_min=meta.get("exclusive_min", False),
                 exclusive_max=meta.get("exclusive_max", False),
                 choices=tuple(meta.get("choices", ())),
@@ -270,10 +300,29 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _is_text(value: str) -> bool:
+    """Whether ``value`` is valid Unicode text (no lone surrogate, which no
+    file or JSON reader downstream can hold)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _bounds(info: FieldInfo, value: float, title: str) -> str | None:
-    return bounds_problem(
-        title, value, info.min, info.max, info.exclusive_min, info.exclusive_max
+    if not isinstance(value, int) or abs(value) < 10**15:
+        return bounds_problem(
+            title, value, info.min, info.max, info.exclusive_min, info.exclusive_max
+        )
+    # A value too long to quote whole (bounds_problem quotes it all).
+    sign = math.inf if value > 0 else -math.inf
+    problem = bounds_problem(
+        title, sign, info.min, info.max, info.exclusive_min, info.exclusive_max
     )
+    if problem is None:
+        return None
+    return problem.rsplit(", not ", 1)[0] + f", not {shown(value)}."
 
 
 def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
@@ -293,22 +342,49 @@ def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not _is_int(value):
-            raise ConfigError(path, f"{name} must be a whole number, not {value!r}.")
+            raise ConfigError(
+                path, f"{name} must be a whole number, not {shown(value)}."
+            )
     elif kind == "float":
+        if _is_int(value):
+            try:
+                float(value)  # kept an int: the message quotes it as given
+            except OverflowError:  # an int past the largest float
+                raise ConfigError(
+                    path, f"{name} must be a finite number, not {shown(value)}."
+                ) from None
         if not _is_number(value) or not math.isfinite(value):
-            raise ConfigError(path, f"{name} must be a number, not {value!r}.")
+            raise ConfigError(path, f"{name} must be a number, not {shown(value)}.")
     elif kind == "bool":
         if not isinstance(value, bool):
-            raise ConfigError(path, f"{name} must be true or false, not {value!r}.")
+            raise ConfigError(
+                path, f"{name} must be true or false, not {shown(value)}."
+            )
     elif kind == "str":
         if info.numeric_text and _is_number(value):
-            value = str(float(value))
+            try:
+                value = str(float(value))
+            except OverflowError:  # an int past the largest float
+                raise ConfigError(
+                    path, f"{name} must be a finite number, not {shown(value)}."
+                ) from None
         if not isinstance(value, str):
-            raise ConfigError(path, f"{name} must be text, not {value!r}.")
+            raise ConfigError(path, f"{name} must be text, not {shown(value)}.")
+        if not _is_text(value):
+            raise ConfigError(
+                path,
+                f"{name} must be text, not {shown(value)}, which holds a lone "
+                "surrogate (no character at all).",
+            )
     elif kind == "list[int]":
         if not isinstance(value, list | tuple) or not all(_is_int(v) for v in value):
             raise ConfigError(
-                path, f"{name} must be a list of whole numbers, not {value!r}."
+                path, f"{name} must be a list of whole numbers, not {shown(value)}."
+            )
+        if len(value) > LIST_MAX_ITEMS:
+            raise ConfigError(
+                path,
+                f"{name} may hold at most {LIST_MAX_ITEMS} items, not {len(value)}.",
             )
         for item in value:
             problem = _bounds(info, item, f"Each item of {name}")
@@ -317,7 +393,8 @@ def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
         return [int(v) for v in value]
     if info.choices and value not in info.choices:
         raise ConfigError(
-            path, f"{name} must be one of {', '.join(info.choices)}, not {value!r}."
+            path,
+            f"{name} must be one of {', '.join(info.choices)}, not {shown(value)}.",
         )
     if kind in ("int", "float"):
         problem = _bounds(info, value, name)

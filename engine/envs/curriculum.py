@@ -29,9 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ConfigError
-from engine.settings import check_fields, fields_of, setting
+from engine.settings import check_fields, fields_of, setting, shown
 
 STAGE_METRIC = "curriculum/stage"
+EPISODE_STEPS_MAX = 10_000_000
+"""The most steps an episode may be cut at (and a task's difficulty)."""
+WINDOW_MAX = 100_000
+"""The most evaluation episodes a curriculum's window may span."""
+STAGES_MAX = 1000
+"""The most stages a curriculum may have."""
 RATE_METRIC = "curriculum/success_rate"
 
 
@@ -39,13 +45,15 @@ RATE_METRIC = "curriculum/success_rate"
 class WorkflowDifficulty:
     """Difficulty settings of a ``workflow`` env (None: as designed)."""
 
-    max_task_difficulty: int | None = setting(None, min=0, unit="steps")
+    max_task_difficulty: int | None = setting(
+        None, min=0, max=EPISODE_STEPS_MAX, unit="steps"
+    )
     """Tasks whose goal is more than this many steps from their start status
     are sampled with ``harder_task_weight`` (None: every task alike)."""
     harder_task_weight: float = setting(0.0, min=0, max=1)
     """Sampling weight of the tasks above ``max_task_difficulty``, relative
     to 1 for the others (0: never sampled)."""
-    max_steps: int | None = setting(None, min=1, unit="steps")
+    max_steps: int | None = setting(None, min=1, max=EPISODE_STEPS_MAX, unit="steps")
     """Steps before an episode is cut (None: the spec's)."""
     transition_noise: float = setting(0.0, min=0, max=1, exclusive_max=True)
     """Probability that a valid tool fails and leaves the status unchanged."""
@@ -55,7 +63,7 @@ class WorkflowDifficulty:
 class GridDifficulty:
     """Difficulty settings of a ``grid`` env (None: as designed)."""
 
-    size: list[int] | None = setting(None, min=1, unit="cells")
+    size: list[int] | None = setting(None, min=1, max=10_000, unit="cells")
     """``[rows, cols]`` of the playable area, placed around the goal nearest
     the start (cells outside are walls; the start moves inside, to the
     reachable cell nearest its own). None: the whole grid."""
@@ -63,7 +71,7 @@ class GridDifficulty:
     """Probability that a move goes sideways (None: the spec's)."""
     traps: bool = setting(True)
     """Keep the spec's traps (False: the trap cells are floor)."""
-    max_steps: int | None = setting(None, min=1, unit="steps")
+    max_steps: int | None = setting(None, min=1, max=EPISODE_STEPS_MAX, unit="steps")
     """Steps before an episode is cut (None: the spec's)."""
 
 
@@ -88,7 +96,7 @@ def check_difficulty(kind: str, params: Any, path: str) -> dict[str, Any]:
         if key not in known:
             raise ConfigError(
                 f"{path}.{key}",
-                f"{key!r} is not a difficulty setting of a {kind} env; it has "
+                f"{shown(key)} is not a difficulty setting of a {kind} env; it has "
                 f"{', '.join(known)}.",
             )
     out = {name: info.default for name, info in known.items()}
@@ -108,13 +116,13 @@ class CurriculumConfig:
     (``{}``)."""
     threshold: float = setting(0.8, min=0, max=1, label="Advance at")
     """Success rate over the window that moves to the next stage."""
-    window: int = setting(20, min=1, unit="episodes")
+    window: int = setting(20, min=1, max=WINDOW_MAX, unit="episodes")
     """Evaluation episodes at the current stage the success rate is taken
     over (a new stage starts with an empty window)."""
     back_threshold: float | None = setting(None, min=0, max=1, label="Go back below")
     """Success rate below which the schedule goes back a stage (never more
     than one stage below the highest reached); None: never back."""
-    start_stage: int = setting(0, min=0)
+    start_stage: int = setting(0, min=0, max=STAGES_MAX - 1)
     """The stage to begin with."""
 
 
@@ -128,7 +136,7 @@ def check_curriculum(value: Any, kind: str, path: str = "curriculum") -> dict[st
     if unknown:
         raise ConfigError(
             f"{path}.{unknown[0]}",
-            f"{unknown[0]!r} is not a curriculum setting; it has "
+            f"{shown(unknown[0])} is not a curriculum setting; it has "
             f"{', '.join(fields_of(CurriculumConfig))}.",
         )
     out = {name: info.default for name, info in fields_of(CurriculumConfig).items()}
@@ -139,6 +147,11 @@ def check_curriculum(value: Any, kind: str, path: str = "curriculum") -> dict[st
             f"{path}.stages",
             "The curriculum's stage range is empty; give at least one stage "
             "(its difficulty settings, {} for the env as designed).",
+        )
+    if len(stages) > STAGES_MAX:
+        raise ConfigError(
+            f"{path}.stages",
+            f"A curriculum may have at most {STAGES_MAX} stages, not {len(stages)}.",
         )
     out["stages"] = [
         check_difficulty(kind, stage, f"{path}.stages[{i}]")

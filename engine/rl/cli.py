@@ -109,7 +109,7 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     (``1e-3``, ``true``, ``[64,64]``), as text otherwise.
     """
     from engine.rl.config import ALGO_CONFIGS, TrainConfig
-    from engine.settings import fields_of
+    from engine.settings import fields_of, shown
 
     top_fields = fields_of(TrainConfig)
     hyper_fields = {
@@ -123,7 +123,7 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise EngineError(f"--set takes key=value, not {item!r}.")
+            raise EngineError(f"--set takes key=value, not {shown(item)}.")
         if key in ("env", "algo", "total_steps", "seed", "preset", "hyperparameters"):
             raise EngineError(f"Give {key} with its own option, not with --set.")
         info = top_fields.get(key) or hyper_fields.get(key)
@@ -131,7 +131,9 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         if info is None or info.kind != "str" or info.numeric_text:
             try:
                 value = json.loads(raw)
-            except json.JSONDecodeError:
+            # Not JSON, or JSON Python cannot hold (an int of over 4,300
+            # digits, lists nested past the recursion limit): text.
+            except (ValueError, RecursionError):
                 value = raw
         if key in top_fields:
             top[key] = value

@@ -30,7 +30,15 @@ from typing import Any
 from engine import contract
 from engine.envs.curriculum import CurriculumConfig
 from engine.errors import ConfigError
-from engine.settings import Search, check_fields, defaults_of, fields_of, setting
+from engine.settings import (
+    STEPS_MAX,
+    Search,
+    check_fields,
+    defaults_of,
+    fields_of,
+    setting,
+    shown,
+)
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu")
 SCHEDULES = ("constant", "linear")
@@ -39,6 +47,14 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 """The device choices a form offers (``cuda:N`` is accepted too)."""
 POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
 SEED_MAX = 2**32 - 1
+ROLLOUT_MAX = 2**24
+"""The most steps or transitions of one rollout, batch or update (n_steps,
+batch sizes, train_freq, gradient_steps): about 16 million, past any tuned
+table's largest."""
+BUFFER_MAX = 10**8
+"""The most transitions a replay buffer may hold (SB3 allocates it whole)."""
+LAYER_MAX = 65_536
+"""The most units of one hidden layer (``net_arch``)."""
 
 # --------------------------------------------------------------------------
 # Algorithm hyperparameters
@@ -55,12 +71,12 @@ class _PPOBase:
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    n_steps: int = setting(2048, min=1, unit="steps")
+    n_steps: int = setting(2048, min=1, max=ROLLOUT_MAX, unit="steps")
     """Steps collected per environment copy before each update; a rollout is
     ``n_steps * n_envs`` steps."""
-    batch_size: int = setting(64, min=1, unit="transitions")
+    batch_size: int = setting(64, min=1, max=ROLLOUT_MAX, unit="transitions")
     """Transitions per minibatch (at most ``n_steps * n_envs``)."""
-    n_epochs: int = setting(10, min=1, search=Search(1, 20))
+    n_epochs: int = setting(10, min=1, max=10_000, search=Search(1, 20))
     """Passes over each rollout per update."""
     gamma: float = setting(
         0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
@@ -82,7 +98,9 @@ class _PPOBase:
     """Gradient norm clip (> 0)."""
     target_kl: float | None = setting(None, min=0, exclusive_min=True)
     """Stop an update's epochs early when the approximate KL exceeds this."""
-    net_arch: list[int] = setting(factory=lambda: [64, 64], min=1, unit="units")
+    net_arch: list[int] = setting(
+        factory=lambda: [64, 64], min=1, max=LAYER_MAX, unit="units"
+    )
     """Hidden layer widths of the policy and value networks (units)."""
     activation: str = setting("tanh", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
@@ -96,7 +114,7 @@ class PPOConfig(_PPOBase):
 
     use_sde: bool = setting(False)
     """State-dependent exploration (continuous actions only)."""
-    sde_sample_freq: int = setting(-1, min=-1, unit="steps")
+    sde_sample_freq: int = setting(-1, min=-1, max=STEPS_MAX, unit="steps")
     """Resample the SDE noise every this many steps (-1: once per rollout)."""
     log_std_init: float = setting(0.0)
     """Initial log standard deviation of Gaussian actions (continuous only)."""
@@ -118,7 +136,9 @@ class A2CConfig:
     """Optimizer step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    n_steps: int = setting(5, min=1, unit="steps", search=Search(1, 64, log=True))
+    n_steps: int = setting(
+        5, min=1, max=ROLLOUT_MAX, unit="steps", search=Search(1, 64, log=True)
+    )
     """Steps collected per environment copy before each update."""
     gamma: float = setting(
         0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
@@ -138,9 +158,11 @@ class A2CConfig:
     """RMSprop (as in the A2C paper) instead of Adam."""
     use_sde: bool = setting(False)
     """State-dependent exploration (continuous actions only)."""
-    sde_sample_freq: int = setting(-1, min=-1, unit="steps")
+    sde_sample_freq: int = setting(-1, min=-1, max=STEPS_MAX, unit="steps")
     """Resample the SDE noise every this many steps (-1: once per rollout)."""
-    net_arch: list[int] = setting(factory=lambda: [64, 64], min=1, unit="units")
+    net_arch: list[int] = setting(
+        factory=lambda: [64, 64], min=1, max=LAYER_MAX, unit="units"
+    )
     """Hidden layer widths of the policy and value networks (units)."""
     activation: str = setting("tanh", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
@@ -160,11 +182,11 @@ class DQNConfig:
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = setting(1_000_000, min=1, unit="transitions")
+    buffer_size: int = setting(1_000_000, min=1, max=BUFFER_MAX, unit="transitions")
     """Replay buffer capacity (transitions)."""
-    learning_starts: int = setting(100, min=0, unit="steps")
+    learning_starts: int = setting(100, min=0, max=STEPS_MAX, unit="steps")
     """Steps collected before the first gradient step."""
-    batch_size: int = setting(32, min=1, unit="transitions")
+    batch_size: int = setting(32, min=1, max=ROLLOUT_MAX, unit="transitions")
     """Transitions per gradient step."""
     tau: float = setting(1.0, min=0, exclusive_min=True, max=1)
     """Target network soft-update coefficient in (0, 1] (1 = hard copy)."""
@@ -172,12 +194,14 @@ class DQNConfig:
         0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
     )
     """Discount factor per step, in (0, 1]."""
-    train_freq: int = setting(4, min=1, unit="steps", search=Search(1, 256, log=True))
+    train_freq: int = setting(
+        4, min=1, max=ROLLOUT_MAX, unit="steps", search=Search(1, 256, log=True)
+    )
     """Update the network every this many steps (per environment copy)."""
-    gradient_steps: int = setting(1, min=-1)
+    gradient_steps: int = setting(1, min=-1, max=ROLLOUT_MAX)
     """Gradient steps per update (-1: as many as steps collected)."""
     target_update_interval: int = setting(
-        10_000, min=1, unit="steps", search=Search(1, 20_000, log=True)
+        10_000, min=1, max=STEPS_MAX, unit="steps", search=Search(1, 20_000, log=True)
     )
     """Copy the network to the target network every this many steps."""
     exploration_fraction: float = setting(0.1, min=0, max=1, search=Search(0, 0.5))
@@ -188,7 +212,9 @@ class DQNConfig:
     """Epsilon after the decay, in [0, 1]."""
     max_grad_norm: float = setting(10.0, min=0, exclusive_min=True)
     """Gradient norm clip (> 0)."""
-    net_arch: list[int] = setting(factory=lambda: [64, 64], min=1, unit="units")
+    net_arch: list[int] = setting(
+        factory=lambda: [64, 64], min=1, max=LAYER_MAX, unit="units"
+    )
     """Hidden layer widths of the Q-network (units)."""
     activation: str = setting("relu", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
@@ -204,11 +230,11 @@ class SACConfig:
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = setting(1_000_000, min=1, unit="transitions")
+    buffer_size: int = setting(1_000_000, min=1, max=BUFFER_MAX, unit="transitions")
     """Replay buffer capacity (transitions)."""
-    learning_starts: int = setting(100, min=0, unit="steps")
+    learning_starts: int = setting(100, min=0, max=STEPS_MAX, unit="steps")
     """Steps collected (random actions) before the first gradient step."""
-    batch_size: int = setting(256, min=1, unit="transitions")
+    batch_size: int = setting(256, min=1, max=ROLLOUT_MAX, unit="transitions")
     """Transitions per gradient step."""
     tau: float = setting(
         0.005, min=0, exclusive_min=True, max=1, search=Search(1e-3, 0.08, log=True)
@@ -218,9 +244,9 @@ class SACConfig:
         0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
     )
     """Discount factor per step, in (0, 1]."""
-    train_freq: int = setting(1, min=1, unit="steps")
+    train_freq: int = setting(1, min=1, max=ROLLOUT_MAX, unit="steps")
     """Update the networks every this many steps (per environment copy)."""
-    gradient_steps: int = setting(1, min=-1)
+    gradient_steps: int = setting(1, min=-1, max=ROLLOUT_MAX)
     """Gradient steps per update (-1: as many as steps collected)."""
     ent_coef: str = setting("auto", numeric_text=True)
     """Entropy weight: a number, ``auto`` (learned) or ``auto_0.1`` (learned,
@@ -230,9 +256,11 @@ class SACConfig:
     number."""
     use_sde: bool = setting(False)
     """State-dependent exploration instead of Gaussian noise."""
-    sde_sample_freq: int = setting(-1, min=-1, unit="steps")
+    sde_sample_freq: int = setting(-1, min=-1, max=STEPS_MAX, unit="steps")
     """Resample the SDE noise every this many steps (-1: at the start only)."""
-    net_arch: list[int] = setting(factory=lambda: [256, 256], min=1, unit="units")
+    net_arch: list[int] = setting(
+        factory=lambda: [256, 256], min=1, max=LAYER_MAX, unit="units"
+    )
     """Hidden layer widths of the actor and critics (units)."""
     activation: str = setting("relu", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
@@ -250,11 +278,11 @@ class TD3Config:
     """Adam step size at the start of training (per gradient step)."""
     learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
     """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = setting(1_000_000, min=1, unit="transitions")
+    buffer_size: int = setting(1_000_000, min=1, max=BUFFER_MAX, unit="transitions")
     """Replay buffer capacity (transitions)."""
-    learning_starts: int = setting(100, min=0, unit="steps")
+    learning_starts: int = setting(100, min=0, max=STEPS_MAX, unit="steps")
     """Steps collected (random actions) before the first gradient step."""
-    batch_size: int = setting(256, min=1, unit="transitions")
+    batch_size: int = setting(256, min=1, max=ROLLOUT_MAX, unit="transitions")
     """Transitions per gradient step."""
     tau: float = setting(
         0.005, min=0, exclusive_min=True, max=1, search=Search(1e-3, 0.08, log=True)
@@ -264,11 +292,11 @@ class TD3Config:
         0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
     )
     """Discount factor per step, in (0, 1]."""
-    train_freq: int = setting(1, min=1, unit="steps")
+    train_freq: int = setting(1, min=1, max=ROLLOUT_MAX, unit="steps")
     """Update the networks every this many steps (per environment copy)."""
-    gradient_steps: int = setting(1, min=-1)
+    gradient_steps: int = setting(1, min=-1, max=ROLLOUT_MAX)
     """Gradient steps per update (-1: as many as steps collected)."""
-    policy_delay: int = setting(2, min=1)
+    policy_delay: int = setting(2, min=1, max=10_000)
     """Actor and target updates once per this many critic updates."""
     target_policy_noise: float = setting(0.2, min=0)
     """Std of the smoothing noise added to target actions (action units)."""
@@ -277,7 +305,9 @@ class TD3Config:
     action_noise_std: float = setting(0.1, min=0)
     """Std of the Gaussian exploration noise, as a fraction of the action
     range's half-width (0 = none)."""
-    net_arch: list[int] = setting(factory=lambda: [400, 300], min=1, unit="units")
+    net_arch: list[int] = setting(
+        factory=lambda: [400, 300], min=1, max=LAYER_MAX, unit="units"
+    )
     """Hidden layer widths of the actor and critics (units)."""
     activation: str = setting("relu", choices=ACTIVATIONS)
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
@@ -317,7 +347,9 @@ class TrainConfig:
     """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``
     (MaskablePPO for envs with ``action_masks()``, else PPO). PPO on an env
     with action masks becomes MaskablePPO."""
-    total_steps: int | None = setting(None, min=1, unit="steps", group="Run")
+    total_steps: int | None = setting(
+        None, min=1, max=STEPS_MAX, unit="steps", group="Run"
+    )
     """Training length in environment steps (summed over env copies);
     None: the preset's length."""
     seed: int | None = setting(None, min=0, max=SEED_MAX, group="Run")
@@ -329,29 +361,35 @@ class TrainConfig:
     vec_normalize: bool | None = setting(None, form=False)
     """Normalize observations and rewards with running statistics; None:
     preset."""
-    eval_every_steps: int = setting(10_000, min=0, unit="steps", group="Run")
+    eval_every_steps: int = setting(
+        10_000, min=0, max=STEPS_MAX, unit="steps", group="Run"
+    )
     """Evaluate on a separate env every this many steps (0: never)."""
-    eval_episodes: int = setting(10, min=1, unit="episodes", group="Run")
+    eval_episodes: int = setting(10, min=1, max=100_000, unit="episodes", group="Run")
     """Episodes per evaluation."""
     eval_deterministic: bool = setting(True, form=False)
     """Evaluate with the greedy (deterministic) policy."""
-    checkpoint_every_steps: int = setting(50_000, min=0, unit="steps", group="Run")
+    checkpoint_every_steps: int = setting(
+        50_000, min=0, max=STEPS_MAX, unit="steps", group="Run"
+    )
     """Save a resumable checkpoint every this many steps (0: only at the end
     and on stop)."""
-    keep_checkpoints: int = setting(3, min=1, group="Run")
+    keep_checkpoints: int = setting(3, min=1, max=1000, group="Run")
     """Periodic checkpoints kept (the best-by-eval one is kept besides)."""
     target_eval_reward: float | None = setting(None, unit="reward", group="Run")
     """Stop once the eval mean reward reaches this (None: never)."""
-    convergence_window: int = setting(5, min=1, unit="evaluations", form=False)
+    convergence_window: int = setting(
+        5, min=1, max=100_000, unit="evaluations", form=False
+    )
     """Evaluations averaged by the convergence test."""
     convergence_patience: int | None = setting(
-        None, min=1, unit="evaluations", group="Run"
+        None, min=1, max=100_000, unit="evaluations", group="Run"
     )
     """Stop when the windowed eval mean has not improved by more than
     ``convergence_min_delta`` for this many evaluations (None: never)."""
     convergence_min_delta: float = setting(0.0, min=0, unit="reward", form=False)
     """Smallest improvement of the windowed eval mean that counts (reward)."""
-    torch_threads: int | None = setting(None, min=1, form=False)
+    torch_threads: int | None = setting(None, min=1, max=1024, form=False)
     """Torch intra-op threads; None: from the hardware."""
     device: str = setting("auto", choices=DEVICES, group="Run")
     """``auto`` (GPU if present, except for MLP policies), ``cpu``, ``cuda``,
@@ -1027,7 +1065,7 @@ def preset_provenance(
         except ConfigError as exc:
             return str(exc)
         where = record.get("provenance")
-        name = f"The project preset {preset!r}"
+        name = f"The project preset {shown(preset)}"
     else:
         where = _builtin(env_id, algo).get("provenance")
         name = f"The built-in preset for {algo} on {env_id}"
@@ -1142,12 +1180,12 @@ def load_preset(
     checked_name("preset", name)
     if project_dir is None:
         raise ConfigError(
-            "preset", f"The preset {name!r} needs a project to be read from."
+            "preset", f"The preset {shown(name)} needs a project to be read from."
         )
     path = contract.preset_file(project_dir, name)
     if not path.is_file():
         raise ConfigError(
-            "preset", f"There is no preset {name!r} in this project ({path})."
+            "preset", f"There is no preset {shown(name)} in this project ({path})."
         )
     try:
         record = untrusted.load_file(path, str(path))
@@ -1167,7 +1205,8 @@ def load_preset(
         if key in _RUN_ONLY or (key not in TRAIN_FIELDS and key not in algo_fields):
             raise ConfigError(
                 "preset",
-                f"The preset {name!r} has a setting {key!r} a preset cannot set.",
+                f"The preset {shown(name)} has a setting {shown(key)} a preset "
+                "cannot set.",
             )
     return record
 
@@ -1257,7 +1296,14 @@ def register_designed_envs(project_dir: str | os.PathLike[str] | None) -> None:
     module = importlib.import_module("engine.envs")
     register = getattr(module, "register_project_envs", None)
     if callable(register):
-        register(Path(project_dir))
+        try:
+            register(Path(project_dir))
+        except OSError as exc:  # a name too long, a file in the way
+            raise ConfigError(
+                "project_dir",
+                f"The project folder {shown(str(project_dir))} cannot be read "
+                f"({exc.strerror or exc}).",
+            ) from None
 
 
 def _unknown_env_message(env_id: str, known: list[str]) -> str:
@@ -1271,7 +1317,7 @@ def _unknown_env_message(env_id: str, known: list[str]) -> str:
             )
         ]
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
-    return f"Unknown environment {env_id!r}{hint}"
+    return f"Unknown environment {shown(env_id)}{hint}"
 
 
 def inspect_env(env_id: str, env_kwargs: dict[str, Any]) -> EnvInfo:
@@ -1289,16 +1335,17 @@ def inspect_env(env_id: str, env_kwargs: dict[str, Any]) -> EnvInfo:
         first = first.rstrip(".") + "." if first else "see the log."
         raise ConfigError(
             "env",
-            f"Environment {env_id!r} needs a package that is not installed: {first}",
+            f"Environment {shown(env_id)} needs a package that is not "
+            f"installed: {first}",
         ) from exc
     except TypeError as exc:
         raise ConfigError(
             "env_kwargs",
-            f"Environment {env_id!r} does not accept these arguments: {exc}.",
+            f"Environment {shown(env_id)} does not accept these arguments: {exc}.",
         ) from exc
     except gym_error.Error as exc:
         raise ConfigError(
-            "env", f"Environment {env_id!r} cannot be made: {exc}."
+            "env", f"Environment {shown(env_id)} cannot be made: {exc}."
         ) from exc
     try:
         act = env.action_space
@@ -1349,7 +1396,7 @@ def _resolve_algo(value: Any) -> str:
     if not isinstance(value, str) or value.lower() not in _ALGO_ALIASES:
         known = ", ".join([*ALGO_CONFIGS, "auto"])
         raise ConfigError(
-            "algo", f"Unknown algorithm {value!r}; choose one of {known}."
+            "algo", f"Unknown algorithm {shown(value)}; choose one of {known}."
         )
     return _ALGO_ALIASES[value.lower()]
 
@@ -1372,7 +1419,7 @@ def _check_top_level(cfg: dict[str, Any]) -> None:
 
 def _check_device(value: Any) -> str:
     if not isinstance(value, str):
-        raise ConfigError("device", f"device must be text, not {value!r}.")
+        raise ConfigError("device", f"device must be text, not {shown(value)}.")
     dev = value.strip().lower()
     if dev in ("auto", "cpu"):
         return dev
@@ -1382,11 +1429,13 @@ def _check_device(value: Any) -> str:
         if not torch.cuda.is_available():
             raise ConfigError(
                 "device",
-                f"device {value!r} was asked for but no CUDA GPU is available.",
+                f"device {shown(value)} was asked for but no CUDA GPU is available.",
             )
         index = dev.partition(":")[2]
         if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
-            raise ConfigError("device", f"There is no GPU {value!r} on this machine.")
+            raise ConfigError(
+                "device", f"There is no GPU {shown(value)} on this machine."
+            )
         return dev
     if dev == "mps":
         import torch
@@ -1397,7 +1446,7 @@ def _check_device(value: Any) -> str:
             )
         return dev
     raise ConfigError(
-        "device", f"device must be auto, cpu, cuda, cuda:N or mps, not {value!r}."
+        "device", f"device must be auto, cpu, cuda, cuda:N or mps, not {shown(value)}."
     )
 
 
@@ -1452,7 +1501,7 @@ def _check_hyper(
                 raise ConfigError(
                     f("ent_coef"),
                     "ent_coef must be 'auto', 'auto_<start>' or a number >= 0, "
-                    f"not {ent!r}.",
+                    f"not {shown(ent)}.",
                 )
         elif ent != "auto":
             try:
@@ -1462,7 +1511,8 @@ def _check_hyper(
             if not start > 0:
                 raise ConfigError(
                     f("ent_coef"),
-                    f"ent_coef 'auto_<start>' needs a positive start, not {ent!r}.",
+                    "ent_coef 'auto_<start>' needs a positive start, "
+                    f"not {shown(ent)}.",
                 )
         if hp["target_entropy"] != "auto":
             try:
@@ -1471,7 +1521,7 @@ def _check_hyper(
                 raise ConfigError(
                     f("target_entropy"),
                     "target_entropy must be 'auto' or a number, "
-                    f"not {hp['target_entropy']!r}.",
+                    f"not {shown(hp['target_entropy'])}.",
                 ) from None
     return hp
 
@@ -1542,14 +1592,14 @@ def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
     if info.action_kind == "other":
         raise ConfigError(
             "env",
-            f"{env_id!r} has a {info.action_space} action space, "
+            f"{shown(env_id)} has a {info.action_space} action space, "
             "which no algorithm here supports.",
         )
     if algo == "MaskablePPO" and not info.has_action_masks:
         raise ConfigError(
             "algo",
             "MaskablePPO needs an environment with action_masks(), "
-            f"and {env_id!r} has none; use PPO.",
+            f"and {shown(env_id)} has none; use PPO.",
         )
     if algo in DISCRETE_ONLY and info.action_kind != "discrete":
         raise ConfigError(
@@ -1566,7 +1616,7 @@ def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
     if algo == "DQN" and info.action_space != "Discrete":
         raise ConfigError(
             "algo",
-            f"DQN needs a Discrete action space, but {env_id!r} has a "
+            f"DQN needs a Discrete action space, but {shown(env_id)} has a "
             f"{info.action_space} one; use PPO or A2C.",
         )
 
@@ -1583,14 +1633,16 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         name = unknown[0]
         close = difflib.get_close_matches(name, TRAIN_FIELDS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else "."
-        raise ConfigError(name, f"Unknown setting {name!r}{hint}")
+        hint = f"; did you mean {shown(close[0])}?" if close else "."
+        raise ConfigError(name, f"Unknown setting {shown(name)}{hint}")
     cfg: dict[str, Any] = defaults_of(TrainConfig)
     cfg.update(config)
     record = None
     if cfg["preset"]:
         if not isinstance(cfg["preset"], str):
-            raise ConfigError("preset", f"preset must be text, not {cfg['preset']!r}.")
+            raise ConfigError(
+                "preset", f"preset must be text, not {shown(cfg['preset'])}."
+            )
         record = load_preset(cfg["project_dir"], cfg["preset"])
         # A preset knows what it was tuned for.
         if not cfg["env"]:
@@ -1630,10 +1682,10 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     for name in hp_in:
         if name not in valid_names:
             close = difflib.get_close_matches(str(name), valid_names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else "."
+            hint = f"; did you mean {shown(close[0])}?" if close else "."
             raise ConfigError(
                 f"hyperparameters.{name}",
-                f"Unknown hyperparameter {name!r} for {algo}{hint}",
+                f"Unknown hyperparameter {shown(name)} for {algo}{hint}",
             )
 
     if record is None:
@@ -1641,7 +1693,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     elif (record["env"], record["algo"]) != (env_id, algo):
         raise ConfigError(
             "preset",
-            f"The preset {cfg['preset']!r} was tuned for {record['algo']} on "
+            f"The preset {shown(cfg['preset'])} was tuned for {record['algo']} on "
             f"{record['env']}, not {algo} on {env_id}.",
         )
     else:

@@ -10,16 +10,22 @@ parts (``env_reward``, ``learned_reward``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from engine.errors import ConfigError
+from engine import untrusted
+from engine.errors import ConfigError, EngineError
+from engine.settings import shown
+from engine.store.atomic import read_small_text
 
 META_FILE = "reward_model.json"
+WEIGHTS_FILE = "mlp.pt"
+WEIGHTS_MAX_BYTES = 512 * 2**20
+"""The largest ``mlp.pt`` loaded (the widest MLP reward.train makes holds
+under 100 MiB)."""
 
 
 def check_model(
@@ -31,21 +37,62 @@ def check_model(
     folder = Path(path).expanduser()
     if not folder.is_absolute() and project_dir:
         folder = Path(project_dir) / folder
+    name = shown(str(folder))
     try:
-        meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        meta = untrusted.loads(
+            read_small_text(folder / META_FILE, f"{name}/{META_FILE}"), META_FILE
+        )
+    except (EngineError, untrusted.UntrustedDataError):
         raise ConfigError(
             field_name,
-            f"{folder} is not a reward model (no readable {META_FILE}); train "
+            f"{name} is not a reward model (no readable {META_FILE}); train "
             "one with reward.train.",
         ) from None
     if not isinstance(meta, dict) or meta.get("kind") != "control":
         raise ConfigError(
             field_name,
-            f"{folder} is a text reward model; an SB3 run needs a control one "
+            f"{name} is a text reward model; an SB3 run needs a control one "
             "(trained on observations).",
         )
+    weights = folder / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ConfigError(
+            field_name,
+            f"{name} has no {WEIGHTS_FILE} (the control reward model's "
+            "weights); train it again with reward.train.",
+        )
+    if weights.stat().st_size > WEIGHTS_MAX_BYTES:
+        raise ConfigError(
+            field_name,
+            f"{name}/{WEIGHTS_FILE} is larger than "
+            f"{WEIGHTS_MAX_BYTES // 2**20} MiB, too large for a control reward "
+            "model's weights.",
+        )
     return str(folder.resolve())
+
+
+def load_control_scorer(path: str, field_name: str = "learned_reward") -> Any:
+    """The :class:`~engine.llm.reward_model.ControlScorer` of a checked
+    folder (:func:`check_model`); ConfigError with one sentence when its
+    weights cannot be loaded: torch reads them with ``weights_only``, so a
+    file holding any other pickle (code to run) is refused, not run."""
+    from engine.llm.reward_model import ControlScorer, load_scorer
+
+    folder = check_model(path, field_name)
+    try:
+        scorer = load_scorer(folder)
+    except ConfigError:
+        raise
+    except Exception as exc:  # a foreign file fails in many ways
+        lines = str(exc).strip().splitlines()
+        why = f" ({shown(lines[0])})" if lines else ""
+        raise ConfigError(
+            field_name,
+            f"{shown(folder)}/{WEIGHTS_FILE} is not a control reward model's "
+            f"weights: {type(exc).__name__}{why}; train it again with reward.train.",
+        ) from None
+    assert isinstance(scorer, ControlScorer)
+    return scorer
 
 
 def _plain(value: Any) -> Any:
@@ -60,12 +107,8 @@ def _plain(value: Any) -> Any:
 
 class LearnedRewardWrapper(gym.Wrapper):
     def __init__(self, env: gym.Env, model: str, weight: float = 1.0) -> None:
-        from engine.llm.reward_model import ControlScorer, load_scorer
-
         super().__init__(env)
-        scorer = load_scorer(check_model(model))
-        assert isinstance(scorer, ControlScorer)
-        self.scorer = scorer
+        self.scorer = load_control_scorer(model)
         self.weight = float(weight)
         self._obs: Any = None
 

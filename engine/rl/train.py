@@ -60,7 +60,12 @@ from engine.rl.config import (
     validate,
 )
 from engine.rl.policy import VECNORMALIZE_FILE, evaluate
-from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
+from engine.store.atomic import (
+    atomic_write_json,
+    atomic_write_text,
+    json_safe,
+    temp_path,
+)
 from engine.store.metrics import iter_metrics
 
 PROGRESS_INTERVAL_S = 0.1
@@ -654,29 +659,34 @@ class Trainer:
 
     # ------------------------------------------------------ checkpoints
     def _state(self) -> dict[str, Any]:
-        return {
-            "step": int(self.model.num_timesteps),
-            "algo": self.algo,
-            # So that a summary read from this checkpoint says where this
-            # attempt started (engine.rl.checkpoints.summary_on_disk).
-            "resumed_from": self.resumed_from,
-            "env": self.cfg["env"],
-            "eval_history": self.eval_history,
-            "best_eval_reward": self.best_eval_reward,
-            "best_eval_metrics": self.best_eval_metrics,
-            "last_eval_reward": self.last_eval_reward,
-            "last_eval_step": self.last_eval_step,
-            "best_window_mean": None
-            if math.isinf(self.best_window_mean)
-            else self.best_window_mean,
-            "stale_evals": self.stale_evals,
-            "next_eval_step": self.next_eval_step,
-            "next_ckpt_step": self.next_ckpt_step,
-            "last_logged": self.last_logged,
-            "curriculum": None
-            if self.curriculum is None
-            else self.curriculum.schedule.state(),
-        }
+        # NaN in what SB3 logged (explained variance when every return is
+        # equal) is stored as null: state.json must stay strict JSON.
+        state: dict[str, Any] = json_safe(
+            {
+                "step": int(self.model.num_timesteps),
+                "algo": self.algo,
+                # So that a summary read from this checkpoint says where this
+                # attempt started (engine.rl.checkpoints.summary_on_disk).
+                "resumed_from": self.resumed_from,
+                "env": self.cfg["env"],
+                "eval_history": self.eval_history,
+                "best_eval_reward": self.best_eval_reward,
+                "best_eval_metrics": self.best_eval_metrics,
+                "last_eval_reward": self.last_eval_reward,
+                "last_eval_step": self.last_eval_step,
+                "best_window_mean": None
+                if math.isinf(self.best_window_mean)
+                else self.best_window_mean,
+                "stale_evals": self.stale_evals,
+                "next_eval_step": self.next_eval_step,
+                "next_ckpt_step": self.next_ckpt_step,
+                "last_logged": self.last_logged,
+                "curriculum": None
+                if self.curriculum is None
+                else self.curriculum.schedule.state(),
+            }
+        )
+        return state
 
     def _restore_state(self, state: dict[str, Any]) -> None:
         self.eval_history = [float(x) for x in state.get("eval_history", [])]

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import json
 import logging
@@ -68,7 +69,7 @@ from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.priority import match_session_priority
 from engine.rl.config import ALGO_NAMES
 from engine.rl.sweep_workers import WorkerGroup, run_forked
-from engine.settings import setting
+from engine.settings import STEPS_MAX, setting
 
 if TYPE_CHECKING:
     import optuna
@@ -894,14 +895,14 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
     for option, value in (("--trials", args.trials), ("--steps", args.steps)):
         if value is None:
             raise EngineError(f"A new sweep needs {option}.")
-        if value < 1:
-            raise EngineError(f"{option} must be at least 1, not {value}.")
+    trials = checked_option(args, "trials")
+    steps = checked_option(args, "steps")
     top, hyper = parse_settings(args.settings)
     prune_startup = (
-        DEFAULT_PRUNE_STARTUP if args.prune_startup is None else args.prune_startup
+        DEFAULT_PRUNE_STARTUP
+        if args.prune_startup is None
+        else checked_option(args, "prune_startup")
     )
-    if prune_startup < 0:
-        raise EngineError(f"--prune-startup must be 0 or more, not {prune_startup}.")
     objective = getattr(args, "objective", None) or "reward"
     if objective not in OBJECTIVES:
         raise ConfigError(
@@ -921,7 +922,7 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
     base = {
         "env": args.env,
         "algo": args.algo or "auto",
-        "total_steps": args.steps,
+        "total_steps": steps,
         **top,
         "project_dir": str(project_dir),
     }
@@ -938,8 +939,8 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
         "format": SETTINGS_FORMAT,
         "env": checked["env"],
         "algo": algo,
-        "steps": args.steps,
-        "trials": args.trials,
+        "steps": steps,
+        "trials": trials,
         "search": [d.to_json() for d in dims],
         "settings": top,
         "hyperparameters": hyper,
@@ -947,6 +948,17 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
         "prune_startup": prune_startup,
         "objective": objective,
     }
+
+
+def checked_option(args: argparse.Namespace, name: str) -> int:
+    """The command's option ``--name`` (a :class:`TuneConfig` setting)
+    checked against its declaration (bounds included), as the job's form
+    checks it; a ConfigError naming the option otherwise."""
+    from engine.settings import check_value, fields_of
+
+    option = "--" + name.replace("_", "-")
+    info = dataclasses.replace(fields_of(TuneConfig)[name], name=option)
+    return int(check_value(info, getattr(args, name), name))
 
 
 def _clash(existing: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
@@ -1189,8 +1201,7 @@ def conclude(
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.workers < 1:
-        raise EngineError(f"--workers must be at least 1, not {args.workers}.")
+    checked_option(args, "workers")
     workers = WorkerGroup(args.workers)
     try:
         name, study, storage, settings, storage_url, project_dir = _prepare(args)
@@ -1283,7 +1294,7 @@ class TuneConfig:
     """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``."""
     trials: int = setting(16, min=1, max=10_000, group="Sweep")
     """Trials in the study (over all its workers)."""
-    steps: int = setting(20_000, min=1, unit="steps", group="Sweep")
+    steps: int = setting(20_000, min=1, max=STEPS_MAX, unit="steps", group="Sweep")
     """Training length of each trial."""
     workers: int = setting(1, min=1, max=64, group="Sweep")
     """Worker processes on this machine."""
@@ -1298,7 +1309,9 @@ class TuneConfig:
     objective: str = setting("reward", choices=OBJECTIVES, group="Sweep")
     """``reward`` (last evaluation, maximized) or ``time_to_target`` (CPU
     seconds to ``target_eval_reward``, which ``settings`` must set; minimized)."""
-    prune_startup: int = setting(DEFAULT_PRUNE_STARTUP, min=0, group="Sweep")
+    prune_startup: int = setting(
+        DEFAULT_PRUNE_STARTUP, min=0, max=10_000, group="Sweep"
+    )
     """Trials finished before pruning starts."""
     study: str = setting("", group="Sweep")
     """Study name ('' = generated); an existing one is joined."""

@@ -79,10 +79,12 @@ def read_token(path: str | None, host: str) -> str | None:
                 "give --token-file FILE."
             )
         return None
-    try:
-        token = Path(path).expanduser().read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EngineError(f"The token file {path} cannot be read ({exc}).") from None
+    from engine.store.atomic import read_small_text
+
+    # Bounded: --token-file /dev/zero read 9 GB.
+    token = read_small_text(
+        Path(path).expanduser(), f"The token file {path}", 64 * 1024
+    ).strip()
     if not token or any(c.isspace() for c in token):
         raise EngineError(
             f"The token file {path} must hold one token (no spaces), not "

@@ -8,10 +8,12 @@ then renamed over the target (atomic on POSIX and on Windows via
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 # The one implementation, in the stdlib-only module the GUI may import too
 # (engine.contract); re-exported here for the engine.
@@ -22,6 +24,7 @@ from engine.contract import atomic_write_text as atomic_write_text
 from engine.contract import temp_owner as temp_owner
 from engine.contract import temp_path as temp_path
 from engine.errors import EngineError
+from engine.untrusted import UntrustedDataError, read_file
 
 
 def make_parent_folder(out_path: Path) -> None:
@@ -34,6 +37,48 @@ def make_parent_folder(out_path: Path) -> None:
             f"Cannot write {out_path}: {out_path.parent} cannot be made a folder "
             f"({exc.strerror or exc})."
         ) from None
+
+
+SMALL_FILE_BYTES = 1024 * 1024
+"""Default size limit of a small file read whole (a token, a model's
+metadata)."""
+
+
+def read_small_text(
+    path: str | os.PathLike[str], what: str, limit: int = SMALL_FILE_BYTES
+) -> str:
+    """The UTF-8 text of the regular file ``path`` of at most ``limit``
+    bytes, read without ever reading more; an EngineError with one sentence
+    starting with ``what`` when it is missing, a folder, a device
+    (``/dev/zero``), a FIFO, larger, unreadable or not UTF-8."""
+    try:
+        data = read_file(path, what, limit)
+    except UntrustedDataError as exc:
+        raise EngineError(str(exc)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EngineError(f"{what} is not UTF-8 text.") from None
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN and infinity in it (in dicts, lists and
+    tuples; numpy scalars included) replaced by None, which JSON can hold:
+    a metric SB3 computes as NaN (the explained variance of equal returns)
+    is stored as null instead of failing the write."""
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if not isinstance(value, bool | int | float | str) and hasattr(value, "item"):
+        try:
+            scalar = value.item()  # a numpy or torch scalar
+        except (ValueError, RuntimeError):
+            return value
+        return json_safe(scalar) if isinstance(scalar, int | float) else value
+    return value
 
 
 STALE_TEMP_AGE_S = 3600.0
