@@ -37,3 +37,16 @@ class ProjectError(EngineError):
 
 class UnknownRunError(EngineError):
     """A run id that the open project does not know."""
+
+
+MAX_QUOTED_CHARS = 200
+"""The most characters of a value given from outside that a sentence quotes."""
+
+
+def quoted(value: object, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``repr(value)`` for a sentence, cut to ``limit`` characters: a client
+    that sends a 5,000-character name does not get it echoed back whole."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"

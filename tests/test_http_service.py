@@ -606,6 +606,132 @@ def test_bad_trajectory_input_is_one_status_and_one_sentence(
     assert client.trajectory(tid) == before  # nothing half-written
 
 
+def chunked_post(
+    served: Served, path: str, pieces: Iterator[bytes]
+) -> tuple[int, dict[str, Any], int]:
+    """POST ``pieces`` as a ``Transfer-Encoding: chunked`` body over a real
+    socket, stopping as soon as an answer arrives; (status, JSON answer,
+    bytes sent)."""
+    import select
+
+    host, port = served.url.removeprefix("http://").rsplit(":", 1)
+    sent = 0
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "".encode()
+        )
+        try:
+            for piece in pieces:
+                if select.select([sock], [], [], 0)[0]:
+                    break  # answered before the body was all sent
+                sock.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
+                sent += len(piece)
+            else:
+                sock.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server closed: its answer is read below
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            data = sock.recv(65536)
+            assert data, f"the connection closed with no answer: {reply!r}"
+            reply += data
+        head, _, body = reply.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        length = next(
+            int(line.split(":", 1)[1])
+            for line in lines
+            if line.lower().startswith("content-length:")
+        )
+        while len(body) < length:
+            data = sock.recv(65536)
+            assert data, "the connection closed in the middle of the answer"
+            body += data
+    return int(lines[0].split()[1]), json.loads(body), sent
+
+
+def test_a_chunked_body_is_counted_as_it_arrives(
+    server: Served, client: StudioClient
+) -> None:
+    """A chunked body has no Content-Length to refuse: its bytes are counted
+    as they come, and past 1 MiB the answer is 413 while the client is
+    still sending; nothing is stored and the server did not keep the body
+    (its memory grows by far less than what was sent). A chunked body
+    within the limit is taken."""
+    import psutil
+
+    tid = client.start_trajectory("chunker")
+    small = [b'{"action": 1,', b' "reward": 0.5}']
+    status, answer, _ = chunked_post(server, f"/trajectories/{tid}/steps", iter(small))
+    assert (status, answer["t"]) == (201, 0)
+
+    rss_before = psutil.Process(server.proc.pid).memory_info().rss
+    mib = 1 << 20
+
+    def pieces() -> Iterator[bytes]:
+        yield b'{"action": "'
+        for _ in range(64):  # 64 MiB if nothing stops it
+            yield b"a" * mib
+        yield b'", "reward": 1}'
+
+    status, answer, sent = chunked_post(server, f"/trajectories/{tid}/steps", pieces())
+    assert status == 413, answer
+    assert answer["error"] == "The request body is larger than 1,048,576 bytes."
+    assert sent < 64 * mib, "the answer came only once the whole body was sent"
+    grown = psutil.Process(server.proc.pid).memory_info().rss - rss_before
+    assert grown < 16 * mib, f"the server grew by {grown / mib:.0f} MiB"
+    assert [s["t"] for s in client.trajectory(tid)["steps"]] == [0]
+    assert client.health()["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw", "status", "words"),
+    [
+        ("POST", "/train/" + "x" * 5000, b"{}", 400, "1 to 200 characters"),
+        ("POST", "/train/a%00b", b"{}", 400, "no control characters"),
+        ("GET", "/runs/" + "r" * 201, None, 400, "1 to 200 characters"),
+        ("POST", "/flows/" + "f" * 300 + "/run", b"{}", 400, "1 to 200 characters"),
+        ("GET", "/agents/" + "a" * 5000, None, 400, "1 to 200 characters"),
+        ("POST", "/trajectories", b'{"agent": "\\ud800"}', 400, "not valid Unicode"),
+        ("POST", "/trajectories", b'{"agent": "' + b"a" * 5000 + b'"}', 422, "..."),
+    ],
+)
+def test_path_parameters_and_text_are_checked_where_they_come_in(
+    client: StudioClient,
+    method: str,
+    path: str,
+    raw: bytes | None,
+    status: int,
+    words: str,
+) -> None:
+    """The attacks of issue #26 on a real server: a 5,000-character path
+    parameter (it reached the file system: 500 "File name too long"), NUL
+    in one, a lone surrogate; a value sent is quoted, not echoed whole."""
+    with pytest.raises(ApiError) as err:
+        client.request(method, path, raw_body=raw)
+    assert err.value.status == status, err.value
+    assert words in err.value.message, err.value.message
+    assert one_sentence(err.value.message), err.value.message
+
+
+def test_a_step_with_a_lone_surrogate_is_refused_and_the_trajectory_reads(
+    client: StudioClient,
+) -> None:
+    """Stored once, such a step made its trajectory unreadable for good
+    (500 on every read): now it is a 400 and nothing is stored."""
+    tid = client.start_trajectory("surrogates")
+    for raw in (
+        b'{"action": "\\ud800", "reward": 1}',
+        b'{"steps": [{"action": 1, "reward": 1, "state": {"\\udfff": 0}}]}',
+    ):
+        error = post(client, f"/trajectories/{tid}/steps", raw=raw)
+        assert error.status == 400 and "not valid Unicode" in error.message, error
+    assert client.add_step(tid, action="\N{GRINNING FACE}", reward=1.0) == 0
+    steps = client.trajectory(tid)["steps"]
+    assert [s["action"] for s in steps] == ["\N{GRINNING FACE}"]
+
+
 def test_a_batch_of_steps_is_stored_at_once_and_durably(tmp_path: Path) -> None:
     """``{"steps": [...]}``: one request, one transaction; the steps are
     there, in order after the single ones, once the server restarted."""

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, quoted
 from engine.llm.chat_worker import ChatWorker
 from engine.retrain_status import deployed_version
 from engine.rl.act_worker import ActWorker
@@ -58,7 +58,7 @@ def version_number(field: str, value: object) -> int:
     digits = text[1:] if text.startswith("v") else text
     if not digits.isdigit() or int(digits) < 1:
         raise ConfigError(
-            field, f"{field} must be a version such as 'v2' or 2, not {value!r}."
+            field, f"{field} must be a version such as 'v2' or 2, not {quoted(value)}."
         )
     return int(digits)
 
@@ -190,7 +190,7 @@ class Agents:
                 raise ConfigError(
                     "rollout",
                     "rollout must be a whole percentage from 0 to 100, "
-                    f"not {rollout!r}.",
+                    f"not {quoted(rollout)}.",
                 )
             config["rollout"] = rollout
         self.project.set_agent_config(
@@ -241,7 +241,7 @@ class Agents:
                     metrics=facts,
                 ).id
         elif not any(m.id == model_id for m in self.project.list_models()):
-            raise UnknownAgent(f"There is no model {model_id!r} in this project.")
+            raise UnknownAgent(f"There is no model {quoted(model_id)} in this project.")
         assert model_id is not None
         record = self.project.add_version(name, model_id)
         return {"agent": name, "version": f"v{record.version}", "model_id": record.id}

@@ -6,6 +6,14 @@ JSON. Every failure is one HTTP status with ``{"error": "<one sentence>"}``
 is replaced by a sentence naming the field. With a token, every route
 (``/docs`` and ``/openapi.json`` included) wants ``Authorization: Bearer
 <token>``, compared in constant time.
+
+What a client sends is checked where it comes in: the body is counted as
+it arrives, whatever its framing (``Content-Length`` or chunked), and
+refused past :data:`MAX_BODY_BYTES`; JSON is parsed by
+:func:`engine.untrusted.loads` (no NaN or Infinity, no integer beyond 64
+bits, no lone surrogate, bounded nesting); path parameters are at most
+:data:`MAX_PATH_PARAM_CHARS` characters with no control character. A
+sentence quotes at most 200 characters of anything the client sent.
 """
 
 from __future__ import annotations
@@ -21,8 +29,10 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Body, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,10 +43,10 @@ from pydantic import (
 )
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import contract
-from engine.errors import ConfigError, EngineError, UnknownRunError
+from engine import contract, untrusted
+from engine.errors import ConfigError, EngineError, UnknownRunError, quoted
 from engine.service.agents import ActFailed, UnknownAgent
 from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
 from engine.store.trajectories import MAX_BATCH_STEPS, UnknownTrajectoryError
@@ -45,11 +55,25 @@ API_VERSION = "1"
 HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
 MAX_BODY_BYTES = 1 << 20
 """The largest request body taken (a step with a long prompt fits)."""
+MAX_PATH_PARAM_CHARS = 200
+"""The longest value of a path parameter (an env id, a run id, a name):
+longer ones name nothing the project can hold (file names stop at 255
+bytes), and are refused before they reach the file system."""
+PATH_PARAM_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+"""No control character (NUL included) in a path parameter."""
 SSE_POLL_S = 0.2
 """How often an event stream looks for new metric rows and status."""
 SSE_KEEPALIVE_S = 10.0
 """A comment line this often keeps proxies from closing a quiet stream."""
 _Model = TypeVar("_Model", bound="BaseModel")
+
+PathText = Annotated[
+    str,
+    PathParam(
+        min_length=1, max_length=MAX_PATH_PARAM_CHARS, pattern=PATH_PARAM_PATTERN
+    ),
+]
+"""A path parameter, bounded and free of control characters."""
 
 
 # ------------------------------------------------------------------ bodies
@@ -221,6 +245,17 @@ def validation_sentence(exc: RequestValidationError) -> tuple[int, str, str]:
     where, parts = (str(loc[0]), loc[1:]) if loc else ("body", [])
     if kind == "json_invalid":
         return 400, "The request body is not valid JSON.", ""
+    if where == "path":
+        # Too long, empty or with a control character: no such thing can
+        # exist, and the value must not reach the file system.
+        name = str(parts[0]) if parts else "path parameter"
+        return (
+            400,
+            f"The {name.replace('_', ' ')} in the path must be 1 to "
+            f"{MAX_PATH_PARAM_CHARS} characters with no control characters, "
+            f"not {quoted(err.get('input'), 60)}.",
+            name,
+        )
     if where == "body" and not parts:
         if kind == "missing":
             return 422, "The request needs a JSON object body.", ""
@@ -232,10 +267,12 @@ def validation_sentence(exc: RequestValidationError) -> tuple[int, str, str]:
     if kind == "missing":
         return 422, f"{name} is required.", name
     if kind == "extra_forbidden":
-        return 422, f"Unknown field {name!r}.", name
+        return 422, f"Unknown field {quoted(name)}.", name
     if kind in _TYPE_WORDS:
         shown = json.dumps(value) if _jsonable(value) else repr(value)
-        return 422, f"{name} {_TYPE_WORDS[kind]}, not {shown[:80]}.", name
+        if len(shown) > 80:
+            shown = f"{shown[:80]}... ({len(shown):,} characters)"
+        return 422, f"{name} {_TYPE_WORDS[kind]}, not {shown}.", name
     message = str(err.get("msg", "is not valid")).rstrip(".")
     return 422, f"{name}: {message[:1].lower()}{message[1:]}.", name
 
@@ -247,6 +284,54 @@ def _parse(model: type[_Model], raw: dict[str, Any]) -> _Model:
     except ValidationError as exc:
         errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]
         raise RequestValidationError(errors) from None
+
+
+class BodyRefused(StarletteHTTPException):
+    """A JSON body refused as it is parsed (not JSON, not UTF-8, a lone
+    surrogate, NaN, an integer beyond 64 bits, nested too deeply)."""
+
+    def __init__(self, status: int, message: str, field: str = "") -> None:
+        super().__init__(status, message)
+        self.field = field
+
+
+class UntrustedJsonRequest(Request):
+    """A request whose JSON body is parsed by :func:`engine.untrusted.loads`
+    (FastAPI's own parse takes NaN, Infinity and lone surrogates, which
+    then fail far from the request, or are stored and can never be read
+    back)."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = untrusted.loads(body, "The request body")
+            except untrusted.UntrustedDataError as exc:
+                # A value of a field that JSON or the engine cannot hold is
+                # that field's problem (422); a body that is no text, no
+                # JSON, or holds text that is not Unicode is malformed (400).
+                malformed = not exc.field or "Unicode" in str(exc)
+                raise BodyRefused(
+                    400 if malformed else 422, str(exc), exc.field
+                ) from None
+        return self._json
+
+
+class UntrustedJsonRoute(APIRoute):
+    """Every route parses its JSON body with :class:`UntrustedJsonRequest`."""
+
+    def get_route_handler(self) -> Any:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(UntrustedJsonRequest(request.scope, request.receive))
+
+        return route
+
+
+def _cut(text: str, limit: int = MAX_PATH_PARAM_CHARS) -> str:
+    """``text`` from the request line, cut for a sentence."""
+    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _jsonable(value: Any) -> bool:
@@ -273,9 +358,15 @@ def _status_of(exc: EngineError) -> int:
 class Gate:
     """ASGI middleware answering before any route: 401 without the bearer
     token (when there is one; compared in constant time), 413 for a body
-    declared larger than :data:`MAX_BODY_BYTES`. Plain ASGI, not
+    larger than :data:`MAX_BODY_BYTES`. Plain ASGI, not
     ``@app.middleware``: that wraps every request in a task group and
-    streams, which cost more than a whole trajectory step."""
+    streams, which cost more than a whole trajectory step.
+
+    The body is counted as its ``http.request`` messages arrive, whatever
+    its framing: a declared ``Content-Length`` over the limit is refused
+    before a byte is read, and a chunked body as soon as its count passes
+    the limit, the rest unread (uvicorn drops what still comes). A body
+    within the limit is handed to the app whole, as one message."""
 
     def __init__(self, app: ASGIApp, token: str | None = None) -> None:
         self.app = app
@@ -299,14 +390,44 @@ class Gate:
                     headers={"WWW-Authenticate": "Bearer"},
                 )
         length = headers.get("content-length", "")
-        if refusal is None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            refusal = error_response(
-                413, f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
-            )
+        if (
+            refusal is None
+            and length.isdigit()
+            and (len(length) > 18 or int(length) > MAX_BODY_BYTES)
+        ):
+            refusal = _too_large()
         if refusal is not None:
             await refusal(scope, receive, send)
-        else:
-            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body was sent
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                await _too_large()(scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        pending: list[Message] = [
+            {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        ]
+
+        async def replay() -> Message:
+            # The body once; then what the server says (a disconnect).
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+
+def _too_large() -> JSONResponse:
+    return error_response(
+        413, f"The request body is larger than {MAX_BODY_BYTES:,} bytes."
+    )
 
 
 # --------------------------------------------------------------------- app
@@ -325,6 +446,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         description="Train, watch and stop the runs of one RL Studio project.",
     )
 
+    app.router.route_class = UntrustedJsonRoute
     app.add_middleware(Gate, token=token)
 
     @app.exception_handler(EngineError)
@@ -335,17 +457,20 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         status, message, field = validation_sentence(exc)
         content_type = request.headers.get("content-type", "")
-        if status == 400 and "json" not in content_type:
+        if status == 400 and not field and "json" not in content_type:
             status = 415
             message = "Send the body as JSON, with 'Content-Type: application/json'."
         return error_response(status, message, field)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        method, path = _cut(request.method), _cut(request.url.path)
+        if isinstance(exc, BodyRefused):
+            return error_response(exc.status_code, str(exc.detail), exc.field)
         if exc.status_code == 404:
-            message = f"There is no route {request.method} {request.url.path}."
+            message = f"There is no route {method} {path}."
         elif exc.status_code == 405:
-            message = f"{request.url.path} does not answer {request.method}."
+            message = f"{path} does not answer {method}."
         else:
             message = str(exc.detail).rstrip(".") + "."
         return error_response(exc.status_code, message)
@@ -353,7 +478,8 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
     @app.exception_handler(Exception)
     async def on_crash(request: Request, exc: Exception) -> JSONResponse:
         return error_response(
-            500, f"The engine failed on {request.url.path}: {type(exc).__name__}."
+            500,
+            f"The engine failed on {_cut(request.url.path)}: {type(exc).__name__}.",
         )
 
     # ------------------------------------------------------------ routes
@@ -373,7 +499,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
 
     @app.post("/train/{env:path}", status_code=201)
     def train(
-        env: str, body: Annotated[TrainRequest | None, Body()] = None
+        env: PathText, body: Annotated[TrainRequest | None, Body()] = None
     ) -> dict[str, str]:
         """Start training ``env`` (a designed env's name, or a Gymnasium id)."""
         req = body or TrainRequest()
@@ -410,12 +536,12 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         return service.retraining.trigger(force=req.force, batch_size=req.batchSize)
 
     @app.get("/training/{job_id}")
-    def training(job_id: str) -> dict[str, Any]:
+    def training(job_id: PathText) -> dict[str, Any]:
         """Status, progress, rate, ETA, latest metrics and error of a run."""
         return service.job(job_id)
 
     @app.post("/training/{job_id}/stop", status_code=202)
-    def stop(job_id: str) -> dict[str, str]:
+    def stop(job_id: PathText) -> dict[str, str]:
         """Ask a run to save and stop (by force after a timeout)."""
         service.stop(job_id)
         return {"job_id": job_id, "status": "stopping"}
@@ -425,12 +551,12 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         return {"runs": [r.to_dict() for r in service.runs()]}
 
     @app.get("/runs/{run_id}", response_model=None)
-    def run(run_id: str) -> contract.RunRow:
+    def run(run_id: PathText) -> contract.RunRow:
         return service.run(run_id).to_dict()
 
     @app.get("/runs/{run_id}/metrics")
     def metrics(
-        run_id: str,
+        run_id: PathText,
         since: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_METRIC_ROWS)] = MAX_METRIC_ROWS,
     ) -> dict[str, Any]:
@@ -440,7 +566,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
 
     @app.get("/runs/{run_id}/events")
     async def events(
-        run_id: str, since: Annotated[int, Query(ge=0)] = 0
+        run_id: PathText, since: Annotated[int, Query(ge=0)] = 0
     ) -> StreamingResponse:
         """Server-Sent Events: ``metrics`` (new rows and ``next``),
         ``status`` (when it changes) and a last ``end`` once the run ended
@@ -454,7 +580,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
 
     @app.post("/flows/{name}/run", status_code=201)
     def run_flow(
-        name: str, body: Annotated[FlowRunRequest | None, Body()] = None
+        name: PathText, body: Annotated[FlowRunRequest | None, Body()] = None
     ) -> dict[str, str]:
         """Run the project's flow ``flows/<name>.flow.json``."""
         req = body or FlowRunRequest()
@@ -494,7 +620,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
 
     @app.post("/trajectories/{trajectory_id}/steps", status_code=201)
     def add_step(
-        trajectory_id: str, raw: Annotated[dict[str, Any], Body()]
+        trajectory_id: PathText, raw: Annotated[dict[str, Any], Body()]
     ) -> dict[str, Any]:
         """Record one step (a :class:`TrajectoryStep`), or several
         (``{"steps": [...]}``, at most 1,000, all or none); answered once
@@ -523,7 +649,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         return {"trajectory_id": trajectory_id, "t": t}
 
     @app.post("/trajectories/{trajectory_id}/end")
-    def end_trajectory(trajectory_id: str, body: TrajectoryEnd) -> dict[str, Any]:
+    def end_trajectory(trajectory_id: PathText, body: TrajectoryEnd) -> dict[str, Any]:
         """End it: its episode goes to its agent's trace file."""
         return service.trajectories.end(
             trajectory_id, status=body.status, total_reward=body.total_reward
@@ -539,7 +665,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         return {"trajectories": rows}
 
     @app.get("/trajectories/{trajectory_id}")
-    def trajectory(trajectory_id: str) -> dict[str, Any]:
+    def trajectory(trajectory_id: PathText) -> dict[str, Any]:
         """The trajectory as a trace episode, steps included."""
         return service.trajectories.episode(trajectory_id)
 
@@ -549,25 +675,25 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         return {"agents": service.project.agent_names()}
 
     @app.get("/agents/{name}")
-    def agent(name: str) -> dict[str, Any]:
+    def agent(name: PathText) -> dict[str, Any]:
         """Versions (lineage, evaluation, live outcomes) and routing."""
         return service.agents.describe(name)
 
     @app.put("/agents/{name}")
-    def configure_agent(name: str, body: AgentUpdate) -> dict[str, Any]:
+    def configure_agent(name: PathText, body: AgentUpdate) -> dict[str, Any]:
         """Pin a version (or follow the latest), name a candidate and the
         percentage of requests it gets."""
         changes = {k: getattr(body, k) for k in body.model_fields_set}
         return service.agents.configure(name, changes)
 
     @app.post("/agents/{name}/versions", status_code=201)
-    def add_version(name: str, body: VersionRequest) -> dict[str, Any]:
+    def add_version(name: PathText, body: VersionRequest) -> dict[str, Any]:
         return service.agents.add_version(
             name, body.model_id, ollama_model=body.ollama_model, host=body.host
         )
 
     @app.post("/agents/{name}/act")
-    def act(name: str, body: ActRequest) -> dict[str, Any]:
+    def act(name: PathText, body: ActRequest) -> dict[str, Any]:
         """Answer with the version routing picks; falls back once when it
         fails; every decision is logged."""
         return service.agents.act(

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from engine import retrain_status
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, quoted
 from engine.retrain_status import (
     SCHEDULE_FIELDS,
     SCHEDULE_KEY,
@@ -57,7 +57,8 @@ def parse_every(text: str) -> float:
         seconds = float(match[1]) * scale
     if seconds <= 0:
         raise EngineError(
-            f"--retrain-every must be a duration such as 24h, 30m or 90s, not {text!r}."
+            "--retrain-every must be a duration such as 24h, 30m or 90s, "
+            f"not {quoted(text)}."
         )
     return seconds
 

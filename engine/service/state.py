@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import contract, flow, protocol
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, quoted
 from engine.jobs.supervisor import Supervisor
 from engine.service.agents import Agents
 from engine.service.retrain import Retraining
@@ -179,7 +179,11 @@ class Service:
         from engine.rl.config import _unknown_env_message, register_designed_envs
 
         name = env.strip()
-        if contract.env_name(name) is None and "/" not in name:
+        if (
+            contract.env_name(name) is None
+            and "/" not in name
+            and flow.path_name_problem("env", name) is None  # else no file name
+        ):
             spec = contract.spec_file(self.project.path, name)
             if spec.is_file():
                 name = contract.env_id(name)
@@ -253,7 +257,7 @@ class Service:
         if not path.is_file():
             known = ", ".join(d["name"] for d in self.flows()) or "none"
             raise NotFound(
-                f"There is no flow {name!r} in this project (flows: {known})."
+                f"There is no flow {quoted(name)} in this project (flows: {known})."
             )
         return path
 
@@ -287,7 +291,9 @@ class Service:
             checked_name("run id", run_id)
             return self.project.get_run(run_id)
         except EngineError:
-            raise NotFound(f"There is no run {run_id!r} in this project.") from None
+            raise NotFound(
+                f"There is no run {quoted(run_id)} in this project."
+            ) from None
 
     def runs(self) -> list[RunRecord]:
         return self.project.list_runs()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, quoted
 from engine.flow import path_name_problem
 
 
@@ -39,12 +39,14 @@ def inside(
         real = target.resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long
         raise ConfigError(
-            field, f"The {field} {str(path)!r} cannot be resolved ({exc})."
+            field,
+            f"The {field} {quoted(str(path))} cannot be resolved "
+            f"({getattr(exc, 'strerror', None) or type(exc).__name__}).",
         ) from None
     if real != real_root and not real.is_relative_to(real_root):
         raise ConfigError(
             field,
-            f"The {field} {str(path)!r} leads outside {base} (to {real}); "
+            f"The {field} {quoted(str(path))} leads outside {base} (to {real}); "
             "it must stay inside.",
         )
     return target

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, quoted
 from engine.store.paths import checked_name, child
 
 DB_FILE = "data/trajectories.sqlite"
@@ -104,31 +104,53 @@ class TrajectoryEndedError(EngineError):
 
 
 def _json(field: str, value: Any) -> str:
+    """``value`` as stored: JSON text, refused (one sentence naming
+    ``field``) when JSON cannot hold it or it holds text that is not valid
+    Unicode (a lone surrogate, which could be stored but never sent back as
+    UTF-8)."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+        text = json.dumps(
+            value, allow_nan=False, ensure_ascii=False, separators=(",", ":")
+        )
     except ValueError:
         raise ConfigError(
             field, f"{field} must not hold NaN or Infinity (JSON has neither)."
         ) from None
     except TypeError as exc:
         raise ConfigError(field, f"{field} cannot be stored as JSON ({exc}).") from None
+    _unicode(field, text)
+    return text
+
+
+def _unicode(field: str, text: str) -> None:
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(
+                field,
+                f"{field} holds text that is not valid Unicode (a lone surrogate).",
+            ) from None
 
 
 def _text(field: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise ConfigError(field, f"{field} must be text, not {value!r}.")
+        raise ConfigError(field, f"{field} must be text, not {quoted(value)}.")
     if len(value) > MAX_TEXT_CHARS:
         raise ConfigError(
             field, f"{field} must be at most {MAX_TEXT_CHARS} characters long."
         )
+    _unicode(field, value)
     return value
 
 
 def _reward(field: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(field, f"{field} must be a number, not {value!r}.")
+        raise ConfigError(field, f"{field} must be a number, not {quoted(value)}.")
     if not math.isfinite(value):
-        raise ConfigError(field, f"{field} must be a finite number, not {value!r}.")
+        raise ConfigError(
+            field, f"{field} must be a finite number, not {quoted(value)}."
+        )
     return float(value)
 
 
@@ -173,6 +195,8 @@ def _step(
         _json(name, value)
     if completion is not None and not isinstance(completion, str):
         raise ConfigError("completion", "completion must be text.")
+    _json("completion", completion)
+    _json("prompt", prompt)
     step: dict[str, Any] = {
         "messages": _messages(prompt),
         "completion": completion or "",
@@ -289,7 +313,9 @@ class TrajectoryStore:
             try:
                 unknown = sorted(set(given) - set(_STEP_KEYS))
                 if unknown:
-                    raise ConfigError(unknown[0], f"Unknown field {unknown[0]!r}.")
+                    raise ConfigError(
+                        unknown[0], f"Unknown field {quoted(unknown[0])}."
+                    )
                 records.append(_step(**given))
             except ConfigError as exc:
                 field = f"steps[{i}].{exc.field}"
@@ -327,7 +353,8 @@ class TrajectoryStore:
         if status not in END_STATUSES:
             raise ConfigError(
                 "status",
-                f"status must be one of {', '.join(END_STATUSES)}, not {status!r}.",
+                f"status must be one of {', '.join(END_STATUSES)}, "
+                f"not {quoted(status)}.",
             )
         if total_reward is not None:
             total_reward = _reward("total_reward", total_reward)
@@ -365,7 +392,7 @@ class TrajectoryStore:
         ).fetchone()
         if row is None:
             raise UnknownTrajectoryError(
-                f"There is no trajectory {trajectory_id!r} in this project."
+                f"There is no trajectory {quoted(trajectory_id)} in this project."
             )
         return self._row(row)
 
@@ -431,7 +458,7 @@ class TrajectoryStore:
         ).fetchone()
         if row is None:
             raise UnknownTrajectoryError(
-                f"There is no trajectory {trajectory_id!r} in this project."
+                f"There is no trajectory {quoted(trajectory_id)} in this project."
             )
         return str(row[0]), int(row[1])
 
