@@ -178,6 +178,12 @@ def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-unt
     session.project_failed.connect(lambda *_: QTimer.singleShot(300, loop.quit))
     QTimer.singleShot(30_000, loop.quit)
     window.confirm_quit = False
+    # No one answers questions here: a pending restore question would wait
+    # forever (the autosave copies stay for the next session).
+    for workspace in window.workspaces.values():
+        document = getattr(workspace, "document", None)
+        if document is not None:
+            document.unattended = True
     window.show()
     loop.exec()
     _settle_plots(app, window)

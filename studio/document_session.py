@@ -68,6 +68,10 @@ class DocumentSession(QObject, Generic[T]):
         self._failed = failed
         self._read_errors = read_errors
         self._write_errors: tuple[type[Exception], ...] = (OSError, *write_errors)
+        self.unattended = False
+        """Nobody is there to answer (``rl-studio --screenshot``): the
+        restore question is not asked, and the autosave copy stays for the
+        next session that can ask."""
         # A method, not a lambda: Qt drops the connection when this object
         # goes, even if the stack outlives it and emits on its way out.
         undo_stack.cleanChanged.connect(self._on_clean_changed)
@@ -138,6 +142,8 @@ class DocumentSession(QObject, Generic[T]):
         except self._read_errors:
             return None
         if saved is not None and self._same(candidate, saved):
+            return None
+        if self.unattended:
             return None
         if ask(path, auto):
             return candidate

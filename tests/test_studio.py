@@ -302,6 +302,25 @@ def test_screenshot_command_renders_the_window(tmp_path: Path, workspace: str) -
     assert len(colors) > 5  # a real picture, not a blank canvas
 
 
+def test_screenshot_never_waits_for_a_restore_question(tmp_path: Path) -> None:
+    """An untitled flow autosaved by a crashed session would ask "Restore
+    unsaved changes?" when the project opens; a screenshot asks nothing,
+    finishes, and leaves the autosave copy for the next session."""
+    example = ROOT / "resources" / "examples" / "flows" / "cartpole_ppo.flow.json"
+    auto = tmp_path / "p" / "flows" / ".autosave" / "untitled.flow.json"
+    auto.parent.mkdir(parents=True)
+    auto.write_bytes(example.read_bytes())
+    out = tmp_path / "workflows.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "studio", "--project", str(tmp_path / "p"),
+         "--screenshot", str(out), "--workspace", "workflows"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert QImage(str(out)).width() >= 800
+    assert auto.read_bytes() == example.read_bytes()
+
+
 def test_install_desktop_writes_a_launcher(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "share")}
     proc = subprocess.run(

@@ -1311,7 +1311,7 @@ class WorkflowsWorkspace(QWidget):
             doc = flow.load(auto)
         except flow.FlowError:
             return
-        if doc.nodes and self.ask_restore(None, auto):
+        if doc.nodes and not self.document.unattended and self.ask_restore(None, auto):
             self._load(doc, None, restored=True)
 
     # ------------------------------------------------------ dialogs
