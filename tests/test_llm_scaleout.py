@@ -142,9 +142,9 @@ class Background:
         except BaseException as exc:  # the test reads it
             self.error = exc
 
-    def join(self) -> None:
+    def join(self, context: str = "") -> None:
         self.thread.join(WAIT_S)
-        assert not self.thread.is_alive(), "the run did not end"
+        assert not self.thread.is_alive(), f"the run did not end\n{context}"
 
 
 def wait_until(cond: Any, what: str, timeout: float = WAIT_S) -> None:
@@ -278,7 +278,7 @@ def test_two_machines_on_localhost(project: Project) -> None:
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    job.join()
+    job.join(f"worker exit {worker.returncode}\n{worker.stdout}\n{worker.stderr}")
     assert job.error is None, f"{job.error}\n{worker.stdout}\n{worker.stderr}"
     assert worker.returncode == 0, worker.stderr
     # SFT with num_processes=2 to completion, one process per "machine"
@@ -299,6 +299,29 @@ def test_two_machines_on_localhost(project: Project) -> None:
     # each machine's run log has its ranks' lines, with their rank
     assert any(line.startswith("[rank 0] ") for line in ctx.lines)
     assert "[rank 1] " in worker.stdout
+    assert not any(alive(p) for p in pids_of(ctx.run_dir))
+
+
+def test_a_machine_that_fails_ends_the_run_on_machine_0(project: Project) -> None:
+    """Machine 0's ranks would wait for the failed machine's in a collective
+    with no deadline; the failure sentence it leaves ends the run at once."""
+    cfg = project.config("sft", num_machines=2, main_process_ip="127.0.0.1")
+    ctx = project.context(cfg)
+    job = Background(ctx)
+    wait_until(
+        lambda: (
+            (ctx.run_dir / "distributed" / "job.json").exists() or job.error is not None
+        ),
+        "machine 0's launch",
+    )
+    distributed.machine_failure(ctx.run_dir, 1).write_text(
+        "Rank 1 of the run was killed by signal 9.", encoding="utf-8"
+    )
+    job.join()
+    assert isinstance(job.error, EngineError)
+    assert (
+        str(job.error) == "Machine 1 failed: Rank 1 of the run was killed by signal 9."
+    )
     assert not any(alive(p) for p in pids_of(ctx.run_dir))
 
 

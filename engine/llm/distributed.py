@@ -63,6 +63,22 @@ def dist_dir(run_dir: Path) -> Path:
     return Path(run_dir) / DIST_DIR
 
 
+def machine_failure(run_dir: Path, machine_rank: int) -> Path:
+    """Where machine ``machine_rank`` (1..) writes why its ranks failed, so
+    machine 0 (whose ranks would wait for theirs in a collective, with no
+    deadline) ends the run with that sentence instead of hanging."""
+    return dist_dir(run_dir) / f"machine-{machine_rank}.failed"
+
+
+def _other_machine_failure(run_dir: Path, machines: int) -> str | None:
+    """The first sentence another machine left in its failure file."""
+    for m in range(1, machines):
+        with contextlib.suppress(OSError):
+            text = machine_failure(run_dir, m).read_text(encoding="utf-8").strip()
+            return f"Machine {m} failed: {text[:500] or 'no reason given.'}"
+    return None
+
+
 def rank_log(run_dir: Path, rank: int) -> Path:
     return dist_dir(run_dir) / RANKS_DIR / f"rank-{rank}.log"
 
@@ -539,6 +555,8 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     summary_file.unlink(missing_ok=True)
     stop_file = ctx.run_dir / STOP_REQUEST_FILE
     stop_file.unlink(missing_ok=True)
+    for m in range(1, cfg["num_machines"]):
+        machine_failure(ctx.run_dir, m).unlink(missing_ok=True)
     per_machine = cfg["num_processes"] // cfg["num_machines"]
     cmd = launch_command(config_file, ctx.run_dir, resume=ctx.resume)
     ctx.log(
@@ -557,6 +575,9 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
                 stop_file.write_text(ctx.stop_reason or "user", encoding="utf-8")
             launch.pump()
             follow.pump()
+            failed = _other_machine_failure(ctx.run_dir, cfg["num_machines"])
+            if failed is not None:
+                raise EngineError(failed)
             waited = time.monotonic() - t0
             if waited > cfg["join_timeout_s"] and not launch.joined():
                 others = cfg["num_machines"] - 1
@@ -774,6 +795,8 @@ def run(args: argparse.Namespace) -> int:
 
     launch = Launch(cmd, run_dir, say, range(first, first + per_machine))
     t0 = time.monotonic()
+    failure = machine_failure(run_dir, args.machine_rank)
+    failure.unlink(missing_ok=True)
     try:
         while launch.proc.poll() is None:
             time.sleep(POLL_S)
@@ -788,7 +811,11 @@ def run(args: argparse.Namespace) -> int:
         launch.pump()
         if launch.proc.returncode != 0:
             raise EngineError(launch.failure())
-    except KeyboardInterrupt:
+    except (EngineError, KeyboardInterrupt) as exc:
+        # Machine 0 reads it and ends the run rather than wait for ranks
+        # that will not come back.
+        with contextlib.suppress(OSError):
+            failure.write_text(str(exc) or "interrupted", encoding="utf-8")
         raise
     finally:
         launch.end()
