@@ -18,6 +18,18 @@ Errors carry the Hub's ``X-Error-Code`` (``RepoNotFound``, ``GatedRepo``,
 ``RevisionNotFound``). ``cut_once`` makes the first GET of a file close the
 connection after that many bytes; ``delay_s`` slows each chunk so a test can
 stop a download midway. Every request is recorded in ``requests``.
+
+As the Hub does, a file whose name ends in an LFS extension (``.safetensors``,
+``.bin``, ``.gguf``) is listed with ``"lfs": {"sha256", "size"}`` and its
+ETag is that sha256; any other file's ETag (and every ``blobId``) is git's
+blob id, the sha1 of ``blob <size>\\0`` and the bytes.
+
+A hostile server, for the attack tests: ``etags`` replaces a file's ETag
+header, ``commit`` the commit of the listing and of ``X-Repo-Commit``,
+``served`` the bytes a GET sends (the listing and HEAD still give the true
+size), ``stall_after`` makes a GET send that many bytes then nothing until the
+server closes (on a :class:`threading.Event`, no sleep), and ``listing``
+replaces the whole answer of the file list with ``(status, body)``.
 """
 
 from __future__ import annotations
@@ -29,9 +41,10 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+LFS_SUFFIXES = (".safetensors", ".bin", ".gguf")
 
 
 class FakeHub:
@@ -49,6 +62,17 @@ class FakeHub:
         self.search_status: int | None = None
         self.chunk = 64 * 1024
         self.requests: list[dict[str, Any]] = []
+        self.etags: dict[str, str] = {}
+        """file name -> the raw ETag header sent for it instead."""
+        self.commit = COMMIT
+        self.served: dict[str, bytes] = {}
+        """file name -> the bytes a GET sends instead."""
+        self.stall_after: dict[str, int] = {}
+        """file name -> bytes a GET sends before it stalls."""
+        self.listing: tuple[int, bytes] | None = None
+        """(status, body) answered for every file list instead."""
+        self.released = threading.Event()
+        """Set when the server closes: a stalled GET ends then."""
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,6 +89,8 @@ class FakeHub:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
+        # A client that hangs up (a refused download) is no error to print.
+        self.server.handle_error = lambda *args: None  # type: ignore[method-assign]
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -73,6 +99,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.released.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -101,7 +128,7 @@ class FakeHub:
         return True
 
     def _serve(self, h: BaseHTTPRequestHandler, head: bool) -> None:
-        path = h.path.split("?")[0]
+        path = unquote(h.path.split("?")[0])
         self.requests.append(
             {"method": h.command, "path": path, "range": h.headers.get("Range")}
         )
@@ -113,7 +140,7 @@ class FakeHub:
             repo, rev = api.groups()
             if not self._allowed(h, repo):
                 return
-            if rev not in ("main", COMMIT):
+            if rev not in ("main", self.commit):
                 self._error(h, 404, "RevisionNotFound")
                 return
             files = self.repos[repo]
@@ -121,16 +148,16 @@ class FakeHub:
                 {
                     "id": repo,
                     "modelId": repo,
-                    "sha": COMMIT,
+                    "sha": self.commit,
                     "private": False,
                     "gated": repo in self.gated,
-                    "siblings": [
-                        {"rfilename": n, "size": len(d), "blobId": _etag(d)}
-                        for n, d in files.items()
-                    ],
+                    "siblings": [_sibling(n, d) for n, d in files.items()],
                 }
             ).encode()
-            h.send_response(200)
+            status = 200
+            if self.listing is not None:
+                status, body = self.listing
+            h.send_response(status)
             h.send_header("Content-Type", "application/json")
             h.send_header("Content-Length", str(len(body)))
             h.end_headers()
@@ -147,19 +174,28 @@ class FakeHub:
         if data is None:
             self._error(h, 404, "EntryNotFound")
             return
+        if not head:  # HEAD gives the true size, GET sends these bytes
+            data = self.served.get(name, data)
         start = 0
         match = re.fullmatch(r"bytes=(\d+)-", h.headers.get("Range") or "")
         if match and not head:
             start = int(match.group(1))
         h.send_response(206 if start else 200)
-        h.send_header("ETag", f'"{_etag(data)}"')
-        h.send_header("X-Repo-Commit", COMMIT)
+        h.send_header("ETag", self.etags.get(name, f'"{_etag(name, data)}"'))
+        h.send_header("X-Repo-Commit", self.commit)
         h.send_header("Accept-Ranges", "bytes")
         h.send_header("Content-Length", str(len(data) - start))
         if start:
             h.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
         h.end_headers()
         if head:
+            return
+        stall = self.stall_after.get(name)
+        if stall is not None:
+            h.wfile.write(data[start:stall])
+            h.wfile.flush()
+            self.released.wait()
+            h.close_connection = True
             return
         cut = self.cut_once.pop(name, None)
         sent = start
@@ -190,7 +226,7 @@ class FakeHub:
         limit = int((query.get("limit") or ["1000"])[0])
         rows = [
             {
-                "_id": _etag(repo.encode())[:24],
+                "_id": hashlib.sha256(repo.encode()).hexdigest()[:24],
                 "id": repo,
                 "modelId": repo,
                 "likes": 0,
@@ -223,5 +259,24 @@ class FakeHub:
         ]
 
 
-def _etag(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def git_blob_id(data: bytes) -> str:
+    """git's id of a file's bytes: what the Hub lists as its ``blobId``."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _etag(name: str, data: bytes) -> str:
+    if name.endswith(LFS_SUFFIXES):
+        return hashlib.sha256(data).hexdigest()
+    return git_blob_id(data)
+
+
+def _sibling(name: str, data: bytes) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "rfilename": name,
+        "size": len(data),
+        "blobId": git_blob_id(data),
+    }
+    if name.endswith(LFS_SUFFIXES):
+        sha = hashlib.sha256(data).hexdigest()
+        row["lfs"] = {"sha256": sha, "size": len(data), "pointerSize": 134}
+    return row

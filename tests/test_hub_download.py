@@ -7,19 +7,21 @@ a progress bar, stopped midway and resumed."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_server import COMMIT, FakeHub
+from hub_server import COMMIT, FakeHub, git_blob_id
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialogButtonBox
 
-from engine.errors import ConfigError
+from engine.errors import ConfigError, EngineError
 from engine.llm.hub import validate
 from engine.store.project import Project
 from widgets.picker import SearchPicker
@@ -83,8 +85,8 @@ def test_headless_download_resumes_a_cut_connection(hub: FakeHub, tmp_path: Path
     assert result["path"] == str(folder)
     for name, data in FILES.items():
         assert (folder / name).read_bytes() == data
-    # The cut GET, then one that asks for the rest from the bytes kept.
-    assert hub.ranges("model.safetensors") == [None, f"bytes={2 * 2**20}-"]
+    # The cut GET, then one that asks for the rest from every byte that came.
+    assert hub.ranges("model.safetensors") == [None, f"bytes={2 * 2**20 + 12345}-"]
     # A run of the project, completed, its progress in bytes.
     project = Project.open(tmp_path / "p")
     try:
@@ -229,3 +231,322 @@ def test_models_workspace_downloads_with_progress_stop_and_resume(
         assert resumed is not None and int(resumed[6:-1]) >= 2**20
     finally:
         win.session.client.stop()
+
+
+# ------------------------------------------------------------ a hostile Hub
+#
+# The server's names become paths and its bytes become files: every attack
+# below is refused with one sentence, nothing is written outside the cache,
+# and what the cache held before is still there.
+
+ESCAPE = f"rlstudio-escape-{os.getpid()}"
+"""A name the attacks aim at in the real /tmp (checked, then removed)."""
+TO_TMP = "../" * 30 + f"tmp/{ESCAPE}"
+
+
+@pytest.fixture
+def cache(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """In-process downloads into ``tmp_path/hf/hub`` from ``hub``, the cache
+    already holding ``org/tiny`` (downloaded through the same code)."""
+    from huggingface_hub import constants
+
+    from engine.llm import hub as hub_module
+
+    home = tmp_path / "hf" / "hub"
+    monkeypatch.setattr(constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    hub_module.download("org/tiny")
+    return home
+
+
+def _tree(folder: Path) -> dict[str, object]:
+    """Every entry under ``folder``: a file's bytes, a link's target."""
+    out: dict[str, object] = {}
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[rel] = ("link", os.readlink(p), p.read_bytes() if p.is_file() else None)
+        elif p.is_file():
+            out[rel] = p.read_bytes()
+        else:
+            out[rel] = "folder"
+    return out
+
+
+def _outside_cache(tmp_path: Path) -> dict[str, object]:
+    tree = _tree(tmp_path)
+    return {k: v for k, v in tree.items() if not k.startswith("hf")}
+
+
+def _escaped_to_tmp() -> list[str]:
+    found = [str(p) for p in Path("/tmp").glob(f"{ESCAPE}*")]
+    for p in found:
+        Path(p).unlink()
+    return found
+
+
+def _one_sentence(message: str) -> None:
+    assert "\n" not in message and "Traceback" not in message, message
+    assert message.endswith(".") and len(message) < 1200, message
+
+
+# (name, how the server misbehaves, the files of org/evil, a part of the
+# sentence); each gets a fresh copy of org/tiny's files unless it says more.
+EVIL_FILES = {"config.json": b'{"model_type": "qwen2"}', "model.safetensors": WEIGHTS}
+PATH_ATTACKS: list[tuple[str, dict[str, object], dict[str, bytes], str]] = [
+    ("ETag ../../../../x", {"etags": {"config.json": '"../../../../x"'}}, {}, "ETag"),
+    ("ETag to /tmp", {"etags": {"config.json": f'"{TO_TMP}"'}}, {}, "ETag"),
+    ("ETag absolute /tmp", {"etags": {"config.json": f'"/tmp/{ESCAPE}"'}}, {}, "ETag"),
+    (
+        "LFS ETag to /tmp",
+        {"etags": {"model.safetensors": f'"{TO_TMP}"'}},
+        {},
+        "ETag",
+    ),
+    ("weak ETag ../x", {"etags": {"config.json": 'W/"../x"'}}, {}, "ETag"),
+    (
+        "ETag of 40 non-hex",
+        {"etags": {"config.json": '"' + "g" * 40 + '"'}},
+        {},
+        "ETag",
+    ),
+    ("ETag empty", {"etags": {"config.json": ""}}, {}, "ETag"),
+    ("ETag of 5,000 characters", {"etags": {"config.json": "a" * 5000}}, {}, "ETag"),
+    (
+        "LFS ETag not its listed sha256",
+        {"etags": {"model.safetensors": '"' + "a" * 64 + '"'}},
+        {},
+        "LFS digest",
+    ),
+    ("commit ../../../../x", {"commit": "../../../../x"}, {}, "commit"),
+    ("commit to /tmp", {"commit": TO_TMP}, {}, "commit"),
+    ("commit absolute", {"commit": f"/tmp/{ESCAPE}"}, {}, "commit"),
+    ("commit upper-case hex", {"commit": "A" * 40}, {}, "commit"),
+]
+for _name in (
+    "../x",
+    "../../../../x",
+    TO_TMP,
+    f"/tmp/{ESCAPE}",
+    "a/../../x",
+    "a/../../../../../../../../tmp/" + ESCAPE,
+    "a\\..\\..\\x",
+    "a\x00b",
+    "a//b",
+    "./a",
+    "a/.",
+    "",
+    "a" * 2000,
+    "b" * 300 + "/c",
+):
+    PATH_ATTACKS.append(
+        (f"file name {_name[:40]!r}", {}, {_name: b"x", **EVIL_FILES}, "file")
+    )
+
+DATA_ATTACKS: list[tuple[str, dict[str, object], str]] = [
+    (
+        "shorter than listed",
+        {"served": {"model.safetensors": WEIGHTS[:-10]}},
+        "not the 3,145,728 its file list gives",
+    ),
+    (
+        "longer than listed",
+        {"served": {"model.safetensors": WEIGHTS + b"tail"}},
+        "more than the 3,145,728 bytes",
+    ),
+    (
+        "LFS file of the wrong sha256",
+        {"served": {"model.safetensors": WEIGHTS[:-1] + b"!"}},
+        "its sha256 is",
+    ),
+    (
+        "file of the wrong git sha1",
+        {"served": {"config.json": b'{"model_type": "qwen3"}'}},
+        "its git sha1 is",
+    ),
+]
+
+
+def _attack(hub: FakeHub, settings: dict[str, object]) -> None:
+    for key, value in settings.items():
+        setattr(hub, key, value)
+
+
+def test_hostile_names_are_refused_before_anything_is_written(
+    hub: FakeHub, cache: Path, tmp_path: Path
+) -> None:
+    from engine.llm import hub as hub_module
+
+    before_cache, before_outside = _tree(cache), _outside_cache(tmp_path)
+    escapes: list[str] = []
+    for name, settings, files, said in PATH_ATTACKS:
+        hub.repos["org/evil"] = dict(files or EVIL_FILES)
+        hub.etags, hub.commit = {}, COMMIT
+        _attack(hub, settings)
+        with pytest.raises(EngineError) as info:
+            hub_module.download("org/evil")
+        message = str(info.value)
+        _one_sentence(message)
+        assert said in message, (name, message)
+        # The culprit is quoted, at most 200 characters of it.
+        assert "a" * 201 not in message and "b" * 201 not in message
+        if _escaped_to_tmp() or _outside_cache(tmp_path) != before_outside:
+            escapes.append(name)
+        after = _tree(cache)
+        assert all(after.get(k) == v for k, v in before_cache.items()), name
+        evil = cache / "models--org--evil"
+        assert not [p for p in evil.rglob("*") if p.is_file()], (name, message)
+    print(f"\nhub paths: {len(PATH_ATTACKS)} attacks, {len(escapes)} escaped")
+    assert escapes == []
+
+
+def test_a_revision_that_is_a_path_is_refused(cache: Path) -> None:
+    from engine.llm import hub as hub_module
+
+    for revision in ("../../x", "/tmp/x", "a/../../b", "a\\b", "-x", "a" * 300):
+        with pytest.raises(EngineError) as info:
+            hub_module.download("org/tiny", revision)
+        _one_sentence(str(info.value))
+        with pytest.raises(ConfigError) as bad:
+            validate({"repo_id": "org/tiny", "revision": revision})
+        assert bad.value.field == "revision"
+    assert not (cache / "models--org--tiny" / "refs" / "x").exists()
+
+
+def test_bytes_that_are_not_the_listed_file_are_deleted(
+    hub: FakeHub, cache: Path, tmp_path: Path
+) -> None:
+    from engine.llm import hub as hub_module
+
+    before_cache, before_outside = _tree(cache), _outside_cache(tmp_path)
+    kept: list[str] = []
+    for i, (name, settings, said) in enumerate(DATA_ATTACKS):
+        repo = f"org/evil{i}"  # a fresh repo each: no blob of it in the cache
+        hub.repos[repo] = dict(EVIL_FILES)
+        hub.served = {}
+        _attack(hub, settings)
+        with pytest.raises(EngineError) as info:
+            hub_module.download(repo)
+        message = str(info.value)
+        _one_sentence(message)
+        assert said in message and "the partial download was deleted" in message
+        blobs = cache / f"models--org--evil{i}" / "blobs"
+        served = next(iter(hub.served))
+        data = EVIL_FILES[served]
+        etag = (
+            hashlib.sha256(data).hexdigest()
+            if served.endswith(".safetensors")
+            else git_blob_id(data)
+        )
+        if (blobs / etag).exists() or list(blobs.glob("*.rlstudio-partial")):
+            kept.append(name)
+        assert not (
+            cache / f"models--org--evil{i}" / "snapshots" / COMMIT / served
+        ).exists()
+    after = _tree(cache)
+    assert all(after.get(k) == v for k, v in before_cache.items())
+    assert _outside_cache(tmp_path) == before_outside
+    print(f"\nhub data: {len(DATA_ATTACKS)} attacks, {len(kept)} kept")
+    assert kept == []
+
+
+def test_a_stalled_body_fails_in_time_and_resumes(hub: FakeHub, cache: Path) -> None:
+    from engine.llm import hub as hub_module
+
+    hub.repos["org/slow"] = dict(EVIL_FILES)
+    hub.stall_after["model.safetensors"] = 100_000
+    started = time.monotonic()
+    with pytest.raises(EngineError) as info:
+        hub_module.download("org/slow", stall_s=0.5)
+    _one_sentence(str(info.value))
+    assert "the server sent nothing for 0.5 s" in str(info.value)
+    # The overall deadline, shorter than the stall timeout here.
+    with pytest.raises(EngineError) as late:
+        hub_module.download("org/slow", stall_s=30, deadline_s=0.5)
+    _one_sentence(str(late.value))
+    assert "did not finish within 0.5 s" in str(late.value)
+    assert time.monotonic() - started < 20  # not 30 s of stall, nor forever
+    # What came is kept, and the next download resumes from it.
+    del hub.stall_after["model.safetensors"]
+    result = hub_module.download("org/slow")
+    assert result["stopped"] is False
+    assert hub.ranges("model.safetensors")[-1] == "bytes=100000-"
+    folder = cache / "models--org--slow" / "snapshots" / COMMIT
+    assert (folder / "model.safetensors").read_bytes() == WEIGHTS
+
+
+@pytest.mark.parametrize(
+    ("listing", "said"),
+    [
+        ((500, b"oops"), "failed with HTTP 500"),
+        ((503, b""), "failed with HTTP 503"),
+        ((404, b"{}"), "was not found on"),
+        ((200, b"{not json"), "is not valid JSON"),
+        ((200, b"[]"), "is not a JSON object"),
+        ((200, b'{"sha": "' + COMMIT.encode() + b'"}'), "no list of at most"),
+        ((200, b'{"sha": 1e999, "siblings": []}'), "not a finite number"),
+        ((200, b"\xff\xfe"), "is not UTF-8 text"),
+        ((200, b"[" * 100_000), "nested"),
+        (
+            (
+                200,
+                json.dumps({"sha": COMMIT, "siblings": [{"rfilename": "a"}]}).encode(),
+            ),
+            "gives no size for 'a'",
+        ),
+    ],
+)
+def test_a_broken_file_list_is_one_sentence(
+    hub: FakeHub, cache: Path, listing: tuple[int, bytes], said: str
+) -> None:
+    from engine.llm import hub as hub_module
+
+    hub.listing = listing
+    with pytest.raises(EngineError) as info:
+        hub_module.download("org/tiny")
+    _one_sentence(str(info.value))
+    assert said in str(info.value)
+
+
+def _said(done: subprocess.CompletedProcess[str]) -> str:
+    """The command's last line, one sentence (with ``--project`` the run's
+    log lines come before it); never a traceback."""
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    if "--project" not in done.args:
+        assert done.stderr.strip() == last
+    _one_sentence(last)
+    return last
+
+
+@pytest.mark.parametrize("project", [False, True])
+def test_the_command_refuses_a_hostile_hub_in_one_sentence(
+    hub: FakeHub, tmp_path: Path, project: bool
+) -> None:
+    home = tmp_path / "hf"
+    where = ["--project", str(tmp_path / "p")] if project else []
+    assert engine_cli(hub_env(hub, home), "org/tiny", "--quiet", *where).returncode == 0
+    before = _tree(home)
+    hub.repos["org/evil"] = {"../../../../x": b"x", **EVIL_FILES}
+    for args, said in [
+        (["org/evil"], "names the file '../../../../x'"),
+        (["org/missing"], "org/missing was not found on"),
+        (["org/tiny", "--revision", "../../x"], "revision must name a branch"),
+    ]:
+        done = engine_cli(hub_env(hub, home), *args, "--quiet", *where)
+        assert done.returncode == 2, done.stderr
+        assert _said(done).startswith("rl-studio-engine hub: ") and said in _said(done)
+    hub.repos["org/evil"] = dict(EVIL_FILES)
+    hub.etags = {"config.json": f'"{TO_TMP}"'}
+    done = engine_cli(hub_env(hub, home), "org/evil", "--quiet", *where)
+    assert done.returncode == 2 and "sent the ETag" in _said(done), done.stderr
+    hub.etags = {}
+    hub.stall_after["model.safetensors"] = 1000
+    done = engine_cli(
+        hub_env(hub, home), "org/evil", "--quiet", "--stall-timeout", "0.5", *where
+    )
+    assert done.returncode == 2 and "sent nothing for 0.5 s" in _said(done)
+    assert _escaped_to_tmp() == [] and not (tmp_path / "x").exists()
+    after = _tree(home)
+    assert all(after.get(k) == v for k, v in before.items())

@@ -3,38 +3,82 @@
 ``hub.download`` jobs (and ``rl-studio-engine hub download REPO_ID``) fetch a
 model repository into the Hugging Face cache (``$HF_HOME``), where
 :func:`engine.llm.base.resolve_model` finds ``org/name`` afterwards: the
-training jobs themselves still never download. Built on ``huggingface_hub``:
-``HfApi.model_info`` (``GET /api/models/{repo}/revision/{rev}``, the files
-and their sizes) then ``hf_hub_download`` per file (``HEAD`` then ``GET
-/{repo}/resolve/{commit}/{file}``), so ``HF_ENDPOINT``, ``HF_HOME``,
-``HF_TOKEN`` and ``HF_HUB_OFFLINE`` mean what they mean to every Hugging
-Face tool. A connection cut mid-file is resumed with a ``Range`` request by
-``huggingface_hub``'s ``http_get``; the bytes of a stopped download stay in
-the cache (``blobs/<etag>`` + :data:`PARTIAL_SUFFIX`) and the next download
-of the repo resumes from them.
+training jobs themselves still never download. It speaks the Hub's download
+API through ``huggingface_hub``'s HTTP session (so ``HF_ENDPOINT``,
+``HF_HOME``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` mean what they mean to
+every Hugging Face tool): ``GET /api/models/{repo}/revision/{rev}?blobs=true``
+(the commit, the files, their sizes and LFS digests), then per file ``HEAD``
+and ``GET /{repo}/resolve/{commit}/{file}``, and it lays the cache out as
+``huggingface_hub`` does (``blobs/<etag>``, ``snapshots/<commit>/<file>``
+linking to it, ``refs/<revision>``).
+
+The server is not trusted (a mirror set by ``HF_ENDPOINT`` may be anyone):
+
+* every name it sends that becomes a path (the commit, each ETag, each file
+  name) must match a strict pattern and stay inside the cache folder, checked
+  before anything is written for it;
+* what arrives must have the size the listing gives and the digest its ETag
+  names (sha256 for LFS files, git's blob sha1 for the others); a mismatch
+  deletes the partial file;
+* every request has a stall timeout (no bytes for :data:`STALL_S` seconds)
+  and the whole download a deadline (:data:`DEADLINE_S`);
+* every failure is one :class:`EngineError` sentence.
+
+A connection cut mid-file is resumed with a ``Range`` request; the bytes of a
+stopped (or stalled) download stay in the cache (``blobs/<etag>`` +
+:data:`PARTIAL_SUFFIX`) and the next download of the repo resumes from them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from engine import untrusted
 from engine.errors import ConfigError, EngineError
 from engine.settings import checked_config, fields_of, form_field, setting
 
 KIND = "hub.download"
 
 CHUNK_BYTES = 1024 * 1024
-"""Bytes read between progress reports and stop checks (huggingface_hub's
-default, 10 MB, is seconds apart on a slow line)."""
+"""Bytes received between progress reports."""
 
 PARTIAL_SUFFIX = ".rlstudio-partial"
 """A blob's bytes so far, kept in the cache when a download stops."""
 
+DEADLINE_S = 24 * 3600.0
+"""Longest a whole download may take, in seconds (a day: tens of GB on a
+slow line), unless the job says otherwise."""
+STALL_S = 60.0
+"""Longest the server may send nothing while a request is open, in seconds."""
+LISTING_MAX_BYTES = 16 * 1024 * 1024
+"""Largest file listing (or error body) read from the server."""
+MAX_FILES = 100_000
+"""Most files a repository's listing may name."""
+NAME_MAX_CHARS = 1000
+"""Longest file name (a relative path) taken from a listing."""
+SEGMENT_MAX_BYTES = 255
+"""Longest part of a file name between slashes (a file system's limit)."""
+RETRIES = 5
+"""Times a connection cut mid-file is resumed before the download fails."""
+QUOTE_CHARS = 200
+"""Most characters of a server's value that a message quotes."""
+
 Progress = Callable[[int, int, str], None]
 """``progress(done_bytes, total_bytes, file)``."""
+
+_HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
+_REPO = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}")
+_REVISION = re.compile(r"[A-Za-z0-9._/+=@-]{1,200}")
 
 
 @dataclass
@@ -45,10 +89,21 @@ class HubDownloadConfig:
     """The model's Hub id, ``org/name`` (``Qwen/Qwen2.5-0.5B-Instruct``)."""
     revision: str = setting("main")
     """A branch, tag or commit of the repository."""
+    deadline_s: float = setting(
+        DEADLINE_S, unit="s", min=0.1, max=30 * 86400.0, form=False
+    )
+    """Longest the whole download may take; past it, it stops with what it
+    has (a new download resumes)."""
+    stall_s: float = setting(STALL_S, unit="s", min=0.1, max=3600.0, form=False)
+    """Longest the server may send nothing before the download fails."""
 
 
 class DownloadStopped(Exception):
     """Raised from the progress hook when the job is asked to stop."""
+
+
+class _Cut(Exception):
+    """The connection ended before the file did: resume it."""
 
 
 def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -56,21 +111,85 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         form_field(info, default=values.get(info.name, info.default))
         for info in fields_of(HubDownloadConfig).values()
+        if info.form
     ]
 
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     out = checked_config(HubDownloadConfig, config, "the hub download job")
     repo = str(out["repo_id"]).strip()
-    parts = repo.split("/")
-    if not repo or len(parts) > 2 or not all(parts) or " " in repo:
-        raise ConfigError(
-            "repo_id", f"repo_id must be a Hub id such as org/name, not {repo!r}."
-        )
-    if not str(out["revision"]).strip():
+    problem = repo_id_problem(repo)
+    if problem:
+        raise ConfigError("repo_id", problem)
+    revision = str(out["revision"]).strip()
+    if not revision:
         raise ConfigError("revision", "revision must name a branch, tag or commit.")
-    out["repo_id"], out["revision"] = repo, str(out["revision"]).strip()
+    problem = revision_problem(revision)
+    if problem:
+        raise ConfigError("revision", problem)
+    out["repo_id"], out["revision"] = repo, revision
     return out
+
+
+def _q(value: object) -> str:
+    """``value`` quoted for a message: at most :data:`QUOTE_CHARS` of it."""
+    text = str(value)
+    if len(text) > QUOTE_CHARS:
+        return repr(text[:QUOTE_CHARS]) + f" (cut, {len(text):,} characters)"
+    return repr(text)
+
+
+def repo_id_problem(repo: str) -> str:
+    """Why ``repo`` is not a Hub id (the Hub's own rule), or ``""``."""
+    if (
+        not _REPO.fullmatch(repo)
+        or "--" in repo
+        or ".." in repo
+        or len(repo) > 96 * 2 + 1
+    ):
+        return f"repo_id must be a Hub id such as org/name, not {_q(repo)}."
+    return ""
+
+
+def revision_problem(revision: str) -> str:
+    """Why ``revision`` cannot name a branch, tag or commit safely, or ``""``:
+    it becomes ``refs/<revision>`` in the cache, so no ``..``, no empty part
+    and nothing but the characters git refs use."""
+    parts = revision.split("/")
+    if (
+        not _REVISION.fullmatch(revision)
+        or any(p in ("", ".", "..") for p in parts)
+        or ".." in revision
+        or revision.startswith("-")
+    ):
+        return (
+            f"revision must name a branch, tag or commit (letters, digits and "
+            f"._-/+=@, no '..'), not {_q(revision)}."
+        )
+    return ""
+
+
+def file_name_problem(name: object) -> str:
+    """Why a listed file name cannot be a path inside a snapshot, or ``""``."""
+    if not isinstance(name, str) or not name:
+        return "it is not a non-empty text"
+    if len(name) > NAME_MAX_CHARS:
+        return f"it is longer than {NAME_MAX_CHARS} characters"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "it holds a control character"
+    if "\\" in name:
+        return "it holds a backslash"
+    if name.startswith("/"):
+        return "it is an absolute path"
+    try:
+        encoded = [p.encode("utf-8") for p in name.split("/")]
+    except UnicodeEncodeError:
+        return "it is not valid Unicode"
+    if any(p in (b"", b".", b"..") for p in encoded):
+        return "it has an empty, '.' or '..' part"
+    if any(len(p) > SEGMENT_MAX_BYTES for p in encoded):
+        return f"a part of it is longer than {SEGMENT_MAX_BYTES} bytes"
+    return ""
 
 
 def endpoint() -> str:
@@ -117,181 +236,543 @@ def search(query: str, limit: int = 20) -> list[dict[str, Any]]:
         ) from None
 
 
+# ------------------------------------------------------------------ download
+
+
+@dataclass(frozen=True)
+class _File:
+    """One file of the listing."""
+
+    name: str
+    size: int
+    lfs_sha256: str | None
+    """The LFS object's sha256 (the ETag the Hub gives such a file)."""
+
+
+@dataclass
+class _Clock:
+    """The download's deadline and its stall timeout."""
+
+    deadline_s: float
+    stall_s: float
+    repo_id: str
+
+    def __post_init__(self) -> None:
+        self.end = time.monotonic() + self.deadline_s
+
+    def timeout(self) -> Any:
+        """An ``httpx`` timeout: the stall timeout, or less near the end."""
+        import httpx2
+
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise self.late()
+        return httpx2.Timeout(min(self.stall_s, max(left, 0.01)))
+
+    def check(self) -> None:
+        if time.monotonic() > self.end:
+            raise self.late()
+
+    def late(self) -> EngineError:
+        return EngineError(
+            f"Downloading {self.repo_id} from {endpoint()} did not finish within "
+            f"{self.deadline_s:g} s; downloading it again resumes where it stopped."
+        )
+
+
 def download(
     repo_id: str,
     revision: str = "main",
     progress: Progress | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    *,
+    deadline_s: float = DEADLINE_S,
+    stall_s: float = STALL_S,
 ) -> dict[str, Any]:
     """Every file of ``repo_id`` at ``revision`` into the HF cache; returns
     ``{"repo_id", "revision", "commit", "path", "files", "bytes",
     "stopped"}`` (``path``: the snapshot folder). Errors are one
     :class:`EngineError` sentence."""
-    from huggingface_hub import HfApi, constants, hf_hub_download
+    from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         raise EngineError(
             f"Cannot download {repo_id}: HF_HUB_OFFLINE is set, so the Hugging "
             "Face Hub may not be reached (unset it to download)."
         )
-    # Read at each download by huggingface_hub's http_get.
-    constants.DOWNLOAD_CHUNK_SIZE = CHUNK_BYTES
-    try:
-        info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
-    except Exception as exc:
-        raise EngineError(_sentence(exc, repo_id, revision)) from None
-    files = [(s.rfilename, int(s.size or 0)) for s in info.siblings or []]
-    total = sum(size for _name, size in files)
-    done_before = 0
-    current = ""
-    state = {"done": 0}
-
-    def report(n: int) -> None:
-        state["done"] += n
-        if progress is not None:
-            progress(done_before + state["done"], total, current)
+    for problem in (repo_id_problem(repo_id), revision_problem(revision)):
+        if problem:
+            raise EngineError(problem)
+    clock = _Clock(deadline_s, stall_s, repo_id)
+    root = Path(constants.HF_HUB_CACHE)
+    storage = _inside(root, "models--" + repo_id.replace("/", "--"), repo_id)
+    commit, files = _listing(repo_id, revision, clock)
+    snapshot = _inside(storage, f"snapshots/{commit}", repo_id, follow_last=True)
+    # Every path the listing and the files' ETags imply is checked before
+    # anything is written.
+    for f in files:
+        _inside(snapshot, f.name, repo_id)
+    metas = []
+    for f in files:
         if should_stop():
-            raise DownloadStopped
-
-    class _Bar:
-        """What ``hf_hub_download`` calls as its ``tqdm_class``."""
-
-        def __init__(self, *args: Any, initial: int = 0, **kwargs: Any) -> None:
-            state["done"] = 0
-            if initial:  # bytes already in the .incomplete file: resumed
-                report(int(initial))
-
-        def __enter__(self) -> _Bar:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            pass
-
-        def update(self, n: int | float | None = 1) -> None:
-            report(int(n or 0))
-
-        def close(self) -> None:
-            pass
-
-    path: Path | None = None
-    result = {
+            break  # nothing written yet: the result says it stopped
+        metas.append(_head(repo_id, commit, f, _file_url(repo_id, commit, f), clock))
+    refs = None if revision == commit else _inside(storage, f"refs/{revision}", repo_id)
+    total = sum(f.size for f in files)
+    result: dict[str, Any] = {
         "repo_id": repo_id,
         "revision": revision,
-        "commit": info.sha,
+        "commit": commit,
         "files": len(files),
         "bytes": total,
         "stopped": False,
+        "path": str(snapshot),
     }
-    for name, size in files:
-        current = name
-        state["done"] = 0
-        try:
-            _fetch_blob(repo_id, name, str(info.sha), _Bar)
-            # The blob is there: this only links it into the snapshot.
-            local = hf_hub_download(repo_id, name, revision=info.sha)
-        except DownloadStopped:
-            result["stopped"] = True
-            break
-        except Exception as exc:
-            raise EngineError(_sentence(exc, repo_id, revision, name)) from None
-        done_before += size
-        if progress is not None:
-            progress(done_before, total, name)
-        path = Path(local).parent if path is None else path
-        if should_stop():
-            result["stopped"] = True
-            break
-    snapshot = _snapshot_folder(repo_id, str(info.sha))
-    result["path"] = str(snapshot if snapshot.is_dir() else (path or snapshot))
+    done_before = 0
+    try:
+        if len(metas) < len(files):
+            raise DownloadStopped
+        for f, meta in zip(files, metas, strict=True):
+
+            def report(
+                done: int, name: str = f.name, before: int = done_before
+            ) -> None:
+                if progress is not None:
+                    progress(before + done, total, name)
+                if should_stop():
+                    raise DownloadStopped
+
+            _fetch_file(repo_id, commit, f, meta, storage, snapshot, clock, report)
+            done_before += f.size
+            if progress is not None:
+                progress(done_before, total, f.name)
+            if should_stop():
+                raise DownloadStopped
+    except DownloadStopped:
+        result["stopped"] = True
+    if refs is not None:
+        _write(refs, commit.encode(), repo_id)
     return result
 
 
-def _fetch_blob(repo_id: str, name: str, commit: str, bar: type) -> None:
-    """Download one file's blob into the cache, resuming the partial file an
-    earlier, stopped download left (``huggingface_hub`` resumes only within
-    one call: it deletes its partial file when a download fails)."""
-    import os
+def _inside(
+    folder: Path, relative: str, repo_id: str, *, follow_last: bool = False
+) -> Path:
+    """``folder / relative``, refused unless it stays inside ``folder`` once
+    every link that already exists on the way to it is followed. The last
+    part is followed only with ``follow_last`` (a folder written into): a
+    file is replaced, never written through."""
+    path = folder / relative
+    try:
+        base = folder.resolve()
+        end = path.resolve() if follow_last else path.parent.resolve() / path.name
+        end.relative_to(base)
+    except (ValueError, OSError, RuntimeError):
+        raise EngineError(
+            f"The download of {repo_id} would write {_q(path)}, outside "
+            f"{_q(folder)}; it was refused."
+        ) from None
+    return path
 
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.file_download import http_get, repo_folder_name
-    from huggingface_hub.utils._fixes import WeakFileLock
+
+@contextmanager
+def _request(
+    method: str,
+    url: str,
+    clock: _Clock,
+    what: str,
+    headers: dict[str, str] | None = None,
+    follow: bool = True,
+) -> Iterator[Any]:
+    """One streamed request with the clock's timeouts; network failures are
+    one sentence naming ``what``."""
+    import httpx2
+    from huggingface_hub import get_session
     from huggingface_hub.utils._headers import build_hf_headers
 
-    meta = get_hf_file_metadata(hf_hub_url(repo_id, name, revision=commit))
-    if not meta.etag:
-        return  # hf_hub_download will say what is wrong
-    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
-    blob = Path(constants.HF_HUB_CACHE) / folder / "blobs" / meta.etag
-    if blob.exists():
-        return
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    lock = (
-        Path(constants.HF_HUB_CACHE) / ".locks" / folder / f"{meta.etag}.rlstudio.lock"
-    )
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    partial = blob.with_name(blob.name + PARTIAL_SUFFIX)
-    with WeakFileLock(str(lock)):
-        if blob.exists():  # another download finished it meanwhile
-            return
-        with partial.open("ab") as f:
-            http_get(
-                meta.location,
-                f,
-                resume_size=f.tell(),
-                headers=build_hf_headers(),
-                expected_size=meta.size,
-                tqdm_class=bar,
-            )
-        os.replace(partial, blob)
+    sent = {**build_hf_headers(), "Accept-Encoding": "identity", **(headers or {})}
+    try:
+        with get_session().stream(
+            method, url, headers=sent, timeout=clock.timeout(), follow_redirects=follow
+        ) as response:
+            yield response
+    except httpx2.TimeoutException:
+        clock.check()
+        raise EngineError(
+            f"Downloading {what} from {endpoint()} stalled: the server sent "
+            f"nothing for {clock.stall_s:g} s; downloading it again resumes where "
+            "it stopped."
+        ) from None
+    except httpx2.HTTPError as exc:
+        raise EngineError(
+            f"Downloading {what} from {endpoint()} failed: {type(exc).__name__}"
+            + (f": {_first_line(exc)}" if _first_line(exc) else "")
+            + "."
+        ) from None
 
 
-def _snapshot_folder(repo_id: str, commit: str) -> Path:
-    from huggingface_hub import constants
-
-    folder = "models--" + repo_id.replace("/", "--")
-    return Path(constants.HF_HUB_CACHE) / folder / "snapshots" / commit
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:QUOTE_CHARS] if text else ""
 
 
-def _sentence(
-    exc: BaseException, repo_id: str, revision: str, file: str | None = None
+def _read_body(response: Any, clock: _Clock, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a response; None when it is longer."""
+    data = bytearray()
+    for piece in response.iter_raw():
+        data += piece
+        if len(data) > limit:
+            return None
+        clock.check()
+    return bytes(data)
+
+
+def _status_sentence(
+    response: Any, repo_id: str, revision: str, file: str | None = None
 ) -> str:
-    """One sentence for what went wrong talking to the Hub."""
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
+    """One sentence for an error answer of the Hub (its ``X-Error-Code``
+    first, as ``huggingface_hub`` reads it, then the status)."""
     where = endpoint()
-    if isinstance(exc, GatedRepoError):
+    status = int(response.status_code)
+    code = response.headers.get("X-Error-Code", "")
+    what = f"{file} of {repo_id}" if file else repo_id
+    if code == "GatedRepo":
         return (
             f"{repo_id} is a gated model: accept its terms on the Hub and set "
             "HF_TOKEN to a token of that account to download it."
         )
-    if isinstance(exc, RepositoryNotFoundError):
+    if code == "RepoNotFound" or (status == 404 and not file and not code):
         return (
             f"{repo_id} was not found on {where}: check the name, or set HF_TOKEN "
             "if it is a private or gated model."
         )
-    if isinstance(exc, RevisionNotFoundError):
-        return f"{repo_id} has no revision {revision!r} on {where}."
-    if isinstance(exc, HfHubHTTPError):
-        status = exc.response.status_code if exc.response is not None else "?"
-        if status in (401, 403):
-            return (
-                f"{where} refused {repo_id} (HTTP {status}): set HF_TOKEN to a "
-                "token that may read it."
+    if code == "RevisionNotFound":
+        return f"{repo_id} has no revision {_q(revision)} on {where}."
+    if code == "EntryNotFound" or status == 404:
+        return f"{what} was not found on {where} (HTTP 404)."
+    if status in (401, 403):
+        return (
+            f"{where} refused {repo_id} (HTTP {status}): set HF_TOKEN to a "
+            "token that may read it."
+        )
+    return f"Downloading {what} from {where} failed with HTTP {status}."
+
+
+def _listing(repo_id: str, revision: str, clock: _Clock) -> tuple[str, list[_File]]:
+    """The commit ``revision`` names and the files there, checked."""
+    where = endpoint()
+    url = f"{where}/api/models/{repo_id}/revision/{quote(revision, safe='')}?blobs=true"
+    with _request("GET", url, clock, repo_id) as response:
+        if response.status_code >= 400:
+            raise EngineError(_status_sentence(response, repo_id, revision))
+        body = _read_body(response, clock, LISTING_MAX_BYTES)
+        if response.status_code != 200:
+            raise EngineError(
+                f"{where} answered the file list of {repo_id} with HTTP "
+                f"{response.status_code}, not 200."
             )
-        what = f"{file} of {repo_id}" if file else repo_id
-        return f"Downloading {what} from {where} failed with HTTP {status}."
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    what = f"{file} of {repo_id}" if file else repo_id
-    return (
-        f"Downloading {what} from {where} failed: {type(exc).__name__}"
-        + (f": {first}" if first else "")
-        + "."
-    )
+    what = f"The file list of {repo_id} from {where}"
+    if body is None:
+        raise EngineError(f"{what} is larger than {LISTING_MAX_BYTES:,} bytes.")
+    try:
+        data = untrusted.loads(body, what)
+    except untrusted.UntrustedDataError as exc:
+        raise EngineError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise EngineError(f"{what} is not a JSON object.")
+    commit = data.get("sha")
+    if not isinstance(commit, str) or not _HEX.fullmatch(commit):
+        raise EngineError(
+            f"{what} gives the commit {_q(commit)}, which is not a 40- or "
+            "64-digit lowercase hex digest; nothing was written."
+        )
+    siblings = data.get("siblings")
+    if not isinstance(siblings, list) or len(siblings) > MAX_FILES:
+        raise EngineError(
+            f"{what} has no list of at most {MAX_FILES:,} files ('siblings')."
+        )
+    files: list[_File] = []
+    seen: set[str] = set()
+    for item in siblings:
+        name = item.get("rfilename") if isinstance(item, dict) else None
+        problem = file_name_problem(name)
+        if problem:
+            raise EngineError(
+                f"{what} names the file {_q(name)}, which cannot be a path in "
+                f"the cache ({problem}); nothing was written."
+            )
+        assert isinstance(name, str) and isinstance(item, dict)
+        if name in seen:
+            raise EngineError(f"{what} names the file {_q(name)} twice.")
+        seen.add(name)
+        size = item.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise EngineError(f"{what} gives no size for {_q(name)}.")
+        lfs = item.get("lfs")
+        sha = None
+        if lfs is not None:
+            sha = lfs.get("sha256") if isinstance(lfs, dict) else None
+            if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
+                raise EngineError(
+                    f"{what} gives {_q(name)} the LFS digest {_q(sha)}, which is "
+                    "not a sha256 hex digest; nothing was written."
+                )
+            if lfs.get("size", size) != size:
+                raise EngineError(
+                    f"{what} gives {_q(name)} two sizes ({size} and its LFS "
+                    f"object's {_q(lfs.get('size'))})."
+                )
+        files.append(_File(name, size, sha))
+    return commit, files
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """What the ``HEAD`` of a file says: its blob name and size."""
+
+    etag: str
+    size: int
+
+
+def _head(repo_id: str, commit: str, f: _File, url: str, clock: _Clock) -> _Meta:
+    """The file's ETag (``X-Linked-Etag`` for an LFS file), its size and its
+    commit from a ``HEAD``, all checked against the listing."""
+    where = endpoint()
+    what = f"{f.name} of {repo_id}"
+    headers: Any = None
+    for _hop in range(5):
+        # A relative redirect is a renamed repo; an absolute one is the
+        # storage of an LFS file, whose X-Linked-* headers the Hub sends here.
+        with _request("HEAD", url, clock, what, follow=False) as response:
+            status, headers = int(response.status_code), response.headers
+            if status >= 400:
+                raise EngineError(_status_sentence(response, repo_id, commit, f.name))
+        location = headers.get("Location", "")
+        if 300 <= status < 400 and location.startswith("/"):
+            url = where + location
+            continue
+        break
+    raw = headers.get("X-Linked-Etag") or headers.get("ETag") or ""
+    etag = raw.removeprefix("W/").strip('"')
+    if not _HEX.fullmatch(etag):
+        raise EngineError(
+            f"{where} sent the ETag {_q(raw)} for {what}, which is not a 40- or "
+            "64-digit lowercase hex digest; it was not downloaded."
+        )
+    if f.lfs_sha256 is not None and etag != f.lfs_sha256:
+        raise EngineError(
+            f"{where} sent the ETag {_q(etag)} for {what}, not the LFS digest "
+            f"{f.lfs_sha256} of its file list; it was not downloaded."
+        )
+    got_commit = headers.get("X-Repo-Commit")
+    if got_commit is not None and got_commit != commit:
+        raise EngineError(
+            f"{where} sent the commit {_q(got_commit)} for {what}, not {commit} "
+            "of its file list; it was not downloaded."
+        )
+    size_text = headers.get("X-Linked-Size") or headers.get("Content-Length")
+    if size_text is not None and size_text.strip() != str(f.size):
+        raise EngineError(
+            f"{where} gives {what} {_q(size_text)} bytes, not the {f.size} of its "
+            "file list; it was not downloaded."
+        )
+    return _Meta(etag, f.size)
+
+
+def _file_url(repo_id: str, commit: str, f: _File) -> str:
+    return f"{endpoint()}/{repo_id}/resolve/{commit}/{quote(f.name)}"
+
+
+def _fetch_file(
+    repo_id: str,
+    commit: str,
+    f: _File,
+    meta: _Meta,
+    storage: Path,
+    snapshot: Path,
+    clock: _Clock,
+    report: Callable[[int], None],
+) -> None:
+    """One file into the cache: its blob (unless there) and the snapshot's
+    link to it."""
+    url = _file_url(repo_id, commit, f)
+    blob = _inside(storage, f"blobs/{meta.etag}", repo_id)
+    pointer = _inside(snapshot, f.name, repo_id)
+    if not (blob.is_file() and blob.stat().st_size == meta.size):
+        _fetch_blob(repo_id, f, url, meta, blob, clock, report)
+    _link(pointer, blob, snapshot, repo_id)
+
+
+def _fetch_blob(
+    repo_id: str,
+    f: _File,
+    url: str,
+    meta: _Meta,
+    blob: Path,
+    clock: _Clock,
+    report: Callable[[int], None],
+) -> None:
+    """Download a blob into ``<blob>`` + :data:`PARTIAL_SUFFIX`, resuming what
+    an earlier download left, and move it into place once its size and digest
+    are right. The partial file is deleted when they are not."""
+    from huggingface_hub.utils._fixes import WeakFileLock
+
+    partial = blob.with_name(blob.name + PARTIAL_SUFFIX)
+    lock = blob.parent.parent / ".locks" / f"{meta.etag}.rlstudio.lock"
+    try:
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        lock.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError(_os_sentence(exc, blob.parent)) from None
+    with WeakFileLock(str(lock)):
+        if blob.is_file() and blob.stat().st_size == meta.size:
+            return  # another download finished it meanwhile
+        try:
+            with partial.open("ab+") as out:
+                if out.seek(0, os.SEEK_END) > meta.size:
+                    out.truncate(0)  # not this file's beginning
+                _receive(repo_id, f, url, meta, out, clock, report)
+        except _Mismatch as exc:
+            partial.unlink(missing_ok=True)
+            raise EngineError(str(exc)) from None
+        except OSError as exc:
+            raise EngineError(_os_sentence(exc, partial)) from None
+        try:
+            os.replace(partial, blob)
+        except OSError as exc:
+            raise EngineError(_os_sentence(exc, blob)) from None
+
+
+class _Mismatch(Exception):
+    """What arrived is not the file the listing describes (one sentence)."""
+
+
+def _digest_of(out: Any, meta: _Meta) -> Any:
+    """The digest the ETag names, fed with what ``out`` holds so far: sha256
+    for a 64-digit ETag, git's blob id for a 40-digit one (sha1 of
+    ``blob <size>\\0`` and the bytes)."""
+    if len(meta.etag) == 64:
+        h = hashlib.sha256()
+    else:
+        h = hashlib.sha1(b"blob %d\0" % meta.size)
+    out.seek(0)
+    while chunk := out.read(CHUNK_BYTES):
+        h.update(chunk)
+    out.seek(0, os.SEEK_END)
+    return h
+
+
+def _receive(
+    repo_id: str,
+    f: _File,
+    url: str,
+    meta: _Meta,
+    out: Any,
+    clock: _Clock,
+    report: Callable[[int], None],
+) -> None:
+    """GET the rest of the file into ``out`` (opened for appending), resuming
+    a cut connection up to :data:`RETRIES` times; checks size and digest."""
+    import httpx2
+
+    what = f"{f.name} of {repo_id}"
+    digest = _digest_of(out, meta)
+    cuts = 0
+    while out.tell() < meta.size:
+        start = out.tell()
+        report(start)
+        try:
+            with _request(
+                "GET", url, clock, what, {"Range": f"bytes={start}-"} if start else {}
+            ) as response:
+                if response.status_code >= 400:
+                    raise EngineError(_status_sentence(response, repo_id, "", f.name))
+                if start and response.status_code != 206:
+                    # The server sends it all again: start over.
+                    out.truncate(0)
+                    digest = _digest_of(out, meta)
+                elif start and not response.headers.get("Content-Range", "").startswith(
+                    f"bytes {start}-"
+                ):
+                    raise _Mismatch(
+                        f"{endpoint()} resumed {what} at "
+                        f"{_q(response.headers.get('Content-Range'))}, not at "
+                        f"byte {start}; the partial download was deleted."
+                    )
+                last = out.tell()
+                try:
+                    for piece in response.iter_raw():
+                        if out.tell() + len(piece) > meta.size:
+                            raise _Mismatch(
+                                f"{endpoint()} sent more than the {meta.size:,} "
+                                f"bytes the file list gives {what}; the partial "
+                                "download was deleted."
+                            )
+                        out.write(piece)
+                        digest.update(piece)
+                        if out.tell() - last >= CHUNK_BYTES:
+                            last = out.tell()
+                            out.flush()
+                            report(last)
+                        clock.check()
+                except (httpx2.RemoteProtocolError, httpx2.ReadError) as exc:
+                    if out.tell() > start and cuts < RETRIES:
+                        cuts += 1
+                        continue  # resumed from what came
+                    raise EngineError(
+                        f"Downloading {what} from {endpoint()} failed: the "
+                        f"connection ended early ({_first_line(exc)}); downloading "
+                        "it again resumes where it stopped."
+                    ) from None
+        finally:
+            out.flush()
+        if out.tell() < meta.size:
+            raise _Mismatch(
+                f"{endpoint()} sent {out.tell():,} bytes of {what}, not the "
+                f"{meta.size:,} its file list gives; the partial download was "
+                "deleted."
+            )
+    got = digest.hexdigest()
+    if got != meta.etag:
+        kind = "sha256" if len(meta.etag) == 64 else "git sha1"
+        raise _Mismatch(
+            f"{what} from {endpoint()} does not match its ETag (its {kind} is "
+            f"{got}, not {meta.etag}); the partial download was deleted."
+        )
+
+
+def _link(pointer: Path, blob: Path, snapshot: Path, repo_id: str) -> None:
+    """``snapshots/<commit>/<file>`` as a relative link to its blob (a copy
+    where links cannot be made), replaced atomically."""
+    import shutil
+
+    try:
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        # Created folders may not lead out either (a name over an old link).
+        _inside(snapshot, str(pointer.relative_to(snapshot)), repo_id)
+        temp = pointer.with_name(f".{pointer.name}.{os.getpid()}.rlstudio-link")
+        temp.unlink(missing_ok=True)
+        try:
+            os.symlink(os.path.relpath(blob, pointer.parent), temp)
+        except OSError:
+            shutil.copyfile(blob, temp)
+        os.replace(temp, pointer)
+    except OSError as exc:
+        raise EngineError(_os_sentence(exc, pointer)) from None
+
+
+def _write(path: Path, data: bytes, repo_id: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temp.write_bytes(data)
+        os.replace(temp, path)
+    except OSError as exc:
+        raise EngineError(_os_sentence(exc, path)) from None
+
+
+def _os_sentence(exc: OSError, path: Path) -> str:
+    return f"Writing {_q(path)} failed ({exc.strerror or exc})."
 
 
 def run(ctx: Any) -> dict[str, Any]:
@@ -311,6 +792,8 @@ def run(ctx: Any) -> dict[str, Any]:
         cfg["revision"],
         progress=progress,
         should_stop=lambda: bool(ctx.should_stop),
+        deadline_s=float(cfg.get("deadline_s", DEADLINE_S)),
+        stall_s=float(cfg.get("stall_s", STALL_S)),
     )
     if result["stopped"]:
         ctx.log("Stopped; downloading it again resumes where it stopped.")

@@ -29,13 +29,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--project", type=Path, default=None, help="record it as a run of DIR"
     )
     down.add_argument("--quiet", action="store_true", help="no progress bar")
+    down.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop a download that takes longer (default: a day; running it "
+        "again resumes)",
+    )
+    down.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail when the server sends nothing for this long (default: 60)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.export.cli import ProgressBar
     from engine.llm import hub
 
-    config = hub.validate({"repo_id": args.repo_id, "revision": args.revision})
+    given = {"repo_id": args.repo_id, "revision": args.revision}
+    if args.deadline is not None:
+        given["deadline_s"] = args.deadline
+    if args.stall_timeout is not None:
+        given["stall_s"] = args.stall_timeout
+    config = hub.validate(given)
     bar = ProgressBar("download", quiet=args.quiet)
     if args.project is None:
         result = _direct(config, bar)
@@ -65,6 +85,8 @@ def _direct(config: dict[str, Any], bar: Any) -> dict[str, Any]:
             config["revision"],
             progress=lambda done, total, _file: bar(done, total),
             should_stop=lambda: stop["asked"],
+            deadline_s=config["deadline_s"],
+            stall_s=config["stall_s"],
         )
     finally:
         signal.signal(signal.SIGINT, previous)
