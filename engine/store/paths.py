@@ -4,12 +4,15 @@ Every name or id that becomes part of a path (a model, data set or trace
 name, a node id) is checked against the one pattern, ``engine.flow.PATH_NAME``,
 and the path it makes is resolved (symbolic links followed) and must lie
 inside its root. A violation is a ``ConfigError`` naming the field, raised
-before anything is written.
+before anything is written. :func:`link_out` finds the folders of a root
+that lead out of it (a project checks its own when it opens and before
+each run).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from engine.errors import ConfigError, quoted
@@ -62,3 +65,40 @@ def child(
     """``root/<folder>/<name><suffix>`` for a checked ``name``, proven inside
     ``root`` (the project: a ``folder`` that links out is refused too)."""
     return inside(root, Path(folder, checked_name(field, name) + suffix), field)
+
+
+def link_out(
+    root: str | os.PathLike[str],
+    paths: Iterable[str],
+    folders: Iterable[str] = (),
+) -> tuple[str, Path] | None:
+    """The first of ``paths`` (relative to ``root``), or entry directly in
+    one of ``folders``, that resolves outside ``root`` (a symbolic link to
+    elsewhere, dangling or not), with where it leads; None when all stay in.
+
+    Only links are resolved in ``folders`` (``os.scandir`` tells them apart
+    without a ``stat``), so a folder of thousands of runs costs a listing.
+    """
+    real_root = Path(root).resolve()
+
+    def outside(path: Path) -> Path | None:
+        try:
+            real = path.resolve()
+        except (OSError, RuntimeError):  # a loop: it cannot be written either
+            return path
+        inside = real == real_root or real.is_relative_to(real_root)
+        return None if inside else real
+
+    for rel in paths:
+        path = real_root / rel
+        if os.path.lexists(path) and (real := outside(path)) is not None:
+            return rel, real
+    for folder in folders:
+        try:
+            entries = list(os.scandir(real_root / folder))
+        except OSError:  # missing, or not a folder: nothing in it to check
+            continue
+        for entry in entries:
+            if entry.is_symlink() and (real := outside(Path(entry.path))) is not None:
+                return f"{folder}/{entry.name}", real
+    return None

@@ -42,7 +42,7 @@ from engine.store.atomic import (
     remove_stale_temp_files,
     temp_path,
 )
-from engine.store.paths import checked_name, child
+from engine.store.paths import checked_name, child, link_out
 
 SCHEMA_VERSION = 2
 """2: models carry ``agent`` and ``version``; the ``agents`` table."""
@@ -50,6 +50,26 @@ VERSIONED_KINDS = ("sb3-policy", "hf-merged", "lora-adapter", "hf", "ollama")
 """Model kinds an agent can act with: the last one a run for a named agent
 registers becomes that agent's next version."""
 FOLDERS = ("envs", "flows", "runs", "models", "data")
+_DATABASES = (
+    "studio.sqlite",
+    "data/trajectories.sqlite",
+    "data/agents.sqlite",
+    "data/labels.sqlite",
+    "data/sweeps.db",
+)
+WRITTEN_PATHS = (
+    *FOLDERS,
+    "data/traces",
+    "data/datasets",
+    "data/flow-cache",
+    "data/reward_models",
+    *(db + suffix for db in _DATABASES for suffix in ("", "-wal", "-shm", "-journal")),
+)
+"""What the engine writes in a project: none may lead outside it (a link
+to elsewhere would have runs write there). Other entries of ``data/`` are
+the user's (a mock data file an env reads may well be a link)."""
+WRITTEN_FOLDERS = ("runs", "models", "data/flow-cache")
+"""Folders whose every entry the engine made: none may lead outside either."""
 ACTIVE_STATUSES = contract.ACTIVE_STATUSES
 QUEUED_GRACE_S = 30.0
 """How long a ``queued`` row without a process is left alone by
@@ -194,6 +214,19 @@ def check_writable(path: Path) -> None:
         ) from None
 
 
+def check_contained(root: Path) -> None:
+    """Refuse, in one sentence, a project a folder of which the engine
+    writes (:data:`WRITTEN_PATHS`, the entries of :data:`WRITTEN_FOLDERS`)
+    resolves outside it: runs, caches and models would be written there."""
+    found = link_out(root, WRITTEN_PATHS, WRITTEN_FOLDERS)
+    if found is not None:
+        rel, real = found
+        raise ProjectError(
+            f"{rel} in the project {root} leads outside it (to {real}); "
+            "the engine writes there, so make it a folder inside the project."
+        )
+
+
 class Project:
     """An open project folder. Thread-safe: one connection behind a lock."""
 
@@ -239,6 +272,7 @@ class Project:
             raise ProjectError(
                 f"{root} is not an RL Studio project (it has no studio.sqlite)."
             )
+        check_contained(root)
         check_writable(root)
         for name in FOLDERS:
             (root / name).mkdir(exist_ok=True)
@@ -311,6 +345,7 @@ class Project:
         """Make the run folder with its ``config.json`` and a ``queued`` row."""
         run_id = new_id()
         run_dir = self.run_dir(run_id)
+        check_contained(self.path)  # a link may have appeared since the open
         run_dir.mkdir(parents=True)
         record = RunRecord(
             id=run_id,
