@@ -27,7 +27,7 @@ def with_defaults(
     unknown = set(config) - set(defaults)
     if unknown:
         name = sorted(unknown)[0]
-        raise ConfigError(name, f"Unknown setting {name!r} for {job}.")
+        raise ConfigError(name, f"Unknown setting {quoted(name)} for {job}.")
     return {**defaults, **config}
 
 

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.errors import EngineError
-from engine.service.app import MAX_BODY_BYTES, create_app
+from engine.service.app import MAX_BODY_BYTES, bounded, create_app
 from engine.service.state import Service
 from resources import resource_path
 
@@ -668,3 +668,22 @@ def test_the_reported_attacks_get_one_sentence_and_store_nothing(
         "POST", "/trajectories", b'{"agent": "a", "scenario": ["' + b"s" * 5000 + b'"]}'
     )
     assert status == 422 and error["error"].count("s") < 300, error
+    # Sentences made deeper down (a flow's node ids, a job's settings) that
+    # quote a value whole are cut where the service answers.
+    long = "L" * 5000
+    for path, body in (
+        ("/flows/cartpole_ppo/run", {"targets": [long]}),
+        ("/flows/cartpole_ppo/run", {"overrides": {long: 1}}),
+        ("/training/settings", {long: 1}),
+    ):
+        method = "PUT" if path == "/training/settings" else "POST"
+        status, error = request(method, path, json.dumps(body).encode())
+        assert status == 422, error
+        assert error["error"].count("L") <= 201 and one_sentence(error["error"])
+
+
+def test_bounded_cuts_long_quoted_values_only() -> None:
+    assert bounded("There is no run 'r1'.") == "There is no run 'r1'."
+    cut = bounded(f"There is no node {'N' * 5000!r} in the flow.")
+    assert cut == f"There is no node '{'N' * 200}...' (5,000 characters) in the flow."
+    assert len(bounded("word " * 1000)) == 1000
