@@ -7,6 +7,14 @@ not write. They run here, never in the engine or a job's own process:
   down);
 * **read-only file system** except one scratch folder (``TMPDIR`` and
   ``HOME`` point into it);
+* **no Unix socket of the host**: ``/tmp``, ``/var/tmp``, ``/run`` and
+  ``/dev/shm``, where sessions and services keep their sockets, are empty
+  folders of its own (only the scratch folder and what it must read are
+  bound back in), and a seccomp filter refuses ``socket(AF_UNIX)`` and
+  datagram socketpairs (``EPERM``) and io_uring, so no socket file anywhere
+  can be connected to or sent to; abstract names (``\\0name``) belong to its
+  network namespace. A connected stream pair of its own
+  (``socket.socketpair()``, as multiprocessing uses) still works;
 * **limits**: CPU seconds, address space, file size, open files and a
   process count (``RLIMIT_NPROC`` inside a user namespace, or a ``pids``
   cgroup when the studio runs as root, where the kernel does not apply
@@ -18,7 +26,10 @@ not write. They run here, never in the engine or a job's own process:
 Two ways to get there, tried in order: bubblewrap (``bwrap``, Debian's
 ``bubblewrap`` package) and util-linux's ``unshare`` with a small launcher
 that remounts every mount read-only and drops all capabilities before it
-runs the code. Where neither works, confined runs are refused with one
+runs the code. The launcher installs the seccomp filter under both, and a
+machine where it cannot (no seccomp, an architecture it does not know)
+counts as one where the method does not work. Where neither works, confined
+runs are refused with one
 sentence, unless the user allowed unconfined runs (``RLSTUDIO_ALLOW_UNCONFINED=1``,
 or Settings → "Run untrusted code unconfined"); ``RLSTUDIO_CONFINEMENT`` picks
 a method by name (``bwrap``, ``unshare`` or ``none``) for tests and for users
@@ -54,6 +65,9 @@ METHODS = ("bwrap", "unshare")
 
 LAUNCHER_FAILED = 125
 """Exit code of the launcher when it could not set the confinement up."""
+
+HIDDEN = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+"""Folders confined code sees empty (its own), for the host's sockets there."""
 
 
 class ConfinementUnavailable(EngineError):
@@ -173,7 +187,28 @@ if cfg["method"] == "unshare":
             e = ctypes.get_errno()
             fail("mount %s: %s" % (target, os.strerror(e)))
     scratch = cfg["scratch"]
-    mount(scratch.encode(), scratch, BIND | REC)
+    # Hide the host's socket folders under empty ones of our own, then bind
+    # back (through descriptors opened before) what must stay readable
+    # beneath them and, last so nothing covers it, the scratch folder.
+    back = []
+    for path in cfg["keep"] + [scratch]:
+        back.append((path, os.open(path, os.O_PATH)))
+    for folder in cfg["hide"]:
+        if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", NOSUID | NODEV,
+                      b"mode=755,size=1m") != 0:
+            e = ctypes.get_errno()
+            fail("cannot hide %s: %s" % (folder, os.strerror(e)))
+    for path, fd in back:
+        if not os.path.exists(path):
+            if os.path.isdir("/proc/self/fd/%d" % fd):
+                os.makedirs(path)
+            else:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                open(path, "x").close()
+        mount(b"/proc/self/fd/%d" % fd, path, BIND | REC)
+        os.close(fd)
+    def hidden(point):
+        return any(point == h or point.startswith(h + "/") for h in cfg["hide"])
     points = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -189,6 +224,8 @@ if cfg["method"] == "unshare":
         if libc.mount(None, point.encode(), None, flags, None) != 0:
             e = ctypes.get_errno()
             if e in (2, 20):  # a mount point that vanished or is hidden
+                continue
+            if e == 22 and hidden(point):  # under a hiding tmpfs: not a mount
                 continue
             fail("cannot make %s read-only: %s" % (point, os.strerror(e)))
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
@@ -218,6 +255,53 @@ for name, value in (("RLIMIT_CPU", lim["cpu_s"]),
     if cur != resource.RLIM_INFINITY:
         hard = min(hard, cur)
     resource.setrlimit(res, (min(value, hard), hard))
+# No Unix socket of its own making: socket(AF_UNIX) and a datagram
+# socketpair (whose socket may send to any path) fail with EPERM, as do
+# io_uring (which makes sockets without the socket call); a foreign
+# architecture's calls kill the process (they would pass unchecked).
+import struct
+ARCHES = {"x86_64": (0xC000003E, 41, 53, 0x40000000),
+          "aarch64": (0xC00000B7, 198, 199, 0xFFFFFFFF),
+          "riscv64": (0xC00000F3, 198, 199, 0xFFFFFFFF)}
+machine = os.uname().machine
+if machine not in ARCHES:
+    fail("no seccomp filter for Unix sockets on %s" % machine)
+arch, nr_socket, nr_pair, x32 = ARCHES[machine]
+LD, JEQ, JGE, AND, RET = 0x20, 0x15, 0x35, 0x54, 0x06
+ALLOW, DENY, KILL = 0x7FFF0000, 0x00050000 | 1, 0x80000000
+OK_, NO, DIE = 16, 17, 18  # where the three answers below are
+def at(i, target):
+    return target - i - 1
+prog = [
+    (LD, 0, 0, 4),  # 0: arch
+    (JEQ, 0, at(1, DIE), arch),
+    (LD, 0, 0, 0),  # 2: syscall number
+    (JGE, at(3, NO), 0, x32),  # x32 calls on x86_64
+    (JEQ, at(4, NO), 0, 425),  # io_uring_setup
+    (JEQ, at(5, NO), 0, 426),  # io_uring_enter
+    (JEQ, at(6, NO), 0, 427),  # io_uring_register
+    (JEQ, 0, at(7, 10), nr_socket),
+    (LD, 0, 0, 16),  # 8: socket's domain
+    (JEQ, at(9, NO), at(9, OK_), 1),  # AF_UNIX
+    (JEQ, 0, at(10, OK_), nr_pair),
+    (LD, 0, 0, 16),  # 11: socketpair's domain
+    (JEQ, 0, at(12, OK_), 1),
+    (LD, 0, 0, 24),  # 13: socketpair's type
+    (AND, 0, 0, 0xF),
+    (JEQ, at(15, OK_), at(15, NO), 1),  # SOCK_STREAM
+    (RET, 0, 0, ALLOW),
+    (RET, 0, 0, DENY),
+    (RET, 0, 0, KILL),
+]
+code = b"".join(struct.pack("HBBI", *i) for i in prog)
+buf = ctypes.create_string_buffer(code, len(code))
+class Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fprog = Prog(len(prog), ctypes.cast(buf, ctypes.c_void_p))
+if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    fail("no_new_privs refused")
+if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # SECCOMP_MODE_FILTER
+    fail("seccomp filter refused: %s" % os.strerror(ctypes.get_errno()))
 os.chdir(cfg["scratch"])
 try:
     os.execve(argv[0], argv, os.environ)
@@ -236,24 +320,35 @@ def _wrap(
     """``argv`` run by ``method`` with ``scratch`` writable (None: as is)."""
     if method is None:
         return list(argv)
+    hide = [h for h in HIDDEN if os.path.isdir(h) and not os.path.islink(h)]
+    keep = _visible_under(hide, [*readable, *_interpreter_paths()], scratch)
     cfg = {
         "method": method,
         "scratch": str(scratch),
         "limits": asdict(limits or Limits()),
+        "hide": hide,
+        "keep": [str(p) for p in keep],
     }
     inner = [sys.executable, "-I", "-S", "-c", _LAUNCHER, json.dumps(cfg), *argv]
     if method == "bwrap":
         outer = [
             "bwrap",
             "--ro-bind", "/", "/",
-            "--dev", "/dev",
+            "--dev", "/dev",  # a /dev/shm of its own too
             "--proc", "/proc",
-            "--bind", str(scratch), str(scratch),
         ]  # fmt: skip
-        for path in readable:
+        for folder in hide:
+            if folder != "/dev/shm":
+                outer += ["--tmpfs", folder]
+        for path in [*readable, *keep]:
             # Visible read-only through "/" already; binding it again keeps
-            # it readable even where it lies under a folder bwrap replaced.
+            # it readable where it lies under a folder replaced above.
             outer += ["--ro-bind", str(path), str(path)]
+        # Last, so that no folder bound above covers it.
+        outer += ["--bind", str(scratch), str(scratch)]
+        for folder in hide:
+            if folder != "/dev/shm":
+                outer += ["--remount-ro", folder]
         outer += [
             "--unshare-user",
             "--unshare-all",
@@ -280,6 +375,37 @@ def _wrap(
             *inner,
         ]  # fmt: skip
     raise ValueError(f"unknown confinement method {method!r}")
+
+
+def _interpreter_paths() -> list[Path]:
+    """What the confined Python needs to read: its prefixes, the folder of
+    its executable, and the engine (the launcher and env workers import it)."""
+    paths = {
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.exec_prefix),
+        Path(os.path.realpath(sys.executable)).parent,
+        Path(__file__).resolve().parents[1],
+    }
+    return sorted(paths)
+
+
+def _visible_under(
+    hidden: Sequence[str], paths: Sequence[Path], scratch: Path
+) -> list[Path]:
+    """The existing ``paths`` that lie under a ``hidden`` folder (they must
+    be bound back in), without repeats or ones inside another."""
+
+    def under(path: str, folder: str) -> bool:
+        return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+    found: list[Path] = []
+    for p in sorted({os.path.realpath(p) for p in paths if os.path.exists(p)}):
+        if under(p, str(scratch)) or not any(under(p, h) for h in hidden):
+            continue
+        if not any(under(p, str(q)) for q in found):
+            found.append(Path(p))
+    return found
 
 
 def _child_env(scratch: Path, extra: Mapping[str, str] | None) -> dict[str, str]:
@@ -412,6 +538,10 @@ class Confined:
         **popen_kwargs: Any,
     ) -> None:
         limits = limits or Limits()
+        # What the code imports from (an env worker's engine) must stay
+        # readable where it lies under a folder the confinement hides.
+        path_entries = (env or {}).get("PYTHONPATH", "").split(os.pathsep)
+        readable = [*readable, *(Path(p) for p in path_entries if p)]
         self.method = require(what)
         self._cgroup = _pids_cgroup(limits.processes + 8)
         fd = self._cgroup.__enter__() if self.method else None
@@ -422,8 +552,9 @@ class Confined:
                 env=_child_env(scratch, env),
                 cwd=scratch,
                 start_new_session=True,
+                # The child joins the cgroup before exec; the descriptor is
+                # not passed on (confined code could write to it).
                 preexec_fn=_preexec(fd),
-                pass_fds=() if fd is None else (fd,),
                 **popen_kwargs,
             )
         except BaseException:

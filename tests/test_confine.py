@@ -12,10 +12,12 @@ show that each attempt is a real escape there; the counts are printed.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -391,3 +393,243 @@ def test_the_studio_setting_reaches_the_engine_environment(tmp_path: Path) -> No
     assert Settings(settings._s).engine_environment() == {
         confine.ALLOW_UNCONFINED_ENV: "1"
     }
+
+
+# ------------------------------------------------------------ Unix sockets
+#
+# A Unix socket of the host (a desktop's session bus, a container runtime, a
+# database) is a door out of the box that a network namespace does not
+# close: a path name is found through the file system, and a datagram can be
+# sent to it from a socketpair's socket. Abstract names (``\0name``) belong
+# to the network namespace.
+
+UNIX_PROBE = """
+import json, socket, sys
+
+def attempt(family_type, address, send):
+    try:
+        s = socket.socket(socket.AF_UNIX, family_type)
+        s.settimeout(2)
+        if send:
+            s.sendto(b"escaped", address)
+        else:
+            s.connect(address)
+            s.send(b"escaped")
+        return "reached"
+    except OSError as exc:
+        return type(exc).__name__
+
+def unix_attempts(streams, datagrams, abstract):
+    tried = {}
+    for path in streams:
+        tried["stream " + path] = attempt(socket.SOCK_STREAM, path, False)
+    for path in datagrams:
+        tried["datagram " + path] = attempt(socket.SOCK_DGRAM, path, True)
+        try:  # a socketpair's datagram socket may send to any address
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            a.sendto(b"escaped", path)
+            tried["socketpair datagram " + path] = "reached"
+        except OSError as exc:
+            tried["socketpair datagram " + path] = type(exc).__name__
+    tried["abstract"] = attempt(socket.SOCK_STREAM, "\\0" + abstract, False)
+    # What code may keep: a connected pair of its own (multiprocessing's).
+    a, b = socket.socketpair()
+    a.send(b"ok")
+    tried["own pair"] = b.recv(2).decode()
+    return tried
+"""
+
+
+@dataclass
+class UnixListeners:
+    """Listening Unix sockets of the host, in every place that can hold one."""
+
+    streams: dict[str, socket.socket]
+    datagrams: dict[str, socket.socket]
+    abstract: str
+    abstract_sock: socket.socket
+
+    def args(self) -> str:
+        return repr((list(self.streams), list(self.datagrams), self.abstract))
+
+    def reached(self) -> list[str]:
+        """Which listeners got a connection or a datagram (checked without
+        waiting: a connection made is in the accept queue even when its
+        client has gone)."""
+        got = []
+        for path, srv in [*self.streams.items(), ("abstract", self.abstract_sock)]:
+            try:
+                conn, _ = srv.accept()
+                conn.close()
+                got.append(f"stream {path}")
+            except BlockingIOError:
+                pass
+        for path, srv in self.datagrams.items():
+            while True:  # one entry a datagram
+                try:
+                    srv.recv(64)
+                except BlockingIOError:
+                    break
+                got.append(f"datagram {path}")
+        return got
+
+
+@pytest.fixture
+def unix_listeners(tmp_path: Path) -> Iterator[UnixListeners]:
+    folders = [tmp_path]
+    made: list[Path] = []
+    # /tmp and /run themselves (where sessions keep their sockets), /dev/shm,
+    # and a folder the confined code can see (the interpreter's prefix).
+    for parent in ("/tmp", "/run", "/dev/shm", sys.prefix):
+        if os.path.isdir(parent) and os.access(parent, os.W_OK):
+            made.append(Path(tempfile.mkdtemp(prefix="rls-", dir=parent)))
+    folders += made
+    streams: dict[str, socket.socket] = {}
+    datagrams: dict[str, socket.socket] = {}
+    for folder in folders:
+        for kind, into in (
+            (socket.SOCK_STREAM, streams),
+            (socket.SOCK_DGRAM, datagrams),
+        ):
+            path = str(folder / ("s" if kind == socket.SOCK_STREAM else "d"))
+            srv = socket.socket(socket.AF_UNIX, kind)
+            srv.bind(path)
+            if kind == socket.SOCK_STREAM:
+                srv.listen(16)
+            srv.setblocking(False)
+            into[path] = srv
+    abstract = f"rlstudio-test-{uuid.uuid4().hex}"
+    abstract_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract_sock.bind("\0" + abstract)
+    abstract_sock.listen(16)
+    abstract_sock.setblocking(False)
+    try:
+        yield UnixListeners(streams, datagrams, abstract, abstract_sock)
+    finally:
+        for srv in [*streams.values(), *datagrams.values(), abstract_sock]:
+            srv.close()
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _unix_methods() -> list[object]:
+    return [*_methods(), pytest.param("none", id="unconfined")]
+
+
+def _confine_as(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(confine.METHOD_ENV, method)
+    if method == "none":  # the control: what confinement prevents
+        monkeypatch.setenv(confine.ALLOW_UNCONFINED_ENV, "1")
+
+
+def _check_unix(
+    method: str, tried: dict[str, str], listeners: UnixListeners, where: str
+) -> None:
+    reached = listeners.reached()
+    claimed = [k for k, v in tried.items() if v == "reached"]
+    attempts = len(tried) - 1
+    print(
+        f"\n{where}, {method}: {attempts} Unix socket attempts, {len(claimed)} got out"
+    )
+    assert tried["own pair"] == "ok", tried
+    if method == "none":
+        # Every attempt gets out unconfined: the attempts are real.
+        assert len(claimed) == attempts and len(reached) == len(claimed), tried
+    else:
+        assert claimed == [] and reached == [], tried
+
+
+@pytest.mark.parametrize("method", _unix_methods())
+def test_a_code_reward_reaches_no_host_unix_socket(
+    method: str, unix_listeners: UnixListeners, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    _confine_as(method, monkeypatch)
+    code = (
+        UNIX_PROBE + f"\nprint(json.dumps(unix_attempts(*{unix_listeners.args()})))\n"
+    )
+    result = rewards.run_code(code, timeout_s=20)
+    assert result["ok"], result
+    tried = json.loads(result["stdout"])
+    _check_unix(method, tried, unix_listeners, "code reward")
+
+
+@pytest.mark.parametrize("method", _unix_methods())
+def test_a_python_env_reaches_no_host_unix_socket(
+    method: str,
+    unix_listeners: UnixListeners,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engine.envs import remote
+
+    _confine_as(method, monkeypatch)
+    file = tmp_path / "envs" / "probe.py"
+    file.parent.mkdir()
+    # A socket beside the env file: a folder the env process must see.
+    beside = str(file.parent / "s")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(beside)
+    srv.listen(4)
+    srv.setblocking(False)
+    unix_listeners.streams[beside] = srv
+    file.write_text(
+        "import gymnasium as gym\nimport numpy as np\nfrom gymnasium import spaces\n"
+        + UNIX_PROBE
+        + textwrap.dedent(f"""
+            class Probe(gym.Env):
+                observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+                action_space = spaces.Discrete(2)
+
+                def reset(self, *, seed=None, options=None):
+                    super().reset(seed=seed)
+                    info = unix_attempts(*{unix_listeners.args()})
+                    return np.zeros(1, np.float32), info
+            """)
+    )
+    env = remote.RemoteEnv(file, "Probe")
+    try:
+        _, tried = env.reset(seed=0)
+    finally:
+        env.close()
+        remote.drop_spare()
+    _check_unix(method, dict(tried), unix_listeners, "python env")
+
+
+@pytest.mark.parametrize("method", _methods())
+def test_confined_code_has_its_own_tmp_and_run(
+    method: str, unix_listeners: UnixListeners, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each layer on its own: the host's socket folders are not seen (so
+    the seccomp filter is not the only guard), and a socket file the code
+    can see (under the interpreter's prefix) still refuses it."""
+    import json
+
+    monkeypatch.setenv(confine.METHOD_ENV, method)
+    hidden = [p for p in unix_listeners.streams if p.startswith(confine.HIDDEN)]
+    seen = [p for p in unix_listeners.streams if p.startswith(sys.prefix)]
+    program = textwrap.dedent(f"""
+        import json, os, socket
+        out = {{p: os.path.exists(p) for p in {hidden!r}}}
+        for p in {seen!r}:
+            out["exists " + p] = os.path.exists(p)
+            try:
+                socket.socket(socket.AF_UNIX).connect(p)
+                out[p] = "reached"
+            except OSError as exc:
+                out[p] = type(exc).__name__
+        # No descriptor of the host is passed on (a pids cgroup's, once).
+        out["fds"] = sorted(int(f) for f in os.listdir("/proc/self/fd"))
+        print(json.dumps(out))
+    """)
+    result = confine.run(
+        [sys.executable, "-I", "-c", program], what="The test", timeout_s=20
+    )
+    assert result.ok, result
+    out = json.loads(result.stdout)
+    assert hidden and all(out[p] is False for p in hidden), out
+    for p in seen:
+        assert out["exists " + p] is True and out[p] == "PermissionError", out
+    assert out["fds"] == [0, 1, 2, 3], out  # 3: the listing's own
+    assert unix_listeners.reached() == []
