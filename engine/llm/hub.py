@@ -43,7 +43,7 @@ from typing import Any
 from urllib.parse import quote
 
 from engine import untrusted
-from engine.errors import ConfigError, EngineError
+from engine.errors import MAX_QUOTED_CHARS, ConfigError, EngineError, quoted
 from engine.settings import checked_config, fields_of, form_field, setting
 
 KIND = "hub.download"
@@ -69,8 +69,6 @@ SEGMENT_MAX_BYTES = 255
 """Longest part of a file name between slashes (a file system's limit)."""
 RETRIES = 5
 """Times a connection cut mid-file is resumed before the download fails."""
-QUOTE_CHARS = 200
-"""Most characters of a server's value that a message quotes."""
 
 Progress = Callable[[int, int, str], None]
 """``progress(done_bytes, total_bytes, file)``."""
@@ -131,14 +129,6 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _q(value: object) -> str:
-    """``value`` quoted for a message: at most :data:`QUOTE_CHARS` of it."""
-    text = str(value)
-    if len(text) > QUOTE_CHARS:
-        return repr(text[:QUOTE_CHARS]) + f" (cut, {len(text):,} characters)"
-    return repr(text)
-
-
 def repo_id_problem(repo: str) -> str:
     """Why ``repo`` is not a Hub id (the Hub's own rule), or ``""``."""
     if (
@@ -147,7 +137,7 @@ def repo_id_problem(repo: str) -> str:
         or ".." in repo
         or len(repo) > 96 * 2 + 1
     ):
-        return f"repo_id must be a Hub id such as org/name, not {_q(repo)}."
+        return f"repo_id must be a Hub id such as org/name, not {quoted(repo)}."
     return ""
 
 
@@ -164,7 +154,7 @@ def revision_problem(revision: str) -> str:
     ):
         return (
             f"revision must name a branch, tag or commit (letters, digits and "
-            f"._-/+=@, no '..'), not {_q(revision)}."
+            f"._-/+=@, no '..'), not {quoted(revision)}."
         )
     return ""
 
@@ -369,8 +359,8 @@ def _inside(
         end.relative_to(base)
     except (ValueError, OSError, RuntimeError):
         raise EngineError(
-            f"The download of {repo_id} would write {_q(path)}, outside "
-            f"{_q(folder)}; it was refused."
+            f"The download of {repo_id} would write {quoted(path)}, outside "
+            f"{quoted(folder)}; it was refused."
         ) from None
     return path
 
@@ -413,7 +403,7 @@ def _request(
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0][:QUOTE_CHARS] if text else ""
+    return text.splitlines()[0][:MAX_QUOTED_CHARS] if text else ""
 
 
 def _read_body(response: Any, clock: _Clock, limit: int) -> bytes | None:
@@ -447,7 +437,7 @@ def _status_sentence(
             "if it is a private or gated model."
         )
     if code == "RevisionNotFound":
-        return f"{repo_id} has no revision {_q(revision)} on {where}."
+        return f"{repo_id} has no revision {quoted(revision)} on {where}."
     if code == "EntryNotFound" or status == 404:
         return f"{what} was not found on {where} (HTTP 404)."
     if status in (401, 403):
@@ -483,7 +473,7 @@ def _listing(repo_id: str, revision: str, clock: _Clock) -> tuple[str, list[_Fil
     commit = data.get("sha")
     if not isinstance(commit, str) or not _HEX.fullmatch(commit):
         raise EngineError(
-            f"{what} gives the commit {_q(commit)}, which is not a 40- or "
+            f"{what} gives the commit {quoted(commit)}, which is not a 40- or "
             "64-digit lowercase hex digest; nothing was written."
         )
     siblings = data.get("siblings")
@@ -498,29 +488,29 @@ def _listing(repo_id: str, revision: str, clock: _Clock) -> tuple[str, list[_Fil
         problem = file_name_problem(name)
         if problem:
             raise EngineError(
-                f"{what} names the file {_q(name)}, which cannot be a path in "
+                f"{what} names the file {quoted(name)}, which cannot be a path in "
                 f"the cache ({problem}); nothing was written."
             )
         assert isinstance(name, str) and isinstance(item, dict)
         if name in seen:
-            raise EngineError(f"{what} names the file {_q(name)} twice.")
+            raise EngineError(f"{what} names the file {quoted(name)} twice.")
         seen.add(name)
         size = item.get("size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise EngineError(f"{what} gives no size for {_q(name)}.")
+            raise EngineError(f"{what} gives no size for {quoted(name)}.")
         lfs = item.get("lfs")
         sha = None
         if lfs is not None:
             sha = lfs.get("sha256") if isinstance(lfs, dict) else None
             if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{64}", sha):
                 raise EngineError(
-                    f"{what} gives {_q(name)} the LFS digest {_q(sha)}, which is "
-                    "not a sha256 hex digest; nothing was written."
+                    f"{what} gives {quoted(name)} the LFS digest {quoted(sha)}, "
+                    "which is not a sha256 hex digest; nothing was written."
                 )
             if lfs.get("size", size) != size:
                 raise EngineError(
-                    f"{what} gives {_q(name)} two sizes ({size} and its LFS "
-                    f"object's {_q(lfs.get('size'))})."
+                    f"{what} gives {quoted(name)} two sizes ({size} and its LFS "
+                    f"object's {quoted(lfs.get('size'))})."
                 )
         files.append(_File(name, size, sha))
     return commit, files
@@ -556,24 +546,24 @@ def _head(repo_id: str, commit: str, f: _File, url: str, clock: _Clock) -> _Meta
     etag = raw.removeprefix("W/").strip('"')
     if not _HEX.fullmatch(etag):
         raise EngineError(
-            f"{where} sent the ETag {_q(raw)} for {what}, which is not a 40- or "
+            f"{where} sent the ETag {quoted(raw)} for {what}, which is not a 40- or "
             "64-digit lowercase hex digest; it was not downloaded."
         )
     if f.lfs_sha256 is not None and etag != f.lfs_sha256:
         raise EngineError(
-            f"{where} sent the ETag {_q(etag)} for {what}, not the LFS digest "
+            f"{where} sent the ETag {quoted(etag)} for {what}, not the LFS digest "
             f"{f.lfs_sha256} of its file list; it was not downloaded."
         )
     got_commit = headers.get("X-Repo-Commit")
     if got_commit is not None and got_commit != commit:
         raise EngineError(
-            f"{where} sent the commit {_q(got_commit)} for {what}, not {commit} "
+            f"{where} sent the commit {quoted(got_commit)} for {what}, not {commit} "
             "of its file list; it was not downloaded."
         )
     size_text = headers.get("X-Linked-Size") or headers.get("Content-Length")
     if size_text is not None and size_text.strip() != str(f.size):
         raise EngineError(
-            f"{where} gives {what} {_q(size_text)} bytes, not the {f.size} of its "
+            f"{where} gives {what} {quoted(size_text)} bytes, not the {f.size} of its "
             "file list; it was not downloaded."
         )
     return _Meta(etag, f.size)
@@ -696,7 +686,7 @@ def _receive(
                 ):
                     raise _Mismatch(
                         f"{endpoint()} resumed {what} at "
-                        f"{_q(response.headers.get('Content-Range'))}, not at "
+                        f"{quoted(response.headers.get('Content-Range'))}, not at "
                         f"byte {start}; the partial download was deleted."
                     )
                 last = out.tell()
@@ -772,7 +762,7 @@ def _write(path: Path, data: bytes, repo_id: str) -> None:
 
 
 def _os_sentence(exc: OSError, path: Path) -> str:
-    return f"Writing {_q(path)} failed ({exc.strerror or exc})."
+    return f"Writing {quoted(path)} failed ({exc.strerror or exc})."
 
 
 def run(ctx: Any) -> dict[str, Any]:
