@@ -208,8 +208,15 @@ def test_a_failing_run_is_recorded_as_failed(
     argv = ["train", "--env", "rlstudio/flaky-v0", "--algo", "PPO", "--steps", "256"]
     argv += ["--project", str(tmp_path), "--quiet", "--set", "n_envs=1"]
     argv += ["--set", "n_steps=64", "--set", "batch_size=32"]
-    with pytest.raises(RuntimeError, match="sensor failed at step 40"):
-        cli.main(argv)
+    capsys.readouterr()
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    # one sentence on the terminal; the traceback went to the run's log
+    assert "Traceback" not in err
+    assert err.rstrip().endswith(
+        "failed with RuntimeError: sensor failed at step 40 (run with --debug for "
+        "the traceback)."
+    )
     project = Project.open(tmp_path)
     try:
         (run,) = project.list_runs()

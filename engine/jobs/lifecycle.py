@@ -128,6 +128,12 @@ def execute(
         # the one its kind reads from what it saved, see finish_forced).
         outcome = Outcome("interrupted", None, ABORTED_REASON, error=exc)
     except Exception as exc:
+        if trace is None and isinstance(ctx, HeadlessContext):
+            # A headless command shows the error's sentence; its traceback
+            # is for the run's log (and the terminal with --debug).
+            expected = isinstance(exc, EngineError)
+            quiet = expected and not os.environ.get(contract.DEBUG_ENV)
+            trace = ctx.log_to_file if quiet else ctx.log
         (trace or ctx.log)(traceback.format_exc().rstrip())
         if isinstance(exc, RunFailed):
             outcome = Outcome("failed", dict(exc.summary), str(exc), error=exc)

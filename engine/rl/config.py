@@ -30,6 +30,7 @@ from typing import Any
 from engine import contract
 from engine.envs.curriculum import CurriculumConfig
 from engine.errors import ConfigError
+from engine.rl.compiled.support import BACKENDS, resolve_backend
 from engine.settings import (
     STEPS_MAX,
     Search,
@@ -347,6 +348,11 @@ class TrainConfig:
     """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``
     (MaskablePPO for envs with ``action_masks()``, else PPO). PPO on an env
     with action masks becomes MaskablePPO."""
+    backend: str = setting("auto", choices=BACKENDS, group="Run")
+    """``sb3`` (stable-baselines3 in torch), ``jax`` (PPO compiled with its
+    environment into one XLA program, for envs with a compiled twin) or
+    ``auto``: ``jax`` where it can train the run and the run is long enough
+    to pay for compiling, else ``sb3``; the run log says which and why."""
     total_steps: int | None = setting(
         None, min=1, max=STEPS_MAX, unit="steps", group="Run"
     )
@@ -1746,4 +1752,8 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         cfg["curriculum"] = check_for_env_id(
             cfg["curriculum"], env_id, cfg["env_kwargs"]
         )
+    wanted = cfg["backend"]
+    cfg["backend"], why = resolve_backend(cfg)
+    if wanted == "auto":
+        cfg["notes"] = [*cfg["notes"], f"backend auto chose {cfg['backend']}: {why}"]
     return cfg

@@ -480,8 +480,8 @@ class Trainer:
         start = int(model.num_timesteps)
         ctx.log(
             f"{self.algo} on {cfg['env']}: {self.total_steps} steps, "
-            f"{cfg['n_envs']} envs, seed {cfg['seed']}, device {model.device}, "
-            f"{cfg['torch_threads']} torch threads"
+            f"{cfg['n_envs']} envs, seed {cfg['seed']}, backend {cfg['backend']}, "
+            f"device {model.device}, {cfg['torch_threads']} torch threads"
         )
         ctx.log(
             preset_provenance(
@@ -501,7 +501,11 @@ class Trainer:
 
             callback = CallbackList([callback, self.curriculum])
         try:
-            if remaining > 0 and not ctx.should_stop:
+            if remaining > 0 and not ctx.should_stop and cfg["backend"] == "jax":
+                from engine.rl.compiled.learner import learn
+
+                learn(self)
+            elif remaining > 0 and not ctx.should_stop:
                 model.learn(
                     total_timesteps=remaining,
                     callback=callback,

@@ -1,0 +1,200 @@
+"""The ``jax`` backend's ``learn``: the run's :class:`engine.rl.train.Trainer`
+builds everything as for SB3 (the SB3 model holds the policy that is
+evaluated, checkpointed and registered; the eval env is the Gymnasium env),
+and this drives training in chunks of compiled PPO updates instead of
+``model.learn``. Between chunks it copies the weights and Adam moments into
+the SB3 model, logs each update's metrics through the model's logger (the
+same keys an SB3 run logs) and calls ``Trainer.on_step``, which reports
+progress, evaluates, checkpoints and honours Stop as for an SB3 run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from engine.errors import EngineError
+
+CHUNK_STEPS_MAX = 50_000
+"""The most environment steps between two returns to Python: Stop, progress,
+evaluation and checkpoints happen at chunk ends."""
+EPISODE_WINDOW = 100
+"""Episodes averaged by ``rollout/ep_rew_mean`` (SB3's ``stats_window_size``)."""
+
+
+def compilation_cache_dir() -> Path:
+    """JAX's persistent compilation cache: the user's cache folder."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rl-studio" / "jax"
+
+
+def _enable_cache() -> Path:
+    import jax
+
+    folder = compilation_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    update: Any = jax.config.update  # untyped in jax's stubs
+    update("jax_compilation_cache_dir", str(folder))
+    update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder
+
+
+def settings_of(cfg: dict[str, Any]) -> Any:
+    """The compiled program's :class:`~engine.rl.compiled.ppo.Settings` of a
+    validated config: the same setting means the same on both backends."""
+    from engine.rl.compiled.ppo import Settings
+
+    hp = cfg["hyperparameters"]
+    return Settings(
+        n_envs=cfg["n_envs"],
+        n_steps=hp["n_steps"],
+        batch_size=hp["batch_size"],
+        n_epochs=hp["n_epochs"],
+        gamma=hp["gamma"],
+        gae_lambda=hp["gae_lambda"],
+        ent_coef=hp["ent_coef"],
+        vf_coef=hp["vf_coef"],
+        max_grad_norm=hp["max_grad_norm"],
+        normalize_advantage=hp["normalize_advantage"],
+        net_arch=tuple(hp["net_arch"]),
+        activation=hp["activation"],
+        ortho_init=hp["ortho_init"],
+        log_std_init=hp["log_std_init"],
+        learning_rate=hp["learning_rate"],
+        learning_rate_linear=hp["learning_rate_schedule"] == "linear",
+        clip_range=hp["clip_range"],
+        clip_range_linear=hp["clip_range_schedule"] == "linear",
+        total_steps=cfg["total_steps"],
+    )
+
+
+def chunk_updates(cfg: dict[str, Any], rollout: int) -> int:
+    """Updates per compiled chunk: as many as fit before the next evaluation
+    or checkpoint would be due, and within :data:`CHUNK_STEPS_MAX`."""
+    limits: list[int] = [CHUNK_STEPS_MAX, cfg["total_steps"]]
+    limits += [cfg[k] for k in ("eval_every_steps", "checkpoint_every_steps") if cfg[k]]
+    return max(1, min(limits) // rollout)
+
+
+def learn(trainer: Any) -> None:
+    """Train ``trainer``'s model from its current step to ``total_steps``
+    with the compiled PPO."""
+    try:
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+    except ImportError as exc:  # a broken install, found after validation
+        raise EngineError(
+            f"JAX could not be imported ({exc}); reinstall rl-studio[jax] or train "
+            "with backend sb3."
+        ) from None
+    from engine.rl.compiled import ppo
+    from engine.rl.compiled.envs import compiled_env
+    from engine.rl.compiled.sb3 import copy_from_sb3, copy_to_sb3
+
+    ctx, cfg, model = trainer.ctx, trainer.cfg, trainer.model
+    env = compiled_env(cfg["env"], cfg["env_kwargs"])
+    if env is None:  # validation let it through: a bug, said plainly
+        raise EngineError(f"{cfg['env']} has no compiled twin; use backend sb3.")
+    s = settings_of(cfg)
+    cache = _enable_cache()
+    steps = int(model.num_timesteps)
+    state = ppo.init_state(env, s, cfg["seed"] + steps)
+    if trainer.resumed_from is not None:
+        params, adam = copy_from_sb3(model, state.params)
+        state = state._replace(params=params)
+        if adam is not None:
+            m, v, t = adam
+            state = state._replace(adam_m=m, adam_v=v, adam_t=jnp.int32(t))
+    else:
+        copy_to_sb3(model, state.params)
+    max_updates = chunk_updates(cfg, s.rollout)
+    cached_before = len(list(cache.iterdir()))
+    t0 = time.perf_counter()
+    chunk = (
+        ppo.make_chunk(env, s, max_updates)
+        .lower(state, jnp.int32(max_updates), jnp.float32(0))
+        .compile()
+    )
+    added = len(list(cache.iterdir())) - cached_before
+    compile_s = time.perf_counter() - t0
+    device = jax.devices()[0]
+    ctx.log(
+        f"jax backend on {device.platform} ({device.device_kind}): PPO and "
+        f"{cfg['env']} compiled as one program of up to {max_updates} updates in "
+        f"{compile_s:.1f} s, "
+        + (
+            "stored in the compilation cache"
+            if added > 0
+            else "loaded from the compilation cache"
+        )
+        + f" ({cache})"
+    )
+
+    episodes: deque[tuple[float, int]] = deque(maxlen=EPISODE_WINDOW)
+    n_updates = 0
+    logger = model.logger
+    total = cfg["total_steps"]
+    while steps < total:
+        if ctx.should_stop:
+            trainer.stopped_by = ctx.stop_reason
+            return
+        n = min(max_updates, math.ceil((total - steps) / s.rollout))
+        started = time.perf_counter()
+        state, metrics, (done, ep_return, ep_length) = chunk(
+            state, jnp.int32(n), jnp.float32(steps)
+        )
+        metrics = np.asarray(metrics)[:n]
+        done, ep_return, ep_length = (
+            np.asarray(done)[:n],
+            np.asarray(ep_return)[:n],
+            np.asarray(ep_length)[:n],
+        )
+        fps = n * s.rollout / max(time.perf_counter() - started, 1e-9)
+        for i in range(n):
+            steps += s.rollout
+            n_updates += s.n_epochs
+            finished = done[i]
+            episodes.extend(
+                zip(
+                    ep_return[i][finished].tolist(),
+                    ep_length[i][finished].tolist(),
+                    strict=True,
+                )
+            )
+            row = dict(zip(ppo.METRIC_KEYS, metrics[i].tolist(), strict=True))
+            if not math.isfinite(row["train/loss"]):
+                raise EngineError(
+                    f"The loss became {row['train/loss']} at step {steps:,}; lower "
+                    "the learning rate or max_grad_norm (the last checkpoint is kept)."
+                )
+            if not env.continuous:
+                del row["train/std"]
+            if episodes:
+                logger.record(
+                    "rollout/ep_rew_mean", float(np.mean([e[0] for e in episodes]))
+                )
+                logger.record(
+                    "rollout/ep_len_mean", float(np.mean([e[1] for e in episodes]))
+                )
+            for key, value in row.items():
+                logger.record(key, value)
+            logger.record("train/n_updates", n_updates)
+            logger.record("time/fps", fps)
+            logger.record("time/total_timesteps", steps)
+            logger.dump(steps)
+        params = jax.device_get(state.params)
+        adam = (
+            jax.device_get(state.adam_m),
+            jax.device_get(state.adam_v),
+            int(state.adam_t),
+        )
+        copy_to_sb3(model, params, adam)
+        model.num_timesteps = steps
+        if not trainer.on_step(steps):
+            return
