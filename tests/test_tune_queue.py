@@ -22,6 +22,7 @@ import pytest
 from optuna.trial import TrialState
 
 from engine import cli
+from engine.errors import EngineError
 from engine.rl import sweep_workers, tune
 from engine.store.project import Project
 
@@ -123,13 +124,22 @@ def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
     )
     try:
         _wait_until(
-            lambda: study.get_trials()[0].state == TrialState.RUNNING,
+            lambda: (
+                study.get_trials()[0].state == TrialState.RUNNING
+                and bool(study.trials[0].params)
+            ),
             120,
-            "the worker to take a trial",
+            "the worker to take a trial and draw its settings",
         )
         # Alive and beating: the default grace period keeps its trial.
         tune.fail_stale_trials(study)
         assert study.get_trials()[0].state == TrialState.RUNNING
+        # As if it ran on a lost machine: only its heartbeat can tell.
+        trial_id = study.get_trials()[0]._trial_id
+        worker_attr = {**study.get_trials()[0].system_attrs[tune.WORKER_ATTR]}
+        study._storage.set_trial_system_attr(
+            trial_id, tune.WORKER_ATTR, {**worker_attr, "host": "elsewhere"}
+        )
     finally:
         worker.send_signal(signal.SIGKILL)
         worker.wait(timeout=60)
@@ -144,8 +154,190 @@ def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
         return strict.get_trials()[0].state == TrialState.FAIL
 
     _wait_until(failed, 60, "the stale trial to be failed")
-    # The other queued trial is still there for the next worker.
-    assert [t.state for t in study.get_trials()][1] == TrialState.WAITING
+    # The other queued trial is still there for the next worker, and the
+    # failed one is queued again behind it.
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [
+        TrialState.FAIL,
+        TrialState.WAITING,
+        TrialState.WAITING,
+    ]
+    assert trials[2].system_attrs[tune.RETRY_OF_ATTR] == 0
+    assert trials[2].params == trials[0].params and trials[0].params
+
+
+def _start_worker(url: str, name: str, project: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine.rl.tune", url, name, str(project), "0"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _kill(worker: subprocess.Popen[bytes]) -> None:
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_a_killed_workers_trial_is_retried_once_by_another_worker_at_once(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL left a trial RUNNING for the 120 s grace period, then FAIL,
+    never trained: a worker on the same machine now sees the dead pid at
+    once, fails the trial and queues it again, once."""
+    url, study = _new_study(tmp_path, "retry", trials=1, steps=1_000_000)
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+
+    def states() -> list[TrialState]:
+        return [t.state for t in study.get_trials()]
+
+    first = _start_worker(url, "retry", project)
+    try:
+        _wait_until(
+            lambda: states() == [TrialState.RUNNING] and bool(study.trials[0].params),
+            120,
+            "the first worker's trial to draw its settings",
+        )
+    finally:
+        _kill(first)
+    killed = study.get_trials()[0]
+    assert killed.system_attrs[tune.WORKER_ATTR]["pid"] == first.pid
+    second = _start_worker(url, "retry", project)
+    try:
+        # The second worker fails the dead one's trial and takes its retry;
+        # far sooner than the grace period (GRACE_S) could.
+        _wait_until(
+            lambda: states() == [TrialState.FAIL, TrialState.RUNNING],
+            tune.GRACE_S - 30,
+            "the second worker to retry the killed worker's trial",
+        )
+        retry = study.get_trials()[1]
+        assert retry.system_attrs[tune.RETRY_OF_ATTR] == 0
+        assert retry.system_attrs[tune.WORKER_ATTR]["pid"] == second.pid
+        assert retry.params == killed.params and retry.params
+    finally:
+        _kill(second)
+    # The retry's worker died too: failed at once, not retried again.
+    tune.fail_stale_trials(study)
+    assert states() == [TrialState.FAIL, TrialState.FAIL]
+
+
+def test_two_workers_finding_a_dead_trial_retry_it_once(tmp_path: Path) -> None:
+    """Of several checkers that find one dead worker's trial, one fails and
+    queues it again."""
+    url, study = _new_study(tmp_path, "dead", trials=1, steps=512)
+    storage = tune.open_storage(url, checked=True)
+    mine, settings = tune.load(storage, "dead")
+    trial = tune.take_trial(mine, storage, settings)
+    assert trial is not None
+    trial.suggest_float("gamma", 0.9, 0.99)
+    # A worker of this machine that has ended: a pid no process has.
+    dead = {**tune._this_worker(), "pid": 2**22 + 1}
+    storage.set_trial_system_attr(trial._trial_id, tune.WORKER_ATTR, dead)
+    start = threading.Barrier(4)
+
+    def check() -> None:
+        checker = tune.open_storage(url, checked=True)
+        theirs, _ = tune.load(checker, "dead")
+        start.wait()
+        tune.fail_stale_trials(theirs)
+
+    threads = [threading.Thread(target=check) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    trials = study.get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    assert trials[1].params == trials[0].params
+
+
+# ------------------------------------------------------------ storage URLs
+def _open_new_storage(url: str, barrier: Any, results: Any) -> None:
+    """One of the racing commands: warmed up, then opening the storage the
+    moment every racer is ready (a real process of its own)."""
+    from engine.errors import EngineError
+
+    tune.quiet_optuna()
+    barrier.wait()
+    try:
+        tune.open_storage(url)
+        results.put("opened")
+    except EngineError as exc:
+        results.put(str(exc))
+
+
+@pytest.mark.slow
+def test_commands_starting_together_on_a_new_storage_all_open_it(
+    tmp_path: Path,
+) -> None:
+    """Started at the same moment on a new SQLite file, one of two tune
+    commands died with IntegrityError on alembic_version (5 of 12 starts
+    failed in 4 rounds of 3 before the lock file)."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    outcomes = []
+    for round_ in range(2):
+        url = f"sqlite:///{tmp_path / f'race{round_}.db'}"
+        barrier, results = spawn.Barrier(3), spawn.Queue()
+        racers = [
+            spawn.Process(target=_open_new_storage, args=(url, barrier, results))
+            for _ in range(3)
+        ]
+        for racer in racers:
+            racer.start()
+        outcomes += [results.get(timeout=120) for _ in racers]
+        for racer in racers:
+            racer.join(timeout=60)
+            assert racer.exitcode == 0
+    assert outcomes == ["opened"] * 6
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://", "sqlite:///:memory:", "sqlite:///file::memory:?cache=shared"]
+)
+def test_an_in_memory_storage_is_refused_in_one_sentence(
+    url: str, tmp_path: Path
+) -> None:
+    code = cli.main(
+        ["tune", "--env", "CartPole-v1", "--trials", "1", "--steps", "64",
+         "--project", str(tmp_path), "--storage", url]
+    )  # fmt: skip
+    assert code == 2
+    with pytest.raises(EngineError) as caught:
+        tune.open_storage(url)
+    message = str(caught.value)
+    assert "is an SQLite database in memory" in message
+    assert "\n" not in message and message.endswith(".")
+
+
+@pytest.mark.parametrize("damage", ["noise", "truncated"])
+def test_a_corrupt_sweeps_db_is_one_sentence_and_kept(
+    damage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = tmp_path / "p"
+    db = project / "data" / "sweeps.db"
+    if damage == "noise":
+        db.parent.mkdir(parents=True)
+        db.write_bytes(bytes(range(256)) * 40)
+    else:
+        _new_study(tmp_path, "whole", trials=1, steps=64)
+        whole = (tmp_path / "sweeps.db").read_bytes()
+        db.parent.mkdir(parents=True)
+        db.write_bytes(whole[: len(whole) // 3] + b"\xff" * 1000)
+    before = db.read_bytes()
+    code = cli.main(
+        ["tune", "--env", "CartPole-v1", "--trials", "1", "--steps", "64",
+         "--project", str(project)]
+    )  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and "is not an SQLite database (damaged" in err[0], err
+    assert db.read_bytes() == before  # not overwritten, not lost
 
 
 def test_time_to_target_is_minimized_and_recorded_in_the_preset(

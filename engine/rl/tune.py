@@ -35,10 +35,13 @@ an ``rl.tune`` job (:func:`job`).
 
 The study is made with its ``--trials`` trials queued (Optuna's WAITING
 state); a worker takes a queued trial or stops, so racing workers never
-make a trial more. A running trial's worker records a heartbeat in the
-storage every :data:`HEARTBEAT_S` seconds; a trial whose heartbeat is older
-than :data:`GRACE_S` (its worker was killed, its machine lost) is failed by
-the next worker or watcher that looks, instead of staying running for ever.
+make a trial more. A running trial's worker records its host and pid on
+the trial, and a heartbeat in the storage every :data:`HEARTBEAT_S` seconds;
+a trial whose worker on this machine has ended (killed, crashed) is failed
+by the next worker that looks, at once, and one whose heartbeat is older
+than :data:`GRACE_S` (its machine lost) by the next worker or watcher,
+instead of staying running for ever; either way it is queued again with its
+settings, once (:func:`fail_stale_trials`).
 A trial whose sampled values do not go together (a batch larger than the
 rollout) fails with the sentence and no run.
 """
@@ -51,13 +54,14 @@ import dataclasses
 import difflib
 import json
 import logging
+import os
 import signal
 import socket
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -69,7 +73,7 @@ from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.priority import match_session_priority
 from engine.rl.config import ALGO_NAMES
 from engine.rl.sweep_workers import WorkerGroup, run_forked
-from engine.settings import STEPS_MAX, setting
+from engine.settings import STEPS_MAX, setting, shown
 
 if TYPE_CHECKING:
     import optuna
@@ -105,6 +109,15 @@ GRACE_S = 120
 """A running trial whose last heartbeat is older than this is failed (its
 worker is gone); well above HEARTBEAT_S, as a loaded machine or a locked
 SQLite file may delay a heartbeat."""
+WORKER_ATTR = "rlstudio_worker"
+"""A running trial's system attribute naming its worker (host, pid, start
+time), so that a worker on the same machine sees at once that it died."""
+RETRY_OF_ATTR = "rlstudio_retry_of"
+"""A queued trial's system attribute: the number of the trial whose worker
+died, which it trains again (once)."""
+CREATION_TRIES = 5
+"""Attempts at opening a storage whose tables another command is making at
+the same moment (where no lock file serializes them)."""
 OBJECTIVES = ("reward", "time_to_target")
 """``reward``: the last evaluation's mean reward, maximized.
 ``time_to_target``: CPU seconds of the trial's run until it reached
@@ -345,14 +358,24 @@ def open_storage(
     the command that started this worker made and checked its tables, so
     the worker skips that (a second of start-up each). An EngineError in one
     sentence when it cannot be opened (a bad URL, a missing driver, a folder
-    that is not there, a server that does not answer)."""
+    that is not there, a server that does not answer, an SQLite database in
+    memory, a file that is not one). Two commands opening a new storage at
+    once make its tables one after the other (:func:`_creating`)."""
     import optuna
 
     quiet_optuna()
+    database = _sqlite_database(url)
+    if database is not None and _in_memory(url, database):
+        raise EngineError(
+            f"The storage {shown(url)} is an SQLite database in memory, which the "
+            "sweep's worker processes cannot share; give a file, such as "
+            "sqlite:///path/sweeps.db."
+        )
     # Workers share a SQLite file: wait for its lock instead of failing.
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    try:
-        with warnings.catch_warnings():
+    kwargs = {"connect_args": {"timeout": 60}} if database is not None else {}
+
+    def make() -> optuna.storages.RDBStorage:
+        with warnings.catch_warnings(), _creating(database, skip=checked):
             # Heartbeats are marked experimental since Optuna 2.9.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             storage = optuna.storages.RDBStorage(
@@ -363,16 +386,96 @@ def open_storage(
                 heartbeat_interval=heartbeat_s,
                 grace_period=grace_s,
             )
-        if url.startswith("sqlite"):
-            _write_ahead(storage)
+            if database is not None:
+                _write_ahead(storage)
         return storage
+
+    try:
+        for _ in range(CREATION_TRIES - 1):
+            try:
+                return make()
+            except Exception as exc:
+                if not _lost_creation_race(exc):
+                    raise
+                # Another command made tables between our look and our write
+                # (a server database, or no lock file); look again.
+        return make()
     except Exception as exc:  # SQLAlchemy and drivers raise many kinds
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        why = f" ({text[:200]})" if text else ""
+        damaged = ("file is not a database", "database disk image is malformed")
+        if database is not None and any(words in text for words in damaged):
+            raise EngineError(
+                f"The storage file {shown(database)} is not an SQLite database "
+                "(damaged, or another kind of file); it is left as it is: move it "
+                "away or give another --storage."
+            ) from None
+        why = f" ({shown(text)})" if text else ""
         raise EngineError(
-            f"The storage {url!r} cannot be opened{why}; give an RDB URL such as "
-            "sqlite:///path/sweeps.db or postgresql://host/db."
+            f"The storage {shown(url)} cannot be opened{why}; give an RDB URL "
+            "such as sqlite:///path/sweeps.db or postgresql://host/db."
         ) from None
+
+
+def _lost_creation_race(exc: Exception) -> bool:
+    """Whether ``exc`` says another process made the storage's tables or
+    stamped their version first."""
+    import sqlalchemy
+
+    text = str(exc)
+    return isinstance(exc, sqlalchemy.exc.IntegrityError) or (
+        isinstance(exc, sqlalchemy.exc.OperationalError) and "already exists" in text
+    )
+
+
+def _sqlite_database(url: str) -> str | None:
+    """The database of an SQLite URL (``''`` for ``sqlite://``), None for
+    another kind of URL or one that does not parse."""
+    import sqlalchemy
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except Exception:  # left to the storage, which says why
+        return None
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    return parsed.database or ""
+
+
+def _in_memory(url: str, database: str) -> bool:
+    """Whether an SQLite URL names a database in memory: ``sqlite://``,
+    ``sqlite:///:memory:``, ``file::memory:`` or ``mode=memory``."""
+    return (
+        database in ("", ":memory:") or ":memory:" in database or ("mode=memory" in url)
+    )
+
+
+@contextlib.contextmanager
+def _creating(database: str | None, *, skip: bool) -> Iterator[None]:
+    """Hold a lock file next to an SQLite database while its tables are
+    made (and their version stamped): two commands starting at once on a
+    new file both created the tables and one died with ``IntegrityError``
+    on ``alembic_version``. Without ``fcntl`` (Windows), or for server
+    databases, a creation that lost the race is retried once instead."""
+    if skip or database is None:
+        yield
+        return
+    lock = Path(database + ".lock")
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    try:
+        handle = open(lock, "a")  # noqa: SIM115 (held across the yield)
+    except OSError:
+        yield  # no folder for it: the storage says why it cannot open
+        return
+    with handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 def _write_ahead(storage: optuna.storages.RDBStorage) -> None:
@@ -533,6 +636,9 @@ def take_trial(
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         if _claim(storage, trial_id):
             storage.record_heartbeat(trial_id)
+            # Who runs it: a worker on this machine finds it at once if
+            # this process dies (fail_stale_trials).
+            storage.set_trial_system_attr(trial_id, WORKER_ATTR, _this_worker())
             study.sampler = _sampler(settings, t.number)  # before the Trial draws
             return optuna.trial.Trial(study, trial_id)
     return None
@@ -560,12 +666,116 @@ def _claim(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
 
 
 def fail_stale_trials(study: optuna.Study) -> None:
-    """Fail the running trials whose worker stopped beating (see GRACE_S)."""
+    """Fail the running trials whose worker is gone, and queue each again
+    once, for the next worker that looks for a trial: at once when the
+    worker ran on this machine and its process has ended (killed, crashed),
+    else when its heartbeat is older than :data:`GRACE_S` (a worker on a
+    lost machine). A retry whose worker is gone too is not retried again."""
     import optuna
+    from optuna.storages._heartbeat import is_heartbeat_enabled
 
+    storage = study._storage
+    rdb = _rdb(study)
+    gone = set(_orphaned_trial_ids(study))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)
+        if is_heartbeat_enabled(rdb):
+            gone.update(rdb._get_stale_trial_ids(study._study_id))
+    for trial_id in sorted(gone):
+        # Of two workers that find the trial, one fails and retries it.
+        if _fail_running(rdb, trial_id):
+            _retry_once(study, storage.get_trial(trial_id))
+
+
+def _rdb(study: optuna.Study) -> optuna.storages.RDBStorage:
+    """The RDB storage under the study's (Optuna wraps it in a cache)."""
+    import optuna
+
+    storage = getattr(study._storage, "_backend", study._storage)
+    assert isinstance(storage, optuna.storages.RDBStorage)
+    return storage
+
+
+def _this_worker() -> dict[str, Any]:
+    """What identifies this process later: host, pid and start time (a
+    pid may be reused by a later process)."""
+    import psutil
+
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": psutil.Process().create_time(),
+    }
+
+
+def _process_gone(worker: dict[str, Any]) -> bool:
+    """Whether the worker process ``worker`` (:func:`_this_worker`, of this
+    machine) has ended: no such process, a zombie nobody reaped yet (a
+    killed fork), or another process under its reused pid."""
+    import psutil
+
+    try:
+        process = psutil.Process(int(worker["pid"]))
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        started = float(process.create_time())
+        return abs(started - float(worker["started"])) > 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False  # not ours to judge: the heartbeat check decides
+
+
+def _orphaned_trial_ids(study: optuna.Study) -> list[int]:
+    """Running trials whose worker ran on this machine and has ended."""
+    from optuna.trial import TrialState
+
+    host = socket.gethostname()
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        worker = t.system_attrs.get(WORKER_ATTR)
+        if not isinstance(worker, dict) or worker.get("host") != host:
+            continue  # another machine's: its heartbeat tells
+        if _process_gone(worker):
+            out.append(t._trial_id)
+    return out
+
+
+def _fail_running(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
+    """Set a RUNNING trial FAIL in one conditional UPDATE; False when it
+    was no longer running (another worker failed it first)."""
+    from datetime import datetime
+
+    import sqlalchemy
+    from optuna.storages._rdb.models import TrialModel
+    from optuna.trial import TrialState
+
+    fail = (
+        sqlalchemy.update(TrialModel)
+        .where(TrialModel.trial_id == trial_id)
+        .where(TrialModel.state == TrialState.RUNNING)
+        .values(state=TrialState.FAIL, datetime_complete=datetime.now())
+    )
+    with storage.engine.begin() as connection:
+        return connection.execute(fail).rowcount == 1
+
+
+def _retry_once(study: optuna.Study, failed: optuna.trial.FrozenTrial) -> None:
+    """Queue ``failed`` again with its parameters, unless it was itself a
+    retry (:data:`RETRY_OF_ATTR`)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if failed.system_attrs.get(RETRY_OF_ATTR) is not None:
+        return
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=TrialState.WAITING,
+            params=failed.params,
+            distributions=failed.distributions,
+            system_attrs={RETRY_OF_ATTR: failed.number},
+        )
+    )
 
 
 class Heartbeat:
