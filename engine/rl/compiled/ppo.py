@@ -222,11 +222,6 @@ def _rollout(
             carry.env_state, stepped
         )
         done = terminated | truncated
-        # A truncated episode goes on in value: bootstrap its last reward
-        # with the value of the observation it ended in (SB3 does the same
-        # with the terminal observation).
-        _, final_value = forward(carry.params, next_obs, s.activation)
-        stored_reward = reward + s.gamma * final_value * (truncated & ~terminated)
         ep_return = carry.ep_return + reward
         ep_length = carry.ep_length + 1
         fresh = jax.vmap(env.reset)(jax.random.split(k_reset, s.n_envs))
@@ -243,8 +238,10 @@ def _rollout(
             "action": action,
             "logp": logp,
             "value": value,
-            "reward": stored_reward,
+            "reward": reward,
             "done": done,
+            "cut": truncated & ~terminated,
+            "final_obs": next_obs,
             "ep_return": ep_return,
             "ep_length": ep_length,
         }
@@ -257,7 +254,14 @@ def _rollout(
         )
         return carry, record
 
-    return jax.lax.scan(one_step, state, None, s.n_steps)
+    state, batch = jax.lax.scan(one_step, state, None, s.n_steps)
+    # A truncated episode goes on in value: its last reward is bootstrapped
+    # with the value of the observation it ended in, as SB3 does with the
+    # terminal observation (one batched forward pass after the rollout).
+    _, final_value = forward(state.params, batch.pop("final_obs"), s.activation)
+    cut = batch.pop("cut")
+    batch["reward"] = batch["reward"] + s.gamma * final_value * cut
+    return state, batch
 
 
 def _gae(
