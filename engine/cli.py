@@ -17,7 +17,7 @@ import sys
 import traceback
 
 from engine.contract import DEBUG_ENV
-from engine.errors import EngineError
+from engine.errors import EngineError, bounded
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line help)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as exc:
         if debug:
             traceback.print_exc()
-        print(f"rl-studio-engine {args.command}: {exc}", file=sys.stderr)
+        print(f"rl-studio-engine {args.command}: {bounded(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"rl-studio-engine {args.command}: interrupted.", file=sys.stderr)
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(
             f"rl-studio-engine {args.command}: failed with {type(exc).__name__}: "
-            f"{str(exc)[:200]}"
+            f"{bounded(str(exc))}"
             + ("" if debug else " (run with --debug for the traceback)."),
             file=sys.stderr,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,3 +51,37 @@ def quoted(value: object, limit: int = MAX_QUOTED_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+MAX_ERROR_CHARS = 1000
+"""The longest error sentence sent, whatever a value it quotes."""
+_LONG_QUOTE = re.compile(
+    rf"'[^'\n]{{{MAX_QUOTED_CHARS + 1},}}'|\"[^\"\n]{{{MAX_QUOTED_CHARS + 1},}}\""
+)
+# + 4: a quoted value cut above (200 characters and "...") is not cut again
+_LONG_WORD = re.compile(rf"[^\s'\"]{{{MAX_QUOTED_CHARS + 4},}}")
+
+
+def bounded(message: str) -> str:
+    """``message`` with each quoted value, and each unquoted run of text
+    without a space, over 200 characters cut (the engine's sentences quote
+    what they were given; a client that sent 5,000 characters does not get
+    them back), and at most :data:`MAX_ERROR_CHARS` long. Every sentence the
+    engine sends goes through it: the HTTP service's, the protocol's error
+    replies and the command line's."""
+    if len(message) <= 2 * MAX_QUOTED_CHARS:
+        return message
+
+    def cut(match: re.Match[str]) -> str:
+        text = match[0]
+        return (
+            f"{text[: MAX_QUOTED_CHARS + 1]}...{text[0]} ({len(text) - 2:,} characters)"
+        )
+
+    message = _LONG_QUOTE.sub(cut, message)
+    message = _LONG_WORD.sub(
+        lambda m: f"{m[0][:MAX_QUOTED_CHARS]}... ({len(m[0]):,} characters)", message
+    )
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 3].rstrip() + "..."
+    return message

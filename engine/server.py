@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from engine import contract, protocol
-from engine.errors import EngineError
+from engine.errors import EngineError, bounded
 from engine.jobs.context import private_event_stream
 from engine.jobs.registry import JOB_KINDS, run_schema
 from engine.jobs.supervisor import Supervisor
@@ -289,7 +289,7 @@ class Server:
                 protocol.Error(
                     reply_to=msg.id,
                     error_type=type(exc).__name__,
-                    message=str(exc),
+                    message=bounded(str(exc)),
                     traceback=traceback.format_exc(),
                     field=getattr(exc, "field", ""),
                 ),
@@ -302,7 +302,7 @@ class Server:
                 protocol.Error(
                     reply_to=msg.id,
                     error_type=type(exc).__name__,
-                    message=f"The engine failed on {msg.TYPE!r}: {exc}",
+                    message=bounded(f"The engine failed on {msg.TYPE!r}: {exc}"),
                     traceback=traceback.format_exc(),
                 ),
             )

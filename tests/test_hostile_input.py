@@ -123,6 +123,30 @@ def test_a_line_refused_while_parsing_is_answered_to_its_readable_id(
     assert answer.error_type == "ProtocolError" and answer.reply_to == reply_to
 
 
+LONG = "x" * 5000
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"type": "run.start", "kind": "rl.train", "config": {LONG: 1}},
+        {"type": "run.start", "kind": "rl.train", "config": {"env": LONG}},
+        {"type": "run.start", "kind": "flow.run", "config": {"flow_path": LONG}},
+        {"type": "run.start", "kind": "llm.train", "config": {"model": LONG}},
+        {"type": LONG},
+    ],
+)
+def test_an_error_quotes_at_most_200_characters_of_a_value(
+    server: Any, tmp_path: Path, request_: dict[str, Any]
+) -> None:
+    project = {"type": "project.open", "id": "o", "path": str(tmp_path / "p")}
+    opened = ask(server, json.dumps({**project, "create": True}))
+    assert isinstance(opened, protocol.Reply)
+    answer = ask(server, json.dumps({**request_, "id": "long"}))
+    assert isinstance(answer, protocol.Error) and answer.reply_to == "long"
+    assert len(answer.message) < 450 and "x" * 201 not in answer.message
+
+
 def test_local_read_only_requests_never_wait_behind_network_calls() -> None:
     """Three chats with an Ollama server that accepts and never answers used
     to fill the read-only threads: a hardware query waited for them."""

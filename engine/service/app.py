@@ -23,7 +23,6 @@ import contextlib
 import hmac
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -48,10 +47,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import contract, untrusted
 from engine.errors import (
-    MAX_QUOTED_CHARS,
     ConfigError,
     EngineError,
     UnknownRunError,
+    bounded,
     quoted,
 )
 from engine.service.agents import ActFailed, UnknownAgent
@@ -225,33 +224,6 @@ def error_response(
     if field:
         body["field"] = bounded(field)
     return JSONResponse(body, status_code=status, headers=headers)
-
-
-MAX_ERROR_CHARS = 1000
-"""The longest error sentence sent, whatever a value it quotes."""
-_LONG_QUOTE = re.compile(
-    rf"'[^'\n]{{{MAX_QUOTED_CHARS + 1},}}'|\"[^\"\n]{{{MAX_QUOTED_CHARS + 1},}}\""
-)
-
-
-def bounded(message: str) -> str:
-    """``message`` with each quoted value over 200 characters cut (the
-    engine's sentences quote what they were given; a client that sent
-    5,000 characters does not get them back), and at most
-    :data:`MAX_ERROR_CHARS` long."""
-    if len(message) <= 2 * MAX_QUOTED_CHARS:
-        return message
-
-    def cut(match: re.Match[str]) -> str:
-        text = match[0]
-        return (
-            f"{text[: MAX_QUOTED_CHARS + 1]}...{text[0]} ({len(text) - 2:,} characters)"
-        )
-
-    message = _LONG_QUOTE.sub(cut, message)
-    if len(message) > MAX_ERROR_CHARS:
-        message = message[: MAX_ERROR_CHARS - 3].rstrip() + "..."
-    return message
 
 
 _TYPE_WORDS = {
