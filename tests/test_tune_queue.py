@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -253,6 +254,9 @@ def test_two_workers_finding_a_dead_trial_retry_it_once(tmp_path: Path) -> None:
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
     assert trials[1].params == trials[0].params
+    # The command's line for it says which trial it retries.
+    line = tune.trial_line(trials[1], 2, 1, None)
+    assert line.startswith("trial 2/2 (#1, retry of #0) failed"), line
 
 
 # ------------------------------------------------------------ storage URLs
@@ -315,7 +319,7 @@ def test_an_in_memory_storage_is_refused_in_one_sentence(
     assert "\n" not in message and message.endswith(".")
 
 
-@pytest.mark.parametrize("damage", ["noise", "truncated"])
+@pytest.mark.parametrize("damage", ["noise", "truncated", "page"])
 def test_a_corrupt_sweeps_db_is_one_sentence_and_kept(
     damage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -328,7 +332,13 @@ def test_a_corrupt_sweeps_db_is_one_sentence_and_kept(
         _new_study(tmp_path, "whole", trials=1, steps=64)
         whole = (tmp_path / "sweeps.db").read_bytes()
         db.parent.mkdir(parents=True)
-        db.write_bytes(whole[: len(whole) // 3] + b"\xff" * 1000)
+        if damage == "truncated":
+            whole = whole[: len(whole) // 3] + b"\xff" * 1000
+        else:  # one page deep in the file: it broke the sweep mid-way
+            page = len(whole) // 4096 // 2
+            noise = random.Random(page).randbytes(4096)
+            whole = whole[: page * 4096] + noise + whole[(page + 1) * 4096 :]
+        db.write_bytes(whole)
     before = db.read_bytes()
     code = cli.main(
         ["tune", "--env", "CartPole-v1", "--trials", "1", "--steps", "64",

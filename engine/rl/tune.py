@@ -390,30 +390,96 @@ def open_storage(
                 _write_ahead(storage)
         return storage
 
+    existed = database is not None and Path(database).is_file()
     try:
         for _ in range(CREATION_TRIES - 1):
             try:
-                return make()
+                storage = make()
+                break
             except Exception as exc:
                 if not _lost_creation_race(exc):
                     raise
                 # Another command made tables between our look and our write
                 # (a server database, or no lock file); look again.
-        return make()
+        else:
+            storage = make()
+        if existed and not checked:
+            _check_intact(storage)
+        return storage
     except Exception as exc:  # SQLAlchemy and drivers raise many kinds
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        damaged = ("file is not a database", "database disk image is malformed")
-        if database is not None and any(words in text for words in damaged):
-            raise EngineError(
-                f"The storage file {shown(database)} is not an SQLite database "
-                "(damaged, or another kind of file); it is left as it is: move it "
-                "away or give another --storage."
-            ) from None
+        if database is not None and _damaged(exc):
+            raise EngineError(_damaged_sentence(database)) from None
+        text = _first_line(exc)
         why = f" ({shown(text)})" if text else ""
         raise EngineError(
             f"The storage {shown(url)} cannot be opened{why}; give an RDB URL "
             "such as sqlite:///path/sweeps.db or postgresql://host/db."
         ) from None
+
+
+DAMAGED = ("file is not a database", "database disk image is malformed")
+"""What SQLite says of a file that is not a whole database."""
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the errors it was raised from (Optuna wraps SQLAlchemy's,
+    which wraps the driver's)."""
+    out = [exc]
+    while (cause := out[-1].__cause__ or out[-1].__context__) and len(out) < 10:
+        out.append(cause)
+    return out
+
+
+def _damaged(exc: BaseException) -> bool:
+    return any(words in str(e) for e in _chain(exc) for words in DAMAGED)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _damaged_sentence(database: str) -> str:
+    return (
+        f"The storage file {shown(database)} is not an SQLite database (damaged, "
+        "or another kind of file); it is left as it is: move it away or give "
+        "another --storage."
+    )
+
+
+def _check_intact(storage: optuna.storages.RDBStorage) -> None:
+    """Refuse an SQLite file SQLite finds damaged (``PRAGMA quick_check``,
+    milliseconds for a sweep's file): a damaged page deep in the file broke
+    the sweep later, in the middle of its trials."""
+    import sqlalchemy
+
+    with storage.engine.connect() as connection:
+        verdict = connection.execute(sqlalchemy.text("PRAGMA quick_check")).scalar()
+    if verdict != "ok":
+        raise sqlalchemy.exc.DatabaseError(
+            "PRAGMA quick_check", None, Exception(DAMAGED[1])
+        )
+
+
+@contextlib.contextmanager
+def storage_failures(url: str) -> Iterator[None]:
+    """A failure of the study's storage while it is used (a damaged SQLite
+    page read, a server gone) as an EngineError with one sentence, instead of
+    Optuna's ``StorageInternalError``."""
+    import optuna
+    import sqlalchemy
+
+    try:
+        yield
+    except (
+        optuna.exceptions.StorageInternalError,
+        sqlalchemy.exc.SQLAlchemyError,
+    ) as exc:
+        database = _sqlite_database(url)
+        if database and _damaged(exc):
+            raise EngineError(_damaged_sentence(database)) from None
+        why = _first_line(_chain(exc)[-1]) or type(exc).__name__
+        raise EngineError(f"The storage {shown(url)} failed ({shown(why)}).") from None
 
 
 def _lost_creation_race(exc: Exception) -> bool:
@@ -1253,7 +1319,11 @@ def trial_line(
     value = f" value {t.value:.4g}" if t.state == TrialState.COMPLETE else ""
     best_text = f"  best {best[0]:.4g} (trial {best[1]})" if best else "  best -"
     run = t.user_attrs.get("run_id", "")
-    return f"trial {done}/{total} (#{t.number}) {what}{value}{best_text}" + (
+    retry_of = t.system_attrs.get(RETRY_OF_ATTR)
+    number = f"#{t.number}" + ("" if retry_of is None else f", retry of #{retry_of}")
+    # A retried trial is one more than the study was made with.
+    total = max(total, done)
+    return f"trial {done}/{total} ({number}) {what}{value}{best_text}" + (
         f"  run {run}" if run else ""
     )
 
@@ -1411,6 +1481,14 @@ def conclude(
 
 
 def run(args: argparse.Namespace) -> int:
+    """The ``tune`` command; a failure of its storage in one sentence."""
+    project = getattr(args, "project", None)
+    url = args.storage or (default_storage(project) if project else "")
+    with storage_failures(url):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     checked_option(args, "workers")
     workers = WorkerGroup(args.workers)
     try:
@@ -1444,6 +1522,9 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
         print("stopping the workers' trials (saving checkpoints)", file=sys.stderr)
         workers.stop()
+    except BaseException:
+        workers.stop()  # they live in their own sessions: never leave them
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
     summary = conclude(study, settings, storage_url, project_dir, args.save_preset)
@@ -1596,6 +1677,15 @@ def job(ctx: JobContext) -> dict[str, Any]:
     finished trial is a metrics row at its number (``sweep/value`` when it
     completed, ``sweep/best``), progress counts finished trials, Stop stops
     the workers' trials."""
+    project = ctx.config.get("project_dir")
+    url = ctx.config.get("storage") or (
+        default_storage(Path(project)) if isinstance(project, str) else ""
+    )
+    with storage_failures(url if isinstance(url, str) else ""):
+        return _job(ctx)
+
+
+def _job(ctx: JobContext) -> dict[str, Any]:
     workers = WorkerGroup(_early_workers(ctx.config.get("workers", 1)))
     try:
         cfg = validate_job(dict(ctx.config))
@@ -1743,13 +1833,14 @@ def await_study(count: int) -> int:
         checked=True,
         sharing=given["sharing"],
     )
-    return run_forked(count, partial(_reported, study))
+    return run_forked(count, partial(_reported, study, given["storage"]))
 
 
-def _reported(work: Callable[[], int]) -> int:
+def _reported(work: Callable[[], int], storage_url: str) -> int:
     """A worker's exit code, with its error in one sentence."""
     try:
-        return work()
+        with storage_failures(storage_url):
+            return work()
     except EngineError as exc:
         print(f"rl-studio-engine tune worker: {exc}", file=sys.stderr)
         return 2
@@ -1775,7 +1866,8 @@ def main(argv: list[str] | None = None) -> int:
     checked = "--checked" in argv
     storage_url, study_name, project_dir, _ = [a for a in argv if a != "--checked"]
     return _reported(
-        partial(work, storage_url, study_name, Path(project_dir), checked=checked)
+        partial(work, storage_url, study_name, Path(project_dir), checked=checked),
+        storage_url,
     )
 
 
