@@ -501,11 +501,13 @@ class Trainer:
 
             callback = CallbackList([callback, self.curriculum])
         try:
-            if remaining > 0 and not ctx.should_stop and cfg["backend"] == "jax":
+            # should_stop is read once here, as before there were two backends.
+            to_train = remaining > 0 and not ctx.should_stop
+            if to_train and cfg["backend"] == "jax":
                 from engine.rl.compiled.learner import learn
 
                 learn(self)
-            elif remaining > 0 and not ctx.should_stop:
+            elif to_train:
                 model.learn(
                     total_timesteps=remaining,
                     callback=callback,
