@@ -46,11 +46,22 @@ MAX_QUOTED_CHARS = 200
 
 def quoted(value: object, limit: int = MAX_QUOTED_CHARS) -> str:
     """``repr(value)`` for a sentence, cut to ``limit`` characters: a client
-    that sends a 5,000-character name does not get it echoed back whole."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text):,} characters)"
+    that sends a 5,000-character name does not get it echoed back whole (an
+    int too long for Python to print says how many digits it has)."""
+    # Over 77 digits (str() refuses an int past 4,300).
+    if (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value.bit_length() > 256
+    ):
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"a {type(value).__name__} too large to show"
+    if len(text) > limit:
+        return text[: limit - 1] + "…"
+    return text
 
 
 MAX_ERROR_CHARS = 1000

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from engine.errors import ConfigError, with_defaults
+from engine.errors import ConfigError, quoted, with_defaults
 from engine.flow import ParamSpec, bounds_problem
 
 SCALAR_KINDS = ("int", "float", "bool", "str")
@@ -50,8 +50,6 @@ STEPS_MAX = 10**10
 four months at a thousand steps a second)."""
 LIST_MAX_ITEMS = 256
 """The most items a list setting (``net_arch``, a grid's ``size``) may hold."""
-QUOTE_CHARS = 200
-"""The most characters of a refused value an error message quotes."""
 """What a text setting's ``picker`` offers to pick from: ``env`` (the env
 catalog and the project's envs), ``base_model`` (local model folders, the
 HF cache and a Hub search)."""
@@ -177,21 +175,6 @@ class FieldInfo:
         """What this machine allows of the setting now (everything when it
         declares no ``offer``)."""
         return self.offer() if self.offer is not None else Offer()
-
-
-def shown(value: Any, limit: int = QUOTE_CHARS) -> str:
-    """``repr(value)`` for an error message, cut to ``limit`` characters (an
-    int too long for Python to print says how many digits it has)."""
-    # Over 77 digits (str() refuses an int past 4,300).
-    if _is_int(value) and value.bit_length() > 256:
-        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
-    try:
-        text = repr(value)
-    except (ValueError, RecursionError):
-        return f"a {type(value).__name__} too large to show"
-    if len(text) > limit:
-        return text[: limit - 1] + "…"
-    return text
 
 
 def _kind(annotation: object) -> tuple[str, bool]:
@@ -322,7 +305,7 @@ def _bounds(info: FieldInfo, value: float, title: str) -> str | None:
     )
     if problem is None:
         return None
-    return problem.rsplit(", not ", 1)[0] + f", not {shown(value)}."
+    return problem.rsplit(", not ", 1)[0] + f", not {quoted(value)}."
 
 
 def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
@@ -343,7 +326,7 @@ def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
             value = int(value)
         if not _is_int(value):
             raise ConfigError(
-                path, f"{name} must be a whole number, not {shown(value)}."
+                path, f"{name} must be a whole number, not {quoted(value)}."
             )
     elif kind == "float":
         if _is_int(value):
@@ -351,14 +334,14 @@ def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
                 float(value)  # kept an int: the message quotes it as given
             except OverflowError:  # an int past the largest float
                 raise ConfigError(
-                    path, f"{name} must be a finite number, not {shown(value)}."
+                    path, f"{name} must be a finite number, not {quoted(value)}."
                 ) from None
         if not _is_number(value) or not math.isfinite(value):
-            raise ConfigError(path, f"{name} must be a number, not {shown(value)}.")
+            raise ConfigError(path, f"{name} must be a number, not {quoted(value)}.")
     elif kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(
-                path, f"{name} must be true or false, not {shown(value)}."
+                path, f"{name} must be true or false, not {quoted(value)}."
             )
     elif kind == "str":
         if info.numeric_text and _is_number(value):
@@ -366,20 +349,20 @@ def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
                 value = str(float(value))
             except OverflowError:  # an int past the largest float
                 raise ConfigError(
-                    path, f"{name} must be a finite number, not {shown(value)}."
+                    path, f"{name} must be a finite number, not {quoted(value)}."
                 ) from None
         if not isinstance(value, str):
-            raise ConfigError(path, f"{name} must be text, not {shown(value)}.")
+            raise ConfigError(path, f"{name} must be text, not {quoted(value)}.")
         if not _is_text(value):
             raise ConfigError(
                 path,
-                f"{name} must be text, not {shown(value)}, which holds a lone "
+                f"{name} must be text, not {quoted(value)}, which holds a lone "
                 "surrogate (no character at all).",
             )
     elif kind == "list[int]":
         if not isinstance(value, list | tuple) or not all(_is_int(v) for v in value):
             raise ConfigError(
-                path, f"{name} must be a list of whole numbers, not {shown(value)}."
+                path, f"{name} must be a list of whole numbers, not {quoted(value)}."
             )
         if len(value) > LIST_MAX_ITEMS:
             raise ConfigError(
@@ -394,7 +377,7 @@ def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
     if info.choices and value not in info.choices:
         raise ConfigError(
             path,
-            f"{name} must be one of {', '.join(info.choices)}, not {shown(value)}.",
+            f"{name} must be one of {', '.join(info.choices)}, not {quoted(value)}.",
         )
     if kind in ("int", "float"):
         problem = _bounds(info, value, name)

@@ -26,7 +26,7 @@ from engine.envs.curriculum import (
     CurriculumConfig,
     check_curriculum,
 )
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, quoted
 from engine.jobs.context import JobContext
 from engine.rl import train as rltrain
 from engine.rl.cli import parse_settings
@@ -39,7 +39,6 @@ from engine.settings import (
     check_value,
     fields_of,
     setting,
-    shown,
 )
 from engine.store.atomic import json_safe, read_small_text
 
@@ -128,7 +127,7 @@ def test_a_huge_float_setting_and_long_text_are_refused_without_echoing_them() -
     with pytest.raises(ConfigError) as caught:
         validate({"env": "CartPole-v1", "device": "x" * 5000})
     assert one_sentence(str(caught.value)) and len(str(caught.value)) < 300
-    assert shown("x" * 5000).endswith("…") and len(shown("x" * 5000)) == 200
+    assert quoted("x" * 5000).endswith("…") and len(quoted("x" * 5000)) == 200
 
 
 def test_a_lone_surrogate_in_text_is_refused() -> None:

@@ -28,8 +28,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import ConfigError
-from engine.settings import check_fields, fields_of, setting, shown
+from engine.errors import ConfigError, quoted
+from engine.settings import check_fields, fields_of, setting
 
 STAGE_METRIC = "curriculum/stage"
 EPISODE_STEPS_MAX = 10_000_000
@@ -96,7 +96,7 @@ def check_difficulty(kind: str, params: Any, path: str) -> dict[str, Any]:
         if key not in known:
             raise ConfigError(
                 f"{path}.{key}",
-                f"{shown(key)} is not a difficulty setting of a {kind} env; it has "
+                f"{quoted(key)} is not a difficulty setting of a {kind} env; it has "
                 f"{', '.join(known)}.",
             )
     out = {name: info.default for name, info in known.items()}
@@ -136,7 +136,7 @@ def check_curriculum(value: Any, kind: str, path: str = "curriculum") -> dict[st
     if unknown:
         raise ConfigError(
             f"{path}.{unknown[0]}",
-            f"{shown(unknown[0])} is not a curriculum setting; it has "
+            f"{quoted(unknown[0])} is not a curriculum setting; it has "
             f"{', '.join(fields_of(CurriculumConfig))}.",
         )
     out = {name: info.default for name, info in fields_of(CurriculumConfig).items()}

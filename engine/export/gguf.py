@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from engine.contract import read_json
-from engine.errors import EngineError
+from engine.errors import EngineError, quoted
 from engine.export.imatrix import Imatrix
 from engine.export.types import (
     GGUF_TYPES,
@@ -44,7 +44,6 @@ from engine.export.types import (
     adapter_type_problem,
     imatrix_problem,
 )
-from engine.settings import shown
 from engine.store.atomic import make_parent_folder, temp_path
 
 log = logging.getLogger(__name__)
@@ -393,7 +392,7 @@ def _config_int(
     bound = _INT_BOUNDS[key]
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
         raise EngineError(
-            f"config.json in {model_dir} has {key} = {shown(value)}; it must be a "
+            f"config.json in {model_dir} has {key} = {quoted(value)}; it must be a "
             f"whole number from 1 to {bound:,}."
         )
     return value
@@ -407,7 +406,7 @@ def _config_float(
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if not ok or not (math.isfinite(value) and low < value < high):
         raise EngineError(
-            f"config.json in {model_dir} has {key} = {shown(value)}; it must be a "
+            f"config.json in {model_dir} has {key} = {quoted(value)}; it must be a "
             f"finite number above {low:g} and below {high:g}."
         )
     return float(value)
@@ -423,7 +422,9 @@ def _hparams(cfg: dict[str, Any], model_dir: Path) -> _Hparams:
     hf_arch = archs[0] if isinstance(archs, list) and archs else ""
     if not isinstance(hf_arch, str) or hf_arch not in SUPPORTED_ARCHITECTURES:
         what = (
-            shown(hf_arch) if hf_arch else f"model_type {shown(cfg.get('model_type'))}"
+            quoted(hf_arch)
+            if hf_arch
+            else f"model_type {quoted(cfg.get('model_type'))}"
         )
         raise EngineError(
             f"Cannot export {what} from {model_dir} to GGUF; supported architectures: "
@@ -478,7 +479,7 @@ def _hparams(cfg: dict[str, Any], model_dir: Path) -> _Hparams:
         part = cfg.get(key) or {}
         if not isinstance(part, dict):
             raise EngineError(
-                f"config.json in {model_dir} has {key} = {shown(part)}; it must "
+                f"config.json in {model_dir} has {key} = {quoted(part)}; it must "
                 "be an object."
             )
         rope.update(part)
@@ -588,7 +589,7 @@ def _check_tensors_against_config(
             index = name.split(".")[2]
             if not index.isdigit() or int(index) >= hp.n_layers:
                 raise EngineError(
-                    f"Tensor {shown(name)} in {model_dir} lies beyond config.json's "
+                    f"Tensor {quoted(name)} in {model_dir} lies beyond config.json's "
                     f"num_hidden_layers {hp.n_layers}; the config does not describe "
                     "these weights."
                 )
@@ -666,7 +667,7 @@ def pre_tokenizer_signature(pre: dict[str, Any] | None) -> list[list[Any]]:
     # A malformed step hashes as its type alone: a name llama.cpp knows none of.
     for p in parts if isinstance(parts, list) else []:
         if not isinstance(p, dict):
-            sig.append([shown(p, 40)])
+            sig.append([quoted(p, 40)])
             continue
         kind = p.get("type")
         if kind == "Split":
@@ -826,7 +827,7 @@ def _check_tokenizer_json(tj: Any, path: Path) -> None:
     if isinstance(vocab, dict):
         for tok, idx in vocab.items():
             if not token_id(idx):
-                refuse(f"token {shown(tok, 40)} has id {shown(idx, 40)}")
+                refuse(f"token {quoted(tok, 40)} has id {quoted(idx, 40)}")
     elif model.get("type") == "BPE":
         refuse("'model.vocab' of its BPE model is not an object")
     merges = model.get("merges", [])
@@ -848,7 +849,7 @@ def _check_tokenizer_json(tj: Any, path: Path) -> None:
             or not token_id(item.get("id"))
             or not isinstance(item.get("content"), str)
         ):
-            refuse(f"added token {shown(item, 60)} lacks a valid id or content")
+            refuse(f"added token {quoted(item, 60)} lacks a valid id or content")
 
 
 def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
@@ -931,8 +932,8 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
             types[int(model["vocab"][unk])] = int(T.UNKNOWN)
     elif tj is not None and model.get("type"):
         raise EngineError(
-            f"The tokenizer.json in {model_dir} holds a {shown(model.get('type'), 40)} "
-            "model, "
+            f"The tokenizer.json in {model_dir} holds a "
+            f"{quoted(model.get('type'), 40)} model, "
             "which only a SentencePiece tokenizer.model can describe to llama.cpp; "
             "put the model's tokenizer.model beside it."
         )
@@ -1471,7 +1472,7 @@ def verify_gguf(
         else:
             same = got == want
         if not same:
-            differ.append(f"{key} {shown(got, 40)} != {shown(want, 40)}")
+            differ.append(f"{key} {quoted(got, 40)} != {quoted(want, 40)}")
     if expected_kv:
         checks.append(
             f"{len(expected_kv)} hyperparameters as configured"

@@ -108,8 +108,9 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     is for a text setting (``name=007``), else as JSON when it parses
     (``1e-3``, ``true``, ``[64,64]``), as text otherwise.
     """
+    from engine.errors import quoted
     from engine.rl.config import ALGO_CONFIGS, TrainConfig
-    from engine.settings import fields_of, shown
+    from engine.settings import fields_of
 
     top_fields = fields_of(TrainConfig)
     hyper_fields = {
@@ -123,7 +124,7 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise EngineError(f"--set takes key=value, not {shown(item)}.")
+            raise EngineError(f"--set takes key=value, not {quoted(item)}.")
         if key in ("env", "algo", "total_steps", "seed", "preset", "hyperparameters"):
             raise EngineError(f"Give {key} with its own option, not with --set.")
         info = top_fields.get(key) or hyper_fields.get(key)

@@ -29,7 +29,7 @@ from typing import Any
 
 from engine import contract
 from engine.envs.curriculum import CurriculumConfig
-from engine.errors import ConfigError
+from engine.errors import ConfigError, quoted
 from engine.rl.compiled.support import BACKENDS, resolve_backend
 from engine.settings import (
     STEPS_MAX,
@@ -38,7 +38,6 @@ from engine.settings import (
     defaults_of,
     fields_of,
     setting,
-    shown,
 )
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu")
@@ -1071,7 +1070,7 @@ def preset_provenance(
         except ConfigError as exc:
             return str(exc)
         where = record.get("provenance")
-        name = f"The project preset {shown(preset)}"
+        name = f"The project preset {quoted(preset)}"
     else:
         where = _builtin(env_id, algo).get("provenance")
         name = f"The built-in preset for {algo} on {env_id}"
@@ -1186,12 +1185,12 @@ def load_preset(
     checked_name("preset", name)
     if project_dir is None:
         raise ConfigError(
-            "preset", f"The preset {shown(name)} needs a project to be read from."
+            "preset", f"The preset {quoted(name)} needs a project to be read from."
         )
     path = contract.preset_file(project_dir, name)
     if not path.is_file():
         raise ConfigError(
-            "preset", f"There is no preset {shown(name)} in this project ({path})."
+            "preset", f"There is no preset {quoted(name)} in this project ({path})."
         )
     try:
         record = untrusted.load_file(path, str(path))
@@ -1211,7 +1210,7 @@ def load_preset(
         if key in _RUN_ONLY or (key not in TRAIN_FIELDS and key not in algo_fields):
             raise ConfigError(
                 "preset",
-                f"The preset {shown(name)} has a setting {shown(key)} a preset "
+                f"The preset {quoted(name)} has a setting {quoted(key)} a preset "
                 "cannot set.",
             )
     return record
@@ -1307,7 +1306,7 @@ def register_designed_envs(project_dir: str | os.PathLike[str] | None) -> None:
         except OSError as exc:  # a name too long, a file in the way
             raise ConfigError(
                 "project_dir",
-                f"The project folder {shown(str(project_dir))} cannot be read "
+                f"The project folder {quoted(str(project_dir))} cannot be read "
                 f"({exc.strerror or exc}).",
             ) from None
 
@@ -1323,7 +1322,7 @@ def _unknown_env_message(env_id: str, known: list[str]) -> str:
             )
         ]
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
-    return f"Unknown environment {shown(env_id)}{hint}"
+    return f"Unknown environment {quoted(env_id)}{hint}"
 
 
 def inspect_env(env_id: str, env_kwargs: dict[str, Any]) -> EnvInfo:
@@ -1341,17 +1340,17 @@ def inspect_env(env_id: str, env_kwargs: dict[str, Any]) -> EnvInfo:
         first = first.rstrip(".") + "." if first else "see the log."
         raise ConfigError(
             "env",
-            f"Environment {shown(env_id)} needs a package that is not "
+            f"Environment {quoted(env_id)} needs a package that is not "
             f"installed: {first}",
         ) from exc
     except TypeError as exc:
         raise ConfigError(
             "env_kwargs",
-            f"Environment {shown(env_id)} does not accept these arguments: {exc}.",
+            f"Environment {quoted(env_id)} does not accept these arguments: {exc}.",
         ) from exc
     except gym_error.Error as exc:
         raise ConfigError(
-            "env", f"Environment {shown(env_id)} cannot be made: {exc}."
+            "env", f"Environment {quoted(env_id)} cannot be made: {exc}."
         ) from exc
     try:
         act = env.action_space
@@ -1402,7 +1401,7 @@ def _resolve_algo(value: Any) -> str:
     if not isinstance(value, str) or value.lower() not in _ALGO_ALIASES:
         known = ", ".join([*ALGO_CONFIGS, "auto"])
         raise ConfigError(
-            "algo", f"Unknown algorithm {shown(value)}; choose one of {known}."
+            "algo", f"Unknown algorithm {quoted(value)}; choose one of {known}."
         )
     return _ALGO_ALIASES[value.lower()]
 
@@ -1425,7 +1424,7 @@ def _check_top_level(cfg: dict[str, Any]) -> None:
 
 def _check_device(value: Any) -> str:
     if not isinstance(value, str):
-        raise ConfigError("device", f"device must be text, not {shown(value)}.")
+        raise ConfigError("device", f"device must be text, not {quoted(value)}.")
     dev = value.strip().lower()
     if dev in ("auto", "cpu"):
         return dev
@@ -1435,12 +1434,12 @@ def _check_device(value: Any) -> str:
         if not torch.cuda.is_available():
             raise ConfigError(
                 "device",
-                f"device {shown(value)} was asked for but no CUDA GPU is available.",
+                f"device {quoted(value)} was asked for but no CUDA GPU is available.",
             )
         index = dev.partition(":")[2]
         if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
             raise ConfigError(
-                "device", f"There is no GPU {shown(value)} on this machine."
+                "device", f"There is no GPU {quoted(value)} on this machine."
             )
         return dev
     if dev == "mps":
@@ -1452,7 +1451,7 @@ def _check_device(value: Any) -> str:
             )
         return dev
     raise ConfigError(
-        "device", f"device must be auto, cpu, cuda, cuda:N or mps, not {shown(value)}."
+        "device", f"device must be auto, cpu, cuda, cuda:N or mps, not {quoted(value)}."
     )
 
 
@@ -1507,7 +1506,7 @@ def _check_hyper(
                 raise ConfigError(
                     f("ent_coef"),
                     "ent_coef must be 'auto', 'auto_<start>' or a number >= 0, "
-                    f"not {shown(ent)}.",
+                    f"not {quoted(ent)}.",
                 )
         elif ent != "auto":
             try:
@@ -1518,7 +1517,7 @@ def _check_hyper(
                 raise ConfigError(
                     f("ent_coef"),
                     "ent_coef 'auto_<start>' needs a positive start, "
-                    f"not {shown(ent)}.",
+                    f"not {quoted(ent)}.",
                 )
         if hp["target_entropy"] != "auto":
             try:
@@ -1527,7 +1526,7 @@ def _check_hyper(
                 raise ConfigError(
                     f("target_entropy"),
                     "target_entropy must be 'auto' or a number, "
-                    f"not {shown(hp['target_entropy'])}.",
+                    f"not {quoted(hp['target_entropy'])}.",
                 ) from None
     return hp
 
@@ -1598,14 +1597,14 @@ def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
     if info.action_kind == "other":
         raise ConfigError(
             "env",
-            f"{shown(env_id)} has a {info.action_space} action space, "
+            f"{quoted(env_id)} has a {info.action_space} action space, "
             "which no algorithm here supports.",
         )
     if algo == "MaskablePPO" and not info.has_action_masks:
         raise ConfigError(
             "algo",
             "MaskablePPO needs an environment with action_masks(), "
-            f"and {shown(env_id)} has none; use PPO.",
+            f"and {quoted(env_id)} has none; use PPO.",
         )
     if algo in DISCRETE_ONLY and info.action_kind != "discrete":
         raise ConfigError(
@@ -1622,7 +1621,7 @@ def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
     if algo == "DQN" and info.action_space != "Discrete":
         raise ConfigError(
             "algo",
-            f"DQN needs a Discrete action space, but {shown(env_id)} has a "
+            f"DQN needs a Discrete action space, but {quoted(env_id)} has a "
             f"{info.action_space} one; use PPO or A2C.",
         )
 
@@ -1639,15 +1638,15 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         name = unknown[0]
         close = difflib.get_close_matches(name, TRAIN_FIELDS, n=1)
-        hint = f"; did you mean {shown(close[0])}?" if close else "."
-        raise ConfigError(name, f"Unknown setting {shown(name)}{hint}")
+        hint = f"; did you mean {quoted(close[0])}?" if close else "."
+        raise ConfigError(name, f"Unknown setting {quoted(name)}{hint}")
     cfg: dict[str, Any] = defaults_of(TrainConfig)
     cfg.update(config)
     record = None
     if cfg["preset"]:
         if not isinstance(cfg["preset"], str):
             raise ConfigError(
-                "preset", f"preset must be text, not {shown(cfg['preset'])}."
+                "preset", f"preset must be text, not {quoted(cfg['preset'])}."
             )
         record = load_preset(cfg["project_dir"], cfg["preset"])
         # A preset knows what it was tuned for.
@@ -1688,10 +1687,10 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     for name in hp_in:
         if name not in valid_names:
             close = difflib.get_close_matches(str(name), valid_names, n=1)
-            hint = f"; did you mean {shown(close[0])}?" if close else "."
+            hint = f"; did you mean {quoted(close[0])}?" if close else "."
             raise ConfigError(
                 f"hyperparameters.{name}",
-                f"Unknown hyperparameter {shown(name)} for {algo}{hint}",
+                f"Unknown hyperparameter {quoted(name)} for {algo}{hint}",
             )
 
     if record is None:
@@ -1699,7 +1698,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     elif (record["env"], record["algo"]) != (env_id, algo):
         raise ConfigError(
             "preset",
-            f"The preset {shown(cfg['preset'])} was tuned for {record['algo']} on "
+            f"The preset {quoted(cfg['preset'])} was tuned for {record['algo']} on "
             f"{record['env']}, not {algo} on {env_id}.",
         )
     else:

@@ -17,8 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from engine import untrusted
-from engine.errors import ConfigError, EngineError
-from engine.settings import shown
+from engine.errors import ConfigError, EngineError, quoted
 from engine.store.atomic import read_small_text
 
 META_FILE = "reward_model.json"
@@ -37,7 +36,7 @@ def check_model(
     folder = Path(path).expanduser()
     if not folder.is_absolute() and project_dir:
         folder = Path(project_dir) / folder
-    name = shown(str(folder))
+    name = quoted(str(folder))
     try:
         meta = untrusted.loads(
             read_small_text(folder / META_FILE, f"{name}/{META_FILE}"), META_FILE
@@ -85,10 +84,10 @@ def load_control_scorer(path: str, field_name: str = "learned_reward") -> Any:
         raise
     except Exception as exc:  # a foreign file fails in many ways
         lines = str(exc).strip().splitlines()
-        why = f" ({shown(lines[0])})" if lines else ""
+        why = f" ({quoted(lines[0])})" if lines else ""
         raise ConfigError(
             field_name,
-            f"{shown(folder)}/{WEIGHTS_FILE} is not a control reward model's "
+            f"{quoted(folder)}/{WEIGHTS_FILE} is not a control reward model's "
             f"weights: {type(exc).__name__}{why}; train it again with reward.train.",
         ) from None
     assert isinstance(scorer, ControlScorer)

@@ -67,13 +67,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine.errors import ConfigError, EngineError
+from engine.errors import ConfigError, EngineError, quoted
 from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.priority import match_session_priority
 from engine.rl.config import ALGO_NAMES
 from engine.rl.sweep_workers import WorkerGroup, run_forked
-from engine.settings import STEPS_MAX, setting, shown
+from engine.settings import STEPS_MAX, setting
 
 if TYPE_CHECKING:
     import optuna
@@ -367,7 +367,7 @@ def open_storage(
     database = _sqlite_database(url)
     if database is not None and _in_memory(url, database):
         raise EngineError(
-            f"The storage {shown(url)} is an SQLite database in memory, which the "
+            f"The storage {quoted(url)} is an SQLite database in memory, which the "
             "sweep's worker processes cannot share; give a file, such as "
             "sqlite:///path/sweeps.db."
         )
@@ -410,9 +410,9 @@ def open_storage(
         if database is not None and _damaged(exc):
             raise EngineError(_damaged_sentence(database)) from None
         text = _first_line(exc)
-        why = f" ({shown(text)})" if text else ""
+        why = f" ({quoted(text)})" if text else ""
         raise EngineError(
-            f"The storage {shown(url)} cannot be opened{why}; give an RDB URL "
+            f"The storage {quoted(url)} cannot be opened{why}; give an RDB URL "
             "such as sqlite:///path/sweeps.db or postgresql://host/db."
         ) from None
 
@@ -441,7 +441,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _damaged_sentence(database: str) -> str:
     return (
-        f"The storage file {shown(database)} is not an SQLite database (damaged, "
+        f"The storage file {quoted(database)} is not an SQLite database (damaged, "
         "or another kind of file); it is left as it is: move it away or give "
         "another --storage."
     )
@@ -479,7 +479,9 @@ def storage_failures(url: str) -> Iterator[None]:
         if database and _damaged(exc):
             raise EngineError(_damaged_sentence(database)) from None
         why = _first_line(_chain(exc)[-1]) or type(exc).__name__
-        raise EngineError(f"The storage {shown(url)} failed ({shown(why)}).") from None
+        raise EngineError(
+            f"The storage {quoted(url)} failed ({quoted(why)})."
+        ) from None
 
 
 def _lost_creation_race(exc: Exception) -> bool:
