@@ -6,7 +6,8 @@ minibatches, 64x64 tanh, learning rate 2.5e-4 annealed, clip 0.2, entropy
 the whole ``rl.train`` job in this process. Throughput once running is
 measured from the runs' own metrics rows (steps and wall time between the
 first and the last update), so it leaves out imports, env checks and the
-compilation; the whole-run times are printed beside it. A second jax run with
+compilation; the whole-process times (one ``rl-studio-engine train``
+process each) are printed beside it. A second jax run with
 the same shapes shows what the persistent compilation cache saves: its time
 to the first metrics row against the first run's.
 
@@ -15,16 +16,18 @@ Run: .venv/bin/pytest tests/benchmarks/test_bench_compiled.py -s -o addopts=""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from engine.jobs.context import JobContext
-from engine.rl.config import validate
-from engine.rl.train import run
 from engine.store.metrics import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytest.importorskip("jax")
 
@@ -34,43 +37,44 @@ TARGET_THROUGHPUT = 15.0  # jax steps/s over sb3 steps/s, issue 27
 TARGET_WARM_START = 0.3  # a cached run's time to its first row / a cold run's
 
 
-def config(backend: str, steps: int) -> dict[str, Any]:
-    return validate(
-        {
-            "env": "CartPole-v1",
-            "algo": "PPO",
-            "backend": backend,
-            "total_steps": steps,
-            "seed": 0,
-            "n_envs": 4,
-            "eval_every_steps": 0,
-            "checkpoint_every_steps": 0,
-            "hyperparameters": {
-                "n_steps": 128,
-                "batch_size": 128,
-                "n_epochs": 4,
-                "learning_rate": 2.5e-4,
-                "learning_rate_schedule": "linear",
-                "clip_range": 0.2,
-                "clip_range_schedule": "constant",
-                "ent_coef": 0.01,
-                "gamma": 0.99,
-                "gae_lambda": 0.95,
-                "net_arch": [64, 64],
-                "activation": "tanh",
-            },
-        }
-    )
+SETTINGS = {
+    "n_envs": 4,
+    "eval_every_steps": 0,
+    "checkpoint_every_steps": 0,
+    "n_steps": 128,
+    "batch_size": 128,
+    "n_epochs": 4,
+    "learning_rate": 2.5e-4,
+    "learning_rate_schedule": "linear",
+    "clip_range": 0.2,
+    "clip_range_schedule": "constant",
+    "ent_coef": 0.01,
+    "gamma": 0.99,
+    "gae_lambda": 0.95,
+    "net_arch": [64, 64],
+    "activation": "tanh",
+}
 
 
-def timed_run(folder: Path, cfg: dict[str, Any]) -> dict[str, float]:
-    run_dir = folder / "runs" / f"bench-{time.monotonic_ns()}"
-    start = time.time()
+def timed_run(
+    project: Path, backend: str, steps: int, env: dict[str, str]
+) -> dict[str, float]:
+    """One ``rl-studio-engine train`` process, timed whole."""
+    argv = [sys.executable, "-m", "engine", "train", "--env", "CartPole-v1",
+            "--algo", "PPO", "--steps", str(steps), "--seed", "0", "--quiet",
+            "--project", str(project), "--set", f"backend={backend}"]  # fmt: skip
+    for key, value in SETTINGS.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        argv += ["--set", f"{key}={text}"]
     t0 = time.perf_counter()
-    ctx = JobContext(run_dir.name, run_dir, "rl.train", cfg, events=None)
-    summary = run(ctx)
-    ctx.close()
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
     wall = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["total_steps"] >= steps
+    (run_dir,) = (project / "runs").iterdir()  # a project of its own each
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "train/loss" in r]
     first, last = rows[0], rows[-1]
     # metrics rows carry seconds since the run's context opened
@@ -80,19 +84,16 @@ def timed_run(folder: Path, cfg: dict[str, Any]) -> dict[str, float]:
         "first_row_s": float(first["time"]),
         "steps_per_s": (last["step"] - first["step"]) / (last["time"] - first["time"]),
         "final_return": float(last.get("rollout/ep_rew_mean", float("nan"))),
-        "start": start,
     }
 
 
 @pytest.mark.timeout(1800)
-def test_compiled_ppo_against_sb3(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_compiled_ppo_against_sb3(tmp_path: Path) -> None:
     # A cache of this benchmark's own, so that the first run compiles.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    cold = timed_run(tmp_path, config("jax", JAX_STEPS))
-    warm = timed_run(tmp_path, config("jax", JAX_STEPS))
-    sb3 = timed_run(tmp_path, config("sb3", SB3_STEPS))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cold = timed_run(tmp_path / "cold", "jax", JAX_STEPS, env)
+    warm = timed_run(tmp_path / "warm", "jax", JAX_STEPS, env)
+    sb3 = timed_run(tmp_path / "sb3", "sb3", SB3_STEPS, env)
     throughput = warm["steps_per_s"] / sb3["steps_per_s"]
     warm_start = warm["first_row_s"] / cold["first_row_s"]
     print()
