@@ -31,6 +31,7 @@ from engine.store.atomic import atomic_write_json
 from engine.store.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 SB3_PPO_KEYS = {
     "rollout/ep_rew_mean",
@@ -89,7 +90,7 @@ def test_every_twin_steps_as_its_gymnasium_env(env_id: str) -> None:
         action = env.action_space.sample()
         jax_action = jnp.asarray(action, jnp.float32 if twin.continuous else jnp.int32)
         (_, t_next), j_obs, j_reward, j_term, j_trunc = step(
-            (physics, jnp.int32(t)), jax_action
+            (physics, jnp.int32(t)), jax_action, jax.random.PRNGKey(0)
         )
         obs, reward, terminated, truncated, _ = env.step(action)
         assert np.allclose(np.asarray(j_obs), obs, rtol=1e-4, atol=1e-4), env_id
@@ -121,6 +122,113 @@ def test_twin_resets_draw_from_the_gymnasium_distribution(env_id: str) -> None:
             assert np.all(draws[:, dim] == ref[0, dim])
             continue
         assert stats.ks_2samp(draws[:, dim], ref[:, dim]).pvalue > 1e-3, (env_id, dim)
+
+
+def _grid_spec(rng: np.random.Generator, slip: float) -> dict[str, Any]:
+    """A random grid spec: walls, traps, goals and cell rewards (some paid
+    once) scattered over a grid of 3 to 7 rows and columns."""
+    rows, cols = (int(x) for x in rng.integers(3, 8, 2))
+    cells = [(r, c) for r in range(rows) for c in range(cols)]
+    order = rng.permutation(len(cells))
+    pick = [list(cells[i]) for i in order]
+    n_walls = int(rng.integers(0, len(cells) // 4 + 1))
+    return {
+        "format": 1,
+        "name": f"g{rows}x{cols}",
+        "kind": "grid",
+        "grid": {
+            "size": [rows, cols],
+            "start": pick[0],
+            "goals": [pick[1]],
+            "traps": [pick[2]],
+            "walls": pick[3 : 3 + n_walls],
+            "cell_rewards": [
+                {"cell": pick[-1], "reward": 0.5, "once": True},
+                {"cell": pick[-2], "reward": -0.2},
+            ],
+            "rewards": {
+                "per_step": -0.01,
+                "goal": 1.0,
+                "trap": -1.0,
+                "wall_bump": -0.05,
+            },
+            "slip": slip,
+            "max_steps": int(rng.integers(5, 40)),
+        },
+    }
+
+
+def _grid_physics(env: Any) -> Any:
+    grid = env.unwrapped
+    collected = np.zeros(grid.rows * grid.cols, np.int32)
+    for r, c in grid.collected:
+        collected[r * grid.cols + c] = 1
+    pos = grid.pos[0] * grid.cols + grid.pos[1]
+    return jnp.asarray(np.concatenate([[pos], collected]).astype(np.int32))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_designed_grid_compiles_to_a_twin_that_steps_as_it_does(seed: int) -> None:
+    """Random grid specs and the bundled maze without slip: from the env's
+    own state, every step of the twin gives the same cell, reward and ends."""
+    from engine.envs.registry import register_spec
+
+    rng = np.random.default_rng(seed)
+    if seed == 0:
+        spec = json.loads((ROOT / "resources/examples/envs/maze.env.json").read_text())
+        spec["grid"]["slip"] = 0.0
+    else:
+        spec = _grid_spec(rng, 0.0)
+    env_id = register_spec(spec)
+    twin = compiled_env(env_id)
+    assert twin is not None and twin.obs_size == np.prod(spec["grid"]["size"])
+    env = gym.make(env_id)
+    obs, _ = env.reset(seed=seed)
+    step = jax.jit(twin.step)
+    t = 0
+    for _ in range(300):
+        action = int(rng.integers(4))
+        (_, t_next), j_obs, j_reward, j_term, j_trunc = step(
+            (_grid_physics(env), jnp.int32(t)), jnp.int32(action), jax.random.PRNGKey(t)
+        )
+        obs, reward, terminated, truncated, _ = env.step(action)
+        assert int(np.argmax(np.asarray(j_obs))) == int(obs)
+        assert np.isclose(float(j_reward), reward, atol=1e-5)
+        assert (bool(j_term), bool(j_trunc)) == (terminated, truncated)
+        t = int(t_next)
+        if terminated or truncated:
+            obs, _ = env.reset()
+            t = 0
+
+
+def test_a_slippery_grid_slips_as_often_and_as_far_as_its_env() -> None:
+    """From one cell, 3,000 moves each: the cells reached are distributed
+    alike (chi-square), slipping to either side of the intended move."""
+    from scipy import stats
+
+    from engine.envs.registry import register_spec
+
+    spec = _grid_spec(np.random.default_rng(0), 0.3)
+    spec["grid"].update(size=[5, 5], start=[2, 2], goals=[[0, 0]], traps=[[4, 4]],
+                        walls=[], cell_rewards=[])  # fmt: skip
+    env_id = register_spec(spec)
+    twin = compiled_env(env_id)
+    assert twin is not None
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    physics = _grid_physics(env)
+    keys = jax.random.split(jax.random.PRNGKey(1), 3000)
+    ends = jax.vmap(lambda k: twin.physics_step(physics, jnp.int32(1), k)[0][0])(keys)
+    compiled_counts = np.bincount(np.asarray(ends), minlength=25)
+    env_counts = np.zeros(25, int)
+    for _ in range(3000):
+        env.unwrapped.pos, env.unwrapped.steps = (2, 2), 0
+        obs, *_ = env.step(1)
+        env_counts[int(obs)] += 1
+    seen = (compiled_counts + env_counts) > 0
+    assert set(np.flatnonzero(seen)) == {7, 13, 17}  # right, or up / down
+    table = np.stack([compiled_counts[seen], env_counts[seen]])
+    assert stats.chi2_contingency(table).pvalue > 1e-3
 
 
 # -------------------------------------------------------------- one run

@@ -23,8 +23,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from engine.rl.compiled import TWIN_IDS
+from engine.rl.compiled import TWIN_IDS, is_designed_grid
 
 Array = Any
 State = tuple[Array, Array]
@@ -44,8 +45,9 @@ class CompiledEnv:
     max_episode_steps: int
     reset_physics: Callable[[Array], Array]
     """``key -> physics``: the start state Gymnasium's ``reset`` draws."""
-    physics_step: Callable[[Array, Array], tuple[Array, Array, Array]]
-    """``(physics, action) -> (physics, reward, terminated)``."""
+    physics_step: Callable[[Array, Array, Array], tuple[Array, Array, Array]]
+    """``(physics, action, key) -> (physics, reward, terminated)``; ``key``
+    draws what is random in a transition (a grid's slip)."""
     observe: Callable[[Array], Array]
     """``physics -> observation`` (float32)."""
 
@@ -57,10 +59,10 @@ class CompiledEnv:
         return self.reset_physics(key), jnp.int32(0)
 
     def step(
-        self, state: State, action: Array
+        self, state: State, action: Array, key: Array
     ) -> tuple[State, Array, Array, Array, Array]:
         physics, t = state
-        physics, reward, terminated = self.physics_step(physics, action)
+        physics, reward, terminated = self.physics_step(physics, action, key)
         t = t + 1
         truncated = jnp.logical_and(t >= self.max_episode_steps, ~terminated)
         obs = self.observe(physics)
@@ -81,7 +83,7 @@ def _cartpole() -> CompiledEnv:
     def reset(key: Array) -> Array:
         return jax.random.uniform(key, (4,), jnp.float32, -0.05, 0.05)
 
-    def step(s: Array, action: Array) -> tuple[Array, Array, Array]:
+    def step(s: Array, action: Array, key: Array) -> tuple[Array, Array, Array]:
         x, x_dot, theta, theta_dot = s[0], s[1], s[2], s[3]
         force = jnp.where(action == 1, force_mag, -force_mag)
         costheta, sintheta = jnp.cos(theta), jnp.sin(theta)
@@ -158,7 +160,7 @@ def _acrobot() -> CompiledEnv:
     def reset(key: Array) -> Array:
         return jax.random.uniform(key, (4,), jnp.float32, -0.1, 0.1)
 
-    def step(s: Array, action: Array) -> tuple[Array, Array, Array]:
+    def step(s: Array, action: Array, key: Array) -> tuple[Array, Array, Array]:
         torque = torques[action]
         ns = rk4(jnp.concatenate([s, torque[None]]))[:4]
         ns = jnp.stack([
@@ -191,7 +193,7 @@ def _mountain_car() -> CompiledEnv:
         position = jax.random.uniform(key, (), jnp.float32, -0.6, -0.4)
         return jnp.stack([position, jnp.float32(0.0)])
 
-    def step(s: Array, action: Array) -> tuple[Array, Array, Array]:
+    def step(s: Array, action: Array, key: Array) -> tuple[Array, Array, Array]:
         position, velocity = s[0], s[1]
         velocity = velocity + (action - 1) * force + jnp.cos(3 * position) * (-gravity)
         velocity = jnp.clip(velocity, -max_speed, max_speed)
@@ -214,7 +216,7 @@ def _pendulum() -> CompiledEnv:
         high = jnp.array([math.pi, 1.0], jnp.float32)
         return jax.random.uniform(key, (2,), jnp.float32, -high, high)
 
-    def step(s: Array, action: Array) -> tuple[Array, Array, Array]:
+    def step(s: Array, action: Array, key: Array) -> tuple[Array, Array, Array]:
         th, thdot = s[0], s[1]
         u = jnp.clip(jnp.reshape(action, ())[()], -max_torque, max_torque)
         angle = ((th + math.pi) % (2 * math.pi)) - math.pi
@@ -235,6 +237,68 @@ def _pendulum() -> CompiledEnv:
     )
 
 
+# ---------------------------------------------------------------- grids
+
+
+def grid_twin(env_id: str, grid: Any) -> CompiledEnv:
+    """The twin of a designed grid env, from the ``engine.envs.grid.GridEnv``
+    the same spec file builds (walls, goals, traps, cell rewards, slip and
+    step limit read from it, so both follow one spec). The physics is the
+    agent's cell and, per cell, whether its ``once`` reward was collected;
+    the observation is the cell one-hot, as SB3 feeds a ``Discrete``
+    observation to its policy."""
+    from engine.envs.grid import MOVES
+
+    rows, cols = grid.rows, grid.cols
+    n = rows * cols
+
+    def mask(cells: Any) -> Array:
+        out = np.zeros(n, bool)
+        for r, c in cells:
+            out[r * cols + c] = True
+        return jnp.asarray(out)
+
+    walls = jnp.asarray(np.asarray(grid.walls, bool).reshape(-1))
+    goals, traps = mask(grid.goals), mask(grid.traps)
+    cell = jnp.asarray(np.asarray(grid.cell_reward, np.float32).reshape(-1))
+    once = jnp.asarray(np.asarray(grid.once_reward, np.float32).reshape(-1))
+    moves = jnp.asarray(MOVES, jnp.int32)
+    start = grid.start[0] * cols + grid.start[1]
+    slip = float(grid.slip)
+    r_step, r_bump = float(grid.r_step), float(grid.r_bump)
+    r_goal, r_trap = float(grid.r_goal), float(grid.r_trap)
+
+    def reset(key: Array) -> Array:
+        return jnp.zeros(n + 1, jnp.int32).at[0].set(start)
+
+    def step(s: Array, action: Array, key: Array) -> tuple[Array, Array, Array]:
+        k_slip, k_side = jax.random.split(key)
+        # GridEnv: with probability slip, a perpendicular move, either side
+        slipped = jax.random.uniform(k_slip) < slip
+        side = jnp.where(jax.random.uniform(k_side) < 0.5, 1, 3)
+        a = jnp.where(slipped, (action + side) % 4, action)
+        pos, collected = s[0], s[1:]
+        r = pos // cols + moves[a, 0]
+        c = pos % cols + moves[a, 1]
+        inside = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
+        target = jnp.clip(r, 0, rows - 1) * cols + jnp.clip(c, 0, cols - 1)
+        blocked = ~inside | walls[target]
+        new = jnp.where(blocked, pos, target)
+        paid = cell[target] - once[target] * collected[target]
+        reward = r_step + jnp.where(blocked, r_bump, paid)
+        take = ~blocked & (once[target] != 0)
+        collected = collected.at[target].set(jnp.where(take, 1, collected[target]))
+        reward = reward + jnp.where(goals[new], r_goal, 0.0)
+        reward = reward + jnp.where(traps[new], r_trap, 0.0)
+        physics = jnp.concatenate([new[None], collected])
+        return physics, reward, goals[new] | traps[new]
+
+    def observe(s: Array) -> Array:
+        return jax.nn.one_hot(s[0], n, dtype=jnp.float32)
+
+    return CompiledEnv(env_id, n, 4, (), (), int(grid.max_steps), reset, step, observe)
+
+
 TWINS: dict[str, Callable[[], CompiledEnv]] = {
     "CartPole-v1": _cartpole,
     "Acrobot-v1": _acrobot,
@@ -249,7 +313,18 @@ def compiled_env(
     env_id: str, env_kwargs: dict[str, Any] | None = None
 ) -> CompiledEnv | None:
     """The compiled twin of ``env_id`` made with ``env_kwargs``, or None
-    where there is none (twins take no keyword arguments)."""
-    if env_kwargs or env_id not in TWINS:
+    where there is none (twins take no keyword arguments; a designed grid
+    must be registered, as validation does)."""
+    if env_kwargs:
         return None
-    return TWINS[env_id]()
+    if env_id in TWINS:
+        return TWINS[env_id]()
+    if not is_designed_grid(env_id):
+        return None
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        return grid_twin(env_id, env.unwrapped)
+    finally:
+        env.close()

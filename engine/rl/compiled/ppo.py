@@ -211,7 +211,7 @@ def _rollout(
     high = jnp.asarray(env.action_high, jnp.float32)
 
     def one_step(carry: TrainState, _: None) -> tuple[TrainState, dict[str, Array]]:
-        key, k_act, k_reset = jax.random.split(carry.key, 3)
+        key, k_act, k_reset, k_step = jax.random.split(carry.key, 4)
         out, value = forward(carry.params, carry.obs, s.activation)
         action = sample(carry.params, out, k_act, env.continuous)
         logp, _ = log_prob_entropy(carry.params, out, action, env.continuous)
@@ -219,7 +219,7 @@ def _rollout(
         # the unclipped ones.
         stepped = jnp.clip(action, low, high) if env.continuous else action
         env_state, next_obs, reward, terminated, truncated = jax.vmap(env.step)(
-            carry.env_state, stepped
+            carry.env_state, stepped, jax.random.split(k_step, s.n_envs)
         )
         done = terminated | truncated
         ep_return = carry.ep_return + reward

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from engine.rl.compiled import TWIN_IDS
+from engine.rl.compiled import TWIN_IDS, is_designed_grid
 
 BACKENDS = ("auto", "sb3", "jax")
 """``auto``: ``jax`` where it can train the run and the run is long enough to
@@ -26,11 +26,12 @@ def jax_problem(cfg: dict[str, Any]) -> tuple[str, str] | None:
         return "algo", (
             f"The jax backend trains PPO only, not {cfg['algo']}; use backend sb3."
         )
-    if cfg["env"] not in TWIN_IDS or cfg["env_kwargs"]:
-        what = "with env_kwargs" if cfg["env"] in TWIN_IDS else "yet"
+    twinned = cfg["env"] in TWIN_IDS or is_designed_grid(cfg["env"])
+    if not twinned or cfg["env_kwargs"]:
+        what = "with env_kwargs" if twinned else "yet"
         return "env", (
             f"{cfg['env']} has no compiled twin {what} (the jax backend trains "
-            f"{', '.join(TWIN_IDS)}); use backend sb3."
+            f"{', '.join(TWIN_IDS)} and designed grids); use backend sb3."
         )
     refused = {
         "hyperparameters.use_sde": hp.get("use_sde"),
