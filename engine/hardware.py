@@ -70,6 +70,14 @@ class HardwareInfo:
     gpus: list[GpuInfo] = field(default_factory=list)
     torch_version: str = ""
     recommendations: Recommendations | None = None
+    cpu_features: list[str] = field(default_factory=list)
+    """The vector instruction sets of :data:`CPU_FEATURES` the CPU has (XLA
+    and torch use the widest)."""
+    jax_version: str = ""
+    """The installed JAX (``rl.train``'s ``jax`` backend); empty: none."""
+    jax_platforms: list[str] = field(default_factory=list)
+    """Where that JAX can run: ``cpu``, and ``cuda`` with a CUDA plugin
+    installed (read from package metadata: JAX is not imported)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -196,6 +204,28 @@ def _smi_gpus(executable: str | None) -> list[GpuInfo]:
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_nvidia_smi_gpus(done.stdout) if done.returncode == 0 else []
+
+
+CPU_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
+"""CPU flags (``/proc/cpuinfo``) the hardware report names."""
+
+
+def jax_facts() -> tuple[str, list[str]]:
+    """(JAX's version, the platforms it can run on), from package metadata:
+    importing JAX takes seconds and the supervisor never does."""
+    try:
+        version = importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        return "", []
+    platforms = ["cpu"]
+    for plugin in ("jax-cuda12-plugin", "jax-cuda13-plugin"):
+        try:
+            importlib.metadata.version(plugin)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        platforms.append("cuda")
+        break
+    return version, platforms
 
 
 def torch_version() -> str:
@@ -353,6 +383,7 @@ def detect(
     flags = _cpu_flags()
     cpu_bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)
     gpus = detect_gpus(nvidia_smi, probe_torch)
+    jax_version, jax_platforms = jax_facts()
     return HardwareInfo(
         cpu_model=_cpu_model(),
         cpu_physical_cores=physical,
@@ -363,6 +394,9 @@ def detect(
         gpus=gpus,
         torch_version=torch_version(),
         recommendations=recommend(gpus, physical, logical, cpu_bf16),
+        cpu_features=[f for f in CPU_FEATURES if f in flags],
+        jax_version=jax_version,
+        jax_platforms=jax_platforms,
     )
 
 

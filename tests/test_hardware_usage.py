@@ -212,3 +212,32 @@ def test_status_bar_meter_updates_live(
     qtbot.waitUntil(lambda: meter.gpu.value.text() == "37%", timeout=10_000)
     assert meter.vram.value.text() == "1.2/79.6 GiB"
     assert session.gpu_usage[0]["util_percent"] == 37.0
+
+
+def test_the_hardware_report_names_jax_and_the_cpus_vector_units() -> None:
+    """Read from package metadata and /proc/cpuinfo: detecting imports no JAX."""
+    import importlib.metadata
+
+    from engine.hardware import CPU_FEATURES
+
+    code = (
+        "import json, sys\n"
+        "from engine.hardware import detect\n"
+        "info = detect(nvidia_smi='', probe_torch=False)\n"
+        "print(json.dumps([info.cpu_features, info.jax_version, info.jax_platforms,"
+        " 'jax' in sys.modules]))\n"
+    )
+    root = Path(__file__).parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, check=True, cwd=root)  # fmt: skip
+    features, version, platforms, imported = json.loads(done.stdout)
+    assert set(features) <= set(CPU_FEATURES) and not imported
+    with open("/proc/cpuinfo", encoding="utf-8") as fh:
+        flags = next((line.split() for line in fh if line.startswith("flags")), [])
+    assert ("avx2" in features) == ("avx2" in flags)
+    try:
+        installed = importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        installed = ""
+    assert version == installed
+    assert platforms[:1] == (["cpu"] if installed else [])
