@@ -325,14 +325,28 @@ def test_the_saved_model_is_sb3s_and_acts_as_the_compiled_policy(
     assert np.abs(np.asarray(probs) - sb3_probs).max() < 1e-5
 
 
+def test_runs_differing_in_continuous_settings_share_the_compiled_program(
+    jax_run: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The learning rate, clip range, entropy and value weights, gamma, GAE
+    lambda, gradient clip, total steps and seed are values of the program,
+    not part of it: a run differing in them loads it from the cache."""
+    hp = {**SMALL["hyperparameters"], "learning_rate": 1e-3, "gamma": 0.95,
+          "gae_lambda": 0.9, "clip_range": 0.3, "ent_coef": 0.01}  # fmt: skip
+    config = {**SMALL, "seed": 11, "total_steps": 4096, "eval_every_steps": 4096,
+              "hyperparameters": hp}  # fmt: skip
+    run_dir, summary = _run(tmp_path, "j3", config, ctx_cls=LoggedContext)
+    assert summary["total_steps"] == 4096
+    log = (run_dir / "lines.txt").read_text()
+    assert "loaded from the compilation cache" in log, log
+
+
 def _settings_fields() -> dict[str, Any]:
     return {
-        "n_envs": 4, "n_steps": 8, "batch_size": 8, "n_epochs": 1, "gamma": 0.99,
-        "gae_lambda": 0.95, "ent_coef": 0.0, "vf_coef": 0.5, "max_grad_norm": 0.5,
+        "n_envs": 4, "n_steps": 8, "batch_size": 8, "n_epochs": 1,
         "normalize_advantage": True, "net_arch": (64, 64), "activation": "tanh",
-        "ortho_init": True, "log_std_init": 0.0, "learning_rate": 3e-4,
-        "learning_rate_linear": False, "clip_range": 0.2, "clip_range_linear": False,
-        "total_steps": 1000,
+        "ortho_init": True, "log_std_init": 0.0, "learning_rate_linear": False,
+        "clip_range_linear": False,
     }  # fmt: skip
 
 

@@ -44,33 +44,37 @@ def _enable_cache() -> Path:
     return folder
 
 
-def settings_of(cfg: dict[str, Any]) -> Any:
-    """The compiled program's :class:`~engine.rl.compiled.ppo.Settings` of a
+def settings_of(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """The compiled program's :class:`~engine.rl.compiled.ppo.Settings` and
+    the :class:`~engine.rl.compiled.ppo.Hyper` values it runs with, of a
     validated config: the same setting means the same on both backends."""
-    from engine.rl.compiled.ppo import Settings
+    from engine.rl.compiled.ppo import Settings, hyper
 
     hp = cfg["hyperparameters"]
-    return Settings(
+    settings = Settings(
         n_envs=cfg["n_envs"],
         n_steps=hp["n_steps"],
         batch_size=hp["batch_size"],
         n_epochs=hp["n_epochs"],
-        gamma=hp["gamma"],
-        gae_lambda=hp["gae_lambda"],
-        ent_coef=hp["ent_coef"],
-        vf_coef=hp["vf_coef"],
-        max_grad_norm=hp["max_grad_norm"],
         normalize_advantage=hp["normalize_advantage"],
         net_arch=tuple(hp["net_arch"]),
         activation=hp["activation"],
         ortho_init=hp["ortho_init"],
         log_std_init=hp["log_std_init"],
-        learning_rate=hp["learning_rate"],
         learning_rate_linear=hp["learning_rate_schedule"] == "linear",
-        clip_range=hp["clip_range"],
         clip_range_linear=hp["clip_range_schedule"] == "linear",
+    )
+    values = hyper(
+        learning_rate=hp["learning_rate"],
+        clip_range=hp["clip_range"],
+        ent_coef=hp["ent_coef"],
+        vf_coef=hp["vf_coef"],
+        gamma=hp["gamma"],
+        gae_lambda=hp["gae_lambda"],
+        max_grad_norm=hp["max_grad_norm"],
         total_steps=cfg["total_steps"],
     )
+    return settings, values
 
 
 def chunk_updates(cfg: dict[str, Any], rollout: int) -> int:
@@ -101,7 +105,7 @@ def learn(trainer: Any) -> None:
     env = compiled_env(cfg["env"], cfg["env_kwargs"])
     if env is None:  # validation let it through: a bug, said plainly
         raise EngineError(f"{cfg['env']} has no compiled twin; use backend sb3.")
-    s = settings_of(cfg)
+    s, h = settings_of(cfg)
     cache = _enable_cache()
     steps = int(model.num_timesteps)
     state = ppo.init_state(env, s, cfg["seed"] + steps)
@@ -118,7 +122,7 @@ def learn(trainer: Any) -> None:
     t0 = time.perf_counter()
     chunk = (
         ppo.make_chunk(env, s, max_updates)
-        .lower(state, jnp.int32(max_updates), jnp.float32(0))
+        .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
         .compile()
     )
     added = len(list(cache.iterdir())) - cached_before
@@ -147,7 +151,7 @@ def learn(trainer: Any) -> None:
         n = min(max_updates, math.ceil((total - steps) / s.rollout))
         started = time.perf_counter()
         state, metrics, (done, ep_return, ep_length) = chunk(
-            state, jnp.int32(n), jnp.float32(steps)
+            state, jnp.int32(n), jnp.float32(steps), h
         )
         metrics = np.asarray(metrics)[:n]
         done, ep_return, ep_length = (

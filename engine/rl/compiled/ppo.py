@@ -54,33 +54,45 @@ for continuous actions only, as SB3)."""
 
 @dataclass(frozen=True)
 class Settings:
-    """The PPO settings the program is compiled for (hashable: a change of
-    any of them is a new program; the learning rate and clip range enter as
-    values, so sweeps over them share one)."""
+    """The PPO settings the program is compiled for: shapes and structure
+    (hashable; a change of any of them is another program)."""
 
     n_envs: int
     n_steps: int
     batch_size: int
     n_epochs: int
-    gamma: float
-    gae_lambda: float
-    ent_coef: float
-    vf_coef: float
-    max_grad_norm: float
     normalize_advantage: bool
     net_arch: tuple[int, ...]
     activation: str
     ortho_init: bool
     log_std_init: float
-    learning_rate: float
     learning_rate_linear: bool
-    clip_range: float
     clip_range_linear: bool
-    total_steps: int
 
     @property
     def rollout(self) -> int:
         return self.n_envs * self.n_steps
+
+
+class Hyper(NamedTuple):
+    """The continuous settings, values the program takes (float32 scalars):
+    runs and sweep trials that differ only in these share one compiled
+    program, from the persistent cache."""
+
+    learning_rate: Array
+    clip_range: Array
+    ent_coef: Array
+    vf_coef: Array
+    gamma: Array
+    gae_lambda: Array
+    max_grad_norm: Array
+    total_steps: Array
+    """The run's total steps, which the linear schedules count down to."""
+
+
+def hyper(**values: float) -> Hyper:
+    """A :class:`Hyper` of float32 scalars."""
+    return Hyper(**{k: jnp.float32(v) for k, v in values.items()})
 
 
 class TrainState(NamedTuple):
@@ -205,7 +217,7 @@ def init_state(env: CompiledEnv, s: Settings, seed: int) -> TrainState:
 
 
 def _rollout(
-    env: CompiledEnv, s: Settings, state: TrainState
+    env: CompiledEnv, s: Settings, h: Hyper, state: TrainState
 ) -> tuple[TrainState, dict[str, Array]]:
     low = jnp.asarray(env.action_low, jnp.float32)
     high = jnp.asarray(env.action_high, jnp.float32)
@@ -260,20 +272,18 @@ def _rollout(
     # terminal observation (one batched forward pass after the rollout).
     _, final_value = forward(state.params, batch.pop("final_obs"), s.activation)
     cut = batch.pop("cut")
-    batch["reward"] = batch["reward"] + s.gamma * final_value * cut
+    batch["reward"] = batch["reward"] + h.gamma * final_value * cut
     return state, batch
 
 
-def _gae(
-    s: Settings, batch: dict[str, Array], last_value: Array
-) -> tuple[Array, Array]:
+def _gae(h: Hyper, batch: dict[str, Array], last_value: Array) -> tuple[Array, Array]:
     def back(
         carry: tuple[Array, Array], t: dict[str, Array]
     ) -> tuple[tuple[Array, Array], Array]:
         gae, next_value = carry
         not_done = 1.0 - t["done"].astype(jnp.float32)
-        delta = t["reward"] + s.gamma * next_value * not_done - t["value"]
-        gae = delta + s.gamma * s.gae_lambda * not_done * gae
+        delta = t["reward"] + h.gamma * next_value * not_done - t["value"]
+        gae = delta + h.gamma * h.gae_lambda * not_done * gae
         return (gae, t["value"]), gae
 
     _, adv = jax.lax.scan(
@@ -285,7 +295,7 @@ def _gae(
     return adv, adv + batch["value"]
 
 
-def _clip_grads(grads: Params, max_norm: float) -> Params:
+def _clip_grads(grads: Params, max_norm: Array) -> Params:
     """torch's ``clip_grad_norm_``: scale by max_norm / (norm + 1e-6) when
     that is below 1."""
     leaves = jax.tree_util.tree_leaves(grads)
@@ -319,6 +329,7 @@ def _adam(
 def _update(
     env: CompiledEnv,
     s: Settings,
+    h: Hyper,
     state: TrainState,
     batch: dict[str, Array],
     lr: Array,
@@ -341,7 +352,7 @@ def _update(
         pg = -jnp.minimum(adv * ratio, adv * jnp.clip(ratio, 1 - clip, 1 + clip)).mean()
         vf = ((mb["ret"] - value) ** 2).mean()
         ent = -entropy.mean()
-        loss = pg + s.ent_coef * ent + s.vf_coef * vf
+        loss = pg + h.ent_coef * ent + h.vf_coef * vf
         kl = jax.lax.stop_gradient(((ratio - 1) - log_ratio).mean())
         clipped = jax.lax.stop_gradient((jnp.abs(ratio - 1) > clip).mean())
         return loss, (pg, vf, ent, kl, clipped)
@@ -357,7 +368,7 @@ def _update(
 
         def minibatch(st: TrainState, mb: dict[str, Array]) -> tuple[TrainState, Array]:
             (loss, aux), grads = grad_fn(st.params, mb)
-            grads = _clip_grads(grads, s.max_grad_norm)
+            grads = _clip_grads(grads, h.max_grad_norm)
             params, m, v, t = _adam(st, grads, lr)
             st = st._replace(params=params, adam_m=m, adam_v=v, adam_t=t)
             return st, jnp.stack([loss, *aux])
@@ -387,33 +398,36 @@ def _update(
 
 
 def make_chunk(env: CompiledEnv, s: Settings, max_updates: int) -> Any:
-    """The compiled program: ``chunk(state, n_updates, steps_before)`` runs
-    ``n_updates`` (at most ``max_updates``, a value, not a shape) rollouts
-    and updates from ``steps_before`` environment steps; returns the new
-    state, the metrics of each update (``max_updates`` x len(METRIC_KEYS))
-    and each rollout's ``done``, ``ep_return`` and ``ep_length``."""
+    """The compiled program: ``chunk(state, n_updates, steps_before, hyper)``
+    runs ``n_updates`` (at most ``max_updates``, a value, not a shape)
+    rollouts and updates from ``steps_before`` environment steps with the
+    :class:`Hyper` values; returns the new state, the metrics of each update
+    (``max_updates`` x len(METRIC_KEYS)) and each rollout's ``done``,
+    ``ep_return`` and ``ep_length``."""
     if s.rollout % s.batch_size:
         raise ValueError("batch_size must divide n_steps * n_envs")
 
     def one_update(
-        state: TrainState, steps_before: Array
+        state: TrainState, steps_before: Array, h: Hyper
     ) -> tuple[TrainState, Array, Any]:
-        state, batch = _rollout(env, s, state)
+        state, batch = _rollout(env, s, h, state)
         _, last_value = forward(state.params, state.obs, s.activation)
-        adv, ret = _gae(s, batch, last_value)
+        adv, ret = _gae(h, batch, last_value)
         batch = {**batch, "adv": adv, "ret": ret}
         # SB3's schedules read the progress after the rollout.
-        remaining = 1.0 - (steps_before + s.rollout) / s.total_steps
-        lr = s.learning_rate * (remaining if s.learning_rate_linear else 1.0)
-        clip = s.clip_range * (remaining if s.clip_range_linear else 1.0)
+        remaining = 1.0 - (steps_before + s.rollout) / h.total_steps
+        lr = h.learning_rate * (remaining if s.learning_rate_linear else 1.0)
+        clip = h.clip_range * (remaining if s.clip_range_linear else 1.0)
         train_batch = {
             k: batch[k] for k in ("obs", "action", "logp", "adv", "ret", "value")
         }
-        state, metrics = _update(env, s, state, train_batch, lr, clip)
+        state, metrics = _update(env, s, h, state, train_batch, lr, clip)
         episodes = (batch["done"], batch["ep_return"], batch["ep_length"])
         return state, metrics, episodes
 
-    def chunk(state: TrainState, n_updates: Array, steps_before: Array) -> Any:
+    def chunk(
+        state: TrainState, n_updates: Array, steps_before: Array, h: Hyper
+    ) -> Any:
         metrics = jnp.full((max_updates, len(METRIC_KEYS)), jnp.nan, jnp.float32)
         shape = (max_updates, s.n_steps, s.n_envs)
         episodes = (
@@ -425,7 +439,7 @@ def make_chunk(env: CompiledEnv, s: Settings, max_updates: int) -> Any:
         def body(i: Array, carry: Any) -> Any:
             st, metrics, episodes = carry
             before = steps_before + i.astype(jnp.float32) * s.rollout
-            st, m, ep = one_update(st, before)
+            st, m, ep = one_update(st, before, h)
             metrics = metrics.at[i].set(m)
             episodes = tuple(e.at[i].set(x) for e, x in zip(episodes, ep, strict=True))
             return st, metrics, episodes
