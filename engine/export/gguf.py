@@ -933,7 +933,7 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
     elif tj is not None and model.get("type"):
         raise EngineError(
             f"The tokenizer.json in {model_dir} holds a "
-            f"{quoted(model.get('type'), 40)} model, "
+            f"{str(model.get('type'))[:40]} model, "
             "which only a SentencePiece tokenizer.model can describe to llama.cpp; "
             "put the model's tokenizer.model beside it."
         )
