@@ -389,10 +389,10 @@ def test_stop_saves_a_checkpoint_and_resume_carries_on(
     _, summary = _run(tmp_path, "j2", {}, resume=True)
     assert summary["resumed_from"]["step"] == 2048
     assert summary["total_steps"] == 6144 and summary["stopped_by"] == "steps"
-    steps = [
-        r["step"] for r in read_metrics(run_dir / "metrics.jsonl") if "train/loss" in r
-    ]
-    assert steps == list(range(512, 6145, 512))
+    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "train/loss" in r]
+    assert [r["step"] for r in rows] == list(range(512, 6145, 512))
+    # SB3's count of gradient epochs goes on across the resume (4 an update)
+    assert [r["train/n_updates"] for r in rows] == list(range(4, 49, 4))
 
 
 # -------------------------------------------------------------- settings

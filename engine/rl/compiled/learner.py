@@ -141,7 +141,8 @@ def learn(trainer: Any) -> None:
     )
 
     episodes: deque[tuple[float, int]] = deque(maxlen=EPISODE_WINDOW)
-    n_updates = 0
+    # SB3's count of gradient epochs, carried in model.zip across a resume
+    n_updates = int(getattr(model, "_n_updates", 0))
     logger = model.logger
     total = cfg["total_steps"]
     while steps < total:
@@ -200,5 +201,6 @@ def learn(trainer: Any) -> None:
         )
         copy_to_sb3(model, params, adam)
         model.num_timesteps = steps
+        model._n_updates = n_updates
         if not trainer.on_step(steps):
             return
