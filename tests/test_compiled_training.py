@@ -395,6 +395,64 @@ def test_stop_saves_a_checkpoint_and_resume_carries_on(
     assert [r["train/n_updates"] for r in rows] == list(range(4, 49, 4))
 
 
+def test_stop_while_compiling_ends_the_run_without_waiting_for_xla() -> None:
+    """Compiling takes seconds (tens on a busy machine): a Stop that comes
+    meanwhile is seen within a tenth of a second, not after it."""
+    import threading
+    import time
+
+    from engine.rl.compiled.learner import compile_unless_stopped
+
+    release = threading.Event()
+
+    def slow_build() -> str:
+        release.wait(30)  # stands for XLA compiling
+        return "program"
+
+    class Stopped:
+        should_stop = True
+
+    class Going:
+        should_stop = False
+
+    t0 = time.perf_counter()
+    assert compile_unless_stopped(slow_build, Stopped()) is None
+    assert time.perf_counter() - t0 < 5
+    release.set()
+    assert compile_unless_stopped(slow_build, Going()) == "program"
+
+    def broken() -> str:
+        raise RuntimeError("XLA failed")
+
+    with pytest.raises(RuntimeError, match="XLA failed"):
+        compile_unless_stopped(broken, Going())
+
+
+def test_a_stop_during_compilation_saves_a_checkpoint_at_step_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.rl.compiled import learner
+
+    chunk_updates = learner.chunk_updates
+
+    def stop_then_plan(cfg: dict[str, Any], rollout: int) -> int:
+        contexts[0].request_stop()  # Stop pressed as compiling starts
+        return chunk_updates(cfg, rollout)
+
+    contexts: list[JobContext] = []
+
+    class Remembered(LoggedContext):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            contexts.append(self)
+
+    monkeypatch.setattr(learner, "chunk_updates", stop_then_plan)
+    config = {**SMALL, "total_steps": 4096, "eval_every_steps": 0}
+    run_dir, summary = _run(tmp_path, "j4", config, ctx_cls=Remembered)
+    assert summary["stopped_by"] == "user" and summary["total_steps"] == 0
+    assert (run_dir / "checkpoints" / "step-0000000000" / "model.zip").is_file()
+
+
 # -------------------------------------------------------------- settings
 
 

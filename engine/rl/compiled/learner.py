@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,8 @@ from engine.errors import EngineError
 CHUNK_STEPS_MAX = 50_000
 """The most environment steps between two returns to Python: Stop, progress,
 evaluation and checkpoints happen at chunk ends."""
+STOP_POLL_S = 0.1
+"""How often Stop is looked at while the program compiles (seconds)."""
 EPISODE_WINDOW = 100
 """Episodes averaged by ``rollout/ep_rew_mean`` (SB3's ``stats_window_size``)."""
 
@@ -85,6 +89,30 @@ def chunk_updates(cfg: dict[str, Any], rollout: int) -> int:
     return max(1, min(limits) // rollout)
 
 
+def compile_unless_stopped(build: Callable[[], Any], ctx: Any) -> Any | None:
+    """``build()`` (XLA compiling: seconds, tens of them on a busy machine)
+    on a thread of its own while Stop is watched; None when Stop came first.
+    The thread is a daemon, left to end: the job saves its checkpoint and
+    exits without waiting for it (an exiting process does not)."""
+    result: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            result["program"] = build()
+        except BaseException as exc:  # re-raised below, in the job's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=work, name="jax-compile", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(STOP_POLL_S)
+        if thread.is_alive() and ctx.should_stop:
+            return None
+    if "error" in result:
+        raise result["error"]
+    return result["program"]
+
+
 def learn(trainer: Any) -> None:
     """Train ``trainer``'s model from its current step to ``total_steps``
     with the compiled PPO."""
@@ -120,11 +148,18 @@ def learn(trainer: Any) -> None:
     max_updates = chunk_updates(cfg, s.rollout)
     cached_before = len(list(cache.iterdir()))
     t0 = time.perf_counter()
-    chunk = (
-        ppo.make_chunk(env, s, max_updates)
-        .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
-        .compile()
+    chunk = compile_unless_stopped(
+        lambda: (
+            ppo.make_chunk(env, s, max_updates)
+            .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
+            .compile()
+        ),
+        ctx,
     )
+    if chunk is None:
+        trainer.stopped_by = ctx.stop_reason
+        ctx.log("stopped while the program compiled; nothing was trained")
+        return
     added = len(list(cache.iterdir())) - cached_before
     compile_s = time.perf_counter() - t0
     device = jax.devices()[0]
