@@ -249,7 +249,9 @@ def test_a_killed_rank_fails_the_run_and_leaves_no_process(project: Project) -> 
     assert processes_naming(ctx.run_dir) == []  # the launcher too
 
 
-def test_two_machines_on_localhost(project: Project) -> None:
+def start_machine_0(project: Project) -> tuple[LoggedContext, Background]:
+    """An SFT run of two machines on localhost, started on machine 0 and
+    waited for until it has written the job file machine 1 reads."""
     cfg = project.config("sft", num_machines=2, main_process_ip="127.0.0.1")
     ctx = project.context(cfg)
     job = Background(ctx)
@@ -259,6 +261,11 @@ def test_two_machines_on_localhost(project: Project) -> None:
         ),
         "machine 0's launch",
     )
+    return ctx, job
+
+
+def test_two_machines_on_localhost(project: Project) -> None:
+    ctx, job = start_machine_0(project)
     worker = subprocess.run(
         [
             sys.executable,
@@ -305,15 +312,7 @@ def test_two_machines_on_localhost(project: Project) -> None:
 def test_a_machine_that_fails_ends_the_run_on_machine_0(project: Project) -> None:
     """Machine 0's ranks would wait for the failed machine's in a collective
     with no deadline; the failure sentence it leaves ends the run at once."""
-    cfg = project.config("sft", num_machines=2, main_process_ip="127.0.0.1")
-    ctx = project.context(cfg)
-    job = Background(ctx)
-    wait_until(
-        lambda: (
-            (ctx.run_dir / "distributed" / "job.json").exists() or job.error is not None
-        ),
-        "machine 0's launch",
-    )
+    ctx, job = start_machine_0(project)
     distributed.machine_failure(ctx.run_dir, 1).write_text(
         "Rank 1 of the run was killed by signal 9.", encoding="utf-8"
     )

@@ -4,7 +4,6 @@ the cleanup of what a killed export left beside its target."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -16,21 +15,15 @@ def remove_dead_exports(target: Path) -> int:
     killed before they finished left beside it (``.<name>.tmp-<pid>-...``,
     their owner gone); returns how many. Only ``target``'s own temporary
     names are touched: the folder may be anyone's (a home directory)."""
-    from engine.store.atomic import pid_alive, temp_owner
+    from engine.store.atomic import pid_alive, remove_temp, temp_owner
 
     removed = 0
     prefix = f".{target.name}.tmp-"
     with contextlib.suppress(OSError):
         for path in target.parent.iterdir():
             owner = temp_owner(path.name) if path.name.startswith(prefix) else None
-            if owner is None or pid_alive(owner):
-                continue
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    path.unlink()
-            removed += not path.exists()
+            if owner is not None and not pid_alive(owner):
+                removed += remove_temp(path)
     return removed
 
 

@@ -132,10 +132,16 @@ def remove_stale_temp_files(
                 continue
             if name in dirnames:
                 dirnames.remove(name)  # do not walk into what goes away
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    path.unlink()
-            removed += not path.exists()
+            removed += remove_temp(path)
     return removed
+
+
+def remove_temp(path: Path) -> bool:
+    """Remove a temporary file or folder (a link itself, never its target);
+    whether it is gone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return not path.exists()
