@@ -59,7 +59,7 @@ from engine.rl.config import (
     preset_provenance,
     validate,
 )
-from engine.rl.policy import VECNORMALIZE_FILE, evaluate
+from engine.rl.policy import VECNORMALIZE_FILE, Evaluation, evaluate
 from engine.store.atomic import (
     atomic_write_json,
     atomic_write_text,
@@ -335,6 +335,9 @@ class Trainer:
         self.model: Any = None
         self.venv: Any = None
         self.eval_env: Any = None
+        self.play_evaluation: Callable[[], Evaluation] | None = None
+        """Plays the evaluation episodes instead of SB3 on ``eval_env``: the
+        ``jax`` backend plays them in the env's compiled twin."""
         # evaluation and stop-condition state (saved in each checkpoint)
         self.eval_history: list[float] = []
         self.best_eval_reward: float | None = None
@@ -587,14 +590,18 @@ class Trainer:
             return True
         if cfg["vec_normalize"]:
             sync_envs_normalization(self.venv, self.eval_env)
-        result = evaluate(
-            model,
-            self.eval_env,
-            episodes=cfg["eval_episodes"],
-            deterministic=cfg["eval_deterministic"],
-            masked=self.algo == "MaskablePPO",
-            # a long evaluation must not delay Stop
-            should_stop=lambda: self.ctx.should_stop,
+        result = (
+            self.play_evaluation()
+            if self.play_evaluation is not None
+            else evaluate(
+                model,
+                self.eval_env,
+                episodes=cfg["eval_episodes"],
+                deterministic=cfg["eval_deterministic"],
+                masked=self.algo == "MaskablePPO",
+                # a long evaluation must not delay Stop
+                should_stop=lambda: self.ctx.should_stop,
+            )
         )
         if result.stopped:
             self.stopped_by = self.ctx.stop_reason
