@@ -282,6 +282,11 @@ def _no_schedule(_progress: float) -> float:
 # --------------------------------------------------------------------------
 
 
+EVAL_SEED_OFFSET = 1_000_003
+"""A run's evaluation episodes are seeded with the run's seed plus this, so
+they never replay the training envs' episodes."""
+
+
 @dataclass
 class Evaluation:
     """Episodes played by :func:`evaluate`."""

@@ -59,7 +59,7 @@ from engine.rl.config import (
     preset_provenance,
     validate,
 )
-from engine.rl.policy import VECNORMALIZE_FILE, Evaluation, evaluate
+from engine.rl.policy import EVAL_SEED_OFFSET, VECNORMALIZE_FILE, Evaluation, evaluate
 from engine.store.atomic import (
     atomic_write_json,
     atomic_write_text,
@@ -69,9 +69,6 @@ from engine.store.atomic import (
 from engine.store.metrics import iter_metrics
 
 PROGRESS_INTERVAL_S = 0.1
-EVAL_SEED_OFFSET = 1_000_003
-"""The eval env's seed is the run's seed plus this, so it never replays the
-training envs' episodes."""
 
 
 EvalHook = Callable[[int, float], "str | None"]
