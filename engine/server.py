@@ -472,7 +472,7 @@ class Server:
         return {"endpoint": hub.endpoint(), "models": hub.search(msg.query, msg.limit)}
 
     def _on_ollama_list(self, msg: protocol.ListOllamaModels) -> dict[str, Any]:
-        from engine.export.ollama import DEFAULT_HOST, OllamaClient, check_host
+        from engine.ollama import DEFAULT_HOST, OllamaClient, check_host
 
         client = OllamaClient(check_host(msg.host or DEFAULT_HOST), timeout=5.0)
         version = client.version()
@@ -483,7 +483,7 @@ class Server:
         }
 
     def _on_ollama_delete(self, msg: protocol.DeleteOllamaModel) -> dict[str, Any]:
-        from engine.export.ollama import DEFAULT_HOST, OllamaClient, check_host
+        from engine.ollama import DEFAULT_HOST, OllamaClient, check_host
 
         if not msg.name:
             raise EngineError("Name the Ollama model to delete.")
@@ -511,7 +511,7 @@ class Server:
         return {"reply": reply, "model": msg.model}
 
     def _chat_ollama(self, name: str, host: str, messages: list[dict[str, str]]) -> str:
-        from engine.export.ollama import DEFAULT_HOST, OllamaClient, check_host
+        from engine.ollama import DEFAULT_HOST, OllamaClient, check_host
 
         client = OllamaClient(check_host(host or DEFAULT_HOST), timeout=120.0)
         return client.chat(name, messages)

@@ -40,8 +40,8 @@ def engine_error_types() -> set[str]:
     """Names of every EngineError subclass (the engine's sentences)."""
     # Import the modules that define them, so the subclasses exist.
     import engine.envs.spec
-    import engine.export.ollama
     import engine.nodes
+    import engine.ollama
     import engine.store.project  # noqa: F401
 
     names, todo = set(), [EngineError]

@@ -20,7 +20,8 @@ import pytest
 
 from engine.errors import EngineError
 from engine.export import modelfile as mfx
-from engine.export.ollama import OllamaClient, OllamaUnreachable, deploy_gguf
+from engine.export.ollama import deploy_gguf
+from engine.ollama import OllamaClient, OllamaUnreachable
 
 # ------------------------------------------------------------------ Modelfile
 

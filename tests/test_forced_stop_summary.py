@@ -1,7 +1,7 @@
 """A run stopped by force records the summary of what it saved, not the one
 its previous attempt left in the project (``JobKind.summary_on_disk``,
 ``engine.jobs.lifecycle.finish_forced``), and so does one whose process
-vanished (``Project.reconcile_runs``); a resumed run that fails without a
+vanished (``engine.jobs.reconcile.reconcile_runs``); a resumed run that fails without a
 summary keeps the one it had.
 
 The end-to-end tests drive the real engine subprocess and freeze the job
@@ -25,6 +25,7 @@ from engine_harness import EngineProcess
 from engine import protocol
 from engine.jobs import lifecycle, registry
 from engine.jobs.context import JobContext
+from engine.jobs.reconcile import reconcile_runs
 from engine.rl import checkpoints as rlckpt
 from engine.run_compare import run_metrics
 from engine.store.atomic import atomic_write_json
@@ -437,7 +438,7 @@ def test_a_resumed_run_whose_process_vanished_records_what_it_saved(
         {"step": 300, "best_eval_reward": 9.0, "resumed_from": {"step": 100}},
     )
     try:
-        assert project.reconcile_runs() == [run_id]
+        assert reconcile_runs(project) == [run_id]
         run = project.get_run(run_id)
         assert run.status == "interrupted"
         assert run.reason == "The run's process ended without reporting a result."
@@ -461,7 +462,7 @@ def test_a_vanished_run_whose_checkpoint_is_unreadable_keeps_its_summary(
     fake_model_dir(newest, {"step": 300})
     (newest / "state.json").write_text("[1, 2]", encoding="utf-8")
     try:
-        assert project.reconcile_runs() == [run_id]
+        assert reconcile_runs(project) == [run_id]
         run = project.get_run(run_id)
         assert run.status == "interrupted" and run.summary == before
         assert run.reason == (

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from engine import ollama
 from engine.errors import EngineError
-from engine.export import ollama
-from engine.export.ollama import OllamaClient, OllamaUnreachable, deploy_gguf
+from engine.export.ollama import deploy_gguf
+from engine.ollama import OllamaClient, OllamaUnreachable
 
 REPO = Path(__file__).resolve().parents[1]
 

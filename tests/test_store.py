@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from engine.errors import ProjectError, UnknownRunError
+from engine.jobs.reconcile import reconcile_runs
 from engine.store.atomic import (
     atomic_write_json,
     remove_stale_temp_files,
@@ -115,7 +116,7 @@ def test_reconcile_marks_vanished_runs_interrupted_and_reads_results(
         project.run_dir(done.id) / "result.json",
         {"status": "completed", "summary": {"steps": 9, "models": [entry]}},
     )
-    changed = project.reconcile_runs(live_run_ids=[live.id])
+    changed = reconcile_runs(project, live_run_ids=[live.id])
     assert set(changed) == {lost.id, done.id}
     assert project.get_run(lost.id).status == "interrupted"
     assert project.get_run(done.id).status == "completed"
@@ -145,13 +146,13 @@ def test_reconcile_leaves_runs_whose_process_still_runs(project_dir: Path) -> No
         project.update_run(
             reused.id, status="running", pid=worker.pid, started=time.time() - 3600
         )
-        assert project.reconcile_runs() == [reused.id]
+        assert reconcile_runs(project) == [reused.id]
         assert project.get_run(headless.id).status == "running"
         assert project.get_run(reused.id).status == "interrupted"
     finally:
         worker.kill()
         worker.wait()
-    assert project.reconcile_runs() == [headless.id]
+    assert reconcile_runs(project) == [headless.id]
     assert project.get_run(headless.id).status == "interrupted"
     project.close()
 
@@ -165,7 +166,7 @@ def test_reconcile_leaves_a_run_being_started_by_another_engine(
     starting = project.create_run("selftest", {})
     stale = project.create_run("selftest", {})
     project.update_run(stale.id, created=time.time() - 3600)
-    assert project.reconcile_runs() == [stale.id]
+    assert reconcile_runs(project) == [stale.id]
     assert project.get_run(starting.id).status == "queued"
     assert project.get_run(stale.id).status == "interrupted"
     project.close()

@@ -1,13 +1,10 @@
-"""Shared pieces of the export subcommands: a progress bar on stderr, and
-the cleanup of what a killed export left beside its target."""
+"""Shared by the export subcommands: the cleanup of what a killed export left
+beside its target (their progress bar is ``engine.progress.ProgressBar``)."""
 
 from __future__ import annotations
 
 import contextlib
-import sys
-import time
 from pathlib import Path
-from typing import TextIO
 
 
 def remove_dead_exports(target: Path) -> int:
@@ -25,44 +22,3 @@ def remove_dead_exports(target: Path) -> int:
             if owner is not None and not pid_alive(owner):
                 removed += remove_temp(path)
     return removed
-
-
-class ProgressBar:
-    """``progress(done, total, message)`` drawn as one line on a terminal,
-    or a line every 10 % otherwise."""
-
-    def __init__(self, label: str, stream: TextIO | None = None, quiet: bool = False):
-        self.label = label
-        self.stream = stream or sys.stderr
-        self.quiet = quiet
-        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self._last = 0.0
-        self._last_decile = -1
-        self._t0 = time.monotonic()
-
-    def __call__(self, done: float, total: float, message: str = "") -> None:
-        if self.quiet or total <= 0:
-            return
-        frac = min(max(done / total, 0.0), 1.0)
-        now = time.monotonic()
-        if self._tty:
-            if now - self._last < 0.1 and frac < 1.0:
-                return
-            self._last = now
-            width = 30
-            filled = int(frac * width)
-            bar = "#" * filled + "-" * (width - filled)
-            rate = done / 1e6 / max(now - self._t0, 1e-6)
-            text = (
-                f"\r{self.label} [{bar}] {frac * 100:5.1f}% {rate:7.1f} MB/s "
-                f"{message[:30]:30}"
-            )
-            self.stream.write(text)
-            if frac >= 1.0:
-                self.stream.write("\n")
-            self.stream.flush()
-        else:
-            decile = int(frac * 10)
-            if decile != self._last_decile:
-                self._last_decile = decile
-                print(f"{self.label}: {frac * 100:.0f}%", file=self.stream, flush=True)

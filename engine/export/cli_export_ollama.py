@@ -57,8 +57,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.export.cli import ProgressBar
     from engine.export.ollama_job import export_to_ollama, validate
+    from engine.progress import ProgressBar
     from engine.store.atomic import remove_stale_temp_files
 
     cfg = validate(

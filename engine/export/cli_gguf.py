@@ -52,9 +52,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.export.cli import ProgressBar, remove_dead_exports
+    from engine.export.cli import remove_dead_exports
     from engine.export.gguf import export_gguf, export_lora_gguf
     from engine.export.types import imatrix_problem
+    from engine.progress import ProgressBar
 
     if not str(args.out).endswith(".gguf"):
         raise EngineError(f"--out must name a .gguf file, not {args.out}.")

@@ -73,8 +73,8 @@ def _params(items: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.export.cli import ProgressBar
     from engine.export.ollama import BUNDLE_ONLY_EXIT, deploy_gguf
+    from engine.progress import ProgressBar
 
     result = deploy_gguf(
         args.gguf,

@@ -27,11 +27,11 @@ from typing import Any
 from engine.errors import EngineError
 from engine.export.jobs import GGUFExportConfig
 from engine.export.modelfile import FAMILIES
-from engine.export.ollama import DEFAULT_HOST, K_QUANTS, check_model_name
 from engine.export.types import GGUF_TYPES, adapter_type_problem, imatrix_problem
 from engine.flow import ParamSpec, PortSpec
 from engine.nodes.base import NodeError, NodeResult, NodeRun
 from engine.nodes.registry import node_type
+from engine.ollama import DEFAULT_HOST, K_QUANTS, check_model_name
 from engine.settings import param_specs
 
 CATEGORY = "Export"

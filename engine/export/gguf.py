@@ -44,12 +44,10 @@ from engine.export.types import (
     adapter_type_problem,
     imatrix_problem,
 )
+from engine.progress import Progress
 from engine.store.atomic import make_parent_folder, temp_path
 
 log = logging.getLogger(__name__)
-
-ProgressFn = Callable[[int, int, str], None]
-"""``progress(done, total, message)``; ``done`` and ``total`` in source bytes."""
 
 SUPPORTED_ARCHITECTURES: dict[str, str] = {
     # HF ``architectures[0]``: GGUF architecture name
@@ -1246,7 +1244,7 @@ def _write_gguf(
     arch: str,
     planned: list[_Planned],
     pool: _MemmapPool,
-    progress: ProgressFn | None,
+    progress: Progress | None,
 ) -> None:
     """Declare everything, then stream tensor data into a temporary file and
     rename it over ``out_path``. Removes the temporary file on any failure."""
@@ -1536,7 +1534,7 @@ def export_gguf(
     model_dir: str | os.PathLike[str],
     out_path: str | os.PathLike[str],
     gguf_type: str = "f16",
-    progress: ProgressFn | None = None,
+    progress: Progress | None = None,
     name: str | None = None,
     imatrix: Imatrix | None = None,
 ) -> ExportReport:
@@ -1810,7 +1808,7 @@ def export_lora_gguf(
     out_path: str | os.PathLike[str],
     gguf_type: str = "f16",
     base_model_dir: str | os.PathLike[str] | None = None,
-    progress: ProgressFn | None = None,
+    progress: Progress | None = None,
 ) -> ExportReport:
     """Convert a PEFT LoRA folder (``adapter_config.json`` +
     ``adapter_model.safetensors``) to a GGUF LoRA adapter for llama.cpp's

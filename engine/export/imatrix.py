@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import EngineError
+from engine.progress import Progress
 
 CHUNK_TOKENS = 512
 """Tokens per forward pass (llama.cpp's ``imatrix`` default context)."""
@@ -42,8 +43,6 @@ _CHARS_PER_TOKEN_CAP = 16
 
 DATASET_SUFFIXES = (".jsonl", ".parquet")
 """A calibration file with one of these suffixes (or a folder) is a dataset."""
-
-ProgressFn = Callable[[int, int, str], None]
 
 
 @dataclass
@@ -152,7 +151,7 @@ def read_calibration_text(
 def collect_imatrix(
     model_dir: str | os.PathLike[str],
     calibration: str | os.PathLike[str],
-    progress: ProgressFn | None = None,
+    progress: Progress | None = None,
     chunk_tokens: int = CHUNK_TOKENS,
     max_chunks: int = MAX_CHUNKS,
 ) -> Imatrix:

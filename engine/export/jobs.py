@@ -221,7 +221,7 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
         else child(ctx.run_dir, "output", f"{name}-{cfg['type']}", "name", ".gguf")
     )
 
-    def progress(done: int, total: int, message: str) -> None:
+    def progress(done: float, total: float, message: str) -> None:
         ctx.progress(done, total, message)
 
     ctx.log(f"Exporting {src} to {out} ({cfg['type'].upper()})")
@@ -284,7 +284,7 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
 
 def validate_ollama(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.modelfile import FAMILIES
-    from engine.export.ollama import K_QUANTS, check_host, check_model_name
+    from engine.ollama import K_QUANTS, check_host, check_model_name
 
     out = _common(config, OllamaDeployConfig, "an Ollama deployment")
     out["gguf"] = str(_existing(out, "gguf", "GGUF file", folder=False))

@@ -22,6 +22,7 @@ from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import ConfigError, EngineError
 from engine.export.jobs import GGUFExportConfig
 from engine.export.types import OLLAMA_EXPORT_TYPES, OLLAMA_SERVER_QUANTS
+from engine.progress import Progress
 from engine.settings import checked_config, same_setting, setting
 
 SERVER_QUANTS = OLLAMA_SERVER_QUANTS
@@ -90,7 +91,7 @@ def stages_for(kind: str) -> list[Stage]:
 
 def validate(config: dict[str, Any]) -> dict[str, Any]:
     from engine.export.jobs import check_calibration, validate_gguf
-    from engine.export.ollama import check_host, check_model_name
+    from engine.ollama import check_host, check_model_name
 
     if isinstance(config.get("type"), str):
         config = {**config, "type": config["type"].lower()}  # Q4_K_M as q4_k_m
@@ -154,9 +155,6 @@ class ExportResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-Progress = Callable[[float, float, str], None]
 
 
 class _Stopped(BaseException):

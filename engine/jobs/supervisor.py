@@ -29,6 +29,7 @@ from engine import contract, protocol
 from engine.errors import EngineError, ProjectError, UnknownRunError
 from engine.jobs import lifecycle, registry
 from engine.jobs.context import STOP_REQUEST_FILE
+from engine.jobs.reconcile import reconcile_runs
 from engine.store.project import Project, process_owns_run
 
 log = logging.getLogger("engine.supervisor")
@@ -115,7 +116,7 @@ class Supervisor:
             if self.project is not None:
                 self.project.close()
             self.project = project
-            project.reconcile_runs(self._jobs)
+            reconcile_runs(project, self._jobs)
             return project
 
     def require_project(self) -> Project:
@@ -348,7 +349,7 @@ class Supervisor:
                 # Runs of other processes (headless runs, jobs of an engine
                 # that died) that ended without updating their row.
                 with contextlib.suppress(Exception), self._lock:
-                    if self.project.reconcile_runs(self._jobs):
+                    if reconcile_runs(self.project, self._jobs):
                         self._emit(protocol.ProjectChanged(what="runs"))
             if self.project is not None and now - last_progress_save > 2.0:
                 last_progress_save = now

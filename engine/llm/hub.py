@@ -44,6 +44,7 @@ from urllib.parse import quote
 
 from engine import untrusted
 from engine.errors import MAX_QUOTED_CHARS, ConfigError, EngineError, quoted
+from engine.progress import Progress
 from engine.settings import checked_config, fields_of, form_field, setting
 
 KIND = "hub.download"
@@ -69,9 +70,6 @@ SEGMENT_MAX_BYTES = 255
 """Longest part of a file name between slashes (a file system's limit)."""
 RETRIES = 5
 """Times a connection cut mid-file is resumed before the download fails."""
-
-Progress = Callable[[int, int, str], None]
-"""``progress(done_bytes, total_bytes, file)``."""
 
 _HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?"
@@ -771,7 +769,7 @@ def run(ctx: Any) -> dict[str, Any]:
     ctx.log(f"Downloading {cfg['repo_id']} ({cfg['revision']}) from {endpoint()}.")
     last = {"file": ""}
 
-    def progress(done: int, total: int, file: str) -> None:
+    def progress(done: float, total: float, file: str) -> None:
         if file != last["file"]:
             last["file"] = file
             ctx.log(f"{file}")

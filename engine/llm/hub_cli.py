@@ -47,8 +47,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.export.cli import ProgressBar
     from engine.llm import hub
+    from engine.progress import ProgressBar
 
     given = {"repo_id": args.repo_id, "revision": args.revision}
     if args.deadline is not None:

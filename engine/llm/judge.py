@@ -97,7 +97,7 @@ def check_config(params: dict[str, Any], path: str = "judge") -> dict[str, Any]:
             "The judge needs a model: an Ollama model name or a project model.",
         )
     if out["backend"] == "ollama":
-        from engine.export.ollama import check_host
+        from engine.ollama import check_host
 
         try:
             out["host"] = check_host(out["host"])
@@ -231,7 +231,7 @@ class Judge:
         return ProjectJudge(self.config["model"], self.config["max_new_tokens"]).ask
 
     def _ask_ollama(self, messages: list[dict[str, str]], timeout_s: float) -> str:
-        from engine.export.ollama import OllamaClient
+        from engine.ollama import OllamaClient
 
         # A client per verdict: its deadline bounds this verdict alone.
         client = OllamaClient(

@@ -215,7 +215,7 @@ class Agents:
         import json
         import tempfile
 
-        from engine.export.ollama import DEFAULT_HOST, check_host, check_model_name
+        from engine.ollama import DEFAULT_HOST, check_host, check_model_name
 
         checked_name("agent", name)
         if (model_id is None) == (ollama_model is None):
@@ -347,7 +347,7 @@ class Agents:
                 f"messages are required: agent {name!r} acts with a language model.",
             )
         if record.kind == OLLAMA_KIND:
-            from engine.export.ollama import OllamaClient, check_host
+            from engine.ollama import OllamaClient, check_host
 
             facts = record.metrics
             client = OllamaClient(

@@ -17,7 +17,8 @@ import logging
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine import retrain_status
 from engine.errors import ConfigError, EngineError, quoted
@@ -35,7 +36,8 @@ from engine.settings import checked_config
 from engine.store.paths import checked_name
 
 if TYPE_CHECKING:
-    from engine.service.state import Service
+    from engine.store.project import Project
+    from engine.store.trajectories import TrajectoryStore
 
 log = logging.getLogger("engine.service")
 
@@ -63,11 +65,34 @@ def parse_every(text: str) -> float:
     return seconds
 
 
+class FlowService(Protocol):
+    """What retraining needs of the service that owns it
+    (:class:`engine.service.state.Service`): the project and its trajectories,
+    a run as ``GET /training/{job_id}`` shows it, and starting a flow."""
+
+    project: Project
+    trajectories: TrajectoryStore
+
+    def job(self, run_id: str) -> dict[str, Any]: ...
+
+    def flow_path(self, name: str) -> Path: ...
+
+    def start_flow(
+        self,
+        name: str,
+        *,
+        overrides: dict[str, Any] | None = None,
+        only_stale: bool = True,
+        targets: list[str] | None = None,
+        agent: str = "",
+    ) -> str: ...
+
+
 class Retraining:
     """The service's readiness check, trigger and (with ``every_s``) the
     schedule thread that calls the trigger."""
 
-    def __init__(self, service: Service, every_s: float | None = None) -> None:
+    def __init__(self, service: FlowService, every_s: float | None = None) -> None:
         self.service = service
         self.every_s = every_s
         self.next_at: float | None = None

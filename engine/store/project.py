@@ -17,7 +17,7 @@ went on headless after its studio died. Job processes otherwise write their
 own run folder. Labels and trajectories have databases of their own under
 ``data/``. The database is the index; the run folders are the truth: a run
 whose row says ``running`` but whose process is gone is reconciled from its
-``result.json`` or marked ``interrupted``.
+``result.json`` or marked ``interrupted`` (``engine.jobs.reconcile``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from typing import Any, cast
 
 from engine import contract
 from engine.errors import ProjectError, UnknownRunError
-from engine.jobs import lifecycle
 from engine.store.atomic import (
     atomic_write_json,
     remove_stale_temp_files,
@@ -71,11 +70,6 @@ the user's (a mock data file an env reads may well be a link)."""
 WRITTEN_FOLDERS = ("runs", "models", "data/flow-cache")
 """Folders whose every entry the engine made: none may lead outside either."""
 ACTIVE_STATUSES = contract.ACTIVE_STATUSES
-QUEUED_GRACE_S = 30.0
-"""How long a ``queued`` row without a process is left alone by
-:meth:`Project.reconcile_runs`: the row of a run is made before its process
-starts and records its pid, and the process may belong to another engine
-on the project (a studio beside ``serve-http``, a headless ``train``)."""
 FINAL_STATUSES = contract.FINAL_STATUSES
 
 _SCHEMA = """
@@ -408,50 +402,6 @@ class Project:
             rows = self._db.execute("SELECT * FROM runs ORDER BY created").fetchall()
             cols = self._columns("runs")
         return [self._run_from_row(dict(zip(cols, r, strict=True))) for r in rows]
-
-    def reconcile_runs(self, live_run_ids: Iterable[str] = ()) -> list[str]:
-        """Settle runs the database thinks are active but no live process owns.
-
-        A run that finished while nobody watched left a ``result.json``: it is
-        finished as its recorder would have (models registered, final
-        status; ``engine.jobs.lifecycle.finish``); a run without one was
-        interrupted (engine killed, machine rebooted). A run
-        whose recorded process is still alive (a headless ``rl-studio-engine
-        train`` in a terminal, a job finishing after its engine died) is left
-        as it is: it reports its own end, and so is a run queued less than
-        :data:`QUEUED_GRACE_S` ago (its process is being started, perhaps by
-        another engine). Returns the ids whose status changed.
-        """
-        live = set(live_run_ids)
-        changed = []
-        for run in self.list_runs():
-            if run.status not in ACTIVE_STATUSES or run.id in live:
-                continue
-            if process_owns_run(run):
-                continue
-            if run.status == "queued" and time.time() - run.created < QUEUED_GRACE_S:
-                continue  # being started, maybe by another process
-            outcome = lifecycle.read_outcome(self.run_dir(run.id))
-            if outcome is not None:
-                # The run's last step, which its recorder did not live to
-                # take: its models registered, its final status.
-                lifecycle.finish(self, run.id, outcome, exit_code=run.exit_code)
-            else:
-                # What it saved, not its previous attempt's summary (a
-                # resumed run's): the summary its kind reads from its folder.
-                # A problem reading it is told in the run's reason.
-                _, problems = lifecycle.finish_from_disk(
-                    self,
-                    run.id,
-                    {},
-                    "ended without reporting a result",
-                    status="interrupted",
-                    reason="The run's process ended without reporting a result.",
-                )
-                if problems:
-                    self.update_run(run.id, reason=" ".join(problems))
-            changed.append(run.id)
-        return changed
 
     def _run_from_row(self, row: dict[str, Any]) -> RunRecord:
         row["config"] = json.loads(row["config"] or "{}")
