@@ -459,7 +459,8 @@ def test_a_stop_during_compilation_saves_a_checkpoint_at_step_0(
 @pytest.mark.parametrize(
     ("over", "field", "words"),
     [
-        ({"algo": "DQN", "hyperparameters": {}}, "algo", "trains PPO only"),
+        ({"algo": "DQN", "hyperparameters": {}}, "algo",
+         "trains PPO and MaskablePPO only"),
         ({"env": "FrozenLake-v1"}, "env", "no compiled twin"),
         ({"env_kwargs": {"sutton_barto_reward": True}}, "env", "with env_kwargs"),
         ({"vec_normalize": True}, "vec_normalize", "does not support vec_normalize"),

@@ -12,11 +12,22 @@ TWIN_IDS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1")
 """Gymnasium ids with a compiled twin (``engine.rl.compiled.envs.TWINS``)."""
 
 
-def is_designed_grid(env_id: str) -> bool:
-    """Whether ``env_id`` is a registered designed ``grid`` env, which
-    compiles from its spec (``engine.rl.compiled.envs.grid_twin``)."""
+COMPILED_KINDS = ("grid", "workflow")
+"""Designed env kinds that compile from their spec
+(``engine.rl.compiled.envs.grid_twin`` and ``workflow_twin``)."""
+
+
+def designed_kind(env_id: str) -> str | None:
+    """The kind of the designed env registered as ``env_id`` (``grid``,
+    ``workflow``, ``python``...), None for any other env."""
     from gymnasium.envs.registration import registry
 
     spec = registry.get(env_id)
     doc: Any = spec.kwargs.get("spec") if spec is not None else None
-    return isinstance(doc, dict) and doc.get("kind") == "grid"
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def compiles(env_id: str) -> bool:
+    """Whether ``env_id`` has a compiled twin."""
+    return env_id in TWIN_IDS or designed_kind(env_id) in COMPILED_KINDS

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from engine.rl.compiled import TWIN_IDS, is_designed_grid
+from engine.rl.compiled import TWIN_IDS, designed_kind
 
 Array = Any
 State = tuple[Array, Array]
@@ -50,6 +50,12 @@ class CompiledEnv:
     draws what is random in a transition (a grid's slip)."""
     observe: Callable[[Array], Array]
     """``physics -> observation`` (float32)."""
+    action_mask: Callable[[Array], Array] | None = None
+    """``physics -> bool[n_actions]``, the actions allowed (an env's
+    ``action_masks()``, which MaskablePPO reads); None: all, always."""
+    is_success: Callable[[Array], Array] | None = None
+    """``physics -> bool``: the ``info["is_success"]`` of the Gymnasium env
+    after the step that led there; None where the env reports none."""
 
     @property
     def continuous(self) -> bool:
@@ -296,7 +302,127 @@ def grid_twin(env_id: str, grid: Any) -> CompiledEnv:
     def observe(s: Array) -> Array:
         return jax.nn.one_hot(s[0], n, dtype=jnp.float32)
 
-    return CompiledEnv(env_id, n, 4, (), (), int(grid.max_steps), reset, step, observe)
+    def success(s: Array) -> Array:
+        return goals[s[0]]
+
+    return CompiledEnv(
+        env_id, n, 4, (), (), int(grid.max_steps), reset, step, observe,
+        is_success=success,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------- workflows
+
+WORKFLOW_FIELDS = (
+    "status",
+    "target",
+    "last_tool",
+    "valid",
+    "resolved",
+    "done",
+    "steps",
+)
+"""The physics of a workflow twin, int32 in this order (``target`` and
+``last_tool`` are -1 when there is none)."""
+
+
+def workflow_twin(env_id: str, model: Any) -> CompiledEnv:
+    """The twin of a designed workflow env, stepping from the tables of its
+    :class:`engine.envs.workflow_model.WorkflowModel` (next status,
+    cumulative probability and reward per ``[status, tool, outcome]``, valid
+    tools, terminal and success statuses, tasks and their start and target
+    statuses), as :class:`~engine.envs.workflow_model.WorkflowBatch` does:
+    the same observation layout, rewards by rule, success bonus, potential
+    shaping, masks and step limit, from the one spec file."""
+    m = model
+    physics_of = {name: i for i, name in enumerate(WORKFLOW_FIELDS)}
+    STATUS, TARGET, LAST, VALID, RESOLVED, DONE, STEPS = physics_of.values()
+    next_table = jnp.asarray(m.next_table, jnp.int32)
+    # float32 draws against float32 cumulative sums; the last outcome's
+    # bound stays 2.0, so a draw never runs past it
+    cum_table = jnp.asarray(m.cum_table, jnp.float32)
+    reward_table = jnp.asarray(m.reward_table, jnp.float32)
+    valid = jnp.asarray(m.valid)
+    # a status with no transition allows every tool (WorkflowBatch.action_masks)
+    allowed = jnp.asarray(m.valid | ~m.valid.any(axis=1, keepdims=True))
+    terminal = jnp.asarray(m.terminal)
+    success_status = jnp.asarray(m.success)
+    end_potential = jnp.asarray(m.end_potential, jnp.float32)
+    bonus = float(m.success_bonus)
+    task_start = jnp.asarray([m.start_of(t) for t in m.tasks], jnp.int32)
+    task_target = jnp.asarray(
+        [-1 if t.target is None else t.target for t in m.tasks], jnp.int32
+    )
+    task_p = None if m.task_p is None else jnp.asarray(m.task_p, jnp.float32)
+    n_tasks = len(m.tasks)
+    stochastic = m.max_outcomes > 1
+    max_steps = int(m.max_steps)
+    # a table, not arithmetic: XLA turns a division by a constant into a
+    # product, which rounds differently from the numpy env's float64 product
+    step_fraction = jnp.asarray(
+        (np.arange(max_steps + 1) * (1.0 / max_steps)).astype(np.float32)
+    )
+    obs_size, n_tools = int(m.obs_size), int(m.n_tools)
+    obs_valid, obs_resolved = int(m.obs_valid), int(m.obs_resolved)
+    obs_status, obs_target = int(m.obs_status), int(m.obs_target)
+    use_target = bool(m.use_task_target)
+
+    def reset(key: Array) -> Array:
+        if task_p is None:
+            k = jax.random.randint(key, (), 0, n_tasks)
+        else:
+            k = jax.random.choice(key, n_tasks, p=task_p)
+        physics = jnp.zeros(len(WORKFLOW_FIELDS), jnp.int32)
+        physics = physics.at[STATUS].set(task_start[k]).at[TARGET].set(task_target[k])
+        return physics.at[LAST].set(-1).at[VALID].set(1)
+
+    def step(p: Array, action: Array, key: Array) -> tuple[Array, Array, Array]:
+        s, a, target = p[STATUS], jnp.asarray(action, jnp.int32), p[TARGET]
+        if stochastic:
+            u = jax.random.uniform(key)
+            k = jnp.sum(u >= cum_table[s, a]).astype(jnp.int32)
+        else:
+            k = jnp.int32(0)
+        nxt = next_table[s, a, k]
+        success = jnp.where(target >= 0, nxt == target, success_status[nxt])
+        reward = reward_table[s, a, k] + jnp.where(
+            success, bonus - end_potential[nxt], 0.0
+        )
+        steps = p[STEPS] + 1
+        terminated = terminal[nxt] | success
+        done = terminated | (steps >= max_steps)
+        physics = jnp.stack([
+            nxt, target, a, valid[s, a].astype(jnp.int32), success.astype(jnp.int32),
+            done.astype(jnp.int32), steps,
+        ])  # fmt: skip
+        return physics, reward, terminated
+
+    def observe(p: Array) -> Array:
+        obs = jnp.zeros(obs_size, jnp.float32)
+        obs = obs.at[0].set(step_fraction[jnp.minimum(p[STEPS], max_steps)])
+        obs = obs.at[1].set(p[DONE].astype(jnp.float32))
+        # index n_tools + 2 is the valid flag, set just after: a "no tool yet"
+        # (-1) lands there harmlessly instead of on a tool
+        obs = obs.at[jnp.where(p[LAST] >= 0, 2 + p[LAST], obs_valid)].set(1.0)
+        obs = obs.at[obs_valid].set(p[VALID].astype(jnp.float32))
+        obs = obs.at[obs_resolved].set(p[RESOLVED].astype(jnp.float32))
+        obs = obs.at[obs_status + p[STATUS]].set(1.0)
+        if use_target:
+            has = p[TARGET] >= 0
+            where = jnp.where(has, obs_target + p[TARGET], 0)
+            obs = obs.at[where].set(jnp.where(has, 1.0, obs[where]))
+        return obs
+
+    def mask(p: Array) -> Array:
+        return allowed[p[STATUS]]
+
+    def success(p: Array) -> Array:
+        return p[RESOLVED] == 1
+
+    return CompiledEnv(
+        env_id, obs_size, n_tools, (), (), max_steps, reset, step, observe,
+        action_mask=mask, is_success=success,
+    )  # fmt: skip
 
 
 TWINS: dict[str, Callable[[], CompiledEnv]] = {
@@ -319,12 +445,16 @@ def compiled_env(
         return None
     if env_id in TWINS:
         return TWINS[env_id]()
-    if not is_designed_grid(env_id):
+    kind = designed_kind(env_id)
+    if kind not in ("grid", "workflow"):
         return None
     import gymnasium as gym
 
     env = gym.make(env_id)
     try:
-        return grid_twin(env_id, env.unwrapped)
+        designed: Any = env.unwrapped
+        if kind == "workflow":
+            return workflow_twin(env_id, designed.model)
+        return grid_twin(env_id, designed)
     finally:
         env.close()

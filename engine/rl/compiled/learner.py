@@ -64,9 +64,11 @@ def settings_of(cfg: dict[str, Any]) -> tuple[Any, Any]:
         net_arch=tuple(hp["net_arch"]),
         activation=hp["activation"],
         ortho_init=hp["ortho_init"],
-        log_std_init=hp["log_std_init"],
+        # MaskablePPO has no log_std_init: its actions are discrete
+        log_std_init=hp.get("log_std_init", 0.0),
         learning_rate_linear=hp["learning_rate_schedule"] == "linear",
         clip_range_linear=hp["clip_range_schedule"] == "linear",
+        masked=cfg["algo"] == "MaskablePPO",
     )
     values = hyper(
         learning_rate=hp["learning_rate"],
@@ -82,11 +84,21 @@ def settings_of(cfg: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def chunk_updates(cfg: dict[str, Any], rollout: int) -> int:
-    """Updates per compiled chunk: as many as fit before the next evaluation
-    or checkpoint would be due, and within :data:`CHUNK_STEPS_MAX`."""
+    """The most updates of one compiled chunk (a shape of the program): as
+    many as reach the next evaluation or checkpoint, within
+    :data:`CHUNK_STEPS_MAX`."""
     limits: list[int] = [CHUNK_STEPS_MAX, cfg["total_steps"]]
     limits += [cfg[k] for k in ("eval_every_steps", "checkpoint_every_steps") if cfg[k]]
-    return max(1, min(limits) // rollout)
+    return max(1, math.ceil(min(limits) / rollout))
+
+
+def updates_until_due(trainer: Any, steps: int, rollout: int, most: int) -> int:
+    """Updates of the next chunk: it ends at the first rollout at or past
+    the next evaluation, checkpoint or the end of the run, where an SB3 run
+    would do them."""
+    due: list[int] = [trainer.cfg["total_steps"]]
+    due += [d for d in (trainer.next_eval_step, trainer.next_ckpt_step) if d]
+    return max(1, min(most, math.ceil((min(due) - steps) / rollout)))
 
 
 def compile_unless_stopped(build: Callable[[], Any], ctx: Any) -> Any | None:
@@ -128,6 +140,7 @@ def learn(trainer: Any) -> None:
     from engine.rl.compiled import ppo
     from engine.rl.compiled.envs import compiled_env
     from engine.rl.compiled.sb3 import copy_from_sb3, copy_to_sb3
+    from engine.rl.policy import EVAL_SEED_OFFSET, Evaluation
 
     ctx, cfg, model = trainer.ctx, trainer.cfg, trainer.model
     env = compiled_env(cfg["env"], cfg["env_kwargs"])
@@ -148,18 +161,28 @@ def learn(trainer: Any) -> None:
     max_updates = chunk_updates(cfg, s.rollout)
     cached_before = len(list(cache.iterdir()))
     t0 = time.perf_counter()
-    chunk = compile_unless_stopped(
-        lambda: (
+    episodes_played = cfg["eval_episodes"]
+    eval_key = jax.random.PRNGKey(cfg["seed"] + EVAL_SEED_OFFSET)
+
+    def build() -> tuple[Any, Any]:
+        chunk = (
             ppo.make_chunk(env, s, max_updates)
             .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
             .compile()
-        ),
-        ctx,
-    )
-    if chunk is None:
+        )
+        evaluate = (
+            ppo.make_evaluate(env, s, episodes_played, cfg["eval_deterministic"])
+            .lower(state.params, eval_key)
+            .compile()
+        )
+        return chunk, evaluate
+
+    programs = compile_unless_stopped(build, ctx)
+    if programs is None:
         trainer.stopped_by = ctx.stop_reason
         ctx.log("stopped while the program compiled; nothing was trained")
         return
+    chunk, evaluate = programs
     added = len(list(cache.iterdir())) - cached_before
     compile_s = time.perf_counter() - t0
     device = jax.devices()[0]
@@ -175,6 +198,19 @@ def learn(trainer: Any) -> None:
         + f" ({cache})"
     )
 
+    def play_evaluation() -> Evaluation:
+        """The evaluation episodes in the compiled twin (proven to step as
+        the Gymnasium env), each evaluation with draws of its own."""
+        nonlocal eval_key
+        eval_key, key = jax.random.split(eval_key)
+        returns, lengths, won = (np.asarray(x) for x in evaluate(state.params, key))
+        return Evaluation(
+            rewards=returns.tolist(),
+            lengths=lengths.tolist(),
+            successes=won.tolist() if env.is_success is not None else [],
+        )
+
+    trainer.play_evaluation = play_evaluation
     episodes: deque[tuple[float, int]] = deque(maxlen=EPISODE_WINDOW)
     # SB3's count of gradient epochs, carried in model.zip across a resume
     n_updates = int(getattr(model, "_n_updates", 0))
@@ -184,7 +220,7 @@ def learn(trainer: Any) -> None:
         if ctx.should_stop:
             trainer.stopped_by = ctx.stop_reason
             return
-        n = min(max_updates, math.ceil((total - steps) / s.rollout))
+        n = updates_until_due(trainer, steps, s.rollout, max_updates)
         started = time.perf_counter()
         state, metrics, (done, ep_return, ep_length) = chunk(
             state, jnp.int32(n), jnp.float32(steps), h

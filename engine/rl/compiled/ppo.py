@@ -68,6 +68,9 @@ class Settings:
     log_std_init: float
     learning_rate_linear: bool
     clip_range_linear: bool
+    masked: bool = False
+    """MaskablePPO: the env's action mask (``CompiledEnv.action_mask``)
+    applied to the logits in rollouts and updates."""
 
     @property
     def rollout(self) -> int:
@@ -189,6 +192,17 @@ def sample(params: Params, out: Array, key: Array, continuous: bool) -> Array:
     return jax.random.categorical(key, out)
 
 
+MASKED_LOGIT = -1e8
+"""The logit of a masked action (sb3-contrib's ``MaskableCategorical``)."""
+
+
+def apply_mask(out: Array, mask: Array | None) -> Array:
+    """Logits with the masked actions' set to :data:`MASKED_LOGIT`, as
+    MaskablePPO does: their probability is 0, and so their share of the
+    entropy."""
+    return out if mask is None else jnp.where(mask, out, MASKED_LOGIT)
+
+
 def deterministic_action(out: Array, continuous: bool) -> Array:
     return out if continuous else jnp.argmax(out, -1)
 
@@ -196,7 +210,10 @@ def deterministic_action(out: Array, continuous: bool) -> Array:
 # ---------------------------------------------------------------- training
 
 
-def init_state(env: CompiledEnv, s: Settings, seed: int) -> TrainState:
+@partial(jax.jit, static_argnums=(0, 1))
+def init_state(env: CompiledEnv, s: Settings, seed: Array) -> TrainState:
+    """The first state of a run: one compiled program (cached like the
+    training one), not the dozens of small ones initializing eagerly takes."""
     key = jax.random.PRNGKey(seed)
     key, k_params, k_env = jax.random.split(key, 3)
     params = init_params(k_params, env, s)
@@ -222,21 +239,27 @@ def _rollout(
     low = jnp.asarray(env.action_low, jnp.float32)
     high = jnp.asarray(env.action_high, jnp.float32)
 
-    def one_step(carry: TrainState, _: None) -> tuple[TrainState, dict[str, Array]]:
-        key, k_act, k_reset, k_step = jax.random.split(carry.key, 4)
+    def one_step(carry: TrainState, keys: Array) -> tuple[TrainState, dict[str, Array]]:
+        k_act, k_step, k_reset = keys[0], keys[1 : 1 + n], keys[1 + n :]
         out, value = forward(carry.params, carry.obs, s.activation)
+        mask = (
+            jax.vmap(env.action_mask)(carry.env_state[0])
+            if s.masked and env.action_mask is not None
+            else None
+        )
+        out = apply_mask(out, mask)
         action = sample(carry.params, out, k_act, env.continuous)
         logp, _ = log_prob_entropy(carry.params, out, action, env.continuous)
         # SB3 steps the env with actions clipped to the space, and stores
         # the unclipped ones.
         stepped = jnp.clip(action, low, high) if env.continuous else action
         env_state, next_obs, reward, terminated, truncated = jax.vmap(env.step)(
-            carry.env_state, stepped, jax.random.split(k_step, s.n_envs)
+            carry.env_state, stepped, k_step
         )
         done = terminated | truncated
         ep_return = carry.ep_return + reward
         ep_length = carry.ep_length + 1
-        fresh = jax.vmap(env.reset)(jax.random.split(k_reset, s.n_envs))
+        fresh = jax.vmap(env.reset)(k_reset)
         env_state = jax.tree_util.tree_map(
             lambda a, b: jnp.where(
                 jnp.reshape(done, (-1,) + (1,) * (a.ndim - 1)), a, b
@@ -257,16 +280,24 @@ def _rollout(
             "ep_return": ep_return,
             "ep_length": ep_length,
         }
+        if mask is not None:  # kept for the update, as MaskablePPO's buffer
+            record["mask"] = mask
         carry = carry._replace(
             env_state=env_state,
             obs=obs,
-            key=key,
             ep_return=jnp.where(done, 0.0, ep_return),
             ep_length=jnp.where(done, 0, ep_length),
         )
         return carry, record
 
-    state, batch = jax.lax.scan(one_step, state, None, s.n_steps)
+    # Every key of the rollout in one draw (the action's, then each env's
+    # step and reset): one call of the generator instead of three a step,
+    # which on a CPU costs more than a small env's step itself.
+    n = s.n_envs
+    key, k_rollout = jax.random.split(state.key)
+    keys = jax.random.split(k_rollout, s.n_steps * (1 + 2 * n))
+    keys = keys.reshape((s.n_steps, 1 + 2 * n, *keys.shape[1:]))
+    state, batch = jax.lax.scan(one_step, state._replace(key=key), keys)
     # A truncated episode goes on in value: its last reward is bootstrapped
     # with the value of the observation it ended in, as SB3 does with the
     # terminal observation (one batched forward pass after the rollout).
@@ -343,6 +374,7 @@ def _update(
         params: Params, mb: dict[str, Array]
     ) -> tuple[Array, tuple[Array, ...]]:
         out, value = forward(params, mb["obs"], s.activation)
+        out = apply_mask(out, mb.get("mask"))
         logp, entropy = log_prob_entropy(params, out, mb["action"], env.continuous)
         adv = mb["adv"]
         if s.normalize_advantage and s.batch_size > 1:
@@ -418,8 +450,10 @@ def make_chunk(env: CompiledEnv, s: Settings, max_updates: int) -> Any:
         remaining = 1.0 - (steps_before + s.rollout) / h.total_steps
         lr = h.learning_rate * (remaining if s.learning_rate_linear else 1.0)
         clip = h.clip_range * (remaining if s.clip_range_linear else 1.0)
-        train_batch = {
-            k: batch[k] for k in ("obs", "action", "logp", "adv", "ret", "value")
+        train_batch: dict[str, Array] = {
+            k: batch[k]
+            for k in ("obs", "mask", "action", "logp", "adv", "ret", "value")
+            if k in batch
         }
         state, metrics = _update(env, s, h, state, train_batch, lr, clip)
         episodes = (batch["done"], batch["ep_return"], batch["ep_length"])
@@ -449,11 +483,67 @@ def make_chunk(env: CompiledEnv, s: Settings, max_updates: int) -> Any:
     return jax.jit(chunk)
 
 
+def make_evaluate(
+    env: CompiledEnv, s: Settings, episodes: int, deterministic: bool
+) -> Any:
+    """The compiled evaluation: ``evaluate(params, key)`` plays ``episodes``
+    episodes side by side, each from a fresh reset to its end (at most the
+    env's step limit), with the policy's deterministic or sampled actions
+    (masked as in training); returns each episode's return, length and
+    success (False where the env reports none)."""
+
+    def evaluate(params: Params, key: Array) -> tuple[Array, Array, Array]:
+        k_reset, k_play = jax.random.split(key)
+        state = jax.vmap(env.reset)(jax.random.split(k_reset, episodes))
+        obs = jax.vmap(env.observe)(state[0])
+        zeros = jnp.zeros(episodes, jnp.float32)
+        alive = jnp.ones(episodes, jnp.bool_)
+        carry0 = (state, obs, alive, zeros, jnp.zeros(episodes, jnp.int32), ~alive)
+
+        def one_step(carry: Any, key: Array) -> tuple[Any, None]:
+            state, obs, alive, ret, length, success = carry
+            k_act, k_step = jax.random.split(key)
+            out, _ = forward(params, obs, s.activation)
+            if s.masked and env.action_mask is not None:
+                out = apply_mask(out, jax.vmap(env.action_mask)(state[0]))
+            action = (
+                deterministic_action(out, env.continuous)
+                if deterministic
+                else sample(params, out, k_act, env.continuous)
+            )
+            if env.continuous:
+                low = jnp.asarray(env.action_low, jnp.float32)
+                action = jnp.clip(action, low, jnp.asarray(env.action_high))
+            state, obs, reward, terminated, truncated = jax.vmap(env.step)(
+                state, action, jax.random.split(k_step, episodes)
+            )
+            ret = ret + jnp.where(alive, reward, 0.0)
+            length = length + alive.astype(jnp.int32)
+            ended = alive & (terminated | truncated)
+            if env.is_success is not None:
+                won = jax.vmap(env.is_success)(state[0])
+                success = jnp.where(ended, won, success)
+            return (state, obs, alive & ~ended, ret, length, success), None
+
+        keys = jax.random.split(k_play, env.max_episode_steps)
+        carry, _ = jax.lax.scan(one_step, carry0, keys)
+        _, _, _, ret, length, success = carry
+        return ret, length, success
+
+    return jax.jit(evaluate)
+
+
 @partial(jax.jit, static_argnums=(2, 3))
 def policy_outputs(
-    params: Params, obs: Array, activation: str, continuous: bool
+    params: Params,
+    obs: Array,
+    activation: str,
+    continuous: bool,
+    mask: Array | None = None,
 ) -> tuple[Array, Array]:
-    """(deterministic actions, action probabilities or means) of ``obs``."""
+    """(deterministic actions, action probabilities or means) of ``obs``,
+    with the actions ``mask`` allows (all when None)."""
     out, _ = forward(params, obs, activation)
+    out = apply_mask(out, mask)
     probs = out if continuous else jax.nn.softmax(out)
     return deterministic_action(out, continuous), probs

@@ -6,11 +6,15 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from engine.rl.compiled import TWIN_IDS, is_designed_grid
+from engine.rl.compiled import TWIN_IDS, compiles
 
 BACKENDS = ("auto", "sb3", "jax")
 """``auto``: ``jax`` where it can train the run and the run is long enough to
 pay for compiling (:data:`AUTO_JAX_MIN_STEPS`), else ``sb3``."""
+
+ALGOS = ("PPO", "MaskablePPO")
+"""What the compiled PPO trains: MaskablePPO is PPO with the env's action
+masks applied to the logits."""
 
 AUTO_JAX_MIN_STEPS = 100_000
 """The shortest run ``auto`` compiles: compiling takes about 5 s on a CPU,
@@ -22,16 +26,18 @@ def jax_problem(cfg: dict[str, Any]) -> tuple[str, str] | None:
     """(setting, one sentence) why the ``jax`` backend cannot train ``cfg``
     (a validated ``rl.train`` config); None when it can."""
     hp = cfg["hyperparameters"]
-    if cfg["algo"] != "PPO":
+    if cfg["algo"] not in ALGOS:
         return "algo", (
-            f"The jax backend trains PPO only, not {cfg['algo']}; use backend sb3."
+            f"The jax backend trains PPO and MaskablePPO only, not {cfg['algo']}; "
+            "use backend sb3."
         )
-    twinned = cfg["env"] in TWIN_IDS or is_designed_grid(cfg["env"])
+    twinned = compiles(cfg["env"])
     if not twinned or cfg["env_kwargs"]:
         what = "with env_kwargs" if twinned else "yet"
         return "env", (
             f"{cfg['env']} has no compiled twin {what} (the jax backend trains "
-            f"{', '.join(TWIN_IDS)} and designed grids); use backend sb3."
+            f"{', '.join(TWIN_IDS)}, designed grids and designed workflows); use "
+            "backend sb3."
         )
     refused = {
         "hyperparameters.use_sde": hp.get("use_sde"),
