@@ -344,3 +344,66 @@ def test_safe_unpickler_builds_data_but_never_rewires_objects() -> None:
     )
     with pytest.raises(UnsafePickle, match="class or internals"):
         loads(rewired, "A space")
+
+
+# --------------------------------------------------------------------------
+# Training's evaluation: all episodes at once
+# --------------------------------------------------------------------------
+
+
+def test_eval_env_count_plays_every_episode_in_the_fewest_equal_rounds() -> None:
+    from engine.rl.policy import EVAL_ENVS_MAX, eval_env_count
+
+    for episodes in range(1, 3 * EVAL_ENVS_MAX + 2):
+        envs = eval_env_count(episodes)
+        rounds = -(-episodes // envs)
+        assert 1 <= envs <= min(episodes, EVAL_ENVS_MAX)
+        assert rounds == -(-episodes // EVAL_ENVS_MAX)  # no round more than needed
+        # shares differ by at most one episode, and none is idle
+        assert envs * (rounds - 1) < episodes <= envs * rounds
+    assert eval_env_count(10) == 10  # the default: one episode per env copy
+
+
+def test_vectorized_evaluation_equals_episodes_played_one_by_one() -> None:
+    """Each episode of an evaluation over N env copies (make_vec_env, seeds
+    s..s+N-1) is the episode one env plays from ``reset(seed=s+i)`` with the
+    same deterministic policy, SB3's plain ``predict`` choosing each action;
+    the policy and torch are left as evaluating found them."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from torch.distributions import Distribution
+
+    from engine.rl.policy import eval_env_count, evaluate
+
+    episodes, seed = 10, 1_000_003
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, seed=3, device="cpu")
+    # a deterministic policy that neither always pushes one way nor balances
+    with torch.no_grad():
+        for weight in model.policy.action_net.parameters():
+            weight.mul_(30.0)
+    venv = make_vec_env("CartPole-v1", n_envs=eval_env_count(episodes), seed=seed)
+    result = evaluate(model, venv, episodes=episodes, should_stop=lambda: False)
+    assert "set_training_mode" not in vars(model.policy)
+    assert not model.policy.training and Distribution._validate_args
+
+    expected = []
+    env = gym.make("CartPole-v1")
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed + i)
+        total, done = 0.0, False
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            total += float(reward)
+            done = terminated or truncated
+        expected.append(total)
+    assert len(set(expected)) > 1  # the episodes differ, so the check has teeth
+    assert sorted(result.rewards) == sorted(expected)
+    assert np.mean(result.rewards) == np.mean(expected)
+
+    stopped = evaluate(model, venv, episodes=episodes, should_stop=lambda: True)
+    assert stopped.stopped
+    assert "set_training_mode" not in vars(model.policy)
+    assert Distribution._validate_args

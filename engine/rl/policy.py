@@ -21,11 +21,12 @@ the env's action masks.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,6 +287,19 @@ EVAL_SEED_OFFSET = 1_000_003
 """A run's evaluation episodes are seeded with the run's seed plus this, so
 they never replay the training envs' episodes."""
 
+EVAL_ENVS_MAX = 32
+"""Most env copies an evaluation plays side by side."""
+
+
+def eval_env_count(episodes: int) -> int:
+    """Env copies to play ``episodes`` evaluation episodes on: one episode
+    each, all at once, up to :data:`EVAL_ENVS_MAX`; beyond it the fewest
+    copies that still need the fewest rounds, so that every copy plays the
+    same number of episodes (SB3's ``evaluate_policy`` keeps stepping a copy
+    that has played its share until the last one has)."""
+    rounds = -(-episodes // EVAL_ENVS_MAX)
+    return max(1, -(-episodes // rounds))
+
 
 @dataclass
 class Evaluation:
@@ -305,6 +319,41 @@ EpisodeCallback = Callable[[int, float, int], None]
 
 class _Stopped(Exception):
     pass
+
+
+def _keep_mode(_mode: bool) -> None:
+    """``set_training_mode`` while :func:`_acting_only` holds the policy."""
+
+
+@contextlib.contextmanager
+def _acting_only(model: Any) -> Iterator[None]:
+    """Do once for a whole evaluation what SB3's ``predict`` redoes on every
+    call, without changing a single action.
+
+    * ``predict`` calls ``set_training_mode(False)``, a walk over every
+      submodule (a fifth of an evaluation step on CartPole): the policy is
+      put in eval mode here, and an instance attribute shadows that method
+      with a no-op while this holds. It is left in eval mode, as ``predict``
+      leaves it.
+    * torch checks the arguments of every action distribution it builds (its
+      logits are real numbers, ...), a fifth of a step more: the checks are
+      off while this holds. A policy gone NaN is still refused, by the next
+      training step, which checks."""
+    from torch.distributions import Distribution
+
+    policy: Any = getattr(model, "policy", None)
+    shadow = hasattr(policy, "set_training_mode")
+    if shadow:
+        policy.set_training_mode(False)
+        policy.set_training_mode = _keep_mode
+    validating = Distribution._validate_args
+    Distribution.set_default_validate_args(False)
+    try:
+        yield
+    finally:
+        Distribution.set_default_validate_args(validating)
+        if shadow:
+            del policy.set_training_mode
 
 
 def evaluate(
@@ -351,16 +400,17 @@ def evaluate(
 
         evaluate_fn = evaluation.evaluate_policy
     try:
-        played: Any = evaluate_fn(
-            model,
-            venv,
-            n_eval_episodes=episodes,
-            deterministic=deterministic,
-            return_episode_rewards=True,
-            callback=on_step,
-            warn=False,
-            **extra,
-        )
+        with _acting_only(model):
+            played: Any = evaluate_fn(
+                model,
+                venv,
+                n_eval_episodes=episodes,
+                deterministic=deterministic,
+                return_episode_rewards=True,
+                callback=on_step,
+                warn=False,
+                **extra,
+            )
     except _Stopped:
         result.stopped = True
         return result

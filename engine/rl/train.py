@@ -59,7 +59,13 @@ from engine.rl.config import (
     preset_provenance,
     validate,
 )
-from engine.rl.policy import EVAL_SEED_OFFSET, VECNORMALIZE_FILE, Evaluation, evaluate
+from engine.rl.policy import (
+    EVAL_SEED_OFFSET,
+    VECNORMALIZE_FILE,
+    Evaluation,
+    eval_env_count,
+    evaluate,
+)
 from engine.store.atomic import (
     atomic_write_json,
     atomic_write_text,
@@ -429,11 +435,12 @@ class Trainer:
         self.venv = venv
         self.model = model
         if cfg["eval_every_steps"] > 0:
-            # Episodes played side by side share each policy forward pass:
-            # about 4x faster evaluations with 8 envs. SB3's evaluate_policy
-            # gives each env a fixed share of the episodes, so short episodes
-            # do not crowd out long ones.
-            eval_envs = max(1, min(cfg["n_envs"], cfg["eval_episodes"]))
+            # Episodes played side by side share each policy forward pass;
+            # all of them at once (one per env copy) take the fewest passes
+            # and env steps. SB3's evaluate_policy gives each env a fixed
+            # share of the episodes, so short episodes do not crowd out
+            # long ones.
+            eval_envs = eval_env_count(cfg["eval_episodes"])
             eval_env = self._make_env(eval_envs, seed + EVAL_SEED_OFFSET)
             if cfg["vec_normalize"]:
                 eval_env = VecNormalize(
