@@ -4,9 +4,12 @@ of llama.cpp's reference C (``quantize_row_q*_K_ref``), read back through
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -527,23 +530,44 @@ MIN_CORR = {"q2": 0.3, "q3": 0.55, "q4": 0.8, "q5": 0.93, "q6": 0.98}
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-_SOURCE: dict[str, object] = {}
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    if not _SOURCE:
-        transformers.logging.set_verbosity_error()
-        folder = build_tiny_model(
-            tmp_path_factory.mktemp("k") / "m", "llama", False, size=SIZE
-        )
-        model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-        tok = transformers.AutoTokenizer.from_pretrained(folder)
-        ids = tok(TEXTS, return_tensors="pt", padding=True).input_ids
-        with torch.no_grad():
-            logits = model(ids).logits
-        _SOURCE.update(folder=folder, ids=ids, logits=logits, sizes={})
-    return _SOURCE
+def source(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The tiny llama, its token ids of TEXTS and its logits on them."""
+    transformers.logging.set_verbosity_error()
+    folder = build_tiny_model(
+        tmp_path_factory.mktemp("k") / "m", "llama", False, size=SIZE
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    ids = tok(TEXTS, return_tensors="pt", padding=True).input_ids
+    with torch.no_grad():
+        logits = model(ids).logits
+    return {"folder": folder, "ids": ids, "logits": logits}
+
+
+@pytest.fixture(scope="module")
+def exported(
+    source: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], tuple[Path, gx.ExportReport]]:
+    """``exported(file_type)``: the source exported as that type, made once in
+    the module by whichever test asks first (an export that fails fails the
+    test that asked, and the next one asking tries again)."""
+    folder = tmp_path_factory.mktemp("exports")
+    done: dict[str, tuple[Path, gx.ExportReport]] = {}
+
+    def export(file_type: str) -> tuple[Path, gx.ExportReport]:
+        if file_type not in done:
+            out = folder / f"{file_type}.gguf"
+            # Any case: the upper-case name reads as the lower-case type.
+            done[file_type] = (
+                out,
+                gx.export_gguf(source["folder"], out, file_type.upper()),
+            )
+        return done[file_type]
+
+    return export
 
 
 def _expected(file_type: str, name: str) -> str:
@@ -559,10 +583,11 @@ def _expected(file_type: str, name: str) -> str:
 
 @pytest.mark.parametrize("file_type", K_FILE_TYPES)
 def test_file_types_choose_tensor_types_as_llama_cpp_and_load_in_transformers(
-    source, tmp_path: Path, file_type: str
+    source: dict[str, Any],
+    exported: Callable[[str], tuple[Path, gx.ExportReport]],
+    file_type: str,
 ) -> None:
-    out = tmp_path / f"{file_type}.gguf"
-    report = gx.export_gguf(source["folder"], out, file_type.upper())  # any case
+    out, report = exported(file_type)
     assert report.verified, report.checks
     assert report.file_type == file_type
     assert report.fallbacks == []
@@ -575,7 +600,7 @@ def test_file_types_choose_tensor_types_as_llama_cpp_and_load_in_transformers(
         want = "F32" if len(shape) == 1 else _expected(file_type, name)
         assert got == want, f"{file_type}: {name} is {got}, llama.cpp writes {want}"
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        tmp_path, gguf_file=out.name
+        out.parent, gguf_file=out.name
     ).eval()
     with torch.no_grad():
         logits = model(source["ids"]).logits
@@ -586,19 +611,20 @@ def test_file_types_choose_tensor_types_as_llama_cpp_and_load_in_transformers(
     )
     corr = np.corrcoef(logits.flatten().numpy(), ref.flatten().numpy())[0, 1]
     assert corr >= MIN_CORR[file_type[:2]]
-    source["sizes"][file_type] = report.size_bytes
 
 
 def test_the_report_gives_bits_per_weight_and_the_logit_error(
-    source, tmp_path: Path
+    source: dict[str, Any], exported: Callable[[str], tuple[Path, gx.ExportReport]]
 ) -> None:
     from engine.export.logit_check import logit_error
 
-    out = tmp_path / "m.gguf"
-    report = gx.export_gguf(source["folder"], out, "q4_k_m")
+    out, report = exported("q4_k_m")
     # Q4_K is 4.5 bits, Q6_K 6.56; norms stay F32.
     assert 4.5 < report.bits_per_weight < 5.5
-    report.logit_error = logit_error(source["folder"], out, TEXTS)
+    # A copy: the shared export's report stays as export_gguf wrote it.
+    report = dataclasses.replace(
+        report, logit_error=logit_error(source["folder"], out, TEXTS)
+    )
     e = report.logit_error
     assert e["prompts"] == 2 and 0.2 < e["mean_abs"] < MEAN_ERROR["q4"]
     assert e["max_abs"] > e["mean_abs"] and 0.5 < e["mean_abs_logit"] < 2
@@ -636,11 +662,11 @@ def test_export_gguf_command_writes_a_k_quant_with_its_report(
     assert 0 < report["logit_error"]["mean_abs"] < MEAN_ERROR["q5"]
 
 
-def test_more_bits_make_bigger_files(source) -> None:
-    sizes = source["sizes"]
-    if len(sizes) < len(K_FILE_TYPES):
-        pytest.skip("needs every file type exported above")
-    assert [sizes[t] for t in K_FILE_TYPES] == sorted(sizes.values())
+def test_more_bits_make_bigger_files(
+    exported: Callable[[str], tuple[Path, gx.ExportReport]],
+) -> None:
+    sizes = [exported(t)[1].size_bytes for t in K_FILE_TYPES]
+    assert sizes == sorted(sizes)
 
 
 def test_rows_not_filling_super_blocks_fall_back_as_llama_cpp_does(

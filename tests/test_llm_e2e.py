@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,6 @@ class Project:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.model = build_tiny_model(root / "base")
-        self.datasets: dict[str, str] = {}
-        self.adapters: dict[str, str] = {}
-        self.train_runs: dict[str, tuple[str, dict]] = {}
 
     def job(
         self,
@@ -56,19 +54,20 @@ class Project:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Project:
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return Project(tmp_path_factory.mktemp("llm-project"))
 
 
-def metrics_rows(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    return (
-        [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    )
+# What several tests read is built by module fixtures, not left behind by an
+# earlier test: each test stands alone (run it by itself, or after another
+# failed), and the whole module still builds each thing once.
 
 
-def test_collect_with_the_language_model(project: Project) -> None:
-    summary, run_dir = project.job(
+@pytest.fixture(scope="module")
+def lm_traces(project: Project) -> tuple[dict, Path]:
+    """Traces of the untrained language model (``lm.jsonl``): the collect
+    job's summary and run folder."""
+    return project.job(
         "llm.collect",
         {
             "env": ENV,
@@ -82,6 +81,83 @@ def test_collect_with_the_language_model(project: Project) -> None:
             "name": "lm",
         },
     )
+
+
+@pytest.fixture(scope="module")
+def datasets(project: Project, lm_traces: tuple[dict, Path]) -> dict[str, dict]:
+    """The dataset job's summary by method, built from expert traces
+    (``expert.jsonl``) and the language model's."""
+    project.job(
+        "llm.collect",
+        {
+            "env": ENV,
+            "policy": "expert",
+            "noise": 0.3,
+            "episodes": 24,
+            "seed": 0,
+            "name": "expert",
+        },
+    )
+    return {
+        method: project.job(
+            "llm.dataset",
+            {
+                "traces": ["expert.jsonl", "lm.jsonl"],
+                "method": method,
+                "seed": 0,
+                "name": method,
+            },
+        )[0]
+        for method in ("sft", "kto", "dpo", "grpo")
+    }
+
+
+def dataset(datasets: dict[str, dict], method: str) -> str:
+    return str(datasets[method]["dataset"])
+
+
+Trained = Callable[[str], tuple[dict, Path]]
+
+
+@pytest.fixture(scope="module")
+def trained(project: Project, datasets: dict[str, dict]) -> Trained:
+    """``trained(method)``: one training step of a method, its summary and
+    run folder, run once in the module by whichever test asks first (a run
+    that fails fails the test that asked, and the next one asking tries
+    again)."""
+    runs: dict[str, tuple[dict, Path]] = {}
+
+    def train(method: str) -> tuple[dict, Path]:
+        if method not in runs:
+            cfg = {
+                **TRAIN,
+                "method": method,
+                "model": str(project.model),
+                "dataset": dataset(datasets, method),
+                "name": f"adapter-{method}",
+            }
+            if method == "grpo":
+                cfg["rewards"] = [
+                    {"name": "env_reward", "weight": 1.0},
+                    {"name": "format", "weight": 0.5},
+                ]
+            runs[method] = project.job("llm.train", cfg)
+        return runs[method]
+
+    return train
+
+
+def metrics_rows(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return (
+        [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    )
+
+
+def test_collect_with_the_language_model(
+    project: Project, lm_traces: tuple[dict, Path]
+) -> None:
+    summary, run_dir = lm_traces
     eps = list(iter_traces(summary["traces"]))
     assert len(eps) == 3 and summary["stats"]["episodes"] == 3
     # traces live in the project's data/ folder, named by the job
@@ -100,53 +176,19 @@ def test_collect_with_the_language_model(project: Project) -> None:
     assert sum(r["rollout/unparsed_rate"] for r in rows) / 3 > 0.5
 
 
-def test_build_every_dataset_kind(project: Project) -> None:
-    project.job(
-        "llm.collect",
-        {
-            "env": ENV,
-            "policy": "expert",
-            "noise": 0.3,
-            "episodes": 24,
-            "seed": 0,
-            "name": "expert",
-        },
-    )
-    for method in ("sft", "kto", "dpo", "grpo"):
-        summary, _ = project.job(
-            "llm.dataset",
-            {
-                "traces": ["expert.jsonl", "lm.jsonl"],
-                "method": method,
-                "seed": 0,
-                "name": method,
-            },
-        )
+def test_build_every_dataset_kind(datasets: dict[str, dict]) -> None:
+    assert sorted(datasets) == ["dpo", "grpo", "kto", "sft"]
+    for summary in datasets.values():
         folder = Path(summary["dataset"])
         assert (folder / "train.jsonl").is_file() and (
             folder / "train.parquet"
         ).is_file()
         assert summary["stats"]["train"] > 0
-        project.datasets[method] = str(folder)
 
 
 @pytest.mark.parametrize("method", ["grpo", "kto", "dpo"])
-def test_train_one_step(project: Project, method: str) -> None:
-    if method not in project.datasets:
-        pytest.skip("datasets not built")
-    cfg = {
-        **TRAIN,
-        "method": method,
-        "model": str(project.model),
-        "dataset": project.datasets[method],
-        "name": f"adapter-{method}",
-    }
-    if method == "grpo":
-        cfg["rewards"] = [
-            {"name": "env_reward", "weight": 1.0},
-            {"name": "format", "weight": 0.5},
-        ]
-    summary, run_dir = project.job("llm.train", cfg)
+def test_train_one_step(project: Project, trained: Trained, method: str) -> None:
+    summary, run_dir = trained(method)
     (model,) = summary["models"]
     assert model["kind"] == "lora-adapter" and model["base"] == str(project.model)
     assert (Path(model["file"]) / "adapter_config.json").is_file()
@@ -167,17 +209,15 @@ def test_train_one_step(project: Project, method: str) -> None:
             "train/kl",
             "completion/mean_length",
         } <= keys
-    project.adapters[method] = model["file"]
-    project.train_runs[method] = (run_dir.name, summary)
 
 
-def test_grpo_rewarded_by_a_learned_reward(project: Project) -> None:
+def test_grpo_rewarded_by_a_learned_reward(
+    project: Project, datasets: dict[str, dict]
+) -> None:
     """Label steps of the expert traces (good: the expert's tool), train a
     reward head on the tiny model, and reward a GRPO step with it."""
     from engine.store.labels import Label, LabelStore, step_key
 
-    if "grpo" not in project.datasets:
-        pytest.skip("datasets not built")
     eps = list(iter_traces(project.root / "data/traces/expert.jsonl"))
     labels = [
         Label("kto", "expert", e, t, step_key(st),
@@ -199,7 +239,7 @@ def test_grpo_rewarded_by_a_learned_reward(project: Project) -> None:
         **TRAIN,
         "method": "grpo",
         "model": str(project.model),
-        "dataset": project.datasets["grpo"],
+        "dataset": dataset(datasets, "grpo"),
         "name": "adapter-learned",
         "rewards": [
             {"name": "learned", "model": summary["reward_model"], "weight": 0.5},
@@ -214,11 +254,11 @@ def test_grpo_rewarded_by_a_learned_reward(project: Project) -> None:
     assert 0.0 <= learned <= 1.0
 
 
-def test_kto_with_cpu_hardware_defaults_trains(project: Project, monkeypatch) -> None:
+def test_kto_with_cpu_hardware_defaults_trains(
+    project: Project, datasets: dict[str, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A CPU suggests a batch of one sequence, which TRL's KTO refuses ("Actual
     (not effective) batch size must be > 1"); the job raises it and says so."""
-    if "kto" not in project.datasets:
-        pytest.skip("datasets not built")
     from engine.hardware import recommend
     from engine.llm import train as llm_train
 
@@ -237,7 +277,7 @@ def test_kto_with_cpu_hardware_defaults_trains(project: Project, monkeypatch) ->
     cfg = {
         "method": "kto",
         "model": str(project.model),
-        "dataset": project.datasets["kto"],
+        "dataset": dataset(datasets, "kto"),
         "max_steps": 1,
         "save_steps": 0,
         "name": "adapter-kto-cpu",
@@ -254,15 +294,13 @@ def test_kto_with_cpu_hardware_defaults_trains(project: Project, monkeypatch) ->
         validate_config("llm.train", {**cfg, "batch_size": 1})
 
 
-def test_sft_stop_then_resume(project: Project) -> None:
-    if "sft" not in project.datasets:
-        pytest.skip("datasets not built")
+def test_sft_stop_then_resume(project: Project, datasets: dict[str, dict]) -> None:
     cfg = {
         **TRAIN,
         "method": "sft",
         "max_steps": 2,
         "model": str(project.model),
-        "dataset": project.datasets["sft"],
+        "dataset": dataset(datasets, "sft"),
         "name": "adapter-sft",
     }
     summary, run_dir = project.job("llm.train", cfg, stop=True, run_id="sft-stop")
@@ -270,19 +308,15 @@ def test_sft_stop_then_resume(project: Project) -> None:
     assert (run_dir / "checkpoints" / "checkpoint-1").is_dir()
     summary, _ = project.job("llm.train", cfg, run_id="sft-stop", resume=True)
     assert not summary["stopped"] and summary["metrics"]["global_step"] == 2
-    project.adapters["sft"] = summary["models"][0]["file"]
 
 
-def test_merge_and_evaluate(project: Project) -> None:
-    if "grpo" not in project.adapters:
-        pytest.skip("no adapter trained")
+def test_merge_and_evaluate(project: Project, trained: Trained) -> None:
+    (adapter,) = trained("grpo")[0]["models"]
     summary, _ = project.job(
-        "llm.merge", {"adapter": project.adapters["grpo"], "dtype": "bfloat16"}
+        "llm.merge", {"adapter": adapter["file"], "dtype": "bfloat16"}
     )
     (merged,) = summary["models"]
-    assert (
-        merged["kind"] == "hf-merged" and project.adapters["grpo"] in merged["parents"]
-    )
+    assert merged["kind"] == "hf-merged" and adapter["file"] in merged["parents"]
     folder = Path(merged["file"])
     assert (folder / "model.safetensors").is_file() and (
         folder / "tokenizer.json"
@@ -311,14 +345,13 @@ def test_merge_and_evaluate(project: Project) -> None:
     assert (run_dir / "report.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_merge_registers_lineage(project: Project) -> None:
+def test_merge_registers_lineage(project: Project, trained: Trained) -> None:
     """The adapter a training run made, registered in the project, merged by
     its registered path: the merged model links back to it and the run."""
     from engine.store.project import Project as Store
 
-    if "grpo" not in project.train_runs:
-        pytest.skip("no adapter trained")
-    run_id, train_summary = project.train_runs["grpo"]
+    train_summary, train_dir = trained("grpo")
+    run_id = train_dir.name
     store = Store.open(project.root / "store", create=True)
     try:
         (adapter_id,), problems = store.register_run_models(run_id, train_summary)
@@ -367,12 +400,10 @@ def _copy_model(project: Project, name: str) -> Path:
     ],
 )
 def test_bad_input_is_refused_before_the_run(
-    project: Project, case: str, words: str
+    project: Project, datasets: dict[str, dict], case: str, words: str
 ) -> None:
-    if "sft" not in project.datasets:
-        pytest.skip("datasets not built")
     folder = _copy_model(project, case)
-    config = {**TRAIN, "method": "dpo", "dataset": project.datasets["dpo"]}
+    config = {**TRAIN, "method": "dpo", "dataset": dataset(datasets, "dpo")}
     if case == "no_weights":
         for f in folder.glob("*.safetensors"):
             f.unlink()
@@ -386,18 +417,18 @@ def test_bad_input_is_refused_before_the_run(
         cfg["architectures"] = ["BertForMaskedLM"]
         (folder / "config.json").write_text(json.dumps(cfg))
     else:
-        config["dataset"] = project.datasets["sft"]
+        config["dataset"] = dataset(datasets, "sft")
     with pytest.raises(ConfigError, match=words) as err:
         validate_config("llm.train", {**config, "model": str(folder)})
     assert err.value.field == ("dataset" if case == "wrong_columns" else "model")
     _one_sentence_with_advice(str(err.value))
 
 
-def test_architecture_transformers_cannot_load(project: Project) -> None:
+def test_architecture_transformers_cannot_load(
+    project: Project, datasets: dict[str, dict]
+) -> None:
     """A *ForCausalLM name the validator accepts but transformers does not
     know fails the job with one sentence; the run folder stays readable."""
-    if "sft" not in project.datasets:
-        pytest.skip("datasets not built")
     folder = _copy_model(project, "unknown-arch")
     cfg = json.loads((folder / "config.json").read_text())
     cfg["architectures"], cfg["model_type"] = ["MysteryForCausalLM"], "mystery"
@@ -409,7 +440,7 @@ def test_architecture_transformers_cannot_load(project: Project) -> None:
                 **TRAIN,
                 "method": "sft",
                 "model": str(folder),
-                "dataset": project.datasets["sft"],
+                "dataset": dataset(datasets, "sft"),
             },
             run_id="sft-unknown-arch",
         )
@@ -417,7 +448,9 @@ def test_architecture_transformers_cannot_load(project: Project) -> None:
     assert metrics_rows(project.root / "runs" / "sft-unknown-arch") == []
 
 
-def test_out_of_memory_mid_training_leaves_a_resumable_run(project: Project) -> None:
+def test_out_of_memory_mid_training_leaves_a_resumable_run(
+    project: Project, datasets: dict[str, dict]
+) -> None:
     """The CPU allocator refuses a request at step 2: the job ends with one
     sentence and advice, metrics and the step-2 checkpoint stay readable, and
     the run resumes from there."""
@@ -425,9 +458,6 @@ def test_out_of_memory_mid_training_leaves_a_resumable_run(project: Project) -> 
     from transformers import TrainerCallback
 
     from engine.llm.train import train_model
-
-    if "sft" not in project.datasets:
-        pytest.skip("datasets not built")
 
     class ExhaustMemory(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
@@ -440,7 +470,7 @@ def test_out_of_memory_mid_training_leaves_a_resumable_run(project: Project) -> 
         "max_steps": 3,
         "save_steps": 1,
         "model": str(project.model),
-        "dataset": project.datasets["sft"],
+        "dataset": dataset(datasets, "sft"),
         "name": "adapter-sft-oom",
     }
     cfg = validate_config("llm.train", raw)
