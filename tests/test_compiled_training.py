@@ -492,3 +492,27 @@ def test_auto_compiles_long_ppo_runs_of_twinned_envs_and_says_why() -> None:
     )
     assert dqn["backend"] == "sb3"
     assert validate(long)["backend"] == "jax"  # validating again keeps it
+
+
+def test_a_diverging_loss_is_one_sentence_and_keeps_the_last_finite_policy(
+    tmp_path: Path,
+) -> None:
+    """A learning rate of 1e30 makes the first update's loss NaN: the run
+    fails in one sentence naming the step and the setting to lower, and its
+    last checkpoint holds the last finite weights (here the initial ones)."""
+    from stable_baselines3 import PPO
+
+    from engine.errors import EngineError
+
+    hp = {**SMALL["hyperparameters"], "learning_rate": 1e30}
+    config = {**SMALL, "total_steps": 4096, "eval_every_steps": 0,
+              "checkpoint_every_steps": 1024, "hyperparameters": hp}  # fmt: skip
+    with pytest.raises(EngineError) as info:
+        _run(tmp_path, "nan", config, ctx_cls=LoggedContext)
+    text = str(info.value)
+    assert text.startswith("The loss became nan at step 512, so training stopped")
+    assert "learning rate" in text and "\n" not in text
+    (ckpt,) = (tmp_path / "runs/nan/checkpoints").glob("step-*/model.zip")
+    model = PPO.load(ckpt, device="cpu")
+    weights = [p.detach().numpy() for p in model.policy.parameters()]
+    assert all(np.isfinite(w).all() for w in weights)

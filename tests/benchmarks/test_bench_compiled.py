@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -25,7 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from engine.envs.registry import register_project_envs
+from engine.jobs.context import JobContext
+from engine.rl.config import validate
+from engine.rl.train import run
 from engine.store.metrics import read_metrics
+from tests.benchmarks.time_to_target import bundled_project
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,3 +124,89 @@ def test_compiled_ppo_against_sb3(tmp_path: Path) -> None:
     )
     assert cold["final_return"] > 150  # it learns
     assert throughput >= TARGET_THROUGHPUT
+
+
+# ------------------------------------------------ the Jira release pipeline
+
+PIPELINE = "rlstudio/jira_release_pipeline-v0"
+PIPELINE_STEPS = 1_000_000
+PIPELINE_SEEDS = (0, 1, 2)
+PIPELINE_TARGET = 0.8
+TARGET_PIPELINE_WHOLE = 0.15  # jax / sb3 whole process, 1,000,000 steps
+TARGET_PIPELINE_TO_TARGET = 1.0  # jax / sb3 time to eval 0.8, warm cache
+
+
+def pipeline_process(project: Path, backend: str, env: dict[str, str]) -> float:
+    """One ``rl-studio-engine train`` process of the release pipeline with
+    its MaskablePPO preset (evaluated every 2,000 steps), timed whole."""
+    argv = [sys.executable, "-m", "engine", "train", "--env", PIPELINE,
+            "--algo", "MaskablePPO", "--steps", str(PIPELINE_STEPS), "--seed", "0",
+            "--quiet", "--project", str(project), "--set", f"backend={backend}",
+            "--set", "checkpoint_every_steps=0"]  # fmt: skip
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
+    wall = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["total_steps"] >= PIPELINE_STEPS
+    return wall
+
+
+def pipeline_to_target(project: Path, backend: str, seed: int) -> tuple[float, int]:
+    """(wall seconds, steps) of an in-process run with the preset until its
+    evaluation reaches 0.8 (the imports are already paid)."""
+    cfg = validate({
+        "env": PIPELINE, "algo": "MaskablePPO", "seed": seed, "backend": backend,
+        "total_steps": 30_000, "target_eval_reward": PIPELINE_TARGET,
+        "checkpoint_every_steps": 0, "project_dir": str(project),
+    })  # fmt: skip
+    run_dir = project / "runs" / f"{backend}-{seed}-{time.monotonic_ns()}"
+    t0 = time.perf_counter()
+    ctx = JobContext(run_dir.name, run_dir, "rl.train", cfg, events=None)
+    summary = run(ctx)
+    ctx.close()
+    wall = time.perf_counter() - t0
+    assert summary["stopped_by"] == "target", summary
+    return wall, int(summary["total_steps"])
+
+
+@pytest.mark.timeout(1800)
+def test_compiled_maskable_ppo_on_the_release_pipeline(tmp_path: Path) -> None:
+    project = bundled_project(tmp_path / "project")
+    register_project_envs(project)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    # In this process the cache is the user's; one run fills it for the
+    # preset's shapes, so the timed jax runs below start warm.
+    pipeline_to_target(project, "jax", 99)
+    pipeline_to_target(project, "sb3", 99)
+    times: dict[str, list[tuple[float, int]]] = {"jax": [], "sb3": []}
+    for i, seed in enumerate(PIPELINE_SEEDS):
+        order = ("jax", "sb3") if i % 2 == 0 else ("sb3", "jax")
+        for backend in order:
+            times[backend].append(pipeline_to_target(project, backend, seed))
+    jax_cold = pipeline_process(project, "jax", env)
+    jax_warm = pipeline_process(project, "jax", env)
+    sb3_whole = pipeline_process(project, "sb3", env)
+    print()
+    for backend, rows in times.items():
+        shown = ", ".join(f"{w:.1f} s at {n:,} steps" for w, n in rows)
+        print(f"{backend} time to eval {PIPELINE_TARGET:g}: {shown}")
+    median = {b: statistics.median(w for w, _ in rows) for b, rows in times.items()}
+    to_target = median["jax"] / median["sb3"]
+    print(
+        f"time to eval {PIPELINE_TARGET:g} (median of seeds "
+        f"{', '.join(map(str, PIPELINE_SEEDS))}, warm cache), jax / sb3 = "
+        f"{to_target:.2f} (target <= {TARGET_PIPELINE_TO_TARGET:g})"
+    )
+    print(
+        f"{PIPELINE_STEPS:,} steps, whole process: jax {jax_cold:.1f} s with a "
+        f"cold cache, {jax_warm:.1f} s warm; sb3 {sb3_whole:.1f} s"
+    )
+    whole = jax_cold / sb3_whole
+    print(
+        f"whole process, jax (cold cache) / sb3 = {whole:.3f}, warm "
+        f"{jax_warm / sb3_whole:.3f} (target <= {TARGET_PIPELINE_WHOLE:g})"
+    )
+    assert whole <= TARGET_PIPELINE_WHOLE
+    assert to_target <= TARGET_PIPELINE_TO_TARGET

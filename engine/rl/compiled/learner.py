@@ -245,9 +245,14 @@ def learn(trainer: Any) -> None:
             )
             row = dict(zip(ppo.METRIC_KEYS, metrics[i].tolist(), strict=True))
             if not math.isfinite(row["train/loss"]):
+                # The SB3 model still holds the last chunk's weights, all
+                # finite: they become the run's last checkpoint.
+                good = int(model.num_timesteps)
+                trainer.save_checkpoint()
                 raise EngineError(
-                    f"The loss became {row['train/loss']} at step {steps:,}; lower "
-                    "the learning rate or max_grad_norm (the last checkpoint is kept)."
+                    f"The loss became {row['train/loss']} at step {steps:,}, so "
+                    f"training stopped with the policy of step {good:,} saved as "
+                    "its last checkpoint; lower the learning rate or max_grad_norm."
                 )
             if not env.continuous:
                 del row["train/std"]
