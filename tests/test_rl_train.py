@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -490,3 +492,35 @@ def test_event_file_crc_matches_tensorboard(size: int) -> None:
 
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8)
     assert masked_crc32c(data.tobytes()) == reference(data.tobytes())
+
+
+def test_event_file_writes_every_queued_event_in_order(tmp_path: Path) -> None:
+    """Values queued faster than the writer wakes (once a second) all reach
+    the file, in order, with their steps and values; the file is flushed
+    while the writer runs, not only on close."""
+    from tensorboard.backend.event_processing.event_file_loader import (
+        RawEventFileLoader,
+    )
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    from engine.rl.tensorboard import EventFile
+
+    events = EventFile(tmp_path)
+    for step in range(50):
+        events.scalars(step, {"train/loss": step / 4, "time/fps": 1000.0 + step})
+    written = events.path.stat().st_size
+    pause = threading.Event()  # never set: the wait between looks at the file
+    deadline = time.monotonic() + 10 * EventFile.FLUSH_S
+    while events.path.stat().st_size == written:  # until the writer's next wake
+        assert time.monotonic() < deadline, "the writer never flushed the events"
+        pause.wait(0.01)
+    events.scalars(50, {"train/loss": 12.5})  # queued just before close
+    events.close()
+    assert events.error is None
+    read = [Event.FromString(r) for r in RawEventFileLoader(str(events.path)).Load()]
+    loaded = [e for e in read if e.summary.value]
+    assert [int(e.step) for e in loaded] == list(range(51))
+    assert [{v.tag: v.simple_value for v in e.summary.value} for e in loaded[:2]] == [
+        {"train/loss": 0.0, "time/fps": 1000.0},
+        {"train/loss": 0.25, "time/fps": 1001.0},
+    ]
