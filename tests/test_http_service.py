@@ -28,7 +28,10 @@ from engine.store.project import Project
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 60.0
 # Small and quick: two env copies, short rollouts, no evaluation.
-QUICK = {"n_envs": 2, "n_steps": 128, "batch_size": 64, "eval_every_steps": 0}
+# sb3: what these tests stop and watch starts at once (auto would compile
+# the long runs with jax first, tens of seconds on a loaded machine).
+QUICK = {"n_envs": 2, "n_steps": 128, "batch_size": 64, "eval_every_steps": 0,
+         "backend": "sb3"}  # fmt: skip
 
 
 class Served:

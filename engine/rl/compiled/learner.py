@@ -164,25 +164,18 @@ def learn(trainer: Any) -> None:
     episodes_played = cfg["eval_episodes"]
     eval_key = jax.random.PRNGKey(cfg["seed"] + EVAL_SEED_OFFSET)
 
-    def build() -> tuple[Any, Any]:
-        chunk = (
+    chunk = compile_unless_stopped(
+        lambda: (
             ppo.make_chunk(env, s, max_updates)
             .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
             .compile()
-        )
-        evaluate = (
-            ppo.make_evaluate(env, s, episodes_played, cfg["eval_deterministic"])
-            .lower(state.params, eval_key)
-            .compile()
-        )
-        return chunk, evaluate
-
-    programs = compile_unless_stopped(build, ctx)
-    if programs is None:
+        ),
+        ctx,
+    )
+    if chunk is None:
         trainer.stopped_by = ctx.stop_reason
         ctx.log("stopped while the program compiled; nothing was trained")
         return
-    chunk, evaluate = programs
     added = len(list(cache.iterdir())) - cached_before
     compile_s = time.perf_counter() - t0
     device = jax.devices()[0]
@@ -198,10 +191,27 @@ def learn(trainer: Any) -> None:
         + f" ({cache})"
     )
 
+    evaluate: Any = None
+
     def play_evaluation() -> Evaluation:
         """The evaluation episodes in the compiled twin (proven to step as
-        the Gymnasium env), each evaluation with draws of its own."""
-        nonlocal eval_key
+        the Gymnasium env), each evaluation with draws of its own; the
+        program is compiled (or loaded) at the first, as a run without
+        evaluations needs none."""
+        nonlocal eval_key, evaluate
+        if evaluate is None:
+            evaluate = compile_unless_stopped(
+                lambda: (
+                    ppo.make_evaluate(
+                        env, s, episodes_played, cfg["eval_deterministic"]
+                    )
+                    .lower(state.params, eval_key)
+                    .compile()
+                ),
+                ctx,
+            )
+            if evaluate is None:
+                return Evaluation(stopped=True)
         eval_key, key = jax.random.split(eval_key)
         returns, lengths, won = (np.asarray(x) for x in evaluate(state.params, key))
         return Evaluation(
