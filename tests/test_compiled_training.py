@@ -326,17 +326,27 @@ def test_the_saved_model_is_sb3s_and_acts_as_the_compiled_policy(
 
 
 def test_runs_differing_in_continuous_settings_share_the_compiled_program(
-    jax_run: tuple[Path, dict[str, Any]], tmp_path: Path
+    jax_run: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The learning rate, clip range, entropy and value weights, gamma, GAE
     lambda, gradient clip, total steps and seed are values of the program,
-    not part of it: a run differing in them loads it from the cache."""
+    not part of it: a run differing in them in a new process loads it from
+    the cache, and in the same process uses the one already compiled."""
+    from engine.rl.compiled import learner
+
     hp = {**SMALL["hyperparameters"], "learning_rate": 1e-3, "gamma": 0.95,
           "gae_lambda": 0.9, "clip_range": 0.3, "ent_coef": 0.01}  # fmt: skip
     config = {**SMALL, "seed": 11, "total_steps": 4096, "eval_every_steps": 4096,
               "hyperparameters": hp}  # fmt: skip
     run_dir, summary = _run(tmp_path, "j3", config, ctx_cls=LoggedContext)
     assert summary["total_steps"] == 4096
+    log = (run_dir / "lines.txt").read_text()
+    assert "already compiled in this process" in log, log
+    # as a new process would: nothing compiled in memory
+    monkeypatch.setattr(learner, "_PROGRAMS", {})
+    run_dir, _ = _run(tmp_path, "j4", {**config, "seed": 12}, ctx_cls=LoggedContext)
     log = (run_dir / "lines.txt").read_text()
     assert "loaded from the compilation cache" in log, log
 

@@ -16,6 +16,7 @@ each on one env copy (``vmap`` makes them vectorized); ``state`` is a
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,9 +33,12 @@ State = tuple[Array, Array]
 """``(physics, t)``: the env's own state vector and the steps taken."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CompiledEnv:
-    """A Gymnasium env as pure functions of one env copy."""
+    """A Gymnasium env as pure functions of one env copy. Two are equal when
+    their :attr:`identity` is: the programs compiled for one serve the other
+    (``jax.jit``'s static arguments and :mod:`~engine.rl.compiled.learner`'s
+    in-process programs are looked up by it)."""
 
     env_id: str
     obs_size: int
@@ -56,6 +60,19 @@ class CompiledEnv:
     is_success: Callable[[Array], Array] | None = None
     """``physics -> bool``: the ``info["is_success"]`` of the Gymnasium env
     after the step that led there; None where the env reports none."""
+    digest: str = ""
+    """What a designed env's twin was made from (a digest of its tables);
+    empty for a classic twin, which its id says all of."""
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return self.env_id, self.digest
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CompiledEnv) and other.identity == self.identity
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
 
     @property
     def continuous(self) -> bool:
@@ -246,6 +263,17 @@ def _pendulum() -> CompiledEnv:
 # ---------------------------------------------------------------- grids
 
 
+def _digest(*tables: Any) -> str:
+    """A digest of the tables a designed env's twin closes over."""
+
+    h = hashlib.sha256()
+    for table in tables:
+        a = np.ascontiguousarray(table)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
 def grid_twin(env_id: str, grid: Any) -> CompiledEnv:
     """The twin of a designed grid env, from the ``engine.envs.grid.GridEnv``
     the same spec file builds (walls, goals, traps, cell rewards, slip and
@@ -305,9 +333,15 @@ def grid_twin(env_id: str, grid: Any) -> CompiledEnv:
     def success(s: Array) -> Array:
         return goals[s[0]]
 
+    digest = _digest(
+        np.asarray(grid.walls), np.asarray(grid.cell_reward),
+        np.asarray(grid.once_reward), np.asarray(sorted(grid.goals)),
+        np.asarray(sorted(grid.traps)),
+        np.asarray([*grid.start, slip, r_step, r_bump, r_goal, r_trap, grid.max_steps]),
+    )  # fmt: skip
     return CompiledEnv(
         env_id, n, 4, (), (), int(grid.max_steps), reset, step, observe,
-        is_success=success,
+        is_success=success, digest=digest,
     )  # fmt: skip
 
 
@@ -419,9 +453,15 @@ def workflow_twin(env_id: str, model: Any) -> CompiledEnv:
     def success(p: Array) -> Array:
         return p[RESOLVED] == 1
 
+    digest = _digest(
+        m.next_table, m.cum_table, m.reward_table, m.valid, m.terminal, m.success,
+        m.end_potential, np.asarray(task_start), np.asarray(task_target),
+        np.zeros(0) if m.task_p is None else m.task_p,
+        np.asarray([bonus, max_steps, obs_size, use_target]),
+    )  # fmt: skip
     return CompiledEnv(
         env_id, obs_size, n_tools, (), (), max_steps, reset, step, observe,
-        action_mask=mask, is_success=success,
+        action_mask=mask, is_success=success, digest=digest,
     )  # fmt: skip
 
 

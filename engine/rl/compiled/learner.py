@@ -26,6 +26,10 @@ CHUNK_STEPS_MAX = 50_000
 evaluation and checkpoints happen at chunk ends."""
 STOP_POLL_S = 0.1
 """How often Stop is looked at while the program compiles (seconds)."""
+_PROGRAMS: dict[tuple[Any, ...], Any] = {}
+"""The compiled programs of this process, by what they were compiled for:
+a sweep worker's trials and the runs of one process skip even the tracing
+and cache lookup (about a second) that a run in a new process pays."""
 EPISODE_WINDOW = 100
 """Episodes averaged by ``rollout/ep_rew_mean`` (SB3's ``stats_window_size``)."""
 
@@ -164,7 +168,9 @@ def learn(trainer: Any) -> None:
     episodes_played = cfg["eval_episodes"]
     eval_key = jax.random.PRNGKey(cfg["seed"] + EVAL_SEED_OFFSET)
 
-    chunk = compile_unless_stopped(
+    chunk_key = ("chunk", env, s, max_updates)
+    reused = chunk_key in _PROGRAMS
+    chunk = _PROGRAMS.get(chunk_key) or compile_unless_stopped(
         lambda: (
             ppo.make_chunk(env, s, max_updates)
             .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
@@ -176,19 +182,20 @@ def learn(trainer: Any) -> None:
         trainer.stopped_by = ctx.stop_reason
         ctx.log("stopped while the program compiled; nothing was trained")
         return
+    _PROGRAMS[chunk_key] = chunk
     added = len(list(cache.iterdir())) - cached_before
     compile_s = time.perf_counter() - t0
     device = jax.devices()[0]
+    if reused:
+        where = "already compiled in this process"
+    elif added > 0:
+        where = f"stored in the compilation cache ({cache})"
+    else:
+        where = f"loaded from the compilation cache ({cache})"
     ctx.log(
         f"jax backend on {device.platform} ({device.device_kind}): PPO and "
         f"{cfg['env']} compiled as one program of up to {max_updates} updates in "
-        f"{compile_s:.1f} s, "
-        + (
-            "stored in the compilation cache"
-            if added > 0
-            else "loaded from the compilation cache"
-        )
-        + f" ({cache})"
+        f"{compile_s:.1f} s, {where}"
     )
 
     evaluate: Any = None
@@ -199,6 +206,8 @@ def learn(trainer: Any) -> None:
         program is compiled (or loaded) at the first, as a run without
         evaluations needs none."""
         nonlocal eval_key, evaluate
+        eval_program = ("evaluate", env, s, episodes_played, cfg["eval_deterministic"])
+        evaluate = evaluate or _PROGRAMS.get(eval_program)
         if evaluate is None:
             evaluate = compile_unless_stopped(
                 lambda: (
@@ -212,6 +221,7 @@ def learn(trainer: Any) -> None:
             )
             if evaluate is None:
                 return Evaluation(stopped=True)
+            _PROGRAMS[eval_program] = evaluate
         eval_key, key = jax.random.split(eval_key)
         returns, lengths, won = (np.asarray(x) for x in evaluate(state.params, key))
         return Evaluation(
