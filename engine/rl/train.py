@@ -502,10 +502,15 @@ class Trainer:
         self._build()
         model = self.model
         start = int(model.num_timesteps)
+        device: Any = model.device
+        if cfg["backend"] == "jax":
+            import jax  # the jax backend trains where JAX puts it, not on torch's
+
+            device = jax.devices()[0]
         ctx.log(
             f"{self.algo} on {cfg['env']}: {self.total_steps} steps, "
             f"{cfg['n_envs']} envs, seed {cfg['seed']}, backend {cfg['backend']}, "
-            f"device {model.device}, {cfg['torch_threads']} torch threads"
+            f"device {device}, {cfg['torch_threads']} torch threads"
         )
         ctx.log(
             preset_provenance(
