@@ -29,7 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "engine.service.cli",
         "serve a project's engine over HTTP (FastAPI: train, watch, stop runs)",
     ),
-    "hardware": ("engine.hardware", "print the detected hardware and settings as JSON"),
+    "hardware": (
+        "engine.rl.hardware_cli",
+        "the detected hardware and settings as JSON; hardware profiles of rl.train",
+    ),
     "models": ("engine.store.cli", "list the models registered in a project"),
     "compare": (
         "engine.store.compare_cli",

@@ -78,6 +78,9 @@ class HardwareInfo:
     jax_platforms: list[str] = field(default_factory=list)
     """Where that JAX can run: ``cpu``, and ``cuda`` with a CUDA plugin
     installed (read from package metadata: JAX is not imported)."""
+    jax_devices: list[str] = field(default_factory=list)
+    """The devices that JAX trains on here, as ``platform:id`` (its first is
+    the one the ``jax`` backend uses): see :func:`jax_devices`."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -226,6 +229,20 @@ def jax_facts() -> tuple[str, list[str]]:
         platforms.append("cuda")
         break
     return version, platforms
+
+
+def jax_devices(platforms: list[str], gpus: list[GpuInfo]) -> list[str]:
+    """The devices JAX puts its work on, as it names them (``cuda:0``,
+    ``cpu:0``), without importing it: each detected CUDA GPU when a CUDA
+    plugin is installed (JAX then prefers them), else the CPU; [] without
+    JAX. JAX sees MPS and ROCm GPUs through plugins the studio does not
+    install, so those count as the CPU."""
+    if not platforms:
+        return []
+    cuda = [g for g in gpus if g.backend == "cuda"]
+    if "cuda" in platforms and cuda:
+        return [f"cuda:{i}" for i in range(len(cuda))]
+    return ["cpu:0"]
 
 
 def torch_version() -> str:
@@ -397,6 +414,7 @@ def detect(
         cpu_features=[f for f in CPU_FEATURES if f in flags],
         jax_version=jax_version,
         jax_platforms=jax_platforms,
+        jax_devices=jax_devices(jax_platforms, gpus),
     )
 
 

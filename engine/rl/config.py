@@ -23,6 +23,8 @@ import difflib
 import importlib.util
 import os
 import random
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,11 +32,14 @@ from typing import Any
 from engine import contract
 from engine.envs.curriculum import CurriculumConfig
 from engine.errors import ConfigError, quoted
+from engine.rl import hardware_profiles
 from engine.rl.compiled.support import BACKENDS, resolve_backend
+from engine.rl.hardware_profiles import DEFAULT_PROFILE
 from engine.settings import (
     STEPS_MAX,
     Search,
     check_fields,
+    check_value,
     defaults_of,
     fields_of,
     setting,
@@ -399,6 +404,12 @@ class TrainConfig:
     device: str = setting("auto", choices=DEVICES, group="Run")
     """``auto`` (GPU if present, except for MLP policies), ``cpu``, ``cuda``,
     ``cuda:N`` or ``mps``."""
+    hardware_profile: str = setting(DEFAULT_PROFILE, group="Run")
+    """A hardware profile (``engine.rl.hardware_profiles``): ``auto`` (the
+    detected hardware decides), ``cpu``, ``gpu`` or one the user saved
+    (``rl-studio-engine hardware --save-profile``). It sets the settings it
+    fixes (device, torch_threads, n_envs, backend) that the run does not
+    give itself; the run log lists them."""
     policy: str | None = setting(None, choices=POLICIES, form=False)
     """SB3 policy class name; None: ``MultiInputPolicy`` for dict
     observations, ``CnnPolicy`` for images, else ``MlpPolicy``."""
@@ -1450,9 +1461,36 @@ def _check_device(value: Any) -> str:
                 "device", "device 'mps' was asked for but Apple MPS is not available."
             )
         return dev
-    raise ConfigError(
-        "device", f"device must be auto, cpu, cuda, cuda:N or mps, not {quoted(value)}."
-    )
+    raise ConfigError("device", _device_form_problem(value))
+
+
+def _device_form_problem(value: Any) -> str:
+    return f"device must be auto, cpu, cuda, cuda:N or mps, not {quoted(value)}."
+
+
+def check_profile_settings(name: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a hardware profile ``name`` fixes, checked as a run's
+    own (a device's form only: whether it exists is the run's check); a
+    ConfigError naming ``hardware_profile`` says which one is wrong."""
+    infos = fields_of(TrainConfig)
+    out: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key == "device":
+            dev = value.strip().lower() if isinstance(value, str) else ""
+            if dev in DEVICES or re.fullmatch(r"cuda:\d+", dev):
+                out[key] = dev
+                continue
+            problem = _device_form_problem(value)
+        else:
+            try:
+                out[key] = check_value(infos[key], value, key)
+                continue
+            except ConfigError as exc:
+                problem = str(exc)
+        raise ConfigError(
+            "hardware_profile", f"The hardware profile {quoted(name)}: {problem}"
+        )
+    return out
 
 
 def _check_hyper(
@@ -1642,6 +1680,10 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(name, f"Unknown setting {quoted(name)}{hint}")
     cfg: dict[str, Any] = defaults_of(TrainConfig)
     cfg.update(config)
+    # The profile's settings win over the preset's, a setting given over both.
+    from_profile, profile_notes = hardware_profiles.apply_profile(
+        cfg["hardware_profile"], config, cfg, check_profile_settings
+    )
     record = None
     if cfg["preset"]:
         if not isinstance(cfg["preset"], str):
@@ -1706,7 +1748,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     preset_train = {k: v for k, v in preset.items() if k in TRAIN_FIELDS}
     preset_hp = {k: v for k, v in preset.items() if k not in TRAIN_FIELDS}
     for key, value in preset_train.items():
-        if config.get(key) is None:
+        if config.get(key) is None and key not in from_profile:
             cfg[key] = value
     if cfg["total_steps"] is None:
         cfg["total_steps"] = DEFAULT_TOTAL_STEPS
@@ -1731,7 +1773,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     hp = check_fields(ALGO_CONFIGS[algo], hp, prefix="hyperparameters.")
     notes = fit_to_budget(algo, hp, chosen, cfg["total_steps"], cfg["n_envs"])
     hp = _check_hyper(algo, hp, cfg["n_envs"], info)
-    cfg["notes"] = [*cfg["notes"], *notes]
+    cfg["notes"] = [*cfg["notes"], *profile_notes, *notes]
     cfg["hyperparameters"] = hp
     cfg["env_kwargs"] = dict(cfg["env_kwargs"])
     if cfg["learned_reward"]:

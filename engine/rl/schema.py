@@ -21,10 +21,14 @@ from typing import Any
 
 from engine.envs.curriculum import DIFFICULTY
 from engine.errors import ConfigError, EngineError
+from engine.rl import hardware_profiles
 from engine.rl.config import (
     ALGO_CONFIGS,
     DEFAULT_TOTAL_STEPS,
     TrainConfig,
+    check_profile_settings,
+    default_n_envs,
+    default_torch_threads,
     load_preset,
     preset_for,
     preset_names,
@@ -82,6 +86,15 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
             item["suggestions"] = ["", *preset_names(project_dir)]
             # Where the defaults below come from, shown under the field.
             item["note"] = preset_provenance(env, hp_algo, project_dir, chosen)
+        elif info.name == "hardware_profile":
+            saved = hardware_profiles.load_saved()
+            previews = profile_previews(hp_algo, preset, saved)
+            item["type"] = "choice"
+            item["choices"] = list(previews)
+            # What each profile sets, for the form to show the chosen one's.
+            item["profiles"] = previews
+            if saved.problems:
+                item["note"] = " ".join(saved.problems)
         fields.append(item)
     for info in fields_of(ALGO_CONFIGS[hp_algo]).values():
         if not info.form or form_type(info) is None:
@@ -95,6 +108,77 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
             )
         )
     return fields
+
+
+def profile_previews(
+    algo: str,
+    preset: dict[str, Any],
+    saved: hardware_profiles.SavedProfiles | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each hardware profile (built-in, then saved) by name: its
+    ``description``, why it cannot be used here (``problem``, '' when it
+    can) and ``settings``, the rows ``{"name", "value", "source"}`` of what
+    a run of ``algo`` with ``preset`` gets from it: the profile's value, the
+    preset's or the hardware's. The rows for language models (``llm_*``)
+    are what :func:`engine.hardware.recommend` derives for the profile's
+    device. Cheap after the first call: hardware detection is cached."""
+    from engine.hardware import detect, recommend
+
+    saved = hardware_profiles.load_saved() if saved is None else saved
+    info = detect()
+    gpu = max(info.gpus, key=lambda g: g.memory_total_bytes, default=None)
+    backend = gpu.backend if gpu is not None else None
+    if gpu is None:
+        auto_device = "auto (cpu: no GPU detected)"
+    else:
+        auto_device = f"auto ({gpu.backend} for image policies, cpu for MLP)"
+    n_envs = (
+        (preset["n_envs"], "preset")
+        if preset.get("n_envs") is not None
+        else (default_n_envs(algo), "hardware")
+    )
+    derived = {
+        "device": (auto_device, "hardware"),
+        "torch_threads": (default_torch_threads(), "hardware"),
+        "n_envs": n_envs,
+        "backend": ("auto", "default"),
+    }
+    out: dict[str, dict[str, Any]] = {}
+    for name, profile in hardware_profiles.all_profiles(saved, backend).items():
+        fixed = profile.settings
+        device = str(fixed.get("device", "auto"))
+        rows = [
+            {"name": key, "value": fixed[key], "source": "profile"}
+            if key in fixed
+            else {"name": key, "value": value, "source": source}
+            for key, (value, source) in derived.items()
+        ]
+        on_gpu = gpu is not None and device != "cpu"
+        llm = recommend(
+            info.gpus if on_gpu else [],
+            info.cpu_physical_cores,
+            info.cpu_logical_cores,
+            info.cpu_bf16,
+        )
+        rows += [
+            {"name": key, "value": value, "source": "hardware"}
+            for key, value in (
+                ("llm_precision", llm.dtype),
+                ("llm_batch_size", llm.batch_size),
+                ("llm_lora_rank", llm.lora_rank),
+            )
+        ]
+        description = profile.description
+        if name == "gpu" and gpu is not None:
+            description = f"{description} ({gpu.name})"
+        problem = hardware_profiles.gpu_problem(backend) if name == "gpu" else ""
+        if not profile.builtin:
+            try:
+                check_profile_settings(name, fixed)
+            except ConfigError as exc:
+                problem = str(exc)
+        out[name] = {"description": description, "problem": problem, "settings": rows}
+    return out
 
 
 def difficulty_kind(env: str, project_dir: Any) -> str | None:
