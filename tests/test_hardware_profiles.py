@@ -387,3 +387,30 @@ def test_new_run_dialog_shows_what_each_profile_sets(qtbot, session) -> None:  #
     qtbot.waitUntil(
         lambda: preview.rows()["n_envs"] == ("3", "this form"), timeout=5_000
     )
+
+
+def test_a_reproduce_command_spells_the_profile_out(tmp_path: Path) -> None:
+    """A run's reproduce command rebuilds its config where the profile it
+    named was never saved: the profile's values are in the command."""
+    import argparse
+
+    from engine.rl.cli import build_config, configure
+    from engine.rl.train import reproduce_argv
+
+    save_profile("box", {"n_envs": 3, "device": "cpu"}, check_profile_settings)
+    cfg = validate(
+        {
+            "env": "CartPole-v1",
+            "seed": 2,
+            "hardware_profile": "box",
+            "project_dir": str(tmp_path),
+        }
+    )
+    argv = reproduce_argv(cfg)
+    assert "hardware_profile=box" not in argv
+    profiles_file().unlink()
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    again = validate(build_config(parser.parse_args(argv[2:]), tmp_path))
+    assert again["hardware_profile"] == "auto"
+    assert {**again, "hardware_profile": "box", "notes": cfg["notes"]} == cfg

@@ -298,6 +298,7 @@ def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
         "project_dir",
         "notes",
         "preset",  # its values are spelled out below
+        "hardware_profile",  # likewise; a saved one may not exist elsewhere
     )
     for key in TRAIN_FIELDS:
         if key in skip:
