@@ -30,6 +30,7 @@ import inspect
 import itertools
 import math
 import textwrap
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -192,6 +193,12 @@ def field_docs(cls: type) -> dict[str, str]:
     return dict(_field_docs(cls))
 
 
+_PARSING = threading.Lock()
+"""CPython 3.11's parser is not safe from two threads at once ("AST
+constructor recursion depth mismatch"): a sweep worker validates the configs
+of the trials it trains together on threads of their own."""
+
+
 @cache
 def _field_docs(cls: type) -> tuple[tuple[str, str], ...]:
     docs: dict[str, str] = {}
@@ -199,10 +206,11 @@ def _field_docs(cls: type) -> tuple[tuple[str, str], ...]:
         if not dataclasses.is_dataclass(klass):
             continue
         try:
-            source = textwrap.dedent(inspect.getsource(klass))
+            with _PARSING:  # getsource parses the module too
+                source = textwrap.dedent(inspect.getsource(klass))
+                body = ast.parse(source).body[0]
         except (OSError, TypeError):
             continue
-        body = ast.parse(source).body[0]
         assert isinstance(body, ast.ClassDef)
         for stmt, following in itertools.pairwise(body.body):
             if (

@@ -140,7 +140,7 @@ def test_the_pipelines_review_and_qa_send_backs_are_drawn_as_often() -> None:
 
 
 @settings(
-    max_examples=15,
+    max_examples=10,
     deadline=None,
     suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
 )

@@ -222,12 +222,53 @@ class JobContext:
                 print(f"could not write metrics: {exc}", file=sys.stderr, flush=True)
 
 
+_THREAD_JOBS: set[JobContext] = set()
+"""Jobs running on threads other than the main one, which cannot take
+signals: :func:`stop_threads_on_signals` stops them."""
+_THREAD_JOBS_LOCK = threading.Lock()
+
+
+def stop_threads_on_signals(say: Callable[[str], None]) -> Callable[[], None]:
+    """For a main thread whose jobs run on threads of their own (a sweep
+    worker training trials together): SIGINT and SIGTERM ask every such job
+    to stop, as :func:`stop_on_signals` does for one; a second aborts.
+    Returns a function that restores the previous handlers."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        with _THREAD_JOBS_LOCK:
+            jobs = list(_THREAD_JOBS)
+        if any(ctx.should_stop for ctx in jobs):
+            raise KeyboardInterrupt(f"{name} while stopping")
+        say(f"stopping {len(jobs)} runs: saving checkpoints ({name} again to abort)")
+        for ctx in jobs:
+            ctx.request_stop(_requested_reason(ctx.run_dir) or "signal")
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return restore
+
+
 def stop_on_signals(ctx: JobContext, say: Callable[[str], None]) -> Callable[[], None]:
     """Handle SIGINT and SIGTERM as a cooperative stop of ``ctx`` (reason
     ``signal``): the job saves its checkpoint and ends as stopped. A signal
     after a stop was asked for aborts at once (``KeyboardInterrupt``).
     ``say`` tells the user; returns a function that restores the previous
-    handlers. Call from the main thread."""
+    handlers. Off the main thread, which cannot take signals, ``ctx`` is
+    left to :func:`stop_threads_on_signals` instead."""
+    if threading.current_thread() is not threading.main_thread():
+        with _THREAD_JOBS_LOCK:
+            _THREAD_JOBS.add(ctx)
+
+        def forget() -> None:
+            with _THREAD_JOBS_LOCK:
+                _THREAD_JOBS.discard(ctx)
+
+        return forget
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name

@@ -1080,11 +1080,84 @@ def work(
     project = Project.open(project_dir)
     register_designed_envs(project_dir)
     try:
-        while run_trial(study, settings, project, storage, storage_url):
-            pass
+        slots = compiled_slots(settings)
+        if slots > 1:
+            _work_together(storage, study_name, settings, project, storage_url, slots)
+        else:
+            while run_trial(study, settings, project, storage, storage_url):
+                pass
     finally:
         project.close()
     return 0
+
+
+COMPILED_SLOTS_MAX = 16
+"""The most trials a worker trains together as one compiled program."""
+COMPILED_TOGETHER = frozenset(
+    {"learning_rate", "clip_range", "ent_coef", "vf_coef", "gamma", "gae_lambda",
+     "max_grad_norm"}
+)  # fmt: skip
+"""The settings that are values of the compiled program
+(``engine.rl.compiled.ppo.Hyper``): trials differing only in them (and in
+their seeds) share its shapes, so they train as one."""
+
+
+def compiled_slots(settings: dict[str, Any]) -> int:
+    """How many trials a worker trains together: up to
+    :data:`COMPILED_SLOTS_MAX` when the sweep asks for the ``jax`` backend
+    and searches only :data:`COMPILED_TOGETHER`; 1 otherwise, and for the
+    ``time_to_target`` objective, whose CPU seconds are a trial's own."""
+    searched = {d["name"] for d in settings["search"]}
+    together = (
+        settings["settings"].get("backend") == "jax"
+        and searched <= COMPILED_TOGETHER
+        and objective_of(settings) != "time_to_target"
+    )
+    return min(settings["trials"], COMPILED_SLOTS_MAX) if together else 1
+
+
+def _work_together(
+    storage: optuna.storages.RDBStorage,
+    study_name: str,
+    settings: dict[str, Any],
+    project: Project,
+    storage_url: str,
+    slots: int,
+) -> None:
+    """``slots`` threads taking trials as :func:`work` does, whose compiled
+    chunks run as one ``vmap``-ed program (``engine.rl.compiled.batch``);
+    each trial is still a run of the project. Each thread reads the study
+    for itself: a trial's sampler is set on the study it is drawn from."""
+    from engine.jobs.context import stop_threads_on_signals
+    from engine.rl.compiled import batch
+
+    failures: list[BaseException] = []
+
+    def trials() -> None:
+        try:
+            study, _ = load(storage, study_name)
+            while run_trial(study, settings, project, storage, storage_url):
+                pass
+        except BaseException as exc:  # re-raised in the worker's main thread
+            failures.append(exc)
+
+    batch.ACTIVE = batch.TrialBatch(slots)
+    threads = [
+        threading.Thread(target=trials, name=f"trials-{i}", daemon=True)
+        for i in range(slots)
+    ]
+    restore = stop_threads_on_signals(lambda text: print(text, file=sys.stderr))
+    try:
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            for thread in threads:
+                thread.join(POLL_S)
+    finally:
+        restore()
+        batch.ACTIVE = None
+    if failures:
+        raise failures[0]
 
 
 # --------------------------------------------------------------------------

@@ -131,20 +131,19 @@ def compile_unless_stopped(build: Callable[[], Any], ctx: Any) -> Any | None:
 
 def learn(trainer: Any) -> None:
     """Train ``trainer``'s model from its current step to ``total_steps``
-    with the compiled PPO."""
+    with the compiled PPO: alone, or with the other trials of this process's
+    sweep (:data:`engine.rl.compiled.batch.ACTIVE`) as one program."""
     try:
         import jax
         import jax.numpy as jnp
-        import numpy as np
     except ImportError as exc:  # a broken install, found after validation
         raise EngineError(
             f"JAX could not be imported ({exc}); reinstall rl-studio[jax] or train "
             "with backend sb3."
         ) from None
-    from engine.rl.compiled import ppo
+    from engine.rl.compiled import batch, ppo
     from engine.rl.compiled.envs import compiled_env
     from engine.rl.compiled.sb3 import copy_from_sb3, copy_to_sb3
-    from engine.rl.policy import EVAL_SEED_OFFSET, Evaluation
 
     ctx, cfg, model = trainer.ctx, trainer.cfg, trainer.model
     env = compiled_env(cfg["env"], cfg["env_kwargs"])
@@ -163,13 +162,31 @@ def learn(trainer: Any) -> None:
     else:
         copy_to_sb3(model, state.params)
     max_updates = chunk_updates(cfg, s.rollout)
-    cached_before = len(list(cache.iterdir()))
-    t0 = time.perf_counter()
-    episodes_played = cfg["eval_episodes"]
-    eval_key = jax.random.PRNGKey(cfg["seed"] + EVAL_SEED_OFFSET)
+    device = jax.devices()[0]
+    on = (
+        f"jax backend on {device.platform} ({device.device_kind}): PPO and {cfg['env']}"
+    )
+
+    sweep = batch.ACTIVE
+    member = sweep.join(env, s, max_updates) if sweep is not None else None
+    if sweep is not None and member is not None:
+        ctx.log(
+            f"{on} trained with up to {sweep.slots - 1} other trials of the sweep "
+            f"as one vmap-ed program of up to {max_updates} updates"
+        )
+        try:
+            _train_chunks(
+                trainer, env, s, state, max_updates,
+                lambda st, n, before: sweep.run(member, st, n, before, h),
+            )  # fmt: skip
+        finally:
+            sweep.leave(member)
+        return
 
     chunk_key = ("chunk", env, s, max_updates)
     reused = chunk_key in _PROGRAMS
+    cached_before = len(list(cache.iterdir()))
+    t0 = time.perf_counter()
     chunk = _PROGRAMS.get(chunk_key) or compile_unless_stopped(
         lambda: (
             ppo.make_chunk(env, s, max_updates)
@@ -184,8 +201,6 @@ def learn(trainer: Any) -> None:
         return
     _PROGRAMS[chunk_key] = chunk
     added = len(list(cache.iterdir())) - cached_before
-    compile_s = time.perf_counter() - t0
-    device = jax.devices()[0]
     if reused:
         where = "already compiled in this process"
     elif added > 0:
@@ -193,11 +208,37 @@ def learn(trainer: Any) -> None:
     else:
         where = f"loaded from the compilation cache ({cache})"
     ctx.log(
-        f"jax backend on {device.platform} ({device.device_kind}): PPO and "
-        f"{cfg['env']} compiled as one program of up to {max_updates} updates in "
-        f"{compile_s:.1f} s, {where}"
+        f"{on} compiled as one program of up to {max_updates} updates in "
+        f"{time.perf_counter() - t0:.1f} s, {where}"
     )
+    _train_chunks(
+        trainer, env, s, state, max_updates,
+        lambda st, n, before: chunk(st, jnp.int32(n), jnp.float32(before), h),
+    )  # fmt: skip
 
+
+def _train_chunks(
+    trainer: Any,
+    env: Any,
+    s: Any,
+    state: Any,
+    max_updates: int,
+    run_chunk: Callable[[Any, int, int], Any],
+) -> None:
+    """The chunks of a run, each ``run_chunk(state, n_updates, steps_before)``,
+    with SB3's logging, evaluation in the twin, checkpoints and Stop between
+    them."""
+    import jax
+    import numpy as np
+
+    from engine.rl.compiled import ppo
+    from engine.rl.compiled.sb3 import copy_to_sb3
+    from engine.rl.policy import EVAL_SEED_OFFSET, Evaluation
+
+    ctx, cfg, model = trainer.ctx, trainer.cfg, trainer.model
+    steps = int(model.num_timesteps)
+    episodes_played = cfg["eval_episodes"]
+    eval_key = jax.random.PRNGKey(cfg["seed"] + EVAL_SEED_OFFSET)
     evaluate: Any = None
 
     def play_evaluation() -> Evaluation:
@@ -242,9 +283,7 @@ def learn(trainer: Any) -> None:
             return
         n = updates_until_due(trainer, steps, s.rollout, max_updates)
         started = time.perf_counter()
-        state, metrics, (done, ep_return, ep_length) = chunk(
-            state, jnp.int32(n), jnp.float32(steps), h
-        )
+        state, metrics, (done, ep_return, ep_length) = run_chunk(state, n, steps)
         metrics = np.asarray(metrics)[:n]
         done, ep_return, ep_length = (
             np.asarray(done)[:n],
