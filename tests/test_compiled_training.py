@@ -291,7 +291,7 @@ def test_a_compiled_run_is_an_ordinary_run(
     assert update_steps == list(range(512, 8193, 512))
     assert [r["step"] for r in rows if "eval/mean_reward" in r] == [4096, 8192]
     log = (run_dir / "lines.txt").read_text()
-    assert "backend jax" in log and "jax backend on cpu" in log
+    assert "backend jax, device cpu:0" in log and "jax backend on cpu" in log
     assert "compilation cache" in log
     # learning happened: CartPole returns grow well past random play (~22)
     returns = [r["rollout/ep_rew_mean"] for r in rows if "rollout/ep_rew_mean" in r]

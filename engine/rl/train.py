@@ -504,10 +504,10 @@ class Trainer:
         model = self.model
         start = int(model.num_timesteps)
         device: Any = model.device
-        if cfg["backend"] == "jax":
-            import jax  # the jax backend trains where JAX puts it, not on torch's
+        if cfg["backend"] == "jax":  # it trains where JAX puts it, not on torch's
+            from engine.rl.compiled.learner import jax_device
 
-            device = jax.devices()[0]
+            device = jax_device(cfg)
         ctx.log(
             f"{self.algo} on {cfg['env']}: {self.total_steps} steps, "
             f"{cfg['n_envs']} envs, seed {cfg['seed']}, backend {cfg['backend']}, "

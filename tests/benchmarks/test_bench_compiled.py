@@ -210,3 +210,51 @@ def test_compiled_maskable_ppo_on_the_release_pipeline(tmp_path: Path) -> None:
     )
     assert whole <= TARGET_PIPELINE_WHOLE
     assert to_target <= TARGET_PIPELINE_TO_TARGET
+
+
+# ------------------------------------------------------------ sweeps
+
+SWEEP_TRIALS = 16
+SWEEP_STEPS = 20_000
+TARGET_SWEEP = 0.2  # compiled sweep / Optuna sweep on sb3, wall time
+
+
+def sweep_process(project: Path, backend: str, env: dict[str, str]) -> float:
+    """One ``rl-studio-engine tune`` of CartPole's learning rate, 16 trials
+    on one worker, with issue 27's PPO settings, timed whole."""
+    argv = [sys.executable, "-m", "engine", "tune", "--env", "CartPole-v1",
+            "--algo", "PPO", "--trials", str(SWEEP_TRIALS), "--steps",
+            str(SWEEP_STEPS), "--search", "learning_rate=1e-4:1e-2:log",
+            "--workers", "1", "--seed", "0", "--project", str(project),
+            "--set", f"backend={backend}"]  # fmt: skip
+    for key, value in SETTINGS.items():
+        if key not in ("learning_rate", "eval_every_steps", "checkpoint_every_steps"):
+            text = value if isinstance(value, str) else json.dumps(value)
+            argv += ["--set", f"{key}={text}"]
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False
+    )
+    wall = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["completed"] == SWEEP_TRIALS
+    return wall
+
+
+@pytest.mark.timeout(1800)
+def test_compiled_sweep_against_an_optuna_sweep_on_sb3(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cold = sweep_process(tmp_path / "cold", "jax", env)
+    warm = sweep_process(tmp_path / "warm", "jax", env)
+    sb3 = sweep_process(tmp_path / "sb3", "sb3", env)
+    print()
+    print(
+        f"{SWEEP_TRIALS}-trial CartPole learning-rate sweep, {SWEEP_STEPS:,} steps "
+        f"a trial, one worker: jax {cold:.1f} s with a cold cache, {warm:.1f} s "
+        f"warm; sb3 {sb3:.1f} s"
+    )
+    print(
+        f"compiled sweep / Optuna sweep on sb3 = {warm / sb3:.3f} warm, "
+        f"{cold / sb3:.3f} cold (target <= {TARGET_SWEEP:g})"
+    )
+    assert warm / sb3 <= TARGET_SWEEP

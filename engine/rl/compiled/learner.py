@@ -135,12 +135,28 @@ def learn(trainer: Any) -> None:
     sweep (:data:`engine.rl.compiled.batch.ACTIVE`) as one program."""
     try:
         import jax
-        import jax.numpy as jnp
     except ImportError as exc:  # a broken install, found after validation
         raise EngineError(
             f"JAX could not be imported ({exc}); reinstall rl-studio[jax] or train "
             "with backend sb3."
         ) from None
+    device = jax_device(trainer.cfg)
+    with jax.default_device(device):
+        _learn_on(trainer, device)
+
+
+def jax_device(cfg: dict[str, Any]) -> Any:
+    """The JAX device a run trains on: JAX's first (a GPU where the CUDA
+    jaxlib finds one), or the CPU when the run's ``device`` is ``cpu`` (say,
+    from the ``cpu`` hardware profile)."""
+    import jax
+
+    return jax.devices("cpu")[0] if cfg["device"] == "cpu" else jax.devices()[0]
+
+
+def _learn_on(trainer: Any, device: Any) -> None:
+    import jax.numpy as jnp
+
     from engine.rl.compiled import batch, ppo
     from engine.rl.compiled.envs import compiled_env
     from engine.rl.compiled.sb3 import copy_from_sb3, copy_to_sb3
@@ -162,7 +178,6 @@ def learn(trainer: Any) -> None:
     else:
         copy_to_sb3(model, state.params)
     max_updates = chunk_updates(cfg, s.rollout)
-    device = jax.devices()[0]
     on = (
         f"jax backend on {device.platform} ({device.device_kind}): PPO and {cfg['env']}"
     )
