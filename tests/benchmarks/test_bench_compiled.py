@@ -215,7 +215,7 @@ def test_compiled_maskable_ppo_on_the_release_pipeline(tmp_path: Path) -> None:
 # ------------------------------------------------------------ sweeps
 
 SWEEP_TRIALS = 16
-SWEEP_STEPS = 20_000
+SWEEP_STEPS = 50_000  # long enough for PPO to solve CartPole
 TARGET_SWEEP = 0.2  # compiled sweep / Optuna sweep on sb3, wall time
 
 
@@ -226,6 +226,8 @@ def sweep_process(project: Path, backend: str, env: dict[str, str]) -> float:
             "--algo", "PPO", "--trials", str(SWEEP_TRIALS), "--steps",
             str(SWEEP_STEPS), "--search", "learning_rate=1e-4:1e-2:log",
             "--workers", "1", "--seed", "0", "--project", str(project),
+            # every trial trains its whole budget on both sides: no pruning
+            "--prune-startup", str(SWEEP_TRIALS),
             "--set", f"backend={backend}"]  # fmt: skip
     for key, value in SETTINGS.items():
         if key not in ("learning_rate", "eval_every_steps", "checkpoint_every_steps"):
