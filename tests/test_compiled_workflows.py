@@ -29,7 +29,7 @@ from engine.envs.registry import register_spec
 from engine.rl.compiled import ppo
 from engine.rl.compiled.envs import CompiledEnv, compiled_env
 from engine.rl.compiled.sb3 import copy_from_sb3
-from engine.rl.config import PRESETS
+from engine.rl.presets import builtin_presets
 from engine.store.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
@@ -183,7 +183,7 @@ def test_a_random_stochastic_spec_draws_its_outcomes_as_often() -> None:
 
 def _pipeline_config(total_steps: int) -> dict[str, Any]:
     env_id = register_spec(ROOT / "resources/examples/envs" / PIPELINE)
-    preset = dict(PRESETS[env_id]["MaskablePPO"])
+    preset = dict(builtin_presets()[env_id]["MaskablePPO"])
     preset.pop("provenance")
     hp = {
         k: preset.pop(k) for k in ("n_steps", "batch_size", "n_epochs", "learning_rate")

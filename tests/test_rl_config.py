@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import gymnasium as gym
@@ -18,6 +20,12 @@ from engine.jobs.registry import get_kind, validate_config
 from engine.rl import config as rlconfig
 from engine.rl.cli import build_config, configure
 from engine.rl.config import ALGO_CONFIGS, TrainConfig, validate
+from engine.rl.presets import (
+    BundledPresetError,
+    builtin_presets,
+    load_presets,
+    presets_folder,
+)
 from engine.rl.train import reproduce_argv
 from engine.settings import field_docs
 
@@ -294,18 +302,23 @@ def _installed(env_id: str) -> bool:
 
 @pytest.mark.parametrize(
     ("env_id", "algo"),
-    [(env, algo) for env, by_algo in rlconfig.PRESETS.items() for algo in by_algo],
+    [(env, algo) for env, by_algo in builtin_presets().items() for algo in by_algo],
 )
 def test_every_built_in_preset_validates_and_says_where_it_comes_from(
     env_id: str, algo: str, tmp_path: Path
 ) -> None:
-    where = rlconfig.PRESETS[env_id][algo]["provenance"]
+    where = builtin_presets()[env_id][algo]["provenance"]
+    # The keys provenance_text shows where presets are chosen and in --help.
     if "study" in where:  # tuned here: the whole record
         for key in ("trials", "steps_per_trial", "date", "objective", "result"):
             assert where[key], key
         assert "tuned by the sweep" in rlconfig.provenance_text(where)
-    else:  # honestly untuned
+    else:  # honestly untuned, and says why
         assert where["source"] in ("RL Zoo settings", "hand-set")
+        assert where["detail"]
+        assert (
+            rlconfig.provenance_text(where) == f"{where['source']} ({where['detail']})"
+        )
     text = rlconfig.preset_provenance(env_id, algo)
     assert text.startswith(f"The built-in preset for {algo} on {env_id}: ")
     assert "provenance" not in rlconfig.preset_for(env_id, algo)
@@ -319,6 +332,78 @@ def test_every_built_in_preset_validates_and_says_where_it_comes_from(
     cfg = validate({"env": env_id, "algo": algo, "seed": 1, **project})
     assert "provenance" not in cfg["hyperparameters"]
     assert cfg["algo"] == algo
+
+
+def test_the_built_in_presets_are_read_once_and_shared_by_their_aliases() -> None:
+    presets = builtin_presets()
+    assert builtin_presets() is presets  # cached: one dict, mutable in place
+    assert presets["Taxi-v4"] is presets["Taxi-v3"]  # Gymnasium 1.x's name
+    assert "Taxi-v4" not in rlconfig.builtin_presets_text()
+    # A provenance named in sources.json is that shared record, resolved.
+    assert presets["CartPole-v1"]["A2C"]["provenance"]["source"] == "RL Zoo settings"
+
+
+def _break(folder: Path, name: str, edit: str | Callable[[dict], object]) -> Path:
+    """A copy of the bundled presets in ``folder`` with file ``name``'s JSON
+    object changed by ``edit`` (or its text replaced, given a string)."""
+    shutil.copytree(presets_folder(), folder)
+    path = folder / name
+    if isinstance(edit, str):
+        path.write_text(edit)
+    else:
+        record = json.loads(path.read_text())
+        edit(record)
+        path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "edit", "problem"),
+    [
+        ("CartPole-v1.json", "{not json", "cannot be read"),
+        ("CartPole-v1.json", "[]", "does not hold a JSON object"),
+        ("CartPole-v1.json", lambda r: r.update(format=2), "'format' must be 1"),
+        ("CartPole-v1.json", lambda r: r.update(env="Acrobot-v1"), "'env' must match"),
+        ("Taxi-v3.json", lambda r: r.update(aliases="Taxi-v4"), "'aliases' must be"),
+        ("Acrobot-v1.json", lambda r: r.update(presets={}), "'presets' must map"),
+        (
+            "Acrobot-v1.json",
+            lambda r: r["presets"].update(PPO=[1]),
+            "'presets.PPO' must be an object",
+        ),
+        (
+            "Acrobot-v1.json",
+            lambda r: r["presets"]["A2C"].update(provenance="rl-zo"),
+            "'presets.A2C.provenance' names 'rl-zo', which sources.json does not",
+        ),
+        (
+            "Acrobot-v1.json",
+            lambda r: r["presets"]["A2C"].pop("provenance"),
+            "'presets.A2C.provenance' must be a record",
+        ),
+        ("sources.json", lambda r: r.pop("sources"), "'sources' must map"),
+    ],
+)
+def test_a_malformed_preset_file_is_one_sentence_naming_file_and_key(
+    tmp_path: Path, name: str, edit: str | Callable[[dict], object], problem: str
+) -> None:
+    path = _break(tmp_path / "presets", name, edit)
+    with pytest.raises(BundledPresetError) as caught:
+        load_presets(path.parent)
+    message = str(caught.value)
+    assert message.startswith(f"The bundled preset file {path} ")
+    assert problem in message
+    assert message.endswith(".") and "\n" not in message
+
+
+def test_two_files_for_one_env_are_refused(tmp_path: Path) -> None:
+    path = _break(tmp_path / "presets", "Taxi-v3.json", lambda r: None)
+    (path.parent / "Taxi-v4.json").write_text(
+        json.dumps({"format": 1, "env": "Taxi-v4", "presets": {"PPO": {
+            "provenance": "hand-set"}}})
+    )  # fmt: skip
+    with pytest.raises(BundledPresetError, match="'env' repeats 'Taxi-v4'"):
+        load_presets(path.parent)
 
 
 def test_the_preset_provenance_is_shown_in_the_form_and_the_help(tmp_path) -> None:
@@ -360,5 +445,6 @@ def test_the_preset_provenance_is_shown_in_the_form_and_the_help(tmp_path) -> No
     parser = argparse.ArgumentParser()
     configure(parser)
     text = rlconfig.builtin_presets_text()
-    assert "tuned here: PPO on CartPole-v1 (the sweep 'ppo-cartpole-" in text
+    assert text.startswith("Built-in presets: tuned here: ")  # in file-name order
+    assert "PPO on CartPole-v1 (the sweep 'ppo-cartpole-" in text
     assert "".join(text.split()) in "".join(parser.format_help().split())

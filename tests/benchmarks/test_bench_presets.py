@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.rl.config import PRESETS
+from engine.rl.presets import builtin_presets
 from tests.benchmarks.time_to_target import (
     Designed,
     Tuned,
@@ -78,7 +78,7 @@ def test_bench_preset_time_to_target(
 ) -> None:
     """Issue 13: a sweep-tuned preset reaches its target in less wall time
     than RL Zoo's settings as a bare script (median over the seeds)."""
-    assert "study" in PRESETS[case.env][case.algo]["provenance"]
+    assert "study" in builtin_presets()[case.env][case.algo]["provenance"]
     ratio, studio, zoo = race(tmp_path, case, seeds, "preset")
     assert times_reached(studio) >= times_reached(zoo)
     assert ratio < 1.0
@@ -115,7 +115,7 @@ def test_bench_designed_env_preset_against_defaults(
     """Issue 13: a sweep-tuned preset for a bundled designed env reaches its
     target in less wall time than the engine's defaults (median over the
     seeds), and as often."""
-    assert "study" in PRESETS[case.env][case.algo]["provenance"]
+    assert "study" in builtin_presets()[case.env][case.algo]["provenance"]
     ratio, tuned, default = race_defaults(tmp_path, case, DESIGNED_SEEDS, "preset")
     assert times_reached(tuned) >= times_reached(default)
     assert ratio < 1.0
@@ -137,7 +137,7 @@ def test_bench_borrowed_preset_against_defaults(tmp_path: Path, case: Designed) 
     """Issue 13: the release pipeline's settings, reused unswept on an
     easier Jira env, reach its target in less wall time than the engine's
     defaults (mostly by evaluating sooner; their provenance says so)."""
-    assert PRESETS[case.env][case.algo]["provenance"]["source"] == "hand-set"
+    assert builtin_presets()[case.env][case.algo]["provenance"]["source"] == "hand-set"
     ratio, tuned, default = race_defaults(tmp_path, case, DESIGNED_SEEDS, "borrowed")
     assert times_reached(tuned) >= times_reached(default)
     assert ratio < 1.0

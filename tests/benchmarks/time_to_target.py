@@ -268,8 +268,10 @@ def designed_to_target(
 ) -> Outcome:
     """A run of ``case`` stopping at its target: with the built-in preset,
     or (``preset=False``) with the engine's defaults, as before the preset
-    existed (the env's entry is left out of PRESETS meanwhile)."""
-    from engine.rl.config import PRESETS
+    existed (the env's entry is left out of the built-in presets meanwhile)."""
+    from engine.rl.presets import builtin_presets
+
+    presets = builtin_presets()  # the one cached dict validation reads
 
     config = {
         "env": case.env,
@@ -280,9 +282,9 @@ def designed_to_target(
         "checkpoint_every_steps": 0,
         "project_dir": str(project),
     }
-    # Without the preset the env's entry is out of PRESETS for the whole run,
+    # Without the preset the env's entry is out of the presets for the whole run,
     # so the run's log says it has none.
-    saved = None if preset else PRESETS.pop(case.env, None)
+    saved = None if preset else presets.pop(case.env, None)
     try:
         cfg = validate(config)
         name = f"{'preset' if preset else 'default'}-{seed}-{time.monotonic_ns()}"
@@ -293,7 +295,7 @@ def designed_to_target(
         ctx.close()
     finally:
         if saved is not None:
-            PRESETS[case.env] = saved
+            presets[case.env] = saved
     wall = time.perf_counter() - t0
     reached = summary.get("stopped_by") == "target"
     return wall, int(summary["total_steps"]), reached, time.process_time() - c0
