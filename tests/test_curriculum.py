@@ -278,7 +278,10 @@ def test_the_release_pipeline_is_long_and_sparse_and_short_at_easy_stages() -> N
 
 # ------------------------------------------------------------ the dashboard
 def test_the_stage_has_its_own_chart_and_the_rate_sits_with_rates() -> None:
-    from widgets.live_plot import GROUP_AXES, group_for_key
+    from studio.training.metric_vocabulary import TRAINING_METRICS
+    from studio.training.metric_vocabulary import group_of as group_for_key
+
+    GROUP_AXES = TRAINING_METRICS.axes
 
     assert group_for_key(STAGE_METRIC) == "Curriculum stage"
     assert group_for_key("train/" + STAGE_METRIC) == "Curriculum stage"  # a node
@@ -343,9 +346,10 @@ def test_an_sb3_run_advances_through_the_stages_and_resumes_there(
     assert all(STAGE_METRIC in r for r in evals)
     reached = int(max(stages))
     # the dashboard draws the stage over time in its own chart
+    from studio.training.metric_vocabulary import TRAINING_METRICS
     from widgets.live_plot import LivePlotPanel
 
-    panel = LivePlotPanel()
+    panel = LivePlotPanel(vocabulary=TRAINING_METRICS)
     qtbot.addWidget(panel)
     steps = np.array([r["step"] for r in rows if STAGE_METRIC in r], dtype=float)
     panel.set_curve("cur", STAGE_METRIC, steps, np.array(stages))

@@ -391,7 +391,8 @@ def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
     assert "train/reward/format_mean" in metrics
     assert "collect/rollout/ep_rew" in metrics
     # ... and each lands in a named chart of the dashboard, none in "Other".
-    from widgets.live_plot import OTHER_GROUP, group_for_key
+    from studio.training.metric_vocabulary import group_of as group_for_key
+    from widgets.live_plot import OTHER_GROUP
 
     keys = {
         k

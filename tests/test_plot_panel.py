@@ -14,9 +14,8 @@ import pytest
 from PySide6 import QtCore, QtGui, QtWidgets
 
 from studio.state.metric_store import MetricStore
+from studio.training.metric_vocabulary import TRAINING_METRICS, group_of
 from widgets.live_plot import (
-    DEFAULT_GROUPS,
-    GROUP_AXES,
     OTHER_GROUP,
     LivePlotPanel,
     ema_smooth,
@@ -57,7 +56,7 @@ def store() -> MetricStore:
 
 @pytest.fixture
 def panel(qtbot, store: MetricStore) -> LivePlotPanel:
-    widget = LivePlotPanel(columns=2)
+    widget = LivePlotPanel(vocabulary=TRAINING_METRICS, columns=2)
     qtbot.addWidget(widget)
     widget.set_source(store.series)
     store.add_keys_listener(widget.add_keys)
@@ -68,22 +67,22 @@ def panel(qtbot, store: MetricStore) -> LivePlotPanel:
 
 
 def test_group_rules_are_data_with_exact_keys_beating_globs() -> None:
-    assert group_for_key("rollout/ep_rew_mean") == "Rewards"
-    assert group_for_key("eval/mean_reward") == "Rewards"
-    assert group_for_key("train/value_loss") == "Losses"
-    assert group_for_key("train/entropy_loss") == "Policy"  # exact beats train/*loss*
-    assert group_for_key("rollout/exploration_rate") == "Exploration"
-    assert group_for_key("custom/thing") == OTHER_GROUP
-    assert group_for_key("time/iterations") is None
+    assert group_of("rollout/ep_rew_mean") == "Rewards"
+    assert group_of("eval/mean_reward") == "Rewards"
+    assert group_of("train/value_loss") == "Losses"
+    assert group_of("train/entropy_loss") == "Policy"  # exact beats train/*loss*
+    assert group_of("rollout/exploration_rate") == "Exploration"
+    assert group_of("custom/thing") == OTHER_GROUP
+    assert group_of("time/iterations") is None
     assert group_for_key("x/y", rules=[("Mine", ("x/*",))], ignored=()) == "Mine"
-    assert [t for t, _ in DEFAULT_GROUPS][:4] == [
+    assert [t for t, _ in TRAINING_METRICS.groups][:4] == [
         "Rewards",
         "Reward std",
         "Episode length",
         "Losses",
     ]
     # Every group has its y axis title.
-    assert {t for t, _ in DEFAULT_GROUPS} == set(GROUP_AXES)
+    assert {t for t, _ in TRAINING_METRICS.groups} == set(TRAINING_METRICS.axes)
 
 
 # The keys TRL's GRPOTrainer logs (trl/trainer/grpo_trainer.py, transformers'
@@ -132,7 +131,7 @@ def flow_grpo_keys() -> list[str]:
 
 
 def test_a_flow_runs_grpo_metrics_land_in_named_groups() -> None:
-    groups = {k: group_for_key(k) for k in flow_grpo_keys()}
+    groups = {k: group_of(k) for k in flow_grpo_keys()}
     assert {k: g for k, g in groups.items() if g == OTHER_GROUP} == {}
     expect = {
         "train/reward/mean": "Rewards",
@@ -465,7 +464,7 @@ def test_png_export_is_a_real_non_blank_image(
 
 
 def test_set_curve_pushes_data_without_a_source(qtbot) -> None:
-    panel = LivePlotPanel(theme="light")
+    panel = LivePlotPanel(vocabulary=TRAINING_METRICS, theme="light")
     qtbot.addWidget(panel)
     panel.set_curve("r", "eval/mean_reward", np.arange(5.0), np.arange(5.0) * 2)
     panel.redraw_all()
@@ -722,7 +721,7 @@ def test_a_hidden_panel_draws_what_came_in_when_it_shows_again(
     which plots have any) but leaves the drawing until it shows again."""
     window = QtWidgets.QStackedWidget()
     qtbot.addWidget(window)
-    panel = LivePlotPanel(columns=2)
+    panel = LivePlotPanel(vocabulary=TRAINING_METRICS, columns=2)
     panel.set_source(store.series)
     store.add_keys_listener(panel.add_keys)
     store.add_append_listener(panel.mark_dirty)

@@ -13,6 +13,7 @@ import pytest
 from PySide6 import QtCore
 
 from studio.state.metric_store import MetricStore
+from studio.training.metric_vocabulary import TRAINING_METRICS
 from widgets.live_plot import LivePlotPanel
 
 N = 1_000_000
@@ -36,7 +37,7 @@ def test_redraw_ticks_stay_short_and_the_event_loop_responsive(
     qtbot, big_store: MetricStore
 ) -> None:
     store = big_store
-    panel = LivePlotPanel(columns=2)
+    panel = LivePlotPanel(vocabulary=TRAINING_METRICS, columns=2)
     qtbot.addWidget(panel)
     panel.resize(1400, 900)
     panel.show()

@@ -34,12 +34,10 @@ import shiboken6
 from PySide6 import QtCore, QtGui, QtWidgets
 
 __all__ = [
-    "DEFAULT_GROUPS",
-    "DEFAULT_IGNORED",
-    "GROUP_AXES",
     "OTHER_GROUP",
     "RUN_COLORS",
     "LivePlotPanel",
+    "PlotVocabulary",
     "ema_smooth",
     "group_for_key",
     "metric_name",
@@ -48,104 +46,29 @@ __all__ = [
 Source = Callable[[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]
 GroupRules = Sequence[tuple[str, Sequence[str]]]
 
-#: Group title and the key patterns (``fnmatch`` globs) that belong to it,
-#: matched against a key's name (:func:`metric_name`: a flow run's
-#: ``<node>/`` prefix left out). An exact name listed anywhere wins over a
-#: glob; globs are tried in order. One group per scale: rewards apart from
-#: their spread, KL apart from losses, the learning rate alone.
-DEFAULT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "Rewards",
-        (
-            "rollout/ep_rew_mean",
-            "eval/mean_reward",
-            "eval/episode_reward",
-            "eval/mean_return",
-            "rollout/ep_rew",  # a language-model policy's episodes
-            # TRL (engine.llm.train): the mean reward and one per function.
-            "reward/mean",
-            "reward/*_mean",
-        ),
-    ),
-    ("Reward std", ("reward/std", "reward/*_std")),
-    (
-        "Episode length",
-        (
-            "rollout/ep_len_mean",
-            "eval/mean_ep_length",
-            "rollout/ep_len",
-            "eval/mean_length",
-        ),
-    ),
-    ("Losses", ("train/*loss*",)),
-    ("KL", ("train/kl", "train/approx_kl", "*/kl", "*/kl_*")),
-    (
-        "Completion length",
-        ("completion/*length*",),
-    ),
-    (
-        "Clip ratio",
-        ("completion/clipped_ratio", "*/clip_ratio*", "train/clip_fraction"),
-    ),
-    (
-        "Policy",
-        (
-            "train/entropy_loss",
-            "train/entropy",
-            "train/explained_variance",
-            "train/ent_coef",
-        ),
-    ),
-    ("Learning rate", ("train/learning_rate",)),
-    ("Exploration", ("rollout/exploration_rate", "train/exploration_rate")),
-    ("Gradient norm", ("train/grad_norm",)),
-    ("Throughput", ("time/fps",)),
-    ("Generation speed", ("train/tokens_per_s", "eval/tokens_per_s")),
-    (
-        "Rates",
-        (
-            "rollout/success",
-            "rollout/*_rate",
-            "eval/*_rate",
-            "eval/expert_agreement",
-            "curriculum/success_rate",
-        ),
-    ),
-    # The stage a curriculum run plays at (a step curve: 0, 1, 2, ...).
-    ("Curriculum stage", ("curriculum/stage",)),
-)
-#: The y axis title (with its unit) of each group; the x axis says steps or
-#: seconds.
-GROUP_AXES: dict[str, str] = {
-    "Rewards": "return",
-    "Reward std": "reward std",
-    "Episode length": "steps",
-    "Losses": "loss",
-    "KL": "KL (nats)",
-    "Completion length": "tokens",
-    "Clip ratio": "fraction clipped",
-    "Policy": "value",
-    "Learning rate": "learning rate",
-    "Exploration": "probability",
-    "Gradient norm": "L2 norm",
-    "Throughput": "steps/s",
-    "Generation speed": "tokens/s",
-    "Rates": "fraction",
-    "Curriculum stage": "stage",
-}
 #: The x axis title for each x mode.
 X_AXIS_TITLES: dict[str, str] = {"step": "steps", "time": "wall time (s)"}
-#: Bookkeeping keys SB3 and TRL log that are not worth a curve.
-DEFAULT_IGNORED: tuple[str, ...] = (
-    "time/iterations",
-    "time/time_elapsed",
-    "time/total_timesteps",
-    "time/episodes",
-    "train/n_updates",
-    "train/epoch",
-    "train/num_tokens",
-    "eval/episodes",  # an evaluation's episode count
-)
+
+
+@dataclass(frozen=True)
+class PlotVocabulary:
+    """What a panel knows of the metrics it plots, given by its host (the
+    studio's is :data:`studio.training.metric_vocabulary.TRAINING_METRICS`):
+    the panel itself knows no trainer's names."""
+
+    groups: GroupRules = ()
+    """Group title and the key patterns (``fnmatch`` globs) that belong to
+    it, matched against a key's name (:func:`metric_name`: a flow run's
+    ``<node>/`` prefix left out). An exact name listed anywhere wins over a
+    glob; globs are tried in order. A key no group takes goes to
+    :data:`OTHER_GROUP`."""
+    axes: dict[str, str] = field(default_factory=dict)
+    """The y axis title (with its unit) of each group; the x axis says
+    steps or seconds (:data:`X_AXIS_TITLES`)."""
+    ignored: Sequence[str] = ()
+    """Key patterns not worth a curve (bookkeeping)."""
+
+
 OTHER_GROUP = "Other"
 
 #: Run colors, in order of use; readable on dark and light backgrounds.
@@ -437,9 +360,7 @@ def metric_name(key: str) -> str:
 
 
 def group_for_key(
-    key: str,
-    rules: GroupRules = DEFAULT_GROUPS,
-    ignored: Sequence[str] = DEFAULT_IGNORED,
+    key: str, rules: GroupRules = (), ignored: Sequence[str] = ()
 ) -> str | None:
     """The group title a metric key belongs to (matched on the key and on its
     :func:`metric_name`); None when it is ignored."""
@@ -956,18 +877,19 @@ class LivePlotPanel(QtWidgets.QWidget):
         self,
         parent: QtWidgets.QWidget | None = None,
         *,
-        groups: GroupRules = DEFAULT_GROUPS,
-        ignored: Sequence[str] = DEFAULT_IGNORED,
+        vocabulary: PlotVocabulary | None = None,
         theme: str = "dark",
         columns: int | None = None,
     ) -> None:
         super().__init__(parent)
         if theme not in _THEMES:
             raise ValueError(f"theme must be one of {sorted(_THEMES)}, not {theme!r}.")
+        vocabulary = vocabulary or PlotVocabulary()
         self._rules: list[tuple[str, tuple[str, ...]]] = [
-            (t, tuple(p)) for t, p in groups
+            (t, tuple(p)) for t, p in vocabulary.groups
         ]
-        self._ignored = tuple(ignored)
+        self._ignored = tuple(vocabulary.ignored)
+        self._axes = dict(vocabulary.axes)
         self._theme = _THEMES[theme]
         self._theme_name = theme
         self._columns = columns
@@ -1242,7 +1164,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             self._x_combo.setCurrentIndex(X_AXES.index(mode))
         for group in self._groups.values():
             group.axis.mode = mode
-            group.set_axis_titles(GROUP_AXES.get(group.title, ""), X_AXIS_TITLES[mode])
+            group.set_axis_titles(self._axes.get(group.title, ""), X_AXIS_TITLES[mode])
             group.axis.picture = None
             group.axis.update()
             self.reset_view(group.title)
@@ -1624,7 +1546,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             group = self._groups[title] = _Group(title, self._theme)
             group.axis.mode = self._x_axis
             group.set_axis_titles(
-                GROUP_AXES.get(title, ""), X_AXIS_TITLES[self._x_axis]
+                self._axes.get(title, ""), X_AXIS_TITLES[self._x_axis]
             )
             group.hide()
             group.plot.scene().sigMouseMoved.connect(

@@ -51,6 +51,7 @@ from studio.state.project_state import (
     is_training,
 )
 from studio.training.compare import CompareView
+from studio.training.metric_vocabulary import TRAINING_METRICS
 from studio.training.readiness import ReadinessStrip
 from studio.training.run_dialog import RunDialog
 from studio.training.sweep import SweepPanel
@@ -226,7 +227,9 @@ class TrainingWorkspace(QWidget):
 
         self.progress = RunProgressBar()
         self.reason_label = QLabel(wordWrap=True)
-        self.plots = LivePlotPanel(theme=theme_name(self.palette()), columns=2)
+        self.plots = LivePlotPanel(
+            vocabulary=TRAINING_METRICS, theme=theme_name(self.palette()), columns=2
+        )
         follow_palette(
             self.plots,
             lambda dark: self.plots.set_theme("dark" if dark else "light"),

@@ -35,6 +35,7 @@ import pytest
 from PySide6 import QtWidgets
 
 from studio.state.metric_store import MetricStore
+from studio.training.metric_vocabulary import TRAINING_METRICS
 from widgets.live_plot import RUN_COLORS, LivePlotPanel
 
 pytestmark = pytest.mark.bench
@@ -112,7 +113,7 @@ def _bench_panel(
 ) -> tuple[list[float], list[float], list[float]]:
     """(frame, redraw-slot, frame thread-CPU) seconds per tick of a
     LivePlotPanel on ``store``."""
-    panel = LivePlotPanel(columns=2)
+    panel = LivePlotPanel(vocabulary=TRAINING_METRICS, columns=2)
     qtbot.addWidget(panel)
     panel.resize(1400, 900)
     panel.show()
