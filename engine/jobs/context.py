@@ -222,6 +222,20 @@ class JobContext:
                 print(f"could not write metrics: {exc}", file=sys.stderr, flush=True)
 
 
+def _on_stop_signals(
+    handler: Callable[[int, FrameType | None], None],
+) -> Callable[[], None]:
+    """``handler`` for SIGINT and SIGTERM; returns a function that restores
+    the previous handlers."""
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def restore() -> None:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    return restore
+
+
 _THREAD_JOBS: set[JobContext] = set()
 """Jobs running on threads other than the main one, which cannot take
 signals: :func:`stop_threads_on_signals` stops them."""
@@ -244,13 +258,7 @@ def stop_threads_on_signals(say: Callable[[str], None]) -> Callable[[], None]:
         for ctx in jobs:
             ctx.request_stop(_requested_reason(ctx.run_dir) or "signal")
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-    return restore
+    return _on_stop_signals(handler)
 
 
 def stop_on_signals(ctx: JobContext, say: Callable[[str], None]) -> Callable[[], None]:
@@ -277,13 +285,7 @@ def stop_on_signals(ctx: JobContext, say: Callable[[str], None]) -> Callable[[],
         say(f"stopping: saving a checkpoint ({name} again to abort)")
         ctx.request_stop(_requested_reason(ctx.run_dir) or "signal")
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def restore() -> None:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-    return restore
+    return _on_stop_signals(handler)
 
 
 def _requested_reason(run_dir: Path) -> str:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,23 +63,38 @@ SETTINGS = {
 }
 
 
+def settings_args(leave_out: tuple[str, ...] = ()) -> list[str]:
+    """``--set key=value`` for each of :data:`SETTINGS` but ``leave_out``."""
+    args: list[str] = []
+    for key, value in SETTINGS.items():
+        if key not in leave_out:
+            text = value if isinstance(value, str) else json.dumps(value)
+            args += ["--set", f"{key}={text}"]
+    return args
+
+
+def engine_process(argv: list[str], env: dict[str, str]) -> tuple[float, Any]:
+    """One ``rl-studio-engine`` process: (wall seconds, its JSON output)."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "engine", *argv],
+        capture_output=True, text=True, env=env, cwd=ROOT, check=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    return wall, json.loads(done.stdout)
+
+
 def timed_run(
     project: Path, backend: str, steps: int, env: dict[str, str]
 ) -> dict[str, float]:
     """One ``rl-studio-engine train`` process, timed whole."""
-    argv = [sys.executable, "-m", "engine", "train", "--env", "CartPole-v1",
-            "--algo", "PPO", "--steps", str(steps), "--seed", "0", "--quiet",
-            "--project", str(project), "--set", f"backend={backend}"]  # fmt: skip
-    for key, value in SETTINGS.items():
-        text = value if isinstance(value, str) else json.dumps(value)
-        argv += ["--set", f"{key}={text}"]
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False
-    )
-    wall = time.perf_counter() - t0
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout)
+    wall, summary = engine_process(
+        ["train", "--env", "CartPole-v1", "--algo", "PPO", "--steps", str(steps),
+         "--seed", "0", "--quiet", "--project", str(project),
+         "--set", f"backend={backend}", *settings_args()],
+        env,
+    )  # fmt: skip
     assert summary["total_steps"] >= steps
     (run_dir,) = (project / "runs").iterdir()  # a project of its own each
     rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if "train/loss" in r]
@@ -139,17 +155,13 @@ TARGET_PIPELINE_TO_TARGET = 1.0  # jax / sb3 time to eval 0.8, warm cache
 def pipeline_process(project: Path, backend: str, env: dict[str, str]) -> float:
     """One ``rl-studio-engine train`` process of the release pipeline with
     its MaskablePPO preset (evaluated every 2,000 steps), timed whole."""
-    argv = [sys.executable, "-m", "engine", "train", "--env", PIPELINE,
-            "--algo", "MaskablePPO", "--steps", str(PIPELINE_STEPS), "--seed", "0",
-            "--quiet", "--project", str(project), "--set", f"backend={backend}",
-            "--set", "checkpoint_every_steps=0"]  # fmt: skip
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False
-    )
-    wall = time.perf_counter() - t0
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["total_steps"] >= PIPELINE_STEPS
+    wall, summary = engine_process(
+        ["train", "--env", PIPELINE, "--algo", "MaskablePPO", "--steps",
+         str(PIPELINE_STEPS), "--seed", "0", "--quiet", "--project", str(project),
+         "--set", f"backend={backend}", "--set", "checkpoint_every_steps=0"],
+        env,
+    )  # fmt: skip
+    assert summary["total_steps"] >= PIPELINE_STEPS
     return wall
 
 
@@ -225,24 +237,18 @@ TARGET_SWEEP = 0.2  # compiled sweep / Optuna sweep on sb3, wall time
 def sweep_process(project: Path, backend: str, env: dict[str, str]) -> float:
     """One ``rl-studio-engine tune`` of CartPole's learning rate, 16 trials
     on one worker, with issue 27's PPO settings, timed whole."""
-    argv = [sys.executable, "-m", "engine", "tune", "--env", "CartPole-v1",
-            "--algo", "PPO", "--trials", str(SWEEP_TRIALS), "--steps",
-            str(SWEEP_STEPS), "--search", "learning_rate=1e-4:1e-2:log",
-            "--workers", "1", "--seed", "0", "--project", str(project),
-            # every trial trains its whole budget on both sides: no pruning
-            "--prune-startup", str(SWEEP_TRIALS),
-            "--set", f"backend={backend}"]  # fmt: skip
-    for key, value in SETTINGS.items():
-        if key not in ("learning_rate", "eval_every_steps", "checkpoint_every_steps"):
-            text = value if isinstance(value, str) else json.dumps(value)
-            argv += ["--set", f"{key}={text}"]
-    t0 = time.perf_counter()
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False
-    )
-    wall = time.perf_counter() - t0
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout)["completed"] == SWEEP_TRIALS
+    wall, summary = engine_process(
+        ["tune", "--env", "CartPole-v1", "--algo", "PPO", "--trials",
+         str(SWEEP_TRIALS), "--steps", str(SWEEP_STEPS),
+         "--search", "learning_rate=1e-4:1e-2:log", "--workers", "1", "--seed", "0",
+         "--project", str(project),
+         # every trial trains its whole budget on both sides: no pruning
+         "--prune-startup", str(SWEEP_TRIALS), "--set", f"backend={backend}",
+         *settings_args(("learning_rate", "eval_every_steps",
+                         "checkpoint_every_steps"))],
+        env,
+    )  # fmt: skip
+    assert summary["completed"] == SWEEP_TRIALS
     return wall
 
 
