@@ -25,7 +25,7 @@ from typing import IO, Any, TextIO
 from engine import contract, protocol
 from engine.errors import EngineError, bounded
 from engine.jobs.context import private_event_stream
-from engine.jobs.registry import JOB_KINDS, run_schema
+from engine.jobs.registry import kinds, run_schema
 from engine.jobs.supervisor import Supervisor
 from engine.llm.chat_worker import ChatWorker
 from engine.retrain_status import training_status
@@ -327,7 +327,7 @@ class Server:
             "engine_version": ENGINE_VERSION,
             "pid": os.getpid(),
             "python": sys.version.split()[0],
-            "job_kinds": {k.name: k.description for k in JOB_KINDS.values()},
+            "job_kinds": {k.name: k.catalog_entry() for k in kinds().values()},
             # Heavy libraries belong in job and worker processes; listed so
             # that a test (or a curious user) can see none crept in here.
             "heavy_modules": sorted(m for m in HEAVY_MODULES if m in sys.modules),
@@ -374,7 +374,7 @@ class Server:
 
     def _on_run_schema(self, msg: protocol.GetRunSchema) -> dict[str, Any]:
         values = dict(msg.values)
-        kind = JOB_KINDS.get(msg.kind)
+        kind = kinds().get(msg.kind)
         project = self.supervisor.project
         if kind is not None and kind.project_field and project is not None:
             # The form may offer what the project holds (its presets).

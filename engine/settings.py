@@ -34,10 +34,13 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.errors import ConfigError, quoted, with_defaults
 from engine.flow import ParamSpec, bounds_problem
+
+C = TypeVar("C")
+"""A config dataclass."""
 
 SCALAR_KINDS = ("int", "float", "bool", "str")
 PICKER_KINDS = ("env", "base_model")
@@ -417,6 +420,61 @@ def checked_config(cls: type, config: Mapping[str, Any], job: str) -> dict[str, 
     ``cls`` does not declare is a ConfigError naming it), every setting
     checked by :func:`check_value`."""
     return check_fields(cls, with_defaults(config, defaults_of(cls), job))
+
+
+def build(cls: type[C], config: Mapping[str, Any], job: str) -> C:
+    """The config instance :func:`checked_config` describes: what a job
+    kind's validation returns when its settings need no check across
+    fields."""
+    return load(cls, checked_config(cls, config, job))
+
+
+def as_dict(cfg: object) -> dict[str, Any]:
+    """A config instance as the JSON object a run records (``config.json``,
+    the project's run list); :func:`load` reads it back."""
+    assert dataclasses.is_dataclass(cfg) and not isinstance(cfg, type), cfg
+    return dataclasses.asdict(cfg)
+
+
+def load(cls: type[C], values: Mapping[str, Any]) -> C:
+    """The instance of ``cls`` a recorded config describes (the output of
+    :func:`as_dict`, or a checked config): values are taken as they are, not
+    checked again, and a field holding a config dataclass is built from its
+    object. A key ``cls`` does not declare is left out: a run recorded by an
+    older version keeps loading after a setting is dropped."""
+    hints = _type_hints(cls)  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        nested = hints.get(f.name)
+        nested_config = isinstance(nested, type) and dataclasses.is_dataclass(nested)
+        if nested_config and isinstance(value, Mapping):
+            assert isinstance(nested, type)
+            value = load(nested, value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+@cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)
+    except (NameError, TypeError):
+        return {}
+
+
+def form_of(cls: type) -> list[dict[str, Any]]:
+    """Every setting of ``cls`` that a form can edit, as form fields (a
+    job kind's run form when it declares no form of its own)."""
+    return [
+        form_field(info)
+        for info in fields_of(cls).values()
+        if info.form and form_type(info) is not None
+    ]
 
 
 # --------------------------------------------------------------------------

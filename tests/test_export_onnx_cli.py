@@ -12,7 +12,7 @@ import pytest
 
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
-from engine.jobs.registry import JOB_KINDS, load, validate_config
+from engine.jobs.registry import get_kind, kinds, validate_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,7 +166,7 @@ def _run_job(kind: str, config: dict, project: Path) -> dict:
     run_dir.mkdir(parents=True)
     ctx = JobContext(f"r-{kind}", run_dir, kind, cfg)
     try:
-        return load(JOB_KINDS[kind].entry)(ctx)
+        return get_kind(kind).entry(ctx)
     finally:
         ctx.close()
 
@@ -174,7 +174,7 @@ def _run_job(kind: str, config: dict, project: Path) -> dict:
 def test_job_kinds(policies: dict[str, Path], tmp_path: Path) -> None:
     from tiny_models import build_tiny_model
 
-    assert {"export.gguf", "deploy.ollama", "export.onnx"} <= set(JOB_KINDS)
+    assert {"export.gguf", "deploy.ollama", "export.onnx"} <= set(kinds())
     folder = build_tiny_model(tmp_path / "m", "llama")
     project = tmp_path / "project"
     summary = _run_job(

@@ -16,7 +16,7 @@ from tiny_models import TINY_TRAIN, build_tiny_model
 
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
-from engine.jobs.registry import get_kind, load, validate_config
+from engine.jobs.registry import get_kind, validate_config
 from engine.llm.rollouts import iter_traces
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ class Project:
         if stop:
             ctx.request_stop()
         try:
-            summary = load(get_kind(kind).entry)(ctx)
+            summary = get_kind(kind).entry(ctx)
         finally:
             ctx.close()
         json.dumps(summary)  # the supervisor sends it as JSON

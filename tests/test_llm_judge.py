@@ -247,7 +247,7 @@ def test_grpo_trains_a_step_rewarded_by_the_judge(
     fake: FakeOllama, tmp_path: Path
 ) -> None:
     from engine.jobs.context import JobContext
-    from engine.jobs.registry import get_kind, load, validate_config
+    from engine.jobs.registry import get_kind, validate_config
 
     fake.chat_reply = rank_by_done
     model = build_tiny_model(tmp_path / "base")
@@ -258,7 +258,7 @@ def test_grpo_trains_a_step_rewarded_by_the_judge(
         run_dir.mkdir(parents=True)
         ctx = JobContext(run_dir.name, run_dir, kind, cfg)
         try:
-            return load(get_kind(kind).entry)(ctx), run_dir
+            return get_kind(kind).entry(ctx), run_dir
         finally:
             ctx.close()
 

@@ -55,7 +55,7 @@ class LoggedContext(JobContext):
 
 class Project:
     def __init__(self, root: Path) -> None:
-        from engine.jobs.registry import get_kind, load
+        from engine.jobs.registry import get_kind
 
         self.root = root
         self.model = build_tiny_model(root / "base")
@@ -70,7 +70,7 @@ class Project:
             ),
         )
         (root / "runs" / "collect").mkdir(parents=True, exist_ok=True)
-        load(get_kind("llm.collect").entry)(ctx)
+        get_kind("llm.collect").entry(ctx)
         ctx.close()
         for method in ("sft", "grpo"):
             cfg = validate_config(
@@ -80,7 +80,7 @@ class Project:
             run_dir = root / "runs" / f"ds-{method}"
             run_dir.mkdir(parents=True)
             ctx = JobContext(f"ds-{method}", run_dir, "llm.dataset", cfg)
-            summary = load(get_kind("llm.dataset").entry)(ctx)
+            summary = get_kind("llm.dataset").entry(ctx)
             ctx.close()
             self.datasets[method] = summary["dataset"]
 

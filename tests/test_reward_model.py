@@ -18,7 +18,7 @@ from tiny_models import build_tiny_model
 
 from engine.errors import ConfigError
 from engine.jobs.context import JobContext
-from engine.jobs.registry import get_kind, load, validate_config
+from engine.jobs.registry import get_kind, validate_config
 from engine.llm.rewards import build_rewards
 from engine.rl.learned_reward import LearnedRewardWrapper, check_model
 from engine.store.labels import Label, LabelStore, step_key
@@ -31,7 +31,7 @@ def run_job(project: Path, kind: str, config: dict[str, Any]) -> dict[str, Any]:
     run_dir.mkdir(parents=True, exist_ok=True)
     ctx = JobContext(run_id, run_dir, kind, cfg)
     try:
-        summary: dict[str, Any] = load(get_kind(kind).entry)(ctx)
+        summary: dict[str, Any] = get_kind(kind).entry(ctx)
     finally:
         ctx.close()
     json.dumps(summary)

@@ -545,7 +545,7 @@ def test_a_language_model_run_writes_tensorboard_events_and_is_tracked(
 
     from engine.jobs.context import JobContext
     from engine.jobs.lifecycle import execute
-    from engine.jobs.registry import get_kind, load, validate_config
+    from engine.jobs.registry import get_kind, validate_config
 
     model = build_tiny_model(tmp_path / "base")
     data = tmp_path / "data" / "sft"
@@ -580,7 +580,7 @@ def test_a_language_model_run_writes_tensorboard_events_and_is_tracked(
     run_dir.mkdir(parents=True)
     monkeypatch.setenv(contract.TRACKING_URI_ENV, mlflow_uri)
     ctx = JobContext("llm-1", run_dir, "llm.train", cfg)
-    outcome = execute(ctx, load(get_kind("llm.train").entry))
+    outcome = execute(ctx, get_kind("llm.train").entry)
     assert outcome.status == "completed", outcome.reason
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()

@@ -26,7 +26,7 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,7 +47,7 @@ ABORTED_REASON = "Aborted with a second Ctrl-C."
 PROGRESS_SAVE_INTERVAL_S = 2.0
 """How often a headless run writes its progress to the project's run list."""
 
-Entry = Callable[[JobContext], "dict[str, Any] | None"]
+Entry = Callable[[JobContext], "Mapping[str, Any] | None"]
 
 
 class RunFailed(EngineError):
@@ -310,7 +310,8 @@ def finish_from_disk(
     from engine.jobs import registry
 
     run = project.get_run(run_id)
-    reader = registry.get_kind(run.kind).summary_on_disk
+    kind = registry.get_kind(run.kind)
+    reader = kind.summary_on_disk
     if reader is None:
         _, problems = finish(
             project,
@@ -323,7 +324,7 @@ def finish_from_disk(
     problems = []
     on_disk: dict[str, Any] | None = None
     try:
-        on_disk = registry.load(reader)(Path(run.run_dir), dict(run.config))
+        on_disk = reader(Path(run.run_dir), kind.load(run.config))
     except Exception as exc:  # the run's end is recorded whatever the reader does
         detail = (
             str(exc)

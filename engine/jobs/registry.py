@@ -1,83 +1,205 @@
-"""The kinds of job the supervisor can start, by name.
+"""The kinds of job the supervisor can start: each declared once, beside its
+job's code, by :func:`job_kind`.
 
-Entries are ``module:function`` strings so that the supervisor never imports
-heavy libraries: the job function is imported in the job process, the
-validator (quick, may import gymnasium) in the supervisor before the process
-starts.
+A kind is its job function, ``run(ctx, cfg) -> summary``, and the config
+dataclass whose instance ``cfg`` is (:mod:`engine.settings`: each field one
+setting). Validation turns the JSON a caller sends into that instance
+(``check``, default :func:`engine.settings.build`: defaults filled in, every
+field checked, a ConfigError naming the field for anything that cannot
+work); the run records it as JSON (:func:`engine.settings.as_dict`) and the
+job process reads it back typed (:func:`engine.settings.load`), so a job
+reads attributes mypy checks, never ``cfg["key"]``.
 
-* job function: ``run(ctx: JobContext) -> dict`` — the run's summary.
-* validator: ``validate(config: dict) -> dict`` — the normalized config with
-  every default filled in; raises ``engine.errors.ConfigError`` naming the
-  field for anything that cannot work.
-* summary on disk: ``read(run_dir: Path, config: dict) -> dict | None`` — run
-  in the supervisor for a run stopped by force (see
-  :attr:`JobKind.summary_on_disk`).
+The modules that declare kinds are imported by :mod:`engine.kinds`, the one
+list of them, which :func:`kinds` imports on first use: the supervisor imports
+every declaring module, so a job function keeps its heavy imports (torch,
+stable-baselines3, TRL) inside its body, and ``tests/test_job_kinds.py``
+checks that importing them all loads none.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from engine import settings
 from engine.errors import ConfigError
+
+if TYPE_CHECKING:
+    from engine.jobs.context import JobContext
+
+C = TypeVar("C")
+
+GROUPS = {
+    "training": "Training",
+    "data": "Data",
+    "evaluation": "Evaluation",
+    "export": "Export",
+    "environments": "Environments",
+    "engine": "Engine",
+}
+"""The groups a kind belongs to, by name, with their titles. The studio lists
+the runs of ``training`` kinds in its Training list, the others in
+Activity."""
+
+KINDS_MODULE = "engine.kinds"
+"""The module whose imports declare every kind (the top of the engine's
+layers, so it may import every capability). Imported by name: this package
+sits below the capabilities it lists."""
+
+Summary = Mapping[str, Any]
+JobFunction = Callable[["JobContext", C], Summary]
+SummaryReader = Callable[[Path, C], "dict[str, Any] | None"]
 
 
 @dataclass(frozen=True)
-class JobKind:
+class JobKind(Generic[C]):
+    """One kind of job, as :func:`job_kind` declares it."""
+
     name: str
-    entry: str
-    """``module:function`` run in the job process."""
-    validator: str | None = None
-    """``module:function`` run in the supervisor before the process starts."""
+    config: type[C]
+    """The config dataclass: the one declaration of the kind's settings."""
+    run: JobFunction[C]
+    """The job function, run in the job process (heavy imports inside)."""
+    label: str
+    """What a run of this kind is called in lists (``"GGUF export"``)."""
+    group: str
+    """One of :data:`GROUPS`."""
     description: str = ""
+    progress_unit: str = "steps"
+    """What the run's progress counts (``steps``, ``bytes``, ``trials``,
+    ``episodes``, ``nodes``, ``items``)."""
     resumable: bool = False
-    schema: str | None = None
-    """``module:function`` giving the parameter form: ``schema(values) -> list``."""
-    default_name: str | None = None
-    """A ``str.format`` template over the validated config naming a run the
-    user did not name (``"{algo} {env}"``); its ``name`` setting wins."""
-    project_field: str | None = None
-    """A config key the supervisor fills with the open project's folder when
-    the config leaves it out, so that validation sees the project's designed
-    envs (``rlstudio/<name>-v0``) before the job starts."""
     stop_grace_s: float = 0.0
     """The least time a stop of this kind gets before the supervisor forces
     it, whatever the caller asked: a sweep stops its workers, whose trials
     save their checkpoints first."""
-    summary_on_disk: str | None = None
-    """``module:function`` giving the summary of a run of this kind from what
-    it saved in its folder (its last checkpoint): what the supervisor
-    records for a run stopped by force, killed before it reported its own
-    summary (``engine.jobs.lifecycle.finish_forced``). ``read(run_dir,
-    config)`` returns None when the run saved nothing yet and raises
-    ``engine.errors.EngineError`` in one sentence for a checkpoint it cannot
-    read. It runs in the supervisor, so it must not import torch. Kinds
-    without one keep the summary the run's row had."""
+    default_name: str | None = None
+    """A ``str.format`` template over the validated config naming a run the
+    user did not name (``"{algo} {env}"``); its ``name`` setting wins."""
+    project_field: str | None = None
+    """A setting the supervisor fills with the open project's folder when the
+    config leaves it out, so that validation sees the project's designed
+    envs (``rlstudio/<name>-v0``) before the job starts."""
+    check: Callable[[Mapping[str, Any]], C] | None = None
+    """Validation with checks across fields (run in the supervisor before
+    the process starts; quick, may import gymnasium); None:
+    :func:`engine.settings.build`."""
+    form: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+    """The run form for the values typed so far, for a kind whose form
+    depends on them (rl.train's on its algorithm); None: every setting of
+    :attr:`config` a form can edit (:func:`engine.settings.form_of`)."""
+    summary_on_disk: SummaryReader[C] | None = None
+    """The summary of a run of this kind from what it saved in its folder
+    (its last checkpoint): what the supervisor records for a run stopped by
+    force, killed before it reported its own summary
+    (``engine.jobs.lifecycle.finish_forced``). Returns None when the run
+    saved nothing yet and raises ``engine.errors.EngineError`` in one
+    sentence for a checkpoint it cannot read. It runs in the supervisor, so
+    it must not import torch. Kinds without one keep the summary the run's
+    row had."""
+
+    def validate(self, config: Mapping[str, Any]) -> C:
+        """The config instance for ``config``; ConfigError naming the field."""
+        if self.check is not None:
+            return self.check(config)
+        return settings.build(self.config, config, self.name)
+
+    def load(self, recorded: Mapping[str, Any]) -> C:
+        """The config instance a run recorded (:meth:`record`)."""
+        if self.config is dict:
+            return dict(recorded)  # type: ignore[return-value]
+        return settings.load(self.config, recorded)
+
+    def record(self, cfg: C) -> dict[str, Any]:
+        """The JSON object a run records of its config."""
+        if isinstance(cfg, dict):
+            return dict(cfg)
+        return settings.as_dict(cfg)
+
+    def entry(self, ctx: JobContext) -> Summary:
+        """Run the job on the context's recorded config."""
+        return self.run(ctx, self.load(ctx.config))
+
+    def run_form(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+        if self.form is not None:
+            return self.form(dict(values))
+        return [] if self.config is dict else settings.form_of(self.config)
+
+    def catalog_entry(self) -> dict[str, Any]:
+        """What the engine's catalog says of the kind (``hello``)."""
+        return {
+            "label": self.label,
+            "group": self.group,
+            "description": self.description,
+            "progress_unit": self.progress_unit,
+            "resumable": self.resumable,
+        }
 
 
-JOB_KINDS: dict[str, JobKind] = {}
+_KINDS: dict[str, JobKind[Any]] = {}
 
 
-def register(kind: JobKind) -> JobKind:
-    JOB_KINDS[kind.name] = kind
+def job_kind(
+    name: str,
+    *,
+    config: type[C],
+    label: str,
+    group: str,
+    description: str = "",
+    progress_unit: str = "steps",
+    resumable: bool = False,
+    stop_grace_s: float = 0.0,
+    default_name: str | None = None,
+    project_field: str | None = None,
+    check: Callable[[Mapping[str, Any]], C] | None = None,
+    form: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
+    summary_on_disk: SummaryReader[C] | None = None,
+) -> Callable[[JobFunction[C]], JobFunction[C]]:
+    """Declare the decorated function the job of kind ``name``, run on an
+    instance of ``config`` (see :class:`JobKind` for the rest)."""
+    assert group in GROUPS, group
+
+    def declare(run: JobFunction[C]) -> JobFunction[C]:
+        register(
+            JobKind(
+                name=name,
+                config=config,
+                run=run,
+                label=label,
+                group=group,
+                description=description or (run.__doc__ or "").strip(),
+                progress_unit=progress_unit,
+                resumable=resumable,
+                stop_grace_s=stop_grace_s,
+                default_name=default_name,
+                project_field=project_field,
+                check=check,
+                form=form,
+                summary_on_disk=summary_on_disk,
+            )
+        )
+        return run
+
+    return declare
+
+
+def register(kind: JobKind[Any]) -> JobKind[Any]:
+    assert kind.name not in _KINDS or _KINDS[kind.name].run is kind.run, kind.name
+    _KINDS[kind.name] = kind
     return kind
 
 
-register(
-    JobKind(
-        name="selftest",
-        entry="engine.jobs.selftest:run",
-        validator="engine.jobs.selftest:validate",
-        description="Checks the engine end to end: progress, metrics, logs, stop.",
-        resumable=True,
-        summary_on_disk="engine.jobs.selftest:summary_on_disk",
-    )
-)
+def kinds() -> dict[str, JobKind[Any]]:
+    """Every kind by name (their modules imported on first use)."""
+    importlib.import_module(KINDS_MODULE)
+    return _KINDS
 
 
-def run_name(kind_name: str, config: dict[str, Any], name: str = "") -> str:
+def run_name(kind_name: str, config: Mapping[str, Any], name: str = "") -> str:
     """The name a new run gets: ``name``, else the config's ``name`` setting,
     else the kind's default name; empty when none applies."""
     kind = get_kind(kind_name)
@@ -87,20 +209,38 @@ def run_name(kind_name: str, config: dict[str, Any], name: str = "") -> str:
         return str(config["name"]).strip()
     if kind.default_name:
         try:
-            return kind.default_name.format_map(config)
+            return kind.default_name.format_map(dict(config))
         except (KeyError, IndexError, ValueError):
             return ""
     return ""
 
 
-def get_kind(name: str) -> JobKind:
+def get_kind(name: str) -> JobKind[Any]:
+    known = kinds()
     try:
-        return JOB_KINDS[name]
+        return known[name]
     except KeyError:
-        known = ", ".join(sorted(JOB_KINDS))
+        listed = ", ".join(sorted(known))
         raise ConfigError(
-            "kind", f"Unknown job kind {name!r}; known kinds: {known}."
+            "kind", f"Unknown job kind {name!r}; known kinds: {listed}."
         ) from None
+
+
+def run_schema(kind_name: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return get_kind(kind_name).run_form(values)
+
+
+def validate_config(kind_name: str, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` checked by its kind, as the JSON object the run records."""
+    kind = get_kind(kind_name)
+    return kind.record(kind.validate(config))
+
+
+# --------------------------------------------------------------------------
+# Kinds not yet declared with @job_kind: their "module:function" strings, run
+# through the same JobKind (config: the dict the validator returns). Each
+# moves beside its code as its package adopts the typed contract.
+# --------------------------------------------------------------------------
 
 
 def load(ref: str) -> Callable[..., Any]:
@@ -110,191 +250,49 @@ def load(ref: str) -> Callable[..., Any]:
     return fn
 
 
-def run_schema(kind_name: str, values: dict[str, Any]) -> list[dict[str, Any]]:
-    kind = get_kind(kind_name)
-    if kind.schema is None:
-        return []
-    fields: list[dict[str, Any]] = load(kind.schema)(dict(values))
-    return fields
+def legacy(
+    name: str,
+    entry: str,
+    validator: str | None,
+    label: str,
+    group: str,
+    description: str = "",
+    *,
+    resumable: bool = False,
+    schema: str | None = None,
+    default_name: str | None = None,
+    project_field: str | None = None,
+    stop_grace_s: float = 0.0,
+    summary_on_disk: str | None = None,
+    progress_unit: str = "steps",
+) -> None:
+    def run(ctx: JobContext, cfg: dict[str, Any]) -> Summary:
+        result: Summary = load(entry)(ctx)
+        return result
 
+    def check(config: Mapping[str, Any]) -> dict[str, Any]:
+        if validator is None:
+            return dict(config)
+        result: dict[str, Any] = load(validator)(dict(config))
+        return result
 
-def validate_config(kind_name: str, config: dict[str, Any]) -> dict[str, Any]:
-    kind = get_kind(kind_name)
-    if kind.validator is None:
-        return dict(config)
-    result: dict[str, Any] = load(kind.validator)(dict(config))
-    return result
-
-
-register(
-    JobKind(
-        name="rl.train",
-        entry="engine.rl.train:run",
-        validator="engine.rl.config:validate",
-        schema="engine.rl.schema:schema",
-        project_field="project_dir",
-        default_name="{algo} {env}",
-        description="Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
-        "MaskablePPO) on a Gymnasium or designed environment.",
-        resumable=True,
-        summary_on_disk="engine.rl.checkpoints:summary_on_disk",
+    register(
+        JobKind(
+            name=name,
+            config=dict,
+            run=run,
+            label=label,
+            group=group,
+            description=description,
+            progress_unit=progress_unit,
+            resumable=resumable,
+            stop_grace_s=stop_grace_s,
+            default_name=default_name,
+            project_field=project_field,
+            check=check,
+            form=None if schema is None else (lambda values: load(schema)(values)),
+            summary_on_disk=None
+            if summary_on_disk is None
+            else (lambda run_dir, cfg: load(summary_on_disk)(run_dir, cfg)),
+        )
     )
-)
-
-
-register(
-    JobKind(
-        name="rl.tune",
-        entry="engine.rl.tune:job",
-        validator="engine.rl.tune:validate_job",
-        schema="engine.rl.tune:schema",
-        project_field="project_dir",
-        default_name="sweep {study}",
-        description="An Optuna sweep over an rl.train run's settings: its "
-        "trials are rl.train runs of the project, trained by worker processes.",
-        # Its workers get 60 s to stop (engine.rl.sweep_workers.WorkerGroup.stop).
-        stop_grace_s=90.0,
-    )
-)
-
-
-register(
-    JobKind(
-        name="rl.tune.preset",
-        entry="engine.rl.tune:preset_job",
-        validator="engine.rl.tune:validate_preset_job",
-        project_field="project_dir",
-        default_name="preset {name}",
-        description="Saves a sweep's best trial's settings as a project preset.",
-    )
-)
-
-
-register(
-    JobKind(
-        name="flow.run",
-        entry="engine.nodes.executor:run",
-        validator="engine.nodes.executor:validate",
-        description="Runs a workflow graph (.flow.json): its nodes in order, "
-        "reusing the outputs of unchanged nodes.",
-    )
-)
-
-
-# Language-model agents (engine/llm/).
-for _name, _entry, _validator, _description, _resumable in (
-    (
-        "llm.collect",
-        "engine.llm.rollouts:run_collect",
-        "engine.llm.rollouts:validate_collect",
-        "Records episodes of a language-model (or rule-based) policy in an env "
-        "as JSONL traces in the project's data/traces/.",
-        True,
-    ),
-    (
-        "llm.dataset",
-        "engine.llm.datasets:run_dataset",
-        "engine.llm.datasets:validate_dataset",
-        "Builds an SFT, KTO, DPO or GRPO dataset (JSONL + parquet) from traces.",
-        False,
-    ),
-    (
-        "reward.train",
-        "engine.llm.reward_model:run",
-        "engine.llm.reward_model:validate",
-        "Trains a reward model from the traces' manual labels (a LoRA reward "
-        "head on a language model, or an MLP on observations), reports its "
-        "held-out accuracy and suggests labels for unlabelled steps.",
-        False,
-    ),
-    (
-        "llm.train",
-        "engine.llm.train:run",
-        "engine.llm.train:validate",
-        "Fine-tunes a language model with a LoRA adapter through TRL "
-        "(GRPO, KTO, DPO or SFT).",
-        True,
-    ),
-    (
-        "llm.merge",
-        "engine.llm.merge:run",
-        "engine.llm.merge:validate",
-        "Merges a LoRA adapter into its base model as a new HF folder.",
-        False,
-    ),
-    (
-        "llm.evaluate",
-        "engine.llm.evaluate:run",
-        "engine.llm.evaluate:validate",
-        "Runs language-model policies in an env: success rate, return, "
-        "invalid actions, before/after report.",
-        False,
-    ),
-):
-    register(JobKind(_name, _entry, _validator, _description, _resumable))
-
-
-register(
-    JobKind(
-        name="hub.download",
-        entry="engine.llm.hub:run",
-        validator="engine.llm.hub:validate",
-        schema="engine.llm.hub:schema",
-        description="Downloads a model from the Hugging Face Hub into the HF cache "
-        "(progress in bytes; a stopped download resumes).",
-    )
-)
-register(
-    JobKind(
-        name="export.gguf",
-        entry="engine.export.jobs:run_gguf",
-        validator="engine.export.jobs:validate_gguf",
-        description="Converts a Hugging Face model or LoRA adapter to GGUF and "
-        "verifies the file.",
-    )
-)
-register(
-    JobKind(
-        name="deploy.ollama",
-        entry="engine.export.jobs:run_ollama",
-        validator="engine.export.jobs:validate_ollama",
-        description="Creates an Ollama model from a GGUF, or writes an import bundle.",
-    )
-)
-register(
-    JobKind(
-        name="export.ollama",
-        entry="engine.export.ollama_job:run",
-        validator="engine.export.ollama_job:validate",
-        description="One-click export to Ollama: merges a LoRA adapter, exports "
-        "a GGUF and creates the Ollama model (or writes an import bundle).",
-    )
-)
-register(
-    JobKind(
-        name="export.onnx",
-        entry="engine.export.jobs:run_onnx",
-        validator="engine.export.jobs:validate_onnx",
-        description="Exports a stable-baselines3 policy to ONNX, checked with "
-        "onnxruntime.",
-    )
-)
-
-
-# Designed environments (engine/envs/).
-register(
-    JobKind(
-        name="env_check",
-        entry="engine.envs.job:run_check",
-        validator="engine.envs.job:validate_check",
-        description="Checks a designed environment and writes report.json.",
-    )
-)
-register(
-    JobKind(
-        name="env_preview",
-        entry="engine.envs.job:run_preview",
-        validator="engine.envs.job:validate_preview",
-        description="Plays a few episodes of a designed environment (preview.json).",
-    )
-)

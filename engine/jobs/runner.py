@@ -34,7 +34,7 @@ from engine.jobs.context import (
 )
 from engine.jobs.lifecycle import Outcome, execute, finish_own, resume_time_offset
 from engine.jobs.priority import lower_priority
-from engine.jobs.registry import get_kind, load
+from engine.jobs.registry import get_kind
 
 PROGRESS_SAVE_S = 2.0
 """How often a detached job saves its progress in the project."""
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     threading.Thread(target=_watch_stdin, args=(ctx,), daemon=True).start()
     stop_on_signals(ctx, ctx.log)
-    outcome = execute(ctx, load(kind.entry))
+    outcome = execute(ctx, kind.entry)
     sys.stderr.flush()
     if ctx.detached:
         _finish_detached(ctx, outcome)

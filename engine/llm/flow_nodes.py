@@ -113,12 +113,12 @@ def job_name(node: NodeRun) -> str:
 def run_job(node: NodeRun, kind: str, config: dict[str, Any]) -> dict[str, Any]:
     """Validate ``config`` with the job kind's validator and run its job
     function in this process, in the node's folder."""
-    from engine.jobs.registry import get_kind, load, validate_config
+    from engine.jobs.registry import get_kind, validate_config
 
     cfg = validate_config(kind, config)  # ConfigError: one sentence
     ctx = node.job_context(kind, cfg)
     try:
-        summary: dict[str, Any] = load(get_kind(kind).entry)(ctx)
+        summary = dict(get_kind(kind).entry(ctx))
     finally:
         ctx.close()
     return summary

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.jobs.context import JobContext
-from engine.jobs.registry import get_kind, load, validate_config
+from engine.jobs.registry import get_kind, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = str(ROOT / "resources/examples/envs/jira_status_update.env.json")
@@ -178,7 +178,7 @@ def job(root: Path, kind: str, config: dict[str, Any]) -> dict[str, Any]:
     run_dir.mkdir(parents=True)
     ctx = JobContext(run_id, run_dir, kind, cfg)
     try:
-        return load(get_kind(kind).entry)(ctx)
+        return get_kind(kind).entry(ctx)
     finally:
         ctx.close()
 
