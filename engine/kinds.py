@@ -9,10 +9,13 @@ libraries inside its job functions (``tests/test_job_kinds.py``).
 
 from __future__ import annotations
 
+from engine.envs import job as env_jobs
+from engine.export import jobs as export_jobs
+from engine.export import ollama_job
 from engine.jobs import selftest
 from engine.jobs.registry import legacy
 
-__all__ = ["selftest"]
+__all__ = ["env_jobs", "export_jobs", "ollama_job", "selftest"]
 
 legacy(
     "rl.train",
@@ -133,59 +136,4 @@ legacy(
     "(progress in bytes; a stopped download resumes).",
     schema="engine.llm.hub:schema",
     progress_unit="bytes",
-)
-legacy(
-    "export.gguf",
-    "engine.export.jobs:run_gguf",
-    "engine.export.jobs:validate_gguf",
-    "GGUF export",
-    "export",
-    "Converts a Hugging Face model or LoRA adapter to GGUF and verifies the file.",
-    progress_unit="items",
-)
-legacy(
-    "deploy.ollama",
-    "engine.export.jobs:run_ollama",
-    "engine.export.jobs:validate_ollama",
-    "Ollama deploy",
-    "export",
-    "Creates an Ollama model from a GGUF, or writes an import bundle.",
-    progress_unit="items",
-)
-legacy(
-    "export.ollama",
-    "engine.export.ollama_job:run",
-    "engine.export.ollama_job:validate",
-    "Export to Ollama",
-    "export",
-    "One-click export to Ollama: merges a LoRA adapter, exports "
-    "a GGUF and creates the Ollama model (or writes an import bundle).",
-    progress_unit="items",
-)
-legacy(
-    "export.onnx",
-    "engine.export.jobs:run_onnx",
-    "engine.export.jobs:validate_onnx",
-    "ONNX export",
-    "export",
-    "Exports a stable-baselines3 policy to ONNX, checked with onnxruntime.",
-    progress_unit="items",
-)
-legacy(
-    "env_check",
-    "engine.envs.job:run_check",
-    "engine.envs.job:validate_check",
-    "Env check",
-    "environments",
-    "Checks a designed environment and writes report.json.",
-    progress_unit="items",
-)
-legacy(
-    "env_preview",
-    "engine.envs.job:run_preview",
-    "engine.envs.job:validate_preview",
-    "Preview",
-    "environments",
-    "Plays a few episodes of a designed environment (preview.json).",
-    progress_unit="episodes",
 )

@@ -13,10 +13,17 @@ import numpy as np
 import pytest
 
 from engine import protocol
-from engine.envs.job import run_check, run_preview, validate_check, validate_preview
+from engine.envs.job import (
+    EnvCheckConfig,
+    run_check,
+    run_preview,
+    validate_check,
+    validate_preview,
+)
 from engine.envs.preview import PreviewConfig, preview
 from engine.errors import ConfigError
 from engine.jobs.context import JobContext
+from engine.settings import as_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "resources" / "examples"
@@ -190,7 +197,7 @@ def test_preview_job_logs_why_there_are_no_frames(
     cfg = validate_preview({"spec": "envs/ansi.env.json", "episodes": 1, "frames": 9})
     ctx = _ctx(project, "env_preview", cfg)
     try:
-        run_preview(ctx)
+        run_preview(ctx, cfg)
     finally:
         ctx.close()
     saved = json.loads((ctx.run_dir / "preview.json").read_text())
@@ -202,18 +209,18 @@ def test_preview_job_logs_why_there_are_no_frames(
     assert sentence in capsys.readouterr().err
 
 
-def _ctx(project: Path, kind: str, config: dict) -> JobContext:
+def _ctx(project: Path, kind: str, cfg: object) -> JobContext:
     run_dir = project / "runs" / f"{kind}-1"
     run_dir.mkdir(parents=True)
-    return JobContext(f"{kind}-1", run_dir, kind, config)
+    return JobContext(f"{kind}-1", run_dir, kind, as_dict(cfg))
 
 
 def test_check_job(project: Path) -> None:
     cfg = validate_check({"spec": "envs/maze.env.json"})
-    assert cfg == {"spec": "envs/maze.env.json", "steps": 200, "seed": 0}
+    assert cfg == EnvCheckConfig(spec="envs/maze.env.json", steps=200, seed=0)
     ctx = _ctx(project, "env_check", cfg)
     try:
-        summary = run_check(ctx)
+        summary = run_check(ctx, cfg)
     finally:
         ctx.close()
     assert summary == {"ok": True, "errors": 0, "warnings": 0}
@@ -223,10 +230,10 @@ def test_check_job(project: Path) -> None:
 
 def test_preview_job(project: Path) -> None:
     cfg = validate_preview({"spec": "rlstudio/jira_status_update-v0", "episodes": 5})
-    assert isinstance(cfg["seed"], int)
+    assert isinstance(cfg.seed, int)
     ctx = _ctx(project, "env_preview", cfg)
     try:
-        summary = run_preview(ctx)
+        summary = run_preview(ctx, cfg)
     finally:
         ctx.close()
     assert summary["episodes"] == 5
@@ -266,9 +273,11 @@ def test_preview_job_plays_an_unsaved_document(project: Path) -> None:
     events = io.StringIO()
     run_dir = project / "runs" / "env_preview-doc"
     run_dir.mkdir(parents=True)
-    ctx = JobContext("env_preview-doc", run_dir, "env_preview", cfg, events=events)
+    ctx = JobContext(
+        "env_preview-doc", run_dir, "env_preview", as_dict(cfg), events=events
+    )
     try:
-        summary = run_preview(ctx)
+        summary = run_preview(ctx, cfg)
     finally:
         ctx.close()
     assert summary["episodes"] == 4

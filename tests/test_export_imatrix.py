@@ -20,6 +20,7 @@ from engine.export import gguf as gx
 from engine.export import kquants as kq
 from engine.export import kquants_imatrix as kw
 from engine.export.imatrix import Imatrix, collect_imatrix, read_calibration_text
+from engine.settings import as_dict
 
 gguf = pytest.importorskip("gguf")
 
@@ -390,11 +391,9 @@ def test_bad_input_is_one_sentence(tiny, tmp_path: Path) -> None:
             "calibration_text": str(tiny["calibration"]),
         }
     )
-    assert ok["calibration_text"] == str(tiny["calibration"])
+    assert ok.calibration_text == str(tiny["calibration"])
     assert (
-        validate_gguf({"model_dir": folder, "calibration_text": " "})[
-            "calibration_text"
-        ]
+        validate_gguf({"model_dir": folder, "calibration_text": " "}).calibration_text
         is None
     )
     with pytest.raises(EngineError, match=r"^The calibration text .* is empty; give"):
@@ -542,8 +541,8 @@ def test_the_node_takes_a_linked_dataset_as_calibration(
         flow_nodes.export_gguf(
             node({}, model=model, calibration={"path": str(dataset)})
         )
-    assert started[-1]["calibration_text"] == str(dataset)
-    assert started[-1]["type"] == "q4_k_m"
+    assert started[-1].calibration_text == str(dataset)
+    assert started[-1].type == "q4_k_m"
     with pytest.raises(NodeError, match="not both"):
         flow_nodes.export_gguf(
             node(
@@ -576,11 +575,11 @@ def test_the_export_job_collects_reports_and_records_it(tiny, tmp_path: Path) ->
     )
     run_dir = tmp_path / "project" / "runs" / "export"
     run_dir.mkdir(parents=True)
-    ctx = JobContext("export", run_dir, "export.gguf", config, events=None)
+    ctx = JobContext("export", run_dir, "export.gguf", as_dict(config), events=None)
     seen: list[str] = []
     ctx.progress = lambda _d, _t, message="": seen.append(message)  # type: ignore[method-assign]
     try:
-        summary = run_gguf(ctx)
+        summary = run_gguf(ctx, config)
     finally:
         ctx.close()
     report = summary["report"]

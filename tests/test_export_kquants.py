@@ -734,14 +734,14 @@ def test_job_configs_take_any_case(source, tmp_path: Path) -> None:
     from engine.export.ollama_job import validate
 
     folder = str(source["folder"])
-    assert validate_gguf({"model_dir": folder, "type": "Q5_K_M"})["type"] == "q5_k_m"
+    assert validate_gguf({"model_dir": folder, "type": "Q5_K_M"}).type == "q5_k_m"
     with pytest.raises(ConfigError) as exc:
         validate_gguf({"model_dir": folder, "type": "q4_k_m", "adapter": True})
     assert exc.value.field == "type"
     assert "K-quants are for full models" in str(exc.value)
     cfg = validate({"model": folder, "name": "tiny", "type": "Q4_K_M"})
-    assert cfg["type"] == "q4_k_m"
-    assert validate({"model": folder, "name": "tiny"})["type"] == "q4_k_m"
+    assert cfg.type == "q4_k_m"
+    assert validate({"model": folder, "name": "tiny"}).type == "q4_k_m"
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")

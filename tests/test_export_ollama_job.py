@@ -120,7 +120,7 @@ def test_a_stop_ends_the_export_inside_a_stage_and_leaves_no_partial_file(
     from engine.export.ollama_job import export_to_ollama, validate
 
     cfg = validate({"model": str(model_dir), "name": "tiny", "type": "q8_0"})
-    assert cfg["stages"] == ["gguf", "deploy"]
+    assert cfg.stages == ["gguf", "deploy"]
     reports: list[str] = []
     logged: list[str] = []
     result = export_to_ollama(
@@ -167,6 +167,7 @@ def test_a_deployment_registers_the_ollama_model_with_its_lineage(
     from engine.export.jobs import run_ollama, validate_ollama
     from engine.export.ollama_job import export_to_ollama, validate
     from engine.jobs.context import JobContext
+    from engine.settings import as_dict
     from engine.store.project import Project
 
     project = Project.open(tmp_path / "p", create=True)
@@ -185,7 +186,7 @@ def test_a_deployment_registers_the_ollama_model_with_its_lineage(
             result = export_to_ollama(cfg, tmp_path / "out")
             gguf_entry, deployed = result.models
             assert gguf_entry["kind"] == "gguf" and deployed["kind"] == "ollama"
-            facts = {"ollama_model": "tiny-agent", "host": cfg["host"]}
+            facts = {"ollama_model": "tiny-agent", "host": cfg.host}
             assert deployed["name"] == "tiny-agent"
             assert {k: deployed["metrics"][k] for k in facts} == facts
             assert json.loads(Path(deployed["file"]).read_text()) == facts
@@ -213,9 +214,11 @@ def test_a_deployment_registers_the_ollama_model_with_its_lineage(
             )
             run_dir = project.path / "runs" / "r-2"
             run_dir.mkdir(parents=True)
-            ctx = JobContext("r-2", run_dir, "deploy.ollama", config, events=None)
+            ctx = JobContext(
+                "r-2", run_dir, "deploy.ollama", as_dict(config), events=None
+            )
             try:
-                summary = run_ollama(ctx)
+                summary = run_ollama(ctx, config)
             finally:
                 ctx.close()
         (entry,) = summary["models"]

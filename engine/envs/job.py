@@ -1,14 +1,5 @@
 """Job kinds for designed envs, run in their own process by the supervisor.
 
-To wire them in, engine/jobs/registry.py needs::
-
-    register(JobKind(name="env_check", entry="engine.envs.job:run_check",
-                     validator="engine.envs.job:validate_check",
-                     description="Check a designed environment."))
-    register(JobKind(name="env_preview", entry="engine.envs.job:run_preview",
-                     validator="engine.envs.job:validate_preview",
-                     description="Run a few episodes of a designed environment."))
-
 ``env_check`` writes ``report.json`` (``Report.to_dict()``) in the run dir;
 ``env_preview`` writes ``preview.json`` and, with ``frames`` > 0,
 ``frames.npz``. Both return a short summary. ``spec`` is a path relative to
@@ -22,17 +13,20 @@ unsaved, and the run's config.json keeps exactly what was played.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine import contract
 from engine.errors import ConfigError
-from engine.settings import checked_config, setting
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
+from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvCheckConfig:
     """Settings of an ``env_check`` job."""
 
@@ -44,7 +38,7 @@ class EnvCheckConfig:
     """Seed of the random steps."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvPreviewConfig:
     """Settings of an ``env_preview`` job."""
 
@@ -66,31 +60,26 @@ class EnvPreviewConfig:
     """The file a spec document belongs to (resolves its relative paths)."""
 
 
-def _common(
-    config: dict[str, Any],
-    cls: type,
-    what: str,
-    allow_document: bool = False,
-) -> dict[str, Any]:
-    out = checked_config(cls, config, f"the {what} job")
-    if allow_document and isinstance(out["spec"], dict):
-        return out
-    if not isinstance(out["spec"], str) or not out["spec"]:
+def _named_spec(spec: Any) -> None:
+    if not isinstance(spec, str) or not spec:
         raise ConfigError("spec", "spec must name a .env.json file or an env id.")
-    return out
 
 
-def validate_check(config: dict[str, Any]) -> dict[str, Any]:
-    return _common(config, EnvCheckConfig, "env check")
+def validate_check(config: Mapping[str, Any]) -> EnvCheckConfig:
+    cfg = build(EnvCheckConfig, config, "the env check job")
+    _named_spec(cfg.spec)
+    return cfg
 
 
-def validate_preview(config: dict[str, Any]) -> dict[str, Any]:
-    out = _common(config, EnvPreviewConfig, "env preview", allow_document=True)
-    if out["seed"] is None:
-        out["seed"] = random.randrange(2**31)
-    if isinstance(out["spec"], dict):
-        _check_document(out["spec"], out["source"])
-    return out
+def validate_preview(config: Mapping[str, Any]) -> EnvPreviewConfig:
+    cfg = build(EnvPreviewConfig, config, "the env preview job")
+    if isinstance(cfg.spec, dict):
+        _check_document(cfg.spec, cfg.source)
+    else:
+        _named_spec(cfg.spec)
+    if cfg.seed is None:
+        cfg = replace(cfg, seed=random.randrange(2**31))
+    return cfg
 
 
 def _check_document(spec: dict[str, Any], source: str | None) -> None:
@@ -122,13 +111,22 @@ def _resolve(spec: str | dict[str, Any], project_dir: Path, source: Any = None) 
     return spec
 
 
-def run_check(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    "env_check",
+    config=EnvCheckConfig,
+    check=validate_check,
+    label="Env check",
+    group="environments",
+    description="Checks a designed environment and writes report.json.",
+    progress_unit="checks",
+)
+def run_check(ctx: JobContext, cfg: EnvCheckConfig) -> dict[str, Any]:
     from engine.envs.check import check_spec
 
-    cfg = ctx.config
+    assert cfg.spec is not None  # validate_check requires it
     ctx.progress(0, 1, "checking")
     report = check_spec(
-        _resolve(cfg["spec"], ctx.project_dir), steps=cfg["steps"], seed=cfg["seed"]
+        _resolve(cfg.spec, ctx.project_dir), steps=cfg.steps, seed=cfg.seed
     )
     atomic_write_json(ctx.run_dir / contract.REPORT_FILE, report.to_dict())
     for p in report.problems:
@@ -141,17 +139,25 @@ def run_check(ctx: Any) -> dict[str, Any]:
     }
 
 
-def run_preview(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    "env_preview",
+    config=EnvPreviewConfig,
+    check=validate_preview,
+    label="Preview",
+    group="environments",
+    description="Plays a few episodes of a designed environment (preview.json).",
+    progress_unit="episodes",
+)
+def run_preview(ctx: JobContext, cfg: EnvPreviewConfig) -> dict[str, Any]:
     from engine.envs.preview import Policy, PreviewConfig, preview
     from engine.envs.registry import register_project_envs
 
-    cfg = ctx.config
     register_project_envs(ctx.project_dir)
     policy: Policy | None = None
-    if cfg["model"]:
+    if cfg.model:
         from engine.rl.policy import load_policy
 
-        path = Path(cfg["model"])
+        path = Path(cfg.model)
         loaded = load_policy(
             path if path.is_absolute() else ctx.project_dir / path,
             project_dir=ctx.project_dir,
@@ -159,7 +165,8 @@ def run_preview(ctx: Any) -> dict[str, Any]:
         if loaded.notice:
             ctx.log(loaded.notice)
         policy = loaded.act
-    episodes = cfg["episodes"]
+    episodes = cfg.episodes
+    assert cfg.seed is not None  # validate_preview draws one
     ctx.progress(0, episodes, "playing")
 
     def on_episode(index: int, episode: dict[str, Any]) -> None:
@@ -170,15 +177,15 @@ def run_preview(ctx: Any) -> dict[str, Any]:
         ctx.progress(index + 1, episodes, f"episode {index + 1} of {episodes}")
 
     result = preview(
-        _resolve(cfg["spec"], ctx.project_dir, cfg.get("source")),
+        _resolve(cfg.spec, ctx.project_dir, cfg.source),
         PreviewConfig(
-            episodes=cfg["episodes"],
-            seed=cfg["seed"],
-            trace_episodes=cfg["trace_episodes"],
-            frames=cfg["frames"],
+            episodes=cfg.episodes,
+            seed=cfg.seed,
+            trace_episodes=cfg.trace_episodes,
+            frames=cfg.frames,
         ),
         policy=policy,
-        frames_path=ctx.run_dir / contract.FRAMES_FILE if cfg["frames"] else None,
+        frames_path=ctx.run_dir / contract.FRAMES_FILE if cfg.frames else None,
         should_stop=lambda: ctx.should_stop,
         on_episode=on_episode,
     )

@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
             ),
         }
     )
-    work_dir = args.out or Path.cwd() / f"{file_stem(cfg['name'])}-export"
+    assert cfg.name is not None  # validate requires it
+    work_dir = args.out or Path.cwd() / f"{file_stem(cfg.name)}-export"
     work_dir.mkdir(parents=True, exist_ok=True)
     # What a killed export left in its own folder: the pid proves it dead.
     remove_stale_temp_files(work_dir, older_than=0)

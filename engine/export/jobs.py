@@ -9,33 +9,38 @@ supervisor registers them with their lineage (``parents``: model ids).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import ConfigError, EngineError
+from engine.export.modelfile import FAMILIES
+from engine.export.types import GGUF_TYPES
 from engine.jobs.context import JobContext
-from engine.settings import checked_config, setting
+from engine.jobs.registry import job_kind
+from engine.ollama import K_QUANTS
+from engine.settings import build, setting
 from engine.store.paths import child, inside
 
 
-@dataclass
+@dataclass(frozen=True)
 class GGUFExportConfig:
     """Settings of an ``export.gguf`` job."""
 
-    model_dir: str | None = None
+    model_dir: str | None = setting(None, label="Model folder", picker="base_model")
     """The model folder (or, with ``adapter``, the LoRA adapter folder)."""
-    out: str | None = None
+    out: str | None = setting(None, label="Output file")
     """The ``.gguf`` file to write (None: in the run folder)."""
-    type: str = "f16"
+    type: str = setting("f16", choices=GGUF_TYPES)
     """Tensor type: f32, f16, bf16, q8_0, ..., q4_k_m, ... (adapters: f32,
     f16, bf16, q8_0)."""
     adapter: bool = False
     """Export a LoRA adapter as a GGUF adapter instead of a whole model."""
-    base_model_dir: str | None = None
+    base_model_dir: str | None = setting(None, label="Base model folder")
     """The adapter's base model folder (None: the one the adapter names)."""
-    name: str | None = None
+    name: str | None = setting(None, label="Model name")
     """Model name written in the file (None: the folder's name)."""
     logit_error: bool = False
     """Measure the file's logits against the source model's on a few prompts
@@ -44,59 +49,62 @@ class GGUFExportConfig:
     """A text file, or a project dataset (folder, .jsonl or .parquet), the
     model runs over to weight the K-quants by the importance of each input
     column, as llama.cpp's imatrix does (K-quant types only; empty: none)."""
-    parents: list[str] = setting(factory=list)
+    parents: list[str] = setting(factory=list, form=False)
     """Model ids the output derives from (its lineage)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class OllamaDeployConfig:
     """Settings of a ``deploy.ollama`` job."""
 
-    gguf: str | None = None
+    gguf: str | None = setting(None, label="GGUF file")
     """The GGUF file to deploy."""
-    name: str | None = None
+    name: str | None = setting(None, label="Ollama model name")
     """The Ollama model name."""
-    host: str = DEFAULT_OLLAMA_HOST
+    host: str = setting(DEFAULT_OLLAMA_HOST, label="Ollama server")
     """The Ollama server's URL."""
-    system: str | None = None
+    system: str | None = setting(None, label="System prompt")
     """System prompt baked into the model."""
     parameters: dict[str, Any] = setting(factory=dict)
     """Ollama model parameters (``stop``, ``temperature``, ...)."""
-    quantize: str | None = None
+    quantize: str | None = setting(None, choices=K_QUANTS)
     """K-quant Ollama makes from an F16/BF16/F32 file (None: as it is)."""
-    adapter_gguf: str | None = None
+    adapter_gguf: str | None = setting(None, label="Adapter GGUF")
     """A LoRA adapter GGUF applied on top of ``gguf``."""
-    family: str | None = None
+    family: str | None = setting(None, choices=FAMILIES, label="Chat template")
     """Chat template family (None: read from the GGUF)."""
-    bundle_dir: str | None = None
+    bundle_dir: str | None = setting(None, label="Bundle folder")
     """Where to write the Modelfile bundle (None: in the run folder)."""
     verify_prompt: str | None = "Hello"
     """A prompt the deployed model must answer (None: no check)."""
-    parents: list[str] = setting(factory=list)
+    parents: list[str] = setting(factory=list, form=False)
     """Model ids the output derives from (its lineage)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ONNXExportConfig:
     """Settings of an ``export.onnx`` job."""
 
-    policy: str | None = None
+    policy: str | None = setting(None, label="Policy file")
     """The SB3 policy file (``model.zip``)."""
-    out: str | None = None
+    out: str | None = setting(None, label="Output file")
     """The ``.onnx`` file to write (None: in the run folder)."""
     samples: int = setting(64, min=1, unit="observations")
     """Random observations the export is verified on."""
-    parents: list[str] = setting(factory=list)
+    parents: list[str] = setting(factory=list, form=False)
     """Model ids the output derives from (its lineage)."""
 
 
-def _common(config: dict[str, Any], cls: type, what: str) -> dict[str, Any]:
-    out = checked_config(cls, config, what)
-    if not isinstance(out["parents"], list) or not all(
-        isinstance(p, str) for p in out["parents"]
+E = TypeVar("E", GGUFExportConfig, OllamaDeployConfig, ONNXExportConfig)
+
+
+def _common(config: Mapping[str, Any], cls: type[E], what: str) -> E:
+    cfg = build(cls, config, what)
+    if not isinstance(cfg.parents, list) or not all(
+        isinstance(p, str) for p in cfg.parents
     ):
         raise ConfigError("parents", "parents must be a list of model ids.")
-    return out
+    return cfg
 
 
 def out_path(ctx: JobContext, out: str, field: str = "out") -> Path:
@@ -107,8 +115,8 @@ def out_path(ctx: JobContext, out: str, field: str = "out") -> Path:
     return path if path.is_absolute() else inside(ctx.project_dir, path, field)
 
 
-def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
-    value = out.get(key)
+def existing(value: str | None, key: str, what: str, folder: bool) -> str:
+    """The path a required file or folder setting names, which must exist."""
     if not isinstance(value, str) or not value:
         raise ConfigError(key, f"{key} is required: the {what}.")
     path = Path(value).expanduser()
@@ -116,7 +124,7 @@ def _existing(out: dict[str, Any], key: str, what: str, folder: bool) -> Path:
         raise ConfigError(key, f"The {what} {path} does not exist.")
     if not folder and not path.is_file():
         raise ConfigError(key, f"The {what} {path} does not exist.")
-    return path
+    return str(path)
 
 
 def check_calibration(value: Any, gguf_type: str, adapter: bool = False) -> str | None:
@@ -143,34 +151,28 @@ def check_calibration(value: Any, gguf_type: str, adapter: bool = False) -> str 
     return str(path)
 
 
-def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
-    from engine.export.gguf import SUPPORTED_ARCHITECTURES
-    from engine.export.types import GGUF_TYPES, adapter_type_problem
+def lower_type(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``config`` with its tensor type in lower case (Q4_K_M as q4_k_m)."""
+    kind = config.get("type")
+    return {**config, "type": kind.lower()} if isinstance(kind, str) else config
 
-    out = _common(config, GGUFExportConfig, "a GGUF export")
-    adapter = out["adapter"]
-    src = _existing(
-        out, "model_dir", "adapter folder" if adapter else "model folder", folder=True
-    )
-    out["model_dir"] = str(src)
-    if not isinstance(out["type"], str) or out["type"].lower() not in GGUF_TYPES:
-        raise ConfigError(
-            "type", f"type must be one of {', '.join(GGUF_TYPES)} (any case)."
-        )
-    problem = adapter_type_problem(out["type"]) if adapter else None
+
+def validate_gguf(config: Mapping[str, Any]) -> GGUFExportConfig:
+    from engine.export.gguf import SUPPORTED_ARCHITECTURES
+    from engine.export.types import adapter_type_problem
+
+    cfg = _common(lower_type(config), GGUFExportConfig, "a GGUF export")
+    what = "adapter folder" if cfg.adapter else "model folder"
+    src = Path(existing(cfg.model_dir, "model_dir", what, folder=True))
+    problem = adapter_type_problem(cfg.type) if cfg.adapter else None
     if problem:
         raise ConfigError("type", problem)
-    out["type"] = out["type"].lower()
-    out["calibration_text"] = check_calibration(
-        out["calibration_text"], out["type"], adapter
-    )
-    if adapter:
+    base = cfg.base_model_dir
+    if cfg.adapter:
         if not (src / "adapter_config.json").is_file():
             raise ConfigError("model_dir", f"{src} has no adapter_config.json.")
-        if out["base_model_dir"] is not None:
-            out["base_model_dir"] = str(
-                _existing(out, "base_model_dir", "base model folder", folder=True)
-            )
+        if base is not None:
+            base = existing(base, "base_model_dir", "base model folder", folder=True)
     else:
         cfg_path = src / "config.json"
         if not cfg_path.is_file():
@@ -188,9 +190,14 @@ def validate_gguf(config: dict[str, Any]) -> dict[str, Any]:
                 "architectures: "
                 f"{', '.join(SUPPORTED_ARCHITECTURES)}.",
             )
-    if out["out"] is not None and not str(out["out"]).endswith(".gguf"):
+    if cfg.out is not None and not str(cfg.out).endswith(".gguf"):
         raise ConfigError("out", "out must be a file name ending in .gguf.")
-    return out
+    return replace(
+        cfg,
+        model_dir=str(src),
+        base_model_dir=base,
+        calibration_text=check_calibration(cfg.calibration_text, cfg.type, cfg.adapter),
+    )
 
 
 def logit_error_without_imatrix(
@@ -209,37 +216,45 @@ def logit_error_without_imatrix(
         return logit_error(model_dir, plain)
 
 
-def run_gguf(ctx: JobContext) -> dict[str, Any]:
+@job_kind(
+    "export.gguf",
+    config=GGUFExportConfig,
+    check=validate_gguf,
+    label="GGUF export",
+    group="export",
+    description="Converts a Hugging Face model or LoRA adapter to GGUF and "
+    "verifies the file.",
+    progress_unit="tensors",
+)
+def run_gguf(ctx: JobContext, cfg: GGUFExportConfig) -> dict[str, Any]:
     from engine.export.gguf import export_gguf, export_lora_gguf
 
-    cfg = ctx.config
-    src = Path(cfg["model_dir"])
-    name = cfg["name"] or src.name
+    assert cfg.model_dir is not None  # validate_gguf requires it
+    src = Path(cfg.model_dir)
+    name = cfg.name or src.name
     out = (
-        out_path(ctx, cfg["out"])
-        if cfg["out"]
-        else child(ctx.run_dir, "output", f"{name}-{cfg['type']}", "name", ".gguf")
+        out_path(ctx, cfg.out)
+        if cfg.out
+        else child(ctx.run_dir, "output", f"{name}-{cfg.type}", "name", ".gguf")
     )
 
     def progress(done: float, total: float, message: str) -> None:
         ctx.progress(done, total, message)
 
-    ctx.log(f"Exporting {src} to {out} ({cfg['type'].upper()})")
-    if cfg["adapter"]:
-        report = export_lora_gguf(
-            src, out, cfg["type"], cfg["base_model_dir"], progress
-        )
+    ctx.log(f"Exporting {src} to {out} ({cfg.type.upper()})")
+    if cfg.adapter:
+        report = export_lora_gguf(src, out, cfg.type, cfg.base_model_dir, progress)
     else:
         imatrix = None
-        if cfg["calibration_text"]:
+        if cfg.calibration_text:
             from engine.export.imatrix import collect_imatrix
 
-            ctx.log(f"Collecting the importance matrix on {cfg['calibration_text']}")
-            imatrix = collect_imatrix(src, cfg["calibration_text"], progress)
+            ctx.log(f"Collecting the importance matrix on {cfg.calibration_text}")
+            imatrix = collect_imatrix(src, cfg.calibration_text, progress)
         report = export_gguf(
-            src, out, cfg["type"], progress, name=cfg["name"], imatrix=imatrix
+            src, out, cfg.type, progress, name=cfg.name, imatrix=imatrix
         )
-        if cfg["logit_error"]:
+        if cfg.logit_error:
             from engine.export.logit_check import logit_error
 
             ctx.log("Measuring the logit error against the source model")
@@ -247,7 +262,7 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
             if imatrix is not None:
                 ctx.log("Measuring the logit error without the importance matrix")
                 report.logit_error_without_imatrix = logit_error_without_imatrix(
-                    src, out, cfg["type"]
+                    src, out, cfg.type
                 )
     ctx.log(report.summary())
     return {
@@ -258,7 +273,7 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
                 "kind": "gguf",
                 "file": str(out.resolve()),
                 "base": str(src),
-                "parents": cfg["parents"],
+                "parents": cfg.parents,
                 "metrics": {
                     "size_mb": round(report.size_bytes / 1e6, 3),
                     "type": report.file_type,
@@ -282,60 +297,73 @@ def run_gguf(ctx: JobContext) -> dict[str, Any]:
     }
 
 
-def validate_ollama(config: dict[str, Any]) -> dict[str, Any]:
-    from engine.export.modelfile import FAMILIES
-    from engine.ollama import K_QUANTS, check_host, check_model_name
+def checked_ollama_name(name: str | None) -> str:
+    """The Ollama model name setting checked; a ConfigError on ``name``."""
+    from engine.ollama import check_model_name
 
-    out = _common(config, OllamaDeployConfig, "an Ollama deployment")
-    out["gguf"] = str(_existing(out, "gguf", "GGUF file", folder=False))
-    if not isinstance(out["name"], str):
+    if not isinstance(name, str):
         raise ConfigError("name", "name is required: the Ollama model name.")
     try:
-        out["name"] = check_model_name(out["name"])
+        return check_model_name(name)
     except EngineError as exc:
         raise ConfigError("name", str(exc)) from None
+
+
+def checked_host(host: str) -> str:
+    """The Ollama server URL setting checked; a ConfigError on ``host``."""
+    from engine.ollama import check_host
+
     try:
-        out["host"] = check_host(out["host"])
+        return check_host(host)
     except EngineError as exc:
         raise ConfigError("host", str(exc)) from None
-    if out["quantize"] is not None and out["quantize"] not in K_QUANTS:
-        raise ConfigError("quantize", f"quantize must be one of {', '.join(K_QUANTS)}.")
-    if out["family"] is not None and out["family"] not in FAMILIES:
-        raise ConfigError("family", f"family must be one of {', '.join(FAMILIES)}.")
-    if not isinstance(out["parameters"], dict):
+
+
+def validate_ollama(config: Mapping[str, Any]) -> OllamaDeployConfig:
+    cfg = _common(config, OllamaDeployConfig, "an Ollama deployment")
+    gguf = existing(cfg.gguf, "gguf", "GGUF file", folder=False)
+    name = checked_ollama_name(cfg.name)
+    host = checked_host(cfg.host)
+    if not isinstance(cfg.parameters, dict):
         raise ConfigError(
             "parameters", "parameters must be a mapping of name to value."
         )
-    if out["adapter_gguf"] is not None:
-        out["adapter_gguf"] = str(
-            _existing(out, "adapter_gguf", "adapter GGUF file", folder=False)
-        )
-    return out
+    adapter = cfg.adapter_gguf
+    if adapter is not None:
+        adapter = existing(adapter, "adapter_gguf", "adapter GGUF file", folder=False)
+    return replace(cfg, gguf=gguf, name=name, host=host, adapter_gguf=adapter)
 
 
-def run_ollama(ctx: JobContext) -> dict[str, Any]:
+@job_kind(
+    "deploy.ollama",
+    config=OllamaDeployConfig,
+    check=validate_ollama,
+    label="Ollama deploy",
+    group="export",
+    description="Creates an Ollama model from a GGUF, or writes an import bundle.",
+    progress_unit="bytes",
+)
+def run_ollama(ctx: JobContext, cfg: OllamaDeployConfig) -> dict[str, Any]:
     from engine.export.ollama import deploy_gguf, deployed_model_entry
 
-    cfg = ctx.config
-    gguf_path = Path(cfg["gguf"])
-    bundle_dir = cfg["bundle_dir"]
+    assert cfg.gguf is not None and cfg.name is not None  # validate_ollama
     result = deploy_gguf(
-        gguf_path,
-        cfg["name"],
-        host=cfg["host"],
-        system=cfg["system"],
-        parameters=cfg["parameters"],
-        quantize=cfg["quantize"],
-        adapter_path=cfg["adapter_gguf"],
-        family=cfg["family"],
+        Path(cfg.gguf),
+        cfg.name,
+        host=cfg.host,
+        system=cfg.system,
+        parameters=cfg.parameters,
+        quantize=cfg.quantize,
+        adapter_path=cfg.adapter_gguf,
+        family=cfg.family,
         # Without a server the bundle goes to the run folder unless named.
         bundle_dir=(
-            out_path(ctx, bundle_dir, "bundle_dir")
-            if bundle_dir
+            out_path(ctx, cfg.bundle_dir, "bundle_dir")
+            if cfg.bundle_dir
             else ctx.run_dir / "output" / "ollama-bundle"
         ),
-        always_bundle=bundle_dir is not None,
-        verify_prompt=cfg["verify_prompt"],
+        always_bundle=cfg.bundle_dir is not None,
+        verify_prompt=cfg.verify_prompt,
         progress=lambda d, t, m: ctx.progress(d, t, m),
     )
     ctx.log(result.message)
@@ -343,42 +371,49 @@ def run_ollama(ctx: JobContext) -> dict[str, Any]:
         ctx.log(f"Warning: {w}")
     models = []
     if result.deployed:
-        models.append(
-            deployed_model_entry(result, ctx.run_dir / "output", cfg["parents"])
-        )
+        models.append(deployed_model_entry(result, ctx.run_dir / "output", cfg.parents))
     elif result.bundle_dir:
         models.append(
             {
-                "name": cfg["name"],
+                "name": cfg.name,
                 "kind": "ollama-bundle",
                 "file": result.bundle_dir,
-                "parents": cfg["parents"],
+                "parents": cfg.parents,
                 "metrics": {"family": result.family or "unknown"},
             }
         )
     return {"deploy": result.to_dict(), "models": models}
 
 
-def validate_onnx(config: dict[str, Any]) -> dict[str, Any]:
-    out = _common(config, ONNXExportConfig, "an ONNX export")
-    out["policy"] = str(_existing(out, "policy", "policy file", folder=False))
-    if out["out"] is not None and not str(out["out"]).endswith(".onnx"):
+def validate_onnx(config: Mapping[str, Any]) -> ONNXExportConfig:
+    cfg = _common(config, ONNXExportConfig, "an ONNX export")
+    policy = existing(cfg.policy, "policy", "policy file", folder=False)
+    if cfg.out is not None and not str(cfg.out).endswith(".onnx"):
         raise ConfigError("out", "out must be a file name ending in .onnx.")
-    return out
+    return replace(cfg, policy=policy)
 
 
-def run_onnx(ctx: JobContext) -> dict[str, Any]:
+@job_kind(
+    "export.onnx",
+    config=ONNXExportConfig,
+    check=validate_onnx,
+    label="ONNX export",
+    group="export",
+    description="Exports a stable-baselines3 policy to ONNX, checked with onnxruntime.",
+    progress_unit="stages",
+)
+def run_onnx(ctx: JobContext, cfg: ONNXExportConfig) -> dict[str, Any]:
     from engine.export.onnx_export import export_onnx
 
-    cfg = ctx.config
-    src = Path(cfg["policy"])
+    assert cfg.policy is not None  # validate_onnx requires it
+    src = Path(cfg.policy)
     out = (
-        out_path(ctx, cfg["out"])
-        if cfg["out"]
+        out_path(ctx, cfg.out)
+        if cfg.out
         else child(ctx.run_dir, "output", src.stem, "policy", ".onnx")
     )
     ctx.progress(0, 2, "exporting")
-    report = export_onnx(src, out, samples=cfg["samples"], project_dir=ctx.project_dir)
+    report = export_onnx(src, out, samples=cfg.samples, project_dir=ctx.project_dir)
     ctx.progress(2, 2, "verified")
     ctx.log(report.summary())
     return {
@@ -388,7 +423,7 @@ def run_onnx(ctx: JobContext) -> dict[str, Any]:
                 "name": out.stem,
                 "kind": "onnx",
                 "file": str(out.resolve()),
-                "parents": cfg["parents"],
+                "parents": cfg.parents,
                 "metrics": {
                     "max_abs_diff": report.max_abs_diff,
                     "verified": report.verified,

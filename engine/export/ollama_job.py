@@ -13,44 +13,46 @@ Ollama model, or the import bundle when no server answered).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.contract import DEFAULT_OLLAMA_HOST
-from engine.errors import ConfigError, EngineError
-from engine.export.jobs import GGUFExportConfig
+from engine.errors import ConfigError
+from engine.export.jobs import GGUFExportConfig, OllamaDeployConfig
 from engine.export.types import OLLAMA_EXPORT_TYPES, OLLAMA_SERVER_QUANTS
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
 from engine.progress import Progress
-from engine.settings import checked_config, same_setting, setting
+from engine.settings import build, same_setting, setting
 
 SERVER_QUANTS = OLLAMA_SERVER_QUANTS
 EXPORT_TYPES = OLLAMA_EXPORT_TYPES
 
 
-@dataclass
+@dataclass(frozen=True)
 class OllamaExportConfig:
     """Settings of an ``export.ollama`` job (merge → GGUF → deploy)."""
 
-    model: str | None = None
+    model: str | None = setting(None, label="Model", picker="base_model")
     """A LoRA adapter folder, a Hugging Face model folder or a ``.gguf`` file."""
-    name: str | None = None
+    name: str | None = setting(None, label="Ollama model name")
     """The Ollama model name, e.g. ``jira-agent:q4``."""
     type: str = setting(EXPORT_TYPES[0], choices=EXPORT_TYPES)
     """Tensor type, any case: the exporter writes all but ollama-q4_k_m and
     ollama-q4_k_s, which the Ollama server makes from an F16 export."""
-    host: str = DEFAULT_OLLAMA_HOST
-    """The Ollama server's URL."""
-    system: str | None = None
-    """System prompt baked into the model."""
-    base: str | None = None
+    host: str = same_setting(OllamaDeployConfig, "host")
+    system: str | None = same_setting(OllamaDeployConfig, "system")
+    base: str | None = setting(None, label="Base model", picker="base_model")
     """An adapter's base model (None: the one the adapter names)."""
     dtype: str = setting("float32", choices=("float32", "float16", "bfloat16"))
     """Precision of the merged model written before the GGUF export."""
     calibration_text: str | None = same_setting(GGUFExportConfig, "calibration_text")
-    parents: list[str] = setting(factory=list)
+    parents: list[str] = setting(factory=list, form=False)
     """Model ids the outputs derive from (their lineage)."""
+    stages: list[str] = setting(factory=list, form=False)
+    """The stages the source needs, in order (``merge``, ``gguf``,
+    ``deploy``): filled in by validation from what ``model`` is."""
 
 
 @dataclass
@@ -89,58 +91,61 @@ def stages_for(kind: str) -> list[Stage]:
     return [Stage(k, STAGE_TITLES[k]) for k in kinds.get(kind, ["deploy"])]
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
-    from engine.export.jobs import check_calibration, validate_gguf
-    from engine.ollama import check_host, check_model_name
+def validate(config: Mapping[str, Any]) -> OllamaExportConfig:
+    from engine.export.jobs import (
+        check_calibration,
+        checked_host,
+        checked_ollama_name,
+        lower_type,
+        validate_gguf,
+    )
 
-    if isinstance(config.get("type"), str):
-        config = {**config, "type": config["type"].lower()}  # Q4_K_M as q4_k_m
-    out = checked_config(OllamaExportConfig, config, "an Ollama export")
-    if not isinstance(out["model"], str) or not out["model"]:
+    cfg = build(OllamaExportConfig, lower_type(config), "an Ollama export")
+    if not isinstance(cfg.model, str) or not cfg.model:
         raise ConfigError("model", "model is required: the adapter, model or GGUF.")
-    src = Path(out["model"]).expanduser()
+    src = Path(cfg.model).expanduser()
     if not src.exists():
         raise ConfigError("model", f"The model {src} does not exist.")
     kind = source_kind(src)
-    out["model"] = str(src)
-    if not isinstance(out["name"], str):
-        raise ConfigError("name", "name is required: the Ollama model name.")
-    try:
-        out["name"] = check_model_name(out["name"])
-        out["host"] = check_host(out["host"])
-    except EngineError as exc:
-        raise ConfigError(
-            "name" if "model name" in str(exc) else "host", str(exc)
-        ) from None
-    out["type"] = out["type"].lower()
-    if kind == "gguf" and f"ollama-{out['type']}" in SERVER_QUANTS:
+    name = checked_ollama_name(cfg.name)
+    host = checked_host(cfg.host)
+    gguf_type = cfg.type
+    if kind == "gguf" and f"ollama-{gguf_type}" in SERVER_QUANTS:
         # A GGUF file is deployed as it is: only the server can make it Q4_K_M.
-        out["type"] = f"ollama-{out['type']}"
-    export_type = "f16" if out["type"] in SERVER_QUANTS else out["type"]
-    calibration = out["calibration_text"]
+        gguf_type = f"ollama-{gguf_type}"
+    export_type = "f16" if gguf_type in SERVER_QUANTS else gguf_type
+    calibration = cfg.calibration_text
     if kind == "gguf" and isinstance(calibration, str) and calibration.strip():
         raise ConfigError(
             "calibration_text",
             "A .gguf file is deployed as it is; calibration text weights an "
             "export from a model or adapter.",
         )
-    out["calibration_text"] = check_calibration(calibration, out["type"])
+    base = cfg.base
     if kind == "lora-adapter":
         from engine.llm.base import inspect_model
 
         info = inspect_model(src, "model")
-        base = out["base"] or info.base
-        if not base:
+        named = base or info.base
+        if not named:
             raise ConfigError(
                 "base", "The adapter does not name its base model; set base."
             )
-        out["base"] = str(inspect_model(base, "base").path)
-        if Path(out["base"]).is_dir():  # the merged model will have its type
-            validate_gguf({"model_dir": out["base"], "type": export_type})
+        base = str(inspect_model(named, "base").path)
+        if Path(base).is_dir():  # the merged model will have its type
+            validate_gguf({"model_dir": base, "type": export_type})
     elif kind == "hf-model":
         validate_gguf({"model_dir": str(src), "type": export_type})
-    out["stages"] = [s.kind for s in stages_for(kind)]
-    return out
+    return replace(
+        cfg,
+        model=str(src),
+        name=name,
+        host=host,
+        type=gguf_type,
+        base=base,
+        calibration_text=check_calibration(calibration, gguf_type),
+        stages=[s.kind for s in stages_for(kind)],
+    )
 
 
 @dataclass
@@ -164,7 +169,7 @@ class _Stopped(BaseException):
 
 
 def export_to_ollama(
-    cfg: dict[str, Any],
+    cfg: OllamaExportConfig,
     work_dir: Path,
     progress: Progress | None = None,
     log: Callable[[str], None] | None = None,
@@ -179,13 +184,14 @@ def export_to_ollama(
     from engine.export.gguf import export_gguf
     from engine.export.ollama import deploy_gguf, deployed_model_entry, file_stem
 
-    stages = [Stage(k, STAGE_TITLES[k]) for k in cfg["stages"]]
+    stages = [Stage(k, STAGE_TITLES[k]) for k in cfg.stages]
     total = float(len(stages))
     say = log or (lambda text: None)
-    src = Path(cfg["model"])
-    name: str = cfg["name"]
+    assert cfg.model is not None and cfg.name is not None  # validate
+    src = Path(cfg.model)
+    name = cfg.name
     safe = file_stem(name)
-    parents = list(cfg["parents"])
+    parents = list(cfg.parents)
     models: list[dict[str, Any]] = []
     current = src
     deploy: dict[str, Any] = {}
@@ -206,24 +212,25 @@ def export_to_ollama(
                 from engine.llm.merge import merge_adapter
 
                 out_dir = work_dir / f"{safe}-merged"
-                merge_adapter(str(src), cfg["base"], out_dir, cfg["dtype"])
+                assert cfg.base is not None  # validate names an adapter's base
+                merge_adapter(str(src), cfg.base, out_dir, cfg.dtype)
                 models.append(
                     {
                         "name": f"{safe}-merged",
                         "kind": "hf-merged",
                         "file": str(out_dir),
-                        "base": cfg["base"],
-                        "parents": [*parents, cfg["base"]],
-                        "metrics": {"dtype": cfg["dtype"]},
+                        "base": cfg.base,
+                        "parents": [*parents, cfg.base],
+                        "metrics": {"dtype": cfg.dtype},
                     }
                 )
                 current = out_dir
             elif stage.kind == "gguf":
-                export_type = "f16" if cfg["type"] in SERVER_QUANTS else cfg["type"]
+                export_type = "f16" if cfg.type in SERVER_QUANTS else cfg.type
                 gguf_file = work_dir / f"{safe}-{export_type}.gguf"
                 imatrix = None
                 export_progress: Progress = report
-                calibration = cfg.get("calibration_text")
+                calibration = cfg.calibration_text
                 if calibration:
                     from engine.export.imatrix import collect_imatrix
 
@@ -271,9 +278,9 @@ def export_to_ollama(
                 result = deploy_gguf(
                     current,
                     name,
-                    host=cfg["host"],
-                    system=cfg["system"],
-                    quantize=SERVER_QUANTS.get(cfg["type"]),
+                    host=cfg.host,
+                    system=cfg.system,
+                    quantize=SERVER_QUANTS.get(cfg.type),
                     bundle_dir=work_dir / f"{safe}-ollama",
                     progress=report,
                 )
@@ -302,12 +309,22 @@ def export_to_ollama(
     return ExportResult(deploy, models)
 
 
-def run(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    "export.ollama",
+    config=OllamaExportConfig,
+    check=validate,
+    label="Export to Ollama",
+    group="export",
+    description="One-click export to Ollama: merges a LoRA adapter, exports "
+    "a GGUF and creates the Ollama model (or writes an import bundle).",
+    progress_unit="stages",
+)
+def run(ctx: JobContext, cfg: OllamaExportConfig) -> dict[str, Any]:
     """The ``export.ollama`` job: the stages in the run folder's ``output``."""
     out = ctx.run_dir / "output"
     out.mkdir(parents=True, exist_ok=True)
     result = export_to_ollama(
-        ctx.config,
+        cfg,
         out,
         progress=lambda d, t, m: ctx.progress(d, t, m),
         log=ctx.log,
