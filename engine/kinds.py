@@ -14,8 +14,19 @@ from engine.export import jobs as export_jobs
 from engine.export import ollama_job
 from engine.jobs import selftest
 from engine.jobs.registry import legacy
+from engine.llm import datasets, evaluate, hub, merge, rollouts
 
-__all__ = ["env_jobs", "export_jobs", "ollama_job", "selftest"]
+__all__ = [
+    "datasets",
+    "env_jobs",
+    "evaluate",
+    "export_jobs",
+    "hub",
+    "merge",
+    "ollama_job",
+    "rollouts",
+    "selftest",
+]
 
 legacy(
     "rl.train",
@@ -68,26 +79,6 @@ legacy(
     progress_unit="nodes",
 )
 legacy(
-    "llm.collect",
-    "engine.llm.rollouts:run_collect",
-    "engine.llm.rollouts:validate_collect",
-    "Collect rollouts",
-    "data",
-    "Records episodes of a language-model (or rule-based) policy in an env "
-    "as JSONL traces in the project's data/traces/.",
-    resumable=True,
-    progress_unit="episodes",
-)
-legacy(
-    "llm.dataset",
-    "engine.llm.datasets:run_dataset",
-    "engine.llm.datasets:validate_dataset",
-    "Dataset",
-    "data",
-    "Builds an SFT, KTO, DPO or GRPO dataset (JSONL + parquet) from traces.",
-    progress_unit="items",
-)
-legacy(
     "reward.train",
     "engine.llm.reward_model:run",
     "engine.llm.reward_model:validate",
@@ -106,34 +97,4 @@ legacy(
     "Fine-tunes a language model with a LoRA adapter through TRL "
     "(GRPO, KTO, DPO or SFT).",
     resumable=True,
-)
-legacy(
-    "llm.merge",
-    "engine.llm.merge:run",
-    "engine.llm.merge:validate",
-    "Merge",
-    "export",
-    "Merges a LoRA adapter into its base model as a new HF folder.",
-    progress_unit="items",
-)
-legacy(
-    "llm.evaluate",
-    "engine.llm.evaluate:run",
-    "engine.llm.evaluate:validate",
-    "Evaluation",
-    "evaluation",
-    "Runs language-model policies in an env: success rate, return, "
-    "invalid actions, before/after report.",
-    progress_unit="episodes",
-)
-legacy(
-    "hub.download",
-    "engine.llm.hub:run",
-    "engine.llm.hub:validate",
-    "Hub download",
-    "data",
-    "Downloads a model from the Hugging Face Hub into the HF cache "
-    "(progress in bytes; a stopped download resumes).",
-    schema="engine.llm.hub:schema",
-    progress_unit="bytes",
 )

@@ -407,6 +407,7 @@ def test_maskable_ppo_on_the_release_pipeline_advances_a_stage(project: Path) ->
 def test_language_model_rollouts_advance_with_the_expert(project: Path) -> None:
     from engine.jobs.context import JobContext
     from engine.llm.rollouts import iter_traces, run_collect, validate_collect
+    from engine.settings import as_dict
 
     cfg = validate_collect(
         {
@@ -426,9 +427,9 @@ def test_language_model_rollouts_advance_with_the_expert(project: Path) -> None:
     )
     run_dir = project / "runs" / "collect"
     run_dir.mkdir(parents=True)
-    ctx = JobContext("collect", run_dir, "llm.collect", cfg, events=None)
+    ctx = JobContext("collect", run_dir, "llm.collect", as_dict(cfg), events=None)
     try:
-        summary = run_collect(ctx)
+        summary = run_collect(ctx, cfg)
     finally:
         ctx.close()
     assert summary["stats"]["curriculum_stage"] == 2

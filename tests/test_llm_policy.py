@@ -238,7 +238,7 @@ def test_default_split_is_90_10_in_jsonl_and_parquet(
     traces: Path, tmp_path: Path
 ) -> None:
     cfg = datasets.validate_dataset({"traces": str(traces), "method": "grpo"})
-    assert cfg["validation_fraction"] == 0.1
+    assert cfg.validation_fraction == 0.1
     stats = datasets.build_dataset(
         [traces], "grpo", tmp_path / "g", validation_fraction=0.1, seed=0
     )

@@ -169,19 +169,17 @@ def test_symlinks_that_escape_the_root_are_refused(
     shutil.rmtree(project / "models")
     (project / "models").symlink_to(outside)
     ctx = SimpleNamespace(
-        config={"adapter": "/nowhere/adapter", "name": "evil", "base": "/nowhere"},
-        project_dir=str(project),
-        run_id="r1",
-        progress=lambda *a: None,
+        project_dir=str(project), run_id="r1", progress=lambda *a: None
     )
+    cfg = merge.MergeConfig(adapter="/nowhere/adapter", name="evil", base="/nowhere")
     with pytest.raises(ConfigError, match="leads outside"):
-        merge.run(ctx)
+        merge.run(ctx, cfg)  # type: ignore[arg-type]
     # A folder of the layout itself may be a link out: refused as well.
     (project / "data" / "datasets").rmdir()
     (project / "data" / "datasets").symlink_to(outside)
-    ctx.config = {"traces": [], "name": "victim", "method": "sft"}
+    dataset = datasets.DatasetConfig(traces=[], name="victim", method="sft", seed=0)
     with pytest.raises(ConfigError, match="leads outside"):
-        datasets.run_dataset(ctx)
+        datasets.run_dataset(ctx, dataset)  # type: ignore[arg-type]
     assert snapshot(outside) == before
 
 

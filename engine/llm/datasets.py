@@ -28,15 +28,17 @@ import hashlib
 import json
 import random
 from collections import defaultdict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
 from engine.llm.rollouts import iter_traces
 from engine.llm.train import METHODS, SEED_MAX
-from engine.settings import checked_config, setting
+from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
 from engine.store.labels import DB_FILE as LABELS_DB
 from engine.store.labels import LabelStore, Resolved, orphan_sentence, resolve
@@ -470,7 +472,7 @@ def check_columns(train_file: Path, method: str, field_name: str = "dataset") ->
 
 
 # ------------------------------------------------------------------ the job
-@dataclass
+@dataclass(frozen=True)
 class DatasetConfig:
     """Settings of an ``llm.dataset`` job."""
 
@@ -511,15 +513,15 @@ def _trace_files(value: Any, project_dir: Path | None) -> list[Path]:
     return out
 
 
-def validate_dataset(config: dict[str, Any]) -> dict[str, Any]:
-    out = checked_config(DatasetConfig, config, "llm.dataset")
-    if out["name"] is not None:
-        checked_name("name", out["name"])
-    if not out["traces"]:
+def validate_dataset(config: Mapping[str, Any]) -> DatasetConfig:
+    cfg = build(DatasetConfig, config, "llm.dataset")
+    if cfg.name is not None:
+        checked_name("name", cfg.name)
+    if not cfg.traces:
         raise ConfigError("traces", "traces must name one or more trace files.")
-    if out["seed"] is None:
-        out["seed"] = random.randrange(2**31)
-    return out
+    if cfg.seed is None:
+        cfg = replace(cfg, seed=random.randrange(2**31))
+    return cfg
 
 
 def build_dataset(
@@ -573,25 +575,35 @@ def build_dataset(
     return stats
 
 
-def run_dataset(ctx: Any) -> dict[str, Any]:
-    cfg = ctx.config
-    files = _trace_files(cfg["traces"], Path(ctx.project_dir))
-    name = cfg["name"] or f"{cfg['method']}-{ctx.run_id}"
+@job_kind(
+    "llm.dataset",
+    config=DatasetConfig,
+    check=validate_dataset,
+    label="Dataset",
+    group="data",
+    description="Builds an SFT, KTO, DPO or GRPO dataset (JSONL + parquet) "
+    "from traces.",
+    progress_unit="items",
+)
+def run_dataset(ctx: JobContext, cfg: DatasetConfig) -> dict[str, Any]:
+    assert cfg.seed is not None  # validate_dataset() draws one
+    files = _trace_files(cfg.traces, Path(ctx.project_dir))
+    name = cfg.name or f"{cfg.method}-{ctx.run_id}"
     folder = child(ctx.project_dir, "data/datasets", name, "name")
     stats = build_dataset(
         files,
-        cfg["method"],
+        cfg.method,
         folder,
-        validation_fraction=cfg["validation_fraction"],
-        seed=cfg["seed"],
-        kto_max_ratio=cfg["kto_max_ratio"],
-        project_dir=Path(ctx.project_dir) if cfg["manual_labels"] else None,
+        validation_fraction=cfg.validation_fraction,
+        seed=cfg.seed,
+        kto_max_ratio=cfg.kto_max_ratio,
+        project_dir=Path(ctx.project_dir) if cfg.manual_labels else None,
     )
     ctx.log(
-        f"{cfg['method']} dataset: {stats['train']} train, "
+        f"{cfg.method} dataset: {stats['train']} train, "
         f"{stats['validation']} validation rows; {stats['manual_rows']} from "
         f"manual labels, {stats['env_rows']} from the env reward"
     )
     if stats["orphan_labels"]:
         ctx.log(orphan_sentence(stats["orphan_labels"]))
-    return {"dataset": str(folder), "method": cfg["method"], "stats": stats}
+    return {"dataset": str(folder), "method": cfg.method, "stats": stats}

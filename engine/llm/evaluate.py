@@ -15,15 +15,20 @@ from __future__ import annotations
 import random
 import struct
 import zlib
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from engine import contract
 from engine.errors import ConfigError
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
 from engine.llm.rollouts import EvaluateConfig
-from engine.settings import checked_config
+from engine.settings import build
+
+if TYPE_CHECKING:
+    import numpy as np
 
 REPORT_KEYS = (
     "success_rate",
@@ -34,20 +39,20 @@ REPORT_KEYS = (
 )
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
+def validate(config: Mapping[str, Any]) -> EvaluateConfig:
     from engine.llm.base import resolve_chat_model
 
-    out = checked_config(EvaluateConfig, config, "llm.evaluate")
-    if not out["model"]:
+    cfg = build(EvaluateConfig, config, "llm.evaluate")
+    if not cfg.model:
         raise ConfigError("model", "model must name a model or adapter folder.")
-    out["model"] = str(resolve_chat_model(out["model"]))
-    if out["baseline"]:
-        out["baseline"] = str(resolve_chat_model(out["baseline"], "baseline"))
-    if not out["env"]:
+    cfg = replace(cfg, model=str(resolve_chat_model(cfg.model)))
+    if cfg.baseline:
+        cfg = replace(cfg, baseline=str(resolve_chat_model(cfg.baseline, "baseline")))
+    if not cfg.env:
         raise ConfigError("env", "env must name an environment (id or spec file).")
-    if out["seed"] is None:
-        out["seed"] = random.randrange(2**31)
-    return out
+    if cfg.seed is None:
+        cfg = replace(cfg, seed=random.randrange(2**31))
+    return cfg
 
 
 def evaluate_policy(
@@ -140,6 +145,8 @@ def bar_chart_png(
 ) -> bytes:
     """Grouped bars (one group per key, one bar per model) for values in
     [0, 1] (clipped); no text, colors in order blue, orange, green."""
+    import numpy as np
+
     colors = [(66, 114, 196), (237, 125, 49), (112, 173, 71)]
     img = np.full((height, width, 3), 255, dtype=np.uint8)
     base = height - 20
@@ -156,16 +163,27 @@ def bar_chart_png(
 
 
 # ------------------------------------------------------------------ the job
-def run(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    "llm.evaluate",
+    config=EvaluateConfig,
+    check=validate,
+    label="Evaluation",
+    group="evaluation",
+    description="Runs language-model policies in an env: success rate, return, "
+    "invalid actions, before/after report.",
+    progress_unit="models",
+)
+def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
     from engine.llm.policy import GenerationSettings, LLMPolicy
     from engine.llm.rollouts import env_kwargs, resolve_env
     from engine.store.atomic import atomic_write_bytes, atomic_write_json
 
-    cfg = ctx.config
-    env_ref = resolve_env(cfg["env"], ctx.project_dir)
-    models = [("after", cfg["model"])]
-    if cfg["baseline"]:
-        models.insert(0, ("before", cfg["baseline"]))
+    # validate() checked env and model and drew the seed.
+    assert cfg.env is not None and cfg.model is not None and cfg.seed is not None
+    env_ref = resolve_env(cfg.env, ctx.project_dir)
+    models = [("after", cfg.model)]
+    if cfg.baseline:
+        models.insert(0, ("before", cfg.baseline))
     results: dict[str, dict[str, float]] = {}
     for i, (label, ref) in enumerate(models):
         if ctx.should_stop:
@@ -173,22 +191,22 @@ def run(ctx: Any) -> dict[str, Any]:
         ctx.progress(i, len(models), f"evaluating {label}")
         policy = LLMPolicy.from_pretrained(
             ref,
-            system_prompt=cfg["system_prompt"],
+            system_prompt=cfg.system_prompt,
             generation=GenerationSettings(
-                max_new_tokens=cfg["max_new_tokens"],
-                greedy=cfg["greedy"],
-                batch_size=cfg["num_envs"],
+                max_new_tokens=cfg.max_new_tokens,
+                greedy=cfg.greedy,
+                batch_size=cfg.num_envs,
             ),
-            fallback=cfg["fallback"],
-            seed=cfg["seed"],
+            fallback=cfg.fallback,
+            seed=cfg.seed,
         )
         results[label] = evaluate_policy(
             policy,
             env_ref,
-            episodes=cfg["episodes"],
-            num_envs=cfg["num_envs"],
-            seed=cfg["seed"],
-            tasks=cfg["tasks"],
+            episodes=cfg.episodes,
+            num_envs=cfg.num_envs,
+            seed=cfg.seed,
+            tasks=cfg.tasks,
             trace_path=ctx.run_dir / f"eval_{label}.jsonl",
             should_stop=lambda: ctx.should_stop,
             env_kwargs=env_kwargs(cfg),
@@ -197,7 +215,7 @@ def run(ctx: Any) -> dict[str, Any]:
     ctx.progress(len(models), len(models))
     report: dict[str, Any] = {
         "env": env_ref,
-        "episodes": cfg["episodes"],
+        "episodes": cfg.episodes,
         "models": dict(models),
         "results": results,
     }

@@ -35,17 +35,19 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from engine import untrusted
 from engine.errors import MAX_QUOTED_CHARS, ConfigError, EngineError, quoted
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
 from engine.progress import Progress
-from engine.settings import checked_config, fields_of, form_field, setting
+from engine.settings import build, setting
 
 KIND = "hub.download"
 
@@ -77,7 +79,7 @@ _REPO = re.compile(rf"(?:{_REPO_PART}/)?{_REPO_PART}")
 _REVISION = re.compile(r"[A-Za-z0-9._/+=@-]{1,200}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class HubDownloadConfig:
     """Settings of a ``hub.download`` job."""
 
@@ -102,29 +104,19 @@ class _Cut(Exception):
     """The connection ended before the file did: resume it."""
 
 
-def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
-    """The download dialog's form, from :class:`HubDownloadConfig`."""
-    return [
-        form_field(info, default=values.get(info.name, info.default))
-        for info in fields_of(HubDownloadConfig).values()
-        if info.form
-    ]
-
-
-def validate(config: dict[str, Any]) -> dict[str, Any]:
-    out = checked_config(HubDownloadConfig, config, "the hub download job")
-    repo = str(out["repo_id"]).strip()
+def validate(config: Mapping[str, Any]) -> HubDownloadConfig:
+    cfg = build(HubDownloadConfig, config, "the hub download job")
+    repo = cfg.repo_id.strip()
     problem = repo_id_problem(repo)
     if problem:
         raise ConfigError("repo_id", problem)
-    revision = str(out["revision"]).strip()
+    revision = cfg.revision.strip()
     if not revision:
         raise ConfigError("revision", "revision must name a branch, tag or commit.")
     problem = revision_problem(revision)
     if problem:
         raise ConfigError("revision", problem)
-    out["repo_id"], out["revision"] = repo, revision
-    return out
+    return replace(cfg, repo_id=repo, revision=revision)
 
 
 def repo_id_problem(repo: str) -> str:
@@ -763,10 +755,19 @@ def _os_sentence(exc: OSError, path: Path) -> str:
     return f"Writing {quoted(path)} failed ({exc.strerror or exc})."
 
 
-def run(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    KIND,
+    config=HubDownloadConfig,
+    check=validate,
+    label="Hub download",
+    group="data",
+    description="Downloads a model from the Hugging Face Hub into the HF cache "
+    "(progress in bytes; a stopped download resumes).",
+    progress_unit="bytes",
+)
+def run(ctx: JobContext, cfg: HubDownloadConfig) -> dict[str, Any]:
     """The ``hub.download`` job: progress in bytes, stop between chunks."""
-    cfg = ctx.config
-    ctx.log(f"Downloading {cfg['repo_id']} ({cfg['revision']}) from {endpoint()}.")
+    ctx.log(f"Downloading {cfg.repo_id} ({cfg.revision}) from {endpoint()}.")
     last = {"file": ""}
 
     def progress(done: float, total: float, file: str) -> None:
@@ -776,12 +777,12 @@ def run(ctx: Any) -> dict[str, Any]:
         ctx.progress(done, max(total, 1), file)
 
     result = download(
-        cfg["repo_id"],
-        cfg["revision"],
+        cfg.repo_id,
+        cfg.revision,
         progress=progress,
         should_stop=lambda: bool(ctx.should_stop),
-        deadline_s=float(cfg.get("deadline_s", DEADLINE_S)),
-        stall_s=float(cfg.get("stall_s", STALL_S)),
+        deadline_s=cfg.deadline_s,
+        stall_s=cfg.stall_s,
     )
     if result["stopped"]:
         ctx.log("Stopped; downloading it again resumes where it stopped.")

@@ -12,7 +12,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.llm.hub import HubDownloadConfig
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -65,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _direct(config: dict[str, Any], bar: Any) -> dict[str, Any]:
+def _direct(config: HubDownloadConfig, bar: Any) -> dict[str, Any]:
     import signal
 
     from engine.llm import hub
@@ -81,20 +84,22 @@ def _direct(config: dict[str, Any], bar: Any) -> dict[str, Any]:
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         return hub.download(
-            config["repo_id"],
-            config["revision"],
+            config.repo_id,
+            config.revision,
             progress=lambda done, total, _file: bar(done, total),
             should_stop=lambda: stop["asked"],
-            deadline_s=config["deadline_s"],
-            stall_s=config["stall_s"],
+            deadline_s=config.deadline_s,
+            stall_s=config.stall_s,
         )
     finally:
         signal.signal(signal.SIGINT, previous)
 
 
-def _in_project(folder: Path, config: dict[str, Any], bar: Any) -> dict[str, Any]:
+def _in_project(folder: Path, config: HubDownloadConfig, bar: Any) -> dict[str, Any]:
     from engine.jobs.lifecycle import HeadlessContext, run_in_process
+    from engine.jobs.registry import get_kind
     from engine.llm import hub
+    from engine.settings import as_dict
     from engine.store.project import Project
 
     class BarContext(HeadlessContext):
@@ -104,18 +109,19 @@ def _in_project(folder: Path, config: dict[str, Any], bar: Any) -> dict[str, Any
 
     project = Project.open(folder, create=True)
     try:
+        recorded = as_dict(config)
         record = project.create_run(
-            hub.KIND, config, name=f"Download {config['repo_id']}"
+            hub.KIND, recorded, name=f"Download {config.repo_id}"
         )
         ctx = BarContext(
             record.id,
             Path(record.run_dir),
             hub.KIND,
-            config,
+            recorded,
             events=None,
             project=project,
         )
-        outcome = run_in_process(project, record.id, ctx, hub.run)
+        outcome = run_in_process(project, record.id, ctx, get_kind(hub.KIND).entry)
         if outcome.error is not None:
             raise outcome.error
         return dict(outcome.summary or {})

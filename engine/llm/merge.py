@@ -6,12 +6,15 @@ import errno
 import os
 import random
 import shutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError
-from engine.settings import checked_config, setting
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
+from engine.settings import build, setting
 from engine.store.atomic import temp_path
 from engine.store.paths import checked_name
 from engine.store.project import new_model_folder
@@ -19,7 +22,7 @@ from engine.store.project import new_model_folder
 DTYPES = ("float32", "float16", "bfloat16")
 
 
-@dataclass
+@dataclass(frozen=True)
 class MergeConfig:
     """Settings of an ``llm.merge`` job."""
 
@@ -37,30 +40,28 @@ class MergeConfig:
     """Recorded for reproducibility (merging draws nothing)."""
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
+def validate(config: Mapping[str, Any]) -> MergeConfig:
     from engine.llm.base import inspect_model
 
-    out = checked_config(MergeConfig, config, "llm.merge")
-    if out["name"] is not None:
-        checked_name("name", out["name"])
-    if not out["adapter"]:
+    cfg = build(MergeConfig, config, "llm.merge")
+    if cfg.name is not None:
+        checked_name("name", cfg.name)
+    if not cfg.adapter:
         raise ConfigError("adapter", "adapter must name a LoRA adapter folder.")
-    info = inspect_model(out["adapter"], "adapter")
+    info = inspect_model(cfg.adapter, "adapter")
     if info.kind != "lora-adapter":
         raise ConfigError(
             "adapter",
             f"{info.path} is not a LoRA adapter folder (no adapter_config.json).",
         )
-    out["adapter"] = info.path
-    if out["base"]:
-        out["base"] = inspect_model(out["base"], "base").path
+    if cfg.base:
+        base = inspect_model(cfg.base, "base").path
     elif info.base is None:
         raise ConfigError("base", "The adapter does not name its base model; set base.")
     else:
-        out["base"] = info.base
-    if out["seed"] is None:
-        out["seed"] = random.randrange(2**31)
-    return out
+        base = info.base
+    seed = random.randrange(2**31) if cfg.seed is None else cfg.seed
+    return replace(cfg, adapter=info.path, base=base, seed=seed)
 
 
 def merge_adapter(
@@ -112,21 +113,31 @@ def merge_adapter(
     return out_dir
 
 
-def run(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    "llm.merge",
+    config=MergeConfig,
+    check=validate,
+    label="Merge",
+    group="export",
+    description="Merges a LoRA adapter into its base model as a new HF folder.",
+    progress_unit="items",
+)
+def run(ctx: JobContext, cfg: MergeConfig) -> dict[str, Any]:
     from engine.store.atomic import atomic_write_json
 
-    cfg = ctx.config
-    name = cfg["name"] or f"{Path(cfg['adapter']).name}-merged"
+    # validate() filled both folders in.
+    assert cfg.adapter is not None and cfg.base is not None
+    name = cfg.name or f"{Path(cfg.adapter).name}-merged"
     out_dir = new_model_folder(ctx.project_dir, name)
     ctx.progress(0, 1, "merging")
-    merge_adapter(cfg["adapter"], cfg["base"], out_dir, cfg["dtype"])
+    merge_adapter(cfg.adapter, cfg.base, out_dir, cfg.dtype)
     atomic_write_json(
         out_dir / "rlstudio.json",
         {
             "kind": "hf-merged",
-            "base": cfg["base"],
-            "adapter": cfg["adapter"],
-            "dtype": cfg["dtype"],
+            "base": cfg.base,
+            "adapter": cfg.adapter,
+            "dtype": cfg.dtype,
             "run_id": ctx.run_id,
         },
     )
@@ -137,9 +148,9 @@ def run(ctx: Any) -> dict[str, Any]:
                 "name": name,
                 "kind": "hf-merged",
                 "file": str(out_dir),
-                "base": cfg["base"],
-                "parents": [cfg["adapter"], cfg["base"]],
-                "metrics": {"dtype": cfg["dtype"]},
+                "base": cfg.base,
+                "parents": [cfg.adapter, cfg.base],
+                "metrics": {"dtype": cfg.dtype},
             }
         ]
     }

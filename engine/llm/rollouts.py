@@ -20,15 +20,17 @@ import json
 import os
 import random
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine import contract
 from engine.errors import ConfigError, EngineError
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
 from engine.llm.train import SEED_MAX
-from engine.settings import checked_config, setting
+from engine.settings import build, setting
 from engine.store.paths import checked_name, child
 
 if TYPE_CHECKING:
@@ -351,7 +353,7 @@ POLICIES = ("llm", "expert", "rule")
 FALLBACKS = ("rule", "noop")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlayConfig:
     """Settings ``llm.collect`` and ``llm.evaluate`` share: both play the env
     with a language-model policy."""
@@ -381,7 +383,7 @@ class PlayConfig:
     """Seed of the episodes and of sampling (None: drawn and recorded)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CollectConfig(PlayConfig):
     """Settings of an ``llm.collect`` job."""
 
@@ -401,7 +403,7 @@ class CollectConfig(PlayConfig):
     success moves it (None: the env as designed)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvaluateConfig(PlayConfig):
     """Settings of an ``llm.evaluate`` job."""
 
@@ -413,23 +415,24 @@ class EvaluateConfig(PlayConfig):
     """A second model played on the same episodes, for a before/after report."""
 
 
-def validate_collect(config: dict[str, Any]) -> dict[str, Any]:
+def validate_collect(config: Mapping[str, Any]) -> CollectConfig:
     from engine.llm.base import resolve_chat_model
 
-    out = checked_config(CollectConfig, config, "llm.collect")
-    if out["name"] is not None:
-        checked_name("name", out["name"])
-    if not out["env"]:
+    cfg = build(CollectConfig, config, "llm.collect")
+    if cfg.name is not None:
+        checked_name("name", cfg.name)
+    env = cfg.env
+    if not env:
         raise ConfigError("env", "env must name an environment (id or spec file).")
-    if out["policy"] == "llm":
-        if not out["model"]:
+    if cfg.policy == "llm":
+        if not cfg.model:
             raise ConfigError("model", "model is required when policy is 'llm'.")
-        out["model"] = str(resolve_chat_model(out["model"]))
-    if out["seed"] is None:
-        out["seed"] = random.randrange(2**31)
-    if out["curriculum"] is not None:
-        out["curriculum"] = check_env_curriculum(out["curriculum"], out["env"])
-    return out
+        cfg = replace(cfg, model=str(resolve_chat_model(cfg.model)))
+    if cfg.seed is None:
+        cfg = replace(cfg, seed=random.randrange(2**31))
+    if cfg.curriculum is not None:
+        cfg = replace(cfg, curriculum=check_env_curriculum(cfg.curriculum, env))
+    return cfg
 
 
 def check_env_curriculum(value: Any, env_ref: str) -> dict[str, Any]:
@@ -444,13 +447,24 @@ def check_env_curriculum(value: Any, env_ref: str) -> dict[str, Any]:
         env.close()
 
 
-def env_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
+def env_kwargs(cfg: PlayConfig) -> dict[str, Any]:
     """Keyword arguments for the env: ``max_steps`` caps episode length
     (workflow envs)."""
-    return {} if cfg.get("max_steps") is None else {"max_steps": cfg["max_steps"]}
+    return {} if cfg.max_steps is None else {"max_steps": cfg.max_steps}
 
 
-def run_collect(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    "llm.collect",
+    config=CollectConfig,
+    check=validate_collect,
+    label="Collect rollouts",
+    group="data",
+    description="Records episodes of a language-model (or rule-based) policy "
+    "in an env as JSONL traces in the project's data/traces/.",
+    resumable=True,
+    progress_unit="episodes",
+)
+def run_collect(ctx: JobContext, cfg: CollectConfig) -> dict[str, Any]:
     from engine.llm.policy import (
         ExpertPolicy,
         GenerationSettings,
@@ -458,37 +472,39 @@ def run_collect(ctx: Any) -> dict[str, Any]:
         RulePolicy,
     )
 
-    cfg = ctx.config
-    out_name = cfg["name"] or ctx.run_id
+    # validate_collect() checked env and drew the seed.
+    assert cfg.env is not None and cfg.seed is not None
+    out_name = cfg.name or ctx.run_id
     path = child(ctx.project_dir, "data/traces", out_name, "name", ".jsonl")
-    env_ref = resolve_env(cfg["env"], ctx.project_dir)
-    if cfg["policy"] == "llm":
+    env_ref = resolve_env(cfg.env, ctx.project_dir)
+    if cfg.policy == "llm":
+        assert cfg.model is not None
         policy: Any = LLMPolicy.from_pretrained(
-            cfg["model"],
-            system_prompt=cfg["system_prompt"],
+            cfg.model,
+            system_prompt=cfg.system_prompt,
             generation=GenerationSettings(
-                max_new_tokens=cfg["max_new_tokens"],
-                greedy=cfg["greedy"],
-                temperature=cfg["temperature"],
-                batch_size=cfg["num_envs"],
+                max_new_tokens=cfg.max_new_tokens,
+                greedy=cfg.greedy,
+                temperature=cfg.temperature,
+                batch_size=cfg.num_envs,
             ),
-            fallback=cfg["fallback"],
-            seed=cfg["seed"],
+            fallback=cfg.fallback,
+            seed=cfg.seed,
         )
-        name = f"llm:{cfg['model']}"
-    elif cfg["policy"] == "expert":
-        policy = ExpertPolicy(cfg["noise"], cfg["seed"], cfg["system_prompt"])
-        name = f"expert(noise={cfg['noise']})"
+        name = f"llm:{cfg.model}"
+    elif cfg.policy == "expert":
+        policy = ExpertPolicy(cfg.noise, cfg.seed, cfg.system_prompt)
+        name = f"expert(noise={cfg.noise})"
     else:
-        policy = RulePolicy(cfg["seed"], cfg["system_prompt"])
+        policy = RulePolicy(cfg.seed, cfg.system_prompt)
         name = "rule"
     recorder = TraceRecorder(path, append=ctx.resume)
     done = [0]
     schedule = None
-    if cfg.get("curriculum"):
+    if cfg.curriculum:
         from engine.envs.curriculum import Schedule
 
-        schedule = Schedule(check_env_curriculum(cfg["curriculum"], env_ref))
+        schedule = Schedule(check_env_curriculum(cfg.curriculum, env_ref))
 
     def on_episode(ep: dict[str, Any]) -> None:
         done[0] += 1
@@ -513,16 +529,16 @@ def run_collect(ctx: Any) -> dict[str, Any]:
                 "rollout/invalid_rate": ep["invalid"] / max(1, ep["length"]),
             },
         )
-        ctx.progress(done[0], cfg["episodes"])
+        ctx.progress(done[0], cfg.episodes)
 
     eps = collect_rollouts(
         env_ref,
         policy,
-        episodes=cfg["episodes"],
+        episodes=cfg.episodes,
         recorder=recorder,
-        num_envs=cfg["num_envs"],
-        seed=cfg["seed"],
-        tasks=cfg["tasks"],
+        num_envs=cfg.num_envs,
+        seed=cfg.seed,
+        tasks=cfg.tasks,
         policy_name=name,
         should_stop=lambda: ctx.should_stop,
         on_episode=on_episode,
