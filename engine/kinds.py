@@ -14,7 +14,7 @@ from engine.export import jobs as export_jobs
 from engine.export import ollama_job
 from engine.jobs import selftest
 from engine.jobs.registry import legacy
-from engine.llm import datasets, evaluate, hub, merge, rollouts
+from engine.llm import datasets, evaluate, hub, merge, reward_model, rollouts
 
 __all__ = [
     "datasets",
@@ -24,6 +24,7 @@ __all__ = [
     "hub",
     "merge",
     "ollama_job",
+    "reward_model",
     "rollouts",
     "selftest",
 ]
@@ -77,16 +78,6 @@ legacy(
     "Runs a workflow graph (.flow.json): its nodes in order, "
     "reusing the outputs of unchanged nodes.",
     progress_unit="nodes",
-)
-legacy(
-    "reward.train",
-    "engine.llm.reward_model:run",
-    "engine.llm.reward_model:validate",
-    "Reward model",
-    "training",
-    "Trains a reward model from the traces' manual labels (a LoRA reward "
-    "head on a language model, or an MLP on observations), reports its "
-    "held-out accuracy and suggests labels for unlabelled steps.",
 )
 legacy(
     "llm.train",

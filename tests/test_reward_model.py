@@ -317,4 +317,4 @@ def test_auto_labeler_in_the_traces_view(qtbot, tmp_path: Path) -> None:
         viewer.retrain_button.click()
     config = asked.args[0]
     assert config["agent"] == "control"
-    assert validate(config)["traces"] == config["traces"]
+    assert validate(config).traces == config["traces"]

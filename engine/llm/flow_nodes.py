@@ -60,7 +60,7 @@ from engine.nodes.base import (
     parse_json_object,
 )
 from engine.nodes.registry import node_type
-from engine.settings import defaults_of, fields_of, param_specs
+from engine.settings import as_dict, defaults_of, fields_of, param_specs
 
 CATEGORY = "Language models"
 DEFAULT_BASE_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -595,7 +595,7 @@ def judge_reward(node: NodeRun) -> NodeResult:
 
     p = node.params
     settings = check_config({k: p[k] for k in fields_of(JudgeConfig)}, "judge")
-    spec = {**settings, "name": "judge", "weight": float(p["weight"])}
+    spec = {**as_dict(settings), "name": "judge", "weight": float(p["weight"])}
     return NodeResult(
         outputs={"reward": spec},
         summary={"reward": "judge", "model": spec["model"], "weight": spec["weight"]},

@@ -29,20 +29,20 @@ import re
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.contract import DEFAULT_OLLAMA_HOST
 from engine.errors import ConfigError, EngineError
-from engine.settings import checked_config, setting
+from engine.settings import build, setting
 
 BACKENDS = ("ollama", "project")
 CACHE_GROUPS = 4096
 """Judged groups kept in memory (least recently used dropped first)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class JudgeConfig:
     """Settings of the ``judge`` reward (its weight is the reward's own)."""
 
@@ -80,35 +80,33 @@ SYSTEM_PROMPT = (
 )
 
 
-def check_config(params: dict[str, Any], path: str = "judge") -> dict[str, Any]:
+def check_config(params: Mapping[str, Any], path: str = "judge") -> JudgeConfig:
     """The judge's settings with defaults filled, or a ConfigError naming the
     field (``path.field``) in one sentence."""
     try:
-        out = checked_config(JudgeConfig, params, path)
+        cfg = build(JudgeConfig, params, path)
     except ConfigError as exc:
         raise ConfigError(f"{path}.{exc.field}", str(exc)) from None
-    if not out["rubric"].strip():
+    if not cfg.rubric.strip():
         raise ConfigError(
             f"{path}.rubric", "The judge needs a rubric: say what a good answer does."
         )
-    if not out["model"].strip():
+    if not cfg.model.strip():
         raise ConfigError(
             f"{path}.model",
             "The judge needs a model: an Ollama model name or a project model.",
         )
-    if out["backend"] == "ollama":
+    if cfg.backend == "ollama":
         from engine.ollama import check_host
 
         try:
-            out["host"] = check_host(out["host"])
+            return replace(cfg, host=check_host(cfg.host))
         except EngineError as exc:
             raise ConfigError(f"{path}.host", str(exc)) from None
-    else:
-        from engine.llm.base import resolve_chat_model
+    from engine.llm.base import resolve_chat_model
 
-        # Refuse a missing judge at set-up, not at the first group.
-        out["model"] = str(resolve_chat_model(out["model"], f"{path}.model"))
-    return out
+    # Refuse a missing judge at set-up, not at the first group.
+    return replace(cfg, model=str(resolve_chat_model(cfg.model, f"{path}.model")))
 
 
 def message_text(prompt: Any) -> str:
@@ -211,7 +209,7 @@ class Judge:
 
     def __init__(
         self,
-        config: dict[str, Any],
+        config: JudgeConfig,
         ask: Callable[[list[dict[str, str]], float], str] | None = None,
         warn: Callable[[str], None] = _warn,
     ) -> None:
@@ -226,27 +224,23 @@ class Judge:
         self._warned: set[str] = set()
 
     def _backend(self) -> Callable[[list[dict[str, str]], float], str]:
-        if self.config["backend"] == "ollama":
+        if self.config.backend == "ollama":
             return self._ask_ollama
-        return ProjectJudge(self.config["model"], self.config["max_new_tokens"]).ask
+        return ProjectJudge(self.config.model, self.config.max_new_tokens).ask
 
     def _ask_ollama(self, messages: list[dict[str, str]], timeout_s: float) -> str:
         from engine.ollama import OllamaClient
 
         # A client per verdict: its deadline bounds this verdict alone.
-        client = OllamaClient(
-            self.config["host"], timeout=timeout_s, deadline_s=timeout_s
-        )
-        return client.chat(self.config["model"], messages)
+        client = OllamaClient(self.config.host, timeout=timeout_s, deadline_s=timeout_s)
+        return client.chat(self.config.model, messages)
 
     def score_group(self, prompt: str, completions: list[str]) -> list[float]:
         """Scores in [0, 1] for the completions of one prompt (equal texts
         get equal scores: the judge sees each distinct text once)."""
         distinct = list(dict.fromkeys(completions))
         cfg = self.config
-        key = _digest(
-            cfg["backend"], cfg["model"], cfg["host"], cfg["rubric"], prompt, *distinct
-        )
+        key = _digest(cfg.backend, cfg.model, cfg.host, cfg.rubric, prompt, *distinct)
         scores = self.cache.get(key)
         if scores is not None:
             self.cache.move_to_end(key)
@@ -257,7 +251,7 @@ class Judge:
         else:
             scores = self._verdict(prompt, distinct)
             if scores is None:
-                return [float(cfg["fallback"])] * len(completions)
+                return [cfg.fallback] * len(completions)
             self.cache[key] = scores
             if len(self.cache) > CACHE_GROUPS:
                 self.cache.popitem(last=False)
@@ -266,14 +260,14 @@ class Judge:
 
     def _verdict(self, prompt: str, answers: list[str]) -> list[float] | None:
         cfg = self.config
-        messages = judge_messages(cfg["rubric"], prompt, answers)
+        messages = judge_messages(cfg.rubric, prompt, answers)
         self.calls += 1
         started = time.monotonic()
         try:
-            text = self.ask(messages, float(cfg["timeout_s"]))
-            if time.monotonic() - started > cfg["timeout_s"]:
+            text = self.ask(messages, cfg.timeout_s)
+            if time.monotonic() - started > cfg.timeout_s:
                 raise EngineError(
-                    f"the judge took longer than the {cfg['timeout_s']:g} s timeout"
+                    f"the judge took longer than the {cfg.timeout_s:g} s timeout"
                 )
             return parse_verdict(text, len(answers))
         except ValueError as exc:
@@ -286,8 +280,8 @@ class Judge:
             # One sentence per kind of failure; the rest are counted.
             self._warned.add(kind)
             self.warn(
-                f"The judge {cfg['model']} {reason}; its group scored "
-                f"{cfg['fallback']:g} (the fallback), and later failures of this "
+                f"The judge {cfg.model} {reason}; its group scored "
+                f"{cfg.fallback:g} (the fallback), and later failures of this "
                 "kind are counted without a warning."
             )
         return None

@@ -26,14 +26,17 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
 from engine.llm.rollouts import iter_traces
 from engine.llm.train import SEED_MAX
-from engine.settings import checked_config, setting
+from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json
 from engine.store.labels import (
     DB_FILE as LABELS_DB,
@@ -52,7 +55,7 @@ META_FILE = "reward_model.json"
 FOLDER = "data/reward_models"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardModelConfig:
     """Settings of a ``reward.train`` job."""
 
@@ -89,17 +92,17 @@ class RewardModelConfig:
     """Seed of the split and the training (None: drawn and recorded)."""
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
-    out = checked_config(RewardModelConfig, config, "reward.train")
-    if out["name"] is not None:
-        checked_name("name", out["name"])
-    if out["agent"] == "text" and not str(out["base_model"]).strip():
+def validate(config: Mapping[str, Any]) -> RewardModelConfig:
+    cfg = build(RewardModelConfig, config, "reward.train")
+    if cfg.name is not None:
+        checked_name("name", cfg.name)
+    if cfg.agent == "text" and not cfg.base_model.strip():
         raise ConfigError(
             "base_model", "A text reward model needs base_model (the language model)."
         )
-    if out["seed"] is None:
-        out["seed"] = random.randrange(2**31)
-    return out
+    if cfg.seed is None:
+        cfg = replace(cfg, seed=random.randrange(2**31))
+    return cfg
 
 
 # ------------------------------------------------------------------ examples
@@ -290,20 +293,20 @@ def _mlp(d_in: int, hidden: int) -> Any:
 
 
 def train_control(
-    ex: Examples, cfg: dict[str, Any], folder: Path, ctx: Any
+    ex: Examples, cfg: RewardModelConfig, folder: Path, ctx: Any
 ) -> tuple[dict[str, Any], Any]:
     import torch
 
     # a few thousand weights: one thread is fastest (more only contend)
     torch.set_num_threads(1)
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed or 0)
     feat = _features_of([ex.step(p) for p, _ in ex.train + ex.held_out])
     x = torch.tensor([_step_vector(feat, ex.step(p)) for p, _ in ex.train])
     y = torch.tensor([[1.0 if v else 0.0] for _, v in ex.train])
     mean, std = x.mean(0), x.std(0, unbiased=False).clamp_min(1e-6)
-    net = _mlp(x.shape[1], cfg["hidden"])
-    opt = torch.optim.Adam(net.parameters(), lr=cfg["learning_rate"] or 3e-3)
-    epochs = cfg["epochs"] or 300
+    net = _mlp(x.shape[1], cfg.hidden)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate or 3e-3)
+    epochs = cfg.epochs or 300
     loss_fn = torch.nn.BCEWithLogitsLoss()
     for epoch in range(epochs):
         if ctx is not None and ctx.should_stop:
@@ -323,7 +326,7 @@ def train_control(
             "actions": feat.actions,
             "action_dim": feat.action_dim,
         },
-        "hidden": cfg["hidden"],
+        "hidden": cfg.hidden,
     }
     scorer = ControlScorer(folder, meta, net=net, mean=mean, std=std)
     return meta, scorer
@@ -409,7 +412,7 @@ def _pairs(ex: Examples, rng: random.Random) -> list[dict[str, str]]:
 
 
 def train_text(
-    ex: Examples, cfg: dict[str, Any], folder: Path, ctx: Any
+    ex: Examples, cfg: RewardModelConfig, folder: Path, ctx: Any
 ) -> tuple[dict[str, Any], Any]:
     import torch
     from datasets import Dataset
@@ -417,16 +420,16 @@ def train_text(
     from transformers import AutoTokenizer
     from trl import RewardConfig, RewardTrainer
 
-    rng = random.Random(cfg["seed"])
+    rng = random.Random(cfg.seed)
     rows = _pairs(ex, rng)
-    base = str(cfg["base_model"])
+    base = cfg.base_model
     tokenizer = AutoTokenizer.from_pretrained(base)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.truncation_side = "left"
     # tokenized here and cut on the left (the answer is at the end): the
     # trainer drops, rather than cuts, a pair longer than max_length
-    limit = cfg["max_length"]
+    limit = cfg.max_length
 
     def ids(text: str) -> list[int]:
         return list(tokenizer(text)["input_ids"])[-limit:]
@@ -439,14 +442,14 @@ def train_text(
     checkpointing: dict[str, Any] = {_checkpointing_arg(RewardConfig): False}
     args = RewardConfig(
         output_dir=str(work),
-        num_train_epochs=cfg["epochs"] or 3,
-        learning_rate=cfg["learning_rate"] or 1e-4,
+        num_train_epochs=cfg.epochs or 3,
+        learning_rate=cfg.learning_rate or 1e-4,
         per_device_train_batch_size=4,
-        max_length=cfg["max_length"],
+        max_length=cfg.max_length,
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        seed=cfg["seed"],
+        seed=cfg.seed or 0,
         disable_tqdm=True,
         # fp32: a small head trained on a few hundred labels; bf16 only
         # where the GPU has it
@@ -456,8 +459,8 @@ def train_text(
     )
     peft_config = LoraConfig(
         task_type="SEQ_CLS",
-        r=cfg["lora_r"],
-        lora_alpha=2 * cfg["lora_r"],
+        r=cfg.lora_r,
+        lora_alpha=2 * cfg.lora_r,
         lora_dropout=0.0,
         modules_to_save=["score"],
     )
@@ -487,7 +490,7 @@ def train_text(
     model: Any = trainer.model
     model.save_pretrained(str(adapter))
     tokenizer.save_pretrained(str(adapter))
-    scorer = TextScorer(folder, {"base": base, "max_length": cfg["max_length"]})
+    scorer = TextScorer(folder, {"base": base, "max_length": cfg.max_length})
     scorer.model = model.eval()
     # calibration: the midpoint of the good and bad training scores is 0.5
     scores = scorer.raw([step_text(ex.step(p)) for p, _ in ex.train])
@@ -498,7 +501,7 @@ def train_text(
     meta = {
         "kind": "text",
         "base": base,
-        "max_length": cfg["max_length"],
+        "max_length": cfg.max_length,
         "center": center,
         "scale": spread,
     }
@@ -654,18 +657,19 @@ def suggestions(
 
 # ------------------------------------------------------------------ the job
 def train_reward_model(
-    project_dir: Path, cfg: dict[str, Any], folder: Path, ctx: Any = None
+    project_dir: Path, cfg: RewardModelConfig, folder: Path, ctx: Any = None
 ) -> dict[str, Any]:
-    files = trace_files(cfg["traces"], project_dir)
+    assert cfg.seed is not None  # validate() draws one
+    files = trace_files(cfg.traces, project_dir)
     ex = load_examples(
         project_dir,
         files,
-        validation_fraction=cfg["validation_fraction"],
-        min_labels=cfg["min_labels"],
-        seed=cfg["seed"],
+        validation_fraction=cfg.validation_fraction,
+        min_labels=cfg.min_labels,
+        seed=cfg.seed,
     )
-    agent = pick_agent(cfg["agent"], ex)
-    if agent == "text" and not str(cfg["base_model"]).strip():
+    agent = pick_agent(cfg.agent, ex)
+    if agent == "text" and not cfg.base_model.strip():
         raise ConfigError(
             "base_model", "A text reward model needs base_model (the language model)."
         )
@@ -681,7 +685,7 @@ def train_reward_model(
     meta.update(report=report, traces=[str(f) for f in files], name=folder.name)
     atomic_write_json(folder / META_FILE, meta)
     suggested = 0
-    if cfg["suggest"]:
+    if cfg.suggest:
         labelled = {p for p, _ in ex.train + ex.held_out}
         rows = suggestions(ex, scorer, folder.name, labelled)
         store = LabelStore(project_dir)
@@ -705,10 +709,19 @@ def train_reward_model(
     }
 
 
-def run(ctx: Any) -> dict[str, Any]:
-    cfg = ctx.config
+@job_kind(
+    "reward.train",
+    config=RewardModelConfig,
+    check=validate,
+    label="Reward model",
+    group="training",
+    description="Trains a reward model from the traces' manual labels (a LoRA "
+    "reward head on a language model, or an MLP on observations), reports its "
+    "held-out accuracy and suggests labels for unlabelled steps.",
+)
+def run(ctx: JobContext, cfg: RewardModelConfig) -> dict[str, Any]:
     project_dir = Path(ctx.project_dir)
-    name = cfg["name"] or f"reward-{ctx.run_id}"
+    name = cfg.name or f"reward-{ctx.run_id}"
     folder = child(project_dir, FOLDER, name, "name")
     result = train_reward_model(project_dir, cfg, folder, ctx)
     rep = result["report"]
@@ -721,6 +734,6 @@ def run(ctx: Any) -> dict[str, Any]:
         ctx.metrics(0, {"reward_model/held_out_accuracy": rep["accuracy"]})
     if rep.get("orphan_labels"):
         ctx.log(orphan_sentence(rep["orphan_labels"]))
-    if cfg["suggest"]:
+    if cfg.suggest:
         ctx.log(f"{result['suggestions']} label suggestions for unlabelled steps")
     return result
