@@ -21,6 +21,7 @@ from engine import contract
 from studio.engine_client import READY, EngineClient
 from studio.lifetime import owner_of
 from studio.settings import Settings
+from studio.state.job_kinds import JOB_KINDS
 from studio.state.metric_store import MetricStore
 from studio.state.project_state import ProjectState
 
@@ -297,6 +298,8 @@ class Session(QObject):
     # ----------------------------------------------------------- engine
     def _on_client_state_changed(self, state: str) -> None:
         if state == READY:
+            # The engine's own declaration of its kinds (labels, groups).
+            JOB_KINDS.update(self.client.engine_info.get("job_kinds", {}))
             if self._wanted_project is not None and not self._project_request_pending():
                 path, create = self._wanted_project
                 self.open_project(path, create)

@@ -29,6 +29,17 @@ from PySide6.QtCore import QStandardPaths  # noqa: E402
 QStandardPaths.setTestModeEnabled(True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def engine_job_kinds() -> None:
+    """The studio's catalog of job kinds, as an engine's hello fills it: a
+    test that builds studio state without starting an engine still lists
+    runs by their kind's group and label."""
+    from engine.jobs.registry import kinds
+    from studio.state.job_kinds import JOB_KINDS
+
+    JOB_KINDS.update({k.name: k.catalog_entry() for k in kinds().values()})
+
+
 @pytest.fixture
 def project_dir(tmp_path: Path) -> Path:
     """A path where a fresh project may be created."""

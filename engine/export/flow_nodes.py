@@ -25,16 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.export.jobs import GGUFExportConfig
+from engine.export.jobs import GGUFExportConfig, OllamaDeployConfig
 from engine.export.modelfile import FAMILIES
-from engine.export.types import GGUF_TYPES, adapter_type_problem, imatrix_problem
+from engine.export.types import adapter_type_problem, imatrix_problem
 from engine.flow import ParamSpec, PortSpec
 from engine.nodes.base import NodeError, NodeResult, NodeRun
 from engine.nodes.registry import node_type
-from engine.ollama import DEFAULT_HOST, K_QUANTS, check_model_name
-from engine.settings import param_specs
+from engine.ollama import DEFAULT_HOST, check_model_name
+from engine.settings import fields_of, param_spec, param_specs
 
 CATEGORY = "Export"
+DEPLOY = fields_of(OllamaDeployConfig)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -80,29 +81,7 @@ def file_stem(name: str) -> str:
         ),
     ),
     outputs=(PortSpec("gguf", "gguf", help="The GGUF file, read back and checked."),),
-    params=(
-        ParamSpec(
-            "type",
-            "choice",
-            "f16",
-            choices=GGUF_TYPES,
-            help="Tensor type: f16 / bf16 / f32 keep the weights (Ollama can "
-            "quantize them further); q8_0 is near-lossless at half of f16; q4_0 "
-            "... q5_1 are smaller and rougher; q2_k ... q6_k are llama.cpp's "
-            "K-quant mixes (q4_k_m and q5_k_m the usual choices). Adapters take "
-            "f32, f16, bf16 or q8_0.",
-            label="GGUF type",
-        ),
-        ParamSpec(
-            "name",
-            "str",
-            "",
-            help="File name of the GGUF (without the type and .gguf); empty: "
-            "the model's name (with -lora for an adapter).",
-            label="File name",
-        ),
-        *param_specs(GGUFExportConfig, ("calibration_text",)),
-    ),
+    params=(*param_specs(GGUFExportConfig, ("type", "name", "calibration_text")),),
 )
 def export_gguf(node: NodeRun) -> NodeResult:
     """Convert a language model or LoRA adapter to one GGUF file for
@@ -132,7 +111,7 @@ def export_gguf(node: NodeRun) -> NodeResult:
     default = source.get("name") or Path(source["path"]).name
     if is_adapter:
         default += "-lora"  # beside the merged model's GGUF, tell them apart
-    name = file_stem(p["name"].strip() or default)
+    name = file_stem((p.get("name") or "").strip() or default)
     summary = _run_job(
         node,
         "export.gguf",
@@ -232,44 +211,18 @@ def _check_deploy(params: dict[str, Any]) -> list[str]:
         ),
     ),
     params=(
-        ParamSpec(
-            "name",
-            "str",
-            "rlstudio-agent",
-            help="Name of the model in Ollama (letters, digits, '.', '-', '_' and "
-            "an optional ':tag').",
-            label="Ollama model name",
-        ),
-        ParamSpec(
-            "host",
-            "str",
-            DEFAULT_HOST,
-            help="URL of the Ollama server. Without a server answering there, a "
-            "bundle folder (GGUF, Modelfile, README) is written instead.",
-            label="Server URL",
-        ),
-        ParamSpec(
-            "system",
-            "str",
-            "",
-            help="System prompt baked into the Ollama model; empty: none.",
-            label="System prompt",
-        ),
+        # A new node deploys without typing a name; the job itself needs one.
+        param_spec(DEPLOY["name"], default="rlstudio-agent", optional=False),
+        *param_specs(OllamaDeployConfig, ("host", "system")),
+        # Flows say "none" for no quantization (a choice cannot be left unset).
         ParamSpec(
             "quantize",
             "choice",
             "none",
-            choices=("none", *K_QUANTS),
-            help="Ask the server to quantize (only from an f16, bf16 or f32 GGUF); "
-            "none: serve the GGUF as it is.",
+            choices=("none", *DEPLOY["quantize"].choices),
+            help=DEPLOY["quantize"].help,
         ),
-        ParamSpec(
-            "verify_prompt",
-            "str",
-            "Hello",
-            help="A prompt sent to the new model to check that it answers; empty: "
-            "no check.",
-        ),
+        *param_specs(OllamaDeployConfig, ("verify_prompt",)),
     ),
     cacheable=False,  # the server's state is outside the graph: check every run
     check=_check_deploy,
@@ -295,11 +248,11 @@ def deploy_ollama(node: NodeRun) -> NodeResult:
             "gguf": model["file"],
             "name": p["name"],
             "host": p["host"].strip(),
-            "system": p["system"].strip() or None,
+            "system": (p.get("system") or "").strip() or None,
             "quantize": None if p["quantize"] == "none" else p["quantize"],
             "adapter_gguf": adapter["file"] if adapter else None,
             "family": family if family in FAMILIES else None,
-            "verify_prompt": p["verify_prompt"].strip() or None,
+            "verify_prompt": (p.get("verify_prompt") or "").strip() or None,
             "parents": [model["file"]],
         },
     )

@@ -33,15 +33,18 @@ class GGUFExportConfig:
     """The model folder (or, with ``adapter``, the LoRA adapter folder)."""
     out: str | None = setting(None, label="Output file")
     """The ``.gguf`` file to write (None: in the run folder)."""
-    type: str = setting("f16", choices=GGUF_TYPES)
-    """Tensor type: f32, f16, bf16, q8_0, ..., q4_k_m, ... (adapters: f32,
-    f16, bf16, q8_0)."""
+    type: str = setting("f16", choices=GGUF_TYPES, label="GGUF type")
+    """Tensor type: f16 / bf16 / f32 keep the weights (Ollama can quantize
+    them further); q8_0 is near-lossless at half of f16; q4_0 ... q5_1 are
+    smaller and rougher; q2_k ... q6_k are llama.cpp's K-quant mixes (q4_k_m
+    and q5_k_m the usual choices). Adapters take f32, f16, bf16 or q8_0."""
     adapter: bool = False
     """Export a LoRA adapter as a GGUF adapter instead of a whole model."""
     base_model_dir: str | None = setting(None, label="Base model folder")
     """The adapter's base model folder (None: the one the adapter names)."""
     name: str | None = setting(None, label="Model name")
-    """Model name written in the file (None: the folder's name)."""
+    """Model name written in the file, and the file's name before its type
+    (None: the folder's name)."""
     logit_error: bool = False
     """Measure the file's logits against the source model's on a few prompts
     (loads both with transformers; models only)."""
@@ -61,10 +64,11 @@ class OllamaDeployConfig:
     """The GGUF file to deploy."""
     name: str | None = setting(None, label="Ollama model name")
     """The Ollama model name."""
-    host: str = setting(DEFAULT_OLLAMA_HOST, label="Ollama server")
-    """The Ollama server's URL."""
+    host: str = setting(DEFAULT_OLLAMA_HOST, label="Server URL")
+    """URL of the Ollama server. Without a server answering there, a bundle
+    folder (GGUF, Modelfile, README) is written instead."""
     system: str | None = setting(None, label="System prompt")
-    """System prompt baked into the model."""
+    """System prompt baked into the model (None: none)."""
     parameters: dict[str, Any] = setting(factory=dict)
     """Ollama model parameters (``stop``, ``temperature``, ...)."""
     quantize: str | None = setting(None, choices=K_QUANTS)
@@ -75,8 +79,9 @@ class OllamaDeployConfig:
     """Chat template family (None: read from the GGUF)."""
     bundle_dir: str | None = setting(None, label="Bundle folder")
     """Where to write the Modelfile bundle (None: in the run folder)."""
-    verify_prompt: str | None = "Hello"
-    """A prompt the deployed model must answer (None: no check)."""
+    verify_prompt: str | None = setting("Hello", label="Check prompt")
+    """A prompt sent to the new model to check that it answers (None: no
+    check)."""
     parents: list[str] = setting(factory=list, form=False)
     """Model ids the output derives from (its lineage)."""
 

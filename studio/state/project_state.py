@@ -13,39 +13,26 @@ from typing import Any
 
 from engine import contract
 from engine.contract import ModelRow, ProjectSnapshot
+from studio.state.job_kinds import JOB_KINDS
 from studio.state.observable import Observable
 
 SNAPSHOT_RATE_WINDOW_S = 6.0
 """Shortest time over which a headless run's speed is measured."""
 FINAL_STATUSES = contract.FINAL_STATUSES
-TRAINING_KINDS = ("rl.train", "llm.train", "rl.tune", "flow.run", "reward.train")
-"""Job kinds that train (the Training list); the others (previews, plays,
-evaluations, exports, downloads, the self-test) are Activity."""
-ACTIVITY_LABELS = {
-    "selftest": "Self-test",
-    "env_check": "Env check",
-    "env_preview": "Preview",
-    "llm.collect": "Collect rollouts",
-    "llm.dataset": "Dataset",
-    "llm.merge": "Merge",
-    "llm.evaluate": "Evaluation",
-    "hub.download": "Hub download",
-    "export.gguf": "GGUF export",
-    "export.onnx": "ONNX export",
-    "export.ollama": "Export to Ollama",
-    "deploy.ollama": "Ollama deploy",
-}
-STEP_KINDS = ("rl.train", "llm.train")
-"""Kinds whose progress counts training steps (a download's counts bytes)."""
 
 
 def is_training(run: dict[str, Any]) -> bool:
-    return str(run.get("kind", "")) in TRAINING_KINDS
+    """Whether the run is listed under Training (else under Activity)."""
+    return JOB_KINDS.is_training(str(run.get("kind", "")))
 
 
 def activity_label(run: dict[str, Any]) -> str:
-    kind = str(run.get("kind", ""))
-    return ACTIVITY_LABELS.get(kind, kind)
+    return JOB_KINDS.label(str(run.get("kind", "")))
+
+
+def counts_steps(run: dict[str, Any]) -> bool:
+    """Whether the run's progress counts training steps."""
+    return JOB_KINDS.counts_steps(str(run.get("kind", "")))
 
 
 class ProjectState(Observable):

@@ -45,9 +45,9 @@ from studio.common import (
 from studio.lifetime import subscribe
 from studio.session import Session
 from studio.state.project_state import (
-    STEP_KINDS,
     ProjectState,
     activity_label,
+    counts_steps,
     is_training,
 )
 from studio.training.compare import CompareView
@@ -95,7 +95,7 @@ def run_steps(run: dict[str, Any]) -> float:
     something else (nodes of a flow) is not steps."""
     summary = run.get("summary") or {}
     steps = summary.get("total_steps") or summary.get("steps")
-    live = run.get("progress_done") if run.get("kind") in STEP_KINDS else None
+    live = run.get("progress_done") if counts_steps(run) else None
     if run.get("status") == "running" and live is not None:
         return float(live)
     return float(steps if steps is not None else live or 0)
