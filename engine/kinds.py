@@ -14,7 +14,7 @@ from engine.export import jobs as export_jobs
 from engine.export import ollama_job
 from engine.jobs import selftest
 from engine.jobs.registry import legacy
-from engine.llm import datasets, evaluate, hub, merge, reward_model, rollouts
+from engine.llm import datasets, evaluate, hub, merge, reward_model, rollouts, train
 
 __all__ = [
     "datasets",
@@ -27,6 +27,7 @@ __all__ = [
     "reward_model",
     "rollouts",
     "selftest",
+    "train",
 ]
 
 legacy(
@@ -78,14 +79,4 @@ legacy(
     "Runs a workflow graph (.flow.json): its nodes in order, "
     "reusing the outputs of unchanged nodes.",
     progress_unit="nodes",
-)
-legacy(
-    "llm.train",
-    "engine.llm.train:run",
-    "engine.llm.train:validate",
-    "LLM fine-tuning",
-    "training",
-    "Fine-tunes a language model with a LoRA adapter through TRL "
-    "(GRPO, KTO, DPO or SFT).",
-    resumable=True,
 )

@@ -479,7 +479,7 @@ def test_out_of_memory_mid_training_leaves_a_resumable_run(
     ctx = JobContext("sft-oom", run_dir, "llm.train", cfg)
     try:
         with pytest.raises(EngineError, match="ran out of memory at step 2") as err:
-            train_model(ctx, cfg, [ExhaustMemory()])
+            train_model(ctx, get_kind("llm.train").load(cfg), [ExhaustMemory()])
     finally:
         ctx.close()
     assert "lower batch_size" in str(err.value)

@@ -23,9 +23,8 @@ from tiny_models import TINY_TRAIN, build_tiny_model
 
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
-from engine.jobs.registry import validate_config
+from engine.jobs.registry import get_kind, validate_config
 from engine.llm import distributed
-from engine.llm.train import run as train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = str(ROOT / "resources/examples/envs/jira_status_update.env.json")
@@ -55,8 +54,6 @@ class LoggedContext(JobContext):
 
 class Project:
     def __init__(self, root: Path) -> None:
-        from engine.jobs.registry import get_kind
-
         self.root = root
         self.model = build_tiny_model(root / "base")
         self.datasets: dict[str, str] = {}
@@ -121,7 +118,7 @@ def metrics_rows(run_dir: Path) -> list[dict]:
 
 def train(ctx: LoggedContext) -> dict[str, Any]:
     try:
-        return train_run(ctx)
+        return get_kind("llm.train").entry(ctx)
     finally:
         ctx.close()
 
@@ -394,7 +391,9 @@ def test_worker_with_an_unreachable_main_process_gives_up_in_time(
         ),
     )
     run_dir = tmp_path / "runs" / "r"
-    distributed.write_launch_files(run_dir, "r", "llm.train", cfg)
+    distributed.write_launch_files(
+        run_dir, "r", "llm.train", get_kind("llm.train").load(cfg)
+    )
     t0 = time.monotonic()
     done = run_worker(
         "--run-dir",
@@ -445,7 +444,9 @@ def test_worker_gives_up_when_machine_zero_never_takes_its_ranks(
             ),
         )
         run_dir = tmp_path / "runs" / "r"
-        distributed.write_launch_files(run_dir, "r", "llm.train", cfg)
+        distributed.write_launch_files(
+            run_dir, "r", "llm.train", get_kind("llm.train").load(cfg)
+        )
         done = run_worker(
             "--run-dir",
             str(run_dir),

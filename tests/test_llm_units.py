@@ -20,6 +20,7 @@ from engine.llm.rollouts import (
     resolve_env,
     rollout_stats,
 )
+from engine.llm.train import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 STATUS_ENV = str(ROOT / "resources/examples/envs/jira_status_update.env.json")
@@ -339,9 +340,11 @@ def test_train_validator_fills_hardware_defaults(model_and_data) -> None:
 
     model, data = model_and_data
     out = validate({"model": str(model), "dataset": str(data)}, hardware=HW)
-    assert out["batch_size"] == 4 and out["lora_rank"] == 8
-    assert out["lora_alpha"] == 16 and out["num_generations"] == 4
-    assert isinstance(out["seed"], int) and out["rewards"][0]["name"] == "env_reward"
+    assert isinstance(out, TrainConfig)
+    assert out.batch_size == 4 and out.lora_rank == 8
+    assert out.lora_alpha == 16 and out.num_generations == 4
+    assert isinstance(out.seed, int) and out.rewards
+    assert out.rewards[0]["name"] == "env_reward"
 
 
 def test_a_hardware_batch_size_is_raised_to_what_grpo_accepts(
@@ -352,10 +355,10 @@ def test_a_hardware_batch_size_is_raised_to_what_grpo_accepts(
     model, data = model_and_data
     cpu = {**HW, "batch_size": 1, "num_generations": 4}
     base = {"model": str(model), "dataset": str(data)}
-    assert validate(base, hardware=cpu)["batch_size"] == 4
+    assert validate(base, hardware=cpu).batch_size == 4
     accumulated = {**base, "gradient_accumulation_steps": 2}
-    assert validate(accumulated, hardware=cpu)["batch_size"] == 2
-    assert validate({**base, "num_generations": 3}, hardware=cpu)["batch_size"] == 3
+    assert validate(accumulated, hardware=cpu).batch_size == 2
+    assert validate({**base, "num_generations": 3}, hardware=cpu).batch_size == 3
     # a batch the user chose is never changed: the mismatch is theirs to fix
     with pytest.raises(ConfigError, match="must divide") as err:
         validate({**base, "batch_size": 1}, hardware=cpu)
@@ -377,20 +380,13 @@ def test_a_hardware_batch_size_fits_the_method_and_the_dataset(
 ) -> None:
     from engine.llm.train import fit_to_hardware
 
-    out = {
-        "method": method,
-        "batch_size": hardware_batch,
-        "gradient_accumulation_steps": 1,
-        "num_generations": 4,
-    }
-    notes = fit_to_hardware(out, {"batch_size"}, rows)
-    assert out["batch_size"] == batch
+    cfg = TrainConfig(method=method, batch_size=hardware_batch, num_generations=4)
+    out, notes = fit_to_hardware(cfg, {"batch_size"}, rows)
+    assert out.batch_size == batch
     expected = [f"batch_size {hardware_batch} -> {batch}: {note}."] if note else []
     assert notes == expected
     # the user's own batch size is never changed
-    mine = {**out, "batch_size": hardware_batch}
-    assert fit_to_hardware(mine, set(), rows) == []
-    assert mine["batch_size"] == hardware_batch
+    assert fit_to_hardware(cfg, set(), rows) == (cfg, [])
 
 
 def test_hardware_generations_fit_the_users_grpo_batch(model_and_data) -> None:
@@ -401,8 +397,8 @@ def test_hardware_generations_fit_the_users_grpo_batch(model_and_data) -> None:
     out = validate(
         {"model": str(model), "dataset": str(data), "batch_size": 6}, hardware=gpu
     )
-    assert out["batch_size"] == 6 and out["num_generations"] == 6
-    assert out["notes"] == [
+    assert out.batch_size == 6 and out.num_generations == 6
+    assert out.notes == [
         "num_generations 16 -> 6: GRPO groups answers within batch_size x "
         "accumulation x processes = 6."
     ]
@@ -433,20 +429,76 @@ def test_other_validators(tmp_path: Path) -> None:
     assert err.value.field == "episodes"
 
 
+@pytest.mark.parametrize(
+    ("kind", "config", "bad", "field", "sentence"),
+    [
+        (
+            "llm.collect",
+            {"env": STATUS_ENV, "policy": "rule"},
+            {"episodes": 0},
+            "episodes",
+            "episodes must be at least 1, not 0.",
+        ),
+        (
+            "llm.dataset",
+            {"traces": "x.jsonl"},
+            {"method": "ppo"},
+            "method",
+            "method must be one of grpo, kto, dpo, sft, not 'ppo'.",
+        ),
+        (
+            "reward.train",
+            {},
+            {"agent": "text"},
+            "base_model",
+            "A text reward model needs base_model (the language model).",
+        ),
+        (
+            "hub.download",
+            {"repo_id": "org/name"},
+            {"revision": " "},
+            "revision",
+            "revision must name a branch, tag or commit.",
+        ),
+    ],
+)
+def test_a_validated_llm_config_is_its_typed_instance(
+    kind: str, config: dict, bad: dict, field: str, sentence: str
+) -> None:
+    """Each kind's validation returns its config dataclass, frozen, with the
+    seed drawn where the kind has one; a bad value is one sentence naming
+    the field."""
+    import dataclasses
+
+    from engine.jobs.registry import get_kind
+
+    job = get_kind(kind)
+    cfg = job.validate(config)
+    assert isinstance(cfg, job.config)
+    assert job.load(job.record(cfg)) == cfg
+    if hasattr(cfg, "seed"):
+        assert isinstance(cfg.seed, int)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.name = "x"
+    with pytest.raises(ConfigError) as err:
+        job.validate({**config, **bad})
+    assert err.value.field == field and str(err.value) == sentence
+
+
 # ------------------------------------------------------------------ misc
 def test_accelerate_launch_files(tmp_path: Path) -> None:
     from engine.llm.distributed import launch_command, write_launch_files
 
-    cfg = {
-        "device": "cuda",
-        "strategy": "deepspeed_zero3",
-        "precision": "bf16",
-        "num_processes": 8,
-        "num_machines": 2,
-        "main_process_ip": "10.0.0.1",
-        "main_process_port": 29501,
-        "gradient_accumulation_steps": 4,
-    }
+    cfg = TrainConfig(
+        device="cuda",
+        strategy="deepspeed_zero3",
+        precision="bf16",
+        num_processes=8,
+        num_machines=2,
+        main_process_ip="10.0.0.1",
+        main_process_port=29501,
+        gradient_accumulation_steps=4,
+    )
     path = write_launch_files(tmp_path, "r1", "llm.train", cfg, machine_rank=1)
     written = json.loads(path.read_text())
     assert written["distributed_type"] == "DEEPSPEED"
@@ -463,7 +515,7 @@ def test_accelerate_launch_files(tmp_path: Path) -> None:
         "--config_file",
         str(path),
     ]
-    assert cmd[-4:] == ["-m", "engine.llm.train", "/p/runs/r1", "--resume"]
+    assert cmd[-4:] == ["-m", "engine.llm.distributed", "/p/runs/r1", "--resume"]
     # torchrun's logs go to the run folder, not a torchelastic_* temp folder
     assert cmd[5:7] == ["--log_dir", "/p/runs/r1/distributed/torchrun"]
 

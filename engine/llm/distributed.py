@@ -4,7 +4,7 @@ A run with ``num_processes`` > 1 or ``num_machines`` > 1 writes
 ``distributed/accelerate_config.json`` (an accelerate config file:
 reproducible, and visible in the run folder) and ``distributed/job.json``
 (the run id and its validated config) into its run folder, then starts
-``accelerate launch --config_file ... -m engine.llm.train RUN_DIR``. Each
+``accelerate launch --config_file ... -m engine.llm.distributed RUN_DIR``. Each
 rank runs :func:`worker_main`, the ordinary training of
 :func:`engine.llm.train.train_model`:
 
@@ -38,11 +38,15 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import ConfigError, EngineError
-from engine.settings import Offer
+from engine.settings import Offer, as_dict
+
+if TYPE_CHECKING:
+    from engine.llm.train import TrainConfig
 
 STRATEGIES = ("ddp", "fsdp", "deepspeed_zero2", "deepspeed_zero3")
 WORKER_ENV = "RLSTUDIO_ACCELERATE_WORKER"
@@ -163,11 +167,12 @@ def offer_vllm() -> Offer:
     return machine_offers()["use_vllm"]
 
 
-def check(cfg: dict[str, Any], gpu_count: int) -> None:
+def check(cfg: TrainConfig, gpu_count: int) -> None:
     """ConfigError (one sentence) for a scale-out setting this machine or
-    this config cannot run; called by the validator before anything starts."""
-    procs, machines = cfg["num_processes"], cfg["num_machines"]
-    device = cfg["device"]
+    this config cannot run; called by the validator, once the hardware's
+    values are filled in, before anything starts."""
+    procs, machines = cfg.num_processes or 1, cfg.num_machines
+    device = cfg.device or "cpu"
     if procs % machines:
         raise ConfigError(
             "num_processes",
@@ -192,23 +197,23 @@ def check(cfg: dict[str, Any], gpu_count: int) -> None:
             f"num_processes asks for {per_machine} processes per machine but "
             f"this machine has {cores} CPU cores; use at most {cores}.",
         )
-    if machines > 1 and not cfg["main_process_ip"].strip():
+    if machines > 1 and not cfg.main_process_ip.strip():
         raise ConfigError(
             "main_process_ip",
             f"num_machines is {machines}, so main_process_ip must give the "
             "address of machine 0 that the other machines reach.",
         )
-    if cfg["machine_rank"] >= machines:
+    if cfg.machine_rank >= machines:
         raise ConfigError(
             "machine_rank",
-            f"machine_rank ({cfg['machine_rank']}) must be below num_machines "
+            f"machine_rank ({cfg.machine_rank}) must be below num_machines "
             f"({machines}).",
         )
-    problem = strategy_problem(cfg["strategy"], device)
+    problem = strategy_problem(cfg.strategy, device)
     if problem:
         raise ConfigError("strategy", problem)
-    if cfg["use_vllm"]:
-        if cfg["method"] != "grpo":
+    if cfg.use_vllm:
+        if cfg.method != "grpo":
             raise ConfigError(
                 "use_vllm", "use_vllm speeds up GRPO generation only; turn it off."
             )
@@ -217,16 +222,16 @@ def check(cfg: dict[str, Any], gpu_count: int) -> None:
             raise ConfigError("use_vllm", problem)
 
 
-def is_distributed(cfg: dict[str, Any]) -> bool:
-    return int(cfg.get("num_processes") or 1) > 1 or int(cfg.get("num_machines", 1)) > 1
+def is_distributed(cfg: TrainConfig) -> bool:
+    return (cfg.num_processes or 1) > 1 or cfg.num_machines > 1
 
 
 # ----------------------------------------------------------- the launch files
-def accelerate_config(cfg: dict[str, Any], machine_rank: int = 0) -> dict[str, Any]:
+def accelerate_config(cfg: TrainConfig, machine_rank: int = 0) -> dict[str, Any]:
     """The accelerate config file's content for ``cfg`` on ``machine_rank``."""
-    cpu = cfg["device"] != "cuda"
-    strategy = cfg["strategy"]
-    mixed = {"bf16": "bf16", "fp16": "fp16"}.get(cfg["precision"], "no")
+    cpu = cfg.device != "cuda"
+    strategy = cfg.strategy
+    mixed = {"bf16": "bf16", "fp16": "fp16"}.get(cfg.precision or "", "no")
     out: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",
         # accelerate's multi-process launcher (torchrun); with use_cpu the
@@ -237,11 +242,11 @@ def accelerate_config(cfg: dict[str, Any], machine_rank: int = 0) -> dict[str, A
             "deepspeed_zero2": "DEEPSPEED",
             "deepspeed_zero3": "DEEPSPEED",
         }[strategy],
-        "num_processes": int(cfg["num_processes"]),
-        "num_machines": int(cfg["num_machines"]),
-        "machine_rank": int(machine_rank),
-        "main_process_ip": cfg["main_process_ip"].strip() or "127.0.0.1",
-        "main_process_port": int(cfg["main_process_port"]),
+        "num_processes": cfg.num_processes or 1,
+        "num_machines": cfg.num_machines,
+        "machine_rank": machine_rank,
+        "main_process_ip": cfg.main_process_ip.strip() or "127.0.0.1",
+        "main_process_port": cfg.main_process_port,
         "rdzv_backend": "static",
         "same_network": True,
         "use_cpu": cpu,
@@ -265,7 +270,7 @@ def accelerate_config(cfg: dict[str, Any], machine_rank: int = 0) -> dict[str, A
     elif strategy.startswith("deepspeed"):
         out["deepspeed_config"] = {
             "zero_stage": 2 if strategy == "deepspeed_zero2" else 3,
-            "gradient_accumulation_steps": int(cfg["gradient_accumulation_steps"]),
+            "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
             "offload_optimizer_device": "none",
             "offload_param_device": "none",
             "zero3_init_flag": strategy == "deepspeed_zero3",
@@ -277,7 +282,7 @@ def write_launch_files(
     run_dir: Path,
     run_id: str,
     kind: str,
-    cfg: dict[str, Any],
+    cfg: TrainConfig,
     machine_rank: int = 0,
     *,
     resume: bool = False,
@@ -290,7 +295,12 @@ def write_launch_files(
     if machine_rank == 0:
         atomic_write_json(
             folder / JOB_NAME,
-            {"run_id": run_id, "kind": kind, "config": cfg, "resume": resume},
+            {
+                "run_id": run_id,
+                "kind": kind,
+                "config": as_dict(cfg),
+                "resume": resume,
+            },
         )
     name = (
         CONFIG_NAME
@@ -306,7 +316,7 @@ def launch_command(
     config_file: Path, run_dir: Path, *, resume: bool = False
 ) -> list[str]:
     """``accelerate launch --config_file CONFIG --log_dir RUN_DIR/distributed/torchrun
-    -m engine.llm.train RUN_DIR``."""
+    -m engine.llm.distributed RUN_DIR``."""
     cmd = [
         sys.executable,
         "-m",
@@ -316,7 +326,7 @@ def launch_command(
         "--log_dir",
         str(dist_dir(run_dir) / TORCHRUN_DIR),
         "-m",
-        "engine.llm.train",
+        "engine.llm.distributed",
         str(run_dir),
     ]
     if resume:
@@ -543,7 +553,7 @@ class MetricsFollower:
             self.ctx.progress(step, self.max_steps)
 
 
-def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
+def run_distributed(ctx: Any, cfg: TrainConfig) -> dict[str, Any]:
     """Job side on machine 0: launch the ranks, mirror their logs, pass Stop
     on, and return rank 0's summary."""
     from engine.jobs.context import STOP_REQUEST_FILE
@@ -555,18 +565,19 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     summary_file.unlink(missing_ok=True)
     stop_file = ctx.run_dir / STOP_REQUEST_FILE
     stop_file.unlink(missing_ok=True)
-    for m in range(1, cfg["num_machines"]):
+    for m in range(1, cfg.num_machines):
         machine_failure(ctx.run_dir, m).unlink(missing_ok=True)
-    per_machine = cfg["num_processes"] // cfg["num_machines"]
+    procs = cfg.num_processes or 1
+    per_machine = procs // cfg.num_machines
     cmd = launch_command(config_file, ctx.run_dir, resume=ctx.resume)
     ctx.log(
-        f"scale-out: {cfg['num_processes']} processes on {cfg['num_machines']} "
-        f"machine(s), strategy {cfg['strategy']}; effective batch "
+        f"scale-out: {procs} processes on {cfg.num_machines} "
+        f"machine(s), strategy {cfg.strategy}; effective batch "
         f"{effective_batch(cfg)} sequences per optimizer step"
     )
     ctx.log("launching: " + " ".join(cmd))
     launch = Launch(cmd, ctx.run_dir, ctx.log, range(per_machine))
-    follow = MetricsFollower(ctx, cfg["max_steps"])
+    follow = MetricsFollower(ctx, cfg.max_steps)
     t0 = time.monotonic()
     try:
         while launch.proc.poll() is None:
@@ -575,20 +586,20 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
                 stop_file.write_text(ctx.stop_reason or "user", encoding="utf-8")
             launch.pump()
             follow.pump()
-            failed = _other_machine_failure(ctx.run_dir, cfg["num_machines"])
+            failed = _other_machine_failure(ctx.run_dir, cfg.num_machines)
             if failed is not None:
                 raise EngineError(failed)
             waited = time.monotonic() - t0
-            if waited > cfg["join_timeout_s"] and not launch.joined():
-                others = cfg["num_machines"] - 1
+            if waited > cfg.join_timeout_s and not launch.joined():
+                others = cfg.num_machines - 1
                 raise EngineError(
                     f"The ranks did not start within join_timeout_s "
-                    f"({cfg['join_timeout_s']:g} s)"
+                    f"({cfg.join_timeout_s:g} s)"
                     + (
                         f": {others} other machine(s) did not join; start "
                         f"`rl-studio-engine worker --run-dir {ctx.run_dir} "
                         "--machine-rank N --main-process-ip "
-                        f"{cfg['main_process_ip']}` on each."
+                        f"{cfg.main_process_ip}` on each."
                         if others
                         else "; the machine may be overloaded."
                     )
@@ -607,10 +618,12 @@ def run_distributed(ctx: Any, cfg: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def effective_batch(cfg: dict[str, Any]) -> int:
+def effective_batch(cfg: TrainConfig) -> int:
     """Sequences per optimizer step over all processes."""
-    return int(
-        cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["num_processes"]
+    return (
+        (cfg.batch_size or 1)
+        * cfg.gradient_accumulation_steps
+        * (cfg.num_processes or 1)
     )
 
 
@@ -622,7 +635,7 @@ def worker_main(argv: list[str]) -> int:
     from engine.jobs.context import STOP_REQUEST_FILE, JobContext
     from engine.store.atomic import atomic_write_json
 
-    parser = argparse.ArgumentParser(prog="engine.llm.train")
+    parser = argparse.ArgumentParser(prog="engine.llm.distributed")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
@@ -650,9 +663,10 @@ def worker_main(argv: list[str]) -> int:
                 ctx.request_stop()
 
     threading.Thread(target=watch, daemon=True).start()
-    from engine.llm.train import train_model
+    from engine.llm.train import TrainConfig, train_model
+    from engine.settings import load
 
-    summary = train_model(ctx, ctx.config)
+    summary = train_model(ctx, load(TrainConfig, ctx.config))
     ctx.close()
     if rank == 0:
         atomic_write_json(dist_dir(run_dir) / SUMMARY_NAME, summary)
@@ -721,7 +735,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def needed_files(run_dir: Path, cfg: dict[str, Any] | None) -> list[str]:
+def needed_files(run_dir: Path, cfg: TrainConfig | None) -> list[str]:
     """What this machine lacks of the run (the run folder not shared)."""
     need = []
     for name in (JOB_NAME, CONFIG_NAME):
@@ -729,9 +743,9 @@ def needed_files(run_dir: Path, cfg: dict[str, Any] | None) -> list[str]:
         if not path.is_file():
             need.append(str(path))
     if cfg is not None:
-        for key in ("model", "dataset"):
-            if not Path(cfg[key]).exists():
-                need.append(str(cfg[key]))
+        for used in (cfg.model, cfg.dataset):
+            if not Path(used).exists():
+                need.append(used)
     return need
 
 
@@ -759,34 +773,38 @@ def run(args: argparse.Namespace) -> int:
     machine 0 started."""
     run_dir = Path(args.run_dir).expanduser().resolve()
     job_file = dist_dir(run_dir) / JOB_NAME
+    from engine.llm.train import TrainConfig
+    from engine.settings import load
+
     record = None
+    cfg = None
     if job_file.is_file():
         record = json.loads(job_file.read_text(encoding="utf-8"))
-    missing = needed_files(run_dir, record["config"] if record else None)
+        cfg = load(TrainConfig, record["config"])
+    missing = needed_files(run_dir, cfg)
     if missing:
         raise EngineError(
             f"This machine does not see the run folder {run_dir} as machine 0 "
             "wrote it; put it on storage both machines share, or copy these "
             "here first: " + ", ".join(missing) + "."
         )
-    assert record is not None
-    cfg = dict(record["config"])
-    machines = int(cfg["num_machines"])
+    assert record is not None and cfg is not None
+    machines = cfg.num_machines
     if not 1 <= args.machine_rank < machines:
         raise EngineError(
             f"--machine-rank must be between 1 and {machines - 1} for this run "
             f"of {machines} machines (machine 0 is the one that started it)."
         )
-    cfg["main_process_ip"] = args.main_process_ip
-    if args.main_process_port is not None:
-        cfg["main_process_port"] = args.main_process_port
-    wait_for_main(
-        cfg["main_process_ip"], int(cfg["main_process_port"]), cfg["join_timeout_s"]
+    cfg = replace(
+        cfg,
+        main_process_ip=args.main_process_ip,
+        main_process_port=args.main_process_port or cfg.main_process_port,
     )
+    wait_for_main(cfg.main_process_ip, cfg.main_process_port, cfg.join_timeout_s)
     config_file = write_launch_files(
         run_dir, record["run_id"], record["kind"], cfg, args.machine_rank
     )
-    per_machine = cfg["num_processes"] // machines
+    per_machine = (cfg.num_processes or 1) // machines
     first = args.machine_rank * per_machine
     cmd = launch_command(config_file, run_dir, resume=bool(record.get("resume")))
 
@@ -801,11 +819,11 @@ def run(args: argparse.Namespace) -> int:
         while launch.proc.poll() is None:
             time.sleep(POLL_S)
             launch.pump()
-            if time.monotonic() - t0 > cfg["join_timeout_s"] and not launch.joined():
+            if time.monotonic() - t0 > cfg.join_timeout_s and not launch.joined():
                 raise EngineError(
                     f"This machine's ranks did not start within join_timeout_s "
-                    f"({cfg['join_timeout_s']:g} s): machine 0's run at "
-                    f"{cfg['main_process_ip']}:{cfg['main_process_port']} did not "
+                    f"({cfg.join_timeout_s:g} s): machine 0's run at "
+                    f"{cfg.main_process_ip}:{cfg.main_process_port} did not "
                     "take them; check that it still runs."
                 )
         launch.pump()
@@ -820,3 +838,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         launch.end()
     return 0
+
+
+if __name__ == "__main__":
+    # One rank under ``accelerate launch`` (launch_command).
+    raise SystemExit(worker_main(sys.argv[1:]))

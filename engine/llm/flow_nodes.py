@@ -98,9 +98,9 @@ TRAIN_PARAMS = (
 """The llm.train settings the Fine-tune node has a parameter for (declared,
 with their defaults, bounds and help, by ``engine.llm.train.TrainConfig``)."""
 # Fine-tune settings that have their own parameter or input; "settings" may
-# carry any other TrainConfig field.
+# carry any other TrainConfig setting a user can set.
 _TRAIN_OWN = ("method", "model", "dataset", "name", "rewards", *TRAIN_PARAMS)
-_TRAIN_FIELDS = tuple(fields_of(TrainConfig))
+_TRAIN_FIELDS = tuple(n for n, info in fields_of(TrainConfig).items() if info.form)
 
 
 # ------------------------------------------------------------------ helpers

@@ -19,8 +19,8 @@ method's own (``dpo/...``, ``kto/...``). Checkpoints go to the run's
 from the latest one. Stop is cooperative: the callback sets
 ``control.should_training_stop`` (and ``should_save``) once ``ctx.should_stop``.
 
-With ``num_processes`` or ``num_machines`` above 1 the job re-launches
-itself through ``accelerate launch`` (:mod:`engine.llm.distributed`); rank 0
+With ``num_processes`` or ``num_machines`` above 1 the job launches its
+ranks through ``accelerate launch`` (:mod:`engine.llm.distributed`); rank 0
 writes metrics straight to the run's ``metrics.jsonl``.
 """
 
@@ -30,15 +30,17 @@ import dataclasses
 import math
 import os
 import random
-import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.errors import ConfigError, EngineError, with_defaults
+from engine.errors import ConfigError, EngineError
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
 from engine.llm.distributed import STRATEGIES, offer_strategy, offer_vllm
-from engine.settings import check_fields, defaults_of, setting
+from engine.settings import as_dict, build, setting
 from engine.store.paths import checked_name
 from engine.store.project import new_model_folder
 
@@ -52,7 +54,7 @@ the base with the adapter switched off, so the KL term costs one extra
 forward pass and no memory."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """Settings of one ``llm.train`` run. ``None`` means "from the hardware"."""
 
@@ -163,6 +165,24 @@ class TrainConfig:
     )
     """GRPO generates with TRL's vLLM integration in colocate mode (needs a
     CUDA GPU and the vllm package)."""
+    dataset_rows: int = setting(0, min=0, form=False)
+    """Rows of the dataset's training split (counted by validation)."""
+    notes: list[str] = setting(factory=list, form=False)
+    """What validation fitted to the hardware, one sentence each (for the
+    run log)."""
+
+
+HARDWARE_SETTINGS = (
+    "batch_size",
+    "lora_rank",
+    "num_generations",
+    "precision",
+    "gradient_checkpointing",
+    "device",
+    "num_processes",
+)
+"""The settings that, left None, take the value :func:`hardware_defaults`
+suggests."""
 
 
 def hardware_defaults() -> dict[str, Any]:
@@ -191,43 +211,45 @@ device batch of one is refused ("Actual (not effective) batch size must be
 > 1")."""
 
 
-def fit_to_hardware(out: dict[str, Any], chosen: set[str], n_rows: int) -> list[str]:
-    """Fit the batch size and GRPO generations the hardware suggested (named
-    in ``chosen``; never what the user set) to what the method accepts and to
-    the dataset, in place; one sentence per change, for the run log."""
+def fit_to_hardware(
+    cfg: TrainConfig, chosen: set[str], n_rows: int
+) -> tuple[TrainConfig, list[str]]:
+    """``cfg`` with the batch size and GRPO generations the hardware
+    suggested (named in ``chosen``; never what the user set) fitted to what
+    the method accepts and to the dataset; one sentence per change, for the
+    run log."""
+    batch, gens = cfg.batch_size, cfg.num_generations
+    assert batch is not None and gens is not None, "filled from the hardware"
+    fitted = {"batch_size": batch, "num_generations": gens}
     notes: list[str] = []
 
     def change(key: str, value: int, why: str) -> None:
-        if value != out[key]:
-            notes.append(f"{key} {out[key]} -> {value}: {why}.")
-            out[key] = value
+        if value != fitted[key]:
+            notes.append(f"{key} {fitted[key]} -> {value}: {why}.")
+            fitted[key] = value
 
-    method = out["method"]
+    method = cfg.method
     # GRPO groups answers over the batches of every process.
-    accum = out["gradient_accumulation_steps"] * (out.get("num_processes") or 1)
+    accum = cfg.gradient_accumulation_steps * (cfg.num_processes or 1)
     if "batch_size" in chosen:
-        if method != "grpo" and n_rows > 0 and out["batch_size"] > n_rows:
+        if method != "grpo" and n_rows > 0 and batch > n_rows:
             change("batch_size", n_rows, f"the dataset has {n_rows} rows")
-        if method == "kto" and out["batch_size"] < KTO_MIN_BATCH:
+        if method == "kto" and fitted["batch_size"] < KTO_MIN_BATCH:
             change(
                 "batch_size",
                 KTO_MIN_BATCH,
                 "KTO compares each row with the others of its batch",
             )
-    if method != "grpo":
-        return notes
-    gens = out["num_generations"]
-    if "batch_size" in chosen:
+    if method == "grpo" and "batch_size" in chosen:
         # The hardware suggests a batch without knowing the answers per
         # prompt (a CPU: 1 sequence, 4 answers); raise it to the smallest
         # batch GRPO accepts rather than refuse the user's run.
-        batch = out["batch_size"]
         while batch * accum % gens:
             batch += 1
         change("batch_size", batch, f"GRPO groups {gens} answers per prompt")
-    elif "num_generations" in chosen and out["batch_size"] * accum % gens:
+    elif method == "grpo" and "num_generations" in chosen and batch * accum % gens:
         # The user's batch stays; the answers per prompt shrink to divide it.
-        total = out["batch_size"] * accum
+        total = batch * accum
         fits = [g for g in range(2, gens + 1) if total % g == 0]
         if fits:
             change(
@@ -236,100 +258,90 @@ def fit_to_hardware(out: dict[str, Any], chosen: set[str], n_rows: int) -> list[
                 "GRPO groups answers within batch_size x accumulation x "
                 f"processes = {total}",
             )
-    return notes
+    fitted_cfg = replace(
+        cfg,
+        batch_size=fitted["batch_size"],
+        num_generations=fitted["num_generations"],
+    )
+    return fitted_cfg, notes
 
 
 def validate(
-    config: dict[str, Any], hardware: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    config: Mapping[str, Any], hardware: dict[str, Any] | None = None
+) -> TrainConfig:
     """The normalized ``llm.train`` config (defaults filled) or ConfigError."""
     from engine.llm.base import check_chat_template, check_trainable, inspect_model
     from engine.llm.datasets import check_columns, dataset_files
 
-    out = with_defaults(config, defaults_of(TrainConfig), "llm.train")
-    out = check_fields(TrainConfig, out)
-    if out["name"] is not None:
-        checked_name("name", out["name"])
-    if not out["model"]:
+    cfg = build(TrainConfig, config, "llm.train")
+    if cfg.name is not None:
+        checked_name("name", cfg.name)
+    if not cfg.model:
         raise ConfigError("model", "model must name a base model folder or hub id.")
-    info = inspect_model(out["model"])
+    info = inspect_model(cfg.model)
     check_trainable(info)
     check_chat_template(info)
-    out["model"] = info.path
-    if not out["dataset"]:
+    if not cfg.dataset:
         raise ConfigError("dataset", "dataset must name a dataset folder.")
-    ds = Path(out["dataset"]).expanduser()
+    ds = Path(cfg.dataset).expanduser()
     train_file, _ = dataset_files(ds)
     if not train_file.is_file():
         raise ConfigError(
             "dataset", f"Dataset {ds} does not exist; build it with llm.dataset first."
         )
-    n_rows = check_columns(train_file, out["method"])
-    out["dataset"] = str(ds.resolve())
+    n_rows = check_columns(train_file, cfg.method)
     hw = hardware if hardware is not None else hardware_defaults()
-    chosen = set()
-    for key in (
-        "batch_size",
-        "lora_rank",
-        "num_generations",
-        "precision",
-        "gradient_checkpointing",
-        "device",
-        "num_processes",
-    ):
-        if out[key] is None:
-            out[key] = hw.get(key, 1)
-            chosen.add(key)
+    chosen = {key for key in HARDWARE_SETTINGS if getattr(cfg, key) is None}
+    filled = {key: hw.get(key, 1) for key in chosen}
     # Hardware values are checked like the user's.
-    out = check_fields(TrainConfig, out)
-    if out["max_steps"] == 0:
+    cfg = build(
+        TrainConfig,
+        {**as_dict(cfg), **filled, "model": info.path, "dataset": str(ds.resolve())},
+        "llm.train",
+    )
+    if cfg.max_steps == 0:
         raise ConfigError(
             "max_steps", "max_steps must be -1 (epochs) or at least 1, not 0."
         )
-    if out["precision"] == "fp16" and out["device"] == "cpu":
+    if cfg.precision == "fp16" and cfg.device == "cpu":
         raise ConfigError(
             "precision", "fp16 training needs a GPU; use bf16 or fp32 on the CPU."
         )
     from engine.llm.distributed import check as check_scale_out
 
-    check_scale_out(out, int(hw.get("gpu_count", 0)))
-    if out["lora_alpha"] is None:
-        out["lora_alpha"] = 2.0 * out["lora_rank"]
-    notes = fit_to_hardware(out, chosen, n_rows)
-    if out["method"] == "kto" and out["batch_size"] < KTO_MIN_BATCH:
+    check_scale_out(cfg, int(hw.get("gpu_count", 0)))
+    if cfg.lora_alpha is None:
+        assert cfg.lora_rank is not None  # filled from the hardware
+        cfg = replace(cfg, lora_alpha=2.0 * cfg.lora_rank)
+    cfg, notes = fit_to_hardware(cfg, chosen, n_rows)
+    batch, gens, procs = cfg.batch_size, cfg.num_generations, cfg.num_processes
+    assert batch is not None and gens is not None and procs is not None
+    if cfg.method == "kto" and batch < KTO_MIN_BATCH:
         raise ConfigError(
             "batch_size",
             f"KTO needs a batch_size of at least {KTO_MIN_BATCH}: it compares "
             "each row with the others of its batch.",
         )
-    if out["method"] == "grpo":
-        if out["beta"] is None:
-            out["beta"] = GRPO_DEFAULT_BETA
-        if (
-            out["batch_size"]
-            * out["gradient_accumulation_steps"]
-            * out["num_processes"]
-            % out["num_generations"]
-        ):
+    if cfg.method == "grpo":
+        if cfg.beta is None:
+            cfg = replace(cfg, beta=GRPO_DEFAULT_BETA)
+        accum = cfg.gradient_accumulation_steps
+        if batch * accum * procs % gens:
             raise ConfigError(
                 "num_generations",
-                f"num_generations ({out['num_generations']}) must divide batch_size x "
-                f"gradient_accumulation_steps x num_processes ({out['batch_size']} x "
-                f"{out['gradient_accumulation_steps']} x {out['num_processes']}), "
-                "as TRL's GRPO requires; change one of them.",
+                f"num_generations ({gens}) must divide batch_size x "
+                f"gradient_accumulation_steps x num_processes ({batch} x "
+                f"{accum} x {procs}), as TRL's GRPO requires; change one of them.",
             )
         from engine.llm.rewards import build_rewards
 
-        build_rewards(out["rewards"])
-        if out["rewards"] is None:
+        build_rewards(cfg.rewards)
+        if cfg.rewards is None:
             from engine.llm.rewards import DEFAULT_REWARDS
 
-            out["rewards"] = [dict(r) for r in DEFAULT_REWARDS]
-    out["dataset_rows"] = n_rows
-    out["notes"] = notes
-    if out["seed"] is None:
-        out["seed"] = random.randrange(2**31)
-    return out
+            cfg = replace(cfg, rewards=[dict(r) for r in DEFAULT_REWARDS])
+    seed = random.randrange(2**31) if cfg.seed is None else cfg.seed
+    return replace(cfg, dataset_rows=n_rows, notes=notes, seed=seed)
 
 
 # ------------------------------------------------------------------ callback
@@ -504,7 +516,7 @@ def _checkpointing_arg() -> str:
 
 
 def build_trainer(
-    cfg: dict[str, Any], output_dir: Path, callbacks: list[Any] | None = None
+    cfg: TrainConfig, output_dir: Path, callbacks: list[Any] | None = None
 ) -> Any:
     """The TRL trainer for ``cfg`` (a validated config), not yet trained."""
     import torch
@@ -513,23 +525,23 @@ def build_trainer(
 
     from engine.llm.datasets import load_split
 
-    method = cfg["method"]
-    train, _val = load_split(cfg["dataset"], method)
-    use_cpu = cfg["device"] == "cpu"
+    method = cfg.method
+    train, _val = load_split(cfg.dataset, method)
+    use_cpu = cfg.device == "cpu"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
-        cfg["precision"]
+        cfg.precision or "fp32"
     ]
     if use_cpu and dtype == torch.bfloat16:
         # CPU autocast in bf16 is slow without AMX; train in fp32 weights and
         # let the Trainer's bf16 flag decide autocast.
         dtype = torch.float32
     try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg["model"])
-        model = AutoModelForCausalLM.from_pretrained(cfg["model"], dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=dtype)
     except Exception as exc:
         if _is_oom(exc):
             raise EngineError(
-                f"Loading the model {cfg['model']} ran out of memory; pick a "
+                f"Loading the model {cfg.model} ran out of memory; pick a "
                 "smaller model, choose bf16 precision, or close other programs."
             ) from exc
         if not isinstance(exc, OSError | ValueError | KeyError | ImportError):
@@ -537,42 +549,44 @@ def build_trainer(
         # The validator reads JSON only; an architecture this transformers
         # does not know, or damaged weights, surface here.
         raise EngineError(
-            f"The model at {cfg['model']} cannot be loaded as a causal language "
+            f"The model at {cfg.model} cannot be loaded as a causal language "
             f"model ({type(exc).__name__}: {_first_line(exc)}); pick a "
             "*ForCausalLM model that transformers supports, or update "
             "transformers."
         ) from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    assert cfg.lora_rank is not None and cfg.lora_alpha is not None  # validated
     lora = LoraConfig(
-        r=cfg["lora_rank"],
-        lora_alpha=cfg["lora_alpha"],
-        lora_dropout=cfg["lora_dropout"],
-        target_modules=cfg["lora_target_modules"],
+        r=cfg.lora_rank,
+        # peft types it int; it only scales by alpha / r, so a float works.
+        lora_alpha=cfg.lora_alpha,  # type: ignore[arg-type]
+        lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_target_modules,
         task_type="CAUSAL_LM",
     )
     common: dict[str, Any] = {
         "output_dir": str(output_dir),
         "use_cpu": use_cpu,
         "report_to": [],
-        "max_steps": cfg["max_steps"],
-        "num_train_epochs": cfg["num_epochs"],
-        "learning_rate": cfg["learning_rate"],
-        "warmup_steps": float(cfg["warmup_ratio"]),
-        "per_device_train_batch_size": cfg["batch_size"],
-        "gradient_accumulation_steps": cfg["gradient_accumulation_steps"],
-        "logging_steps": cfg["logging_steps"],
-        "save_strategy": "steps" if cfg["save_steps"] else "no",
-        "save_steps": max(1, cfg["save_steps"]),
-        "save_total_limit": cfg["save_total_limit"],
-        "seed": cfg["seed"],
-        "bf16": cfg["precision"] == "bf16" and not use_cpu,
-        "fp16": cfg["precision"] == "fp16",
-        _checkpointing_arg(): bool(cfg["gradient_checkpointing"]),
+        "max_steps": cfg.max_steps,
+        "num_train_epochs": cfg.num_epochs,
+        "learning_rate": cfg.learning_rate,
+        "warmup_steps": cfg.warmup_ratio,
+        "per_device_train_batch_size": cfg.batch_size,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "logging_steps": cfg.logging_steps,
+        "save_strategy": "steps" if cfg.save_steps else "no",
+        "save_steps": max(1, cfg.save_steps),
+        "save_total_limit": cfg.save_total_limit,
+        "seed": cfg.seed,
+        "bf16": cfg.precision == "bf16" and not use_cpu,
+        "fp16": cfg.precision == "fp16",
+        _checkpointing_arg(): bool(cfg.gradient_checkpointing),
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
-    beta = {} if cfg["beta"] is None else {"beta": cfg["beta"]}
+    beta: dict[str, Any] = {} if cfg.beta is None else {"beta": cfg.beta}
     kwargs: dict[str, Any] = {
         "model": model,
         "train_dataset": train,
@@ -585,24 +599,24 @@ def build_trainer(
 
         from engine.llm.rewards import build_rewards
 
-        rewards = build_rewards(cfg["rewards"])
+        rewards = build_rewards(cfg.rewards)
         # vLLM in this process's GPU (colocate): no separate server to run.
         vllm: dict[str, Any] = (
-            {"use_vllm": True, "vllm_mode": "colocate"} if cfg.get("use_vllm") else {}
+            {"use_vllm": True, "vllm_mode": "colocate"} if cfg.use_vllm else {}
         )
         grpo_args = GRPOConfig(
             **common,
             **beta,
-            num_generations=cfg["num_generations"],
-            max_completion_length=cfg["max_completion_length"],
-            temperature=cfg["temperature"],
+            num_generations=cfg.num_generations,
+            max_completion_length=cfg.max_completion_length,
+            temperature=cfg.temperature,
             reward_weights=[r.weight for r in rewards],
             **vllm,
         )
-        if cfg["max_prompt_length"] is not None and hasattr(
+        if cfg.max_prompt_length is not None and hasattr(
             grpo_args, "max_prompt_length"
         ):
-            grpo_args.max_prompt_length = cfg["max_prompt_length"]
+            grpo_args.max_prompt_length = cfg.max_prompt_length
         # TRL types a reward function as returning list[float | None]; a
         # RewardFunction returns list[float] (it always scores).
         reward_funcs: list[Any] = list(rewards)
@@ -610,12 +624,12 @@ def build_trainer(
     if method == "sft":
         from trl import SFTConfig, SFTTrainer
 
-        sft_args = SFTConfig(**common, max_length=cfg["max_length"])
+        sft_args = SFTConfig(**common, max_length=cfg.max_length)
         return SFTTrainer(args=sft_args, **kwargs)
     if method == "dpo":
         from trl import DPOConfig, DPOTrainer
 
-        dpo_args = DPOConfig(**common, **beta, max_length=cfg["max_length"])
+        dpo_args = DPOConfig(**common, **beta, max_length=cfg.max_length)
         return DPOTrainer(args=dpo_args, **kwargs)
     from trl import KTOConfig, KTOTrainer
 
@@ -623,9 +637,9 @@ def build_trainer(
     kto_args = KTOConfig(
         **common,
         **beta,
-        max_length=cfg["max_length"],
-        desirable_weight=cfg["desirable_weight"] or dw,
-        undesirable_weight=cfg["undesirable_weight"] or uw,
+        max_length=cfg.max_length,
+        desirable_weight=cfg.desirable_weight or dw,
+        undesirable_weight=cfg.undesirable_weight or uw,
     )
     return KTOTrainer(args=kto_args, **kwargs)
 
@@ -651,7 +665,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def train_model(
-    ctx: Any, cfg: dict[str, Any], callbacks: list[Any] | None = None
+    ctx: JobContext, cfg: TrainConfig, callbacks: list[Any] | None = None
 ) -> dict[str, Any]:
     """Train in this process; returns the summary.
 
@@ -659,14 +673,14 @@ def train_model(
     own), for code that drives training itself.
     """
     # Checked before training, so a bad name costs nothing.
-    name = cfg["name"] or ctx.run_id
+    name = cfg.name or ctx.run_id
     model_dir = new_model_folder(ctx.project_dir, name)
     ctx.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     # Beside SB3's: runs/<id>/tensorboard/ (one writer: rank 0 of accelerate).
     # Rank 0 alone writes the run's files; the others only train.
     rank0 = os.environ.get("RANK", "0") == "0"
     tensorboard = ctx.run_dir / "tensorboard" if rank0 else None
-    callback = make_callback(ctx, cfg["method"], cfg["max_steps"], tensorboard)
+    callback = make_callback(ctx, cfg.method, cfg.max_steps, tensorboard)
     try:
         return _train_with(ctx, cfg, name, model_dir, callback, callbacks)
     finally:
@@ -674,8 +688,8 @@ def train_model(
 
 
 def _train_with(
-    ctx: Any,
-    cfg: dict[str, Any],
+    ctx: JobContext,
+    cfg: TrainConfig,
     name: str,
     model_dir: Path,
     callback: Any,
@@ -690,7 +704,7 @@ def _train_with(
     from transformers import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
-    for note in cfg.get("notes", []):
+    for note in cfg.notes:
         ctx.log(f"fitted to this run: {note}")
     resume_from = latest_checkpoint(ctx.checkpoint_dir) if ctx.resume else None
     if resume_from is not None:
@@ -703,8 +717,8 @@ def _train_with(
     except Exception as exc:
         if isinstance(exc, ValueError) and "num_samples" in str(exc):
             raise EngineError(
-                f"No training row of {cfg['dataset']} fits in max_length "
-                f"{cfg['max_length']} tokens; raise max_length or shorten the prompts."
+                f"No training row of {cfg.dataset} fits in max_length "
+                f"{cfg.max_length} tokens; raise max_length or shorten the prompts."
             ) from exc
         if _is_oom(exc):
             step = getattr(trainer.state, "global_step", 0)
@@ -729,9 +743,9 @@ def _train_with(
             model_dir / "rlstudio.json",
             {
                 "kind": "lora-adapter",
-                "base": cfg["model"],
-                "method": cfg["method"],
-                "dataset": cfg["dataset"],
+                "base": cfg.model,
+                "method": cfg.method,
+                "dataset": cfg.dataset,
                 "run_id": ctx.run_id,
             },
         )
@@ -746,7 +760,7 @@ def _train_with(
             final["reward_mean"] = float(entry["reward"])
             break
     return {
-        "method": cfg["method"],
+        "method": cfg.method,
         "stopped": bool(callback.stopped),
         "metrics": final,
         "models": [
@@ -754,26 +768,29 @@ def _train_with(
                 "name": name,
                 "kind": "lora-adapter",
                 "file": str(model_dir),
-                "base": cfg["model"],
-                "parents": [cfg["model"]],
+                "base": cfg.model,
+                "parents": [cfg.model],
                 "metrics": final,
             }
         ],
     }
 
 
-def run(ctx: Any) -> dict[str, Any]:
+@job_kind(
+    "llm.train",
+    config=TrainConfig,
+    check=validate,
+    label="LLM fine-tuning",
+    group="training",
+    description="Fine-tunes a language model with a LoRA adapter through TRL "
+    "(GRPO, KTO, DPO or SFT).",
+    resumable=True,
+)
+def run(ctx: JobContext, cfg: TrainConfig) -> dict[str, Any]:
     """Job entry of ``llm.train``: in this process, or over the processes
     and machines of the scale-out settings (:mod:`engine.llm.distributed`)."""
     from engine.llm.distributed import WORKER_ENV, is_distributed, run_distributed
 
-    cfg = ctx.config
     if is_distributed(cfg) and not os.environ.get(WORKER_ENV):
         return run_distributed(ctx, cfg)
     return train_model(ctx, cfg)
-
-
-if __name__ == "__main__":
-    from engine.llm.distributed import worker_main
-
-    raise SystemExit(worker_main(sys.argv[1:]))
