@@ -15,6 +15,7 @@ from engine.export import ollama_job
 from engine.jobs import selftest
 from engine.jobs.registry import legacy
 from engine.llm import datasets, evaluate, hub, merge, reward_model, rollouts, train
+from engine.rl import job as rl_train
 
 __all__ = [
     "datasets",
@@ -25,25 +26,12 @@ __all__ = [
     "merge",
     "ollama_job",
     "reward_model",
+    "rl_train",
     "rollouts",
     "selftest",
     "train",
 ]
 
-legacy(
-    "rl.train",
-    "engine.rl.train:run",
-    "engine.rl.config:validate",
-    "RL training",
-    "training",
-    "Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
-    "MaskablePPO) on a Gymnasium or designed environment.",
-    schema="engine.rl.schema:schema",
-    project_field="project_dir",
-    default_name="{algo} {env}",
-    resumable=True,
-    summary_on_disk="engine.rl.checkpoints:summary_on_disk",
-)
 legacy(
     "rl.tune",
     "engine.rl.tune:job",

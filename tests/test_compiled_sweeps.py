@@ -6,6 +6,7 @@ them all with their checkpoints."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -42,10 +43,14 @@ def _tune(project: Path, *argv: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _settings(**over: Any) -> dict[str, Any]:
-    base = {"trials": 12, "settings": {"backend": "jax"}, "objective": "reward",
-            "search": [{"name": "learning_rate"}, {"name": "gamma"}]}  # fmt: skip
-    return {**base, **over}
+def _settings(**over: Any) -> tune.SweepSettings:
+    base = tune.SweepSettings(
+        env="CartPole-v1", algo="PPO", steps=1024, trials=12,
+        search=(tune.Dimension("learning_rate", "float", 1e-4, 1e-2),
+                tune.Dimension("gamma", "float", 0.9, 0.999)),
+        fixed={"backend": "jax"}, hyperparameters={},
+    )  # fmt: skip
+    return dataclasses.replace(base, **over)
 
 
 def _train_runs(project: Path) -> list[Any]:
@@ -63,8 +68,9 @@ def test_which_sweeps_train_their_trials_together() -> None:
     assert tune.compiled_slots(_settings()) == 12
     assert tune.compiled_slots(_settings(trials=40)) == tune.COMPILED_SLOTS_MAX
     # a shape of the program searched, another backend, or a trial's own CPU time
-    assert tune.compiled_slots(_settings(search=[{"name": "n_steps"}])) == 1
-    assert tune.compiled_slots(_settings(settings={"backend": "sb3"})) == 1
+    n_steps = tune.Dimension("n_steps", "int", 64, 2048)
+    assert tune.compiled_slots(_settings(search=(n_steps,))) == 1
+    assert tune.compiled_slots(_settings(fixed={"backend": "sb3"})) == 1
     assert tune.compiled_slots(_settings(objective="time_to_target")) == 1
 
 

@@ -31,6 +31,7 @@ from engine.nodes import (
     specs,
     validate_flow,
 )
+from engine.settings import as_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "resources" / "examples" / "flows"
@@ -221,9 +222,11 @@ def test_validate_flow_adds_each_node_types_own_checks() -> None:
 def test_flow_run_config_is_validated_and_normalized(tmp_path: Path) -> None:
     path = EXAMPLES / "cartpole_ppo.flow.json"
     cfg = executor.validate({"flow_path": str(path), "overrides": {"train.seed": 7}})
-    assert cfg["flow_name"] == "cartpole_ppo" and cfg["only_stale"] is True
-    assert FlowDocument.from_dict(cfg["document"]).node("train").params["seed"] == 7
-    assert executor.validate(cfg) == cfg  # idempotent
+    assert isinstance(cfg, executor.FlowRunConfig)
+    assert cfg.flow_name == "cartpole_ppo" and cfg.only_stale is True
+    assert cfg.document is not None
+    assert FlowDocument.from_dict(cfg.document).node("train").params["seed"] == 7
+    assert executor.validate(as_dict(cfg)) == cfg  # idempotent
 
     def field_of(config: dict[str, Any]) -> tuple[str, str]:
         with pytest.raises(ConfigError) as info:
@@ -234,7 +237,14 @@ def test_flow_run_config_is_validated_and_normalized(tmp_path: Path) -> None:
         "flow_path",
         "Give the flow to run (flow_path or document).",
     )
-    assert field_of({"flow_path": str(path), "speed": 2})[0] == "speed"
+    assert field_of({"flow_path": str(path), "speed": 2}) == (
+        "speed",
+        "Unknown setting 'speed' for a flow run.",
+    )
+    assert field_of({"flow_path": str(path), "only_stale": "yes"}) == (
+        "only_stale",
+        "only_stale must be true or false, not 'yes'.",
+    )
     bad = tmp_path / "bad.flow.json"
     bad.write_text("{")
     field, message = field_of({"flow_path": str(bad)})
@@ -530,14 +540,10 @@ def test_downstream_of_a_failed_node_is_skipped(
         assert summary["nodes"][n]["message"] == "Not run: 'Fail env' (env) failed."
     assert summary["reason"] == "The node 'env' (Fail env) failed: No such environment."
     with pytest.raises(executor.FlowFailed, match="'env'"):
-        ctx = JobContext(
-            "j",
-            tmp_path / "runs" / "j",
-            "flow.run",
-            {"document": doc.to_dict(), "flow_name": "t"},
-        )
+        cfg = executor.FlowRunConfig(document=doc.to_dict(), flow_name="t")
+        ctx = JobContext("j", tmp_path / "runs" / "j", "flow.run", as_dict(cfg))
         try:
-            executor.run(ctx)
+            executor.run(ctx, cfg)
         finally:
             ctx.close()
 

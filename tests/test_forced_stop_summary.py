@@ -267,7 +267,7 @@ def project_with_run(tmp_path: Path) -> tuple[Project, str, Path, str]:
     ckpt = run_dir / "checkpoints"
     state = {"step": 100, "best_eval_reward": 9.0, "best_eval_metrics": {}}
     fake_model_dir(ckpt / "step-0000000100", state)
-    first = rlckpt.summary_on_disk(run_dir, config)
+    first = rlckpt.summary_on_disk(run_dir, registry.get_kind("rl.train").load(config))
     assert first is not None and first["total_steps"] == 100
     summary, problems = lifecycle.finish(
         project, run_id, lifecycle.Outcome("stopped", first)

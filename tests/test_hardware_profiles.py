@@ -28,7 +28,7 @@ from engine import hardware
 from engine.errors import ConfigError
 from engine.hardware import GpuInfo
 from engine.rl import hardware_profiles
-from engine.rl.config import check_profile_settings, validate
+from engine.rl.config import check, check_profile_settings, validate
 from engine.rl.hardware_profiles import load_saved, profiles_file, save_profile
 from engine.rl.schema import profile_previews
 
@@ -406,7 +406,7 @@ def test_a_reproduce_command_spells_the_profile_out(tmp_path: Path) -> None:
             "project_dir": str(tmp_path),
         }
     )
-    argv = reproduce_argv(cfg)
+    argv = reproduce_argv(check(cfg))
     assert "hardware_profile=box" not in argv
     profiles_file().unlink()
     parser = argparse.ArgumentParser()

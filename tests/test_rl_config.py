@@ -18,6 +18,7 @@ from gymnasium import spaces
 from engine.errors import ConfigError
 from engine.jobs.registry import get_kind, validate_config
 from engine.rl import config as rlconfig
+from engine.rl import job as rl_job
 from engine.rl.cli import build_config, configure
 from engine.rl.config import ALGO_CONFIGS, TrainConfig, validate
 from engine.rl.presets import (
@@ -247,9 +248,24 @@ def test_every_field_has_a_docstring() -> None:
 
 def test_registered_as_a_resumable_job_kind() -> None:
     kind = get_kind("rl.train")
-    assert kind.resumable and kind.entry == "engine.rl.train:run"
+    assert kind.resumable and kind.run is rl_job.run
+    assert kind.config is TrainConfig and kind.progress_unit == "steps"
     cfg = validate_config("rl.train", {"env": "Acrobot-v1", "algo": "DQN", "seed": 1})
     assert cfg["hyperparameters"]["target_update_interval"] == 250
+
+
+def test_a_checked_config_is_typed_and_loads_back_from_its_record() -> None:
+    cfg = rlconfig.check({"env": "Acrobot-v1", "algo": "DQN", "seed": 1})
+    assert isinstance(cfg, TrainConfig) and cfg.algo == "DQN"
+    assert isinstance(cfg.hyperparameters, rlconfig.DQNConfig)
+    assert cfg.hyperparameters.target_update_interval == 250
+    recorded = json.loads(json.dumps(validate(rlconfig.as_dict(cfg))))
+    # The job process rebuilds the algorithm's dataclass from the record.
+    assert get_kind("rl.train").load(recorded) == cfg
+    with pytest.raises(ConfigError) as info:
+        rlconfig.check({"env": "CartPole-v1", "hyperparameters": {"gamma": 2}})
+    assert info.value.field == "hyperparameters.gamma"
+    assert str(info.value) == "gamma must be at most 1, not 2."
 
 
 def test_reproduce_command_rebuilds_the_same_config(tmp_path) -> None:
@@ -267,7 +283,7 @@ def test_reproduce_command_rebuilds_the_same_config(tmp_path) -> None:
             "hyperparameters": {"net_arch": [32, 32], "ent_coef": "auto_0.5"},
         }
     )
-    argv = reproduce_argv(cfg)
+    argv = reproduce_argv(get_kind("rl.train").load(cfg))
     assert shlex.join(argv).startswith(
         "rl-studio-engine train --env Pendulum-v1 --algo SAC --steps 1234 --seed 9"
     )

@@ -18,6 +18,7 @@ from gymnasium import spaces
 
 from engine import protocol
 from engine.jobs.context import JobContext
+from engine.jobs.registry import get_kind
 from engine.rl import train as rltrain
 from engine.rl.config import validate
 from engine.store.atomic import atomic_write_json
@@ -48,7 +49,8 @@ def run_in_process(
 ) -> dict[str, Any]:
     ctx = ctx_cls(run_dir.name, run_dir, "rl.train", cfg, resume=resume, events=None)
     try:
-        return rltrain.run(ctx)
+        # As the job process runs it: the typed config loaded from the record.
+        return dict(get_kind("rl.train").entry(ctx))
     finally:
         ctx.close()
 

@@ -138,7 +138,7 @@ def test_a_trial_below_the_median_is_pruned_and_its_run_stopped(
     study = optuna.create_study(
         study_name="prune", storage=tune.open_storage(url), direction="maximize"
     )
-    study.set_user_attr(tune.SETTINGS_ATTR, settings)
+    study.set_user_attr(tune.SETTINGS_ATTR, settings.to_json())
     # Two earlier trials that balanced the pole from the first evaluation
     # on: the median every later trial is held to.
     for lr in (1e-3, 2e-3):
@@ -183,7 +183,7 @@ def _existing_study(tmp_path: Path) -> str:
     study = optuna.create_study(
         study_name="taken", storage=tune.open_storage(url), direction="maximize"
     )
-    study.set_user_attr(tune.SETTINGS_ATTR, settings)
+    study.set_user_attr(tune.SETTINGS_ATTR, settings.to_json())
     return url
 
 

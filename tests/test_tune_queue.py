@@ -6,6 +6,7 @@ the time-to-target objective is minimized."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -97,7 +98,7 @@ def test_a_seeded_sweep_draws_the_same_trials_on_one_worker_or_two(
             storage = tune.open_storage(url, checked=True)
             study, settings = tune.load(storage, name)
             taking.append((study, storage, settings))
-        dims = [tune.Dimension.from_json(d) for d in taking[0][2]["search"]]
+        dims = list(taking[0][2].search)
         params: dict[int, tuple[Any, ...]] = {}
         turn = 0
         while (trial := tune.take_trial(*taking[turn % workers])) is not None:
@@ -118,7 +119,7 @@ def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
     project = tmp_path / "p"
     Project.open(project, create=True).close()
     worker = subprocess.Popen(
-        [sys.executable, "-m", "engine.rl.tune", url, "beat", str(project), "0"],
+        [sys.executable, "-m", "engine.rl.tune_worker", url, "beat", str(project), "0"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stderr=subprocess.DEVNULL,
@@ -169,7 +170,7 @@ def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
 
 def _start_worker(url: str, name: str, project: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "engine.rl.tune", url, name, str(project), "0"],
+        [sys.executable, "-m", "engine.rl.tune_worker", url, name, str(project), "0"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stderr=subprocess.DEVNULL,
@@ -397,7 +398,7 @@ def test_a_time_to_target_trial_slower_than_the_best_stops_at_its_next_eval(
     project = tmp_path / "p"
     Project.open(project, create=True).close()
     done = subprocess.run(
-        [sys.executable, "-m", "engine.rl.tune", url, "slow", str(project), "0"],
+        [sys.executable, "-m", "engine.rl.tune_worker", url, "slow", str(project), "0"],
         cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -637,11 +638,13 @@ def test_workers_on_one_machine_split_its_torch_threads(
     from engine.rl import config
 
     monkeypatch.setattr(config, "default_torch_threads", lambda: 4)
-    settings = {"settings": {"eval_episodes": 2}}
+    settings = tune.SweepSettings(
+        "CartPole-v1", "PPO", 512, 2, (), {"eval_episodes": 2}, {}
+    )
     assert tune.shared_threads(settings, 1) == settings
-    assert tune.shared_threads(settings, 2)["settings"]["torch_threads"] == 2
-    assert tune.shared_threads(settings, 8)["settings"]["torch_threads"] == 1
-    fixed = {"settings": {"torch_threads": 3}}
+    assert tune.shared_threads(settings, 2).fixed["torch_threads"] == 2
+    assert tune.shared_threads(settings, 8).fixed["torch_threads"] == 1
+    fixed = dataclasses.replace(settings, fixed={"torch_threads": 3})
     assert tune.shared_threads(fixed, 2) == fixed
 
 
@@ -742,3 +745,32 @@ def test_saving_a_sweeps_best_as_a_preset_refuses_bad_input_in_one_sentence(
         "The project already has a preset 'p'; give another name."
     )
     assert (project / "presets" / "p.preset.json").read_text() == "{}"
+
+
+def test_a_sweeps_config_is_checked_into_its_typed_instance(tmp_path: Path) -> None:
+    from engine.jobs.registry import get_kind
+
+    project = tmp_path / "p"
+    Project.open(project, create=True).close()
+    kind = get_kind("rl.tune")
+    raw = {"env": "CartPole-v1", "trials": 2, "steps": 256, "search": ["gamma"]}
+    cfg = kind.validate({**raw, "project_dir": str(project)})
+    assert isinstance(cfg, tune.TuneConfig)
+    # auto resolved and the study named, so the job runs what was checked
+    assert cfg.algo == "PPO" and cfg.study.startswith("PPO-CartPole-v1-")
+    assert kind.load(kind.record(cfg)) == cfg
+
+    def refused(**bad: Any) -> tuple[str, str]:
+        with pytest.raises(tune.ConfigError) as caught:
+            kind.validate({**raw, "project_dir": str(project), **bad})
+        return caught.value.field, str(caught.value)
+
+    assert refused(workers=65) == ("workers", "workers must be at most 64, not 65.")
+    assert refused(search="gamma") == (
+        "search",
+        "search must be a list of texts, not 'gamma'.",
+    )
+    assert refused(project_dir=None) == (
+        "project_dir",
+        "A sweep needs a project for its runs.",
+    )

@@ -25,11 +25,12 @@ Stdlib only (the settings are read by forms and validation).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import ConfigError, quoted
-from engine.settings import check_fields, fields_of, setting
+from engine.settings import check_fields, fields_of, load, setting
 
 STAGE_METRIC = "curriculum/stage"
 EPISODE_STEPS_MAX = 10_000_000
@@ -41,7 +42,7 @@ STAGES_MAX = 1000
 RATE_METRIC = "curriculum/success_rate"
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkflowDifficulty:
     """Difficulty settings of a ``workflow`` env (None: as designed)."""
 
@@ -59,7 +60,7 @@ class WorkflowDifficulty:
     """Probability that a valid tool fails and leaves the status unchanged."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class GridDifficulty:
     """Difficulty settings of a ``grid`` env (None: as designed)."""
 
@@ -106,7 +107,7 @@ def check_difficulty(kind: str, params: Any, path: str) -> dict[str, Any]:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class CurriculumConfig:
     """A curriculum: stages of difficulty, easiest first, and when to move."""
 
@@ -203,12 +204,15 @@ class Schedule:
     (``state`` / ``restore``) is plain JSON, kept in checkpoints.
     """
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: CurriculumConfig | Mapping[str, Any]) -> None:
+        if not isinstance(config, CurriculumConfig):
+            # A checked curriculum as JSON (an llm.collect run keeps it so).
+            config = load(CurriculumConfig, config)
         self.config = config
-        self.stages: list[dict[str, Any]] = config["stages"]
-        self.stage: int = config["start_stage"]
+        self.stages: list[dict[str, Any]] = config.stages
+        self.stage: int = config.start_stage
         self.highest = self.stage
-        self.window: deque[bool] = deque(maxlen=config["window"])
+        self.window: deque[bool] = deque(maxlen=config.window)
         self.last_rate: float | None = None
         """The window's success rate when last recorded into."""
 
@@ -230,12 +234,12 @@ class Schedule:
         changes (a change empties the window)."""
         self.window.extend(bool(s) for s in successes)
         rate = self.last_rate = self.success_rate()
-        if rate is None or len(self.window) < self.config["window"]:
+        if rate is None or len(self.window) < self.config.window:
             return None
         new = self.stage
-        if rate >= self.config["threshold"] and not self.last:
+        if rate >= self.config.threshold and not self.last:
             new = self.stage + 1
-        back = self.config["back_threshold"]
+        back = self.config.back_threshold
         if back is not None and rate < back and self.stage > max(0, self.highest - 1):
             new = self.stage - 1
         if new == self.stage:

@@ -215,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
     )
     from engine.nodes.executor import validate as validate_config
     from engine.nodes.registry import specs
+    from engine.settings import as_dict
     from engine.store.project import Project
 
     path: Path = args.flow.expanduser()
@@ -237,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
             for m in messages:
                 print(f"  {where}: {m}", file=sys.stderr)
         return 1
-    config = validate_config(
+    cfg = validate_config(
         {
             "flow_path": str(path),
             "document": doc.to_dict(),
@@ -245,7 +246,8 @@ def run(args: argparse.Namespace) -> int:
             "targets": list(args.only),
         }
     )
-    name = config["flow_name"]
+    config = as_dict(cfg)
+    name = cfg.flow_name
 
     if args.project is not None:
         project_dir = args.project.expanduser().resolve()
@@ -273,8 +275,8 @@ def run(args: argparse.Namespace) -> int:
                 ctx,
                 doc,
                 flow_name=name,
-                only_stale=config["only_stale"],
-                targets=config["targets"],
+                only_stale=cfg.only_stale,
+                targets=cfg.targets,
                 on_state=report.on_state,
             )
 

@@ -40,7 +40,8 @@ import json
 import re
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,10 @@ from engine import contract, flow, protocol
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import RunFailed
+from engine.jobs.registry import job_kind
 from engine.nodes.base import NodeResult, NodeRun
 from engine.nodes.registry import node_types, specs
+from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json
 from engine.store.paths import checked_name
 
@@ -61,15 +64,27 @@ PROGRESS_INTERVAL_S = 0.25
 StateSink = Callable[[str, str, float, str, dict[str, Any]], None]
 """``on_state(node_id, state, progress, message, outputs)``."""
 
-CONFIG_KEYS = (
-    "agent",
-    "flow_path",
-    "document",
-    "only_stale",
-    "targets",
-    "overrides",
-    "flow_name",
-)
+
+@dataclass(frozen=True)
+class FlowRunConfig:
+    """A ``flow.run`` job: the graph to run and how."""
+
+    flow_path: str | None = setting(None, form=False)
+    """The ``.flow.json`` file to run (None: ``document`` is the flow)."""
+    document: dict[str, Any] | None = setting(None, form=False)
+    """The graph as its file holds it; the validator stores here the graph
+    it checked, overrides applied, which is what the run executes."""
+    only_stale: bool = setting(True, form=False)
+    """Reuse the outputs of unchanged nodes (false: run every node)."""
+    targets: list[str] = setting(factory=list, form=False)
+    """Node ids: run only these and their upstream (empty: every node)."""
+    overrides: dict[str, Any] = setting(factory=dict, form=False)
+    """``node_id.param`` -> value, set on the graph before it is checked."""
+    flow_name: str = setting("", form=False)
+    """The flow's name, which names its cache ('': the document's or the
+    file's)."""
+    agent: str = setting("", form=False)
+    """The service agent whose retraining this run is ('': none)."""
 
 
 class FlowInvalid(EngineError):
@@ -139,22 +154,16 @@ def apply_overrides(doc: flow.FlowDocument, overrides: dict[str, Any]) -> None:
         node.params[param] = value
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
-    """The ``flow.run`` validator: the normalized config, or ConfigError."""
-    if not isinstance(config, dict):
+def validate(config: Mapping[str, Any]) -> FlowRunConfig:
+    """The ``flow.run`` validator: the config with the checked graph in
+    ``document`` and its name in ``flow_name``, or ConfigError."""
+    if not isinstance(config, Mapping):
         raise ConfigError("config", "The flow run's config must be a JSON object.")
-    for key in config:
-        if key not in CONFIG_KEYS:
-            raise ConfigError(key, f"Unknown setting {key!r} for a flow run.")
-    path = config.get("flow_path")
-    document = config.get("document")
-    if path is not None and not isinstance(path, str):
-        raise ConfigError(
-            "flow_path", "flow_path must be the path of a .flow.json file."
-        )
-    if document is not None:
+    cfg = build(FlowRunConfig, config, "a flow run")
+    path = cfg.flow_path
+    if cfg.document is not None:
         try:
-            doc = flow.FlowDocument.from_dict(document)
+            doc = flow.FlowDocument.from_dict(cfg.document)
         except flow.FlowFormatError as exc:
             raise ConfigError("document", str(exc)) from None
     elif path:
@@ -164,35 +173,29 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError("flow_path", str(exc)) from None
     else:
         raise ConfigError("flow_path", "Give the flow to run (flow_path or document).")
-    only_stale = config.get("only_stale", True)
-    if not isinstance(only_stale, bool):
-        raise ConfigError("only_stale", "only_stale must be true or false.")
-    targets = config.get("targets") or []
+    targets = cfg.targets or []
     if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
         raise ConfigError("targets", "targets must be a list of node ids.")
     for t in targets:
         if doc.node(t) is None:
             raise ConfigError("targets", f"There is no node {t!r} in the flow.")
-    overrides = config.get("overrides") or {}
+    overrides = cfg.overrides or {}
     if not isinstance(overrides, dict):
         raise ConfigError("overrides", "overrides must map node_id.param to values.")
     apply_overrides(doc, overrides)
     errors = validate_document(doc)
     if errors:
         raise ConfigError("document", describe_errors(doc, errors))
-    name = config.get("flow_name") or flow.flow_name(doc, path)
-    agent = config.get("agent", "")
-    if agent:
-        checked_name("agent", agent)
-    return {
-        "agent": agent,
-        "flow_path": str(Path(path).expanduser().resolve()) if path else None,
-        "document": doc.to_dict(),
-        "flow_name": str(name),
-        "only_stale": only_stale,
-        "targets": list(targets),
-        "overrides": dict(overrides),
-    }
+    if cfg.agent:
+        checked_name("agent", cfg.agent)
+    return replace(
+        cfg,
+        flow_path=str(Path(path).expanduser().resolve()) if path else None,
+        document=doc.to_dict(),
+        flow_name=cfg.flow_name or flow.flow_name(doc, path),
+        targets=list(targets),
+        overrides=dict(overrides),
+    )
 
 
 # --------------------------------------------------------------------------
@@ -608,13 +611,23 @@ def run_document(
     return summary
 
 
-def run(ctx: JobContext) -> dict[str, Any]:
-    """Job entry point (``engine.nodes.executor:run``)."""
-    cfg = ctx.config
+@job_kind(
+    KIND,
+    config=FlowRunConfig,
+    check=validate,
+    label="Workflow",
+    group="training",
+    description="Runs a workflow graph (.flow.json): its nodes in order, "
+    "reusing the outputs of unchanged nodes.",
+    progress_unit="nodes",
+)
+def run(ctx: JobContext, cfg: FlowRunConfig) -> dict[str, Any]:
+    """The ``flow.run`` job: the validated graph, run."""
+    assert cfg.document is not None  # the validator stores the graph there
     return run_document(
         ctx,
-        flow.FlowDocument.from_dict(cfg["document"]),
-        flow_name=cfg["flow_name"],
-        only_stale=cfg.get("only_stale", True),
-        targets=cfg.get("targets") or [],
+        flow.FlowDocument.from_dict(cfg.document),
+        flow_name=cfg.flow_name,
+        only_stale=cfg.only_stale,
+        targets=cfg.targets,
     )

@@ -19,12 +19,15 @@ the summary of the run's previous attempt.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
 from engine.jobs.context import CHECKPOINTS_FOLDER
 from engine.jobs.lifecycle import read_checkpoint_state
 from engine.rl.policy import VECNORMALIZE_FILE
+
+if TYPE_CHECKING:
+    from engine.rl.config import TrainConfig
 
 CHECKPOINT_PREFIX = "step-"
 BEST_FOLDER = "best"
@@ -52,7 +55,7 @@ def latest_checkpoint(ckpt_dir: Path) -> Path | None:
 
 
 def summary_of(
-    cfg: dict[str, Any],
+    cfg: TrainConfig,
     state: dict[str, Any],
     model_dir: Path,
     model_metrics: dict[str, Any],
@@ -62,17 +65,15 @@ def summary_of(
     ``state.json``) is as given and whose model is ``model_dir/model.zip``
     (evaluated as ``model_metrics``). Without ``stopped_by`` the summary
     says nothing of how the run ended."""
-    algo = str(state.get("algo") or cfg["algo"])
-    env = str(state.get("env") or cfg["env"])
+    algo = str(state.get("algo") or cfg.algo)
+    env = str(state.get("env") or cfg.env)
     metrics = dict(model_metrics)
     last_logged = state.get("last_logged") or {}
     for key in ("rollout/ep_rew_mean", "rollout/ep_len_mean"):
         if key in last_logged:
             metrics[key] = last_logged[key]
     extra = (
-        [str((model_dir / VECNORMALIZE_FILE).resolve())]
-        if cfg.get("vec_normalize")
-        else []
+        [str((model_dir / VECNORMALIZE_FILE).resolve())] if cfg.vec_normalize else []
     )
     out: dict[str, Any] = {
         "total_steps": int(state["step"]),
@@ -84,10 +85,10 @@ def summary_of(
     out.update(
         algo=algo,
         env=env,
-        seed=cfg.get("seed"),
+        seed=cfg.seed,
         models=[
             {
-                "name": cfg.get("name") or f"{algo} {env}",
+                "name": cfg.name or f"{algo} {env}",
                 "kind": "sb3-policy",
                 "file": str((model_dir / MODEL_FILE).resolve()),
                 "extra_files": extra,
@@ -100,16 +101,16 @@ def summary_of(
     if state.get("resumed_from"):
         out["resumed_from"] = state["resumed_from"]
     curriculum = state.get("curriculum")
-    if curriculum and cfg.get("curriculum"):
+    if curriculum and cfg.curriculum is not None:
         out["curriculum"] = {
             "stage": curriculum["stage"],
-            "last_stage": len(cfg["curriculum"]["stages"]) - 1,
+            "last_stage": len(cfg.curriculum.stages) - 1,
             "highest": curriculum["highest"],
         }
     return out
 
 
-def summary_on_disk(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+def summary_on_disk(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     """The summary an ``rl.train`` run's checkpoints support (the kind's
     ``summary_on_disk``): the newest checkpoint's step count and state, the
     best evaluation so far and its model (``best/``, else the newest
@@ -137,4 +138,4 @@ def summary_on_disk(run_dir: Path, config: dict[str, Any]) -> dict[str, Any] | N
             "best_eval_metrics": best.get("best_eval_metrics") or {},
         }
         metrics = {k: v for k, v in state["best_eval_metrics"].items() if k != "step"}
-    return summary_of(config, state, model_dir, metrics, None)
+    return summary_of(cfg, state, model_dir, metrics, None)

@@ -29,18 +29,19 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine import contract
 from engine.errors import EngineError
-from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import HeadlessContext
-from engine.jobs.registry import run_name
+from engine.jobs.registry import get_kind, run_name
+from engine.settings import as_dict
 from engine.store.atomic import atomic_write_json
 
 if TYPE_CHECKING:
+    from engine.rl.config import TrainConfig
     from engine.store.project import Project
 
 KIND = "rl.train"
@@ -144,18 +145,22 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def build_config(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]:
+    """The raw ``rl.train`` config the command line asks for."""
     top, hyper = parse_settings(args.settings)
-    config: dict[str, Any] = {"env": args.env, "algo": args.algo, **top}
-    if args.steps is not None:
-        config["total_steps"] = args.steps
-    if args.seed is not None:
-        config["seed"] = args.seed
-    if getattr(args, "preset", None):
-        config["preset"] = args.preset
-    if hyper:
-        config["hyperparameters"] = hyper
-    config["project_dir"] = str(project_dir)
-    return config
+    options = {
+        "total_steps": args.steps,
+        "seed": args.seed,
+        "preset": getattr(args, "preset", None) or None,
+        "hyperparameters": hyper or None,
+    }
+    given = {k: v for k, v in options.items() if v is not None}
+    return {
+        "env": args.env,
+        "algo": args.algo,
+        **top,
+        **given,
+        "project_dir": str(project_dir),
+    }
 
 
 class ConsoleContext(HeadlessContext):
@@ -244,13 +249,12 @@ def removed_on_error(folder: Path, temporary: bool) -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from engine.rl.config import validate
-    from engine.rl.train import run as train
+    from engine.rl.config import check
     from engine.store.project import Project
     from resources import resource_path
 
     if args.resume is not None:
-        return _resume(args, train)
+        return _resume(args)
     if args.env is None and not args.preset:
         raise EngineError("Give the environment with --env, e.g. --env CartPole-v1.")
     if args.preset and args.project is None:
@@ -259,18 +263,16 @@ def run(args: argparse.Namespace) -> int:
     examples = resource_path("examples")
     with removed_on_error(project_dir, temporary=args.project is None):
         # Refuse bad settings before anything is written to the project.
-        config = validate(build_config(args, project_dir))
+        cfg = check(build_config(args, project_dir))
         # A fresh project gets the bundled examples (envs, data), as in the studio.
         project = Project.open(project_dir, create=True, examples=examples)
     try:
-        return _train_in_project(args, project, config, train)
+        return _train_in_project(args, project, cfg)
     finally:
         project.close()
 
 
-def _resume(
-    args: argparse.Namespace, train: Callable[[JobContext], dict[str, Any]]
-) -> int:
+def _resume(args: argparse.Namespace) -> int:
     from engine.store.project import Project, process_owns_run
 
     if args.project is None:
@@ -304,14 +306,15 @@ def _resume(
         if args.steps is not None:
             if args.steps < 1:
                 raise EngineError(f"--steps must be at least 1, not {args.steps}.")
-            config["total_steps"] = args.steps
+            config = {**config, "total_steps": args.steps}
             atomic_write_json(
                 Path(run.run_dir) / contract.CONFIG_FILE,
                 {"run_id": run.id, "kind": KIND, "name": run.name, "config": config},
             )
             project.update_run(run.id, config=config)
         (Path(run.run_dir) / contract.RESULT_FILE).unlink(missing_ok=True)
-        return _train_in_project(args, project, config, train, resume_id=run.id)
+        cfg = get_kind(KIND).load(config)
+        return _train_in_project(args, project, cfg, resume_id=run.id)
     finally:
         project.close()
 
@@ -319,12 +322,12 @@ def _resume(
 def _train_in_project(
     args: argparse.Namespace,
     project: Project,
-    config: dict[str, Any],
-    train: Callable[[JobContext], dict[str, Any]],
+    cfg: TrainConfig,
     resume_id: str | None = None,
 ) -> int:
     from engine.jobs.lifecycle import resume_time_offset, run_in_process
 
+    config = as_dict(cfg)
     if resume_id is None:
         record = project.create_run(KIND, config, name=run_name(KIND, config))
     else:
@@ -342,12 +345,13 @@ def _train_in_project(
         resume=resume_id is not None,
         time_offset=0.0 if resume_id is None else resume_time_offset(run_dir),
     )
-    total = float(config["total_steps"])
+    assert cfg.total_steps is not None  # filled by validation
+    total = float(cfg.total_steps)
     outcome = run_in_process(
         project,
         record.id,
         ctx,
-        train,
+        get_kind(KIND).entry,
         trace=ctx.log_to_file,
         progress=lambda o: (
             None

@@ -1,12 +1,17 @@
-"""Settings of an ``rl.train`` run: one dataclass per algorithm, presets, checks.
+"""Settings of an ``rl.train`` run: one dataclass per algorithm, presets,
+checks.
 
-A run's config is a plain dict (it travels as JSON). :func:`validate` is the
-job kind's validator: it fills every default (preset for the environment and
-algorithm, hardware-derived vectorisation and thread count, a random seed when
-none is given), resolves ``algo="auto"`` and refuses anything that cannot
-work with a :class:`~engine.errors.ConfigError` naming the field, before any
-process starts. Its output is idempotent: validating a validated config gives
-the same config back.
+A run's config is a :class:`TrainConfig` (recorded as JSON, its
+``hyperparameters`` an instance of the algorithm's dataclass). :func:`check`
+is the job kind's validator: it fills every default (preset for the
+environment and algorithm, hardware-derived vectorisation and thread count, a
+random seed when none is given), resolves ``algo="auto"`` and refuses
+anything that cannot work with a :class:`~engine.errors.ConfigError` naming
+the field, before any process starts; :func:`validate` gives the same as the
+JSON a run records. It is idempotent: checking a checked config gives the
+same config back.
+
+The kind is declared in :mod:`engine.rl.job`.
 
 Units: every duration is counted in **environment steps** (one ``step()`` of
 one environment copy), never in rollouts, iterations or episodes, unless the
@@ -24,8 +29,8 @@ import importlib.util
 import os
 import random
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +38,19 @@ from engine import contract
 from engine.envs.curriculum import CurriculumConfig
 from engine.errors import ConfigError, quoted
 from engine.rl import hardware_profiles
-from engine.rl.compiled.support import BACKENDS, resolve_backend
+from engine.rl.compiled import TWIN_IDS, compiles
+from engine.rl.compiled.support import ALGOS, AUTO_JAX_MIN_STEPS, BACKENDS
 from engine.rl.hardware_profiles import DEFAULT_PROFILE
 from engine.rl.presets import builtin_presets
 from engine.settings import (
     STEPS_MAX,
     Search,
+    as_dict,
     check_fields,
     check_value,
     defaults_of,
     fields_of,
+    load,
     setting,
 )
 
@@ -67,8 +75,8 @@ LAYER_MAX = 65_536
 # --------------------------------------------------------------------------
 
 
-@dataclass
-class _PPOBase:
+@dataclass(frozen=True)
+class PPOBase:
     """Fields PPO and MaskablePPO share."""
 
     learning_rate: float = setting(
@@ -114,8 +122,8 @@ class _PPOBase:
     """Orthogonal weight initialisation."""
 
 
-@dataclass
-class PPOConfig(_PPOBase):
+@dataclass(frozen=True)
+class PPOConfig(PPOBase):
     """Proximal Policy Optimization (stable-baselines3 ``PPO``)."""
 
     use_sde: bool = setting(False)
@@ -126,13 +134,13 @@ class PPOConfig(_PPOBase):
     """Initial log standard deviation of Gaussian actions (continuous only)."""
 
 
-@dataclass
-class MaskablePPOConfig(_PPOBase):
+@dataclass(frozen=True)
+class MaskablePPOConfig(PPOBase):
     """PPO with invalid-action masking (sb3-contrib ``MaskablePPO``); the
     environment must expose ``action_masks()``. Discrete actions only."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class A2CConfig:
     """Advantage Actor-Critic (stable-baselines3 ``A2C``)."""
 
@@ -178,7 +186,7 @@ class A2CConfig:
     """Initial log standard deviation of Gaussian actions (continuous only)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DQNConfig:
     """Deep Q-Network (stable-baselines3 ``DQN``); discrete actions only."""
 
@@ -226,7 +234,7 @@ class DQNConfig:
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class SACConfig:
     """Soft Actor-Critic (stable-baselines3 ``SAC``); continuous actions only."""
 
@@ -274,7 +282,7 @@ class SACConfig:
     """Initial log standard deviation of the actor (with ``use_sde``)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class TD3Config:
     """Twin Delayed DDPG (stable-baselines3 ``TD3``); continuous actions only."""
 
@@ -319,7 +327,13 @@ class TD3Config:
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
 
 
-ALGO_CONFIGS: dict[str, type] = {
+AlgoConfig = (
+    PPOConfig | A2CConfig | DQNConfig | SACConfig | TD3Config | MaskablePPOConfig
+)
+"""The hyperparameters of one algorithm: the dataclass :data:`ALGO_CONFIGS`
+gives for a run's ``algo``."""
+
+ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {
     "PPO": PPOConfig,
     "A2C": A2CConfig,
     "DQN": DQNConfig,
@@ -340,7 +354,7 @@ CONTINUOUS_ONLY = frozenset({"SAC", "TD3"})
 # --------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
     """Everything about an ``rl.train`` run except the algorithm's own
     hyperparameters (those go in ``hyperparameters``)."""
@@ -425,15 +439,18 @@ class TrainConfig:
     model becomes ('' = none; ``POST /agents/{name}/act`` serves it)."""
     project_dir: str | None = setting(None, form=False)
     """Project folder, used to find designed envs (``rlstudio/...``)."""
-    hyperparameters: dict[str, Any] = setting(factory=dict, form=False)
-    """Overrides of the algorithm's dataclass fields (e.g. ``learning_rate``)."""
+    hyperparameters: AlgoConfig = setting(factory=PPOConfig, form=False)
+    """The algorithm's settings, an instance of its dataclass
+    (:data:`ALGO_CONFIGS`); a config sent to validation gives the ones it
+    overrides as an object (``{"learning_rate": 1e-3}``), and validation
+    fills the rest from the preset and the dataclass."""
     learned_reward: str = setting("", form=False)
     """A control reward model folder (``reward.train`` on labelled traces):
     each step's reward becomes the env's plus ``learned_reward_weight`` times
     its p(good) ('' = the env's reward alone)."""
     learned_reward_weight: float = setting(1.0, min=-100, max=100, form=False)
     """Weight of the learned reward added to the env's."""
-    curriculum: dict[str, Any] | None = setting(
+    curriculum: CurriculumConfig | None = setting(
         None, group="Curriculum", structure=CurriculumConfig
     )
     """Stages of difficulty of a designed env, easiest first, and when to
@@ -442,6 +459,18 @@ class TrainConfig:
     notes: list[str] = setting(factory=list, form=False)
     """What the engine fitted among the values it chose (rollout sizes to the
     step budget, ...); filled by validation and written to the run log."""
+
+    def __post_init__(self) -> None:
+        # settings.load rebuilds a field that holds one config dataclass;
+        # these hold one of several (the class of ``algo``) or None, so a
+        # recorded config's objects become their dataclasses here.
+        hyper: Any = self.hyperparameters
+        if isinstance(hyper, Mapping):
+            cls = ALGO_CONFIGS.get(self.algo, PPOConfig)
+            object.__setattr__(self, "hyperparameters", load(cls, hyper))
+        curriculum: Any = self.curriculum
+        if isinstance(curriculum, Mapping):
+            object.__setattr__(self, "curriculum", load(CurriculumConfig, curriculum))
 
 
 TRAIN_FIELDS = tuple(fields_of(TrainConfig))
@@ -698,7 +727,7 @@ def algo_defaults(algo: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class EnvInfo:
     """What validation learns by building the environment once."""
 
@@ -831,15 +860,15 @@ def _resolve_algo(value: Any) -> str:
     return _ALGO_ALIASES[value.lower()]
 
 
-def _check_top_level(cfg: dict[str, Any]) -> None:
-    cfg.update(check_fields(TrainConfig, cfg, skip=("algo", "device")))
-    if not isinstance(cfg["notes"], list) or not all(
-        isinstance(n, str) for n in cfg["notes"]
+def _check_top_level(cfg: TrainConfig) -> None:
+    """The checks across a run's own settings (each alone is checked)."""
+    if not isinstance(cfg.notes, list) or not all(
+        isinstance(n, str) for n in cfg.notes
     ):
         raise ConfigError("notes", "notes must be a list of sentences.")
     if (
-        cfg["target_eval_reward"] is not None or cfg["convergence_patience"] is not None
-    ) and (cfg["eval_every_steps"] == 0):
+        cfg.target_eval_reward is not None or cfg.convergence_patience is not None
+    ) and (cfg.eval_every_steps == 0):
         raise ConfigError(
             "eval_every_steps",
             "Stopping on a target reward or on convergence needs evaluations; "
@@ -1078,13 +1107,90 @@ def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
         )
 
 
-def validate(config: dict[str, Any]) -> dict[str, Any]:
-    """The ``rl.train`` validator: the normalized config, or ConfigError.
+# --------------------------------------------------------------------------
+# The backend
+# --------------------------------------------------------------------------
+
+
+def jax_problem(cfg: TrainConfig) -> tuple[str, str] | None:
+    """(setting, one sentence) why the ``jax`` backend cannot train ``cfg``
+    (a validated ``rl.train`` config); None when it can. Asked without
+    importing JAX."""
+    hp = cfg.hyperparameters
+    if cfg.algo not in ALGOS:
+        return "algo", (
+            f"The jax backend trains PPO and MaskablePPO only, not {cfg.algo}; "
+            "use backend sb3."
+        )
+    twinned = compiles(cfg.env)
+    if not twinned or cfg.env_kwargs:
+        what = "with env_kwargs" if twinned else "yet"
+        return "env", (
+            f"{cfg.env} has no compiled twin {what} (the jax backend trains "
+            f"{', '.join(TWIN_IDS)}, designed grids and designed workflows); use "
+            "backend sb3."
+        )
+    assert isinstance(hp, PPOBase)  # the algorithms above
+    use_sde = getattr(hp, "use_sde", False)  # MaskablePPO has none
+    refused = {
+        "hyperparameters.use_sde": (use_sde, use_sde),
+        "hyperparameters.target_kl": (hp.target_kl is not None, hp.target_kl),
+        "vec_normalize": (cfg.vec_normalize, cfg.vec_normalize),
+        "learned_reward": (bool(cfg.learned_reward), cfg.learned_reward),
+        "curriculum": (cfg.curriculum is not None, cfg.curriculum),
+        "policy": (cfg.policy != "MlpPolicy", cfg.policy),
+    }
+    for name, (used, value) in refused.items():
+        if used:
+            short = name.rsplit(".", 1)[-1]
+            return name, (
+                f"The jax backend does not support {short} (set to "
+                f"{value!r}); use backend sb3 or leave {short} at its default."
+            )
+    assert cfg.n_envs is not None  # filled by validation
+    rollout = cfg.n_envs * hp.n_steps
+    if rollout % hp.batch_size:
+        return "hyperparameters.batch_size", (
+            f"The jax backend needs batch_size ({hp.batch_size}) to divide "
+            f"n_steps x n_envs ({rollout}), so every minibatch is full."
+        )
+    if importlib.util.find_spec("jax") is None:
+        return "backend", (
+            "JAX is not installed; install rl-studio[jax] or use backend sb3."
+        )
+    return None
+
+
+def resolve_backend(cfg: TrainConfig) -> tuple[str, str]:
+    """(backend, why) for a validated config whose ``backend`` is ``auto``,
+    ``sb3`` or ``jax``; raises ConfigError for ``jax`` where it cannot train."""
+    wanted = cfg.backend
+    problem = jax_problem(cfg) if wanted != "sb3" else None
+    if wanted == "jax":
+        if problem is not None:
+            raise ConfigError(*problem)
+        return "jax", "asked for"
+    if wanted == "sb3":
+        return "sb3", "asked for"
+    if problem is not None:
+        return "sb3", problem[1].split(";")[0]
+    assert cfg.total_steps is not None  # filled by validation
+    if cfg.total_steps < AUTO_JAX_MIN_STEPS:
+        return "sb3", (
+            f"{cfg.total_steps:,} steps are too few to pay for compiling "
+            f"(auto compiles runs of {AUTO_JAX_MIN_STEPS:,} steps or more)"
+        )
+    return "jax", f"{cfg.env} and PPO compile"
+
+
+def check(config: Mapping[str, Any]) -> TrainConfig:
+    """The ``rl.train`` validator (the kind's ``check``): the run's config
+    with every default filled, or ConfigError naming the field.
 
     Builds the environment once (``gymnasium.make``) to check that the
     algorithm fits its action space.
     """
-    if not isinstance(config, dict):
+    if not isinstance(config, Mapping):
         raise ConfigError("config", "The training config must be a JSON object.")
     unknown = [k for k in config if k not in TRAIN_FIELDS]
     if unknown:
@@ -1092,52 +1198,59 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
         close = difflib.get_close_matches(name, TRAIN_FIELDS, n=1)
         hint = f"; did you mean {quoted(close[0])}?" if close else "."
         raise ConfigError(name, f"Unknown setting {quoted(name)}{hint}")
-    cfg: dict[str, Any] = defaults_of(TrainConfig)
-    cfg.update(config)
+    # The raw values, defaults filled in, until each is checked.
+    values: dict[str, Any] = {
+        **defaults_of(TrainConfig),
+        "hyperparameters": {},
+        **config,
+    }
     # The profile's settings win over the preset's, a setting given over both.
     from_profile, profile_notes = hardware_profiles.apply_profile(
-        cfg["hardware_profile"], config, cfg, check_profile_settings
+        values["hardware_profile"], config, check_profile_settings
     )
+    values.update(from_profile)
     record = None
-    if cfg["preset"]:
-        if not isinstance(cfg["preset"], str):
+    preset_name = values["preset"]
+    if preset_name:
+        if not isinstance(preset_name, str):
             raise ConfigError(
-                "preset", f"preset must be text, not {quoted(cfg['preset'])}."
+                "preset", f"preset must be text, not {quoted(preset_name)}."
             )
-        record = load_preset(cfg["project_dir"], cfg["preset"])
+        record = load_preset(values["project_dir"], preset_name)
         # A preset knows what it was tuned for.
-        if not cfg["env"]:
-            cfg["env"] = record["env"]
-        if cfg["algo"] == "auto":
-            cfg["algo"] = record["algo"]
+        if not values["env"]:
+            values["env"] = record["env"]
+        if values["algo"] == "auto":
+            values["algo"] = record["algo"]
 
-    env_id = cfg["env"]
+    env_id = values["env"]
     if not isinstance(env_id, str) or not env_id.strip():
         raise ConfigError("env", "Choose an environment id, for example 'CartPole-v1'.")
-    env_id = cfg["env"] = env_id.strip()
-    if not isinstance(cfg["env_kwargs"], dict):
+    env_id = env_id.strip()
+    env_kwargs = values["env_kwargs"]
+    if not isinstance(env_kwargs, Mapping):
         raise ConfigError(
             "env_kwargs", "env_kwargs must be a mapping of argument names to values."
         )
-    if cfg["project_dir"] is not None and not isinstance(cfg["project_dir"], str):
-        cfg["project_dir"] = str(cfg["project_dir"])
-    algo = _resolve_algo(cfg["algo"])
-    hp_in = cfg["hyperparameters"]
-    if not isinstance(hp_in, dict):
+    project_dir = values["project_dir"]
+    if project_dir is not None:
+        project_dir = str(project_dir)
+    algo = _resolve_algo(values["algo"])
+    hp_in = values["hyperparameters"]
+    if not isinstance(hp_in, Mapping):
         raise ConfigError(
             "hyperparameters", "hyperparameters must be a mapping of names to values."
         )
-    cfg["device"] = _check_device(cfg["device"])
+    device = _check_device(values["device"])
 
-    register_designed_envs(cfg["project_dir"])
-    info = inspect_env(env_id, dict(cfg["env_kwargs"]))
+    register_designed_envs(project_dir)
+    info = inspect_env(env_id, dict(env_kwargs))
 
     if algo == "auto":
         algo = "MaskablePPO" if info.has_action_masks else "PPO"
     elif algo == "PPO" and info.has_action_masks and info.action_kind == "discrete":
         algo = "MaskablePPO"
     _check_algo_fits_env(algo, info)
-    cfg["algo"] = algo
 
     valid_names = list(fields_of(ALGO_CONFIGS[algo]))
     for name in hp_in:
@@ -1154,7 +1267,7 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     elif (record["env"], record["algo"]) != (env_id, algo):
         raise ConfigError(
             "preset",
-            f"The preset {quoted(cfg['preset'])} was tuned for {record['algo']} on "
+            f"The preset {quoted(preset_name)} was tuned for {record['algo']} on "
             f"{record['env']}, not {algo} on {env_id}.",
         )
     else:
@@ -1163,52 +1276,70 @@ def validate(config: dict[str, Any]) -> dict[str, Any]:
     preset_hp = {k: v for k, v in preset.items() if k not in TRAIN_FIELDS}
     for key, value in preset_train.items():
         if config.get(key) is None and key not in from_profile:
-            cfg[key] = value
-    if cfg["total_steps"] is None:
-        cfg["total_steps"] = DEFAULT_TOTAL_STEPS
-    if cfg["n_envs"] is None:
-        cfg["n_envs"] = default_n_envs(algo)
-    if cfg["vec_normalize"] is None:
-        cfg["vec_normalize"] = False
-    if cfg["torch_threads"] is None:
-        cfg["torch_threads"] = default_torch_threads()
-    if cfg["seed"] is None:
-        cfg["seed"] = random.SystemRandom().randrange(2**31)
-    if isinstance(cfg["total_steps"], float) and cfg["total_steps"].is_integer():
-        cfg["total_steps"] = int(cfg["total_steps"])
+            values[key] = value
+    # What neither the run, its profile nor its preset says.
+    derived: dict[str, Callable[[], Any]] = {
+        "total_steps": lambda: DEFAULT_TOTAL_STEPS,
+        "n_envs": lambda: default_n_envs(algo),
+        "vec_normalize": lambda: False,
+        "torch_threads": default_torch_threads,
+        "seed": lambda: random.SystemRandom().randrange(2**31),
+    }
+    for key, default in derived.items():
+        if values[key] is None:
+            values[key] = default()
+    curriculum = values["curriculum"]
+    values.update(
+        env=env_id,
+        env_kwargs=dict(env_kwargs),
+        project_dir=project_dir,
+        algo=algo,
+        device=device,
+        hyperparameters=ALGO_CONFIGS[algo](),  # checked below
+        curriculum=None,  # likewise
+    )
+    cfg = load(TrainConfig, check_fields(TrainConfig, values, skip=("algo", "device")))
     _check_top_level(cfg)
-    if cfg["policy"] is None:
-        cfg["policy"] = {"dict": "MultiInputPolicy", "image": "CnnPolicy"}.get(
-            info.observation_kind, "MlpPolicy"
-        )
+    if cfg.policy is None:
+        policy = {"dict": "MultiInputPolicy", "image": "CnnPolicy"}
+        cfg = replace(cfg, policy=policy.get(info.observation_kind, "MlpPolicy"))
+    assert cfg.total_steps is not None and cfg.n_envs is not None  # filled above
 
     hp = {**algo_defaults(algo), **preset_hp, **hp_in}
     chosen = set(hp) - set(hp_in)
     hp = check_fields(ALGO_CONFIGS[algo], hp, prefix="hyperparameters.")
-    notes = fit_to_budget(algo, hp, chosen, cfg["total_steps"], cfg["n_envs"])
-    hp = _check_hyper(algo, hp, cfg["n_envs"], info)
-    cfg["notes"] = [*cfg["notes"], *profile_notes, *notes]
-    cfg["hyperparameters"] = hp
-    cfg["env_kwargs"] = dict(cfg["env_kwargs"])
-    if cfg["learned_reward"]:
+    notes = fit_to_budget(algo, hp, chosen, cfg.total_steps, cfg.n_envs)
+    hp = _check_hyper(algo, hp, cfg.n_envs, info)
+    cfg = replace(
+        cfg,
+        hyperparameters=load(ALGO_CONFIGS[algo], hp),
+        notes=[*cfg.notes, *profile_notes, *notes],
+    )
+    if cfg.learned_reward:
         from engine.rl.learned_reward import check_model
 
-        cfg["learned_reward"] = check_model(
-            cfg["learned_reward"], project_dir=cfg["project_dir"]
+        cfg = replace(
+            cfg,
+            learned_reward=check_model(cfg.learned_reward, project_dir=project_dir),
         )
-    if cfg["curriculum"] is not None:
+    if curriculum is not None:
         from engine.rl.curriculum import check_for_env_id
 
-        if cfg["eval_every_steps"] <= 0:
+        if cfg.eval_every_steps <= 0:
             raise ConfigError(
                 "eval_every_steps",
                 "A curriculum moves on its evaluations; set eval_every_steps above 0.",
             )
-        cfg["curriculum"] = check_for_env_id(
-            cfg["curriculum"], env_id, cfg["env_kwargs"]
-        )
-    wanted = cfg["backend"]
-    cfg["backend"], why = resolve_backend(cfg)
-    if wanted == "auto":
-        cfg["notes"] = [*cfg["notes"], f"backend auto chose {cfg['backend']}: {why}"]
-    return cfg
+        checked = check_for_env_id(curriculum, env_id, cfg.env_kwargs)
+        cfg = replace(cfg, curriculum=load(CurriculumConfig, checked))
+    backend, why = resolve_backend(cfg)
+    if cfg.backend == "auto":
+        cfg = replace(cfg, notes=[*cfg.notes, f"backend auto chose {backend}: {why}"])
+    return replace(cfg, backend=backend)
+
+
+def validate(config: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`check`'s config as the JSON object a run records (what
+    ``engine.jobs.registry.validate_config("rl.train", config)`` returns),
+    for callers that keep a run's config as JSON."""
+    return as_dict(check(config))

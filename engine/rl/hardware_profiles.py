@@ -265,21 +265,21 @@ def find(name: object, saved: SavedProfiles | None = None) -> Profile:
 
 
 def apply_profile(
-    name: object, given: Mapping[str, Any], cfg: dict[str, Any], check: Check
-) -> tuple[set[str], list[str]]:
-    """Write the settings of the profile ``name`` into ``cfg``, except those
-    ``given`` holds (not None): a setting the run gives wins. Returns (the
-    settings it wrote, the notes saying so for the run log)."""
+    name: object, given: Mapping[str, Any], check: Check
+) -> tuple[dict[str, Any], list[str]]:
+    """The settings of the profile ``name`` a run gets, checked: those
+    ``given`` does not hold (not None), as a setting the run gives wins.
+    Returns (those settings, the notes saying so for the run log)."""
     profile = find(name)
     applied = {k: v for k, v in profile.settings.items() if given.get(k) is None}
     kept = sorted(k for k in profile.settings if k not in applied)
-    cfg.update(check(profile.name, applied))
+    checked = check(profile.name, applied)
     if not applied:
         # Nothing to say (a validated config gives them all: validating it
         # again adds no note).
-        return set(), []
-    parts = ", ".join(f"{k} {cfg[k]}" for k in applied)
+        return {}, []
+    parts = ", ".join(f"{k} {value}" for k, value in checked.items())
     note = f"hardware profile {quoted(profile.name)} set {parts}"
     if kept:
         note += f" (the run's own {', '.join(kept)} kept)"
-    return set(applied), [note]
+    return checked, [note]

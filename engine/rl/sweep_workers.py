@@ -47,7 +47,7 @@ class WorkerGroup:
 
     def __init__(self, count: int) -> None:
         self.count = count
-        cmd = [sys.executable, "-m", "engine.rl.tune", "--await-study"]
+        cmd = [sys.executable, "-m", "engine.rl.tune_worker", "--await-study"]
         sizes = ([count] if count else []) if FORKS else [1] * count
         # A session of their own: a Ctrl-C in the terminal does not reach
         # them; stop() forwards it once (a second SIGINT would abort their

@@ -37,10 +37,12 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from engine import contract
+from engine.envs.curriculum import CurriculumConfig
 from engine.envs.spec import designed_spec_file
 from engine.errors import EngineError
 from engine.jobs.context import STOP_REASONS, JobContext
@@ -53,12 +55,18 @@ from engine.rl.checkpoints import (
 )
 from engine.rl.config import (
     OFF_POLICY,
-    ON_POLICY,
     TRAIN_FIELDS,
+    A2CConfig,
+    AlgoConfig,
+    DQNConfig,
+    PPOBase,
+    PPOConfig,
+    SACConfig,
+    TD3Config,
     TrainConfig,
     algo_defaults,
     preset_provenance,
-    validate,
+    register_designed_envs,
 )
 from engine.rl.policy import (
     EVAL_SEED_OFFSET,
@@ -67,6 +75,7 @@ from engine.rl.policy import (
     eval_env_count,
     evaluate,
 )
+from engine.settings import as_dict, load
 from engine.store.atomic import (
     atomic_write_json,
     atomic_write_text,
@@ -84,14 +93,22 @@ EvalHook = Callable[[int, float], "str | None"]
 reason."""
 
 
-def run(ctx: JobContext, *, on_eval: EvalHook | None = None) -> dict[str, Any]:
-    """Job entry point (``engine.rl.train:run``); returns the run summary.
-    ``on_eval`` (a sweep's trial) sees every evaluation and may stop the run."""
-    config = dict(ctx.config)
-    if config.get("project_dir") is None:
-        config["project_dir"] = str(ctx.project_dir)
-    cfg = validate(config)  # also registers the project's designed envs
+def train(
+    ctx: JobContext, cfg: TrainConfig, *, on_eval: EvalHook | None = None
+) -> dict[str, Any]:
+    """Train the validated ``cfg``; returns the run summary. ``on_eval`` (a
+    sweep's trial) sees every evaluation and may stop the run."""
+    if cfg.project_dir is None:  # the project the run is in holds its envs
+        cfg = replace(cfg, project_dir=str(ctx.project_dir))
+    # This process has not registered the project's designed envs yet.
+    register_designed_envs(cfg.project_dir)
     return Trainer(ctx, cfg, on_eval=on_eval).train()
+
+
+def run(ctx: JobContext, *, on_eval: EvalHook | None = None) -> dict[str, Any]:
+    """:func:`train` on the config ``ctx`` recorded (validated), for callers
+    that run the job on a context of their own (a sweep's trial)."""
+    return train(ctx, load(TrainConfig, ctx.config), on_eval=on_eval)
 
 
 # --------------------------------------------------------------------------
@@ -110,8 +127,8 @@ def algo_class(algo: str) -> Any:
     return getattr(stable_baselines3, algo)
 
 
-def model_kwargs(algo: str, hp: dict[str, Any], action_space: Any) -> dict[str, Any]:
-    """Constructor keyword arguments for ``algo`` from resolved hyperparameters."""
+def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
+    """Constructor keyword arguments of the algorithm ``hp`` configures."""
     import numpy as np
     from stable_baselines3.common.utils import LinearSchedule
     from torch import nn
@@ -128,85 +145,84 @@ def model_kwargs(algo: str, hp: dict[str, Any], action_space: Any) -> dict[str, 
         return LinearSchedule(value, 0.0, 1.0) if kind == "linear" else value
 
     policy_kwargs: dict[str, Any] = {
-        "net_arch": list(hp["net_arch"]),
-        "activation_fn": activations[hp["activation"]],
+        "net_arch": list(hp.net_arch),
+        "activation_fn": activations[hp.activation],
     }
     kw: dict[str, Any] = {
-        "learning_rate": schedule(hp["learning_rate"], hp["learning_rate_schedule"]),
-        "gamma": hp["gamma"],
+        "learning_rate": schedule(hp.learning_rate, hp.learning_rate_schedule),
+        "gamma": hp.gamma,
     }
-    if algo in ON_POLICY:
-        for name in (
-            "n_steps",
-            "gae_lambda",
-            "ent_coef",
-            "vf_coef",
-            "max_grad_norm",
-            "normalize_advantage",
-        ):
-            kw[name] = hp[name]
-        policy_kwargs["ortho_init"] = hp["ortho_init"]
-        if algo != "MaskablePPO":  # no state-dependent exploration there
-            kw["use_sde"] = hp["use_sde"]
-            kw["sde_sample_freq"] = hp["sde_sample_freq"]
-            if hp["use_sde"] or type(action_space).__name__ == "Box":
-                policy_kwargs["log_std_init"] = hp["log_std_init"]
-        if algo == "A2C":
-            kw["use_rms_prop"] = hp["use_rms_prop"]
+    if isinstance(hp, PPOBase | A2CConfig):  # on-policy
+        kw.update(
+            n_steps=hp.n_steps,
+            gae_lambda=hp.gae_lambda,
+            ent_coef=hp.ent_coef,
+            vf_coef=hp.vf_coef,
+            max_grad_norm=hp.max_grad_norm,
+            normalize_advantage=hp.normalize_advantage,
+        )
+        policy_kwargs["ortho_init"] = hp.ortho_init
+        if isinstance(hp, PPOConfig | A2CConfig):  # MaskablePPO has no SDE
+            kw["use_sde"] = hp.use_sde
+            kw["sde_sample_freq"] = hp.sde_sample_freq
+            if hp.use_sde or type(action_space).__name__ == "Box":
+                policy_kwargs["log_std_init"] = hp.log_std_init
+        if isinstance(hp, A2CConfig):
+            kw["use_rms_prop"] = hp.use_rms_prop
         else:
-            kw["batch_size"] = hp["batch_size"]
-            kw["n_epochs"] = hp["n_epochs"]
-            kw["clip_range"] = schedule(hp["clip_range"], hp["clip_range_schedule"])
-            kw["target_kl"] = hp["target_kl"]
+            kw["batch_size"] = hp.batch_size
+            kw["n_epochs"] = hp.n_epochs
+            kw["clip_range"] = schedule(hp.clip_range, hp.clip_range_schedule)
+            kw["target_kl"] = hp.target_kl
     else:
-        for name in (
-            "buffer_size",
-            "learning_starts",
-            "batch_size",
-            "tau",
-            "train_freq",
-            "gradient_steps",
-        ):
-            kw[name] = hp[name]
-    if algo == "DQN":
-        for name in (
-            "target_update_interval",
-            "exploration_fraction",
-            "exploration_initial_eps",
-            "exploration_final_eps",
-            "max_grad_norm",
-        ):
-            kw[name] = hp[name]
-    elif algo == "SAC":
-        ent = hp["ent_coef"]
+        kw.update(
+            buffer_size=hp.buffer_size,
+            learning_starts=hp.learning_starts,
+            batch_size=hp.batch_size,
+            tau=hp.tau,
+            train_freq=hp.train_freq,
+            gradient_steps=hp.gradient_steps,
+        )
+    if isinstance(hp, DQNConfig):
+        kw.update(
+            target_update_interval=hp.target_update_interval,
+            exploration_fraction=hp.exploration_fraction,
+            exploration_initial_eps=hp.exploration_initial_eps,
+            exploration_final_eps=hp.exploration_final_eps,
+            max_grad_norm=hp.max_grad_norm,
+        )
+    elif isinstance(hp, SACConfig):
+        ent = hp.ent_coef
         kw["ent_coef"] = ent if ent.startswith("auto") else float(ent)
-        target = hp["target_entropy"]
+        target = hp.target_entropy
         kw["target_entropy"] = target if target == "auto" else float(target)
-        kw["use_sde"] = hp["use_sde"]
-        kw["sde_sample_freq"] = hp["sde_sample_freq"]
-        if hp["use_sde"]:
-            policy_kwargs["log_std_init"] = hp["log_std_init"]
-    elif algo == "TD3":
+        kw["use_sde"] = hp.use_sde
+        kw["sde_sample_freq"] = hp.sde_sample_freq
+        if hp.use_sde:
+            policy_kwargs["log_std_init"] = hp.log_std_init
+    elif isinstance(hp, TD3Config):
         from stable_baselines3.common.noise import NormalActionNoise
 
-        for name in ("policy_delay", "target_policy_noise", "target_noise_clip"):
-            kw[name] = hp[name]
-        if hp["action_noise_std"] > 0:
+        kw.update(
+            policy_delay=hp.policy_delay,
+            target_policy_noise=hp.target_policy_noise,
+            target_noise_clip=hp.target_noise_clip,
+        )
+        if hp.action_noise_std > 0:
             half_width = (action_space.high - action_space.low) / 2.0
             kw["action_noise"] = NormalActionNoise(
                 mean=np.zeros(action_space.shape),
-                sigma=hp["action_noise_std"] * half_width,
+                sigma=hp.action_noise_std * half_width,
             )
     kw["policy_kwargs"] = policy_kwargs
     return kw
 
 
-def resolve_device(cfg: dict[str, Any]) -> str:
+def resolve_device(cfg: TrainConfig) -> str:
     """``auto`` means the CPU for MLP policies (a GPU only slows them down)."""
-    device: str = cfg["device"]
-    if device == "auto" and cfg["policy"] == "MlpPolicy":
+    if cfg.device == "auto" and cfg.policy == "MlpPolicy":
         return "cpu"
-    return device
+    return cfg.device
 
 
 # --------------------------------------------------------------------------
@@ -268,7 +284,7 @@ def _set_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
+def reproduce_argv(cfg: TrainConfig) -> list[str]:
     """The ``rl-studio-engine train`` arguments that rerun ``cfg`` exactly.
 
     Everything that differs from the dataclass defaults is spelled out, preset
@@ -279,15 +295,16 @@ def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
         "rl-studio-engine",
         "train",
         "--env",
-        cfg["env"],
+        cfg.env,
         "--algo",
-        cfg["algo"],
+        cfg.algo,
         "--steps",
-        str(cfg["total_steps"]),
+        str(cfg.total_steps),
         "--seed",
-        str(cfg["seed"]),
+        str(cfg.seed),
     ]
-    defaults = TrainConfig()
+    # Compared and spelled as the run records them (a curriculum as JSON).
+    recorded, defaults = as_dict(cfg), as_dict(TrainConfig())
     always = ("n_envs", "vec_normalize", "torch_threads")
     skip = (
         "env",
@@ -303,28 +320,26 @@ def reproduce_argv(cfg: dict[str, Any]) -> list[str]:
     for key in TRAIN_FIELDS:
         if key in skip:
             continue
-        value = cfg[key]
-        if key in always or value != getattr(defaults, key):
+        value = recorded[key]
+        if key in always or value != defaults[key]:
             argv += ["--set", f"{key}={_set_value(value)}"]
-    hp_defaults = algo_defaults(cfg["algo"])
-    for key, value in cfg["hyperparameters"].items():
+    hp_defaults = algo_defaults(cfg.algo)
+    for key, value in as_dict(cfg.hyperparameters).items():
         if value != hp_defaults.get(key):
             argv += ["--set", f"{key}={_set_value(value)}"]
-    if designed_spec_file(cfg["env"], cfg.get("project_dir")) is not None:
-        argv += ["--project", str(cfg["project_dir"])]
+    if designed_spec_file(cfg.env, cfg.project_dir) is not None:
+        argv += ["--project", str(cfg.project_dir)]
     return argv
 
 
-def write_reproduce(run_dir: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+def write_reproduce(run_dir: Path, cfg: TrainConfig) -> dict[str, Any]:
     argv = reproduce_argv(cfg)
     record = {
         "kind": "rl.train",
-        "config": cfg,
-        "seed": cfg["seed"],
+        "config": as_dict(cfg),
+        "seed": cfg.seed,
         "versions": package_versions(),
-        "env_spec_hash": env_spec_hash(
-            cfg["env"], cfg["env_kwargs"], cfg.get("project_dir")
-        ),
+        "env_spec_hash": env_spec_hash(cfg.env, cfg.env_kwargs, cfg.project_dir),
         "command": shlex.join(argv),
         "argv": argv,
     }
@@ -341,14 +356,20 @@ class Trainer:
     """One training run: builds everything, then lets SB3's ``learn`` drive."""
 
     def __init__(
-        self, ctx: JobContext, cfg: dict[str, Any], on_eval: EvalHook | None = None
+        self, ctx: JobContext, cfg: TrainConfig, on_eval: EvalHook | None = None
     ) -> None:
+        # Validation fills these (None there means "the engine chooses").
+        assert cfg.total_steps is not None and cfg.seed is not None
+        assert cfg.n_envs is not None and cfg.torch_threads is not None
         self.ctx = ctx
         self.cfg = cfg
         self.on_eval = on_eval
         self.pruned_reason = ""
-        self.algo: str = cfg["algo"]
-        self.total_steps: int = cfg["total_steps"]
+        self.algo = cfg.algo
+        self.total_steps: int = cfg.total_steps
+        self.seed: int = cfg.seed
+        self.n_envs: int = cfg.n_envs
+        self.torch_threads: int = cfg.torch_threads
         self.off_policy = self.algo in OFF_POLICY
         self.run_dir = ctx.run_dir
         self.ckpt_dir = ctx.checkpoint_dir
@@ -382,21 +403,21 @@ class Trainer:
         from stable_baselines3.common.env_util import make_vec_env
 
         wrapper: dict[str, Any] = {}
-        if self.cfg.get("learned_reward"):
+        if self.cfg.learned_reward:
             from engine.rl.learned_reward import LearnedRewardWrapper
 
             wrapper = {
                 "wrapper_class": LearnedRewardWrapper,
                 "wrapper_kwargs": {
-                    "model": self.cfg["learned_reward"],
-                    "weight": self.cfg["learned_reward_weight"],
+                    "model": self.cfg.learned_reward,
+                    "weight": self.cfg.learned_reward_weight,
                 },
             }
         return make_vec_env(
-            self.cfg["env"],
+            self.cfg.env,
             n_envs=n_envs,
             seed=seed,
-            env_kwargs=dict(self.cfg["env_kwargs"]),
+            env_kwargs=dict(self.cfg.env_kwargs),
             **wrapper,
         )
 
@@ -406,18 +427,18 @@ class Trainer:
         from stable_baselines3.common.vec_env import VecNormalize
 
         cfg = self.cfg
-        torch.set_num_threads(cfg["torch_threads"])
+        torch.set_num_threads(self.torch_threads)
         device = resolve_device(cfg)
-        seed: int = cfg["seed"]
-        hp = cfg["hyperparameters"]
+        seed = self.seed
+        hp = cfg.hyperparameters
         cls = algo_class(self.algo)
-        venv = self._make_env(cfg["n_envs"], seed)
+        venv = self._make_env(self.n_envs, seed)
         latest = self.latest_checkpoint() if self.ctx.resume else None
         if self.ctx.resume and latest is None:
             self.ctx.log("no checkpoint to resume from; starting from scratch")
             self._truncate_metrics(0)
         if latest is not None:
-            if cfg["vec_normalize"]:
+            if cfg.vec_normalize:
                 venv = VecNormalize.load(str(latest / VECNORMALIZE_FILE), venv)
                 venv.training = True
             model = cls.load(latest / "model.zip", env=venv, device=device)
@@ -440,33 +461,33 @@ class Trainer:
                 + (f" with {buffer_size} replay transitions" if self.off_policy else "")
             )
         else:
-            if cfg["vec_normalize"]:
-                venv = VecNormalize(venv, gamma=hp["gamma"])
+            if cfg.vec_normalize:
+                venv = VecNormalize(venv, gamma=hp.gamma)
             model = cls(
-                cfg["policy"],
+                cfg.policy,
                 venv,
                 seed=seed,
                 device=device,
                 verbose=0,
-                **model_kwargs(self.algo, hp, venv.action_space),
+                **model_kwargs(hp, venv.action_space),
             )
         self.venv = venv
         self.model = model
-        if cfg["eval_every_steps"] > 0:
+        if cfg.eval_every_steps > 0:
             # Episodes played side by side share each policy forward pass;
             # all of them at once (one per env copy) take the fewest passes
             # and env steps. SB3's evaluate_policy gives each env a fixed
             # share of the episodes, so short episodes do not crowd out
             # long ones.
-            eval_envs = eval_env_count(cfg["eval_episodes"])
+            eval_envs = eval_env_count(cfg.eval_episodes)
             eval_env = self._make_env(eval_envs, seed + EVAL_SEED_OFFSET)
-            if cfg["vec_normalize"]:
+            if cfg.vec_normalize:
                 eval_env = VecNormalize(
-                    eval_env, training=False, norm_reward=False, gamma=hp["gamma"]
+                    eval_env, training=False, norm_reward=False, gamma=hp.gamma
                 )
             self.eval_env = eval_env
-        if cfg.get("curriculum"):
-            self._build_curriculum(latest is not None)
+        if cfg.curriculum is not None:
+            self._build_curriculum(cfg.curriculum, latest is not None)
         self.tb_dir.mkdir(parents=True, exist_ok=True)
         logger = Logger(
             folder=str(self.tb_dir),
@@ -477,11 +498,11 @@ class Trainer:
         )
         model.set_logger(logger)
 
-    def _build_curriculum(self, resumed: bool) -> None:
+    def _build_curriculum(self, curriculum: CurriculumConfig, resumed: bool) -> None:
         from engine.envs.curriculum import Schedule
         from engine.rl.curriculum import curriculum_callback_class
 
-        schedule = Schedule(self.cfg["curriculum"])
+        schedule = Schedule(curriculum)
         if resumed and self._curriculum_state:
             schedule.restore(self._curriculum_state)
         envs = [e for e in (self.venv, self.eval_env) if e is not None]
@@ -489,8 +510,8 @@ class Trainer:
         self.curriculum.apply()
         self.ctx.log(
             f"curriculum: stage {schedule.stage} of {len(schedule.stages) - 1}, "
-            f"advancing at a success rate of {schedule.config['threshold']:g} over "
-            f"{schedule.config['window']} evaluation episodes"
+            f"advancing at a success rate of {curriculum.threshold:g} over "
+            f"{curriculum.window} evaluation episodes"
         )
 
     # ------------------------------------------------------------- train
@@ -504,26 +525,21 @@ class Trainer:
         model = self.model
         start = int(model.num_timesteps)
         device: Any = model.device
-        if cfg["backend"] == "jax":  # it trains where JAX puts it, not on torch's
+        if cfg.backend == "jax":  # it trains where JAX puts it, not on torch's
             from engine.rl.compiled.learner import jax_device
 
             device = jax_device(cfg)
         ctx.log(
-            f"{self.algo} on {cfg['env']}: {self.total_steps} steps, "
-            f"{cfg['n_envs']} envs, seed {cfg['seed']}, backend {cfg['backend']}, "
-            f"device {device}, {cfg['torch_threads']} torch threads"
+            f"{self.algo} on {cfg.env}: {self.total_steps} steps, "
+            f"{self.n_envs} envs, seed {self.seed}, backend {cfg.backend}, "
+            f"device {device}, {self.torch_threads} torch threads"
         )
-        ctx.log(
-            preset_provenance(
-                cfg["env"], self.algo, cfg.get("project_dir"), cfg.get("preset", "")
-            )
-        )
-        for note in cfg.get("notes", []):
+        ctx.log(preset_provenance(cfg.env, self.algo, cfg.project_dir, cfg.preset))
+        for note in cfg.notes:
             ctx.log(f"fitted to this run: {note}")
         if self.resumed_from is None:
-            every = cfg["eval_every_steps"]
-            self.next_eval_step = every if every else 0
-            self.next_ckpt_step = cfg["checkpoint_every_steps"] or 0
+            self.next_eval_step = cfg.eval_every_steps
+            self.next_ckpt_step = cfg.checkpoint_every_steps
         remaining = self.total_steps - start
         callback: Any = _studio_callback_class()(self)
         if self.curriculum is not None:
@@ -533,7 +549,7 @@ class Trainer:
         try:
             # should_stop is read once here, as before there were two backends.
             to_train = remaining > 0 and not ctx.should_stop
-            if to_train and cfg["backend"] == "jax":
+            if to_train and cfg.backend == "jax":
                 from engine.rl.compiled.learner import learn
 
                 learn(self)
@@ -596,11 +612,11 @@ class Trainer:
             return False
         keep_going = True
         if self.next_eval_step and num_timesteps >= self.next_eval_step:
-            every = self.cfg["eval_every_steps"]
+            every = self.cfg.eval_every_steps
             self.next_eval_step = (num_timesteps // every + 1) * every
             keep_going = self.evaluate()
         if self.next_ckpt_step and num_timesteps >= self.next_ckpt_step:
-            every = self.cfg["checkpoint_every_steps"]
+            every = self.cfg.checkpoint_every_steps
             self.next_ckpt_step = (num_timesteps // every + 1) * every
             self.save_checkpoint()
         return keep_going
@@ -615,7 +631,7 @@ class Trainer:
         cfg, model = self.cfg, self.model
         if self.eval_env is None:
             return True
-        if cfg["vec_normalize"]:
+        if cfg.vec_normalize:
             sync_envs_normalization(self.venv, self.eval_env)
         result = (
             self.play_evaluation()
@@ -623,8 +639,8 @@ class Trainer:
             else evaluate(
                 model,
                 self.eval_env,
-                episodes=cfg["eval_episodes"],
-                deterministic=cfg["eval_deterministic"],
+                episodes=cfg.eval_episodes,
+                deterministic=cfg.eval_deterministic,
                 masked=self.algo == "MaskablePPO",
                 # a long evaluation must not delay Stop
                 should_stop=lambda: self.ctx.should_stop,
@@ -663,16 +679,16 @@ class Trainer:
             self._save_best()
         if not self._on_eval_hook(step, mean):
             return False
-        target = cfg["target_eval_reward"]
+        target = cfg.target_eval_reward
         if target is not None and mean >= target:
             self.stopped_by = "target"
             self.ctx.log(f"eval mean reward {mean:.2f} reached the target {target:g}")
             return False
-        patience = cfg["convergence_patience"]
-        window = cfg["convergence_window"]
+        patience = cfg.convergence_patience
+        window = cfg.convergence_window
         if patience is not None and len(self.eval_history) >= window:
             window_mean = float(np.mean(self.eval_history[-window:]))
-            if window_mean > self.best_window_mean + cfg["convergence_min_delta"]:
+            if window_mean > self.best_window_mean + cfg.convergence_min_delta:
                 self.best_window_mean = window_mean
                 self.stale_evals = 0
             else:
@@ -708,7 +724,7 @@ class Trainer:
                 # So that a summary read from this checkpoint says where this
                 # attempt started (engine.rl.checkpoints.summary_on_disk).
                 "resumed_from": self.resumed_from,
-                "env": self.cfg["env"],
+                "env": self.cfg.env,
                 "eval_history": self.eval_history,
                 "best_eval_reward": self.best_eval_reward,
                 "best_eval_metrics": self.best_eval_metrics,
@@ -748,7 +764,7 @@ class Trainer:
         folder.mkdir(parents=True)
         try:
             self.model.save(folder / "model.zip")
-            if self.cfg["vec_normalize"]:
+            if self.cfg.vec_normalize:
                 self.venv.save(str(folder / VECNORMALIZE_FILE))
             if replay and self.off_policy:
                 self.model.save_replay_buffer(folder / "replay_buffer.pkl")
@@ -767,7 +783,7 @@ class Trainer:
             shutil.rmtree(final)
         os.replace(tmp, final)
         checkpoints = self.checkpoints()
-        for old in checkpoints[: -self.cfg["keep_checkpoints"]]:
+        for old in checkpoints[: -self.cfg.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         # Only the newest checkpoint carries the (large) replay buffer.
         for old in checkpoints[:-1]:

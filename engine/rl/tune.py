@@ -61,7 +61,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -70,9 +70,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine.errors import ConfigError, EngineError, quoted
 from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import HeadlessContext
-from engine.jobs.priority import match_session_priority
+from engine.jobs.registry import job_kind
 from engine.rl.config import ALGO_NAMES
-from engine.rl.sweep_workers import WorkerGroup, run_forked
+from engine.rl.sweep_workers import WorkerGroup
 from engine.settings import STEPS_MAX, setting
 
 if TYPE_CHECKING:
@@ -184,10 +184,74 @@ def choice_key(choice: Any) -> Any:
     return choice
 
 
-def trial_values(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SweepSettings:
+    """What a sweep searches, fixed when its study is made and recorded on
+    it (:data:`SETTINGS_ATTR`, as :meth:`to_json`): every worker, on this
+    machine or another, trains its trials from these."""
+
+    env: str
+    algo: str
+    """The algorithm every trial trains (``auto`` resolved)."""
+    steps: int
+    """Training length of each trial, in environment steps."""
+    trials: int
+    """Trials in the study, over all its workers."""
+    search: tuple[Dimension, ...]
+    fixed: dict[str, Any]
+    """Run settings fixed for every trial, as given (``--set``): the raw
+    input of each trial's ``rl.train`` config (its JSON key: ``settings``)."""
+    hyperparameters: dict[str, Any]
+    """Hyperparameters fixed for every trial, as given."""
+    seed: int | None = None
+    """Seeds the sampler and each trial (trial n gets seed + n)."""
+    prune_startup: int = DEFAULT_PRUNE_STARTUP
+    """Trials finished before pruning starts."""
+    objective: str = "reward"
+    """One of :data:`OBJECTIVES`."""
+
+    @property
+    def direction(self) -> Literal["maximize", "minimize"]:
+        return "maximize" if self.objective == "reward" else "minimize"
+
+    def to_json(self) -> dict[str, Any]:
+        """The study's record (the format studies made before kept)."""
+        return {
+            "format": SETTINGS_FORMAT,
+            "env": self.env,
+            "algo": self.algo,
+            "steps": self.steps,
+            "trials": self.trials,
+            "search": [d.to_json() for d in self.search],
+            "settings": dict(self.fixed),
+            "hyperparameters": dict(self.hyperparameters),
+            "seed": self.seed,
+            "prune_startup": self.prune_startup,
+            "objective": self.objective,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepSettings:
+        """The settings a study recorded (:meth:`to_json`); a study made
+        before objectives existed maximizes the reward."""
+        return cls(
+            env=str(data["env"]),
+            algo=str(data["algo"]),
+            steps=int(data["steps"]),
+            trials=int(data["trials"]),
+            search=tuple(Dimension.from_json(d) for d in data["search"]),
+            fixed=dict(data.get("settings") or {}),
+            hyperparameters=dict(data.get("hyperparameters") or {}),
+            seed=data.get("seed"),
+            prune_startup=int(data.get("prune_startup", DEFAULT_PRUNE_STARTUP)),
+            objective=str(data.get("objective", "reward")),
+        )
+
+
+def trial_values(settings: SweepSettings, params: dict[str, Any]) -> dict[str, Any]:
     """A trial's Optuna ``params`` as the settings' values (list choices
     read back as lists)."""
-    dims = {d["name"]: Dimension.from_json(d) for d in settings["search"]}
+    dims = {d.name: d for d in settings.search}
     return {
         name: dims[name].value(v) if name in dims else v for name, v in params.items()
     }
@@ -586,7 +650,7 @@ def existing_storage(
     return None
 
 
-def settings_of(study: optuna.Study) -> dict[str, Any]:
+def settings_of(study: optuna.Study) -> SweepSettings:
     """What a study made by this command searches: env, algo, steps, trials,
     the search space, fixed settings, seed and pruner start."""
     data = study.user_attrs.get(SETTINGS_ATTR)
@@ -594,7 +658,7 @@ def settings_of(study: optuna.Study) -> dict[str, Any]:
         raise EngineError(
             f"The study {study.study_name!r} was not made by rl-studio-engine tune."
         )
-    return data
+    return SweepSettings.from_json(data)
 
 
 def study_exists(storage: optuna.storages.RDBStorage, name: str) -> bool:
@@ -605,7 +669,7 @@ def study_exists(storage: optuna.storages.RDBStorage, name: str) -> bool:
     return True
 
 
-def _sampler(settings: dict[str, Any], number: int) -> optuna.samplers.BaseSampler:
+def _sampler(settings: SweepSettings, number: int) -> optuna.samplers.BaseSampler:
     """The sampler that draws trial ``number``'s settings, seeded with the
     sweep's seed plus the trial's number: a seeded sweep draws the same
     trials whether one worker takes them or many, on one machine or several
@@ -613,32 +677,26 @@ def _sampler(settings: dict[str, Any], number: int) -> optuna.samplers.BaseSampl
     draws, and a two-worker sweep other trials than a one-worker one)."""
     import optuna
 
-    seed = settings.get("seed")
+    seed = settings.seed
     # constant_liar: running trials count as bad, so parallel workers spread.
     return optuna.samplers.TPESampler(
         seed=None if seed is None else seed + number, constant_liar=True
     )
 
 
-def _pruner(settings: dict[str, Any]) -> optuna.pruners.BasePruner:
+def _pruner(settings: SweepSettings) -> optuna.pruners.BasePruner:
     import optuna
 
-    if objective_of(settings) != "reward":
+    if settings.objective != "reward":
         # The median pruner compares the reported rewards in the study's
         # direction, which for a time is the wrong way round.
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=settings["prune_startup"])
+    return optuna.pruners.MedianPruner(n_startup_trials=settings.prune_startup)
 
 
-def objective_of(settings: dict[str, Any]) -> str:
-    return str(settings.get("objective", "reward"))
-
-
-def direction_of(settings: dict[str, Any]) -> Literal["maximize", "minimize"]:
-    return "maximize" if objective_of(settings) == "reward" else "minimize"
-
-
-def load(storage: optuna.storages.RDBStorage, name: str) -> Any:
+def load(
+    storage: optuna.storages.RDBStorage, name: str
+) -> tuple[optuna.Study, SweepSettings]:
     """(study, settings) of the sweep ``name``. Its sampler is set for each
     trial a worker takes (:func:`take_trial`)."""
     import optuna
@@ -680,17 +738,17 @@ def finished_count(storage: optuna.storages.RDBStorage, study_id: int) -> int:
         return int(connection.execute(query).scalar_one())
 
 
-def queue_trials(study: optuna.Study, settings: dict[str, Any]) -> None:
+def queue_trials(study: optuna.Study, settings: SweepSettings) -> None:
     """Queue the trials the study lacks, once, by whoever makes it: workers
     take queued trials only (:func:`take_trial`), so the study never gets
     more than its ``trials``."""
-    missing = settings["trials"] - len(study.get_trials(deepcopy=False))
+    missing = settings.trials - len(study.get_trials(deepcopy=False))
     for _ in range(missing):
         study.enqueue_trial({}, skip_if_exists=False)
 
 
 def take_trial(
-    study: optuna.Study, storage: optuna.storages.RDBStorage, settings: dict[str, Any]
+    study: optuna.Study, storage: optuna.storages.RDBStorage, settings: SweepSettings
 ) -> optuna.trial.Trial | None:
     """A queued trial, now running and this worker's, drawing its settings
     with its own sampler (:func:`_sampler`); None when none is left. Of two
@@ -887,35 +945,31 @@ class TrialContext(HeadlessContext):
 
 
 def trial_config(
-    settings: dict[str, Any],
-    dims: list[Dimension],
-    params: dict[str, Any],
-    project_dir: Path,
-    number: int,
+    settings: SweepSettings, params: dict[str, Any], project_dir: Path, number: int
 ) -> dict[str, Any]:
-    """The ``rl.train`` config of trial ``number`` with ``params``."""
-    tops = {d.name for d in dims if d.top}
-    config: dict[str, Any] = {
-        "env": settings["env"],
-        "algo": settings["algo"],
-        "total_steps": settings["steps"],
-        **settings["settings"],
+    """The raw ``rl.train`` config of trial ``number`` with ``params``: the
+    input its validation checks, as a user's would be."""
+    tops = {d.name for d in settings.search if d.top}
+    seed = {} if settings.seed is None else {"seed": settings.seed + number}
+    return {
+        "env": settings.env,
+        "algo": settings.algo,
+        "total_steps": settings.steps,
+        "eval_every_steps": max(1, settings.steps // EVALS_PER_TRIAL),
+        **settings.fixed,
         **{k: v for k, v in params.items() if k in tops},
+        **seed,
         "project_dir": str(project_dir),
         "hyperparameters": {
-            **settings["hyperparameters"],
+            **settings.hyperparameters,
             **{k: v for k, v in params.items() if k not in tops},
         },
     }
-    config.setdefault("eval_every_steps", max(1, settings["steps"] // EVALS_PER_TRIAL))
-    if settings.get("seed") is not None:
-        config["seed"] = settings["seed"] + number
-    return config
 
 
 def run_trial(
     study: optuna.Study,
-    settings: dict[str, Any],
+    settings: SweepSettings,
     project: Project,
     storage: optuna.storages.RDBStorage,
     storage_url: str,
@@ -934,21 +988,23 @@ def run_trial(
 def _run_taken(
     study: optuna.Study,
     trial: optuna.trial.Trial,
-    settings: dict[str, Any],
+    settings: SweepSettings,
     project: Project,
     storage_url: str,
 ) -> bool:
     from optuna.trial import TrialState
 
-    from engine.rl.config import validate
+    from engine.jobs.registry import validate_config
+    from engine.rl.config import TrainConfig
     from engine.rl.train import run as train
+    from engine.settings import load as load_config
 
     n = trial.number
-    objective = objective_of(settings)
-    dims = [Dimension.from_json(d) for d in settings["search"]]
-    params = {d.name: d.suggest(trial) for d in dims}  # list choices as lists
+    objective = settings.objective
+    # list choices as lists
+    params = {d.name: d.suggest(trial) for d in settings.search}
     try:
-        config = validate(trial_config(settings, dims, params, project.path, n))
+        config = validate_config(KIND, trial_config(settings, params, project.path, n))
     except ConfigError as exc:
         # These values do not go together (a batch larger than the rollout).
         trial.set_user_attr("error", str(exc))
@@ -961,11 +1017,13 @@ def _run_taken(
     trial.set_user_attr("host", socket.gethostname())
     trial.set_user_attr("project", str(project.path))
 
-    target = config["target_eval_reward"]
+    trained = load_config(TrainConfig, config)
+    target = trained.target_eval_reward
     cpu_start = time.process_time()
 
     def on_eval(step: int, mean: float) -> str | None:
         if objective == "time_to_target":
+            assert target is not None  # the sweep's check (_new_settings)
             return _slower_than_best(
                 study, time.process_time() - cpu_start, mean, target
             )
@@ -983,7 +1041,7 @@ def _run_taken(
     ctx = TrialContext(
         record.id, Path(record.run_dir), KIND, config, events=None, project=project
     )
-    total = float(config["total_steps"])
+    total = float(trained.total_steps or settings.steps)
     outcome = run_in_process(
         project,
         record.id,
@@ -1047,17 +1105,17 @@ def _slower_than_best(
     )
 
 
-def shared_threads(settings: dict[str, Any], sharing: int) -> dict[str, Any]:
+def shared_threads(settings: SweepSettings, sharing: int) -> SweepSettings:
     """``settings`` with the torch threads a run would get by default split
     between ``sharing`` workers (at least one each); as they are when the
     sweep sets ``torch_threads`` or one worker runs."""
     from engine.rl.config import default_torch_threads
 
-    fixed = settings["settings"]
+    fixed = settings.fixed
     if sharing <= 1 or fixed.get("torch_threads") is not None:
         return settings
     threads = max(1, default_torch_threads() // sharing)
-    return {**settings, "settings": {**fixed, "torch_threads": threads}}
+    return dataclasses.replace(settings, fixed={**fixed, "torch_threads": threads})
 
 
 def work(
@@ -1102,24 +1160,24 @@ COMPILED_TOGETHER = frozenset(
 their seeds) share its shapes, so they train as one."""
 
 
-def compiled_slots(settings: dict[str, Any]) -> int:
+def compiled_slots(settings: SweepSettings) -> int:
     """How many trials a worker trains together: up to
     :data:`COMPILED_SLOTS_MAX` when the sweep asks for the ``jax`` backend
     and searches only :data:`COMPILED_TOGETHER`; 1 otherwise, and for the
     ``time_to_target`` objective, whose CPU seconds are a trial's own."""
-    searched = {d["name"] for d in settings["search"]}
+    searched = {d.name for d in settings.search}
     together = (
-        settings["settings"].get("backend") == "jax"
+        settings.fixed.get("backend") == "jax"
         and searched <= COMPILED_TOGETHER
-        and objective_of(settings) != "time_to_target"
+        and settings.objective != "time_to_target"
     )
-    return min(settings["trials"], COMPILED_SLOTS_MAX) if together else 1
+    return min(settings.trials, COMPILED_SLOTS_MAX) if together else 1
 
 
 def _work_together(
     storage: optuna.storages.RDBStorage,
     study_name: str,
-    settings: dict[str, Any],
+    settings: SweepSettings,
     project: Project,
     storage_url: str,
     slots: int,
@@ -1236,10 +1294,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]:
-    """The sweep's settings from the command line, checked (nothing written)."""
+def _new_settings(args: Options, project_dir: Path) -> SweepSettings:
+    """The sweep's settings from the command line or the job's config,
+    checked (nothing written)."""
+    from engine.jobs.registry import validate_config
     from engine.rl.cli import parse_settings
-    from engine.rl.config import validate
+    from engine.rl.config import TrainConfig
+    from engine.settings import load as load_config
 
     if args.env is None:
         raise EngineError("Give the environment with --env, e.g. --env CartPole-v1.")
@@ -1254,7 +1315,7 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
         if args.prune_startup is None
         else checked_option(args, "prune_startup")
     )
-    objective = getattr(args, "objective", None) or "reward"
+    objective = args.objective or "reward"
     if objective not in OBJECTIVES:
         raise ConfigError(
             "objective",
@@ -1279,29 +1340,28 @@ def _new_settings(args: argparse.Namespace, project_dir: Path) -> dict[str, Any]
     }
     if hyper:
         base["hyperparameters"] = hyper
-    checked = validate(base)
-    algo = checked["algo"]
+    checked = load_config(TrainConfig, validate_config(KIND, base))
+    algo = checked.algo
     dims = (
         default_space(algo) if args.search is None else parse_search(args.search, algo)
     )
     if not dims:
         raise EngineError(f"There is nothing to search for {algo}; give --search.")
-    return {
-        "format": SETTINGS_FORMAT,
-        "env": checked["env"],
-        "algo": algo,
-        "steps": steps,
-        "trials": trials,
-        "search": [d.to_json() for d in dims],
-        "settings": top,
-        "hyperparameters": hyper,
-        "seed": args.seed,
-        "prune_startup": prune_startup,
-        "objective": objective,
-    }
+    return SweepSettings(
+        env=checked.env,
+        algo=algo,
+        steps=steps,
+        trials=trials,
+        search=tuple(dims),
+        fixed=top,
+        hyperparameters=hyper,
+        seed=args.seed,
+        prune_startup=prune_startup,
+        objective=objective,
+    )
 
 
-def checked_option(args: argparse.Namespace, name: str) -> int:
+def checked_option(args: Options, name: str) -> int:
     """The command's option ``--name`` (a :class:`TuneConfig` setting)
     checked against its declaration (bounds included), as the job's form
     checks it; a ConfigError naming the option otherwise."""
@@ -1312,12 +1372,12 @@ def checked_option(args: argparse.Namespace, name: str) -> int:
     return int(check_value(info, getattr(args, name), name))
 
 
-def _clash(existing: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+def _clash(existing: SweepSettings, wanted: SweepSettings) -> list[str]:
+    """The settings (by their recorded names) in which two sweeps differ,
+    their seed and pruner start aside."""
     keys = ("env", "algo", "steps", "trials", "search", "settings", "hyperparameters")
-    differ = [k for k in keys if existing.get(k) != wanted.get(k)]
-    if objective_of(existing) != objective_of(wanted):
-        differ.append("objective")
-    return differ
+    ours, theirs = existing.to_json(), wanted.to_json()
+    return [k for k in (*keys, "objective") if ours[k] != theirs[k]]
 
 
 def _gave_settings(args: argparse.Namespace) -> bool:
@@ -1328,7 +1388,7 @@ def _gave_settings(args: argparse.Namespace) -> bool:
         args.settings
         or args.seed is not None
         or args.prune_startup is not None
-        or getattr(args, "objective", None)
+        or args.objective
     )
 
 
@@ -1404,21 +1464,21 @@ def trial_line(
 
 
 def _summary(
-    study: optuna.Study, settings: dict[str, Any], storage_url: str
+    study: optuna.Study, settings: SweepSettings, storage_url: str
 ) -> dict[str, Any]:
     from optuna.trial import TrialState
 
     done = finished(study)
     complete = [t for t in done if t.state == TrialState.COMPLETE]
-    sign = 1.0 if direction_of(settings) == "maximize" else -1.0
+    sign = 1.0 if settings.direction == "maximize" else -1.0
     best = max(complete, key=lambda t: sign * (t.value or 0.0)) if complete else None
     return {
         "study": study.study_name,
         "storage": storage_url,
-        "env": settings["env"],
-        "algo": settings["algo"],
-        "trials": settings["trials"],
-        "objective": objective_of(settings),
+        "env": settings.env,
+        "algo": settings.algo,
+        "trials": settings.trials,
+        "objective": settings.objective,
         "finished": len(done),
         "completed": len(complete),
         "pruned": sum(t.state == TrialState.PRUNED for t in done),
@@ -1430,33 +1490,33 @@ def _summary(
     }
 
 
-def preset_settings(settings: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+def preset_settings(settings: SweepSettings, params: dict[str, Any]) -> dict[str, Any]:
     """A trial's settings shaped as a preset: the built-in preset the trial
     started from, the sweep's fixed settings and the trial's values, with
     the budget it was tuned for."""
     from engine.rl.config import preset_for
 
     return {
-        **preset_for(settings["env"], settings["algo"]),
-        **settings["settings"],
-        **settings["hyperparameters"],
+        **preset_for(settings.env, settings.algo),
+        **settings.fixed,
+        **settings.hyperparameters,
         **params,
-        "total_steps": settings["steps"],
+        "total_steps": settings.steps,
     }
 
 
-def study_name(wanted: dict[str, Any]) -> str:
+def study_name(wanted: SweepSettings) -> str:
     """A new study's name when none is given: ``PPO-CartPole-v1-<time>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return f"{wanted['algo']}-{wanted['env']}-{stamp}".replace("/", "-")
+    return f"{wanted.algo}-{wanted.env}-{stamp}".replace("/", "-")
 
 
 def find_study(
     name: str | None,
-    wanted: dict[str, Any] | None,
+    wanted: SweepSettings | None,
     storage_arg: str,
     project_dir: Path,
-) -> tuple[optuna.storages.RDBStorage | None, dict[str, Any] | None]:
+) -> tuple[optuna.storages.RDBStorage | None, SweepSettings | None]:
     """(storage, the existing study's settings) for a study ``name`` —
     refusing one made with other settings than ``wanted``; writes nothing.
     The storage is opened when given (so a bad URL is refused at once) or
@@ -1465,7 +1525,7 @@ def find_study(
     storage = None
     if storage_arg or name is not None:
         storage = existing_storage(storage_arg, project_dir)
-    existing: dict[str, Any] | None = None
+    existing: SweepSettings | None = None
     if name is not None and storage is not None and study_exists(storage, name):
         _, existing = load(storage, name)
     if existing is not None and wanted is not None:
@@ -1491,8 +1551,8 @@ def find_study(
 def open_study(
     storage: optuna.storages.RDBStorage,
     name: str,
-    wanted: dict[str, Any] | None,
-) -> tuple[optuna.Study, dict[str, Any]]:
+    wanted: SweepSettings | None,
+) -> tuple[optuna.Study, SweepSettings]:
     """The study ``name``, made with ``wanted`` settings when it is new."""
     import optuna
 
@@ -1500,11 +1560,11 @@ def open_study(
         assert wanted is not None
         try:
             study = optuna.create_study(
-                study_name=name, storage=storage, direction=direction_of(wanted)
+                study_name=name, storage=storage, direction=wanted.direction
             )
             queue_trials(study, wanted)
             # Last: a study is joinable once it says what it searches.
-            study.set_user_attr(SETTINGS_ATTR, wanted)
+            study.set_user_attr(SETTINGS_ATTR, wanted.to_json())
         except optuna.exceptions.DuplicatedStudyError:
             raise EngineError(
                 f"The study {name!r} was made by someone else a moment ago; "
@@ -1516,7 +1576,7 @@ def open_study(
 
 def conclude(
     study: optuna.Study,
-    settings: dict[str, Any],
+    settings: SweepSettings,
     storage_url: str,
     project_dir: Path,
     save_as: str | None,
@@ -1531,8 +1591,8 @@ def conclude(
         path = save_preset(
             project_dir,
             save_as,
-            env=settings["env"],
-            algo=settings["algo"],
+            env=settings.env,
+            algo=settings.algo,
             settings=preset_settings(settings, summary["best_params"]),
             provenance={
                 "study": study.study_name,
@@ -1542,13 +1602,13 @@ def conclude(
                 "value": summary["best_value"],
                 "objective": (
                     "eval/mean_reward (last evaluation), maximized"
-                    if objective_of(settings) == "reward"
+                    if settings.objective == "reward"
                     else "CPU seconds to target_eval_reward "
-                    f"{settings['settings'].get('target_eval_reward')}, minimized"
+                    f"{settings.fixed.get('target_eval_reward')}, minimized"
                 ),
                 "date": time.strftime("%Y-%m-%d"),
                 "trials": summary["finished"],
-                "steps_per_trial": settings["steps"],
+                "steps_per_trial": settings.steps,
             },
         )
         summary["preset"] = str(path)
@@ -1572,10 +1632,10 @@ def _run(args: argparse.Namespace) -> int:
         workers.drop()
         raise
     workers.release(storage_url, name, project_dir)
-    total = settings["trials"]
+    total = settings.trials
     print(
-        f"sweep {name!r}: {settings['algo']} on {settings['env']}, "
-        f"{total} trials of {settings['steps']} steps, "
+        f"sweep {name!r}: {settings.algo} on {settings.env}, "
+        f"{total} trials of {settings.steps} steps, "
         f"{args.workers} worker(s); storage {storage_url}; runs in {project_dir}",
         file=sys.stderr,
         flush=True,
@@ -1618,7 +1678,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _prepare(
     args: argparse.Namespace,
-) -> tuple[str, optuna.Study, optuna.storages.RDBStorage, dict[str, Any], str, Path]:
+) -> tuple[str, optuna.Study, optuna.storages.RDBStorage, SweepSettings, str, Path]:
     """The command's study, made or found: (name, study, its storage,
     settings, storage URL, project folder)."""
     from engine.rl.cli import project_folder, removed_on_error
@@ -1640,7 +1700,11 @@ def _prepare(
         Project.open(project_dir, create=True, examples=examples).close()
         if storage is None:
             storage = open_storage(storage_url)
-        name = args.study if args.study is not None else study_name(wanted or {})
+        if args.study is not None:
+            name = args.study
+        else:
+            assert wanted is not None  # find_study refuses neither a study nor settings
+            name = study_name(wanted)
         study, settings = open_study(storage, name, wanted)
     return name, study, storage, settings, storage_url, project_dir
 
@@ -1650,7 +1714,7 @@ def _prepare(
 # --------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class TuneConfig:
     """An ``rl.tune`` job (the Sweep panel): the command's options."""
 
@@ -1689,6 +1753,11 @@ class TuneConfig:
     """The project the trials are runs of."""
 
 
+Options = argparse.Namespace | TuneConfig
+"""The sweep's options: the command's arguments or the job's config (the
+same names)."""
+
+
 def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
     """The Sweep panel's form, from :class:`TuneConfig`."""
     from engine.rl.schema import COMMON_ENVS
@@ -1706,81 +1775,92 @@ def schema(values: dict[str, Any]) -> list[dict[str, Any]]:
     return fields
 
 
-def _text_list(cfg: dict[str, Any], key: str) -> None:
-    value = cfg[key]
+def _text_list(value: object, key: str) -> None:
     if value is not None and (
         not isinstance(value, list) or not all(isinstance(v, str) for v in value)
     ):
         raise ConfigError(key, f"{key} must be a list of texts, not {value!r}.")
 
 
-def validate_job(config: dict[str, Any]) -> dict[str, Any]:
-    """The ``rl.tune`` validator: the checked config with its study named,
-    or a ConfigError naming the field; writes nothing."""
-    from engine.settings import checked_config
+def _project_dir(cfg: TuneConfig) -> Path:
+    if cfg.project_dir is None:
+        raise ConfigError("project_dir", "A sweep needs a project for its runs.")
+    return Path(cfg.project_dir)
+
+
+def _wanted(cfg: TuneConfig) -> SweepSettings:
+    """The sweep ``cfg`` asks for; a ConfigError when its study exists with
+    other settings (:func:`find_study`). Writes nothing."""
+    project_dir = _project_dir(cfg)
+    wanted = _new_settings(cfg, project_dir)
+    find_study(cfg.study or None, wanted, cfg.storage, project_dir)
+    return wanted
+
+
+def validate_job(config: Mapping[str, Any]) -> TuneConfig:
+    """The ``rl.tune`` validator: the checked config with its algorithm
+    resolved and its study named, or a ConfigError naming the field; writes
+    nothing."""
+    from engine.settings import build
     from engine.store.paths import checked_name
 
-    cfg = checked_config(TuneConfig, config, "rl.tune")
-    _text_list(cfg, "search")
-    _text_list(cfg, "settings")
-    for key, what in (("study", "study"), ("save_preset", "preset")):
-        if cfg[key]:
-            checked_name(what, cfg[key])
-    if cfg["project_dir"] is None:
-        raise ConfigError("project_dir", "A sweep needs a project for its runs.")
-    project_dir = Path(cfg["project_dir"])
-    wanted = _new_settings(argparse.Namespace(**cfg), project_dir)
-    find_study(cfg["study"] or None, wanted, cfg["storage"], project_dir)
-    cfg["algo"] = wanted["algo"]
-    cfg["study"] = cfg["study"] or study_name(wanted)
-    return cfg
+    cfg = build(TuneConfig, config, "rl.tune")
+    _text_list(cfg.search, "search")
+    _text_list(cfg.settings, "settings")
+    if cfg.study:
+        checked_name("study", cfg.study)
+    if cfg.save_preset:
+        checked_name("preset", cfg.save_preset)
+    wanted = _wanted(cfg)
+    return dataclasses.replace(
+        cfg, algo=wanted.algo, study=cfg.study or study_name(wanted)
+    )
 
 
-def _early_workers(raw: Any) -> int:
-    """Workers to start before the job's config is checked: the asked
-    number when it is a whole number within the setting's bounds, else
-    none (the check says what is wrong)."""
-    from engine.settings import fields_of
-
-    info = fields_of(TuneConfig)["workers"]
-    ok = isinstance(raw, int) and not isinstance(raw, bool)
-    return raw if ok and (info.min or 1) <= raw <= (info.max or 1) else 0
-
-
-def job(ctx: JobContext) -> dict[str, Any]:
+@job_kind(
+    "rl.tune",
+    config=TuneConfig,
+    check=validate_job,
+    form=schema,
+    label="Sweep",
+    group="training",
+    description="An Optuna sweep over an rl.train run's settings: its "
+    "trials are rl.train runs of the project, trained by worker processes.",
+    progress_unit="trials",
+    project_field="project_dir",
+    default_name="sweep {study}",
+    # Its workers get 60 s to stop (engine.rl.sweep_workers.WorkerGroup.stop).
+    stop_grace_s=90.0,
+)
+def job(ctx: JobContext, cfg: TuneConfig) -> dict[str, Any]:
     """The ``rl.tune`` job: the sweep's workers started and watched; each
     finished trial is a metrics row at its number (``sweep/value`` when it
     completed, ``sweep/best``), progress counts finished trials, Stop stops
     the workers' trials."""
-    project = ctx.config.get("project_dir")
-    url = ctx.config.get("storage") or (
-        default_storage(Path(project)) if isinstance(project, str) else ""
-    )
-    with storage_failures(url if isinstance(url, str) else ""):
-        return _job(ctx)
+    project_dir = _project_dir(cfg)
+    storage_url = cfg.storage or default_storage(project_dir)
+    with storage_failures(storage_url):
+        return _job(ctx, cfg, project_dir, storage_url)
 
 
-def _job(ctx: JobContext) -> dict[str, Any]:
-    workers = WorkerGroup(_early_workers(ctx.config.get("workers", 1)))
+def _job(
+    ctx: JobContext, cfg: TuneConfig, project_dir: Path, storage_url: str
+) -> dict[str, Any]:
+    # Started first: they import torch while the study is made.
+    workers = WorkerGroup(cfg.workers)
     try:
-        cfg = validate_job(dict(ctx.config))
-        project_dir = Path(cfg["project_dir"])
-        wanted = _new_settings(argparse.Namespace(**cfg), project_dir)
-        storage_url = cfg["storage"] or default_storage(project_dir)
+        # Checked again: the study may have been made since the validation.
+        wanted = _wanted(cfg)
         storage = open_storage(storage_url)
-        study, settings = open_study(storage, cfg["study"], wanted)
+        study, settings = open_study(storage, cfg.study, wanted)
     except BaseException:
         workers.drop()
         raise
-    if workers.count != cfg["workers"]:
-        # The raw count was not one to trust before the check.
-        workers.drop()
-        workers = WorkerGroup(cfg["workers"])
     workers.release(storage_url, study.study_name, project_dir)
-    total = settings["trials"]
+    total = settings.trials
     ctx.log(
-        f"sweep {study.study_name!r}: {total} trials of {settings['steps']} steps, "
-        f"{cfg['workers']} worker(s); storage {storage_url}"
+        f"sweep {study.study_name!r}: {total} trials of {settings.steps} steps, "
+        f"{cfg.workers} worker(s); storage {storage_url}"
     )
     ctx.progress(0, total)
 
@@ -1798,7 +1878,7 @@ def _job(ctx: JobContext) -> dict[str, Any]:
         watch(study, storage, workers, seen, lambda: ctx.should_stop)
     finally:
         workers.stop()
-    summary = conclude(study, settings, storage_url, project_dir, cfg["save_preset"])
+    summary = conclude(study, settings, storage_url, project_dir, cfg.save_preset)
     summary["stopped_by"] = ctx.stop_reason if ctx.should_stop else "trials"
     return summary
 
@@ -1808,7 +1888,7 @@ def _job(ctx: JobContext) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class SweepPresetConfig:
     """An ``rl.tune.preset`` job (the Sweep panel's "Save best as preset"):
     the best trial of a sweep, saved as a project preset after the fact, as
@@ -1824,127 +1904,69 @@ class SweepPresetConfig:
     """The project the sweep's trials ran in; the preset is saved there."""
 
 
-def validate_preset_job(config: dict[str, Any]) -> dict[str, Any]:
+def validate_preset_job(config: Mapping[str, Any]) -> SweepPresetConfig:
     """The ``rl.tune.preset`` validator: a ConfigError naming the field
     when the name is taken or not a name, or the sweep is not there or has
     no completed trial; writes nothing."""
-    return _checked_preset(config)[0]
+    from engine.settings import build
+
+    cfg = build(SweepPresetConfig, config, "rl.tune.preset")
+    _checked_preset(cfg)
+    return cfg
 
 
 def _checked_preset(
-    config: dict[str, Any],
-) -> tuple[dict[str, Any], optuna.Study, dict[str, Any], str]:
-    """(checked config, the sweep's study, its settings, storage URL) of an
+    cfg: SweepPresetConfig,
+) -> tuple[Path, optuna.Study, SweepSettings, str]:
+    """(project folder, the sweep's study, its settings, storage URL) of an
     ``rl.tune.preset`` job; see :func:`validate_preset_job`."""
     from optuna.trial import TrialState
 
     from engine.rl.config import preset_names
-    from engine.settings import checked_config
     from engine.store.paths import checked_name
 
-    cfg = checked_config(SweepPresetConfig, config, "rl.tune.preset")
-    checked_name("preset", cfg["name"])
-    checked_name("study", cfg["study"])
-    if cfg["project_dir"] is None:
+    checked_name("preset", cfg.name)
+    checked_name("study", cfg.study)
+    if cfg.project_dir is None:
         raise ConfigError("project_dir", "A preset is saved in a project.")
-    project_dir = Path(cfg["project_dir"])
-    if cfg["name"] in preset_names(project_dir):
+    project_dir = Path(cfg.project_dir)
+    if cfg.name in preset_names(project_dir):
         raise ConfigError(
             "name",
-            f"The project already has a preset {cfg['name']!r}; give another name.",
+            f"The project already has a preset {cfg.name!r}; give another name.",
         )
-    url = cfg["storage"] or default_storage(project_dir)
-    storage = existing_storage(cfg["storage"], project_dir)
-    if storage is None or not study_exists(storage, cfg["study"]):
-        raise ConfigError("study", f"There is no sweep {cfg['study']!r} in {url}.")
-    study, settings = load(storage, cfg["study"])
+    url = cfg.storage or default_storage(project_dir)
+    storage = existing_storage(cfg.storage, project_dir)
+    if storage is None or not study_exists(storage, cfg.study):
+        raise ConfigError("study", f"There is no sweep {cfg.study!r} in {url}.")
+    study, settings = load(storage, cfg.study)
     if not any(t.state == TrialState.COMPLETE for t in finished(study)):
         raise ConfigError(
-            "study", f"The sweep {cfg['study']!r} has no completed trial to save yet."
+            "study", f"The sweep {cfg.study!r} has no completed trial to save yet."
         )
-    return cfg, study, settings, url
+    return project_dir, study, settings, url
 
 
-def preset_job(ctx: JobContext) -> dict[str, Any]:
+@job_kind(
+    "rl.tune.preset",
+    config=SweepPresetConfig,
+    check=validate_preset_job,
+    label="Sweep preset",
+    group="export",
+    description="Saves a sweep's best trial's settings as a project preset.",
+    progress_unit="items",
+    project_field="project_dir",
+    default_name="preset {name}",
+)
+def preset_job(ctx: JobContext, cfg: SweepPresetConfig) -> dict[str, Any]:
     """The ``rl.tune.preset`` job: the sweep's summary (:func:`conclude`),
     with the saved preset's file in ``preset``. Checked again here: a
     preset of that name may have been saved since the validator ran."""
-    cfg, study, settings, url = _checked_preset(dict(ctx.config))
-    summary = conclude(study, settings, url, Path(cfg["project_dir"]), cfg["name"])
+    project_dir, study, settings, url = _checked_preset(cfg)
+    summary = conclude(study, settings, url, project_dir, cfg.name)
     ctx.log(
         f"saved trial #{summary['best_trial']} of the sweep {study.study_name!r} "
-        f"(value {summary['best_value']:.4g}) as the preset {cfg['name']!r}: "
+        f"(value {summary['best_value']:.4g}) as the preset {cfg.name!r}: "
         f"{summary['preset']}"
     )
     return summary
-
-
-def warm_up() -> None:
-    """Import what a worker's first trial needs (torch, its compiler stack
-    that the first optimizer pulls in, Stable-Baselines3, Optuna's storage)
-    while the study is still being made."""
-    import optuna.storages._rdb.models  # noqa: F401
-    import stable_baselines3  # noqa: F401
-    import torch._dynamo  # noqa: F401
-
-    import engine.rl.train  # noqa: F401
-
-
-def await_study(count: int) -> int:
-    """``count`` workers started by :class:`WorkerGroup` as one process: warm
-    up, then read the study from stdin (one JSON line) and work on it, in
-    this process and ``count - 1`` forks of it; nothing read (the command
-    stopped before the study was made): end at once."""
-    warm_up()
-    line = sys.stdin.readline()
-    if not line.strip():
-        return 0
-    given = json.loads(line)
-    study = partial(
-        work,
-        given["storage"],
-        given["study"],
-        Path(given["project"]),
-        checked=True,
-        sharing=given["sharing"],
-    )
-    return run_forked(count, partial(_reported, study, given["storage"]))
-
-
-def _reported(work: Callable[[], int], storage_url: str) -> int:
-    """A worker's exit code, with its error in one sentence."""
-    try:
-        with storage_failures(storage_url):
-            return work()
-    except EngineError as exc:
-        print(f"rl-studio-engine tune worker: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-def main(argv: list[str] | None = None) -> int:
-    """A worker process: ``python -m engine.rl.tune STORAGE STUDY PROJECT N
-    [--checked]`` (``--checked``: the storage's tables are made and checked;
-    ``N`` names it in the process list), or ``python -m engine.rl.tune
-    --await-study COUNT`` (:func:`await_study`)."""
-    argv = sys.argv[1:] if argv is None else argv
-    # Its own session (WorkerGroup): nice as the job that started it, where
-    # Linux looks first (the session), so a sweep yields the CPU to the studio
-    # as a training run does.
-    match_session_priority()
-    if argv[0] == "--await-study":
-        try:
-            return await_study(int(argv[1]))
-        except KeyboardInterrupt:  # stopped while warming up
-            return 130
-    checked = "--checked" in argv
-    storage_url, study_name, project_dir, _ = [a for a in argv if a != "--checked"]
-    return _reported(
-        partial(work, storage_url, study_name, Path(project_dir), checked=checked),
-        storage_url,
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

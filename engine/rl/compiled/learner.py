@@ -17,9 +17,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
+
+if TYPE_CHECKING:
+    from engine.rl.config import TrainConfig
 
 CHUNK_STEPS_MAX = 50_000
 """The most environment steps between two returns to Python: Stop, progress,
@@ -52,47 +55,51 @@ def _enable_cache() -> Path:
     return folder
 
 
-def settings_of(cfg: dict[str, Any]) -> tuple[Any, Any]:
+def settings_of(cfg: TrainConfig) -> tuple[Any, Any]:
     """The compiled program's :class:`~engine.rl.compiled.ppo.Settings` and
     the :class:`~engine.rl.compiled.ppo.Hyper` values it runs with, of a
     validated config: the same setting means the same on both backends."""
     from engine.rl.compiled.ppo import Settings, hyper
+    from engine.rl.config import PPOBase, PPOConfig
 
-    hp = cfg["hyperparameters"]
+    hp = cfg.hyperparameters
+    assert isinstance(hp, PPOBase), "the jax backend trains PPO (support.ALGOS)"
+    assert cfg.n_envs is not None and cfg.total_steps is not None  # validated
     settings = Settings(
-        n_envs=cfg["n_envs"],
-        n_steps=hp["n_steps"],
-        batch_size=hp["batch_size"],
-        n_epochs=hp["n_epochs"],
-        normalize_advantage=hp["normalize_advantage"],
-        net_arch=tuple(hp["net_arch"]),
-        activation=hp["activation"],
-        ortho_init=hp["ortho_init"],
+        n_envs=cfg.n_envs,
+        n_steps=hp.n_steps,
+        batch_size=hp.batch_size,
+        n_epochs=hp.n_epochs,
+        normalize_advantage=hp.normalize_advantage,
+        net_arch=tuple(hp.net_arch),
+        activation=hp.activation,
+        ortho_init=hp.ortho_init,
         # MaskablePPO has no log_std_init: its actions are discrete
-        log_std_init=hp.get("log_std_init", 0.0),
-        learning_rate_linear=hp["learning_rate_schedule"] == "linear",
-        clip_range_linear=hp["clip_range_schedule"] == "linear",
-        masked=cfg["algo"] == "MaskablePPO",
+        log_std_init=hp.log_std_init if isinstance(hp, PPOConfig) else 0.0,
+        learning_rate_linear=hp.learning_rate_schedule == "linear",
+        clip_range_linear=hp.clip_range_schedule == "linear",
+        masked=cfg.algo == "MaskablePPO",
     )
     values = hyper(
-        learning_rate=hp["learning_rate"],
-        clip_range=hp["clip_range"],
-        ent_coef=hp["ent_coef"],
-        vf_coef=hp["vf_coef"],
-        gamma=hp["gamma"],
-        gae_lambda=hp["gae_lambda"],
-        max_grad_norm=hp["max_grad_norm"],
-        total_steps=cfg["total_steps"],
+        learning_rate=hp.learning_rate,
+        clip_range=hp.clip_range,
+        ent_coef=hp.ent_coef,
+        vf_coef=hp.vf_coef,
+        gamma=hp.gamma,
+        gae_lambda=hp.gae_lambda,
+        max_grad_norm=hp.max_grad_norm,
+        total_steps=cfg.total_steps,
     )
     return settings, values
 
 
-def chunk_updates(cfg: dict[str, Any], rollout: int) -> int:
+def chunk_updates(cfg: TrainConfig, rollout: int) -> int:
     """The most updates of one compiled chunk (a shape of the program): as
     many as reach the next evaluation or checkpoint, within
     :data:`CHUNK_STEPS_MAX`."""
-    limits: list[int] = [CHUNK_STEPS_MAX, cfg["total_steps"]]
-    limits += [cfg[k] for k in ("eval_every_steps", "checkpoint_every_steps") if cfg[k]]
+    assert cfg.total_steps is not None  # validated
+    every = (cfg.eval_every_steps, cfg.checkpoint_every_steps)
+    limits = [CHUNK_STEPS_MAX, cfg.total_steps, *(n for n in every if n)]
     return max(1, math.ceil(min(limits) / rollout))
 
 
@@ -100,7 +107,7 @@ def updates_until_due(trainer: Any, steps: int, rollout: int, most: int) -> int:
     """Updates of the next chunk: it ends at the first rollout at or past
     the next evaluation, checkpoint or the end of the run, where an SB3 run
     would do them."""
-    due: list[int] = [trainer.cfg["total_steps"]]
+    due: list[int] = [trainer.total_steps]
     due += [d for d in (trainer.next_eval_step, trainer.next_ckpt_step) if d]
     return max(1, min(most, math.ceil((min(due) - steps) / rollout)))
 
@@ -145,13 +152,13 @@ def learn(trainer: Any) -> None:
         _learn_on(trainer, device)
 
 
-def jax_device(cfg: dict[str, Any]) -> Any:
+def jax_device(cfg: TrainConfig) -> Any:
     """The JAX device a run trains on: JAX's first (a GPU where the CUDA
     jaxlib finds one), or the CPU when the run's ``device`` is ``cpu`` (say,
     from the ``cpu`` hardware profile)."""
     import jax
 
-    return jax.devices("cpu")[0] if cfg["device"] == "cpu" else jax.devices()[0]
+    return jax.devices("cpu")[0] if cfg.device == "cpu" else jax.devices()[0]
 
 
 def _learn_on(trainer: Any, device: Any) -> None:
@@ -161,14 +168,15 @@ def _learn_on(trainer: Any, device: Any) -> None:
     from engine.rl.compiled.envs import compiled_env
     from engine.rl.compiled.sb3 import copy_from_sb3, copy_to_sb3
 
-    ctx, cfg, model = trainer.ctx, trainer.cfg, trainer.model
-    env = compiled_env(cfg["env"], cfg["env_kwargs"])
+    ctx, model = trainer.ctx, trainer.model
+    cfg: TrainConfig = trainer.cfg
+    env = compiled_env(cfg.env, cfg.env_kwargs)
     if env is None:  # validation let it through: a bug, said plainly
-        raise EngineError(f"{cfg['env']} has no compiled twin; use backend sb3.")
+        raise EngineError(f"{cfg.env} has no compiled twin; use backend sb3.")
     s, h = settings_of(cfg)
     cache = _enable_cache()
     steps = int(model.num_timesteps)
-    state = ppo.init_state(env, s, cfg["seed"] + steps)
+    state = ppo.init_state(env, s, trainer.seed + steps)
     if trainer.resumed_from is not None:
         params, adam = copy_from_sb3(model, state.params)
         state = state._replace(params=params)
@@ -178,9 +186,7 @@ def _learn_on(trainer: Any, device: Any) -> None:
     else:
         copy_to_sb3(model, state.params)
     max_updates = chunk_updates(cfg, s.rollout)
-    on = (
-        f"jax backend on {device.platform} ({device.device_kind}): PPO and {cfg['env']}"
-    )
+    on = f"jax backend on {device.platform} ({device.device_kind}): PPO and {cfg.env}"
 
     sweep = batch.ACTIVE
     member = sweep.join(env, s, max_updates) if sweep is not None else None
@@ -250,10 +256,11 @@ def _train_chunks(
     from engine.rl.compiled.sb3 import copy_to_sb3
     from engine.rl.policy import EVAL_SEED_OFFSET, Evaluation
 
-    ctx, cfg, model = trainer.ctx, trainer.cfg, trainer.model
+    ctx, model = trainer.ctx, trainer.model
+    cfg: TrainConfig = trainer.cfg
     steps = int(model.num_timesteps)
-    episodes_played = cfg["eval_episodes"]
-    eval_key = jax.random.PRNGKey(cfg["seed"] + EVAL_SEED_OFFSET)
+    episodes_played = cfg.eval_episodes
+    eval_key = jax.random.PRNGKey(trainer.seed + EVAL_SEED_OFFSET)
     evaluate: Any = None
 
     def play_evaluation() -> Evaluation:
@@ -262,14 +269,12 @@ def _train_chunks(
         program is compiled (or loaded) at the first, as a run without
         evaluations needs none."""
         nonlocal eval_key, evaluate
-        eval_program = ("evaluate", env, s, episodes_played, cfg["eval_deterministic"])
+        eval_program = ("evaluate", env, s, episodes_played, cfg.eval_deterministic)
         evaluate = evaluate or _PROGRAMS.get(eval_program)
         if evaluate is None:
             evaluate = compile_unless_stopped(
                 lambda: (
-                    ppo.make_evaluate(
-                        env, s, episodes_played, cfg["eval_deterministic"]
-                    )
+                    ppo.make_evaluate(env, s, episodes_played, cfg.eval_deterministic)
                     .lower(state.params, eval_key)
                     .compile()
                 ),
@@ -291,7 +296,7 @@ def _train_chunks(
     # SB3's count of gradient epochs, carried in model.zip across a resume
     n_updates = int(getattr(model, "_n_updates", 0))
     logger = model.logger
-    total = cfg["total_steps"]
+    total = trainer.total_steps
     while steps < total:
         if ctx.should_stop:
             trainer.stopped_by = ctx.stop_reason
