@@ -21,7 +21,7 @@ from typing import Any
 
 from engine import contract
 from engine.errors import EngineError
-from engine.settings import defaults_of, fields_of, setting
+from engine.settings import as_dict, load, setting
 from engine.store.project import Project
 from engine.store.trajectories import TrajectoryStore
 
@@ -38,7 +38,7 @@ JobLookup = Callable[[str], dict[str, Any]]
 when the project has no such run."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class RetrainSettings:
     """When and how the project retrains by itself."""
 
@@ -58,14 +58,10 @@ class RetrainSettings:
     sets ('' = batchSize is not passed on)."""
 
 
-def retrain_settings(project: Project) -> dict[str, Any]:
-    """The stored settings over their defaults."""
-    stored = project.setting(SETTINGS_KEY)
-    known = fields_of(RetrainSettings)
-    return {
-        **defaults_of(RetrainSettings),
-        **{k: v for k, v in stored.items() if k in known},
-    }
+def retrain_settings(project: Project) -> RetrainSettings:
+    """The stored settings over their defaults (a setting an older version
+    stored and this one dropped is left out)."""
+    return load(RetrainSettings, project.setting(SETTINGS_KEY))
 
 
 def retrain_runs(project: Project) -> list[dict[str, Any]]:
@@ -75,12 +71,14 @@ def retrain_runs(project: Project) -> list[dict[str, Any]]:
     return [r for r in runs if isinstance(r, dict)]
 
 
-def deployed_version(config: dict[str, Any], versions: list[int]) -> int | None:
-    """The version an agent serves: its pin, or the latest that is not the
-    candidate."""
-    if config["pin"] is not None:
-        return int(config["pin"])
-    others = [v for v in versions if v != config["candidate"]]
+def deployed_version(
+    pin: int | None, candidate: int | None, versions: list[int]
+) -> int | None:
+    """The version an agent serves: its ``pin``, or the latest of
+    ``versions`` that is not the ``candidate``."""
+    if pin is not None:
+        return int(pin)
+    others = [v for v in versions if v != candidate]
     return others[-1] if others else None
 
 
@@ -89,7 +87,7 @@ def readiness(project: Project, trajectories: TrajectoryStore) -> dict[str, Any]
     config = retrain_settings(project)
     runs = retrain_runs(project)
     last_start = float(runs[-1]["time"]) if runs else 0.0
-    counts = trajectories.counts(config["agent"], last_start)
+    counts = trajectories.counts(config.agent, last_start)
     hours = (time.time() - last_start) / 3600.0 if runs else None
     stats = {
         "totalTrajectories": counts["total"],
@@ -97,27 +95,27 @@ def readiness(project: Project, trajectories: TrajectoryStore) -> dict[str, Any]
         "scenarioGroups": counts["scenarios"],
         "openTrajectories": counts["open"],
         "hoursSinceLastTraining": None if hours is None else round(hours, 3),
-        "minTrajectories": config["min_trajectories"],
-        "minScenarioGroups": config["min_scenario_groups"],
-        "minHoursBetween": config["min_hours_between"],
+        "minTrajectories": config.min_trajectories,
+        "minScenarioGroups": config.min_scenario_groups,
+        "minHoursBetween": config.min_hours_between,
     }
     since = " since the last training" if runs else ""
-    if not config["flow"]:
+    if not config.flow:
         reason = "No training flow is set (PUT /training/settings with a flow)."
-    elif counts["new"] < config["min_trajectories"]:
+    elif counts["new"] < config.min_trajectories:
         reason = (
-            f"{counts['new']} of {config['min_trajectories']} trajectories "
+            f"{counts['new']} of {config.min_trajectories} trajectories "
             f"recorded{since}."
         )
-    elif counts["scenarios"] < config["min_scenario_groups"]:
+    elif counts["scenarios"] < config.min_scenario_groups:
         reason = (
-            f"{counts['scenarios']} of {config['min_scenario_groups']} scenario "
+            f"{counts['scenarios']} of {config.min_scenario_groups} scenario "
             f"groups recorded{since}."
         )
-    elif hours is not None and hours < config["min_hours_between"]:
+    elif hours is not None and hours < config.min_hours_between:
         reason = (
             f"The last training started {hours:.1f} h ago; the next may start "
-            f"after {config['min_hours_between']:g} h."
+            f"after {config.min_hours_between:g} h."
         )
     else:
         return {"ready": True, "reason": "Ready to train!", "stats": stats}
@@ -209,14 +207,15 @@ def training_status(
             last_completed = found
             break
     latest = deployed = None
-    if config["agent"]:
-        versions = [m.version for m in project.versions(config["agent"])]
-        current = deployed_version(project.agent_config(config["agent"]), versions)
+    if config.agent:
+        versions = [m.version for m in project.versions(config.agent)]
+        routing = project.agent_config(config.agent)
+        current = deployed_version(routing["pin"], routing["candidate"], versions)
         if versions:
             latest = f"v{max(versions)}"
         if current:
             deployed = f"v{current}"
-    counts = trajectories.counts(config["agent"])
+    counts = trajectories.counts(config.agent)
     return {
         "readiness": readiness(project, trajectories),
         "currentJob": current_job(project, lookup),
@@ -229,5 +228,5 @@ def training_status(
             "stepsLastHour": counts["steps_last_hour"],
         },
         "schedule": schedule if schedule is not None else recorded_schedule(project),
-        "settings": config,
+        "settings": as_dict(config),
     }

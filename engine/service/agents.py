@@ -97,7 +97,7 @@ class Agents:
         or the latest version that is not the candidate) and ``candidate``."""
         versions = [m.version for m in self.versions(name)]
         config = self.project.agent_config(name)
-        current = deployed_version(config, versions)
+        current = deployed_version(config["pin"], config["candidate"], versions)
         return {**config, "current": current, "latest": max(versions, default=None)}
 
     def describe(self, name: str) -> dict[str, Any]:

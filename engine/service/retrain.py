@@ -32,7 +32,7 @@ from engine.retrain_status import (
     retrain_settings,
     training_status,
 )
-from engine.settings import checked_config
+from engine.settings import as_dict, build
 from engine.store.paths import checked_name
 
 if TYPE_CHECKING:
@@ -124,19 +124,19 @@ class Retraining:
 
     # ------------------------------------------------------------ settings
     def settings(self) -> dict[str, Any]:
-        return retrain_settings(self.service.project)
+        """``GET /training/settings``."""
+        return as_dict(retrain_settings(self.service.project))
 
     def configure(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Change some settings (checked as one; nothing stored on error)."""
-        config = checked_config(
-            RetrainSettings, {**self.settings(), **changes}, "retraining"
-        )
-        if "flow" in changes and config["flow"]:
-            self.service.flow_path(config["flow"])  # a 404 for an unknown flow
-        if config["agent"]:
-            checked_name("agent", config["agent"])
-        self.service.project.set_setting(retrain_status.SETTINGS_KEY, config)
-        return config
+        config = build(RetrainSettings, {**self.settings(), **changes}, "retraining")
+        if "flow" in changes and config.flow:
+            self.service.flow_path(config.flow)  # a 404 for an unknown flow
+        if config.agent:
+            checked_name("agent", config.agent)
+        stored = as_dict(config)
+        self.service.project.set_setting(retrain_status.SETTINGS_KEY, stored)
+        return stored
 
     # ------------------------------------------------------------- status
     def _runs(self) -> list[dict[str, Any]]:
@@ -176,8 +176,8 @@ class Retraining:
         """Start the training flow when ready (or forced); NotReady with
         the reason otherwise."""
         with self._lock:  # two triggers at once start one run
-            config = self.settings()
-            if not config["flow"]:
+            config = retrain_settings(self.service.project)
+            if not config.flow:
                 raise ConfigError(
                     "flow",
                     "No training flow is set: PUT /training/settings "
@@ -193,15 +193,15 @@ class Retraining:
             if not readiness["ready"] and not force:
                 raise NotReady(f"Not ready to train: {readiness['reason']}")
             overrides: dict[str, Any] = {}
-            if batch_size is not None and config["batch_param"]:
-                overrides[config["batch_param"]] = batch_size
+            if batch_size is not None and config.batch_param:
+                overrides[config.batch_param] = batch_size
             # Every node runs again: the flow's parameters rarely change
             # between retrainings, and its cache would train nothing new.
             job_id = self.service.start_flow(
-                config["flow"],
+                config.flow,
                 overrides=overrides,
                 only_stale=False,
-                agent=config["agent"],
+                agent=config.agent,
             )
             runs = [
                 *self._runs(),

@@ -215,7 +215,7 @@ class Service:
             # The TrainConfig field's own checks, under the route's name.
             steps_field = replace(top_fields["total_steps"], name="steps")
             steps = check_value(steps_field, steps)
-        config: dict[str, Any] = {}
+        top: dict[str, Any] = {}
         hyper: dict[str, Any] = {}
         for key, value in (settings or {}).items():
             if key in ("env", "algo", "total_steps", "project_dir"):
@@ -234,14 +234,17 @@ class Service:
                     )
                 hyper.update(value)
             elif key in top_fields:
-                config[key] = value
+                top[key] = value
             else:
                 hyper[key] = value
-        config.update(env=self.resolve_env(env), algo=algo)
-        if steps is not None:
-            config["total_steps"] = steps
-        if hyper:
-            config["hyperparameters"] = hyper
+        # The raw input the rl.train validator checks, as the dialog's would be.
+        config = {
+            **top,
+            "env": self.resolve_env(env),
+            "algo": algo,
+            **({} if steps is None else {"total_steps": steps}),
+            **({"hyperparameters": hyper} if hyper else {}),
+        }
         try:
             return self.supervisor.start_run("rl.train", config, name)
         except ConfigError as exc:
