@@ -63,6 +63,18 @@ def test_train_sb3_node_agrees_with_the_rl_train_dataclasses() -> None:
     assert spec.param("hyperparameters") is None  # typed fields, no JSON text
 
 
+def test_evaluate_node_takes_its_parameters_from_its_dataclass() -> None:
+    spec = specs()["rl.evaluate"]
+    infos = fields_of(rl_nodes.EvaluateConfig)
+    assert [p.name for p in spec.params] == list(infos)
+    for name, info in infos.items():
+        _assert_agrees(spec.param(name), info, info.default)  # type: ignore[arg-type]
+    assert spec.param("episodes").default == 10  # type: ignore[union-attr]
+    with pytest.raises(ConfigError) as caught:
+        check_value(infos["episodes"], 0)
+    assert str(caught.value) == "episodes must be at least 1, not 0."
+
+
 def test_fine_tune_node_agrees_with_the_llm_train_dataclass() -> None:
     spec = specs()["llm.train"]
     infos = fields_of(LLMTrainConfig)

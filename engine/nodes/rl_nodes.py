@@ -22,6 +22,7 @@ reports it.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from engine.flow import ParamSpec, PortSpec
@@ -35,9 +36,34 @@ from engine.nodes.base import (
 )
 from engine.nodes.registry import node_type
 from engine.rl.config import ALGO_CONFIGS, SEED_MAX, TrainConfig
-from engine.settings import FieldInfo, fields_of, param_spec, parse_list_text
+from engine.settings import (
+    FieldInfo,
+    as_dict,
+    fields_of,
+    load,
+    param_spec,
+    param_specs,
+    parse_list_text,
+    setting,
+)
 
 HP_GROUP = "Hyperparameters"
+
+
+@dataclass(frozen=True)
+class EvaluateConfig:
+    """The parameters of the Evaluate node: how a policy is played."""
+
+    episodes: int = setting(10, min=1, max=100_000, unit="episodes")
+    """Episodes to play."""
+    deterministic: bool = True
+    """Take the most likely action instead of sampling."""
+    seed: int = setting(0, min=0, max=SEED_MAX)
+    """Seed of the evaluation environment."""
+    max_episode_steps: int = setting(0, min=0, unit="steps")
+    """End an episode after this many steps; 0: the env's own limit."""
+
+
 RUN_PARAMS = tuple(
     name
     for name, info in fields_of(TrainConfig).items()
@@ -165,14 +191,14 @@ def train_config(node: NodeRun) -> dict[str, Any]:
 def train(node: NodeRun) -> NodeResult:
     """Train a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, MaskablePPO)
     on the linked environment; live curves go to the flow run's metrics."""
-    from engine.rl.config import validate
-    from engine.rl.train import run as run_training
+    from engine.rl.config import check
+    from engine.rl.train import train as run_training
 
     env = node.input("env")
-    cfg = validate(train_config(node))
-    ctx = node.job_context("rl.train", cfg)
+    cfg = check(train_config(node))
+    ctx = node.job_context("rl.train", as_dict(cfg))
     try:
-        summary = run_training(ctx)
+        summary = run_training(ctx, cfg)
     finally:
         ctx.close()
     models = summary.get("models") or []
@@ -182,12 +208,12 @@ def train(node: NodeRun) -> NodeResult:
     policy = {
         "file": model["file"],
         "extra_files": list(model.get("extra_files", [])),
-        "algo": summary.get("algo", cfg["algo"]),
+        "algo": summary.get("algo", cfg.algo),
         "name": model.get("name", ""),
         "env": env,
-        "vec_normalize": bool(cfg.get("vec_normalize")),
+        "vec_normalize": bool(cfg.vec_normalize),
         "total_steps": summary.get("total_steps"),
-        "seed": cfg["seed"],
+        "seed": cfg.seed,
         "metrics": dict(model.get("metrics", {})),
         "run_dir": str(node.work_dir),
     }
@@ -225,30 +251,7 @@ def train(node: NodeRun) -> NodeResult:
             "report", "report", help="Mean reward, success rate, episode lengths."
         ),
     ),
-    params=(
-        ParamSpec("episodes", "int", 10, min=1, max=100_000, help="Episodes to play."),
-        ParamSpec(
-            "deterministic",
-            "bool",
-            True,
-            help="Take the most likely action instead of sampling.",
-        ),
-        ParamSpec(
-            "seed",
-            "int",
-            0,
-            min=0,
-            max=SEED_MAX,
-            help="Seed of the evaluation environment.",
-        ),
-        ParamSpec(
-            "max_episode_steps",
-            "int",
-            0,
-            min=0,
-            help="End an episode after this many steps; 0: the env's own limit.",
-        ),
-    ),
+    params=param_specs(EvaluateConfig, fields_of(EvaluateConfig)),
 )
 def evaluate(node: NodeRun) -> NodeResult:
     """Play the policy for a number of episodes and report mean reward and
@@ -264,11 +267,11 @@ def evaluate(node: NodeRun) -> NodeResult:
 
     policy = node.input("policy")
     env_ref = node.inputs.get("env") or policy["env"]
-    p = node.params
-    episodes: int = p["episodes"]
+    p = load(EvaluateConfig, node.params)
+    episodes = p.episodes
     register_designed_envs(node.project_dir)
     env_id, kwargs = env_ref["id"], dict(env_ref.get("kwargs", {}))
-    max_steps: int = p["max_episode_steps"]
+    max_steps = p.max_episode_steps
 
     def make() -> Any:
         env = gym.make(env_id, **kwargs)
@@ -295,14 +298,14 @@ def evaluate(node: NodeRun) -> NodeResult:
         node.metrics(index + 1, {"eval/episode_reward": reward})
         node.progress(index + 1, episodes, f"episode {index + 1}")
 
-    venv.seed(p["seed"])
+    venv.seed(p.seed)
     node.progress(0, episodes, "playing")
     try:
         result = play(
             model,
             venv,
             episodes=episodes,
-            deterministic=p["deterministic"],
+            deterministic=p.deterministic,
             masked=model.masked,
             should_stop=lambda: node.should_stop,
             on_episode=on_episode,
@@ -317,7 +320,7 @@ def evaluate(node: NodeRun) -> NodeResult:
         "env": env_id,
         "policy_file": policy["file"],
         "episodes": episodes,
-        "deterministic": p["deterministic"],
+        "deterministic": p.deterministic,
         "mean_reward": _finite(arr.mean()),
         "std_reward": _finite(arr.std()),
         "min_reward": _finite(arr.min()),
