@@ -30,6 +30,7 @@ import pytest
 from engine.jobs.context import JobContext
 from engine.rl.config import TrainConfig, validate
 from engine.rl.train import model_kwargs, run
+from engine.settings import load
 from tests.benchmarks.time_to_target import Tuned, race, times_reached
 
 STEPS = 20_000
@@ -71,7 +72,8 @@ def run_bare(cfg: dict[str, Any], folder: Path) -> tuple[int, float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     torch.set_num_threads(cfg["torch_threads"])
     env = make_vec_env("CartPole-v1", n_envs=cfg["n_envs"], seed=cfg["seed"])
-    kwargs = model_kwargs("PPO", cfg["hyperparameters"], env.action_space)
+    hyper = load(TrainConfig, cfg).hyperparameters
+    kwargs = model_kwargs(hyper, env.action_space)
     model = PPO("MlpPolicy", env, seed=cfg["seed"], device="cpu", verbose=0, **kwargs)
     model.learn(STEPS)
     model.save(folder / f"bare-{time.monotonic_ns()}.zip")
