@@ -273,3 +273,34 @@ REPORT = {
         },
     },
 }
+
+
+def fill_run_form(qtbot, dialog: Any, **values: str) -> None:  # type: ignore[no-untyped-def]
+    """Wait for a run dialog's form (the engine's), then set ``values``: a
+    choice is picked (and the form the engine sends for it awaited), other
+    fields typed."""
+    from PySide6.QtWidgets import QComboBox, QLineEdit
+
+    qtbot.waitUntil(dialog.is_loaded, timeout=30_000)
+    for name, value in values.items():
+        editor = dialog.form.editor(name)
+        if isinstance(editor, QComboBox) and not editor.isEditable():
+            editor.setCurrentIndex(editor.findData(value))
+            if name in dialog.shaping_fields:
+                qtbot.waitUntil(
+                    lambda n=name, e=editor: dialog.form.editor(n) is not e,
+                    timeout=30_000,
+                )
+            continue
+        line = editor if isinstance(editor, QLineEdit) else editor.property("line_edit")
+        assert isinstance(line, QLineEdit), name
+        line.setText(value)
+
+
+def submit_run_form(qtbot, dialog: Any) -> str:  # type: ignore[no-untyped-def]
+    """Click OK and wait until the engine started the run; its id."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    with qtbot.waitSignal(dialog.run_started, timeout=30_000) as started:
+        dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    return str(started.args[0])

@@ -487,23 +487,6 @@ def test_export_gguf_command_and_node_take_calibration_text(
     assert "imatrix" in spec.help
 
 
-def test_the_export_dialog_offers_calibration_for_k_quants_only(qtbot) -> None:
-    from studio.model_manager.dialogs import ExportGgufDialog
-
-    dialog = ExportGgufDialog({"name": "m", "kind": "hf"})
-    qtbot.addWidget(dialog)
-    assert not dialog.calibration.isEnabled()  # f16 first
-    dialog.type_box.setCurrentText("q4_k_m")
-    assert dialog.calibration.isEnabled()
-    dialog.calibration.setText(" /data/cal.txt ")
-    assert dialog.values()["calibration_text"] == "/data/cal.txt"
-    dialog.type_box.setCurrentText("q8_0")
-    assert dialog.values()["calibration_text"] is None
-    adapter = ExportGgufDialog({"name": "a", "kind": "lora-adapter"})
-    qtbot.addWidget(adapter)
-    assert adapter.values()["calibration_text"] is None
-
-
 def test_the_node_takes_a_linked_dataset_as_calibration(
     tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -651,48 +634,3 @@ def test_export_ollama_command_takes_calibration_text(tiny, tmp_path: Path) -> N
         proc = export(*args, "--name", "x", "--calibration-text", calibration, "--json")
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1 and sentence in proc.stderr
-
-
-def test_the_one_click_dialog_offers_calibration_for_k_quants_only(qtbot) -> None:
-    from types import SimpleNamespace
-
-    from PySide6.QtCore import QObject, Signal
-
-    from studio.model_manager.controller import ModelsController
-    from studio.model_manager.dialogs import DeployOllamaDialog
-
-    dialog = DeployOllamaDialog({"name": "m", "kind": "hf-merged"}, one_click=True)
-    qtbot.addWidget(dialog)
-    row = dialog.calibration_row
-    assert dialog.type_box.currentText() == "q4_k_m" and row.edit.isEnabled()
-    row.edit.setText(" /data/cal.txt ")
-    assert dialog.values()["calibration_text"] == "/data/cal.txt"
-    for other in ("q8_0", "ollama-q4_k_m"):
-        dialog.type_box.setCurrentText(other)
-        assert not row.edit.isEnabled() and not row.browse.isEnabled()
-        assert dialog.values()["calibration_text"] is None
-    dialog.type_box.setCurrentText("q5_k_m")
-    assert dialog.values()["calibration_text"] == "/data/cal.txt"
-    # A GGUF is deployed as it is, and a plain deploy exports nothing.
-    for model, one_click in (({"name": "g", "kind": "gguf"}, True), (
-            {"name": "g", "kind": "gguf"}, False)):  # fmt: skip
-        other_dialog = DeployOllamaDialog(model, one_click=one_click)
-        qtbot.addWidget(other_dialog)
-        other_dialog.calibration_row.edit.setText("/data/cal.txt")
-        assert other_dialog.values()["calibration_text"] is None
-        assert other_dialog.calibration_row.parent() is None  # not in the form
-
-    # The controller passes it into the export.ollama run's config.
-    class Session(QObject):
-        run_ended = Signal(str, str, str)
-
-    session = Session()
-    session.state = SimpleNamespace(subscribe=lambda f: lambda: None)  # type: ignore[attr-defined]
-    controller = ModelsController(session)  # type: ignore[arg-type]
-    model = {"id": "m-1", "name": "m", "kind": "hf-merged", "path": "/x/m"}
-    export = controller.export_to_ollama(
-        model, "m", gguf_type="q4_k_m", calibration_text="/data/cal.txt"
-    )
-    assert export.config["calibration_text"] == "/data/cal.txt"
-    plain = controller.export_to_ollama(model, "m", gguf_type="q8_0")
-    assert "calibration_text" not in plain.config

@@ -192,7 +192,7 @@ def test_models_workspace_downloads_with_progress_stop_and_resume(
     try:
         ws.hub_button.click()
         dialog = ws.dialogs[-1]
-        qtbot.waitUntil(dialog.is_ready, timeout=30_000)
+        qtbot.waitUntil(dialog.is_loaded, timeout=30_000)
         # The repository is picked from a Hub search, not typed in full.
         picker = dialog.form.editor("repo_id")
         assert isinstance(picker, SearchPicker)
@@ -200,7 +200,7 @@ def test_models_workspace_downloads_with_progress_stop_and_resume(
         qtbot.waitUntil(lambda: "org/tiny" in picker.visible_values(), timeout=30_000)
         assert "org/gated" not in picker.visible_values()
         picker.pick("org/tiny")
-        assert dialog.values() == ("org/tiny", "main")
+        assert dialog.config() == {"repo_id": "org/tiny"}  # the rest: defaults
         ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
         with qtbot.waitSignal(ws.controller.action_started, timeout=20_000):
             qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from models_workspace_support import FakeOllama
+from models_workspace_support import FakeOllama, fill_run_form, submit_run_form
 from studio_harness import build_main_window, start_on_project
 from tiny_models import build_tiny_model
 
@@ -97,12 +97,10 @@ def test_one_click_adapter_to_ollama_then_chat(qtbot, setup) -> None:
     with FakeOllama() as fake:
         dialog = ws.export_to_ollama()
         assert dialog is not None
-        dialog.name.setText("jira-agent")
-        dialog.host.setText(fake.host)
-        dialog.type_box.setCurrentText("q8_0")
-        assert dialog.type_box.itemText(0) == "q4_k_m"  # the engine's default
-        with qtbot.waitSignal(dialog.accepted):
-            dialog._on_accepted()
+        fill_run_form(qtbot, dialog)
+        assert dialog.form.values()["type"] == "q4_k_m"  # the engine's default
+        fill_run_form(qtbot, dialog, type="q8_0", name="jira-agent", host=fake.host)
+        submit_run_form(qtbot, dialog)
         view = ws.pipeline_view
         export = view.export
         assert export is not None and view.isVisible()
@@ -224,10 +222,8 @@ def test_ollama_error_mid_stream_fails_the_chain_in_one_sentence(
         fake.fail_create = "unsupported model architecture"
         dialog = ws.export_to_ollama()
         assert dialog is not None
-        dialog.name.setText("broken")
-        dialog.host.setText(fake.host)
-        with qtbot.waitSignal(dialog.accepted):
-            dialog._on_accepted()
+        fill_run_form(qtbot, dialog, name="broken", host=fake.host)
+        submit_run_form(qtbot, dialog)
         export = ws.pipeline_view.export
         with qtbot.waitSignal(export.finished, timeout=60_000) as done:
             pass

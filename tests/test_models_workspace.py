@@ -11,7 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from models_workspace_support import REPORT, FakeOllama, fake_entry, make_ppo_zip
+from models_workspace_support import (
+    REPORT,
+    FakeOllama,
+    fake_entry,
+    fill_run_form,
+    make_ppo_zip,
+    submit_run_form,
+)
+from PySide6.QtWidgets import QDialogButtonBox
 from studio_harness import build_main_window, start_on_project
 
 from engine.store.project import Project
@@ -419,14 +427,15 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
     assert ws.buttons["deploy"].isEnabled() and ws.buttons["one_click"].isEnabled()
     with FakeOllama() as fake:
         dialog = ws.export_to_ollama()
-        assert dialog is not None and dialog.values()["name"] == "tiny-f16"
-        dialog.name.setText("Bad name!")
-        dialog._on_accepted()
+        assert dialog is not None
+        fill_run_form(qtbot, dialog)
+        assert dialog.form.values()["name"] == "tiny-f16"
+        fill_run_form(qtbot, dialog, name="Bad name!")
+        dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+        qtbot.waitUntil(dialog.message.isVisible, timeout=30_000)
         assert dialog.isVisible() and "letters, digits" in dialog.message.text()
-        dialog.name.setText("tiny-agent")
-        dialog.host.setText(fake.host)
-        with qtbot.waitSignal(dialog.accepted):
-            dialog._on_accepted()
+        fill_run_form(qtbot, dialog, name="tiny-agent", host=fake.host)
+        submit_run_form(qtbot, dialog)
         export = ws.pipeline_view.export
         assert export is not None
         with qtbot.waitSignal(export.finished, timeout=60_000) as done:

@@ -21,7 +21,7 @@ from engine.export.types import GGUF_TYPES
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.ollama import K_QUANTS
-from engine.settings import build, setting
+from engine.settings import build, form_of, setting
 from engine.store.paths import child, inside
 
 
@@ -172,6 +172,7 @@ def validate_gguf(config: Mapping[str, Any]) -> GGUFExportConfig:
     problem = adapter_type_problem(cfg.type) if cfg.adapter else None
     if problem:
         raise ConfigError("type", problem)
+    calibration = check_calibration(cfg.calibration_text, cfg.type, cfg.adapter)
     base = cfg.base_model_dir
     if cfg.adapter:
         if not (src / "adapter_config.json").is_file():
@@ -201,8 +202,38 @@ def validate_gguf(config: Mapping[str, Any]) -> GGUFExportConfig:
         cfg,
         model_dir=str(src),
         base_model_dir=base,
-        calibration_text=check_calibration(cfg.calibration_text, cfg.type, cfg.adapter),
+        calibration_text=calibration,
     )
+
+
+def calibration_field(field: dict[str, Any], gguf_type: str) -> dict[str, Any]:
+    """The calibration text's form field for an export of ``gguf_type``:
+    disabled, with the reason, for a type that takes no importance matrix."""
+    from engine.export.types import imatrix_problem
+
+    problem = imatrix_problem(gguf_type)
+    return {**field, "disabled": problem} if problem else field
+
+
+def gguf_form(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The export form for what is exported: an adapter offers the adapter
+    types and neither calibration nor the logit error (they weigh a whole
+    model); calibration text is offered to K-quant types only."""
+    from engine.export.types import adapter_type_problem
+
+    adapter = bool(values.get("adapter"))
+    gguf_type = str(values.get("type") or GGUFExportConfig.type).lower()
+    fields = []
+    for field in form_of(GGUFExportConfig):
+        if adapter and field["name"] in ("calibration_text", "logit_error"):
+            continue
+        if adapter and field["name"] == "type":
+            choices = [c for c in field["choices"] if adapter_type_problem(c) is None]
+            field = {**field, "choices": choices}
+        if field["name"] == "calibration_text":
+            field = calibration_field(field, gguf_type)
+        fields.append(field)
+    return fields
 
 
 def logit_error_without_imatrix(
@@ -225,6 +256,7 @@ def logit_error_without_imatrix(
     "export.gguf",
     config=GGUFExportConfig,
     check=validate_gguf,
+    form=gguf_form,
     label="GGUF export",
     group="export",
     description="Converts a Hugging Face model or LoRA adapter to GGUF and "

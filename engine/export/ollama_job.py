@@ -24,7 +24,7 @@ from engine.export.types import OLLAMA_EXPORT_TYPES, OLLAMA_SERVER_QUANTS
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.progress import Progress
-from engine.settings import build, same_setting, setting
+from engine.settings import build, form_of, same_setting, setting
 
 SERVER_QUANTS = OLLAMA_SERVER_QUANTS
 EXPORT_TYPES = OLLAMA_EXPORT_TYPES
@@ -146,6 +146,24 @@ def validate(config: Mapping[str, Any]) -> OllamaExportConfig:
         calibration_text=check_calibration(calibration, gguf_type),
         stages=[s.kind for s in stages_for(kind)],
     )
+
+
+def export_form(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The one-click form for what it starts from: a ``.gguf`` file is
+    deployed as it is (no calibration text); calibration text is offered to
+    K-quant types only."""
+    from engine.export.jobs import calibration_field
+
+    gguf_source = str(values.get("model") or "").endswith(".gguf")
+    gguf_type = str(values.get("type") or OllamaExportConfig.type).lower()
+    fields = []
+    for entry in form_of(OllamaExportConfig):
+        if entry["name"] == "calibration_text":
+            if gguf_source:
+                continue
+            entry = calibration_field(entry, gguf_type)
+        fields.append(entry)
+    return fields
 
 
 @dataclass
@@ -313,6 +331,7 @@ def export_to_ollama(
     "export.ollama",
     config=OllamaExportConfig,
     check=validate,
+    form=export_form,
     label="Export to Ollama",
     group="export",
     description="One-click export to Ollama: merges a LoRA adapter, exports "

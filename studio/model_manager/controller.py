@@ -74,14 +74,9 @@ class OllamaExport(QObject):
         session.run_ended.connect(self._on_session_run_ended)
         self._unsubscribe = session.state.subscribe(self._on_state_changed)
 
-    def start(self) -> None:
-        self._session.start_run(
-            "export.ollama",
-            self.config,
-            name=f"Export to Ollama: {self.name}",
-            on_started=self._on_started,
-            on_error=lambda e: self._finish(False, e.message),
-        )
+    def follow(self, run_id: str) -> None:
+        """Follow the ``export.ollama`` run the export dialog started."""
+        self._on_started(run_id)
 
     def run(self) -> dict[str, Any]:
         return (self._session.state.run(self.run_id) or {}) if self.run_id else {}
@@ -284,8 +279,7 @@ class ModelsController(QObject):
         on_error = guard(on_error)  # the dialog that asked may close meanwhile
 
         def started(run_id: str) -> None:
-            self.actions[run_id] = ActionRun(run_id, purpose, str(model["id"]), config)
-            self.action_started.emit(run_id, purpose)
+            self.adopt_action(run_id, purpose, model, config)
 
         self.session.start_run(
             kind,
@@ -349,84 +343,44 @@ class ModelsController(QObject):
             name=f"Export ONNX {model.get('name', '')}",
         )
 
-    def export_gguf(
-        self,
-        model: dict[str, Any],
-        gguf_type: str,
-        out: str | None = None,
-        on_error: ErrorCallback | None = None,
-        logit_error: bool = False,
-        calibration_text: str | None = None,
-    ) -> None:
-        adapter = model.get("kind") == "lora-adapter"
-        config: dict[str, Any] = {
+    # The settings an action fixes from the model it starts from (its
+    # dialog shows the rest, in the engine's form for the kind).
+    @staticmethod
+    def gguf_source(model: dict[str, Any]) -> dict[str, Any]:
+        """``export.gguf``: the model or adapter folder, and its lineage."""
+        return {
             "model_dir": model_folder(model),
-            "type": gguf_type,
-            "adapter": adapter,
-            "logit_error": logit_error and not adapter,
-            "name": ollama_name_for(str(model.get("name", ""))),
+            "adapter": model.get("kind") == "lora-adapter",
             "parents": [str(model["id"])],
         }
-        if out:
-            config["out"] = out
-        if calibration_text:
-            config["calibration_text"] = calibration_text
-        self.start_action(
-            "export.gguf",
-            "export.gguf",
-            config,
-            model,
-            name=f"Export GGUF {model.get('name', '')}",
-            on_error=on_error,
-        )
 
-    def deploy_ollama(
-        self,
-        model: dict[str, Any],
-        name: str,
-        host: str,
-        system: str | None = None,
-        quantize: str | None = None,
-        on_error: ErrorCallback | None = None,
-    ) -> None:
-        self.start_action(
-            "deploy",
-            "deploy.ollama",
-            {
-                "gguf": str(model["path"]),
-                "name": name,
-                "host": host or self.ollama_host,
-                "system": system or None,
-                "quantize": quantize or None,
-                "parents": [str(model["id"])],
-            },
-            model,
-            name=f"Deploy {name} to Ollama",
-            on_error=on_error,
-        )
+    @staticmethod
+    def deploy_source(model: dict[str, Any]) -> dict[str, Any]:
+        """``deploy.ollama``: the GGUF file, and its lineage."""
+        return {"gguf": str(model["path"]), "parents": [str(model["id"])]}
 
-    def export_to_ollama(
-        self,
-        model: dict[str, Any],
-        name: str,
-        host: str | None = None,
-        gguf_type: str = "q4_k_m",
-        system: str | None = None,
-        calibration_text: str | None = None,
-    ) -> OllamaExport:
-        """The one-click export as one engine run; call ``start()`` on it."""
+    @staticmethod
+    def one_click_source(model: dict[str, Any]) -> dict[str, Any]:
+        """``export.ollama``: a GGUF file as it is, else the model or adapter
+        folder, and its lineage."""
         path = model.get("path", "")
-        config: dict[str, Any] = {
-            "model": str(path if model.get("kind") == "gguf" else model_folder(model)),
-            "name": name,
-            "type": gguf_type,
-            "host": host or self.ollama_host,
-            "system": system or None,
-            "parents": [str(model["id"])],
-        }
-        if calibration_text:
-            config["calibration_text"] = calibration_text
-        return OllamaExport(self.session, model, config, parent=self)
+        source = path if model.get("kind") == "gguf" else model_folder(model)
+        return {"model": str(source), "parents": [str(model["id"])]}
+
+    def adopt_action(
+        self, run_id: str, purpose: str, model: dict[str, Any], config: dict[str, Any]
+    ) -> None:
+        """Follow a run started for ``model`` (by a dialog) as an action."""
+        self.actions[run_id] = ActionRun(run_id, purpose, str(model["id"]), config)
+        self.action_started.emit(run_id, purpose)
+
+    def follow_export(
+        self, model: dict[str, Any], run_id: str, config: dict[str, Any]
+    ) -> OllamaExport:
+        """The one-click export the dialog started, followed until it ends."""
+        export = OllamaExport(self.session, model, config, parent=self)
+        export.follow(run_id)
+        return export
 
     def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:
         action = self.actions.get(run_id)

@@ -38,13 +38,15 @@ from studio.lifetime import subscribe
 from studio.model_manager.controller import ModelsController, model_folder
 from studio.model_manager.dialogs import (
     ChatDialog,
-    DeployOllamaDialog,
-    ExportGgufDialog,
-    HubDownloadDialog,
     PipelineView,
+    deploy_dialog,
+    export_gguf_dialog,
+    hub_download_dialog,
+    one_click_dialog,
 )
 from studio.model_manager.eval_report import ComparisonReport
 from studio.model_manager.trace_viewer import TraceViewer
+from studio.run_form import RunFormDialog
 from studio.session import Session
 from studio.state.model_catalog import (
     KIND_LABELS,
@@ -590,18 +592,14 @@ class ModelsWorkspace(QWidget):
         self._open(dialog)
         return dialog
 
-    def export_gguf(self) -> ExportGgufDialog | None:
+    def export_gguf(self) -> RunFormDialog | None:
         model = self.selected()
         if model is None:
             return None
-        dialog = ExportGgufDialog(model, parent=self)
-        dialog.accepted.connect(
-            lambda: self.controller.export_gguf(
-                model,
-                dialog.values()["type"],
-                dialog.values()["out"] or None,
-                logit_error=dialog.values()["logit_error"],
-                calibration_text=dialog.values()["calibration_text"],
+        dialog = export_gguf_dialog(self._session, model, parent=self)
+        dialog.run_started.connect(
+            lambda run_id: self.controller.adopt_action(
+                run_id, "export.gguf", model, dialog.config()
             )
         )
         self._open(dialog)
@@ -612,47 +610,37 @@ class ModelsWorkspace(QWidget):
         if model:
             self.controller.export_onnx(model)
 
-    def deploy(self) -> DeployOllamaDialog | None:
+    def deploy(self) -> RunFormDialog | None:
         model = self.selected()
         if model is None:
             return None
-        dialog = DeployOllamaDialog(model, self.controller.ollama_host, parent=self)
-
-        def go() -> None:
-            v = dialog.values()
-            self.controller.deploy_ollama(
-                model, v["name"], v["host"], v["system"], v["quantize"]
+        dialog = deploy_dialog(
+            self._session, model, self.controller.ollama_host, parent=self
+        )
+        dialog.run_started.connect(
+            lambda run_id: self.controller.adopt_action(
+                run_id, "deploy", model, dialog.config()
             )
-
-        dialog.accepted.connect(go)
+        )
         self._open(dialog)
         return dialog
 
-    def export_to_ollama(self) -> DeployOllamaDialog | None:
+    def export_to_ollama(self) -> RunFormDialog | None:
         """The one-click export (one engine run), after a dialog for its name,
         type and server."""
         model = self.selected()
         if model is None:
             return None
-        dialog = DeployOllamaDialog(
-            model, self.controller.ollama_host, one_click=True, parent=self
+        dialog = one_click_dialog(
+            self._session, model, self.controller.ollama_host, parent=self
         )
 
-        def go() -> None:
-            v = dialog.values()
-            export = self.controller.export_to_ollama(
-                model,
-                v["name"],
-                v["host"],
-                v["type"],
-                v["system"],
-                calibration_text=v["calibration_text"],
-            )
+        def follow(run_id: str) -> None:
+            export = self.controller.follow_export(model, run_id, dialog.config())
             self.pipeline_view.set_export(export)
             export.finished.connect(lambda ok, _msg: self._rebuild())
-            export.start()
 
-        dialog.accepted.connect(go)
+        dialog.run_started.connect(follow)
         self._open(dialog)
         return dialog
 
@@ -720,9 +708,11 @@ class ModelsWorkspace(QWidget):
         if repo_id is not None:
             self.controller.download_from_hub(repo_id, revision)
             return
-        dialog = HubDownloadDialog(self._session, self)
-        dialog.accepted.connect(
-            lambda: self.controller.download_from_hub(*dialog.values())
+        dialog = hub_download_dialog(self._session, self)
+        dialog.run_started.connect(
+            lambda run_id: self.controller.adopt_action(
+                run_id, "hub.download", {"id": ""}, dialog.config()
+            )
         )
         self._open(dialog)
 

@@ -1,36 +1,26 @@
-"""New run / Duplicate with changes: a form from the engine's schema.
-
-The engine publishes the form (``run.schema``), so the fields, defaults,
-presets and help always match what its validator accepts. The dialog sends
-only what the user changed (and the environment and algorithm), so the
-engine keeps choosing the rest: rollout sizes fitted to the step budget and
-the hardware. It stays open until the engine accepts the config; a refused
-config shows the engine's sentence on the field it names.
+"""New run / Duplicate with changes: the engine's form for ``rl.train``
+(:class:`studio.run_form.RunFormDialog`), whose environment, algorithm and
+preset shape the rest: rollout sizes fitted to the step budget and the
+hardware stay the engine's choice unless the user changes them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QDialog,
-    QDialogButtonBox,
     QHeaderView,
     QLabel,
-    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from engine import protocol
-from studio.common import ok_cancel_buttons
-from studio.pickers import picker_sources
+from studio.run_form import RunFormDialog
 from studio.session import Session
-from widgets.param_form import ParamForm
 
 HP_PREFIX = "hyperparameters."
 # Changing these changes which fields exist and their presets.
@@ -130,9 +120,16 @@ class ProfilePreview(QWidget):
         }
 
 
-class RunDialog(QDialog):
+class RunDialog(RunFormDialog):
+    """New training run / Duplicate with changes (``rl.train`` and the
+    sweep's trials): the form nests hyperparameters as
+    ``hyperparameters.x`` fields and previews the hardware profile."""
+
     profile_preview_changed = Signal(str)
     """The hardware profile preview now shows this profile."""
+
+    shaping_fields = SHAPING_FIELDS
+    keeps_edits = False  # a new algorithm or preset brings its own settings
 
     def __init__(
         self,
@@ -142,72 +139,42 @@ class RunDialog(QDialog):
         parent: QWidget | None = None,
         title: str | None = None,
     ) -> None:
-        super().__init__(parent)
-        self.setWindowTitle(
-            title or ("Duplicate run with changes" if initial else "New training run")
+        super().__init__(
+            session,
+            kind,
+            title=title
+            or ("Duplicate run with changes" if initial else "New training run"),
+            ok_text="Train",
+            initial=initial,
+            parent=parent,
         )
-        self.resize(560, 720)
-        self._session = session
-        self._kind = kind
-        self._values = flatten_config(initial or {})
-        self._shape = self._shaping(self._values)
-        self._defaults: dict[str, Any] = {}
+        # The engine's form arrives later, through the event loop.
         self._profiles: dict[str, dict[str, Any]] = {}
-        self.started_run_id = ""
-        self.form = ParamForm()
-        picker_sources(session).attach(self.form)
-        self.form.values_changed.connect(self._on_form_values_changed)
-        self.form.validity_changed.connect(self._on_form_validity_changed)
-        scroll = QScrollArea(widgetResizable=True)
-        scroll.setWidget(self.form)
         self.profile_preview = ProfilePreview()
         self.profile_preview.hide()
-        self.message = QLabel(wordWrap=True)
-        self.message.setStyleSheet("color: #d62728;")
-        self.message.hide()
-        self.buttons = ok_cancel_buttons(self, "Train", self._on_buttons_accepted)
-        layout = QVBoxLayout(self)
-        layout.addWidget(scroll, 1)
-        layout.addWidget(self.profile_preview)
-        layout.addWidget(self.message)
-        layout.addWidget(self.buttons)
-        self._reshape_timer = QTimer(self, singleShot=True, interval=400)
-        self._reshape_timer.timeout.connect(self._request_schema)
-        self._set_busy(True)
-        self._request_schema()
+        self.resize(560, 720)
+        self.body.insertWidget(1, self.profile_preview)
 
-    # ------------------------------------------------------------ schema
-    @staticmethod
-    def _shaping(values: dict[str, Any]) -> tuple[Any, ...]:
-        return tuple(values.get(k) for k in SHAPING_FIELDS)
+    def to_form(self, config: dict[str, Any]) -> dict[str, Any]:
+        return flatten_config(config)
 
-    def _request_schema(self) -> None:
-        if any(p.is_open() for p in self.form.pickers().values()):
-            self._reshape_timer.start()  # the user is still searching
-            return
-        self._session.request_run_schema(
-            self._kind, nest_values(self._values), self._on_schema, self._on_error
-        )
+    def to_config(self, values: dict[str, Any]) -> dict[str, Any]:
+        return nest_values(values)
 
-    def _on_schema(self, fields: list[dict[str, Any]]) -> None:
-        # Keep what the user typed; fields new to this shape start at their preset.
-        keep = {k: v for k, v in self._values.items() if k in SHAPING_FIELDS}
-        if not self._fields_loaded():
-            keep = dict(self._values)
-        self.form.set_schema(fields, keep)
-        self._defaults = {f["name"]: f.get("default") for f in fields}
+    def schema_loaded(self, fields: list[dict[str, Any]]) -> None:
         self._profiles = next(
             (f.get("profiles", {}) for f in fields if f["name"] == PROFILE_FIELD), {}
         )
-        self._values = self.form.values()
-        self._shape = self._shaping(self._values)
         self._show_profile()
-        self._set_busy(False)
+
+    def values_edited(self) -> None:
+        self._show_profile()
 
     def _show_profile(self) -> None:
         """The chosen hardware profile's settings, with those this form sets
         itself in their place."""
-        name = str(self._values.get(PROFILE_FIELD) or "")
+        values = self.values
+        name = str(values.get(PROFILE_FIELD) or "")
         preview = self._profiles.get(name)
         self.profile_preview.setVisible(preview is not None)
         if preview is None:
@@ -219,58 +186,3 @@ class RunDialog(QDialog):
         }
         self.profile_preview.show_profile(name, preview, own)
         self.profile_preview_changed.emit(name)
-
-    def _fields_loaded(self) -> bool:
-        return bool(self.form.values())
-
-    # ------------------------------------------------------------- input
-    def _on_form_values_changed(self, values: dict[str, Any]) -> None:
-        self._values = values
-        self.message.hide()
-        if self._shaping(values) != self._shape:
-            self._reshape_timer.start()
-        self._show_profile()
-
-    def _on_form_validity_changed(self, valid: bool) -> None:
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(valid)
-
-    def _set_busy(self, busy: bool) -> None:
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(
-            not busy and self.form.is_valid()
-        )
-
-    # ------------------------------------------------------------ submit
-    def config(self) -> dict[str, Any]:
-        """The config to send: the fields the user changed from the schema's
-        defaults, plus the environment and algorithm."""
-        changed = {
-            k: v
-            for k, v in self._values.items()
-            if k not in self._defaults or self._defaults[k] != v
-        }
-        for key in SHAPING_FIELDS:
-            if self._values.get(key) not in (None, ""):
-                changed[key] = self._values[key]
-        return nest_values(changed)
-
-    def _on_buttons_accepted(self) -> None:
-        self._set_busy(True)
-        config = self.config()
-        self._session.start_run(
-            self._kind,
-            config,
-            name=str(config.get("name") or ""),
-            on_started=self._on_started,
-            on_error=self._on_error,
-        )
-
-    def _on_started(self, run_id: str) -> None:
-        self.started_run_id = run_id
-        self.accept()
-
-    def _on_error(self, error: protocol.Error) -> None:
-        self._set_busy(False)
-        self.message.setText(error.message)
-        self.message.show()
-        if error.field:
-            self.form.set_external_errors({error.field: error.message})

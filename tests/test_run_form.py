@@ -1,0 +1,175 @@
+"""The model manager's run dialogs are the engine's forms for their job kinds
+(studio.run_form.RunFormDialog over ``run.schema``, each derived from the
+kind's config dataclass): what the user can set, its choices and defaults,
+which fields depend on which, and the refusals, all come from the engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialogButtonBox,
+    QLabel,
+    QLineEdit,
+    QWidget,
+)
+from tiny_models import build_tiny_model
+
+from studio.engine_client import EngineClient
+from studio.model_manager.dialogs import (
+    deploy_dialog,
+    export_gguf_dialog,
+    one_click_dialog,
+)
+from studio.run_form import RunFormDialog
+from studio.session import Session
+from studio.settings import Settings
+from studio.state.project_state import ProjectState
+
+OK = QDialogButtonBox.StandardButton.Ok
+CANCEL = QDialogButtonBox.StandardButton.Cancel
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "m", "qwen2")
+
+
+@pytest.fixture
+def session(qtbot, tmp_path: Path) -> Iterator[Session]:  # type: ignore[no-untyped-def]
+    client = EngineClient(auto_restart=False)
+    with qtbot.waitSignal(client.hello_received, timeout=20_000):
+        client.start()
+    settings = Settings(
+        QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    )
+    session = Session(client, ProjectState(), settings)
+    with qtbot.waitSignal(session.project_opened, timeout=20_000):
+        session.open_project(str(tmp_path / "project"), create=True)
+    yield session
+    client.stop()
+
+
+def _loaded(qtbot, dialog: RunFormDialog) -> RunFormDialog:  # type: ignore[no-untyped-def]
+    qtbot.addWidget(dialog)
+    qtbot.waitUntil(dialog.is_loaded, timeout=20_000)
+    return dialog
+
+
+def _line(dialog: RunFormDialog, name: str) -> QLineEdit:
+    editor = dialog.form.editor(name)
+    line = editor if isinstance(editor, QLineEdit) else editor.property("line_edit")
+    assert isinstance(line, QLineEdit), name
+    return line
+
+
+def _choose(qtbot, dialog: RunFormDialog, name: str, choice: str) -> None:  # type: ignore[no-untyped-def]
+    """Pick ``choice`` and wait for the engine's form for it."""
+    box = dialog.form.editor(name)
+    assert isinstance(box, QComboBox)
+    box.setCurrentIndex(box.findData(choice))
+    qtbot.waitUntil(lambda: dialog.form.editor(name) is not box, timeout=20_000)
+
+
+def _choices(dialog: RunFormDialog, name: str) -> list[Any]:
+    box = dialog.form.editor(name)
+    assert isinstance(box, QComboBox)
+    return [box.itemData(i) for i in range(box.count())]
+
+
+def _shown_on_field(dialog: RunFormDialog, sentence: str) -> bool:
+    """Whether the form shows ``sentence`` under one of its fields."""
+    return any(
+        label.isVisible() and label.text() == sentence
+        for label in dialog.form.findChildren(QLabel)
+    )
+
+
+def _names(dialog: RunFormDialog) -> set[str]:
+    return set(dialog.form.values())
+
+
+def test_export_gguf_offers_calibration_to_k_quants_only(
+    qtbot, session: Session, tiny_model: Path
+) -> None:
+    model = {"id": "m-1", "name": "Tiny M", "kind": "hf-model", "path": str(tiny_model)}
+    dialog = _loaded(qtbot, export_gguf_dialog(session, model))
+    assert dialog.buttons.button(OK).text() == "Export"
+    # The model it starts from is fixed, not a field; its name is offered.
+    assert {"model_dir", "adapter", "parents"}.isdisjoint(_names(dialog))
+    assert dialog.form.values()["name"] == "tiny-m"
+    assert dialog.form.values()["type"] == "f16"  # the config's default
+    calibration: QWidget = dialog.form.editor("calibration_text")
+    assert not calibration.isEnabled()  # f16 takes no importance matrix
+    _choose(qtbot, dialog, "type", "q4_k_m")
+    assert dialog.form.editor("calibration_text").isEnabled()
+    _line(dialog, "calibration_text").setText("/data/cal.txt")
+    config = dialog.config()
+    assert config["calibration_text"] == "/data/cal.txt" and config["type"] == "q4_k_m"
+    assert config["model_dir"] == str(tiny_model) and config["parents"] == ["m-1"]
+
+
+def test_an_adapter_exports_in_the_adapter_types_without_calibration(
+    qtbot, session: Session, tmp_path: Path
+) -> None:
+    model = {"id": "a-1", "name": "a", "kind": "lora-adapter", "path": str(tmp_path)}
+    dialog = _loaded(qtbot, export_gguf_dialog(session, model))
+    assert _choices(dialog, "type") == ["f32", "f16", "bf16", "q8_0"]
+    assert {"calibration_text", "logit_error"}.isdisjoint(_names(dialog))
+
+
+def test_a_refused_setting_keeps_the_dialog_open_with_the_engine_sentence(
+    qtbot, session: Session, tiny_model: Path
+) -> None:
+    model = {"id": "m-1", "name": "m", "kind": "hf-model", "path": str(tiny_model)}
+    dialog = _loaded(qtbot, export_gguf_dialog(session, model))
+    dialog.show()
+    _line(dialog, "out").setText("model.bin")
+    dialog.buttons.button(OK).click()
+    qtbot.waitUntil(lambda: dialog.message.isVisible(), timeout=20_000)
+    assert dialog.message.text() == "out must be a file name ending in .gguf."
+    assert dialog.isVisible() and _shown_on_field(dialog, dialog.message.text())
+    with qtbot.waitSignal(dialog.rejected):
+        dialog.buttons.button(CANCEL).click()
+
+
+def test_deploy_and_one_click_refuse_a_bad_ollama_name(
+    qtbot, session: Session, tiny_model: Path, tmp_path: Path
+) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")  # the deployment checks only that it exists
+    for make, model, ok_text in (
+        (deploy_dialog, {"kind": "gguf", "path": str(gguf)}, "Deploy"),
+        (one_click_dialog, {"kind": "hf-model", "path": str(tiny_model)}, None),
+    ):
+        dialog = _loaded(qtbot, make(session, {"id": "m-1", "name": "m", **model}, ""))
+        assert dialog.buttons.button(OK).text() == (ok_text or "Export and deploy")
+        assert dialog.form.values()["host"] == "http://127.0.0.1:11434"
+        dialog.show()
+        _line(dialog, "name").setText("bad name!")
+        dialog.buttons.button(OK).click()
+        qtbot.waitUntil(lambda d=dialog: d.message.isVisible(), timeout=20_000)
+        assert "not a valid Ollama model name" in dialog.message.text()
+        assert _shown_on_field(dialog, dialog.message.text()) and dialog.isVisible()
+        assert not dialog.started_run_id
+
+
+def test_one_click_calibrates_exports_of_k_quants_and_deploys_a_gguf_as_it_is(
+    qtbot, session: Session, tiny_model: Path, tmp_path: Path
+) -> None:
+    model = {"id": "m-1", "name": "m", "kind": "hf-merged", "path": str(tiny_model)}
+    dialog = _loaded(qtbot, one_click_dialog(session, model, ""))
+    assert dialog.form.values()["type"] == "q4_k_m"  # the engine's default
+    assert dialog.form.editor("calibration_text").isEnabled()
+    for other in ("q8_0", "ollama-q4_k_m"):
+        _choose(qtbot, dialog, "type", other)
+        assert not dialog.form.editor("calibration_text").isEnabled(), other
+    gguf = {"id": "g-1", "name": "g", "kind": "gguf", "path": str(tmp_path / "g.gguf")}
+    plain = _loaded(qtbot, one_click_dialog(session, gguf, ""))
+    assert "calibration_text" not in _names(plain)
+    assert plain.config()["model"] == str(tmp_path / "g.gguf")
