@@ -114,7 +114,7 @@ def test_models_play_job_normalizes_like_training(
     """Models → Play (an ``env_preview`` job with a model) acts on the
     normalized observation, as the policy did in training, and says that a
     policy from another folder came from outside the project."""
-    from engine.jobs.registry import load, validate_config
+    from engine.jobs.registry import get_kind, validate_config
 
     project = tmp_path / "project"
     config = validate_config(
@@ -129,7 +129,7 @@ def test_models_play_job_normalizes_like_training(
     )
     run_dir = project / "runs" / "play"
     ctx = JobContext("play", run_dir, "env_preview", config, events=None)
-    load("engine.envs.job:run_preview")(ctx)
+    get_kind("env_preview").entry(ctx)
     ctx.close()
     trace = json.loads((run_dir / "preview.json").read_text())["trace"]
     obs = np.asarray([row["observation"] for row in trace], dtype=np.float32)
