@@ -232,6 +232,40 @@ def failing_last() -> flow.FlowDocument:
     return doc
 
 
+def test_an_onnx_node_exports_the_trained_policy_and_registers_it(
+    tmp_path: Path,
+) -> None:
+    """Train → Export ONNX: the ONNX file is named after the model, checked
+    against the policy, and registered beside it."""
+    import numpy as np
+    import onnxruntime as ort
+
+    doc = flow.load(EXAMPLE)
+    doc.name = "to_onnx"
+    doc.nodes.append(flow.Node("onnx", "export.onnx", {"samples": 16}))
+    doc.links.append(flow.Link("train", "policy", "onnx", "policy"))
+    path = tmp_path / "flows" / "to_onnx.flow.json"
+    path.parent.mkdir()
+    flow.save(doc, path)
+    proc = engine_run(path, "--project", tmp_path, *QUICK, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = summary_of(proc)
+    report = summary["nodes"]["onnx"]["outputs"]["report"]
+    assert report["verified"] and report["samples"] == 16
+    assert Path(report["file"]).name == "PPO-CartPole.onnx"
+    project = Project.open(tmp_path)
+    try:
+        models = {m.kind: m for m in project.list_models()}
+    finally:
+        project.close()
+    onnx = models["onnx"]
+    assert onnx.name == "PPO CartPole (ONNX)"
+    assert Path(onnx.path).name == "PPO-CartPole.onnx"  # the project's copy
+    session = ort.InferenceSession(onnx.path)
+    (action,) = session.run(None, {"observation": np.zeros((1, 4), np.float32)})
+    assert action.shape == (1,)
+
+
 def test_a_flow_failing_at_its_last_node_registers_the_earlier_models(
     tmp_path: Path,
 ) -> None:

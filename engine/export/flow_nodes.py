@@ -1,9 +1,10 @@
-"""Export nodes: a language model or LoRA adapter to GGUF, and a GGUF to
-Ollama.
+"""Export nodes: a language model or LoRA adapter to GGUF, a GGUF to
+Ollama, and an SB3 policy to ONNX.
 
-Both call the validators and job functions of the ``export.gguf`` and
-``deploy.ollama`` job kinds (``engine.export.jobs``) in the flow's process,
-so a node does exactly what the Models workspace's Export and Deploy do.
+Each calls the validator and job function of its job kind
+(``export.gguf``, ``deploy.ollama``, ``export.onnx``: ``engine.export.jobs``)
+in the flow's process, so a node does exactly what the Models workspace's
+Export and Deploy do.
 
 The ``gguf`` value that travels along links::
 
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.export.jobs import GGUFExportConfig, OllamaDeployConfig
+from engine.export.jobs import GGUFExportConfig, OllamaDeployConfig, ONNXExportConfig
 from engine.export.modelfile import FAMILIES
 from engine.export.types import adapter_type_problem, imatrix_problem
 from engine.flow import ParamSpec, PortSpec
@@ -161,6 +162,66 @@ def export_gguf(node: NodeRun) -> NodeResult:
                 "name": f"{name} ({p['type'].upper()})",
                 "env": source.get("env_id", ""),
                 "algo": "GGUF",
+            }
+        ],
+        files=[entry["file"]],
+    )
+
+
+# --------------------------------------------------------------------- ONNX
+@node_type(
+    "export.onnx",
+    title="Export ONNX",
+    category=CATEGORY,
+    inputs=(PortSpec("policy", "policy", help="A trained SB3 policy (model.zip)."),),
+    outputs=(
+        PortSpec(
+            "report",
+            "report",
+            help="The ONNX file and its check against the policy on random "
+            "observations (onnxruntime): the largest difference, verified.",
+        ),
+    ),
+    params=param_specs(ONNXExportConfig, ("samples",)),
+)
+def export_onnx(node: NodeRun) -> NodeResult:
+    """Export the policy's network, with its observation normalization and
+    action masks, to one ONNX file that runs without Python, and check it
+    against the policy."""
+    policy = node.input("policy")
+    source = Path(policy["file"])
+    name = str(policy.get("name") or source.parent.name)
+    summary = _run_job(
+        node,
+        "export.onnx",
+        {
+            "policy": str(source),
+            # Named after the model it exports, not SB3's "model.zip".
+            "out": str(node.work_dir / "output" / f"{file_stem(name)}.onnx"),
+            "samples": node.params["samples"],
+            "parents": [str(source)],
+        },
+    )
+    report = summary["report"]
+    (entry,) = summary["models"]
+    if not report.get("verified"):
+        raise EngineError(
+            f"The ONNX export of {name} does not match the policy: "
+            f"{report.get('max_abs_diff')} apart at most."
+        )
+    env = policy.get("env") or {}
+    return NodeResult(
+        outputs={"report": {**report, "file": entry["file"]}},
+        summary={
+            "file": Path(entry["file"]).name,
+            "max_abs_diff": report.get("max_abs_diff"),
+        },
+        models=[
+            {
+                **entry,
+                "name": f"{name} (ONNX)",
+                "env": env.get("id", ""),
+                "algo": policy.get("algo", ""),
             }
         ],
         files=[entry["file"]],
