@@ -235,8 +235,8 @@ class DQNConfig:
 
 
 @dataclass(frozen=True)
-class SACConfig:
-    """Soft Actor-Critic (stable-baselines3 ``SAC``); continuous actions only."""
+class ActorCriticOffPolicyBase:
+    """Fields SAC and TD3 share (their replay, target and update schedule)."""
 
     learning_rate: float = setting(
         3e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
@@ -262,6 +262,12 @@ class SACConfig:
     """Update the networks every this many steps (per environment copy)."""
     gradient_steps: int = setting(1, min=-1, max=ROLLOUT_MAX)
     """Gradient steps per update (-1: as many as steps collected)."""
+
+
+@dataclass(frozen=True)
+class SACConfig(ActorCriticOffPolicyBase):
+    """Soft Actor-Critic (stable-baselines3 ``SAC``); continuous actions only."""
+
     ent_coef: str = setting("auto", numeric_text=True)
     """Entropy weight: a number, ``auto`` (learned) or ``auto_0.1`` (learned,
     starting at 0.1)."""
@@ -283,33 +289,13 @@ class SACConfig:
 
 
 @dataclass(frozen=True)
-class TD3Config:
+class TD3Config(ActorCriticOffPolicyBase):
     """Twin Delayed DDPG (stable-baselines3 ``TD3``); continuous actions only."""
 
     learning_rate: float = setting(
         1e-3, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
     )
     """Adam step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
-    """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = setting(1_000_000, min=1, max=BUFFER_MAX, unit="transitions")
-    """Replay buffer capacity (transitions)."""
-    learning_starts: int = setting(100, min=0, max=STEPS_MAX, unit="steps")
-    """Steps collected (random actions) before the first gradient step."""
-    batch_size: int = setting(256, min=1, max=ROLLOUT_MAX, unit="transitions")
-    """Transitions per gradient step."""
-    tau: float = setting(
-        0.005, min=0, exclusive_min=True, max=1, search=Search(1e-3, 0.08, log=True)
-    )
-    """Target network soft-update coefficient in (0, 1]."""
-    gamma: float = setting(
-        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
-    )
-    """Discount factor per step, in (0, 1]."""
-    train_freq: int = setting(1, min=1, max=ROLLOUT_MAX, unit="steps")
-    """Update the networks every this many steps (per environment copy)."""
-    gradient_steps: int = setting(1, min=-1, max=ROLLOUT_MAX)
-    """Gradient steps per update (-1: as many as steps collected)."""
     policy_delay: int = setting(2, min=1, max=10_000)
     """Actor and target updates once per this many critic updates."""
     target_policy_noise: float = setting(0.2, min=0)
