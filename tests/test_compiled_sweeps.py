@@ -22,7 +22,7 @@ pytest.importorskip("jax")
 
 from test_compiled_training import LoggedContext, _run
 
-from engine.rl import tune
+from engine.rl import tune_space, tune_trials
 from engine.store.metrics import read_metrics
 from engine.store.project import Project
 
@@ -43,11 +43,11 @@ def _tune(project: Path, *argv: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def _settings(**over: Any) -> tune.SweepSettings:
-    base = tune.SweepSettings(
+def _settings(**over: Any) -> tune_space.SweepSettings:
+    base = tune_space.SweepSettings(
         env="CartPole-v1", algo="PPO", steps=1024, trials=12,
-        search=(tune.Dimension("learning_rate", "float", 1e-4, 1e-2),
-                tune.Dimension("gamma", "float", 0.9, 0.999)),
+        search=(tune_space.Dimension("learning_rate", "float", 1e-4, 1e-2),
+                tune_space.Dimension("gamma", "float", 0.9, 0.999)),
         fixed={"backend": "jax"}, hyperparameters={},
     )  # fmt: skip
     return dataclasses.replace(base, **over)
@@ -65,13 +65,16 @@ def _train_runs(project: Path) -> list[Any]:
 
 
 def test_which_sweeps_train_their_trials_together() -> None:
-    assert tune.compiled_slots(_settings()) == 12
-    assert tune.compiled_slots(_settings(trials=40)) == tune.COMPILED_SLOTS_MAX
+    assert tune_trials.compiled_slots(_settings()) == 12
+    assert (
+        tune_trials.compiled_slots(_settings(trials=40))
+        == tune_trials.COMPILED_SLOTS_MAX
+    )
     # a shape of the program searched, another backend, or a trial's own CPU time
-    n_steps = tune.Dimension("n_steps", "int", 64, 2048)
-    assert tune.compiled_slots(_settings(search=(n_steps,))) == 1
-    assert tune.compiled_slots(_settings(fixed={"backend": "sb3"})) == 1
-    assert tune.compiled_slots(_settings(objective="time_to_target")) == 1
+    n_steps = tune_space.Dimension("n_steps", "int", 64, 2048)
+    assert tune_trials.compiled_slots(_settings(search=(n_steps,))) == 1
+    assert tune_trials.compiled_slots(_settings(fixed={"backend": "sb3"})) == 1
+    assert tune_trials.compiled_slots(_settings(objective="time_to_target")) == 1
 
 
 def test_trials_train_together_each_a_run_computing_what_it_would_alone(

@@ -17,7 +17,7 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from engine import cli
-from engine.rl import tune
+from engine.rl import tune, tune_space, tune_storage, tune_study
 from engine.store.metrics import read_metrics
 from engine.store.project import Project
 
@@ -41,7 +41,7 @@ def _tune(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 
 def _study(url: str, name: str) -> optuna.Study:
-    return optuna.load_study(study_name=name, storage=tune.open_storage(url))
+    return optuna.load_study(study_name=name, storage=tune_storage.open_storage(url))
 
 
 def test_two_workers_share_one_study_every_trial_a_run_and_best_is_a_preset(
@@ -136,9 +136,9 @@ def test_a_trial_below_the_median_is_pruned_and_its_run_stopped(
     )  # fmt: skip
     settings = tune._new_settings(args, project_dir)
     study = optuna.create_study(
-        study_name="prune", storage=tune.open_storage(url), direction="maximize"
+        study_name="prune", storage=tune_storage.open_storage(url), direction="maximize"
     )
-    study.set_user_attr(tune.SETTINGS_ATTR, settings.to_json())
+    study.set_user_attr(tune_study.SETTINGS_ATTR, settings.to_json())
     # Two earlier trials that balanced the pole from the first evaluation
     # on: the median every later trial is held to.
     for lr in (1e-3, 2e-3):
@@ -152,7 +152,7 @@ def test_a_trial_below_the_median_is_pruned_and_its_run_stopped(
                 intermediate_values={s: 500.0 for s in range(0, 2 * STEPS, 8)},
             )
         )
-    tune.queue_trials(study, settings)  # the third
+    tune_study.queue_trials(study, settings)  # the third
     done = _tune("--study", "prune", "--storage", url, "--project", str(project_dir))
     assert done.returncode == 0, done.stderr
     assert "trial 3/3 (#2) pruned" in done.stderr
@@ -181,9 +181,9 @@ def _existing_study(tmp_path: Path) -> str:
     )  # fmt: skip
     settings = tune._new_settings(args, tmp_path / "elsewhere")
     study = optuna.create_study(
-        study_name="taken", storage=tune.open_storage(url), direction="maximize"
+        study_name="taken", storage=tune_storage.open_storage(url), direction="maximize"
     )
-    study.set_user_attr(tune.SETTINGS_ATTR, settings.to_json())
+    study.set_user_attr(tune_study.SETTINGS_ATTR, settings.to_json())
     return url
 
 
@@ -284,24 +284,31 @@ def test_a_preset_for_another_env_is_refused(
 
 
 def test_default_search_space_comes_from_the_field_declarations() -> None:
-    space = {d.name: d for d in tune.default_space("PPO")}
-    assert space["learning_rate"] == tune.Dimension(
+    space = {d.name: d for d in tune_space.default_space("PPO")}
+    assert space["learning_rate"] == tune_space.Dimension(
         "learning_rate", "float", 1e-5, 1e-2, log=True
     )
     assert space["n_epochs"].kind == "int"
     assert "net_arch" not in space and "n_envs" not in space
-    assert {d.name for d in tune.default_space("DQN")} >= {"exploration_fraction"}
-    dims = tune.parse_search(["gamma", "activation=tanh,relu", "n_envs=4,8"], "PPO")
+    assert {d.name for d in tune_space.default_space("DQN")} >= {"exploration_fraction"}
+    dims = tune_space.parse_search(
+        ["gamma", "activation=tanh,relu", "n_envs=4,8"], "PPO"
+    )
     assert [d.kind for d in dims] == ["float", "choice", "choice"]
     assert dims[2].top and dims[2].choices == (4, 8)
 
 
 def test_list_settings_are_searched_as_choices_of_lists() -> None:
-    (dim,) = tune.parse_search(["net_arch=[64,64], [256,256],[64, 64]"], "PPO")
-    assert dim == tune.Dimension("net_arch", "choice", choices=([64, 64], [256, 256]))
-    assert tune.Dimension.from_json(json.loads(json.dumps(dim.to_json()))) == dim
+    (dim,) = tune_space.parse_search(["net_arch=[64,64], [256,256],[64, 64]"], "PPO")
+    assert dim == tune_space.Dimension(
+        "net_arch", "choice", choices=([64, 64], [256, 256])
+    )
+    assert tune_space.Dimension.from_json(json.loads(json.dumps(dim.to_json()))) == dim
     assert dim.value("[256,256]") == [256, 256] and dim.value(3) == 3
-    assert tune.choice_key([64, 64]) == "[64,64]" and tune.choice_key(0.5) == 0.5
+    assert (
+        tune_space.choice_key([64, 64]) == "[64,64]"
+        and tune_space.choice_key(0.5) == 0.5
+    )
 
 
 def test_a_sweep_over_net_arch_trains_each_choice_and_saves_the_best_as_a_list(

@@ -25,7 +25,14 @@ from optuna.trial import TrialState
 
 from engine import cli
 from engine.errors import EngineError
-from engine.rl import sweep_workers, tune
+from engine.rl import (
+    sweep_workers,
+    tune,
+    tune_space,
+    tune_storage,
+    tune_study,
+    tune_trials,
+)
 from engine.store.project import Project
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +56,7 @@ def _new_study(
          *more]
     )  # fmt: skip
     settings = tune._new_settings(args, tmp_path / "p")
-    study, _ = tune.open_study(tune.open_storage(url), name, settings)
+    study, _ = tune_study.open_study(tune_storage.open_storage(url), name, settings)
     return url, study
 
 
@@ -64,10 +71,10 @@ def test_racing_workers_take_each_queued_trial_once_and_make_none(
 
     def worker() -> None:
         # Each its own connection, as separate processes have.
-        storage = tune.open_storage(url, checked=True)
-        mine, settings = tune.load(storage, "race")
+        storage = tune_storage.open_storage(url, checked=True)
+        mine, settings = tune_study.load(storage, "race")
         start.wait()
-        while (trial := tune.take_trial(mine, storage, settings)) is not None:
+        while (trial := tune_study.take_trial(mine, storage, settings)) is not None:
             with lock:
                 taken.append(trial.number)
 
@@ -95,13 +102,13 @@ def test_a_seeded_sweep_draws_the_same_trials_on_one_worker_or_two(
         )
         taking = []
         for _ in range(workers):
-            storage = tune.open_storage(url, checked=True)
-            study, settings = tune.load(storage, name)
+            storage = tune_storage.open_storage(url, checked=True)
+            study, settings = tune_study.load(storage, name)
             taking.append((study, storage, settings))
         dims = list(taking[0][2].search)
         params: dict[int, tuple[Any, ...]] = {}
         turn = 0
-        while (trial := tune.take_trial(*taking[turn % workers])) is not None:
+        while (trial := tune_study.take_trial(*taking[turn % workers])) is not None:
             params[trial.number] = tuple(d.suggest(trial) for d in dims)
             turn += 1
         return params
@@ -134,13 +141,13 @@ def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
             "the worker to take a trial and draw its settings",
         )
         # Alive and beating: the default grace period keeps its trial.
-        tune.fail_stale_trials(study)
+        tune_study.fail_stale_trials(study)
         assert study.get_trials()[0].state == TrialState.RUNNING
         # As if it ran on a lost machine: only its heartbeat can tell.
         trial_id = study.get_trials()[0]._trial_id
-        worker_attr = {**study.get_trials()[0].system_attrs[tune.WORKER_ATTR]}
+        worker_attr = {**study.get_trials()[0].system_attrs[tune_study.WORKER_ATTR]}
         study._storage.set_trial_system_attr(
-            trial_id, tune.WORKER_ATTR, {**worker_attr, "host": "elsewhere"}
+            trial_id, tune_study.WORKER_ATTR, {**worker_attr, "host": "elsewhere"}
         )
     finally:
         worker.send_signal(signal.SIGKILL)
@@ -148,11 +155,12 @@ def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
     # The worker is gone; a checker with a one-second grace period fails
     # its trial once the last heartbeat is older than that.
     strict = optuna.load_study(
-        study_name="beat", storage=tune.open_storage(url, heartbeat_s=1, grace_s=1)
+        study_name="beat",
+        storage=tune_storage.open_storage(url, heartbeat_s=1, grace_s=1),
     )
 
     def failed() -> bool:
-        tune.fail_stale_trials(strict)
+        tune_study.fail_stale_trials(strict)
         return strict.get_trials()[0].state == TrialState.FAIL
 
     _wait_until(failed, 60, "the stale trial to be failed")
@@ -164,7 +172,7 @@ def test_a_killed_workers_trial_is_failed_by_the_heartbeat_check(
         TrialState.WAITING,
         TrialState.WAITING,
     ]
-    assert trials[2].system_attrs[tune.RETRY_OF_ATTR] == 0
+    assert trials[2].system_attrs[tune_study.RETRY_OF_ATTR] == 0
     assert trials[2].params == trials[0].params and trials[0].params
 
 
@@ -206,24 +214,24 @@ def test_a_killed_workers_trial_is_retried_once_by_another_worker_at_once(
     finally:
         _kill(first)
     killed = study.get_trials()[0]
-    assert killed.system_attrs[tune.WORKER_ATTR]["pid"] == first.pid
+    assert killed.system_attrs[tune_study.WORKER_ATTR]["pid"] == first.pid
     second = _start_worker(url, "retry", project)
     try:
         # The second worker fails the dead one's trial and takes its retry;
         # far sooner than the grace period (GRACE_S) could.
         _wait_until(
             lambda: states() == [TrialState.FAIL, TrialState.RUNNING],
-            tune.GRACE_S - 30,
+            tune_storage.GRACE_S - 30,
             "the second worker to retry the killed worker's trial",
         )
         retry = study.get_trials()[1]
-        assert retry.system_attrs[tune.RETRY_OF_ATTR] == 0
-        assert retry.system_attrs[tune.WORKER_ATTR]["pid"] == second.pid
+        assert retry.system_attrs[tune_study.RETRY_OF_ATTR] == 0
+        assert retry.system_attrs[tune_study.WORKER_ATTR]["pid"] == second.pid
         assert retry.params == killed.params and retry.params
     finally:
         _kill(second)
     # The retry's worker died too: failed at once, not retried again.
-    tune.fail_stale_trials(study)
+    tune_study.fail_stale_trials(study)
     assert states() == [TrialState.FAIL, TrialState.FAIL]
 
 
@@ -231,21 +239,21 @@ def test_two_workers_finding_a_dead_trial_retry_it_once(tmp_path: Path) -> None:
     """Of several checkers that find one dead worker's trial, one fails and
     queues it again."""
     url, study = _new_study(tmp_path, "dead", trials=1, steps=512)
-    storage = tune.open_storage(url, checked=True)
-    mine, settings = tune.load(storage, "dead")
-    trial = tune.take_trial(mine, storage, settings)
+    storage = tune_storage.open_storage(url, checked=True)
+    mine, settings = tune_study.load(storage, "dead")
+    trial = tune_study.take_trial(mine, storage, settings)
     assert trial is not None
     trial.suggest_float("gamma", 0.9, 0.99)
     # A worker of this machine that has ended: a pid no process has.
-    dead = {**tune._this_worker(), "pid": 2**22 + 1}
-    storage.set_trial_system_attr(trial._trial_id, tune.WORKER_ATTR, dead)
+    dead = {**tune_study._this_worker(), "pid": 2**22 + 1}
+    storage.set_trial_system_attr(trial._trial_id, tune_study.WORKER_ATTR, dead)
     start = threading.Barrier(4)
 
     def check() -> None:
-        checker = tune.open_storage(url, checked=True)
-        theirs, _ = tune.load(checker, "dead")
+        checker = tune_storage.open_storage(url, checked=True)
+        theirs, _ = tune_study.load(checker, "dead")
         start.wait()
-        tune.fail_stale_trials(theirs)
+        tune_study.fail_stale_trials(theirs)
 
     threads = [threading.Thread(target=check) for _ in range(4)]
     for t in threads:
@@ -256,7 +264,7 @@ def test_two_workers_finding_a_dead_trial_retry_it_once(tmp_path: Path) -> None:
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
     assert trials[1].params == trials[0].params
     # The command's line for it says which trial it retries.
-    line = tune.trial_line(trials[1], 2, 1, None)
+    line = tune_study.trial_line(trials[1], 2, 1, None)
     assert line.startswith("trial 2/2 (#1, retry of #0) failed"), line
 
 
@@ -266,10 +274,10 @@ def _open_new_storage(url: str, barrier: Any, results: Any) -> None:
     moment every racer is ready (a real process of its own)."""
     from engine.errors import EngineError
 
-    tune.quiet_optuna()
+    tune_storage.quiet_optuna()
     barrier.wait()
     try:
-        tune.open_storage(url)
+        tune_storage.open_storage(url)
         results.put("opened")
     except EngineError as exc:
         results.put(str(exc))
@@ -314,7 +322,7 @@ def test_an_in_memory_storage_is_refused_in_one_sentence(
     )  # fmt: skip
     assert code == 2
     with pytest.raises(EngineError) as caught:
-        tune.open_storage(url)
+        tune_storage.open_storage(url)
     message = str(caught.value)
     assert "is an SQLite database in memory" in message
     assert "\n" not in message and message.endswith(".")
@@ -372,7 +380,7 @@ def test_time_to_target_is_minimized_and_recorded_in_the_preset(
     assert summary["objective"] == "time_to_target"
     study = optuna.load_study(
         study_name=summary["study"],
-        storage=tune.open_storage(summary["storage"]),
+        storage=tune_storage.open_storage(summary["storage"]),
     )
     assert study.direction == optuna.study.StudyDirection.MINIMIZE
     values = [t.value for t in study.get_trials()]
@@ -391,8 +399,8 @@ def test_a_time_to_target_trial_slower_than_the_best_stops_at_its_next_eval(
         tmp_path, "slow", 2, 200_000, "--objective", "time_to_target",
         "--set", "target_eval_reward=10000", "--set", "eval_every_steps=256",
     )  # fmt: skip
-    storage = tune.open_storage(url, checked=True)
-    first = tune.take_trial(study, storage, tune.settings_of(study))
+    storage = tune_storage.open_storage(url, checked=True)
+    first = tune_study.take_trial(study, storage, tune_study.settings_of(study))
     assert first is not None
     study.tell(first, 0.01)  # the best so far reached it in 0.01 CPU seconds
     project = tmp_path / "p"
@@ -424,16 +432,18 @@ def test_only_a_trial_short_of_the_target_and_past_the_best_time_is_stopped(
     target = ("--objective", "time_to_target", "--set", "target_eval_reward=400")
     url, study = _new_study(tmp_path, "rule", 2, 512, *target)
     # No trial has reached the target yet: nothing to compare with.
-    assert tune._slower_than_best(study, 100.0, 10.0, 400.0) is None
-    first = tune.take_trial(
-        study, tune.open_storage(url, checked=True), tune.settings_of(study)
+    assert tune_trials._slower_than_best(study, 100.0, 10.0, 400.0) is None
+    first = tune_study.take_trial(
+        study,
+        tune_storage.open_storage(url, checked=True),
+        tune_study.settings_of(study),
     )
     assert first is not None
     study.tell(first, 5.0)
-    assert tune._slower_than_best(study, 4.9, 10.0, 400.0) is None
+    assert tune_trials._slower_than_best(study, 4.9, 10.0, 400.0) is None
     # Past the best time but reaching the target now: its time is told.
-    assert tune._slower_than_best(study, 6.0, 450.0, 400.0) is None
-    reason = tune._slower_than_best(study, 6.0, 10.0, 400.0)
+    assert tune_trials._slower_than_best(study, 6.0, 450.0, 400.0) is None
+    reason = tune_trials._slower_than_best(study, 6.0, 10.0, 400.0)
     assert reason == (
         "Pruned by the sweep 'rule': 6.0 CPU seconds without reaching eval mean "
         "reward 400, more than the best trial's 5.0 to reach it."
@@ -468,7 +478,7 @@ def test_a_study_with_another_objective_is_a_clash(tmp_path: Path) -> None:
     )  # fmt: skip
     wanted = tune._new_settings(args, tmp_path / "p")
     with pytest.raises(tune.ConfigError, match=r"\(its objective differ\)"):
-        tune.find_study("clash", wanted, url, tmp_path / "p")
+        tune_study.find_study("clash", wanted, url, tmp_path / "p")
 
 
 def _group(pgid: int) -> list[int]:
@@ -494,7 +504,7 @@ def test_early_workers_take_the_released_study_and_dropped_ones_end(
 ) -> None:
     # Started before the study exists (their imports overlap its making),
     # released with its name: they take its queued trials, side by side.
-    workers = tune.WorkerGroup(2)
+    workers = sweep_workers.WorkerGroup(2)
     if sweep_workers.FORKS:
         assert workers.processes == 1  # the second is forked once warmed up
     url, study = _new_study(tmp_path, "early", trials=2, steps=256)
@@ -513,7 +523,7 @@ def test_early_workers_take_the_released_study_and_dropped_ones_end(
     assert first.datetime_start < second.datetime_complete
     # Never released (the settings were refused): they end, having written
     # nothing.
-    dropped = tune.WorkerGroup(1)
+    dropped = sweep_workers.WorkerGroup(1)
     dropped.drop()
     assert not dropped.running() and len(dropped.exit_codes()) == 1
 
@@ -526,7 +536,7 @@ def _two_workers_on(
     url, study = _new_study(tmp_path, name, trials=trials, steps=1_000_000)
     project = tmp_path / "p"
     Project.open(project, create=True).close()
-    workers = tune.WorkerGroup(2)
+    workers = sweep_workers.WorkerGroup(2)
     workers.release(url, name, project)
     return study, project, workers
 
@@ -638,14 +648,14 @@ def test_workers_on_one_machine_split_its_torch_threads(
     from engine.rl import config
 
     monkeypatch.setattr(config, "default_torch_threads", lambda: 4)
-    settings = tune.SweepSettings(
+    settings = tune_space.SweepSettings(
         "CartPole-v1", "PPO", 512, 2, (), {"eval_episodes": 2}, {}
     )
-    assert tune.shared_threads(settings, 1) == settings
-    assert tune.shared_threads(settings, 2).fixed["torch_threads"] == 2
-    assert tune.shared_threads(settings, 8).fixed["torch_threads"] == 1
+    assert tune_trials.shared_threads(settings, 1) == settings
+    assert tune_trials.shared_threads(settings, 2).fixed["torch_threads"] == 2
+    assert tune_trials.shared_threads(settings, 8).fixed["torch_threads"] == 1
     fixed = dataclasses.replace(settings, fixed={"torch_threads": 3})
-    assert tune.shared_threads(fixed, 2) == fixed
+    assert tune_trials.shared_threads(fixed, 2) == fixed
 
 
 def test_a_sqlite_storage_writes_ahead(tmp_path: Path) -> None:
@@ -660,29 +670,33 @@ def test_the_watcher_reads_the_trials_only_when_more_have_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, study = _new_study(tmp_path, "watch", trials=4, steps=256)
-    storage = tune.open_storage(url, checked=True)
+    storage = tune_storage.open_storage(url, checked=True)
     study_id = storage.get_study_id_from_name("watch")
-    assert tune.finished_count(storage, study_id) == 0
+    assert tune_study.finished_count(storage, study_id) == 0
     # One trial of each finished state; the fourth is left running.
     for ending in (1.5, TrialState.PRUNED, TrialState.FAIL, None):
-        trial = tune.take_trial(study, storage, tune.settings_of(study))
+        trial = tune_study.take_trial(study, storage, tune_study.settings_of(study))
         assert trial is not None
         if isinstance(ending, float):
             study.tell(trial, ending)
         elif ending is not None:
             study.tell(trial, state=ending)
-    assert tune.finished_count(storage, study_id) == 3 == len(tune.finished(study))
+    assert (
+        tune_study.finished_count(storage, study_id)
+        == 3
+        == len(tune_study.finished(study))
+    )
 
     reads: list[int] = []
-    real = tune.finished
+    real = tune_study.finished
 
     def counted(s: optuna.Study) -> list[optuna.trial.FrozenTrial]:
         reads.append(1)
         return real(s)
 
-    monkeypatch.setattr(tune, "finished", counted)
+    monkeypatch.setattr(tune_study, "finished", counted)
     seen: list[tuple[int, int]] = []
-    tune.watch(
+    tune_study.watch(
         study,
         storage,
         _Polls(4),  # type: ignore[arg-type]  # stands in for the workers
@@ -693,7 +707,7 @@ def test_the_watcher_reads_the_trials_only_when_more_have_finished(
 
 
 class _Polls:
-    """Workers (for :func:`tune.watch`) that run for ``polls`` of its polls."""
+    """Workers (for :func:`tune_study.watch`) that run for ``polls`` of its polls."""
 
     def __init__(self, polls: int) -> None:
         self.left = polls
@@ -728,8 +742,8 @@ def test_saving_a_sweeps_best_as_a_preset_refuses_bad_input_in_one_sentence(
         "The sweep 'fresh' has no completed trial to save yet."
     )
     assert "preset" in refused(study="fresh", name="../outside")
-    storage = tune.open_storage(url, checked=True)
-    trial = tune.take_trial(study, storage, tune.settings_of(study))
+    storage = tune_storage.open_storage(url, checked=True)
+    trial = tune_study.take_trial(study, storage, tune_study.settings_of(study))
     assert trial is not None
     study.tell(trial, 1.0)
     assert (

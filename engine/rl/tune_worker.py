@@ -18,7 +18,8 @@ from pathlib import Path
 from engine.errors import EngineError
 from engine.jobs.priority import match_session_priority
 from engine.rl.sweep_workers import run_forked
-from engine.rl.tune import storage_failures, work
+from engine.rl.tune_storage import storage_failures
+from engine.rl.tune_trials import work
 
 
 def warm_up() -> None:

@@ -148,4 +148,4 @@ class TrialBatch:
 
 ACTIVE: TrialBatch | None = None
 """The batch of this process's sweep worker, when its trials are trained
-together (:func:`engine.rl.tune.work`); None: every run trains alone."""
+together (:func:`engine.rl.tune_trials.work`); None: every run trains alone."""
