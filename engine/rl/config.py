@@ -1169,13 +1169,8 @@ def resolve_backend(cfg: TrainConfig) -> tuple[str, str]:
     return "jax", f"{cfg.env} and PPO compile"
 
 
-def check(config: Mapping[str, Any]) -> TrainConfig:
-    """The ``rl.train`` validator (the kind's ``check``): the run's config
-    with every default filled, or ConfigError naming the field.
-
-    Builds the environment once (``gymnasium.make``) to check that the
-    algorithm fits its action space.
-    """
+def _known_settings(config: Mapping[str, Any]) -> None:
+    """Refuse a config that is no object, or names a setting no run has."""
     if not isinstance(config, Mapping):
         raise ConfigError("config", "The training config must be a JSON object.")
     unknown = [k for k in config if k not in TRAIN_FIELDS]
@@ -1184,6 +1179,117 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
         close = difflib.get_close_matches(name, TRAIN_FIELDS, n=1)
         hint = f"; did you mean {quoted(close[0])}?" if close else "."
         raise ConfigError(name, f"Unknown setting {quoted(name)}{hint}")
+
+
+def _project_preset(values: dict[str, Any]) -> dict[str, Any] | None:
+    """The project preset the run names (None: the built-in one), whose env
+    and algorithm fill those the run leaves open."""
+    preset_name = values["preset"]
+    if not preset_name:
+        return None
+    if not isinstance(preset_name, str):
+        raise ConfigError("preset", f"preset must be text, not {quoted(preset_name)}.")
+    record = load_preset(values["project_dir"], preset_name)
+    # A preset knows what it was tuned for.
+    if not values["env"]:
+        values["env"] = record["env"]
+    if values["algo"] == "auto":
+        values["algo"] = record["algo"]
+    return record
+
+
+def _env_settings(values: Mapping[str, Any]) -> tuple[str, dict[str, Any], str | None]:
+    """The environment id, its keyword arguments and the project folder."""
+    env_id = values["env"]
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise ConfigError("env", "Choose an environment id, for example 'CartPole-v1'.")
+    env_kwargs = values["env_kwargs"]
+    if not isinstance(env_kwargs, Mapping):
+        raise ConfigError(
+            "env_kwargs", "env_kwargs must be a mapping of argument names to values."
+        )
+    project_dir = values["project_dir"]
+    return (
+        env_id.strip(),
+        dict(env_kwargs),
+        None if project_dir is None else str(project_dir),
+    )
+
+
+def _algo_for_env(algo: str, info: EnvInfo) -> str:
+    """``auto`` resolved for the env (MaskablePPO where it masks actions,
+    which PPO then means too), checked against its action space."""
+    if algo == "auto":
+        algo = "MaskablePPO" if info.has_action_masks else "PPO"
+    elif algo == "PPO" and info.has_action_masks and info.action_kind == "discrete":
+        algo = "MaskablePPO"
+    _check_algo_fits_env(algo, info)
+    return algo
+
+
+def _known_hyperparameters(algo: str, given: Mapping[str, Any]) -> None:
+    valid_names = list(fields_of(ALGO_CONFIGS[algo]))
+    for name in given:
+        if name not in valid_names:
+            close = difflib.get_close_matches(str(name), valid_names, n=1)
+            hint = f"; did you mean {quoted(close[0])}?" if close else "."
+            raise ConfigError(
+                f"hyperparameters.{name}",
+                f"Unknown hyperparameter {quoted(name)} for {algo}{hint}",
+            )
+
+
+def _preset_settings(
+    record: dict[str, Any] | None, preset_name: str, env_id: str, algo: str
+) -> dict[str, Any]:
+    """The preset's settings: the project's named one (tuned for this env
+    and algorithm), else the built-in one."""
+    if record is None:
+        return preset_for(env_id, algo)
+    if (record["env"], record["algo"]) != (env_id, algo):
+        raise ConfigError(
+            "preset",
+            f"The preset {quoted(preset_name)} was tuned for {record['algo']} on "
+            f"{record['env']}, not {algo} on {env_id}.",
+        )
+    return dict(record["settings"])
+
+
+def _with_extras(
+    cfg: TrainConfig, curriculum: Any, project_dir: str | None
+) -> TrainConfig:
+    """The learned reward, the curriculum and the backend checked."""
+    if cfg.learned_reward:
+        from engine.rl.learned_reward import check_model
+
+        cfg = replace(
+            cfg,
+            learned_reward=check_model(cfg.learned_reward, project_dir=project_dir),
+        )
+    if curriculum is not None:
+        from engine.rl.curriculum import check_for_env_id
+
+        if cfg.eval_every_steps <= 0:
+            raise ConfigError(
+                "eval_every_steps",
+                "A curriculum moves on its evaluations; set eval_every_steps above 0.",
+            )
+        checked = check_for_env_id(curriculum, cfg.env, cfg.env_kwargs)
+        cfg = replace(cfg, curriculum=load(CurriculumConfig, checked))
+    backend, why = resolve_backend(cfg)
+    if cfg.backend == "auto":
+        cfg = replace(cfg, notes=[*cfg.notes, f"backend auto chose {backend}: {why}"])
+    return replace(cfg, backend=backend)
+
+
+def check(config: Mapping[str, Any]) -> TrainConfig:
+    """The ``rl.train`` validator (the kind's ``check``): the run's config
+    with every default filled, or ConfigError naming the field.
+
+    Builds the environment once (``gymnasium.make``) to check that the
+    algorithm fits its action space.
+    """
+    _known_settings(config)
     # The raw values, defaults filled in, until each is checked.
     values: dict[str, Any] = {
         **defaults_of(TrainConfig),
@@ -1195,32 +1301,8 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
         values["hardware_profile"], config, check_profile_settings
     )
     values.update(from_profile)
-    record = None
-    preset_name = values["preset"]
-    if preset_name:
-        if not isinstance(preset_name, str):
-            raise ConfigError(
-                "preset", f"preset must be text, not {quoted(preset_name)}."
-            )
-        record = load_preset(values["project_dir"], preset_name)
-        # A preset knows what it was tuned for.
-        if not values["env"]:
-            values["env"] = record["env"]
-        if values["algo"] == "auto":
-            values["algo"] = record["algo"]
-
-    env_id = values["env"]
-    if not isinstance(env_id, str) or not env_id.strip():
-        raise ConfigError("env", "Choose an environment id, for example 'CartPole-v1'.")
-    env_id = env_id.strip()
-    env_kwargs = values["env_kwargs"]
-    if not isinstance(env_kwargs, Mapping):
-        raise ConfigError(
-            "env_kwargs", "env_kwargs must be a mapping of argument names to values."
-        )
-    project_dir = values["project_dir"]
-    if project_dir is not None:
-        project_dir = str(project_dir)
+    record = _project_preset(values)
+    env_id, env_kwargs, project_dir = _env_settings(values)
     algo = _resolve_algo(values["algo"])
     hp_in = values["hyperparameters"]
     if not isinstance(hp_in, Mapping):
@@ -1230,38 +1312,13 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
     device = _check_device(values["device"])
 
     register_designed_envs(project_dir)
-    info = inspect_env(env_id, dict(env_kwargs))
-
-    if algo == "auto":
-        algo = "MaskablePPO" if info.has_action_masks else "PPO"
-    elif algo == "PPO" and info.has_action_masks and info.action_kind == "discrete":
-        algo = "MaskablePPO"
-    _check_algo_fits_env(algo, info)
-
-    valid_names = list(fields_of(ALGO_CONFIGS[algo]))
-    for name in hp_in:
-        if name not in valid_names:
-            close = difflib.get_close_matches(str(name), valid_names, n=1)
-            hint = f"; did you mean {quoted(close[0])}?" if close else "."
-            raise ConfigError(
-                f"hyperparameters.{name}",
-                f"Unknown hyperparameter {quoted(name)} for {algo}{hint}",
-            )
-
-    if record is None:
-        preset = preset_for(env_id, algo)
-    elif (record["env"], record["algo"]) != (env_id, algo):
-        raise ConfigError(
-            "preset",
-            f"The preset {quoted(preset_name)} was tuned for {record['algo']} on "
-            f"{record['env']}, not {algo} on {env_id}.",
-        )
-    else:
-        preset = dict(record["settings"])
-    preset_train = {k: v for k, v in preset.items() if k in TRAIN_FIELDS}
+    info = inspect_env(env_id, env_kwargs)
+    algo = _algo_for_env(algo, info)
+    _known_hyperparameters(algo, hp_in)
+    preset = _preset_settings(record, values["preset"], env_id, algo)
     preset_hp = {k: v for k, v in preset.items() if k not in TRAIN_FIELDS}
-    for key, value in preset_train.items():
-        if config.get(key) is None and key not in from_profile:
+    for key, value in preset.items():
+        if key in TRAIN_FIELDS and config.get(key) is None and key not in from_profile:
             values[key] = value
     # What neither the run, its profile nor its preset says.
     derived: dict[str, Callable[[], Any]] = {
@@ -1277,7 +1334,7 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
     curriculum = values["curriculum"]
     values.update(
         env=env_id,
-        env_kwargs=dict(env_kwargs),
+        env_kwargs=env_kwargs,
         project_dir=project_dir,
         algo=algo,
         device=device,
@@ -1301,27 +1358,7 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
         hyperparameters=load(ALGO_CONFIGS[algo], hp),
         notes=[*cfg.notes, *profile_notes, *notes],
     )
-    if cfg.learned_reward:
-        from engine.rl.learned_reward import check_model
-
-        cfg = replace(
-            cfg,
-            learned_reward=check_model(cfg.learned_reward, project_dir=project_dir),
-        )
-    if curriculum is not None:
-        from engine.rl.curriculum import check_for_env_id
-
-        if cfg.eval_every_steps <= 0:
-            raise ConfigError(
-                "eval_every_steps",
-                "A curriculum moves on its evaluations; set eval_every_steps above 0.",
-            )
-        checked = check_for_env_id(curriculum, env_id, cfg.env_kwargs)
-        cfg = replace(cfg, curriculum=load(CurriculumConfig, checked))
-    backend, why = resolve_backend(cfg)
-    if cfg.backend == "auto":
-        cfg = replace(cfg, notes=[*cfg.notes, f"backend auto chose {backend}: {why}"])
-    return replace(cfg, backend=backend)
+    return _with_extras(cfg, curriculum, project_dir)
 
 
 def validate(config: Mapping[str, Any]) -> dict[str, Any]:

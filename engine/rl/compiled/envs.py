@@ -360,6 +360,46 @@ WORKFLOW_FIELDS = (
 ``last_tool`` are -1 when there is none)."""
 
 
+@dataclass(frozen=True)
+class _WorkflowTables:
+    """A :class:`~engine.envs.workflow_model.WorkflowModel`'s tables as
+    device arrays, for its twin."""
+
+    next_status: Array
+    cum_p: Array
+    """float32 draws against float32 cumulative sums; the last outcome's
+    bound stays 2.0, so a draw never runs past it."""
+    reward: Array
+    valid: Array
+    allowed: Array
+    """The tools a status allows: a status with no transition allows every
+    tool (``WorkflowBatch.action_masks``)."""
+    terminal: Array
+    success: Array
+    end_potential: Array
+    task_start: Array
+    task_target: Array
+    task_p: Array | None
+
+    @classmethod
+    def of(cls, m: Any) -> _WorkflowTables:
+        return cls(
+            next_status=jnp.asarray(m.next_table, jnp.int32),
+            cum_p=jnp.asarray(m.cum_table, jnp.float32),
+            reward=jnp.asarray(m.reward_table, jnp.float32),
+            valid=jnp.asarray(m.valid),
+            allowed=jnp.asarray(m.valid | ~m.valid.any(axis=1, keepdims=True)),
+            terminal=jnp.asarray(m.terminal),
+            success=jnp.asarray(m.success),
+            end_potential=jnp.asarray(m.end_potential, jnp.float32),
+            task_start=jnp.asarray([m.start_of(t) for t in m.tasks], jnp.int32),
+            task_target=jnp.asarray(
+                [-1 if t.target is None else t.target for t in m.tasks], jnp.int32
+            ),
+            task_p=None if m.task_p is None else jnp.asarray(m.task_p, jnp.float32),
+        )
+
+
 def workflow_twin(env_id: str, model: Any) -> CompiledEnv:
     """The twin of a designed workflow env, stepping from the tables of its
     :class:`engine.envs.workflow_model.WorkflowModel` (next status,
@@ -371,23 +411,13 @@ def workflow_twin(env_id: str, model: Any) -> CompiledEnv:
     m = model
     physics_of = {name: i for i, name in enumerate(WORKFLOW_FIELDS)}
     STATUS, TARGET, LAST, VALID, RESOLVED, DONE, STEPS = physics_of.values()
-    next_table = jnp.asarray(m.next_table, jnp.int32)
-    # float32 draws against float32 cumulative sums; the last outcome's
-    # bound stays 2.0, so a draw never runs past it
-    cum_table = jnp.asarray(m.cum_table, jnp.float32)
-    reward_table = jnp.asarray(m.reward_table, jnp.float32)
-    valid = jnp.asarray(m.valid)
-    # a status with no transition allows every tool (WorkflowBatch.action_masks)
-    allowed = jnp.asarray(m.valid | ~m.valid.any(axis=1, keepdims=True))
-    terminal = jnp.asarray(m.terminal)
-    success_status = jnp.asarray(m.success)
-    end_potential = jnp.asarray(m.end_potential, jnp.float32)
+    t = _WorkflowTables.of(m)
+    next_table, cum_table, reward_table = t.next_status, t.cum_p, t.reward
+    valid, allowed, terminal, success_status = t.valid, t.allowed, t.terminal, t.success
+    end_potential, task_start, task_target, task_p = (
+        t.end_potential, t.task_start, t.task_target, t.task_p,
+    )  # fmt: skip
     bonus = float(m.success_bonus)
-    task_start = jnp.asarray([m.start_of(t) for t in m.tasks], jnp.int32)
-    task_target = jnp.asarray(
-        [-1 if t.target is None else t.target for t in m.tasks], jnp.int32
-    )
-    task_p = None if m.task_p is None else jnp.asarray(m.task_p, jnp.float32)
     n_tasks = len(m.tasks)
     stochastic = m.max_outcomes > 1
     max_steps = int(m.max_steps)

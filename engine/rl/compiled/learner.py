@@ -23,6 +23,7 @@ from engine.errors import EngineError
 
 if TYPE_CHECKING:
     from engine.rl.config import TrainConfig
+    from engine.rl.policy import Evaluation
 
 CHUNK_STEPS_MAX = 50_000
 """The most environment steps between two returns to Python: Stop, progress,
@@ -238,6 +239,104 @@ def _learn_on(trainer: Any, device: Any) -> None:
     )  # fmt: skip
 
 
+def _evaluation_in_twin(
+    trainer: Any, env: Any, s: Any, params: Callable[[], Any]
+) -> Callable[[], Evaluation]:
+    """The trainer's evaluation played in the compiled twin (proven to step
+    as the Gymnasium env) with the policy ``params()`` gives, each
+    evaluation with draws of its own. The program is compiled (or loaded) at
+    the first evaluation: a run without evaluations needs none."""
+    import jax
+    import numpy as np
+
+    from engine.rl.compiled import ppo
+    from engine.rl.policy import EVAL_SEED_OFFSET, Evaluation
+
+    cfg: TrainConfig = trainer.cfg
+    episodes = cfg.eval_episodes
+    eval_key = jax.random.PRNGKey(trainer.seed + EVAL_SEED_OFFSET)
+    program = ("evaluate", env, s, episodes, cfg.eval_deterministic)
+
+    def play() -> Evaluation:
+        nonlocal eval_key
+        evaluate = _PROGRAMS.get(program)
+        if evaluate is None:
+            evaluate = compile_unless_stopped(
+                lambda: (
+                    ppo.make_evaluate(env, s, episodes, cfg.eval_deterministic)
+                    .lower(params(), eval_key)
+                    .compile()
+                ),
+                trainer.ctx,
+            )
+            if evaluate is None:
+                return Evaluation(stopped=True)
+            _PROGRAMS[program] = evaluate
+        eval_key, draws = jax.random.split(eval_key)
+        returns, lengths, won = (np.asarray(x) for x in evaluate(params(), draws))
+        return Evaluation(
+            rewards=returns.tolist(),
+            lengths=lengths.tolist(),
+            successes=won.tolist() if env.is_success is not None else [],
+        )
+
+    return play
+
+
+def _refuse_non_finite(trainer: Any, loss: float, steps: int) -> None:
+    """Stop a run whose loss is no longer finite, its last finite policy
+    saved: the SB3 model still holds the last chunk's weights."""
+    if math.isfinite(loss):
+        return
+    good = int(trainer.model.num_timesteps)
+    trainer.save_checkpoint()
+    raise EngineError(
+        f"The loss became {loss} at step {steps:,}, so training stopped with "
+        f"the policy of step {good:,} saved as its last checkpoint; lower the "
+        "learning rate or max_grad_norm."
+    )
+
+
+def _log_update(
+    logger: Any,
+    row: dict[str, float],
+    episodes: deque[tuple[float, int]],
+    *,
+    n_updates: int,
+    fps: float,
+    steps: int,
+) -> None:
+    """One update's line of SB3's log, with the keys SB3's PPO writes."""
+    import numpy as np
+
+    if episodes:
+        logger.record("rollout/ep_rew_mean", float(np.mean([e[0] for e in episodes])))
+        logger.record("rollout/ep_len_mean", float(np.mean([e[1] for e in episodes])))
+    for key, value in row.items():
+        logger.record(key, value)
+    logger.record("train/n_updates", n_updates)
+    logger.record("time/fps", fps)
+    logger.record("time/total_timesteps", steps)
+    logger.dump(steps)
+
+
+def _copy_state_to_model(model: Any, state: Any, steps: int, n_updates: int) -> None:
+    """The compiled state's policy and Adam moments into the SB3 model, so a
+    checkpoint, an evaluation or the end saves SB3's own ``model.zip``."""
+    import jax
+
+    from engine.rl.compiled.sb3 import copy_to_sb3
+
+    adam = (
+        jax.device_get(state.adam_m),
+        jax.device_get(state.adam_v),
+        int(state.adam_t),
+    )
+    copy_to_sb3(model, jax.device_get(state.params), adam)
+    model.num_timesteps = steps
+    model._n_updates = n_updates
+
+
 def _train_chunks(
     trainer: Any,
     env: Any,
@@ -249,66 +348,26 @@ def _train_chunks(
     """The chunks of a run, each ``run_chunk(state, n_updates, steps_before)``,
     with SB3's logging, evaluation in the twin, checkpoints and Stop between
     them."""
-    import jax
     import numpy as np
 
     from engine.rl.compiled import ppo
-    from engine.rl.compiled.sb3 import copy_to_sb3
-    from engine.rl.policy import EVAL_SEED_OFFSET, Evaluation
 
     ctx, model = trainer.ctx, trainer.model
-    cfg: TrainConfig = trainer.cfg
     steps = int(model.num_timesteps)
-    episodes_played = cfg.eval_episodes
-    eval_key = jax.random.PRNGKey(trainer.seed + EVAL_SEED_OFFSET)
-    evaluate: Any = None
-
-    def play_evaluation() -> Evaluation:
-        """The evaluation episodes in the compiled twin (proven to step as
-        the Gymnasium env), each evaluation with draws of its own; the
-        program is compiled (or loaded) at the first, as a run without
-        evaluations needs none."""
-        nonlocal eval_key, evaluate
-        eval_program = ("evaluate", env, s, episodes_played, cfg.eval_deterministic)
-        evaluate = evaluate or _PROGRAMS.get(eval_program)
-        if evaluate is None:
-            evaluate = compile_unless_stopped(
-                lambda: (
-                    ppo.make_evaluate(env, s, episodes_played, cfg.eval_deterministic)
-                    .lower(state.params, eval_key)
-                    .compile()
-                ),
-                ctx,
-            )
-            if evaluate is None:
-                return Evaluation(stopped=True)
-            _PROGRAMS[eval_program] = evaluate
-        eval_key, key = jax.random.split(eval_key)
-        returns, lengths, won = (np.asarray(x) for x in evaluate(state.params, key))
-        return Evaluation(
-            rewards=returns.tolist(),
-            lengths=lengths.tolist(),
-            successes=won.tolist() if env.is_success is not None else [],
-        )
-
-    trainer.play_evaluation = play_evaluation
+    # The closure reads ``state`` as each chunk leaves it.
+    trainer.play_evaluation = _evaluation_in_twin(trainer, env, s, lambda: state.params)
     episodes: deque[tuple[float, int]] = deque(maxlen=EPISODE_WINDOW)
     # SB3's count of gradient epochs, carried in model.zip across a resume
     n_updates = int(getattr(model, "_n_updates", 0))
-    logger = model.logger
-    total = trainer.total_steps
-    while steps < total:
+    while steps < trainer.total_steps:
         if ctx.should_stop:
             trainer.stopped_by = ctx.stop_reason
             return
         n = updates_until_due(trainer, steps, s.rollout, max_updates)
         started = time.perf_counter()
         state, metrics, (done, ep_return, ep_length) = run_chunk(state, n, steps)
-        metrics = np.asarray(metrics)[:n]
-        done, ep_return, ep_length = (
-            np.asarray(done)[:n],
-            np.asarray(ep_return)[:n],
-            np.asarray(ep_length)[:n],
+        metrics, done, ep_return, ep_length = (
+            np.asarray(x)[:n] for x in (metrics, done, ep_return, ep_length)
         )
         fps = n * s.rollout / max(time.perf_counter() - started, 1e-9)
         for i in range(n):
@@ -323,39 +382,12 @@ def _train_chunks(
                 )
             )
             row = dict(zip(ppo.METRIC_KEYS, metrics[i].tolist(), strict=True))
-            if not math.isfinite(row["train/loss"]):
-                # The SB3 model still holds the last chunk's weights, all
-                # finite: they become the run's last checkpoint.
-                good = int(model.num_timesteps)
-                trainer.save_checkpoint()
-                raise EngineError(
-                    f"The loss became {row['train/loss']} at step {steps:,}, so "
-                    f"training stopped with the policy of step {good:,} saved as "
-                    "its last checkpoint; lower the learning rate or max_grad_norm."
-                )
+            _refuse_non_finite(trainer, row["train/loss"], steps)
             if not env.continuous:
                 del row["train/std"]
-            if episodes:
-                logger.record(
-                    "rollout/ep_rew_mean", float(np.mean([e[0] for e in episodes]))
-                )
-                logger.record(
-                    "rollout/ep_len_mean", float(np.mean([e[1] for e in episodes]))
-                )
-            for key, value in row.items():
-                logger.record(key, value)
-            logger.record("train/n_updates", n_updates)
-            logger.record("time/fps", fps)
-            logger.record("time/total_timesteps", steps)
-            logger.dump(steps)
-        params = jax.device_get(state.params)
-        adam = (
-            jax.device_get(state.adam_m),
-            jax.device_get(state.adam_v),
-            int(state.adam_t),
-        )
-        copy_to_sb3(model, params, adam)
-        model.num_timesteps = steps
-        model._n_updates = n_updates
+            _log_update(
+                model.logger, row, episodes, n_updates=n_updates, fps=fps, steps=steps
+            )
+        _copy_state_to_model(model, state, steps, n_updates)
         if not trainer.on_step(steps):
             return
