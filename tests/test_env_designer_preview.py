@@ -232,7 +232,7 @@ def test_preview_of_the_grid_maze_shows_frames(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:
     ws, panel = workspace, workspace.preview_panel
-    maze = next(d for d in ws.table.model.records if d["name"] == "maze")
+    maze = next(d for d in ws.env_list.table.model.records if d["name"] == "maze")
     assert ws.open_env(maze["path"])
     assert panel.data is None  # another env: the old results are gone
     data = run_preview(qtbot, ws, episodes=3)
@@ -251,7 +251,7 @@ def test_preview_of_a_bad_spec_shows_the_error_and_loses_no_edit(
     ws, panel = workspace, workspace.preview_panel
     spec = json.loads(json.dumps(ws.model.spec))
     spec["workflow"]["transitions"][0]["to"] = "Nowhere"
-    ws.json_view.setPlainText(json.dumps(spec, indent=2))
+    ws.json_page.view.setPlainText(json.dumps(spec, indent=2))
     qtbot.waitUntil(lambda: ws.model.spec == spec, timeout=5000)
     count = ws.undo_stack.count()
     with (
@@ -270,7 +270,7 @@ def test_preview_of_a_bad_spec_shows_the_error_and_loses_no_edit(
     assert read_spec_file(autosave_path(ws.path)) == spec
     # The culprit is marked on the canvas, as Validate would.
     assert any(p["path"] == "workflow.transitions[0].to" for p in ws.problems)
-    qtbot.waitUntil(lambda: bool(ws.canvas.edge_item(0).problem))
+    qtbot.waitUntil(lambda: bool(ws.editors["workflow"].canvas.edge_item(0).problem))
 
 
 def test_train_this_env_opens_the_training_dialog_preselected(
@@ -288,7 +288,7 @@ def test_train_this_env_opens_the_training_dialog_preselected(
         ReplaceDocument(ws.model, {**ws.model.spec, "description": "to train"})
     )
     with qtbot.waitSignal(ws.train_requested) as req:
-        qtbot.mouseClick(ws.train_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(ws.header.train_button, Qt.MouseButton.LeftButton)
     assert req.args[0] == {
         "env": "rlstudio/jira_issue_resolution-v0",
         "algo": "MaskablePPO",
@@ -314,22 +314,27 @@ def test_gymnasium_form_is_built_from_the_env_signature(
     """CartPole-v1 registers no kwargs; its constructor still takes
     ``sutton_barto_reward``, and the form offers it."""
     ws = workspace
-    cartpole = next(d for d in ws.table.model.records if d["name"] == "cartpole")
+    cartpole = next(
+        d for d in ws.env_list.table.model.records if d["name"] == "cartpole"
+    )
     assert ws.open_env(cartpole["path"])
     ws.tabs.setCurrentIndex(0)
     qtbot.waitUntil(
-        lambda: "sutton_barto_reward" in ws.gym_kwargs.values(), timeout=30_000
+        lambda: "sutton_barto_reward" in ws.editors["gymnasium"].kwargs.values(),
+        timeout=30_000,
     )
-    assert ws.gym_kwargs.values()["sutton_barto_reward"] is False
-    assert "Discrete(2)" in ws.gym_spaces.text()
-    box = ws.gym_kwargs.editor("sutton_barto_reward")
+    assert ws.editors["gymnasium"].kwargs.values()["sutton_barto_reward"] is False
+    assert "Discrete(2)" in ws.editors["gymnasium"].spaces.text()
+    box = ws.editors["gymnasium"].kwargs.editor("sutton_barto_reward")
     box.setFocus()
     qtbot.keyClick(box, Qt.Key.Key_Space)
     assert ws.model.get_field("gymnasium.kwargs") == {"sutton_barto_reward": True}
-    assert json.loads(ws.gym_kwargs_text.text()) == {"sutton_barto_reward": True}
+    assert json.loads(ws.editors["gymnasium"].kwargs_text.text()) == {
+        "sutton_barto_reward": True
+    }
     ws.undo_stack.undo()
     assert ws.model.get_field("gymnasium.kwargs") == {}
-    assert ws.gym_kwargs.values()["sutton_barto_reward"] is False
+    assert ws.editors["gymnasium"].kwargs.values()["sutton_barto_reward"] is False
 
 
 def test_a_python_env_that_fails_to_import_fails_its_preview_run(
@@ -389,7 +394,7 @@ def test_preview_with_a_policy_trained_on_the_env(
     policy = ws.policies()[0]
     assert f"with {policy['name']}" in panel.status_label.text()
     # The maze has no policy of its own: only Random is offered there.
-    maze = next(d for d in ws.table.model.records if d["name"] == "maze")
+    maze = next(d for d in ws.env_list.table.model.records if d["name"] == "maze")
     assert ws.open_env(maze["path"])
     assert panel.policy_combo.count() == 1
 
@@ -398,27 +403,29 @@ def test_an_argument_the_env_does_not_take_is_marked_on_the_kwargs(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:
     ws = workspace
-    cartpole = next(d for d in ws.table.model.records if d["name"] == "cartpole")
+    cartpole = next(
+        d for d in ws.env_list.table.model.records if d["name"] == "cartpole"
+    )
     assert ws.open_env(cartpole["path"])
     ws.tabs.setCurrentIndex(0)
-    ws.gym_kwargs_text.setText('{"pole_colour": "red"}')
-    ws.gym_kwargs_text.setFocus()
-    qtbot.keyClick(ws.gym_kwargs_text, Qt.Key.Key_Return)
+    ws.editors["gymnasium"].kwargs_text.setText('{"pole_colour": "red"}')
+    ws.editors["gymnasium"].kwargs_text.setFocus()
+    qtbot.keyClick(ws.editors["gymnasium"].kwargs_text, Qt.Key.Key_Return)
     assert ws.model.get_field("gymnasium.kwargs") == {"pole_colour": "red"}
     with qtbot.waitSignal(ws.problems_changed, timeout=PREVIEW_TIMEOUT_MS):
         ws.validate()
     assert [p["path"] for p in ws.problems if p["severity"] == "error"] == [
         "gymnasium.kwargs"
     ]
-    assert "pole_colour" in ws.gym_kwargs_text.property("problem")
-    assert not ws.gym_id.property("problem")
+    assert "pole_colour" in ws.editors["gymnasium"].kwargs_text.property("problem")
+    assert not ws.editors["gymnasium"].env_id.property("problem")
 
 
 def test_stop_ends_a_long_preview_and_shows_what_it_played(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:
     ws, panel = workspace, workspace.preview_panel
-    maze = next(d for d in ws.table.model.records if d["name"] == "maze")
+    maze = next(d for d in ws.env_list.table.model.records if d["name"] == "maze")
     assert ws.open_env(maze["path"])
     panel.episodes.setValue(5000)
     with qtbot.waitSignal(ws.controller.preview_progress, timeout=PREVIEW_TIMEOUT_MS):
@@ -467,22 +474,29 @@ def test_python_env_code_is_edited_in_the_designer_and_previewed(
     ws = workspace
     assert ws.new_env("python", "sevens")
     ws.tabs.setCurrentIndex(0)
-    assert ws.code_path is not None and ws.code_path.name == "sevens.py"
-    assert "class MyEnv(gym.Env)" in ws.python_code.toPlainText()
+    assert (
+        ws.editors["python"].code_path is not None
+        and ws.editors["python"].code_path.name == "sevens.py"
+    )
+    assert "class MyEnv(gym.Env)" in ws.editors["python"].code.toPlainText()
     assert not ws.is_modified
     with qtbot.waitSignal(ws.problems_changed, timeout=PREVIEW_TIMEOUT_MS):
         ws.validate()
     assert [p for p in ws.problems if p["severity"] == "error"] == []
 
-    template = ws.code_path.read_text()
-    ws.python_code.selectAll()
-    ws.python_code.insertPlainText(PYTHON_SEVENS)  # as a paste would
-    assert ws.is_modified and ws.code_modified and "modified" in ws.title.text()
-    assert "unsaved changes" in ws.python_note.text()
-    assert ws.code_path.read_text() == template  # nothing written yet
+    template = ws.editors["python"].code_path.read_text()
+    ws.editors["python"].code.selectAll()
+    ws.editors["python"].code.insertPlainText(PYTHON_SEVENS)  # as a paste would
+    assert (
+        ws.is_modified
+        and ws.editors["python"].code_modified
+        and "modified" in ws.header.title.text()
+    )
+    assert "unsaved changes" in ws.editors["python"].note.text()
+    assert ws.editors["python"].code_path.read_text() == template  # nothing written yet
     data = run_preview(qtbot, ws, episodes=2)
-    assert ws.code_path.read_text() == PYTHON_SEVENS
-    assert not ws.is_modified and "unsaved" not in ws.python_note.text()
+    assert ws.editors["python"].code_path.read_text() == PYTHON_SEVENS
+    assert not ws.is_modified and "unsaved" not in ws.editors["python"].note.text()
     assert [e["return"] for e in data["episodes"]] == [28.0, 28.0]
     assert data["action_space"] == "Discrete(3)"
     # It cannot draw: the sentence stands where the frames would be.
@@ -493,9 +507,12 @@ def test_python_env_code_is_edited_in_the_designer_and_previewed(
     panel = ws.preview_panel
     assert panel.frames.image.text() == sentence and panel.frames.isVisibleTo(panel)
     # The editor's own undo brings the template back (unsaved again).
-    ws.python_code.undo()
-    assert ws.python_code.toPlainText() == template and ws.code_modified
-    assert ws.save() and ws.code_path.read_text() == template
+    ws.editors["python"].code.undo()
+    assert (
+        ws.editors["python"].code.toPlainText() == template
+        and ws.editors["python"].code_modified
+    )
+    assert ws.save() and ws.editors["python"].code_path.read_text() == template
 
 
 def test_code_editor_indents_with_spaces(qtbot) -> None:  # type: ignore[no-untyped-def]
@@ -533,9 +550,13 @@ def test_train_a_gymnasium_spec_names_its_id_and_fits_the_algorithm(
     applies); its Discrete(2) actions, from the engine's description, ask
     for PPO."""
     ws = workspace
-    cartpole = next(d for d in ws.table.model.records if d["name"] == "cartpole")
+    cartpole = next(
+        d for d in ws.env_list.table.model.records if d["name"] == "cartpole"
+    )
     assert ws.open_env(cartpole["path"])
-    qtbot.waitUntil(lambda: "Discrete(2)" in ws.gym_spaces.text(), timeout=30_000)
+    qtbot.waitUntil(
+        lambda: "Discrete(2)" in ws.editors["gymnasium"].spaces.text(), timeout=30_000
+    )
     with qtbot.waitSignal(ws.train_requested) as req:
         assert ws.train()
     assert req.args[0] == {"env": "CartPole-v1", "algo": "PPO"}

@@ -14,10 +14,12 @@ from PySide6.QtCore import QSettings, Qt
 
 from engine.envs.grid import GridEnv
 from studio.engine_client import EngineClient
+from studio.environments.editors import EDITORS
+from studio.environments.kind_editor import KindEditor
 from studio.environments.workspace import EnvironmentsWorkspace
 from studio.session import Session
 from studio.settings import Settings
-from studio.state.env_design import autosave_path, read_spec_file
+from studio.state.env_design import KINDS, autosave_path, read_spec_file
 from studio.state.project_state import ProjectState
 
 
@@ -46,7 +48,7 @@ def workspace(qtbot, engine: EngineClient, tmp_path: Path):  # type: ignore[no-u
         session.open_project(str(tmp_path / "project"), create=True)
     ws.show()
     qtbot.waitExposed(ws)
-    qtbot.waitUntil(lambda: ws.canvas.viewport().width() > 300)
+    qtbot.waitUntil(lambda: ws.editors["workflow"].canvas.viewport().width() > 300)
     return ws
 
 
@@ -57,12 +59,12 @@ def press_enter(qtbot, widget) -> None:  # type: ignore[no-untyped-def]
 def test_opens_the_jira_example_and_draws_it(workspace: EnvironmentsWorkspace) -> None:
     ws = workspace
     assert ws.path is not None and ws.path.name == "jira_issue_resolution.env.json"
-    assert {d["name"] for d in ws.table.model.records} >= {
+    assert {d["name"] for d in ws.env_list.table.model.records} >= {
         "jira_issue_resolution",
         "maze",
         "cartpole",
     }
-    canvas = ws.canvas
+    canvas = ws.editors["workflow"].canvas
     assert set(canvas.status_names()) == set(ws.model.statuses())
     assert canvas.status_item("To Do").start
     assert canvas.status_item("Done").terminal and canvas.status_item("Done").success
@@ -70,12 +72,21 @@ def test_opens_the_jira_example_and_draws_it(workspace: EnvironmentsWorkspace) -
     # Every transition has an arrow (the wildcard one from "any status").
     assert len(canvas.edge_items()) == len(ws.model.transitions())
     assert not ws.is_modified and ws.undo_stack.count() == 0
+    # One table from kind to editor class: every kind's editor is built the
+    # same way, on its own page, the open one's shown.
+    assert set(EDITORS) == set(KINDS)
+    for kind, editor_class in EDITORS.items():
+        editor = ws.editors[kind]
+        assert type(editor) is editor_class and isinstance(editor, KindEditor)
+        assert ws.editors.indexOf(editor) == ws.editors.page_index(kind)
+    assert ws.editors.currentWidget() is ws.editors["workflow"]
 
 
 def test_edit_through_canvas_and_inspector_then_undo_redo(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:
-    ws, canvas, ins = workspace, workspace.canvas, workspace.inspector
+    ws = workspace
+    canvas, ins = ws.editors["workflow"].canvas, ws.editors["workflow"].inspector
     original = json.loads(json.dumps(ws.model.spec))
     canvas.status_add_requested.emit(900.0, 300.0)
     assert "New status" in ws.model.statuses()
@@ -106,7 +117,7 @@ def test_edit_through_canvas_and_inspector_then_undo_redo(
     }
     assert "accept_issue" in ws.model.tool_names()
     assert canvas.edge_item(new_index).edge.label == "accept_issue  p=0.7"
-    assert ws.is_modified and "modified" in ws.title.text()
+    assert ws.is_modified and "modified" in ws.header.title.text()
 
     count = ws.undo_stack.count()
     assert count == 5  # add, rename, connect, tool, probability
@@ -123,7 +134,7 @@ def test_edit_through_canvas_and_inspector_then_undo_redo(
 def test_a_drag_on_the_canvas_requests_a_transition(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:
-    canvas = workspace.canvas
+    canvas = workspace.editors["workflow"].canvas
     source = canvas.status_item("To Do")
     target = canvas.status_item("Done")
     handle = canvas.mapFromScene(source.mapToScene(source.handle_center()))
@@ -140,25 +151,27 @@ def test_json_view_stays_in_sync_both_ways(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:
     ws = workspace
-    ws.canvas.status_add_requested.emit(0.0, 400.0)
-    assert json.loads(ws.json_view.toPlainText()) == ws.model.spec
-    spec = json.loads(ws.json_view.toPlainText())
+    ws.editors["workflow"].canvas.status_add_requested.emit(0.0, 400.0)
+    assert json.loads(ws.json_page.view.toPlainText()) == ws.model.spec
+    spec = json.loads(ws.json_page.view.toPlainText())
     spec["workflow"]["max_steps"] = 33
     spec["workflow"]["statuses"].append("Archived")
     before = ws.undo_stack.count()
-    ws.json_view.setPlainText("{ not json")
-    qtbot.waitUntil(lambda: "Not valid JSON" in ws.json_status.text(), timeout=3000)
+    ws.json_page.view.setPlainText("{ not json")
+    qtbot.waitUntil(
+        lambda: "Not valid JSON" in ws.json_page.status.text(), timeout=3000
+    )
     assert ws.undo_stack.count() == before
-    ws.json_view.setPlainText(json.dumps(spec, indent=2))
+    ws.json_page.view.setPlainText(json.dumps(spec, indent=2))
     qtbot.waitUntil(
         lambda: ws.model.get_field("workflow.max_steps") == 33, timeout=3000
     )
     assert ws.undo_stack.count() == before + 1  # one step for the JSON edit
-    assert "Archived" in ws.canvas.status_names()
-    assert ws.inspector.settings.values()["max_steps"] == 33
+    assert "Archived" in ws.editors["workflow"].canvas.status_names()
+    assert ws.editors["workflow"].inspector.settings.values()["max_steps"] == 33
     ws.undo_stack.undo()
     assert ws.model.get_field("workflow.max_steps") == 20
-    assert json.loads(ws.json_view.toPlainText()) == ws.model.spec
+    assert json.loads(ws.json_page.view.toPlainText()) == ws.model.spec
 
 
 def test_save_is_atomic_and_reloads_identical(
@@ -167,8 +180,8 @@ def test_save_is_atomic_and_reloads_identical(
     ws = workspace
     path = ws.path
     assert path is not None
-    ws.canvas.status_add_requested.emit(100.0, -300.0)
-    ws.canvas.statuses_moved.emit({"Done": (700.0, -40.0)})
+    ws.editors["workflow"].canvas.status_add_requested.emit(100.0, -300.0)
+    ws.editors["workflow"].canvas.statuses_moved.emit({"Done": (700.0, -40.0)})
     assert autosave_path(path).is_file()  # written after each edit
     spec = json.loads(json.dumps(ws.model.spec))
     inode = os.stat(path).st_ino
@@ -183,7 +196,7 @@ def test_save_is_atomic_and_reloads_identical(
     assert ws.open_env(path)
     assert ws.model.spec == spec
     assert ws.model.positions["Done"] == (700.0, -40.0)
-    assert ws.canvas.status_item("Done").pos().x() == 700.0
+    assert ws.editors["workflow"].canvas.status_item("Done").pos().x() == 700.0
 
 
 def test_autosave_is_offered_after_a_crash(
@@ -192,7 +205,7 @@ def test_autosave_is_offered_after_a_crash(
     ws = workspace
     path = ws.path
     assert path is not None
-    ws.canvas.status_add_requested.emit(0.0, 500.0)
+    ws.editors["workflow"].canvas.status_add_requested.emit(0.0, 500.0)
     edited = json.loads(json.dumps(ws.model.spec))
     assert read_spec_file(autosave_path(path)) == edited
     # Simulate a crash: the editor goes away without saving or cleaning up.
@@ -213,7 +226,7 @@ def test_malformed_file_on_open_says_one_sentence_and_loses_nothing(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:
     ws = workspace
-    ws.canvas.status_add_requested.emit(0.0, 500.0)  # unsaved work
+    ws.editors["workflow"].canvas.status_add_requested.emit(0.0, 500.0)  # unsaved work
     open_path, spec = ws.path, json.loads(json.dumps(ws.model.spec))
     broken = open_path.parent / "broken.env.json"
     broken.write_text('{"kind": "workflow", "name": "broken",,}')
@@ -230,10 +243,10 @@ def test_malformed_file_on_open_says_one_sentence_and_loses_nothing(
 def test_grid_stroke_is_one_undo_step(qtbot, workspace: EnvironmentsWorkspace) -> None:
     ws = workspace
     assert ws.open_env(ws.path.parent / "maze.env.json")
-    painter = ws.grid_painter
-    assert ws.pages.currentIndex() == 2 and painter.rows == 7 and painter.cols == 9
+    painter = ws.editors["grid"].painter
+    assert ws.editors.currentIndex() == 2 and painter.rows == 7 and painter.cols == 9
     walls_before = len(ws.model.body["walls"])
-    ws.grid_palette.buttons["wall"].click()
+    ws.editors["grid"].cell_palette.buttons["wall"].click()
     with qtbot.waitSignal(painter.stroke_finished) as stroke:
         qtbot.mousePress(
             painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(0, 2)
@@ -245,7 +258,7 @@ def test_grid_stroke_is_one_undo_step(qtbot, workspace: EnvironmentsWorkspace) -
     assert [(r, c) for r, c, _, _ in stroke.args[0]] == [(0, c) for c in range(2, 6)]
     assert ws.undo_stack.count() == 1
     assert len(ws.model.body["walls"]) == walls_before + 4
-    ws.grid_palette.buttons["start"].click()
+    ws.editors["grid"].cell_palette.buttons["start"].click()
     qtbot.mouseClick(painter, Qt.MouseButton.LeftButton, pos=painter.cell_center(6, 0))
     assert ws.model.body["start"] == [6, 0] and painter.cell(0, 0) == (
         "empty",
@@ -283,7 +296,7 @@ def test_a_reward_painted_once_pays_once_and_the_check_says_so(
 ) -> None:
     ws = workspace
     assert ws.open_env(ws.path.parent / "maze.env.json")
-    painter, palette = ws.grid_painter, ws.grid_palette
+    painter, palette = ws.editors["grid"].painter, ws.editors["grid"].cell_palette
     palette.buttons["reward"].click()
     palette.reward.setValue(0.5)
     assert not palette.once.isChecked()
@@ -338,7 +351,7 @@ def test_validation_in_the_engine_marks_the_culprit(
     # A transition to a status that does not exist, made in the JSON view.
     spec = json.loads(json.dumps(ws.model.spec))
     spec["workflow"]["transitions"][3]["to"] = "Reviewed"
-    ws.json_view.setPlainText(json.dumps(spec))
+    ws.json_page.view.setPlainText(json.dumps(spec))
     qtbot.waitUntil(lambda: ws.model.spec == spec, timeout=3000)
     with qtbot.waitSignal(ws.problems_changed, timeout=30_000) as shown:
         ws.validate(env_checks=False)
@@ -351,10 +364,10 @@ def test_validation_in_the_engine_marks_the_culprit(
         "check": "spec",
     } in problems
     # The arrow has no status to point at; its field in the inspector shows it.
-    ws.problem_list.setCurrentItem(ws.problem_list.topLevelItem(0))
-    ws._on_problem_clicked(ws.problem_list.topLevelItem(0))
-    assert ws.canvas.selected() == ("transition", 3)
-    to_combo = ws.inspector.transition_to
+    ws.problems_panel.tree.setCurrentItem(ws.problems_panel.tree.topLevelItem(0))
+    ws.problems_panel.tree.itemClicked.emit(ws.problems_panel.tree.topLevelItem(0), 0)
+    assert ws.editors["workflow"].canvas.selected() == ("transition", 3)
+    to_combo = ws.editors["workflow"].inspector.transition_to
     assert "which is not a status" in to_combo.toolTip()
     assert "#d62728" in to_combo.styleSheet()
 
@@ -365,20 +378,20 @@ def test_validation_in_the_engine_marks_the_culprit(
         i = next(
             k for k, t in enumerate(ws.model.transitions()) if t["to"] == "Won't Do"
         )
-        ws.canvas.select("transition", i)
-        ws.delete_selection()
+        ws.editors["workflow"].canvas.select("transition", i)
+        ws.editors["workflow"].delete_selection()
     with qtbot.waitSignal(ws.problems_changed, timeout=60_000) as shown:
         ws.validate()
     problems = shown.args[0]
     unreachable = [p for p in problems if p["path"] == "workflow.terminal[1]"]
     assert unreachable and "cannot be reached" in unreachable[0]["message"]
-    box = ws.canvas.status_item("Won't Do")
+    box = ws.editors["workflow"].canvas.status_item("Won't Do")
     assert "cannot be reached from the start" in box.problem
     assert "cannot be reached from the start" in box.toolTip()
-    assert "OK" in ws.problems_label.text()  # warnings only: still usable
+    assert "OK" in ws.problems_panel.label.text()  # warnings only: still usable
     # An edit makes the marks stale: they go away until the next check.
-    ws.canvas.status_add_requested.emit(0.0, 600.0)
-    assert box.problem == "" and "Validate again" in ws.problems_label.text()
+    ws.editors["workflow"].canvas.status_add_requested.emit(0.0, 600.0)
+    assert box.problem == "" and "Validate again" in ws.problems_panel.label.text()
 
 
 def test_every_canvas_tool_is_in_sight_in_a_1024_px_window(
@@ -399,7 +412,7 @@ def test_every_canvas_tool_is_in_sight_in_a_1024_px_window(
     try:
         qtbot.waitUntil(lambda: ws.model.kind == "workflow", timeout=20_000)
         assert win.width() == 1024
-        buttons = ws.workflow_editor.tool_buttons
+        buttons = ws.editors["workflow"].tool_buttons
         assert list(buttons) == [
             "Add status",
             "Delete",

@@ -119,7 +119,7 @@ def test_main_window_lists_what_the_project_holds(
     qtbot.addWidget(win)
     with qtbot.waitSignal(session.project_opened, timeout=20_000):
         session.open_project(str(project_dir))
-    envs = win.workspaces["environments"].table.model.records
+    envs = win.workspaces["environments"].env_list.table.model.records
     assert {e["name"] for e in envs} == {"maze", "broken"}
     assert next(e for e in envs if e["name"] == "broken")["error"]
     assert [f["name"] for f in win.workspaces["workflows"].table.model.records] == [

@@ -35,7 +35,7 @@ def _corner(widget) -> QColor:  # type: ignore[no-untyped-def]
 
 def test_theme_reaches_plots_and_canvases(qtbot, window: MainWindow) -> None:
     # The env editors are built on first use: build the workflow canvas.
-    designer_canvas = window.workspaces["environments"].canvas  # type: ignore[attr-defined]
+    designer_canvas = window.workspaces["environments"].editors["workflow"].canvas  # type: ignore[attr-defined]
     window.workspaces["workflows"]  # builds the flow canvas
     canvases = [
         *window.findChildren(NodeGraphView),

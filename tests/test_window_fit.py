@@ -41,20 +41,20 @@ def test_a_long_undo_text_does_not_widen_the_window(qtbot, tmp_path: Path) -> No
     stack = envs.undo_stack
     # what an edit would name itself; the edit itself does not matter here
     stack.push(QUndoCommand("Set the description to " + "a very long text " * 20))
-    assert envs.undo_button.text() == "Undo"
-    assert "a very long text" in envs.undo_action.toolTip()
+    assert envs.header.undo_button.text() == "Undo"
+    assert "a very long text" in envs.header.undo_action.toolTip()
     assert _min_width(win) <= min(before, MAX_MIN_WIDTH)
     stack.undo()
-    assert envs.redo_button.text() == "Redo"
-    assert "a very long text" in envs.redo_action.toolTip()
+    assert envs.header.redo_button.text() == "Redo"
+    assert "a very long text" in envs.header.redo_action.toolTip()
 
 
 def test_undo_tooltips_say_why_they_are_disabled(qtbot, tmp_path: Path) -> None:
     win = build_main_window(qtbot, tmp_path)
     envs = win.environments
-    assert not envs.undo_action.isEnabled()
-    assert envs.undo_action.toolTip().startswith("Nothing to undo:")
-    assert envs.redo_action.toolTip().startswith("Nothing to redo:")
+    assert not envs.header.undo_action.isEnabled()
+    assert envs.header.undo_action.toolTip().startswith("Nothing to undo:")
+    assert envs.header.redo_action.toolTip().startswith("Nothing to redo:")
 
 
 def test_a_strip_scrolls_instead_of_widening(qtbot) -> None:

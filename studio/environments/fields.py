@@ -1,5 +1,6 @@
 """What the env designer's kind editors share: a form bound to dotted paths
-of the spec, and a monospace font for code-like fields."""
+of the spec, a problem mark on a field, and a monospace font for code-like
+fields."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QWidget
 
 from studio.state.env_design import EnvDesign
-from widgets.param_form import ParamForm
+from widgets.param_form import ERROR_STYLE, ParamForm
 
 
 class FieldForm(ParamForm):
@@ -44,6 +45,26 @@ class FieldForm(ParamForm):
                     new = None
                 out.append((path, new))
         return out
+
+    def mark(self, fields: dict[str, str]) -> None:
+        """Show the problems of ``fields`` (dotted path: message) on the
+        form's fields (and none on the others)."""
+        self.set_external_errors(
+            {name: fields[path] for name, path in self.paths.items() if path in fields}
+        )
+
+    def focus(self, path: str) -> None:
+        """Put the focus on the field of a dotted path, when it is shown."""
+        for name, p in self.paths.items():
+            if p == path and self.isVisible():
+                self.editor(name).setFocus()
+
+
+def mark(widget: QWidget, message: str) -> None:
+    """A red border and the message as tooltip on a field (or none)."""
+    widget.setStyleSheet(ERROR_STYLE if message else "")
+    widget.setToolTip(message)
+    widget.setProperty("problem", message)
 
 
 def monospace(widget: QWidget) -> None:

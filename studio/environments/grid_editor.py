@@ -3,7 +3,6 @@ the rewards and limits of its spec."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QSignalBlocker, Qt
@@ -17,7 +16,8 @@ from PySide6.QtWidgets import (
 
 from studio.environments import commands as cmd
 from studio.environments.fields import FieldForm
-from studio.state.env_design import EnvDesign
+from studio.environments.kind_editor import EditorContext, KindEditor, ProblemMarks
+from studio.state.env_design import Target
 from widgets.fit import ScrollStrip, scroll_area
 from widgets.grid_painter import GridPainter, GridPalette
 
@@ -64,22 +64,11 @@ GRID_FIELDS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-class GridEditor(QWidget):
-    """The grid kind's page. Edits go through ``push(command, source)``;
-    ``source()`` tells the widget whose edit is being applied (a refresh
-    leaves it alone)."""
+class GridEditor(KindEditor):
+    """The grid kind's page."""
 
-    def __init__(
-        self,
-        model: EnvDesign,
-        push: Callable[[cmd.EnvCommand, object | None], None],
-        source: Callable[[], object | None],
-        parent: QWidget | None = None,
-    ) -> None:
-        super().__init__(parent)
-        self._model = model
-        self._push = push
-        self._source = source
+    def __init__(self, context: EditorContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
         self.painter = GridPainter()
         self.painter.stroke_finished.connect(self._on_stroke_finished)
         self.cell_palette = GridPalette(self.painter)
@@ -88,6 +77,7 @@ class GridEditor(QWidget):
         self.rows.editingFinished.connect(self._on_size_edited)
         self.cols.editingFinished.connect(self._on_size_edited)
         self.form = FieldForm(GRID_FIELDS)
+        self.bind_form(self.form)
         side = QWidget()
         form = QFormLayout(side)
         form.addRow("Rows", self.rows)
@@ -114,16 +104,26 @@ class GridEditor(QWidget):
         for spin, value in ((self.rows, rows), (self.cols, cols)):
             with QSignalBlocker(spin):
                 spin.setValue(value)
-        if self._source() is not self.form:
+        if self.context.source() is not self.form:
             self.form.load(self._model)
 
+    def show_problems(self, marks: ProblemMarks) -> None:
+        self.painter.set_problem_cells(marks.cells)
+        self.form.mark(marks.fields)
+
+    def focus_problem(self, target: Target) -> None:
+        if target.kind == "cell":
+            self.painter.setFocus()
+        elif target.kind == "field":
+            self.form.focus(target.key)
+
     def _on_stroke_finished(self, changes: list[Any]) -> None:
-        self._push(cmd.PaintCells(self._model, changes), None)
+        self.push(cmd.PaintCells(self._model, changes))
 
     def _on_size_edited(self) -> None:
         rows, cols = self.rows.value(), self.cols.value()
         if (rows, cols) != self._model.grid_size():
-            self._push(cmd.ResizeGrid(self._model, rows, cols), None)
+            self.push(cmd.ResizeGrid(self._model, rows, cols))
 
 
 __all__ = ["GRID_FIELDS", "GridEditor"]

@@ -5,7 +5,6 @@ form from the env's signature and as JSON."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any, cast
 
 from PySide6.QtCore import QSignalBlocker, Qt
@@ -19,31 +18,18 @@ from PySide6.QtWidgets import (
 )
 
 from studio.environments import commands as cmd
-from studio.environments.controller import EnvController
-from studio.environments.fields import monospace
-from studio.state.env_design import EnvDesign
+from studio.environments.fields import mark, monospace
+from studio.environments.kind_editor import EditorContext, KindEditor, ProblemMarks
 from widgets.fit import scroll_area
 from widgets.param_form import ERROR_STYLE, ParamForm
 
 
-class GymnasiumEditor(QWidget):
-    """The gymnasium kind's page. Edits go through ``push(command, source)``
-    (``source``: the widget whose edit it is, which a refresh leaves alone;
-    ``source()`` tells the one being applied now)."""
+class GymnasiumEditor(KindEditor):
+    """The gymnasium kind's page."""
 
-    def __init__(
-        self,
-        model: EnvDesign,
-        controller: EnvController,
-        push: Callable[[cmd.EnvCommand, object | None], None],
-        source: Callable[[], object | None],
-        parent: QWidget | None = None,
-    ) -> None:
-        super().__init__(parent)
-        self._model = model
-        self._controller = controller
-        self._push = push
-        self._source = source
+    def __init__(self, context: EditorContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
+        self._controller = context.controller
         self._catalog_requested = False
         self.described: dict[str, Any] = {}
         """The engine's description of the id (spaces, signature)."""
@@ -83,8 +69,8 @@ class GymnasiumEditor(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll_area(body))
-        controller.catalog_received.connect(self._on_catalog_received)
-        controller.env_described.connect(self._on_env_described)
+        self._controller.catalog_received.connect(self._on_catalog_received)
+        self._controller.env_described.connect(self._on_env_described)
 
     def refresh(self) -> None:
         if not self._catalog_requested:
@@ -98,13 +84,33 @@ class GymnasiumEditor(QWidget):
         with QSignalBlocker(self.max_steps):
             self.max_steps.setText("" if steps is None else str(steps))
         kwargs = self._model.get_field("gymnasium.kwargs", {}) or {}
-        if self._source() is not self.kwargs_text:
+        if self.context.source() is not self.kwargs_text:
             with QSignalBlocker(self.kwargs_text):
                 self.kwargs_text.setText(json.dumps(kwargs))
-        if self._source() is not self.kwargs:
+        if self.context.source() is not self.kwargs:
             self._build_kwargs_form()
-        if self._source() is None:
+        if self.context.source() is None:
             self._controller.describe(env_id)
+
+    def show_problems(self, marks: ProblemMarks) -> None:
+        fields = marks.fields
+        mark(self.env_id, fields.get("gymnasium.id", "") or fields.get("gymnasium", ""))
+        mark(self.max_steps, fields.get("gymnasium.max_episode_steps", ""))
+        mark(self.kwargs_text, fields.get("gymnasium.kwargs", ""))
+        prefix = "gymnasium.kwargs."
+        self.kwargs.set_external_errors(
+            {
+                path.removeprefix(prefix): msg
+                for path, msg in fields.items()
+                if path.startswith(prefix)
+            }
+        )
+
+    def action_space(self) -> str | None:
+        """From the engine's description of the id, when it is the spec's."""
+        if self.described.get("id") == self._model.get_field("gymnasium.id"):
+            return self.described.get("action_space")
+        return None
 
     def _build_kwargs_form(self) -> None:
         """One field per keyword argument of the env: its constructor's
@@ -151,7 +157,7 @@ class GymnasiumEditor(QWidget):
     def _on_id_edited(self) -> None:
         env_id = self.env_id.currentText().strip()
         if env_id and env_id != self._model.get_field("gymnasium.id"):
-            self._push(cmd.SetField(self._model, "gymnasium.id", env_id), None)
+            self.push(cmd.SetField(self._model, "gymnasium.id", env_id))
 
     def _on_max_steps_edited(self) -> None:
         text = self.max_steps.text().strip()
@@ -163,9 +169,7 @@ class GymnasiumEditor(QWidget):
             return
         self.max_steps.setStyleSheet("")
         if value != self._model.get_field("gymnasium.max_episode_steps"):
-            self._push(
-                cmd.SetField(self._model, "gymnasium.max_episode_steps", value), None
-            )
+            self.push(cmd.SetField(self._model, "gymnasium.max_episode_steps", value))
 
     def _on_kwargs_changed(self, values: dict[str, Any]) -> None:
         defaults = self._kwargs_defaults
@@ -176,7 +180,7 @@ class GymnasiumEditor(QWidget):
             else:
                 kwargs[name] = value
         if kwargs != (self._model.get_field("gymnasium.kwargs", {}) or {}):
-            self._push(
+            self.push(
                 cmd.SetField(self._model, "gymnasium.kwargs", kwargs), self.kwargs
             )
 
@@ -191,7 +195,7 @@ class GymnasiumEditor(QWidget):
             return
         self.kwargs_text.setStyleSheet("")
         if kwargs != (self._model.get_field("gymnasium.kwargs", {}) or {}):
-            self._push(
+            self.push(
                 cmd.SetField(self._model, "gymnasium.kwargs", kwargs),
                 self.kwargs_text,
             )

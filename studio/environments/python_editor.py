@@ -6,17 +6,16 @@ before Validate and Preview because the engine imports it from disk."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSignalBlocker, Signal
+from PySide6.QtCore import QSignalBlocker
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine.contract import atomic_write_text
 from studio.environments.fields import FieldForm
-from studio.state.env_design import EnvDesign
-from widgets.banner import Banner
+from studio.environments.kind_editor import EditorContext, KindEditor, ProblemMarks
+from studio.state.env_design import Target
 from widgets.code_editor import CodeEditor
 
 PYTHON_FIELDS: list[tuple[str, dict[str, Any]]] = [
@@ -54,32 +53,19 @@ PYTHON_FIELDS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-class PythonEditor(QWidget):
-    """The python kind's page. ``locate_file()`` resolves the spec's
-    ``python.file`` as the engine does; ``confirm_discard(name)`` is asked
-    before Reload drops unsaved code."""
+class PythonEditor(KindEditor):
+    """The python kind's page. ``context.resolve`` finds the spec's
+    ``python.file`` as the engine does; ``context.confirm_discard(name)`` is
+    asked before Reload drops unsaved code."""
 
-    code_modified_changed = Signal(bool)
-    """The code gained (True) or lost (False) unsaved changes."""
-
-    def __init__(
-        self,
-        model: EnvDesign,
-        banner: Banner,
-        locate_file: Callable[[], Path],
-        confirm_discard: Callable[[str], bool],
-        parent: QWidget | None = None,
-    ) -> None:
-        super().__init__(parent)
-        self._model = model
-        self._banner = banner
-        self._locate_file = locate_file
-        self._confirm_discard = confirm_discard
+    def __init__(self, context: EditorContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
         self.code_path: Path | None = None
         """The file shown in the code editor."""
         self._code_readable = False
 
         self.form = FieldForm(PYTHON_FIELDS)
+        self.bind_form(self.form)
         self.code = CodeEditor()
         self.code.modificationChanged.connect(self._on_code_modification_changed)
         self.note = QLabel(wordWrap=True)
@@ -109,16 +95,39 @@ class PythonEditor(QWidget):
             and self.code.document().isModified()
         )
 
-    def refresh(self, load_form: bool) -> None:
+    def refresh(self) -> None:
         """Bring the page up to date with the spec (the form too unless the
         edit came from it, so typing is never interrupted)."""
-        if load_form:
+        if self.context.source() is not self.form:
             self.form.load(self._model)
         path = self._locate_file()
         # Typing is never overwritten: the file is read again only when the
         # spec names another file or the text has no unsaved changes.
         if path != self.code_path or not self.code.document().isModified():
             self._load_code(path)
+
+    def _locate_file(self) -> Path:
+        return self.context.resolve(str(self._model.get_field("python.file", "")))
+
+    def show_problems(self, marks: ProblemMarks) -> None:
+        fields = dict(marks.fields)
+        # A failure of the whole env (make, check_env) is the file's.
+        if "python" in fields:
+            fields.setdefault("python.file", fields["python"])
+        self.form.mark(fields)
+
+    def focus_problem(self, target: Target) -> None:
+        if target.kind == "field":
+            self.form.focus(target.key)
+
+    def unsaved(self) -> bool:
+        return self.code_modified
+
+    def save_files(self) -> bool:
+        return self.save_code()
+
+    def discard_files(self) -> None:
+        self.code.document().setModified(False)
 
     def _load_code(self, path: Path) -> None:
         self.code_path = path
@@ -157,10 +166,11 @@ class PythonEditor(QWidget):
         try:
             atomic_write_text(self.code_path, self.code.toPlainText())
         except OSError as exc:
-            self._banner.show_message(
+            self.message_requested.emit(
                 f"Could not save {self.code_path.name}: {exc.strerror or exc}; the "
                 "code is still in the editor.",
                 "error",
+                0,
             )
             return False
         self._code_readable = True
@@ -169,10 +179,10 @@ class PythonEditor(QWidget):
 
     def _on_code_modification_changed(self, modified: bool) -> None:
         self._update_note()
-        self.code_modified_changed.emit(modified)
+        self.modified_changed.emit(modified)
 
     def _on_reload_clicked(self) -> None:
-        if self.code_modified and not self._confirm_discard(
+        if self.code_modified and not self.context.confirm_discard(
             self.code_path.name if self.code_path else "the code"
         ):
             return

@@ -4,24 +4,14 @@ inspector for the selected one, the tools and the settings."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any, cast
 
 from PySide6.QtCore import QSignalBlocker, Qt
+from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
-    QFormLayout,
-    QGroupBox,
-    QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
-    QPushButton,
-    QScrollArea,
     QSplitter,
-    QStackedWidget,
-    QTableWidget,
     QTableWidgetItem,
     QToolButton,
     QVBoxLayout,
@@ -29,13 +19,10 @@ from PySide6.QtWidgets import (
 )
 
 from studio.environments import commands as cmd
-from studio.environments.fields import FieldForm
-from studio.state.env_design import (
-    WILDCARD,
-    EnvDesign,
-    Position,
-)
-from widgets.banner import Banner
+from studio.environments.fields import mark
+from studio.environments.kind_editor import EditorContext, KindEditor, ProblemMarks
+from studio.environments.workflow_inspector import WorkflowInspector
+from studio.state.env_design import WILDCARD, Position, Target
 from widgets.fit import scroll_area
 from widgets.flow_layout import FlowLayout
 from widgets.state_machine_editor import (
@@ -45,93 +32,6 @@ from widgets.state_machine_editor import (
     layered_layout,
     text_width,
 )
-
-WORKFLOW_FIELDS: list[tuple[str, dict[str, Any]]] = [
-    (
-        "workflow.max_steps",
-        {
-            "name": "max_steps",
-            "type": "int",
-            "default": 50,
-            "min": 1,
-            "help": "Steps before an episode is cut off.",
-            "title": "Max steps",
-        },
-    ),
-    (
-        "workflow.rewards.per_step",
-        {
-            "name": "per_step",
-            "type": "float",
-            "default": 0.0,
-            "help": "Reward added every step (usually a small cost).",
-            "title": "Reward per step",
-        },
-    ),
-    (
-        "workflow.rewards.invalid_tool",
-        {
-            "name": "invalid_tool",
-            "type": "float",
-            "default": 0.0,
-            "help": "Reward for a tool that is not valid in the current status.",
-            "title": "Invalid tool",
-        },
-    ),
-    (
-        "workflow.rewards.success_bonus",
-        {
-            "name": "success_bonus",
-            "type": "float",
-            "default": 0.0,
-            "help": "Added when a success status is reached.",
-            "title": "Success bonus",
-        },
-    ),
-    (
-        "workflow.rewards.status_mode",
-        {
-            "name": "status_mode",
-            "type": "choice",
-            "choices": ["enter", "potential"],
-            "default": "enter",
-            "help": "'enter': a status's reward each time it is entered; "
-            "'potential': the change in reward, 0 where an episode ends (guides "
-            "without paying detours; the success bonus pays for finishing).",
-            "title": "Status rewards",
-        },
-    ),
-    (
-        "workflow.tasks.data",
-        {
-            "name": "data",
-            "type": "str",
-            "default": "",
-            "help": "Mock data in the RL Hub Jira format, relative to the project.",
-            "title": "Task data",
-        },
-    ),
-    (
-        "workflow.tasks.use_task_status",
-        {
-            "name": "use_task_status",
-            "type": "bool",
-            "default": False,
-            "help": "Start each episode in the task's own status.",
-            "title": "Start in task status",
-        },
-    ),
-    (
-        "workflow.tasks.use_task_target",
-        {
-            "name": "use_task_target",
-            "type": "bool",
-            "default": False,
-            "help": "Succeed on the task's target status.",
-            "title": "Task target is success",
-        },
-    ),
-]
 
 
 def transition_label(t: dict[str, Any]) -> str:
@@ -158,150 +58,16 @@ def _parse_optional_float(text: str) -> tuple[float | None, str]:
     return value, ""
 
 
-# ---------------------------------------------------------------- inspector
-
-
-class WorkflowInspector(QWidget):
-    """Fields of the selected status or transition, the tools, the settings."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.stack = QStackedWidget()
-        self.none_label = QLabel(
-            "Select a status or a transition on the canvas.\n\n"
-            "Double-click empty space to add a status; drag the dot on a "
-            "status's right edge onto another status to add a transition.",
-            wordWrap=True,
-        )
-        self.none_label.setStyleSheet("color: palette(mid);")
-        self.stack.addWidget(self.none_label)
-
-        status_page = QWidget()
-        form = QFormLayout(status_page)
-        self.status_name = QLineEdit()
-        self.status_start = QCheckBox("Episodes start here")
-        self.status_terminal = QCheckBox("Ends the episode")
-        self.status_success = QCheckBox("Counts as success")
-        self.status_reward = QLineEdit(placeholderText="none")
-        self.status_reward.setToolTip(
-            "Reward weight of the status (see Status rewards)."
-        )
-        self.status_error = QLabel(wordWrap=True)
-        self.status_error.setStyleSheet("color: #d62728;")
-        form.addRow("Name", self.status_name)
-        form.addRow("Start", self.status_start)
-        form.addRow("Terminal", self.status_terminal)
-        form.addRow("Success", self.status_success)
-        form.addRow("Reward", self.status_reward)
-        form.addRow(self.status_error)
-        self.stack.addWidget(status_page)
-
-        transition_page = QWidget()
-        form = QFormLayout(transition_page)
-        self.transition_from = QComboBox()
-        self.transition_tool = QComboBox(editable=True)
-        self.transition_tool.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
-        self.transition_to = QComboBox()
-        self.transition_probability = QLineEdit(placeholderText="the rest (of 1)")
-        self.transition_probability.setToolTip(
-            "Chance of this outcome among the transitions with the same status "
-            "and tool; empty takes what the others leave."
-        )
-        self.transition_reward = QLineEdit(placeholderText="none")
-        self.transition_error = QLabel(wordWrap=True)
-        self.transition_error.setStyleSheet("color: #d62728;")
-        form.addRow("From", self.transition_from)
-        form.addRow("Tool", self.transition_tool)
-        form.addRow("To", self.transition_to)
-        form.addRow("Probability", self.transition_probability)
-        form.addRow("Reward", self.transition_reward)
-        form.addRow(self.transition_error)
-        self.stack.addWidget(transition_page)
-
-        selection = QGroupBox("Selection")
-        QVBoxLayout(selection).addWidget(self.stack)
-
-        tools_box = QGroupBox("Tools (actions, in order)")
-        self.tools_table = QTableWidget(0, 2)
-        self.tools_table.setHorizontalHeaderLabels(["Name", "Description"])
-        self.tools_table.horizontalHeader().setSectionResizeMode(
-            1, QHeaderView.ResizeMode.Stretch
-        )
-        self.tools_table.verticalHeader().hide()
-        self.tools_table.setMinimumHeight(150)
-        self.add_tool_button = QPushButton("Add tool")
-        self.remove_tool_button = QPushButton("Remove tool")
-        row = QHBoxLayout()
-        row.addWidget(self.add_tool_button)
-        row.addWidget(self.remove_tool_button)
-        row.addStretch(1)
-        tools_layout = QVBoxLayout(tools_box)
-        tools_layout.addWidget(self.tools_table)
-        tools_layout.addLayout(row)
-
-        settings_box = QGroupBox("Episode and rewards")
-        self.settings = FieldForm(WORKFLOW_FIELDS)
-        QVBoxLayout(settings_box).addWidget(self.settings)
-
-        content = QWidget()
-        layout = QVBoxLayout(content)
-        layout.addWidget(selection)
-        layout.addWidget(tools_box)
-        layout.addWidget(settings_box)
-        layout.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(content)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(scroll)
-        self.setMinimumWidth(270)
-
-    def transition_widgets(self) -> dict[str, QWidget]:
-        return {
-            "from": self.transition_from,
-            "tool": self.transition_tool,
-            "to": self.transition_to,
-            "probability": self.transition_probability,
-            "reward": self.transition_reward,
-        }
-
-    def status_widgets(self) -> dict[str, QWidget]:
-        return {
-            "statuses": self.status_name,
-            "start": self.status_start,
-            "terminal": self.status_terminal,
-            "success": self.status_success,
-            "reward": self.status_reward,
-        }
-
-
 # ---------------------------------------------------------------- workspace
 
 
-class WorkflowEditor(QWidget):
+class WorkflowEditor(KindEditor):
     """The workflow kind's page: the state-machine canvas with its tool bar,
     and the inspector of the selected status or transition, the tools and
-    the settings. Edits go through ``push(command, source=None)``;
-    ``source()`` tells the widget whose edit is being applied (a refresh
-    leaves it alone); ``marks_changed()`` is called when the shell should
-    put the problems on the widgets again."""
+    the settings."""
 
-    def __init__(
-        self,
-        model: EnvDesign,
-        banner: Banner,
-        push: Callable[..., None],
-        source: Callable[[], object | None],
-        marks_changed: Callable[[], None],
-        parent: QWidget | None = None,
-    ) -> None:
-        super().__init__(parent)
-        self._model = model
-        self._banner = banner
-        self._push = push
-        self._source = source
-        self._marks_changed = marks_changed
+    def __init__(self, context: EditorContext, parent: QWidget | None = None) -> None:
+        super().__init__(context, parent)
         self.inspected: tuple[str, Any] = ("", None)
         """What the inspector shows: ("status", name), ("transition",
         index) or ("", None)."""
@@ -311,10 +77,27 @@ class WorkflowEditor(QWidget):
         self.canvas.statuses_moved.connect(self._on_canvas_statuses_moved)
         self.canvas.selection_changed.connect(self._on_canvas_selection_changed)
         self.canvas.delete_requested.connect(self.delete_selection)
-        # Wraps instead of scrolling: every action stays in sight at 1,024 px.
-        bar = FlowLayout()
         self.tool_buttons: dict[str, QToolButton] = {}
         """The canvas tool bar's buttons by their text."""
+        canvas_box = QWidget()
+        canvas_layout = QVBoxLayout(canvas_box)
+        canvas_layout.setContentsMargins(0, 0, 0, 0)
+        canvas_layout.addWidget(self._build_tool_bar())
+        canvas_layout.addWidget(self.canvas, 1)
+        self.inspector = WorkflowInspector()
+        self._connect_inspector(self.inspector)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(canvas_box)
+        splitter.addWidget(scroll_area(self.inspector))
+        splitter.setStretchFactor(0, 1)
+        splitter.setSizes([700, 290])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(splitter)
+
+    def _build_tool_bar(self) -> QWidget:
+        # Wraps instead of scrolling: every action stays in sight at 1,024 px.
+        bar = FlowLayout()
         for text, slot, tip in (
             ("Add status", self._on_add_status_clicked, "Add a status"),
             (
@@ -347,15 +130,12 @@ class WorkflowEditor(QWidget):
             "<span style='color:#c8413a'>▣ terminal</span>"
         )
         bar.addWidget(legend)
-        canvas_box = QWidget()
-        canvas_layout = QVBoxLayout(canvas_box)
-        canvas_layout.setContentsMargins(0, 0, 0, 0)
         bar_row = QWidget()
         bar_row.setLayout(bar)
-        canvas_layout.addWidget(bar_row)
-        canvas_layout.addWidget(self.canvas, 1)
+        return bar_row
 
-        self.inspector = ins = WorkflowInspector()
+    def _connect_inspector(self, ins: WorkflowInspector) -> None:
+        self.bind_form(ins.settings)
         ins.status_name.editingFinished.connect(self._on_status_name_edited)
         ins.status_start.toggled.connect(self._on_status_start_toggled)
         ins.status_terminal.toggled.connect(self._on_status_terminal_toggled)
@@ -380,14 +160,57 @@ class WorkflowEditor(QWidget):
         ins.tools_table.itemChanged.connect(self._on_tools_item_changed)
         ins.add_tool_button.clicked.connect(self._on_add_tool_clicked)
         ins.remove_tool_button.clicked.connect(self._on_remove_tool_clicked)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-        splitter.addWidget(canvas_box)
-        splitter.addWidget(scroll_area(ins))
-        splitter.setStretchFactor(0, 1)
-        splitter.setSizes([700, 290])
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(splitter)
+
+    # ------------------------------------------------------------ the calls
+    def about_to_open(self) -> None:
+        self.inspected = ("", None)
+
+    def opened(self) -> None:
+        self.canvas.request_fit()
+
+    def show_problems(self, marks: ProblemMarks) -> None:
+        self.canvas.set_problems(marks.statuses, marks.transitions)
+        table = self.inspector.tools_table
+        for row in range(table.rowCount()):
+            for col in range(2):
+                item = table.item(row, col)
+                if item is None:
+                    continue
+                with QSignalBlocker(table):
+                    item.setBackground(
+                        QColor("#f8d7da") if row in marks.tools else QColor(0, 0, 0, 0)
+                    )
+                    item.setToolTip(marks.tools.get(row, ""))
+        self.inspector.settings.mark(marks.fields)
+        kind, key = self.inspected
+        if kind not in ("status", "transition"):
+            return
+        ins = self.inspector
+        status = kind == "status"
+        widgets = ins.status_widgets() if status else ins.transition_widgets()
+        for name, w in widgets.items():
+            mark(w, marks.sub_fields.get((kind, key, name), ""))
+        on = marks.statuses if status else marks.transitions
+        error_label = ins.status_error if status else ins.transition_error
+        error_label.setText(on.get(key, ""))
+
+    def focus_problem(self, target: Target) -> None:
+        ins = self.inspector
+        if target.kind in ("status", "transition"):
+            self.canvas.select(target.kind, target.key)
+            widgets = (
+                ins.status_widgets()
+                if target.kind == "status"
+                else ins.transition_widgets()
+            )
+            w = widgets.get(target.field)
+            if w is not None:
+                w.setFocus()
+        elif target.kind == "tool":
+            ins.tools_table.setCurrentCell(int(target.key), 0)
+            ins.tools_table.setFocus()
+        elif target.kind == "field":
+            ins.settings.focus(target.key)
 
     def _label_width(self) -> float:
         """Widest label of a transition between two different statuses."""
@@ -430,7 +253,7 @@ class WorkflowEditor(QWidget):
             positions=m.positions,
         )
         self._refresh_tools_table()
-        if self._source() is not self.inspector.settings:
+        if self.context.source() is not self.inspector.settings:
             self.inspector.settings.load(m)
         kind, key = self.inspected
         if kind == "status" and key not in m.statuses():
@@ -440,11 +263,10 @@ class WorkflowEditor(QWidget):
         ):
             self.inspected = ("", None)
         self._fill_inspector()
-        self._marks_changed()
 
     def _refresh_tools_table(self) -> None:
         table = self.inspector.tools_table
-        if self._source() is table:
+        if self.context.source() is table:
             return
         with QSignalBlocker(table):
             tools = self._model.tools()
@@ -459,7 +281,7 @@ class WorkflowEditor(QWidget):
     def _on_canvas_selection_changed(self, kind: str, key: Any) -> None:
         self.inspected = (kind, key)
         self._fill_inspector()
-        self._marks_changed()
+        self.marks_changed.emit()
 
     def _fill_inspector(self) -> None:
         ins = self.inspector
@@ -480,7 +302,7 @@ class WorkflowEditor(QWidget):
                 (ins.status_name, key),
                 (ins.status_reward, "" if key not in rewards else f"{rewards[key]:g}"),
             ):
-                if self._source() is not w:
+                if self.context.source() is not w:
                     with QSignalBlocker(w):
                         w.setText(text)
             ins.status_error.clear()
@@ -519,7 +341,7 @@ class WorkflowEditor(QWidget):
 
     def _on_canvas_status_add_requested(self, x: float, y: float) -> None:
         name = self._model.unique_status_name()
-        self._push(cmd.AddStatus(self._model, name, (x, y)))
+        self.push(cmd.AddStatus(self._model, name, (x, y)))
         self.canvas.select("status", name)
         self.inspector.status_name.setFocus()
         self.inspector.status_name.selectAll()
@@ -541,11 +363,11 @@ class WorkflowEditor(QWidget):
             base = re.sub(r"\W+", "_", f"to_{target}".lower()).strip("_") or "tool"
             tool = self._model.unique_tool_name(base)
         command = cmd.AddTransition(self._model, source, tool, target)
-        self._push(command)
+        self.push(command)
         self.canvas.select("transition", command.index)
 
     def _on_canvas_statuses_moved(self, positions: dict[str, Position]) -> None:
-        self._push(cmd.MoveStatuses(self._model, positions), self.canvas)
+        self.push(cmd.MoveStatuses(self._model, positions), self.canvas)
 
     def auto_layout(self, style: str = "layered") -> None:
         """Arrange the statuses (one undo step)."""
@@ -559,15 +381,15 @@ class WorkflowEditor(QWidget):
                 m.start(),
                 self._label_width(),
             )
-        self._push(cmd.MoveStatuses(self._model, positions))
+        self.push(cmd.MoveStatuses(self._model, positions))
         self.canvas.fit()
 
     def delete_selection(self) -> None:
         kind, key = self.inspected
         if kind == "status":
-            self._push(cmd.RemoveStatus(self._model, key))
+            self.push(cmd.RemoveStatus(self._model, key))
         elif kind == "transition":
-            self._push(cmd.RemoveTransition(self._model, key))
+            self.push(cmd.RemoveTransition(self._model, key))
             self.canvas.select("", None)
 
     def _on_status_name_edited(self) -> None:
@@ -581,13 +403,13 @@ class WorkflowEditor(QWidget):
         if problem:
             self.inspector.status_error.setText(problem)
             return
-        self._push(cmd.RenameStatus(self._model, old, new))
+        self.push(cmd.RenameStatus(self._model, old, new))
         self.canvas.select("status", new)
 
     def _on_status_start_toggled(self, checked: bool) -> None:
         kind, name = self.inspected
         if kind == "status" and checked and name != self._model.start():
-            self._push(
+            self.push(
                 cmd.CallCommand(
                     self._model,
                     f"Start at '{name}'",
@@ -598,7 +420,7 @@ class WorkflowEditor(QWidget):
     def _on_status_terminal_toggled(self, checked: bool) -> None:
         kind, name = self.inspected
         if kind == "status":
-            self._push(
+            self.push(
                 cmd.CallCommand(
                     self._model,
                     f"{'Mark' if checked else 'Unmark'} '{name}' terminal",
@@ -609,7 +431,7 @@ class WorkflowEditor(QWidget):
     def _on_status_success_toggled(self, checked: bool) -> None:
         kind, name = self.inspected
         if kind == "status":
-            self._push(
+            self.push(
                 cmd.CallCommand(
                     self._model,
                     f"{'Mark' if checked else 'Unmark'} '{name}' success",
@@ -625,7 +447,7 @@ class WorkflowEditor(QWidget):
         self.inspector.status_error.setText(error)
         if error or value == self._model.status_rewards().get(name):
             return
-        self._push(
+        self.push(
             cmd.CallCommand(
                 self._model,
                 f"Set the reward of '{name}'",
@@ -661,7 +483,7 @@ class WorkflowEditor(QWidget):
         ins.transition_error.setText(error)
         if error or value == t.get(field):
             return
-        self._push(cmd.EditTransition(self._model, index, **{field: value}))
+        self.push(cmd.EditTransition(self._model, index, **{field: value}))
         self.canvas.select("transition", index)
 
     def _on_tools_item_changed(self, item: QTableWidgetItem) -> None:
@@ -675,16 +497,16 @@ class WorkflowEditor(QWidget):
             new = item.text().strip()
             problem = self._model.tool_name_problem(new, name)
             if problem:
-                self._banner.show_message(problem, "error", auto_hide_ms=6000)
+                self.message_requested.emit(problem, "error", 6000)
                 with QSignalBlocker(table):
                     item.setText(name)
                 return
             if new != name:
-                self._push(cmd.RenameTool(self._model, name, new), table)
+                self.push(cmd.RenameTool(self._model, name, new), table)
                 self._refresh_tools_table()
         else:
             text = item.text().strip()
-            self._push(
+            self.push(
                 cmd.CallCommand(
                     self._model,
                     f"Describe tool '{name}'",
@@ -695,7 +517,7 @@ class WorkflowEditor(QWidget):
 
     def _on_add_tool_clicked(self) -> None:
         name = self._model.unique_tool_name()
-        self._push(cmd.AddTool(self._model, name))
+        self.push(cmd.AddTool(self._model, name))
         table = self.inspector.tools_table
         table.setCurrentCell(table.rowCount() - 1, 0)
         item = table.item(table.rowCount() - 1, 0)
@@ -706,12 +528,7 @@ class WorkflowEditor(QWidget):
         row = self.inspector.tools_table.currentRow()
         tools = self._model.tool_names()
         if 0 <= row < len(tools):
-            self._push(cmd.RemoveTool(self._model, tools[row]))
+            self.push(cmd.RemoveTool(self._model, tools[row]))
 
 
-__all__ = [
-    "WORKFLOW_FIELDS",
-    "WorkflowEditor",
-    "WorkflowInspector",
-    "transition_label",
-]
+__all__ = ["WorkflowEditor", "transition_label"]
