@@ -182,10 +182,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _new_settings(args: Options, project_dir: Path) -> SweepSettings:
     """The sweep's settings from the command line or the job's config,
     checked (nothing written)."""
-    from engine.jobs.registry import validate_config
+    from engine.jobs.registry import get_kind
     from engine.rl.cli import parse_settings
     from engine.rl.config import TrainConfig
-    from engine.settings import load as load_config
 
     if args.env is None:
         raise EngineError("Give the environment with --env, e.g. --env CartPole-v1.")
@@ -225,7 +224,7 @@ def _new_settings(args: Options, project_dir: Path) -> SweepSettings:
     }
     if hyper:
         base["hyperparameters"] = hyper
-    checked = load_config(TrainConfig, validate_config(KIND, base))
+    checked: TrainConfig = get_kind(KIND).validate(base)
     algo = checked.algo
     dims = (
         default_space(algo) if args.search is None else parse_search(args.search, algo)

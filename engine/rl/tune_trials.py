@@ -97,17 +97,17 @@ def _run_taken(
 ) -> bool:
     from optuna.trial import TrialState
 
-    from engine.jobs.registry import validate_config
+    from engine.jobs.registry import get_kind
     from engine.rl.config import TrainConfig
-    from engine.rl.train import run as train
-    from engine.settings import load as load_config
+    from engine.rl.train import train
 
     n = trial.number
     objective = settings.objective
     # list choices as lists
     params = {d.name: d.suggest(trial) for d in settings.search}
     try:
-        config = validate_config(KIND, trial_config(settings, params, project.path, n))
+        raw = trial_config(settings, params, project.path, n)
+        trained: TrainConfig = get_kind(KIND).validate(raw)
     except ConfigError as exc:
         # These values do not go together (a batch larger than the rollout).
         trial.set_user_attr("error", str(exc))
@@ -115,12 +115,12 @@ def _run_taken(
         print(f"trial {n}: not run: {exc}", file=sys.stderr, flush=True)
         return True
     name = f"{study.study_name} #{n}"
+    config = get_kind(KIND).record(trained)
     record = project.create_run(KIND, config, name=name)
     trial.set_user_attr("run_id", record.id)
     trial.set_user_attr("host", socket.gethostname())
     trial.set_user_attr("project", str(project.path))
 
-    trained = load_config(TrainConfig, config)
     target = trained.target_eval_reward
     cpu_start = time.process_time()
 
@@ -149,7 +149,7 @@ def _run_taken(
         project,
         record.id,
         ctx,
-        partial(train, on_eval=on_eval),
+        partial(train, cfg=trained, on_eval=on_eval),
         trace=ctx.log_to_file,
         progress=lambda o: (
             None
