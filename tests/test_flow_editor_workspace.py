@@ -53,10 +53,12 @@ def make_workspace(qtbot, tmp_path: Path, project: Path):
         qtbot.addWidget(ws)
         state.load_snapshot({"path": str(project), "name": "project", "flows": []})
         ws.set_catalog([*catalog(), PASS_THROUGH])
-        ws.ask_save_path = lambda suggested: str(project / "flows" / "cart.flow.json")
+        ws.files.ask_save_path = lambda suggested: str(
+            project / "flows" / "cart.flow.json"
+        )
         ws.errors_shown_to_user = []
-        ws.show_error = ws.errors_shown_to_user.append
-        ws.ask_unsaved = lambda: "discard"
+        ws.files.show_error = ws.errors_shown_to_user.append
+        ws.files.ask_unsaved = lambda: "discard"
         ws.resize(1280, 800)
         ws.show()
         qtbot.waitExposed(ws)
@@ -74,7 +76,7 @@ def drop(ws: WorkflowsWorkspace, type_name: str, view_pos: QPoint) -> None:
     """What a drag from the palette delivers to the canvas."""
     mime = QMimeData()
     mime.setData(NODE_TYPE_MIME, type_name.encode())
-    target = ws.canvas.viewport()
+    target = ws.editor.canvas.viewport()
     args = (Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
             Qt.KeyboardModifier.NoModifier)  # fmt: skip
     enter = QDragEnterEvent(view_pos, *args)
@@ -84,7 +86,7 @@ def drop(ws: WorkflowsWorkspace, type_name: str, view_pos: QPoint) -> None:
 
 
 def mouse_drag(qtbot, ws: WorkflowsWorkspace, start: QPointF, end: QPointF) -> None:
-    view = ws.canvas
+    view = ws.editor.canvas
     a, b = view.mapFromScene(start), view.mapFromScene(end)
     qtbot.mousePress(view.viewport(), Qt.MouseButton.LeftButton, pos=a)
     for i in range(1, 6):
@@ -93,7 +95,7 @@ def mouse_drag(qtbot, ws: WorkflowsWorkspace, start: QPointF, end: QPointF) -> N
 
 
 def link_by_mouse(qtbot, ws, a: str, ap: str, b: str, bp: str) -> None:
-    canvas = ws.canvas
+    canvas = ws.editor.canvas
     mouse_drag(
         qtbot,
         ws,
@@ -103,7 +105,7 @@ def link_by_mouse(qtbot, ws, a: str, ap: str, b: str, bp: str) -> None:
 
 
 def type_into(qtbot, ws: WorkflowsWorkspace, name: str, text: str) -> None:
-    editor = ws.param_form.editor(name)
+    editor = ws.editor.inspector.param_form.editor(name)
     line = editor.property("line_edit") if not isinstance(editor, QLineEdit) else editor
     assert isinstance(line, QLineEdit)
     line.setFocus()
@@ -115,16 +117,16 @@ def build_cartpole(qtbot, ws: WorkflowsWorkspace) -> None:
     drop(ws, "env.environment", QPoint(150, 200))
     drop(ws, "rl.train", QPoint(420, 200))
     drop(ws, "rl.evaluate", QPoint(690, 200))
-    assert ws.node_ids() == ["environment", "train", "evaluate"]
+    assert ws.editor.node_ids() == ["environment", "train", "evaluate"]
     link_by_mouse(qtbot, ws, "environment", "env", "train", "env")
-    ws.canvas.link_requested.emit("train", "policy", "evaluate", "policy")
-    assert {(lk.from_node, lk.to_node) for lk in ws.links()} == {
+    ws.editor.canvas.link_requested.emit("train", "policy", "evaluate", "policy")
+    assert {(lk.from_node, lk.to_node) for lk in ws.editor.links()} == {
         ("environment", "train"),
         ("train", "evaluate"),
     }
-    ws.canvas.select_nodes(["train"])
+    ws.editor.canvas.select_nodes(["train"])
     type_into(qtbot, ws, "total_steps", "256")
-    ws.canvas.select_nodes(["evaluate"])
+    ws.editor.canvas.select_nodes(["evaluate"])
     type_into(qtbot, ws, "episodes", "2")
 
 
@@ -133,39 +135,39 @@ def test_build_undo_redo_save_and_reopen_identical(qtbot, ws, project) -> None:
     model = ws.model
     assert model.node("train").params["total_steps"] == 256
     assert model.node("evaluate").params["episodes"] == 2
-    assert ws.is_modified() and "•" in ws.title_label.text()
+    assert ws.files.is_modified() and "•" in ws.editor.title_label.text()
     # 3 drops + 2 links + 2 typed values, each typed value one step.
     assert ws.undo_stack.count() == 7
 
-    ws.canvas.select_nodes(["train"])
+    ws.editor.canvas.select_nodes(["train"])
     ws.flow_actions["undo"].trigger()  # the evaluate edit
     ws.flow_actions["undo"].trigger()  # the train edit
     assert model.node("train").params["total_steps"] is None  # the preset's
     assert model.node("evaluate").params["episodes"] == 10
-    assert ws.param_form.editor("total_steps").text() == ""
+    assert ws.editor.inspector.param_form.editor("total_steps").text() == ""
     ws.flow_actions["undo"].trigger()  # the second link
-    assert len(ws.links()) == 1 and len(ws.canvas.links) == 1
+    assert len(ws.editor.links()) == 1 and len(ws.editor.canvas.links) == 1
     for _ in range(3):
         ws.flow_actions["redo"].trigger()
     assert model.node("train").params["total_steps"] == 256
-    assert ws.param_form.editor("total_steps").text() == "256"
-    assert len(ws.canvas.links) == 2
+    assert ws.editor.inspector.param_form.editor("total_steps").text() == "256"
+    assert len(ws.editor.canvas.links) == 2
 
-    with qtbot.waitSignal(ws.document_saved):
+    with qtbot.waitSignal(ws.files.document_saved):
         ws.flow_actions["save"].trigger()
     path = project / "flows" / "cart.flow.json"
-    assert not ws.is_modified() and "•" not in ws.title_label.text()
+    assert not ws.files.is_modified() and "•" not in ws.editor.title_label.text()
     saved_text = path.read_text()
-    assert not ws.autosave_file().exists()  # a save clears the autosave copy
+    assert not ws.files.autosave_file().exists()  # a save clears the autosave copy
 
     ws.flow_actions["new"].trigger()
-    assert ws.node_ids() == [] and not ws.canvas.nodes
+    assert ws.editor.node_ids() == [] and not ws.editor.canvas.nodes
     assert ws.open_file(path)
     assert flow.dumps(ws.model.doc) == saved_text
-    assert sorted(ws.canvas.nodes) == ["environment", "evaluate", "train"]
-    assert len(ws.canvas.links) == 2
-    assert not ws.is_modified()
-    assert ws.errors == {}  # a complete flow: no red marks
+    assert sorted(ws.editor.canvas.nodes) == ["environment", "evaluate", "train"]
+    assert len(ws.editor.canvas.links) == 2
+    assert not ws.files.is_modified()
+    assert ws.editor.errors == {}  # a complete flow: no red marks
 
 
 def test_refused_links_say_why(qtbot, ws) -> None:
@@ -173,7 +175,7 @@ def test_refused_links_say_why(qtbot, ws) -> None:
     drop(ws, "rl.evaluate", QPoint(450, 150))
     drop(ws, "test.pass", QPoint(150, 400))
     drop(ws, "test.pass", QPoint(450, 400))
-    canvas = ws.canvas
+    canvas = ws.editor.canvas
     # A type mismatch, dragged with the mouse: env output -> policy input.
     mouse_drag(
         qtbot,
@@ -184,22 +186,22 @@ def test_refused_links_say_why(qtbot, ws) -> None:
     reason = "A env output cannot feed the policy input 'policy' of 'Evaluate policy'."
     assert canvas.last_refusal == reason
     assert canvas.refusal_label.isVisible() and canvas.refusal_label.text() == reason
-    assert ws.status_label.text() == reason
-    assert ws.links() == []
+    assert ws.editor.status_label.text() == reason
+    assert ws.editor.links() == []
     # A cycle: pass -> pass_2 -> pass.
-    assert ws.request_link("pass", "env", "pass_2", "env") == (True, "")
-    ok, reason = ws.request_link("pass_2", "env", "pass", "env")
+    assert ws.editor.request_link("pass", "env", "pass_2", "env") == (True, "")
+    ok, reason = ws.editor.request_link("pass_2", "env", "pass", "env")
     assert not ok
     assert reason == "The link would close a cycle: 'Pass' already feeds 'Pass'."
     assert canvas.last_refusal == reason
-    ok, reason = ws.request_link("pass", "env", "pass", "env")
+    ok, reason = ws.editor.request_link("pass", "env", "pass", "env")
     assert (ok, reason) == (False, "A node cannot feed itself.")
-    assert len(ws.links()) == 1
+    assert len(ws.editor.links()) == 1
 
 
 def test_a_move_is_one_undo_step_and_delete_takes_links(qtbot, ws) -> None:
     build_cartpole(qtbot, ws)
-    canvas = ws.canvas
+    canvas = ws.editor.canvas
     count = ws.undo_stack.count()
     before = (ws.model.node("train").x, ws.model.node("train").y)
     rect = canvas.node_scene_rect("train")
@@ -215,34 +217,36 @@ def test_a_move_is_one_undo_step_and_delete_takes_links(qtbot, ws) -> None:
     canvas.select_nodes(["train"])
     canvas.setFocus()
     qtbot.keyClick(canvas, Qt.Key.Key_Delete)
-    assert ws.node_ids() == ["environment", "evaluate"] and ws.links() == []
+    assert (
+        ws.editor.node_ids() == ["environment", "evaluate"] and ws.editor.links() == []
+    )
     assert "train" not in canvas.nodes and not canvas.links
     ws.undo_stack.undo()
-    assert ws.node_ids() == ["environment", "train", "evaluate"]
-    assert len(ws.links()) == 2 and len(canvas.links) == 2
+    assert ws.editor.node_ids() == ["environment", "train", "evaluate"]
+    assert len(ws.editor.links()) == 2 and len(canvas.links) == 2
 
 
 def test_copy_paste_and_duplicate(qtbot, ws) -> None:
     build_cartpole(qtbot, ws)
-    ws.canvas.select_nodes(["environment", "train"])
+    ws.editor.canvas.select_nodes(["environment", "train"])
     assert ws.flow_actions["copy"].isEnabled()
     ws.flow_actions["copy"].trigger()
-    pasted = ws.paste()
+    pasted = ws.editor.paste()
     assert pasted == ["environment_2", "train_2"]
-    assert ws.canvas.selected_nodes() == pasted
+    assert ws.editor.canvas.selected_nodes() == pasted
     new = ws.model.node("train_2")
     assert new.params["total_steps"] == 256
     assert (new.x, new.y) == (
         ws.model.node("train").x + 40,
         ws.model.node("train").y + 40,
     )
-    assert flow.Link("environment_2", "env", "train_2", "env") in ws.links()
-    duplicated = ws.duplicate_selected()
+    assert flow.Link("environment_2", "env", "train_2", "env") in ws.editor.links()
+    duplicated = ws.editor.duplicate_selected()
     assert duplicated == ["environment_3", "train_3"]
-    assert len(ws.links()) == 4 and len(ws.canvas.links) == 4
+    assert len(ws.editor.links()) == 4 and len(ws.editor.canvas.links) == 4
     ws.undo_stack.undo()
     ws.undo_stack.undo()
-    assert ws.node_ids() == ["environment", "train", "evaluate"]
+    assert ws.editor.node_ids() == ["environment", "train", "evaluate"]
     # The clipboard holds readable JSON for other programs too.
     text = QApplication.clipboard().text()
     assert json.loads(text)["kind"] == "flow-fragment"
@@ -251,9 +255,9 @@ def test_copy_paste_and_duplicate(qtbot, ws) -> None:
 def test_autosave_is_offered_after_a_crash(qtbot, make_workspace, project) -> None:
     first = make_workspace()
     build_cartpole(qtbot, first)
-    assert first.save()
+    assert first.files.save()
     path = first.model.path
-    first.canvas.select_nodes(["train"])
+    first.editor.canvas.select_nodes(["train"])
     type_into(qtbot, first, "seed", "7")
     autosave = project / "flows" / ".autosave" / "cart.flow.json"
     assert flow.load(autosave).node("train").params["seed"] == 7
@@ -261,16 +265,16 @@ def test_autosave_is_offered_after_a_crash(qtbot, make_workspace, project) -> No
     # The app dies here: no save, no clean-up. A new session opens the file.
     asked = []
     second = make_workspace()
-    second.ask_restore = lambda p, a: asked.append((p, a)) or False
+    second.files.ask_restore = lambda p, a: asked.append((p, a)) or False
     assert second.open_file(path)
     assert asked == [(path, autosave)]
     assert second.model.node("train").params["seed"] is None
     third = make_workspace()
-    third.ask_restore = lambda p, a: True
+    third.files.ask_restore = lambda p, a: True
     assert third.open_file(path)
     assert third.model.node("train").params["seed"] == 7
-    assert third.is_modified()  # restored, not yet saved
-    assert third.save()
+    assert third.files.is_modified()  # restored, not yet saved
+    assert third.files.save()
     assert flow.load(path).node("train").params["seed"] == 7
     assert not autosave.exists()
 
@@ -331,20 +335,22 @@ def test_bad_files_open_with_a_clear_message_and_lose_nothing(
             }
         )
     )
-    ws.ask_unsaved = lambda: "discard"
+    ws.files.ask_unsaved = lambda: "discard"
     assert ws.open_file(odd)
-    assert "Unknown node type 'lab.mystery'" in ws.canvas.node_errors("lab")[0]
-    assert ws.canvas.node_errors("env") == [
+    assert "Unknown node type 'lab.mystery'" in ws.editor.canvas.node_errors("lab")[0]
+    assert ws.editor.canvas.node_errors("env") == [
         "Output 'env' is linked to a missing node 'gone'."
     ]
-    assert "problems in 2 nodes" in ws.status_label.text()
-    ws.canvas.select_nodes(["lab"])
-    assert "does not know the node type 'lab.mystery'" in ws.inspector_help.text()
+    assert "problems in 2 nodes" in ws.editor.status_label.text()
+    ws.editor.canvas.select_nodes(["lab"])
+    assert (
+        "does not know the node type 'lab.mystery'" in ws.editor.inspector.help.text()
+    )
     # Editing and saving keeps what this version does not understand.
-    ws.canvas.select_nodes(["env"])
+    ws.editor.canvas.select_nodes(["env"])
     type_into(qtbot, ws, "env", "Acrobot-v1")
-    ws.ask_save_path = lambda s: str(flows / "odd.flow.json")
-    assert ws.save()
+    ws.files.ask_save_path = lambda s: str(flows / "odd.flow.json")
+    assert ws.files.save()
     data = json.loads(odd.read_text())
     assert data["comment"] == "kept"
     assert data["nodes"][1] == {
@@ -360,37 +366,44 @@ def test_bad_files_open_with_a_clear_message_and_lose_nothing(
 
 def test_validate_marks_nodes_and_form_fields(qtbot, ws) -> None:
     drop(ws, "rl.train", QPoint(300, 200))
-    errors = ws.validate()
+    errors = ws.editor.validate()
     assert errors["train"] == ["The required input 'env' (env) is not linked."]
-    assert ws.canvas.node_errors("train") == errors["train"]
-    assert "1 problem in 1 node" in ws.status_label.text()
-    ws.canvas.select_nodes(["train"])
+    assert ws.editor.canvas.node_errors("train") == errors["train"]
+    assert "1 problem in 1 node" in ws.editor.status_label.text()
+    ws.editor.canvas.select_nodes(["train"])
     type_into(qtbot, ws, "total_steps", "0")  # below the minimum: the form refuses
-    assert ws.param_form.errors() == {"total_steps": "Total steps must be at least 1."}
+    assert ws.editor.inspector.param_form.errors() == {
+        "total_steps": "Total steps must be at least 1."
+    }
     assert ws.model.node("train").params["total_steps"] is None
     assert not ws.run_flow()  # invalid flows do not run
-    assert "cannot run yet" in ws.status_label.text()
+    assert "cannot run yet" in ws.editor.status_label.text()
     assert os.listdir(ws.project_flows_dir()) == [".autosave"]  # nothing saved
 
 
 def test_flow_name_and_description_are_undoable_and_saved(qtbot, ws, project) -> None:
     build_cartpole(qtbot, ws)
-    ws.canvas.select_nodes([])
-    assert ws.flow_panel.isVisible() and not ws.param_form.isVisible()
+    ws.editor.canvas.select_nodes([])
+    assert (
+        ws.editor.inspector.flow_panel.isVisible()
+        and not ws.editor.inspector.param_form.isVisible()
+    )
     count = ws.undo_stack.count()
-    ws.flow_name_edit.setFocus()
-    ws.flow_name_edit.selectAll()
-    qtbot.keyClicks(ws.flow_name_edit, "cartpole check")
-    qtbot.keyClick(ws.flow_name_edit, Qt.Key.Key_Return)
-    ws.flow_description_edit.setFocus()
-    qtbot.keyClicks(ws.flow_description_edit, "Train PPO, then evaluate it.")
-    ws.canvas.setFocus()  # leaving the description commits it
+    ws.editor.inspector.flow_name_edit.setFocus()
+    ws.editor.inspector.flow_name_edit.selectAll()
+    qtbot.keyClicks(ws.editor.inspector.flow_name_edit, "cartpole check")
+    qtbot.keyClick(ws.editor.inspector.flow_name_edit, Qt.Key.Key_Return)
+    ws.editor.inspector.flow_description_edit.setFocus()
+    qtbot.keyClicks(
+        ws.editor.inspector.flow_description_edit, "Train PPO, then evaluate it."
+    )
+    ws.editor.canvas.setFocus()  # leaving the description commits it
     qtbot.waitUntil(lambda: ws.model.doc.description != "")
     assert ws.undo_stack.count() == count + 2
     assert ws.model.doc.name == "cartpole check"
-    assert "cartpole check" in ws.title_label.text()
-    assert "Train PPO, then evaluate it." in ws.title_label.toolTip()
-    assert ws.save()
+    assert "cartpole check" in ws.editor.title_label.text()
+    assert "Train PPO, then evaluate it." in ws.editor.title_label.toolTip()
+    assert ws.files.save()
     data = json.loads((project / "flows" / "cart.flow.json").read_text())
     assert (data["name"], data["description"]) == (
         "cartpole check",
@@ -398,14 +411,15 @@ def test_flow_name_and_description_are_undoable_and_saved(qtbot, ws, project) ->
     )
     ws.flow_actions["undo"].trigger()
     assert (
-        ws.model.doc.description == "" and ws.flow_description_edit.toPlainText() == ""
+        ws.model.doc.description == ""
+        and ws.editor.inspector.flow_description_edit.toPlainText() == ""
     )
-    assert ws.is_modified()
+    assert ws.files.is_modified()
     ws.flow_actions["undo"].trigger()
-    assert ws.model.doc.name == "" and ws.flow_name_edit.text() == ""
-    assert "cart" in ws.title_label.text()  # the file name stands in
+    assert ws.model.doc.name == "" and ws.editor.inspector.flow_name_edit.text() == ""
+    assert "cart" in ws.editor.title_label.text()  # the file name stands in
     ws.flow_actions["redo"].trigger()
-    assert ws.flow_name_edit.text() == "cartpole check"
+    assert ws.editor.inspector.flow_name_edit.text() == "cartpole check"
 
 
 def write_flow_run(
@@ -439,7 +453,7 @@ def write_flow_run(
 
 def test_the_last_run_shows_again_when_the_project_arrives(qtbot, ws, project) -> None:
     build_cartpole(qtbot, ws)
-    assert ws.save()
+    assert ws.files.save()
     path = ws.model.path
     model_file = project / "models" / "policy.zip"
     model_file.parent.mkdir()
@@ -463,25 +477,27 @@ def test_the_last_run_shows_again_when_the_project_arrives(qtbot, ws, project) -
     )
     # Opened before the project's runs are known (start-up): nothing to show.
     assert ws.open_file(path)
-    assert ws.canvas.node_state("train") == ("", 0.0)
-    assert ws.last_run_label.text() == "Never run."
+    assert ws.editor.canvas.node_state("train") == ("", 0.0)
+    assert ws.editor.inspector.last_run_label.text() == "Never run."
     ws._state.load_snapshot(
         {"path": str(project), "name": "project", "flows": [], "runs": [record]}
     )
-    assert ws.canvas.node_state("environment") == ("done", 1.0)
-    assert ws.canvas.node_state("train")[0] == "failed"
-    assert ws.canvas.node_state("evaluate")[0] == "skipped"
-    assert ws.last_run_label.text().startswith("Failed 2023-11-")
-    assert "1 done, 1 failed, 1 skipped" in ws.last_run_label.text()
+    assert ws.editor.canvas.node_state("environment") == ("done", 1.0)
+    assert ws.editor.canvas.node_state("train")[0] == "failed"
+    assert ws.editor.canvas.node_state("evaluate")[0] == "skipped"
+    assert ws.editor.inspector.last_run_label.text().startswith("Failed 2023-11-")
+    assert "1 done, 1 failed, 1 skipped" in ws.editor.inspector.last_run_label.text()
     ws.show_node_details("train")
-    assert ws.log_view.toPlainText().startswith("node train (Train (SB3)) failed")
-    assert "Traceback" in ws.log_view.toPlainText()
+    assert ws.details.log_view.toPlainText().startswith(
+        "node train (Train (SB3)) failed"
+    )
+    assert "Traceback" in ws.details.log_view.toPlainText()
     ws.show_node_details("environment")
-    assert ws.log_view.toPlainText() == "[environment] made CartPole-v1"
-    assert str(model_file) in ws.output_view.toPlainText()  # a link to the file
-    assert "seconds" in ws.output_view.toPlainText()
+    assert ws.details.log_view.toPlainText() == "[environment] made CartPole-v1"
+    assert str(model_file) in ws.details.output_view.toPlainText()  # a link to the file
+    assert "seconds" in ws.details.output_view.toPlainText()
     ws.show_node_details("evaluate")
-    assert "skipped" in ws.output_view.toPlainText()
+    assert "skipped" in ws.details.output_view.toPlainText()
 
 
 def test_a_killed_run_leaves_no_node_running(qtbot, ws) -> None:
@@ -491,22 +507,22 @@ def test_a_killed_run_leaves_no_node_running(qtbot, ws) -> None:
     ws.model.set_path(ws.project_flows_dir() / "cart.flow.json")
     ws.undo_stack.setClean()
     ctl = ws.controller
-    ws._run_pending = True
+    ws.watcher._run_pending = True
     ctl.run_started.emit("r9")
-    assert ws.run_id == "r9" and ws.flow_actions["cancel"].isEnabled()
+    assert ws.watcher.run_id == "r9" and ws.flow_actions["cancel"].isEnabled()
     ctl.node_state_received.emit("r9", "environment", "done", 1.0, "ok", {}, {})
     ctl.node_state_received.emit("r9", "train", "running", 0.4, "", {}, {})
     ctl.node_state_received.emit("r9", "evaluate", "queued", 0.0, "", {}, {})
     ctl.run_log_received.emit("r9", ["[train] step 1", "a library's own print"])
-    assert ws.node_logs["train"] == ["[train] step 1", "a library's own print"]
-    with qtbot.waitSignal(ws.run_finished) as finished:
+    assert ws.watcher.node_logs["train"] == ["[train] step 1", "a library's own print"]
+    with qtbot.waitSignal(ws.watcher.run_finished) as finished:
         ctl.run_ended.emit("r9", "stopped", "")
     assert finished.args == ["stopped", ""]
-    assert ws.canvas.node_state("train")[0] == "stopped"
-    assert ws.canvas.node_state("evaluate")[0] == "skipped"
-    assert ws.canvas.node_state("environment")[0] == "done"
-    assert ws.run_id is None and ws.flow_actions["run"].isEnabled()
-    assert ws.last_run_label.text().startswith("Stopped")
+    assert ws.editor.canvas.node_state("train")[0] == "stopped"
+    assert ws.editor.canvas.node_state("evaluate")[0] == "skipped"
+    assert ws.editor.canvas.node_state("environment")[0] == "done"
+    assert ws.watcher.run_id is None and ws.flow_actions["run"].isEnabled()
+    assert ws.editor.inspector.last_run_label.text().startswith("Stopped")
 
 
 def test_recent_files_and_paste_availability(qtbot, ws, project, tmp_path) -> None:
@@ -514,9 +530,9 @@ def test_recent_files_and_paste_availability(qtbot, ws, project, tmp_path) -> No
     outside.parent.mkdir()
     flow.save(flow.FlowDocument(name="mine"), outside)
     build_cartpole(qtbot, ws)
-    assert ws.save()
+    assert ws.files.save()
     assert ws.open_file(outside)
-    recent = ws.recent_files()
+    recent = ws.files.recent_files()
     assert recent[:2] == [str(outside), str(project / "flows" / "cart.flow.json")]
     ws.recent_menu.aboutToShow.emit()
     names = [a.text() for a in ws.recent_menu.actions()]
@@ -526,14 +542,14 @@ def test_recent_files_and_paste_availability(qtbot, ws, project, tmp_path) -> No
 
     QApplication.clipboard().setText("just words")
     assert not ws.flow_actions["paste"].isEnabled()
-    ws.canvas.select_nodes(["train"])
+    ws.editor.canvas.select_nodes(["train"])
     ws.flow_actions["copy"].trigger()
     assert ws.flow_actions["paste"].isEnabled()
 
 
 def test_keyboard_select_all_zoom_and_multi_delete(qtbot, ws) -> None:
     build_cartpole(qtbot, ws)
-    canvas = ws.canvas
+    canvas = ws.editor.canvas
     canvas.setFocus()
     qtbot.keyClick(canvas, Qt.Key.Key_0, Qt.KeyboardModifier.ControlModifier)
     assert canvas.zoom() == 1.0
@@ -543,28 +559,32 @@ def test_keyboard_select_all_zoom_and_multi_delete(qtbot, ws) -> None:
     assert canvas.zoom() == 1.0
     qtbot.keyClick(canvas, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
     assert canvas.selected_nodes() == ["environment", "train", "evaluate"]
-    assert "No node" not in ws.inspector_heading.text()  # several: the flow
+    assert "No node" not in ws.editor.inspector.heading.text()  # several: the flow
     qtbot.keyClick(canvas, Qt.Key.Key_Delete)
-    assert ws.node_ids() == [] and ws.links() == []
+    assert ws.editor.node_ids() == [] and ws.editor.links() == []
     ws.flow_actions["undo"].trigger()  # one step brings all of it back
-    assert ws.node_ids() == ["environment", "train", "evaluate"]
-    assert len(ws.links()) == 2
+    assert ws.editor.node_ids() == ["environment", "train", "evaluate"]
+    assert len(ws.editor.links()) == 2
 
 
 def test_the_details_pane_follows_clicks(qtbot, ws) -> None:
     build_cartpole(qtbot, ws)
-    assert "Run the flow to see each node's state" in ws.output_view.toPlainText()
-    rect = ws.canvas.node_scene_rect("train")
-    click = ws.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 10)
-    qtbot.mouseClick(ws.canvas.viewport(), Qt.MouseButton.LeftButton, pos=click)
-    assert ws.output_view.toPlainText().startswith("Train (SB3) · train")
-    assert "No result yet" in ws.output_view.toPlainText()
-    assert ws.log_view.placeholderText() == "train has not run yet."
+    assert (
+        "Run the flow to see each node's state" in ws.details.output_view.toPlainText()
+    )
+    rect = ws.editor.canvas.node_scene_rect("train")
+    click = ws.editor.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 10)
+    qtbot.mouseClick(ws.editor.canvas.viewport(), Qt.MouseButton.LeftButton, pos=click)
+    assert ws.details.output_view.toPlainText().startswith("Train (SB3) · train")
+    assert "No result yet" in ws.details.output_view.toPlainText()
+    assert ws.details.log_view.placeholderText() == "train has not run yet."
     ws.set_catalog([*catalog(), PASS_THROUGH])  # the engine sent it again
-    assert ws.output_view.toPlainText().startswith("Train (SB3) · train")
-    empty = ws.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 300)
-    qtbot.mouseClick(ws.canvas.viewport(), Qt.MouseButton.LeftButton, pos=empty)
-    assert "Run the flow to see each node's state" in ws.output_view.toPlainText()
+    assert ws.details.output_view.toPlainText().startswith("Train (SB3) · train")
+    empty = ws.editor.canvas.mapFromScene(rect.topLeft()) + QPoint(60, 300)
+    qtbot.mouseClick(ws.editor.canvas.viewport(), Qt.MouseButton.LeftButton, pos=empty)
+    assert (
+        "Run the flow to see each node's state" in ws.details.output_view.toPlainText()
+    )
 
 
 def test_an_untitled_flow_is_restored_after_a_crash(
@@ -577,41 +597,41 @@ def test_an_untitled_flow_is_restored_after_a_crash(
     # The app dies; the next session opens the project with an empty editor.
     second = make_workspace()
     asked = []
-    second.ask_restore = lambda p, a: asked.append((p, a)) or True
+    second.files.ask_restore = lambda p, a: asked.append((p, a)) or True
     second._session.project_opened.emit(str(project))
     assert asked == [(None, autosave)]
-    assert second.node_ids() == ["environment", "train", "evaluate"]
-    assert second.model.path is None and second.is_modified()
-    assert "Restored an unsaved flow" in second.status_label.text()
+    assert second.editor.node_ids() == ["environment", "train", "evaluate"]
+    assert second.model.path is None and second.files.is_modified()
+    assert "Restored an unsaved flow" in second.editor.status_label.text()
 
 
 def test_save_as_and_a_failed_save_keep_the_old_file(
     qtbot, ws, project, monkeypatch
 ) -> None:
     build_cartpole(qtbot, ws)
-    assert ws.save()
+    assert ws.files.save()
     first = project / "flows" / "cart.flow.json"
     saved = first.read_bytes()
-    ws.ask_save_path = lambda suggested: str(project / "flows" / "copy")
-    assert ws.save_as()
+    ws.files.ask_save_path = lambda suggested: str(project / "flows" / "copy")
+    assert ws.files.save_as()
     copy = project / "flows" / "copy.flow.json"
     assert ws.model.path == copy and copy.read_bytes() == saved
     assert ws._session.settings.recent_flows[:2] == [str(copy), str(first)]
 
     # The disk fills up in the middle of the next save.
-    ws.canvas.select_nodes(["train"])
+    ws.editor.canvas.select_nodes(["train"])
     type_into(qtbot, ws, "seed", "5")
 
     def no_space(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", no_space)
-    assert not ws.save()
+    assert not ws.files.save()
     monkeypatch.undo()
     assert ws.errors_shown_to_user[-1] == (
         f"Could not save {copy}: No space left on device."
     )
     assert copy.read_bytes() == saved  # the old file, whole
     assert [p.name for p in copy.parent.iterdir() if ".tmp-" in p.name] == []
-    assert ws.is_modified() and ws.model.node("train").params["seed"] == 5
-    assert ws.save() and flow.load(copy).node("train").params["seed"] == 5
+    assert ws.files.is_modified() and ws.model.node("train").params["seed"] == 5
+    assert ws.files.save() and flow.load(copy).node("train").params["seed"] == 5

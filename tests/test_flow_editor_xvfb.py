@@ -199,15 +199,15 @@ def test_drag_from_palette_and_link_ports_under_xvfb(
         origin = QPoint(int(geometry["X"]), int(geometry["Y"]))
         win = replica(qtbot, tmp_path, int(geometry["WIDTH"]), int(geometry["HEIGHT"]))
         ws = win.workspaces["workflows"]
-        tree = ws.node_palette.tree
+        tree = ws.editor.node_palette.tree
 
         def palette_point(type_name: str) -> QPoint:
-            item = ws.node_palette.type_item(type_name)
+            item = ws.editor.node_palette.type_item(type_name)
             rect = tree.visualItemRect(item)
             at = QPoint(rect.left() + 30, rect.center().y())
             return origin + tree.viewport().mapTo(win, at)
 
-        canvas = ws.canvas
+        canvas = ws.editor.canvas
         canvas_origin = origin + canvas.viewport().mapTo(win, QPoint(0, 0))
         scene_top_left = canvas.mapToScene(QPoint(0, 0))
 

@@ -294,15 +294,15 @@ def test_the_workflows_workspace_lists_and_opens_the_example(
     state.load_snapshot(snapshot)
     ws.set_catalog(catalog())
     # the Flows tab lists it with the other examples, and the Recent menu too
-    records = {r["name"]: r for r in ws.table.model.records}
+    records = {r["name"]: r for r in ws.editor.flows_table.model.records}
     assert {"cartpole_ppo", "jira_maskable_ppo", "jira_llm_grpo"} <= set(records)
     ws.recent_menu.aboutToShow.emit()
     assert "jira_llm_grpo" in [a.text() for a in ws.recent_menu.actions()]
-    ws.table.activation_requested.emit(records["jira_llm_grpo"]["path"])
+    ws.editor.flows_table.activation_requested.emit(records["jira_llm_grpo"]["path"])
     assert ws.model.path == tmp_path / "fresh" / "flows" / "jira_llm_grpo.flow.json"
-    assert sorted(ws.node_ids()) == sorted(CHAIN)
-    assert len(ws.links()) == len(flow.load(EXAMPLE).links)
-    assert ws.validate() == {}
+    assert sorted(ws.editor.node_ids()) == sorted(CHAIN)
+    assert len(ws.editor.links()) == len(flow.load(EXAMPLE).links)
+    assert ws.editor.validate() == {}
 
 
 # ------------------------------------------------------- the chain headless

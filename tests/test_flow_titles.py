@@ -94,7 +94,7 @@ def fitted_titles(tmp: Path) -> dict[str, Any]:
     copy = tmp / LLM_FLOW.name
     shutil.copy(LLM_FLOW, copy)
     assert ws.open_file(copy)
-    view = ws.canvas
+    view = ws.editor.canvas
     image = win.grab().toImage()
     report = {
         "dpr": image.devicePixelRatio(),

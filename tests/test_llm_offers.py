@@ -27,7 +27,7 @@ from engine.nodes.registry import specs
 from engine.settings import Offer, fields_of, form_field, param_spec, setting
 from engine.store.project import Project
 from resources import resource_path
-from studio.workflows.workspace import param_schema
+from studio.workflows.inspector import param_schema
 from widgets.param_form import ParamForm
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -234,7 +234,7 @@ def open_studio(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
     qtbot.waitUntil(
         lambda: (
             sources.catalog_received
-            and bool(ws.catalog)
+            and bool(ws.editor.catalog)
             and any(e.value == maze for e in sources.entries(ENV))
         ),
         timeout=60_000,
@@ -248,35 +248,35 @@ def test_envs_are_picked_and_dragged_onto_the_canvas(qtbot, tmp_path: Path) -> N
         maze = contract.env_id("maze")
         entries = {e.value: e for e in sources.entries(ENV)}
         assert entries[maze].shown == "maze" and "CartPole-v1" in entries
-        ws.left_tabs.setCurrentWidget(ws.env_list)
-        qtbot.keyClicks(ws.env_list.edit, "maze")
-        assert ws.env_list.visible_values() == [maze]
+        ws.editor.left_tabs.setCurrentWidget(ws.editor.env_list)
+        qtbot.keyClicks(ws.editor.env_list.edit, "maze")
+        assert ws.editor.env_list.visible_values() == [maze]
         # Drag it from the Environments list onto the canvas: a new node.
-        mime = ws.env_list.drag_data(entries[maze])
-        send_drop(ws.canvas.viewport(), mime, QPoint(200, 200))
-        assert ws.node_ids() == ["environment"]
+        mime = ws.editor.env_list.drag_data(entries[maze])
+        send_drop(ws.editor.canvas.viewport(), mime, QPoint(200, 200))
+        assert ws.editor.node_ids() == ["environment"]
         assert ws.model.node("environment").params["env"] == maze
         # Onto that node: it is set, as one undo step.
         send_drop(
-            ws.canvas.viewport(),
-            ws.env_list.drag_data(entries["CartPole-v1"]),
-            ws.canvas.mapFromScene(
-                ws.canvas.nodes["environment"].sceneBoundingRect().center()
+            ws.editor.canvas.viewport(),
+            ws.editor.env_list.drag_data(entries["CartPole-v1"]),
+            ws.editor.canvas.mapFromScene(
+                ws.editor.canvas.nodes["environment"].sceneBoundingRect().center()
             ),
         )
-        assert ws.node_ids() == ["environment"]
+        assert ws.editor.node_ids() == ["environment"]
         assert ws.model.node("environment").params["env"] == "CartPole-v1"
         ws.undo_stack.undo()
         assert ws.model.node("environment").params["env"] == maze
         # The inspector's field is a picker showing the name.
-        ws.canvas.select_nodes(["environment"])
-        picker = ws.param_form.editor("env")
+        ws.editor.canvas.select_nodes(["environment"])
+        picker = ws.editor.inspector.param_form.editor("env")
         assert isinstance(picker, SearchPicker)
         assert picker.edit.text() == "maze" and picker.status() == ""
         picker.pick("Acrobot-v1")
         assert ws.model.node("environment").params["env"] == "Acrobot-v1"
         # Double-click in the list adds a node.
-        ws.env_list.activation_requested.emit("CartPole-v1")
+        ws.editor.env_list.activation_requested.emit("CartPole-v1")
         assert ws.model.node("environment_2").params["env"] == "CartPole-v1"
 
         # An old flow naming an env nobody knows still loads; the field says so.
@@ -287,9 +287,9 @@ def test_envs_are_picked_and_dragged_onto_the_canvas(qtbot, tmp_path: Path) -> N
         old.write_text(json.dumps(doc.to_dict()))
         ws.undo_stack.setClean()
         assert ws.open_file(old)
-        assert ws.node_ids() == ["env"]
-        ws.canvas.select_nodes(["env"])
-        picker = ws.param_form.editor("env")
+        assert ws.editor.node_ids() == ["env"]
+        ws.editor.canvas.select_nodes(["env"])
+        picker = ws.editor.inspector.param_form.editor("env")
         assert isinstance(picker, SearchPicker)
         assert picker.value() == "Gone-v7"
         assert picker.status() == (
@@ -305,10 +305,10 @@ def test_base_models_from_folders_the_cache_and_a_hub_search(
 ) -> None:
     win, ws, sources = open_studio(qtbot, tmp_path)
     try:
-        node_id = ws.add_node_of_type("llm.base_model")
+        node_id = ws.editor.add_node_of_type("llm.base_model")
         assert node_id
-        ws.canvas.select_nodes([node_id])
-        picker = ws.param_form.editor("model")
+        ws.editor.canvas.select_nodes([node_id])
+        picker = ws.editor.inspector.param_form.editor("model")
         assert isinstance(picker, SearchPicker)
         assert picker.browse.isVisibleTo(picker)
         cached = picker.entries(CACHE_SECTION)

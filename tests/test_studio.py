@@ -122,9 +122,8 @@ def test_main_window_lists_what_the_project_holds(
     envs = win.workspaces["environments"].env_list.table.model.records
     assert {e["name"] for e in envs} == {"maze", "broken"}
     assert next(e for e in envs if e["name"] == "broken")["error"]
-    assert [f["name"] for f in win.workspaces["workflows"].table.model.records] == [
-        "demo"
-    ]
+    flows = win.workspaces["workflows"].editor.flows_table.model.records
+    assert [f["name"] for f in flows] == ["demo"]
     # The self-test trains nothing: it is listed as activity, not training.
     assert win.workspaces["training"].table.model.records == []
     runs = win.workspaces["training"].activity.model.records

@@ -176,12 +176,12 @@ def test_editor_loads_renders_and_pans_500_nodes(qtbot, tmp_path: Path) -> None:
     t = time.perf_counter()
     assert ws.open_file(path)
     load_s = time.perf_counter() - t
-    assert len(ws.canvas.nodes) == 500 and len(ws.canvas.links) == 600
+    assert len(ws.editor.canvas.nodes) == 500 and len(ws.editor.canvas.links) == 600
     t = time.perf_counter()
-    ws.canvas.viewport().grab()
+    ws.editor.canvas.viewport().grab()
     first_paint_s = time.perf_counter() - t
 
-    view = ws.canvas
+    view = ws.editor.canvas
     view.set_zoom(1.0)
     view.centerOn(view.node_scene_rect("n260").center())
     near = _frame_times(view, 60, 25, 15)
