@@ -186,6 +186,135 @@ class _Stopped(BaseException):
     removes its partial output on the way out)."""
 
 
+@dataclass
+class _Export:
+    """An export under way: where it writes, what it made so far, and the
+    file the next stage starts from."""
+
+    cfg: OllamaExportConfig
+    work_dir: Path
+    say: Callable[[str], None]
+    current: Path
+    models: list[dict[str, Any]] = field(default_factory=list)
+    deploy: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def safe(self) -> str:
+        """The model name as a file name stem."""
+        from engine.export.ollama import file_stem
+
+        assert self.cfg.name is not None  # validate requires it
+        return file_stem(self.cfg.name)
+
+    @property
+    def sources(self) -> list[str]:
+        """The parents of a stage's output: the file the previous stage
+        made, else the ids the export was given."""
+        return [str(self.current)] if self.models else list(self.cfg.parents)
+
+    def merge(self, report: Progress) -> None:
+        from engine.llm.merge import merge_adapter
+
+        cfg = self.cfg
+        out_dir = self.work_dir / f"{self.safe}-merged"
+        assert cfg.base is not None  # validate names an adapter's base
+        merge_adapter(str(self.current), cfg.base, out_dir, cfg.dtype)
+        self.models.append(
+            {
+                "name": f"{self.safe}-merged",
+                "kind": "hf-merged",
+                "file": str(out_dir),
+                "base": cfg.base,
+                "parents": [*cfg.parents, cfg.base],
+                "metrics": {"dtype": cfg.dtype},
+            }
+        )
+        self.current = out_dir
+
+    def gguf(self, report: Progress) -> None:
+        from engine.export.gguf import export_gguf
+
+        cfg = self.cfg
+        export_type = "f16" if cfg.type in SERVER_QUANTS else cfg.type
+        gguf_file = self.work_dir / f"{self.safe}-{export_type}.gguf"
+        imatrix = None
+        export_progress: Progress = report
+        if cfg.calibration_text:
+            from engine.export.imatrix import collect_imatrix
+
+            # The stage's first half collects, its second exports.
+            self.say(f"Collecting the importance matrix on {cfg.calibration_text}")
+            imatrix = collect_imatrix(
+                self.current,
+                cfg.calibration_text,
+                lambda d, t, m: report(d, 2 * t, m),
+            )
+
+            def export_progress(d: float, t: float, m: str) -> None:
+                report(t + d, 2 * t, m)
+
+        rep = export_gguf(
+            self.current,
+            gguf_file,
+            export_type,
+            export_progress,
+            name=self.safe,
+            imatrix=imatrix,
+        )
+        self.say(rep.summary())
+        tokens = {"imatrix_tokens": rep.imatrix["tokens"]} if rep.imatrix else {}
+        self.models.append(
+            {
+                "name": gguf_file.stem,
+                "kind": "gguf",
+                "file": str(gguf_file.resolve()),
+                "base": str(self.current),
+                "parents": self.sources,
+                "metrics": {
+                    "size_mb": round(rep.size_bytes / 1e6, 3),
+                    "type": rep.file_type,
+                    "verified": rep.verified,
+                    "gguf_kind": rep.kind,
+                    **tokens,
+                },
+            }
+        )
+        self.current = gguf_file
+
+    def deploy_stage(self, report: Progress) -> None:
+        from engine.export.ollama import deploy_gguf, deployed_model_entry
+
+        cfg = self.cfg
+        assert cfg.name is not None  # validate requires it
+        result = deploy_gguf(
+            self.current,
+            cfg.name,
+            host=cfg.host,
+            system=cfg.system,
+            quantize=SERVER_QUANTS.get(cfg.type),
+            bundle_dir=self.work_dir / f"{self.safe}-ollama",
+            progress=report,
+        )
+        self.say(result.message)
+        for w in result.warnings:
+            self.say(f"Warning: {w}")
+        self.deploy = result.to_dict()
+        if result.deployed:
+            self.models.append(
+                deployed_model_entry(result, self.work_dir, self.sources)
+            )
+        elif result.bundle_dir:
+            self.models.append(
+                {
+                    "name": cfg.name,
+                    "kind": "ollama-bundle",
+                    "file": result.bundle_dir,
+                    "parents": self.sources,
+                    "metrics": {"family": result.family or "unknown"},
+                }
+            )
+
+
 def export_to_ollama(
     cfg: OllamaExportConfig,
     work_dir: Path,
@@ -199,21 +328,16 @@ def export_to_ollama(
     a stop request ends the export at the stage's next progress report (the
     merge reports none) or between stages, keeping what finished stages made.
     """
-    from engine.export.gguf import export_gguf
-    from engine.export.ollama import deploy_gguf, deployed_model_entry, file_stem
-
+    assert cfg.model is not None and cfg.name is not None  # validate
     stages = [Stage(k, STAGE_TITLES[k]) for k in cfg.stages]
     total = float(len(stages))
     say = log or (lambda text: None)
-    assert cfg.model is not None and cfg.name is not None  # validate
-    src = Path(cfg.model)
-    name = cfg.name
-    safe = file_stem(name)
-    parents = list(cfg.parents)
-    models: list[dict[str, Any]] = []
-    current = src
-    deploy: dict[str, Any] = {}
-
+    export = _Export(cfg, work_dir, say, current=Path(cfg.model))
+    run_stage = {
+        "merge": export.merge,
+        "gguf": export.gguf,
+        "deploy": export.deploy_stage,
+    }
     for index, stage in enumerate(stages):
 
         def report(done: float, of: float, message: str, i: int = index) -> None:
@@ -226,105 +350,13 @@ def export_to_ollama(
         try:
             report(0, 1, "starting")
             say(f"{stage.title} ({index + 1}/{len(stages)})")
-            if stage.kind == "merge":
-                from engine.llm.merge import merge_adapter
-
-                out_dir = work_dir / f"{safe}-merged"
-                assert cfg.base is not None  # validate names an adapter's base
-                merge_adapter(str(src), cfg.base, out_dir, cfg.dtype)
-                models.append(
-                    {
-                        "name": f"{safe}-merged",
-                        "kind": "hf-merged",
-                        "file": str(out_dir),
-                        "base": cfg.base,
-                        "parents": [*parents, cfg.base],
-                        "metrics": {"dtype": cfg.dtype},
-                    }
-                )
-                current = out_dir
-            elif stage.kind == "gguf":
-                export_type = "f16" if cfg.type in SERVER_QUANTS else cfg.type
-                gguf_file = work_dir / f"{safe}-{export_type}.gguf"
-                imatrix = None
-                export_progress: Progress = report
-                calibration = cfg.calibration_text
-                if calibration:
-                    from engine.export.imatrix import collect_imatrix
-
-                    # The stage's first half collects, its second exports.
-                    say(f"Collecting the importance matrix on {calibration}")
-                    imatrix = collect_imatrix(
-                        current, calibration, lambda d, t, m: report(d, 2 * t, m)
-                    )
-
-                    def export_progress(d: float, t: float, m: str) -> None:
-                        report(t + d, 2 * t, m)
-
-                rep = export_gguf(
-                    current,
-                    gguf_file,
-                    export_type,
-                    export_progress,
-                    name=safe,
-                    imatrix=imatrix,
-                )
-                say(rep.summary())
-                models.append(
-                    {
-                        "name": gguf_file.stem,
-                        "kind": "gguf",
-                        "file": str(gguf_file.resolve()),
-                        "base": str(current),
-                        # The merged folder of this export, else the given ids.
-                        "parents": [str(current)] if models else parents,
-                        "metrics": {
-                            "size_mb": round(rep.size_bytes / 1e6, 3),
-                            "type": rep.file_type,
-                            "verified": rep.verified,
-                            "gguf_kind": rep.kind,
-                            **(
-                                {"imatrix_tokens": rep.imatrix["tokens"]}
-                                if rep.imatrix
-                                else {}
-                            ),
-                        },
-                    }
-                )
-                current = gguf_file
-            else:
-                result = deploy_gguf(
-                    current,
-                    name,
-                    host=cfg.host,
-                    system=cfg.system,
-                    quantize=SERVER_QUANTS.get(cfg.type),
-                    bundle_dir=work_dir / f"{safe}-ollama",
-                    progress=report,
-                )
-                say(result.message)
-                for w in result.warnings:
-                    say(f"Warning: {w}")
-                deploy = result.to_dict()
-                source = [str(current)] if models else parents
-                if result.deployed:
-                    models.append(deployed_model_entry(result, work_dir, source))
-                elif result.bundle_dir:
-                    models.append(
-                        {
-                            "name": name,
-                            "kind": "ollama-bundle",
-                            "file": result.bundle_dir,
-                            "parents": source,
-                            "metrics": {"family": result.family or "unknown"},
-                        }
-                    )
+            run_stage[stage.kind](report)
         except _Stopped:
             say(f"Stopped during {stage.title.lower()}.")
-            return ExportResult(deploy, models, stopped=True)
+            return ExportResult(export.deploy, export.models, stopped=True)
         if progress is not None:
             progress(index + 1, total, f"{stage.title}: done")
-    return ExportResult(deploy, models)
+    return ExportResult(export.deploy, export.models)
 
 
 @job_kind(
