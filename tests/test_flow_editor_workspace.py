@@ -635,3 +635,39 @@ def test_save_as_and_a_failed_save_keep_the_old_file(
     assert [p.name for p in copy.parent.iterdir() if ".tmp-" in p.name] == []
     assert ws.files.is_modified() and ws.model.node("train").params["seed"] == 5
     assert ws.files.save() and flow.load(copy).node("train").params["seed"] == 5
+
+
+def test_a_refused_run_says_why_and_leaves_no_node_waiting(qtbot, ws) -> None:
+    """No engine runs here: the start is refused at once, and that sentence,
+    not "Starting…", is what the status line keeps."""
+    build_cartpole(qtbot, ws)
+    assert ws.run_flow()
+    assert ws.editor.status_label.text() == "The engine is not running."
+    states = [ws.editor.canvas.node_state(n) for n in ws.editor.node_ids()]
+    assert states == [("", 0.0)] * 3
+    assert not ws.watcher.busy and ws.flow_actions["run"].isEnabled()
+    assert ws.editor.inspector.last_run_label.text() == "Never run."
+
+
+def test_waiting_nodes_keep_their_badge_and_settle_when_the_run_ends(
+    qtbot, ws, monkeypatch
+) -> None:
+    build_cartpole(qtbot, ws)
+    ctl = ws.controller
+    monkeypatch.setattr(ctl, "start_run", lambda *args: None)  # answered below
+    assert ws.run_flow()
+    assert ws.editor.inspector.last_run_label.text() == "Running now."
+    # An event may overtake the reply to run.start: it is kept for its run.
+    ctl.node_state_received.emit("r7", "environment", "done", 1.0, "ok", {}, {})
+    ctl.node_state_received.emit("other", "train", "failed", 0.0, "no", {}, {})
+    assert ws.editor.canvas.node_state("environment") == ("queued", 0.0)
+    ctl.run_started.emit("r7")
+    assert ws.editor.canvas.node_state("environment") == ("done", 1.0)
+    ws.set_catalog([*catalog(), PASS_THROUGH])  # the engine sent it again
+    assert ws.editor.canvas.node_state("train") == ("queued", 0.0)
+    with qtbot.waitSignal(ws.watcher.run_finished) as finished:
+        ctl.run_ended.emit("r7", "failed", "The engine stopped.")
+    assert finished.args == ["failed", "The engine stopped."]
+    states = [ws.editor.canvas.node_state(n)[0] for n in ws.editor.node_ids()]
+    assert states == ["done", "skipped", "skipped"]
+    assert ws.editor.status_label.text() == "The run failed: The engine stopped."

@@ -165,9 +165,11 @@ class FlowRunWatcher(QObject):
         self._queued = set(self._model.doc.node_ids())
         self._run_pending = True
         self._early_events = []
-        self._controller.start_run(str(path), True, f"Flow {name}")
         self.status_changed.emit(f"Starting {name}…", "info")
         self.run_changed.emit()
+        # Last: a refusal may come at once (no engine) and must be the last
+        # word on the status line.
+        self._controller.start_run(str(path), True, f"Flow {name}")
 
     def cancel(self) -> None:
         if self.run_id is not None:
