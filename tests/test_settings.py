@@ -96,9 +96,10 @@ def test_fine_tune_node_agrees_with_the_llm_train_dataclass() -> None:
 def test_language_model_nodes_agree_with_their_jobs(
     node_type: str, config: str
 ) -> None:
-    from engine.jobs.registry import load
+    import importlib
 
-    infos = fields_of(load(config))
+    module, _, name = config.partition(":")
+    infos = fields_of(getattr(importlib.import_module(module), name))
     spec = specs()[node_type]
     shared = [p for p in spec.params if p.name in infos]
     assert shared  # the node's parameters for its job's settings

@@ -110,14 +110,10 @@ class JobKind(Generic[C]):
 
     def load(self, recorded: Mapping[str, Any]) -> C:
         """The config instance a run recorded (:meth:`record`)."""
-        if self.config is dict:
-            return dict(recorded)  # type: ignore[return-value]
         return settings.load(self.config, recorded)
 
     def record(self, cfg: C) -> dict[str, Any]:
         """The JSON object a run records of its config."""
-        if isinstance(cfg, dict):
-            return dict(cfg)
         return settings.as_dict(cfg)
 
     def entry(self, ctx: JobContext) -> Summary:
@@ -127,7 +123,7 @@ class JobKind(Generic[C]):
     def run_form(self, values: Mapping[str, Any]) -> list[dict[str, Any]]:
         if self.form is not None:
             return self.form(dict(values))
-        return [] if self.config is dict else settings.form_of(self.config)
+        return settings.form_of(self.config)
 
     def catalog_entry(self) -> dict[str, Any]:
         """What the engine's catalog says of the kind (``hello``)."""
@@ -234,65 +230,3 @@ def validate_config(kind_name: str, config: Mapping[str, Any]) -> dict[str, Any]
     """``config`` checked by its kind, as the JSON object the run records."""
     kind = get_kind(kind_name)
     return kind.record(kind.validate(config))
-
-
-# --------------------------------------------------------------------------
-# Kinds not yet declared with @job_kind: their "module:function" strings, run
-# through the same JobKind (config: the dict the validator returns). Each
-# moves beside its code as its package adopts the typed contract.
-# --------------------------------------------------------------------------
-
-
-def load(ref: str) -> Callable[..., Any]:
-    module_name, _, attr = ref.partition(":")
-    module = importlib.import_module(module_name)
-    fn: Callable[..., Any] = getattr(module, attr)
-    return fn
-
-
-def legacy(
-    name: str,
-    entry: str,
-    validator: str | None,
-    label: str,
-    group: str,
-    description: str = "",
-    *,
-    resumable: bool = False,
-    schema: str | None = None,
-    default_name: str | None = None,
-    project_field: str | None = None,
-    stop_grace_s: float = 0.0,
-    summary_on_disk: str | None = None,
-    progress_unit: str = "steps",
-) -> None:
-    def run(ctx: JobContext, cfg: dict[str, Any]) -> Summary:
-        result: Summary = load(entry)(ctx)
-        return result
-
-    def check(config: Mapping[str, Any]) -> dict[str, Any]:
-        if validator is None:
-            return dict(config)
-        result: dict[str, Any] = load(validator)(dict(config))
-        return result
-
-    register(
-        JobKind(
-            name=name,
-            config=dict,
-            run=run,
-            label=label,
-            group=group,
-            description=description,
-            progress_unit=progress_unit,
-            resumable=resumable,
-            stop_grace_s=stop_grace_s,
-            default_name=default_name,
-            project_field=project_field,
-            check=check,
-            form=None if schema is None else (lambda values: load(schema)(values)),
-            summary_on_disk=None
-            if summary_on_disk is None
-            else (lambda run_dir, cfg: load(summary_on_disk)(run_dir, cfg)),
-        )
-    )
