@@ -350,7 +350,7 @@ def test_smoothing_changes_curve_data_like_tensorboard(
     raw = store.series("r", "rollout/ep_rew_mean")[2]
     assert np.array_equal(panel.curve_data("r", "rollout/ep_rew_mean")[1], raw)
     with qtbot.waitSignal(panel.smoothing_changed, timeout=1000) as sig:
-        panel._smooth_slider.setValue(90)  # as a user drag ends
+        panel._toolbar.smooth_slider.setValue(90)  # as a user drag ends
     assert sig.args == [0.9]
     qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
     y = panel.curve_data("r", "rollout/ep_rew_mean")[1]
@@ -377,7 +377,7 @@ def test_x_axis_switch_to_wall_time(
     panel.redraw_all()
     assert panel.curve_data("r", "time/fps")[0][-1] == 2000.0
     with qtbot.waitSignal(panel.x_axis_changed, timeout=1000) as sig:
-        panel._x_combo.setCurrentIndex(1)
+        panel._toolbar.x_combo.setCurrentIndex(1)
     assert sig.args == ["time"] and panel.x_axis() == "time"
     qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
     assert panel.curve_data("r", "time/fps")[0][-1] == 40.0
@@ -420,7 +420,7 @@ def test_csv_export_writes_the_visible_curves(
     fill(store, "b", ["rollout/ep_rew_mean"], 5)
     panel.set_smoothing(0.5)
     with qtbot.waitSignal(panel.export_requested, timeout=1000) as sig:
-        qtbot.mouseClick(panel._csv_button, QtCore.Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(panel._toolbar.csv_button, QtCore.Qt.MouseButton.LeftButton)
     assert sig.args == ["csv"]
     path = tmp_path / "metrics.csv"
     assert panel.export_csv(path) == 25
@@ -771,12 +771,12 @@ def test_a_legend_measures_again_after_its_text_changes(
 def test_tick_labels_are_measured_as_the_painter_measures_them(qtbot) -> None:
     """The axes' remembered label sizes equal the painter's, and a caller
     changing the rectangle it got does not change the remembered one."""
-    from widgets.live_plot import _MeasuringPainter
+    from widgets.plot_group import MeasuringPainter
 
     image = QtGui.QImage(50, 50, QtGui.QImage.Format.Format_ARGB32)
     painter = QtGui.QPainter(image)
     try:
-        measuring = _MeasuringPainter(painter)
+        measuring = MeasuringPainter(painter)
         rect = QtCore.QRectF(0, 0, 100, 100)
         center = QtCore.Qt.AlignmentFlag.AlignCenter
         for text in ("250k", "1.5M", "250k"):
