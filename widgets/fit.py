@@ -75,6 +75,14 @@ def scroll_area(content: QWidget | QLayout) -> QScrollArea:
     return area
 
 
+def redo_shortcuts() -> list[QKeySequence]:
+    """The platform's Redo keys and Ctrl+Y, which users of every platform
+    press (Linux's standard Redo is Ctrl+Shift+Z only)."""
+    keys = QKeySequence.keyBindings(QKeySequence.StandardKey.Redo)
+    ctrl_y = QKeySequence("Ctrl+Y")
+    return keys if ctrl_y in keys else [*keys, ctrl_y]
+
+
 def undo_redo_actions(stack: QUndoStack, parent: QObject) -> tuple[QAction, QAction]:
     """Undo and Redo actions of ``stack`` whose text stays "Undo" / "Redo"
     (a button showing "Undo Move 3 statuses" would widen the window with
@@ -83,7 +91,7 @@ def undo_redo_actions(stack: QUndoStack, parent: QObject) -> tuple[QAction, QAct
     undo = QAction("Undo", parent)
     redo = QAction("Redo", parent)
     undo.setShortcut(QKeySequence.StandardKey.Undo)
-    redo.setShortcut(QKeySequence.StandardKey.Redo)
+    redo.setShortcuts(redo_shortcuts())
     undo.triggered.connect(lambda *_: stack.undo())
     redo.triggered.connect(lambda *_: stack.redo())
 

@@ -38,6 +38,7 @@ from studio.workflows.editor import FlowEditor
 from studio.workflows.file_session import FlowFileSession
 from studio.workflows.output_view import NodeDetailsPane, OverviewRow
 from studio.workflows.run_watcher import FlowRunWatcher
+from widgets.fit import redo_shortcuts
 
 Shortcut = QKeySequence | QKeySequence.StandardKey | str
 
@@ -186,6 +187,7 @@ class WorkflowsWorkspace(QWidget):
         add = self._add_action
         undo = add("undo", "Undo", stack.undo, QKeySequence.StandardKey.Undo)
         redo = add("redo", "Redo", stack.redo, QKeySequence.StandardKey.Redo)
+        redo.setShortcuts(redo_shortcuts())
         undo.setEnabled(False)
         redo.setEnabled(False)
         stack.canUndoChanged.connect(undo.setEnabled)
