@@ -261,7 +261,7 @@ def logit_error_without_imatrix(
     group="export",
     description="Converts a Hugging Face model or LoRA adapter to GGUF and "
     "verifies the file.",
-    progress_unit="tensors",
+    progress_unit="bytes",  # of the source tensors written
 )
 def run_gguf(ctx: JobContext, cfg: GGUFExportConfig) -> dict[str, Any]:
     from engine.export.gguf import export_gguf, export_lora_gguf

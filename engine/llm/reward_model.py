@@ -718,6 +718,8 @@ def train_reward_model(
     description="Trains a reward model from the traces' manual labels (a LoRA "
     "reward head on a language model, or an MLP on observations), reports its "
     "held-out accuracy and suggests labels for unlabelled steps.",
+    # the MLP's epochs or the LoRA head's optimizer steps: not env steps
+    progress_unit="updates",
 )
 def run(ctx: JobContext, cfg: RewardModelConfig) -> dict[str, Any]:
     project_dir = Path(ctx.project_dir)
