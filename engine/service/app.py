@@ -438,6 +438,9 @@ def _too_large() -> JSONResponse:
 
 # --------------------------------------------------------------------- app
 def create_app(service: Service, token: str | None = None) -> FastAPI:
+    """The app serving ``service``: the gate (token, body size), the error
+    handlers, then each group of routes."""
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
@@ -454,6 +457,20 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
 
     app.router.route_class = UntrustedJsonRoute
     app.add_middleware(Gate, token=token)
+    _add_error_handlers(app)
+    # Registration order is matching order: /training/status before
+    # /training/{job_id}.
+    _add_health_route(app, service)
+    _add_training_routes(app, service)
+    _add_run_routes(app, service)
+    _add_catalog_routes(app, service)
+    _add_trajectory_routes(app, service)
+    _add_agent_routes(app, service)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Turn every failure into one status and ``{"error": "<sentence>"}``."""
 
     @app.exception_handler(EngineError)
     async def on_engine_error(request: Request, exc: EngineError) -> JSONResponse:
@@ -488,7 +505,8 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
             f"The engine failed on {_cut(request.url.path)}: {type(exc).__name__}.",
         )
 
-    # ------------------------------------------------------------ routes
+
+def _add_health_route(app: FastAPI, service: Service) -> None:
     @app.get("/health")
     def health() -> dict[str, Any]:
         """Readiness: the project is open and the service answers."""
@@ -502,6 +520,11 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
             # can see none crept into the service.
             "heavy_modules": sorted(m for m in HEAVY_MODULES if m in sys.modules),
         }
+
+
+def _add_training_routes(app: FastAPI, service: Service) -> None:
+    """Start, watch and stop training; retraining's status, settings and
+    trigger."""
 
     @app.post("/train/{env:path}", status_code=201)
     def train(
@@ -552,6 +575,10 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         service.stop(job_id)
         return {"job_id": job_id, "status": "stopping"}
 
+
+def _add_run_routes(app: FastAPI, service: Service) -> None:
+    """The project's runs, their metrics (paged or streamed) and flow runs."""
+
     @app.get("/runs", response_model=None)
     def runs() -> dict[str, list[contract.RunRow]]:
         return {"runs": [r.to_dict() for r in service.runs()]}
@@ -599,6 +626,10 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         )
         return {"job_id": job_id}
 
+
+def _add_catalog_routes(app: FastAPI, service: Service) -> None:
+    """What the project holds: flows, models and environments."""
+
     @app.get("/flows")
     def flows() -> dict[str, list[dict[str, Any]]]:
         return {"flows": service.flows()}
@@ -611,7 +642,10 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
     def envs() -> dict[str, list[dict[str, Any]]]:
         return {"envs": service.envs()}
 
-    # ------------------------------------------------------ trajectories
+
+def _add_trajectory_routes(app: FastAPI, service: Service) -> None:
+    """Record an agent's trajectories step by step, list and read them."""
+
     @app.post("/trajectories", status_code=201)
     def start_trajectory(body: TrajectoryStart) -> dict[str, str]:
         """Start recording a trajectory; its id."""
@@ -675,7 +709,10 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
         """The trajectory as a trace episode, steps included."""
         return service.trajectories.episode(trajectory_id)
 
-    # ------------------------------------------------------------ agents
+
+def _add_agent_routes(app: FastAPI, service: Service) -> None:
+    """Agents: their versions, routing between them, and acting."""
+
     @app.get("/agents")
     def agents() -> dict[str, list[str]]:
         return {"agents": service.project.agent_names()}
@@ -710,8 +747,6 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
             deterministic=body.deterministic,
             max_new_tokens=body.max_new_tokens,
         )
-
-    return app
 
 
 def _sse(event: str, data: Any) -> bytes:
