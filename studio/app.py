@@ -29,7 +29,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workspace", choices=WORKSPACE_CHOICES, help="workspace to show"
     )
-    parser.add_argument("--open", type=Path, dest="open_file", help="a file to open")
+    parser.add_argument(
+        "files",
+        nargs="*",
+        type=Path,
+        metavar="FILE",
+        help="workflows (.flow.json) and environments (.env.json) to open",
+    )
+    parser.add_argument(  # the older spelling of FILE
+        "--open", type=Path, action="append", default=[], help=argparse.SUPPRESS
+    )
     parser.add_argument(
         "--theme",
         choices=("light", "dark", "system"),
@@ -68,7 +77,7 @@ def _window_size(text: str) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_intermixed_args(argv)
     if args.install_desktop:
         from studio.desktop import install_desktop_entry
 
@@ -114,8 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         window.set_workspace(args.workspace)
     if args.size:
         window.resize(*args.size)
-    if args.open_file is not None:
-        _open_when_ready(window, session, args.open_file.expanduser().resolve())
+    files = [*args.open, *args.files]
+    if files:
+        paths = [path.expanduser().resolve() for path in files]
+        _open_when_ready(window, session, paths)
 
     def start_engine() -> None:
         client.start()
@@ -136,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     # window has been shown: they competed with it for the CPU at launch.
     QTimer.singleShot(0, start_engine)
     # A launch that names where to go (a workspace, a file) skips the welcome.
-    if settings.show_welcome and not (args.workspace or args.open_file):
+    if settings.show_welcome and not (args.workspace or files):
         window.show_welcome()
     code = app.exec()
     client.stop()
@@ -144,27 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     return int(code)
 
 
-def _open_when_ready(window, session, path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Open a flow or env file in its editor once the project is loaded."""
+def _open_when_ready(window, session, paths: list[Path]) -> None:  # type: ignore[no-untyped-def]
+    """Open flow and env files in their editors once the project is loaded
+    (the last one named is shown)."""
 
-    def open_it(*_: object) -> None:
-        session.project_opened.disconnect(open_it)
-        if not path.is_file():
-            window.banner.show_message(f"The file {path} does not exist.", "error")
-        elif path.name.endswith(".flow.json"):
-            window.set_workspace("workflows")
-            window.workspaces["workflows"].open_file(str(path))
-        elif path.name.endswith(".env.json"):
-            window.set_workspace("environments")
-            window.workspaces["environments"].open_env(str(path))
-        else:
-            window.banner.show_message(
-                f"{path.name} is neither a workflow (.flow.json) nor an "
-                "environment (.env.json).",
-                "error",
-            )
+    def open_them(*_: object) -> None:
+        session.project_opened.disconnect(open_them)
+        for path in paths:
+            window.open_file(path)
 
-    session.project_opened.connect(open_it)
+    session.project_opened.connect(open_them)
 
 
 def _screenshot(app, window, session, path: Path) -> int:  # type: ignore[no-untyped-def]

@@ -14,6 +14,8 @@ from PySide6.QtGui import (
     QActionGroup,
     QCloseEvent,
     QDesktopServices,
+    QDragEnterEvent,
+    QDropEvent,
     QIcon,
     QKeySequence,
     QShowEvent,
@@ -131,6 +133,20 @@ class LazyWorkspaces(Mapping[str, QWidget]):
         return [name for name in WORKSPACES if name in self._widgets]
 
 
+OPENERS = (
+    (".flow.json", "workflows", "open_file"),
+    (".env.json", "environments", "open_env"),
+)
+"""The files the studio opens (by name ending): the workspace that edits
+each, and its method that opens one."""
+
+
+def openable(url: QUrl) -> bool:
+    """Whether ``url`` is a local file the studio opens (``OPENERS``)."""
+    name = url.toLocalFile()
+    return url.isLocalFile() and any(name.endswith(s) for s, _, _ in OPENERS)
+
+
 class MainWindow(QMainWindow):
     def __init__(self, session: Session, settings: Settings) -> None:
         super().__init__()
@@ -138,6 +154,7 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.setWindowTitle("RL Studio")
         self.setWindowIcon(app_icon())
+        self.setAcceptDrops(True)  # a .flow.json or .env.json opens in its editor
         self._fit_to_screen(1280, 800)
         self._restarting = False
         self.confirm_quit = True
@@ -532,6 +549,37 @@ class MainWindow(QMainWindow):
         elif self._banner_action == "open":
             self._on_open_project()
         self.banner.dismiss()
+
+    # ------------------------------------------------------------- files
+    def open_file(self, path: Path) -> bool:
+        """Open a workflow (``.flow.json``) or an environment (``.env.json``)
+        in its editor; anything else is refused on the banner in one
+        sentence."""
+        if not path.is_file():
+            self._show_banner(f"The file {path} does not exist.", "error")
+            return False
+        for suffix, workspace, opener in OPENERS:
+            if path.name.endswith(suffix):
+                self.set_workspace(workspace)
+                return bool(getattr(self.workspaces[workspace], opener)(str(path)))
+        self._show_banner(
+            f"{path.name} is neither a workflow (.flow.json) nor an "
+            "environment (.env.json).",
+            "error",
+        )
+        return False
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if any(openable(url) for url in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        paths = [Path(url.toLocalFile()) for url in event.mimeData().urls()]
+        opened = [p for p in paths if openable(QUrl.fromLocalFile(str(p)))]
+        for path in opened:
+            self.open_file(path)
+        if opened:
+            event.acceptProposedAction()
 
     # ----------------------------------------------------------- project
     def _on_session_project_opened(self, path: str) -> None:
