@@ -174,9 +174,12 @@ class Ping(Request):
 class Shutdown(Request):
     """Stop every run cooperatively, reply, and exit. ``restart``: the studio
     starts a new engine right after (runs record ``engine_restart`` as the
-    reason they stopped, instead of ``user``)."""
+    reason they stopped, instead of ``user``). ``keep_runs``: the runs go on
+    headless instead (``run.detach``), as when the studio dies; a studio
+    opened later shows them."""
 
     restart: bool = False
+    keep_runs: bool = False
 
 
 # --------------------------------------------------------------------------

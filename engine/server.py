@@ -229,8 +229,9 @@ class Server:
                 )
             )
             return
-        if isinstance(msg, protocol.Shutdown):
-            # Known at once: the studio may close the pipe right after.
+        if isinstance(msg, protocol.Shutdown) and not msg.keep_runs:
+            # Known at once: the studio may close the pipe right after. Runs
+            # kept go on headless, as when the pipe closes without a word.
             self._stop_reason = "engine_restart" if msg.restart else "user"
         handler = self._handlers.get(type(msg))
         if handler is None:

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.show_welcome and not (args.workspace or files):
         window.show_welcome()
     code = app.exec()
-    client.stop()
+    client.stop(keep_runs=window.keep_runs_on_quit)
     shutdown_qt()
     return int(code)
 

@@ -142,9 +142,16 @@ class EngineClient(QObject):
         )
         self._write(hello)
 
-    def stop(self, timeout_ms: int = 15_000, *, restart: bool = False) -> None:
+    def stop(
+        self,
+        timeout_ms: int = 15_000,
+        *,
+        restart: bool = False,
+        keep_runs: bool = False,
+    ) -> None:
         """Ask the engine to shut down (it stops its runs, recording the user
-        or, with ``restart``, the engine restart as why), wait, then kill."""
+        or, with ``restart``, the engine restart as why; with ``keep_runs``
+        they go on headless), wait, then kill."""
         from engine import protocol
 
         self._restart_timer.stop()
@@ -154,7 +161,11 @@ class EngineClient(QObject):
             return
         self._intentional_stop = True
         if proc.state() == QProcess.ProcessState.Running:
-            self._write(protocol.Shutdown(id=protocol.next_id("s"), restart=restart))
+            self._write(
+                protocol.Shutdown(
+                    id=protocol.next_id("s"), restart=restart, keep_runs=keep_runs
+                )
+            )
             proc.closeWriteChannel()
             if not proc.waitForFinished(timeout_ms):
                 proc.kill()

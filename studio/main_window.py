@@ -159,6 +159,11 @@ class MainWindow(QMainWindow):
         self._restarting = False
         self.confirm_quit = True
         """Ask before quitting while runs train (off for scripted use)."""
+        self.keep_runs_on_quit = False
+        """The user chose to let the runs train on after the studio quits."""
+        self.ask_quit: Callable[[int], str] = self._ask_quit
+        """Asks what quitting does to ``n`` training runs: ``keep`` (they
+        train on headless), ``stop`` or ``cancel``; tests replace it."""
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
         """Opens documentation in the desktop's viewer; tests replace it."""
 
@@ -695,20 +700,33 @@ class MainWindow(QMainWindow):
         settings.sync()
 
     # ------------------------------------------------------------- close
+    def _ask_quit(self, n: int) -> str:
+        box = QMessageBox(self)
+        box.setWindowTitle("Quit RL Studio")
+        box.setIcon(QMessageBox.Icon.Question)
+        box.setText(f"{n} run(s) are still training.")
+        box.setInformativeText(
+            "They can train on in the background: the next start shows them "
+            "live. Or they stop now, each saving a checkpoint to resume from."
+        )
+        keep = box.addButton("Keep training", QMessageBox.ButtonRole.AcceptRole)
+        stop = box.addButton("Stop and quit", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(keep)
+        box.exec()
+        clicked = box.clickedButton()
+        return "keep" if clicked is keep else "stop" if clicked is stop else "cancel"
+
     def closeEvent(self, event: QCloseEvent) -> None:
         active = [
             r for r in self.session.state.runs.values() if r.get("status") == "running"
         ]
         if active and self.confirm_quit and self.isVisible():
-            answer = QMessageBox.question(
-                self,
-                "Quit RL Studio",
-                f"{len(active)} run(s) are still training. Quitting stops them "
-                "(they save a checkpoint and can be resumed). Quit anyway?",
-            )
-            if answer != QMessageBox.StandardButton.Yes:
+            choice = self.ask_quit(len(active))
+            if choice == "cancel":
                 event.ignore()
                 return
+            self.keep_runs_on_quit = choice == "keep"
         self._usage_timer.stop()
         self.save_layout()
         event.accept()

@@ -133,6 +133,33 @@ def test_a_run_whose_studio_died_keeps_training_and_a_new_studio_stops_it(
     assert "stopping: saving a checkpoint (SIGINT again to abort)" in log
 
 
+def test_a_studio_quitting_with_keep_runs_leaves_its_runs_training(
+    project_dir: Path,
+) -> None:
+    """Quit → Keep training: the engine's shutdown lets the runs go on
+    headless instead of stopping them, and exits."""
+    first = EngineProcess()
+    first.call(protocol.OpenProject(path=str(project_dir), create=True))
+    run_id, pid = start(first, "selftest", SLOW_SELFTEST)
+    first.call(protocol.Shutdown(keep_runs=True))
+    first.proc.stdin.close()  # type: ignore[union-attr]
+    assert first.proc.wait(30) == 0
+    job = psutil.Process(pid)
+    assert job.is_running() and job.status() != psutil.STATUS_ZOMBIE
+    second = EngineProcess()
+    try:
+        snap = second.call(protocol.OpenProject(path=str(project_dir)))
+        (run,) = [r for r in snap["runs"] if r["id"] == run_id]
+        assert run["status"] == "running" and run["pid"] == pid
+        second.call(protocol.StopRun(run_id=run_id))
+        job.wait(30)
+    finally:
+        second.close()
+    record = stored_run(project_dir, run_id)
+    assert record["status"] == "stopped"
+    assert record["summary"]["stopped_by"] == "user"
+
+
 def test_sigint_to_a_ppo_job_stops_it_with_a_checkpoint_and_it_resumes(
     engine: EngineProcess, project_dir: Path
 ) -> None:
