@@ -851,18 +851,11 @@ def _check_tokenizer_json(tj: Any, path: Path) -> None:
 
 
 def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
-    import gguf
-
-    T = gguf.TokenType
-    warnings: list[str] = []
-    tj_path = model_dir / "tokenizer.json"
-    tj: dict[str, Any] | None = None
-    if tj_path.is_file():
-        try:
-            tj = json.loads(tj_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise EngineError(f"{tj_path} is not valid JSON ({exc}).") from None
-        _check_tokenizer_json(tj, tj_path)
+    """The vocabulary to write: from a byte-level BPE ``tokenizer.json``, a
+    SentencePiece ``tokenizer.model``, or a SentencePiece-style BPE
+    ``tokenizer.json``, in that order of preference; added tokens on top,
+    padded to ``vocab_size``."""
+    tj = _load_tokenizer_json(model_dir)
     model = (tj or {}).get("model", {})
     # SentencePiece-style BPE (Llama 2, Mistral) marks word starts with "▁"
     # (Metaspace) and usually falls back to byte tokens; GPT-2 style BPE
@@ -873,61 +866,17 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
     )
     byte_level_bpe = model.get("type") == "BPE" and not spm_style
 
-    tokens: dict[int, str] = {}
-    types: dict[int, int] = {}
-    scores: dict[int, float] = {}
+    warnings: list[str] = []
+    pieces = _Pieces()
     if tj is not None and byte_level_bpe:
         kind = "gpt2"
-        for tok, idx in model.get("vocab", {}).items():
-            tokens[int(idx)] = tok
-            types[int(idx)] = int(T.NORMAL)
-        h = pre_tokenizer_hash(tj.get("pre_tokenizer"))
-        pre = KNOWN_PRE_TOKENIZERS.get(h, "")
-        if not pre:
-            pre = "default"
-            warnings.append(
-                "The pre-tokenizer in tokenizer.json is not one llama.cpp names "
-                f"(hash {h[:12]}); wrote 'default', which may split text differently."
-            )
+        pre = _byte_level_pieces(tj, model, pieces, warnings)
     elif (model_dir / "tokenizer.model").is_file():
-        # The SentencePiece model itself, as llama.cpp's converter prefers it:
-        # its scores decide merges in llama.cpp's tokenizer, and the ranks a
-        # tokenizer.json implies are only a stand-in for them.
         kind, pre = "llama", ""
-        for idx, (piece, score, ptype) in enumerate(
-            _read_sentencepiece_model(model_dir / "tokenizer.model")
-        ):
-            tokens[idx] = piece
-            scores[idx] = score
-            types[idx] = ptype if 1 <= ptype <= 6 else int(T.NORMAL)
-        added = model_dir / "added_tokens.json"
-        if added.is_file():
-            extra = read_json(added)
-            if not isinstance(extra, dict) or not all(
-                isinstance(i, int) and 0 <= i < _INT_BOUNDS["vocab_size"]
-                for i in extra.values()
-            ):
-                raise EngineError(
-                    f"{added} is malformed: it must map tokens to whole-number ids."
-                )
-            for tok, idx in extra.items():
-                if int(idx) >= len(tokens):
-                    tokens[int(idx)] = tok
-                    scores[int(idx)] = -1000.0
-                    types[int(idx)] = int(T.USER_DEFINED)
+        _sentencepiece_pieces(model_dir, pieces)
     elif tj is not None and model.get("type") == "BPE":
-        # SentencePiece-style BPE saved as tokenizer.json (Llama 2, Mistral):
-        # write it as a llama vocabulary, scores by rank.
         kind, pre = "llama", ""
-        for tok, idx in model.get("vocab", {}).items():
-            idx = int(idx)
-            tokens[idx] = tok
-            scores[idx] = -float(idx)
-            is_byte = len(tok) == 6 and tok.startswith("<0x") and tok.endswith(">")
-            types[idx] = int(T.BYTE if is_byte else T.NORMAL)
-        unk = model.get("unk_token")
-        if unk is not None and unk in model.get("vocab", {}):
-            types[int(model["vocab"][unk])] = int(T.UNKNOWN)
+        _spm_bpe_pieces(model, pieces)
     elif tj is not None and model.get("type"):
         raise EngineError(
             f"The tokenizer.json in {model_dir} holds a "
@@ -940,17 +889,127 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
             f"{model_dir} has no usable tokenizer (tokenizer.json with a BPE model, "
             "or tokenizer.model); save the tokenizer beside the model."
         )
+    _add_added_tokens(tj, pieces)
+    return _dense_vocab(pieces, kind, pre, vocab_size, warnings)
 
+
+@dataclass
+class _Pieces:
+    """A vocabulary being read, by token id (ids may have gaps)."""
+
+    tokens: dict[int, str] = field(default_factory=dict)
+    types: dict[int, int] = field(default_factory=dict)
+    scores: dict[int, float] = field(default_factory=dict)
+
+
+def _load_tokenizer_json(model_dir: Path) -> dict[str, Any] | None:
+    """The folder's checked ``tokenizer.json``, or None without one."""
+    tj_path = model_dir / "tokenizer.json"
+    if not tj_path.is_file():
+        return None
+    try:
+        tj: dict[str, Any] = json.loads(tj_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EngineError(f"{tj_path} is not valid JSON ({exc}).") from None
+    _check_tokenizer_json(tj, tj_path)
+    return tj
+
+
+def _byte_level_pieces(
+    tj: dict[str, Any], model: dict[str, Any], pieces: _Pieces, warnings: list[str]
+) -> str:
+    """Read a GPT-2 style BPE vocabulary; its llama.cpp pre-tokenizer name."""
+    import gguf
+
+    for tok, idx in model.get("vocab", {}).items():
+        pieces.tokens[int(idx)] = tok
+        pieces.types[int(idx)] = int(gguf.TokenType.NORMAL)
+    h = pre_tokenizer_hash(tj.get("pre_tokenizer"))
+    pre = KNOWN_PRE_TOKENIZERS.get(h, "")
+    if not pre:
+        pre = "default"
+        warnings.append(
+            "The pre-tokenizer in tokenizer.json is not one llama.cpp names "
+            f"(hash {h[:12]}); wrote 'default', which may split text differently."
+        )
+    return pre
+
+
+def _sentencepiece_pieces(model_dir: Path, pieces: _Pieces) -> None:
+    """Read the SentencePiece model itself, as llama.cpp's converter prefers
+    it (its scores decide merges in llama.cpp's tokenizer, and the ranks a
+    tokenizer.json implies are only a stand-in for them), and
+    ``added_tokens.json`` past its end."""
+    import gguf
+
+    T = gguf.TokenType
+    tokens, types, scores = pieces.tokens, pieces.types, pieces.scores
+    for idx, (piece, score, ptype) in enumerate(
+        _read_sentencepiece_model(model_dir / "tokenizer.model")
+    ):
+        tokens[idx] = piece
+        scores[idx] = score
+        types[idx] = ptype if 1 <= ptype <= 6 else int(T.NORMAL)
+    added = model_dir / "added_tokens.json"
+    if added.is_file():
+        extra = read_json(added)
+        if not isinstance(extra, dict) or not all(
+            isinstance(i, int) and 0 <= i < _INT_BOUNDS["vocab_size"]
+            for i in extra.values()
+        ):
+            raise EngineError(
+                f"{added} is malformed: it must map tokens to whole-number ids."
+            )
+        for tok, idx in extra.items():
+            if int(idx) >= len(tokens):
+                tokens[int(idx)] = tok
+                scores[int(idx)] = -1000.0
+                types[int(idx)] = int(T.USER_DEFINED)
+
+
+def _spm_bpe_pieces(model: dict[str, Any], pieces: _Pieces) -> None:
+    """Read SentencePiece-style BPE saved as tokenizer.json (Llama 2,
+    Mistral) as a llama vocabulary, scores by rank."""
+    import gguf
+
+    T = gguf.TokenType
+    for tok, idx in model.get("vocab", {}).items():
+        idx = int(idx)
+        pieces.tokens[idx] = tok
+        pieces.scores[idx] = -float(idx)
+        is_byte = len(tok) == 6 and tok.startswith("<0x") and tok.endswith(">")
+        pieces.types[idx] = int(T.BYTE if is_byte else T.NORMAL)
+    unk = model.get("unk_token")
+    if unk is not None and unk in model.get("vocab", {}):
+        pieces.types[int(model["vocab"][unk])] = int(T.UNKNOWN)
+
+
+def _add_added_tokens(tj: dict[str, Any] | None, pieces: _Pieces) -> None:
+    """Put ``tokenizer.json``'s added tokens over the vocabulary read."""
+    import gguf
+
+    T = gguf.TokenType
     for added_tok in (tj or {}).get("added_tokens", []):
         idx = int(added_tok["id"])
-        tokens[idx] = added_tok["content"]
-        if types.get(idx) == int(T.UNKNOWN):
+        pieces.tokens[idx] = added_tok["content"]
+        if pieces.types.get(idx) == int(T.UNKNOWN):
             # Llama 2 / Mistral list <unk> among the special added tokens;
             # llama.cpp wants it typed UNKNOWN, as the SentencePiece model has it.
             continue
-        types[idx] = int(T.CONTROL if added_tok.get("special") else T.USER_DEFINED)
-        scores.setdefault(idx, -1000.0)
+        pieces.types[idx] = int(
+            T.CONTROL if added_tok.get("special") else T.USER_DEFINED
+        )
+        pieces.scores.setdefault(idx, -1000.0)
 
+
+def _dense_vocab(
+    pieces: _Pieces, kind: str, pre: str, vocab_size: int, warnings: list[str]
+) -> _Vocab:
+    """The vocabulary as lists, every id up to the embedding's rows (or the
+    tokenizer's, if larger) filled, gaps as unused ``[PAD<i>]`` tokens."""
+    import gguf
+
+    tokens, types, scores = pieces.tokens, pieces.types, pieces.scores
     n = max(vocab_size, max(tokens) + 1 if tokens else 0)
     if n > vocab_size:
         warnings.append(
@@ -964,7 +1023,7 @@ def _read_vocab(model_dir: Path, vocab_size: int) -> _Vocab:
             out_types.append(types[i])
         else:
             out_tokens.append(f"[PAD{i}]")
-            out_types.append(int(T.UNUSED))
+            out_types.append(int(gguf.TokenType.UNUSED))
         out_scores.append(scores.get(i, -1000.0 if i not in tokens else 0.0))
     return _Vocab(
         model=kind,
@@ -1258,77 +1317,17 @@ def _write_gguf(
     writer = gguf.GGUFWriter(tmp, arch)
     try:
         writer_setup(writer)
-        for p in planned:
-            if p.qtype in (
-                gguf.GGMLQuantizationType.F32,
-                gguf.GGMLQuantizationType.F16,
-            ):
-                dt = (
-                    np.float32
-                    if p.qtype == gguf.GGMLQuantizationType.F32
-                    else np.float16
-                )
-                writer.add_tensor_info(p.name, p.shape, np.dtype(dt), p.nbytes)
-            else:
-                byte_shape = gguf.quant_shape_to_byte_shape(p.shape, p.qtype)
-                writer.add_tensor_info(
-                    p.name, byte_shape, np.dtype(np.uint8), p.nbytes, raw_dtype=p.qtype
-                )
+        _declare_tensors(writer, planned)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
         assert writer.fout is not None
         fout = writer.fout[0]
-        # The next span converts on a thread (numpy releases the GIL) while
-        # this one is written, in order.
-        written = 0
-        with ThreadPoolExecutor(_SPAN_WORKERS) as ahead_pool:
-            ahead: deque[tuple[_Span, Future[np.ndarray]]] = deque()
-
-            def write_next() -> None:
-                nonlocal written
-                span, future = ahead.popleft()
-                p = span.planned
-                if span.r0 == 0:
-                    writer.write_padding(fout, fout.tell())
-                    written = 0
-                data = future.result()
-                # file.write, not ndarray.tofile: tofile reports a full disk
-                # as "N requested and M written" with no errno, so ENOSPC
-                # could not be told apart from any other failure.
-                fout.write(data.data)
-                written += data.nbytes
-                if progress is not None and span.r1 > span.r0:
-                    progress(min(span.done, total), total, p.name)
-                if span.r1 == span.n_rows:
-                    if p.source is not None:
-                        pool.release(p.source)
-                    if written != p.nbytes:
-                        raise RuntimeError(
-                            f"{p.name}: wrote {written} bytes, declared {p.nbytes}"
-                        )
-                    writer.write_padding(fout, written)
-
-            try:
-                for span in _spans(planned, pool):
-                    ahead.append((span, ahead_pool.submit(_convert_span, span)))
-                    if len(ahead) > _SPANS_AHEAD:
-                        write_next()
-                while ahead:
-                    write_next()
-            finally:
-                for _, future in ahead:
-                    future.cancel()
+        _stream_tensor_data(writer, fout, planned, pool, progress, total)
         fout.flush()
         os.fsync(fout.fileno())
         writer.close()
-        os.replace(tmp, out_path)
-        with contextlib.suppress(OSError):
-            dir_fd = os.open(out_path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        _replace_durably(tmp, out_path)
         if progress is not None:
             progress(total, total, "done")
     except OSError as exc:
@@ -1347,6 +1346,89 @@ def _write_gguf(
             writer.close()
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _declare_tensors(writer: Any, planned: list[_Planned]) -> None:
+    """Each planned tensor's name, shape, type and size, in file order."""
+    import gguf
+
+    for p in planned:
+        if p.qtype in (
+            gguf.GGMLQuantizationType.F32,
+            gguf.GGMLQuantizationType.F16,
+        ):
+            dt = np.float32 if p.qtype == gguf.GGMLQuantizationType.F32 else np.float16
+            writer.add_tensor_info(p.name, p.shape, np.dtype(dt), p.nbytes)
+        else:
+            byte_shape = gguf.quant_shape_to_byte_shape(p.shape, p.qtype)
+            writer.add_tensor_info(
+                p.name, byte_shape, np.dtype(np.uint8), p.nbytes, raw_dtype=p.qtype
+            )
+
+
+def _stream_tensor_data(
+    writer: Any,
+    fout: Any,
+    planned: list[_Planned],
+    pool: _MemmapPool,
+    progress: Progress | None,
+    total: int,
+) -> None:
+    """Convert every tensor span by span and write it, padded, in order.
+
+    The next spans convert on threads (numpy releases the GIL) while this
+    one is written; each tensor's bytes are checked against its declared
+    size and its source released once written."""
+    written = 0
+    with ThreadPoolExecutor(_SPAN_WORKERS) as ahead_pool:
+        ahead: deque[tuple[_Span, Future[np.ndarray]]] = deque()
+
+        def write_next() -> None:
+            nonlocal written
+            span, future = ahead.popleft()
+            p = span.planned
+            if span.r0 == 0:
+                writer.write_padding(fout, fout.tell())
+                written = 0
+            data = future.result()
+            # file.write, not ndarray.tofile: tofile reports a full disk
+            # as "N requested and M written" with no errno, so ENOSPC
+            # could not be told apart from any other failure.
+            fout.write(data.data)
+            written += data.nbytes
+            if progress is not None and span.r1 > span.r0:
+                progress(min(span.done, total), total, p.name)
+            if span.r1 == span.n_rows:
+                if p.source is not None:
+                    pool.release(p.source)
+                if written != p.nbytes:
+                    raise RuntimeError(
+                        f"{p.name}: wrote {written} bytes, declared {p.nbytes}"
+                    )
+                writer.write_padding(fout, written)
+
+        try:
+            for span in _spans(planned, pool):
+                ahead.append((span, ahead_pool.submit(_convert_span, span)))
+                if len(ahead) > _SPANS_AHEAD:
+                    write_next()
+            while ahead:
+                write_next()
+        finally:
+            for _, future in ahead:
+                future.cancel()
+
+
+def _replace_durably(tmp: Path, out_path: Path) -> None:
+    """Rename the finished ``tmp`` over ``out_path`` and sync the folder, so
+    the rename survives a crash."""
+    os.replace(tmp, out_path)
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(out_path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
 
 # --------------------------------------------------------------------------
@@ -1548,8 +1630,6 @@ def export_gguf(
     ``EngineError`` with one sentence for anything that cannot be exported,
     before any file is written.
     """
-    import gguf
-
     t0 = time.perf_counter()
     model_dir = Path(model_dir)
     out_path = Path(out_path)
@@ -1567,14 +1647,80 @@ def export_gguf(
     vocab = _read_vocab(model_dir, hp.vocab_size)
     warnings = list(vocab.warnings)
 
-    name_map = _name_map(hp)
     fallbacks: list[str] = []
-    planned: list[_Planned] = []
     mix = (
         _KMix(gguf_type, hp.n_layers, max(1, hp.n_head // hp.n_head_kv), tie)
         if gguf_type in K_FILE_TYPES
         else None
     )
+    planned = _plan_model_tensors(hp, st, model_dir, tie, want, mix, imatrix, fallbacks)
+    special = _special_vocab(model_dir, vocab, warnings)
+    model_name = name or cfg.get("_name_or_path") or model_dir.name
+    if "/" in str(model_name) or os.sep in str(model_name):
+        model_name = Path(str(model_name)).name or model_dir.name
+
+    def setup(w: Any) -> None:
+        _add_model_metadata(w, hp, vocab, special, str(model_name), gguf_type)
+
+    _write_planned(out_path, setup, hp.arch, planned, progress)
+    ok, checks = _verify_model_file(out_path, hp, vocab, planned, gguf_type)
+    if not ok:
+        warnings.append("Reading the file back found problems: " + "; ".join(checks))
+    types = dict(Counter(p.qtype.name for p in planned))
+    for w in warnings:
+        log.warning(w)
+    return ExportReport(
+        path=str(out_path),
+        kind="model",
+        architecture=hp.arch,
+        file_type=gguf_type,
+        tensor_count=len(planned),
+        size_bytes=out_path.stat().st_size,
+        source_bytes=sum(p.source.nbytes for p in planned if p.source),
+        seconds=time.perf_counter() - t0,
+        tokenizer_model=vocab.model,
+        tokenizer_pre=vocab.pre,
+        vocab_size=len(vocab.tokens),
+        tensor_types=types,
+        fallbacks=fallbacks,
+        bits_per_weight=_bits_per_weight(planned),
+        warnings=warnings,
+        verified=ok,
+        checks=checks,
+        imatrix=(
+            {
+                **imatrix.summary(),
+                "weighted": sum(p.importance is not None for p in planned),
+            }
+            if imatrix is not None
+            else {}
+        ),
+    )
+
+
+def _permuter(n_head: int) -> Callable[[np.ndarray], np.ndarray]:
+    """The Q or K rows' permutation into GGML's rotary layout."""
+
+    def transform(w: np.ndarray) -> np.ndarray:
+        return _permute(w, n_head)
+
+    return transform
+
+
+def _plan_model_tensors(
+    hp: _Hparams,
+    st: dict[str, _StTensor],
+    model_dir: Path,
+    tie: bool,
+    want: Any,
+    mix: _KMix | None,
+    imatrix: Imatrix | None,
+    fallbacks: list[str],
+) -> list[_Planned]:
+    """Every tensor to write, named, typed and sized, in llama.cpp's order;
+    Llama's rope factors included. Refuses a tensor without a GGUF name."""
+    name_map = _name_map(hp)
+    planned: list[_Planned] = []
     for hf_name in st:
         if hf_name.endswith("rotary_emb.inv_freq"):
             continue
@@ -1590,15 +1736,9 @@ def export_gguf(
         src = st[hf_name]
         transform: Callable[[np.ndarray], np.ndarray] | None = None
         if hp.arch == "llama" and hf_name.endswith(("q_proj.weight", "q_proj.bias")):
-
-            def transform(w: np.ndarray, n: int = hp.n_head) -> np.ndarray:
-                return _permute(w, n)
-
+            transform = _permuter(hp.n_head)
         elif hp.arch == "llama" and hf_name.endswith(("k_proj.weight", "k_proj.bias")):
-
-            def transform(w: np.ndarray, n: int = hp.n_head_kv) -> np.ndarray:
-                return _permute(w, n)
-
+            transform = _permuter(hp.n_head_kv)
         _check_dtype(src, hf_name)
         qt, nbytes = _plan_type(gname, src.shape, want, fallbacks, mix)
         importance = imatrix.weights.get(gname) if imatrix is not None else None
@@ -1623,6 +1763,8 @@ def export_gguf(
 
     factors = _llama3_rope_factors(hp) if hp.arch == "llama" else None
     if factors is not None:
+        import gguf
+
         planned.append(
             _Planned(
                 gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight",
@@ -1641,6 +1783,14 @@ def export_gguf(
         return (0 if p.name.startswith(("token_embd", "rope_freqs")) else 2, 0, p.name)
 
     planned.sort(key=order)
+    return planned
+
+
+def _special_vocab(model_dir: Path, vocab: _Vocab, warnings: list[str]) -> Any:
+    """``gguf.SpecialVocab`` of the folder: special-token ids (filled in from
+    the vocabulary where it misses them), whether to add BOS, merges and
+    the chat template; a warning when there is no template."""
+    import gguf
 
     special = gguf.SpecialVocab(
         model_dir, load_merges=vocab.model == "gpt2", n_vocab=len(vocab.tokens)
@@ -1659,57 +1809,83 @@ def export_gguf(
     special.add_special_token["bos"] = add_bos
     if special.chat_template is None:
         warnings.append("The tokenizer has no chat template; Ollama needs a TEMPLATE.")
+    return special
 
-    model_name = name or cfg.get("_name_or_path") or model_dir.name
-    if "/" in str(model_name) or os.sep in str(model_name):
-        model_name = Path(str(model_name)).name or model_dir.name
 
-    def setup(w: Any) -> None:
-        w.add_type("model")
-        w.add_name(str(model_name))
-        w.add_context_length(hp.ctx)
-        w.add_embedding_length(hp.hidden)
-        w.add_block_count(hp.n_layers)
-        w.add_feed_forward_length(hp.ffn)
-        w.add_head_count(hp.n_head)
-        w.add_head_count_kv(hp.n_head_kv)
-        w.add_layer_norm_rms_eps(hp.eps)
-        w.add_rope_freq_base(hp.rope_theta)
-        w.add_vocab_size(len(vocab.tokens))
-        if hp.arch == "llama":
-            w.add_rope_dimension_count(hp.head_dim)
-        if hp.head_dim_explicit:
-            w.add_key_length(hp.head_dim)
-            w.add_value_length(hp.head_dim)
-        rope_type = str(
-            hp.rope.get("rope_type", hp.rope.get("type", "default"))
-        ).lower()
-        if rope_type == "linear":
-            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
-            w.add_rope_scaling_factor(float(hp.rope["factor"]))
-        elif rope_type == "yarn":
-            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-            w.add_rope_scaling_factor(float(hp.rope["factor"]))
-            orig = hp.rope.get("original_max_position_embeddings")
-            if orig:
-                w.add_rope_scaling_orig_ctx_len(int(orig))
-        w.add_file_type(_file_type(gguf_type))
-        w.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        w.add_tokenizer_model(vocab.model)
-        if vocab.pre:
-            w.add_tokenizer_pre(vocab.pre)
-        w.add_token_list(vocab.tokens)
-        w.add_token_types(vocab.types)
-        if vocab.scores is not None:
-            w.add_token_scores(vocab.scores)
-        special.add_to_gguf(w, quiet=True)
+def _add_model_metadata(
+    w: Any,
+    hp: _Hparams,
+    vocab: _Vocab,
+    special: Any,
+    model_name: str,
+    gguf_type: str,
+) -> None:
+    """A model file's key-value pairs: hyperparameters, rope scaling, file
+    type and the tokenizer, in llama.cpp's converter's order."""
+    import gguf
 
+    w.add_type("model")
+    w.add_name(model_name)
+    w.add_context_length(hp.ctx)
+    w.add_embedding_length(hp.hidden)
+    w.add_block_count(hp.n_layers)
+    w.add_feed_forward_length(hp.ffn)
+    w.add_head_count(hp.n_head)
+    w.add_head_count_kv(hp.n_head_kv)
+    w.add_layer_norm_rms_eps(hp.eps)
+    w.add_rope_freq_base(hp.rope_theta)
+    w.add_vocab_size(len(vocab.tokens))
+    if hp.arch == "llama":
+        w.add_rope_dimension_count(hp.head_dim)
+    if hp.head_dim_explicit:
+        w.add_key_length(hp.head_dim)
+        w.add_value_length(hp.head_dim)
+    rope_type = str(hp.rope.get("rope_type", hp.rope.get("type", "default"))).lower()
+    if rope_type == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(float(hp.rope["factor"]))
+    elif rope_type == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(hp.rope["factor"]))
+        orig = hp.rope.get("original_max_position_embeddings")
+        if orig:
+            w.add_rope_scaling_orig_ctx_len(int(orig))
+    w.add_file_type(_file_type(gguf_type))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    w.add_tokenizer_model(vocab.model)
+    if vocab.pre:
+        w.add_tokenizer_pre(vocab.pre)
+    w.add_token_list(vocab.tokens)
+    w.add_token_types(vocab.types)
+    if vocab.scores is not None:
+        w.add_token_scores(vocab.scores)
+    special.add_to_gguf(w, quiet=True)
+
+
+def _write_planned(
+    out_path: Path,
+    setup: Callable[[Any], None],
+    arch: str,
+    planned: list[_Planned],
+    progress: Progress | None,
+) -> None:
+    """Write the file with its source files mapped for the while."""
     pool = _MemmapPool()
     try:
-        _write_gguf(out_path, setup, hp.arch, planned, pool, progress)
+        _write_gguf(out_path, setup, arch, planned, pool, progress)
     finally:
         pool.close()
 
+
+def _verify_model_file(
+    out_path: Path,
+    hp: _Hparams,
+    vocab: _Vocab,
+    planned: list[_Planned],
+    gguf_type: str,
+) -> tuple[bool, list[str]]:
+    """Read the written model file back: the keys llama.cpp needs, the
+    hyperparameters as configured and the tensors' shapes."""
     a = hp.arch
     required = [
         "general.architecture",
@@ -1752,39 +1928,7 @@ def export_gguf(
     want_shapes = {p.name: p.shape for p in planned}
     want_shapes["token_embd.weight"] = (hp.vocab_size, hp.hidden)
     want_shapes[f"blk.{hp.n_layers - 1}.ffn_down.weight"] = (hp.hidden, hp.ffn)
-    ok, checks = verify_gguf(out_path, required, want_shapes, configured)
-    if not ok:
-        warnings.append("Reading the file back found problems: " + "; ".join(checks))
-    types = dict(Counter(p.qtype.name for p in planned))
-    for w in warnings:
-        log.warning(w)
-    return ExportReport(
-        path=str(out_path),
-        kind="model",
-        architecture=hp.arch,
-        file_type=gguf_type,
-        tensor_count=len(planned),
-        size_bytes=out_path.stat().st_size,
-        source_bytes=sum(p.source.nbytes for p in planned if p.source),
-        seconds=time.perf_counter() - t0,
-        tokenizer_model=vocab.model,
-        tokenizer_pre=vocab.pre,
-        vocab_size=len(vocab.tokens),
-        tensor_types=types,
-        fallbacks=fallbacks,
-        bits_per_weight=_bits_per_weight(planned),
-        warnings=warnings,
-        verified=ok,
-        checks=checks,
-        imatrix=(
-            {
-                **imatrix.summary(),
-                "weighted": sum(p.importance is not None for p in planned),
-            }
-            if imatrix is not None
-            else {}
-        ),
-    )
+    return verify_gguf(out_path, required, want_shapes, configured)
 
 
 def _find_base_dir(
@@ -1828,98 +1972,15 @@ def export_lora_gguf(
     if problem:
         raise EngineError(problem)
     want = _qtype(gguf_type)
-    if not adapter_dir.is_dir():
-        raise EngineError(f"The adapter folder {adapter_dir} does not exist.")
-    cfg_path = adapter_dir / "adapter_config.json"
-    weights = adapter_dir / "adapter_model.safetensors"
-    if not cfg_path.is_file():
-        raise EngineError(
-            f"{adapter_dir} has no adapter_config.json, so it is not a PEFT adapter."
-        )
-    if not weights.is_file():
-        raise EngineError(f"{adapter_dir} has no adapter_model.safetensors.")
-    try:
-        acfg: dict[str, Any] = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise EngineError(f"{cfg_path} is not valid JSON ({exc}).") from None
-    if str(acfg.get("peft_type", "LORA")).upper() != "LORA":
-        raise EngineError(
-            f"Only LoRA adapters can be exported, not {acfg.get('peft_type')}."
-        )
-    if acfg.get("use_dora"):
-        raise EngineError(
-            "DoRA adapters cannot be written as GGUF; merge the adapter instead."
-        )
+    acfg, weights = _read_adapter_config(adapter_dir)
     base_dir = _find_base_dir(
         adapter_dir, acfg, Path(base_model_dir) if base_model_dir else None
     )
     hp = _hparams(_read_config(base_dir), base_dir)
-    rank = int(acfg.get("r", 8))
-    alpha = float(acfg.get("lora_alpha", rank))
-    if acfg.get("use_rslora"):
-        # PEFT scales by alpha / sqrt(r); llama.cpp by alpha / r.
-        alpha = alpha * math.sqrt(rank)
-    if acfg.get("rank_pattern") or acfg.get("alpha_pattern"):
-        raise EngineError(
-            "Adapters with per-module rank_pattern/alpha_pattern cannot be "
-            "written as one "
-            "GGUF adapter; merge the adapter instead."
-        )
+    alpha = _lora_alpha(acfg)
     st = _read_safetensors_header(weights)
-    name_map = _name_map(hp)
-    planned: list[_Planned] = []
     fallbacks: list[str] = []
-    pairs: dict[str, dict[str, str]] = {}
-    for key in st:
-        if ".lora_A." in key or ".lora_B." in key:
-            which = "a" if ".lora_A." in key else "b"
-            base_key = key.replace(".lora_A", "").replace(".lora_B", "")
-            base_key = base_key.removeprefix("base_model.model.")
-            pairs.setdefault(base_key, {})[which] = key
-        else:
-            raise EngineError(
-                f"The adapter holds a full tensor {key} (modules_to_save or "
-                "embeddings); "
-                "only LoRA pairs can be written as a GGUF adapter, merge it instead."
-            )
-    for base_key, pair in sorted(pairs.items()):
-        if set(pair) != {"a", "b"}:
-            raise EngineError(f"The adapter tensor {base_key} has only one LoRA half.")
-        if "embed_tokens" in base_key:
-            raise EngineError(
-                "LoRA on embed_tokens cannot be written as a GGUF adapter; merge "
-                "it instead."
-            )
-        gname = name_map.get_name(base_key, try_suffixes=(".weight", ".bias"))
-        if gname is None:
-            raise EngineError(
-                f"The adapter targets {base_key}, which has no GGUF name."
-            )
-        a_src, b_src = st[pair["a"]], st[pair["b"]]
-        _check_dtype(a_src, pair["a"])
-        _check_dtype(b_src, pair["b"])
-        b_transform = None
-        if hp.arch == "llama" and "q_proj" in base_key:
-
-            def b_transform(w: np.ndarray, n: int = hp.n_head) -> np.ndarray:
-                return _permute(w, n)
-
-        elif hp.arch == "llama" and "k_proj" in base_key:
-
-            def b_transform(w: np.ndarray, n: int = hp.n_head_kv) -> np.ndarray:
-                return _permute(w, n)
-
-        for suffix, src, tr in (
-            (".lora_a", a_src, None),
-            (".lora_b", b_src, b_transform),
-        ):
-            nm = gname + suffix
-            qt, nbytes = _plan_type(nm, src.shape, want, fallbacks)
-            planned.append(
-                _Planned(
-                    nm, src, qt, src.shape, nbytes, tr, source_name=pair[suffix[-1]]
-                )
-            )
+    planned = _plan_lora_tensors(hp, st, want, fallbacks)
     if not planned:
         raise EngineError(f"The adapter in {adapter_dir} holds no LoRA tensors.")
 
@@ -1931,11 +1992,7 @@ def export_lora_gguf(
         w.add_file_type(_file_type(gguf_type))
         w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
-    pool = _MemmapPool()
-    try:
-        _write_gguf(out_path, setup, hp.arch, planned, pool, progress)
-    finally:
-        pool.close()
+    _write_planned(out_path, setup, hp.arch, planned, progress)
     required = [
         "general.architecture",
         "general.type",
@@ -1962,6 +2019,112 @@ def export_lora_gguf(
         verified=ok,
         checks=checks,
     )
+
+
+def _read_adapter_config(adapter_dir: Path) -> tuple[dict[str, Any], Path]:
+    """A PEFT adapter folder's ``adapter_config.json`` and its weights file;
+    refuses anything but a plain LoRA adapter."""
+    if not adapter_dir.is_dir():
+        raise EngineError(f"The adapter folder {adapter_dir} does not exist.")
+    cfg_path = adapter_dir / "adapter_config.json"
+    weights = adapter_dir / "adapter_model.safetensors"
+    if not cfg_path.is_file():
+        raise EngineError(
+            f"{adapter_dir} has no adapter_config.json, so it is not a PEFT adapter."
+        )
+    if not weights.is_file():
+        raise EngineError(f"{adapter_dir} has no adapter_model.safetensors.")
+    try:
+        acfg: dict[str, Any] = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise EngineError(f"{cfg_path} is not valid JSON ({exc}).") from None
+    if str(acfg.get("peft_type", "LORA")).upper() != "LORA":
+        raise EngineError(
+            f"Only LoRA adapters can be exported, not {acfg.get('peft_type')}."
+        )
+    if acfg.get("use_dora"):
+        raise EngineError(
+            "DoRA adapters cannot be written as GGUF; merge the adapter instead."
+        )
+    return acfg, weights
+
+
+def _lora_alpha(acfg: dict[str, Any]) -> float:
+    """The adapter's alpha as llama.cpp scales it (by alpha / r); refuses
+    per-module ranks or alphas, which one GGUF adapter cannot hold."""
+    rank = int(acfg.get("r", 8))
+    alpha = float(acfg.get("lora_alpha", rank))
+    if acfg.get("use_rslora"):
+        # PEFT scales by alpha / sqrt(r); llama.cpp by alpha / r.
+        alpha = alpha * math.sqrt(rank)
+    if acfg.get("rank_pattern") or acfg.get("alpha_pattern"):
+        raise EngineError(
+            "Adapters with per-module rank_pattern/alpha_pattern cannot be "
+            "written as one "
+            "GGUF adapter; merge the adapter instead."
+        )
+    return alpha
+
+
+def _lora_pairs(st: dict[str, _StTensor]) -> dict[str, dict[str, str]]:
+    """The adapter's tensors by the base tensor they change: ``{"a": ...,
+    "b": ...}`` keys. Refuses a full tensor (modules_to_save)."""
+    pairs: dict[str, dict[str, str]] = {}
+    for key in st:
+        if ".lora_A." in key or ".lora_B." in key:
+            which = "a" if ".lora_A." in key else "b"
+            base_key = key.replace(".lora_A", "").replace(".lora_B", "")
+            base_key = base_key.removeprefix("base_model.model.")
+            pairs.setdefault(base_key, {})[which] = key
+        else:
+            raise EngineError(
+                f"The adapter holds a full tensor {key} (modules_to_save or "
+                "embeddings); "
+                "only LoRA pairs can be written as a GGUF adapter, merge it instead."
+            )
+    return pairs
+
+
+def _plan_lora_tensors(
+    hp: _Hparams, st: dict[str, _StTensor], want: Any, fallbacks: list[str]
+) -> list[_Planned]:
+    """Each LoRA pair as ``<gguf name>.lora_a`` and ``.lora_b``, by base
+    tensor name; Llama's Q and K ``B`` halves permuted as their weights."""
+    name_map = _name_map(hp)
+    planned: list[_Planned] = []
+    for base_key, pair in sorted(_lora_pairs(st).items()):
+        if set(pair) != {"a", "b"}:
+            raise EngineError(f"The adapter tensor {base_key} has only one LoRA half.")
+        if "embed_tokens" in base_key:
+            raise EngineError(
+                "LoRA on embed_tokens cannot be written as a GGUF adapter; merge "
+                "it instead."
+            )
+        gname = name_map.get_name(base_key, try_suffixes=(".weight", ".bias"))
+        if gname is None:
+            raise EngineError(
+                f"The adapter targets {base_key}, which has no GGUF name."
+            )
+        a_src, b_src = st[pair["a"]], st[pair["b"]]
+        _check_dtype(a_src, pair["a"])
+        _check_dtype(b_src, pair["b"])
+        b_transform = None
+        if hp.arch == "llama" and "q_proj" in base_key:
+            b_transform = _permuter(hp.n_head)
+        elif hp.arch == "llama" and "k_proj" in base_key:
+            b_transform = _permuter(hp.n_head_kv)
+        for suffix, src, tr in (
+            (".lora_a", a_src, None),
+            (".lora_b", b_src, b_transform),
+        ):
+            nm = gname + suffix
+            qt, nbytes = _plan_type(nm, src.shape, want, fallbacks)
+            planned.append(
+                _Planned(
+                    nm, src, qt, src.shape, nbytes, tr, source_name=pair[suffix[-1]]
+                )
+            )
+    return planned
 
 
 def read_gguf_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
