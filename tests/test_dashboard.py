@@ -308,8 +308,8 @@ def test_a_crashing_env_fails_the_run_and_leaves_it_inspectable(
     )
     qtbot.waitUntil(lambda: bool(started), timeout=30_000)
     (run_id,) = started
-    # Unnamed, it is called after its algorithm and env.
-    assert session.state.run(run_id)["name"] == "PPO rlstudio/crashing-v0"
+    # Unnamed, it is called after its algorithm and env, and two words.
+    assert session.state.run(run_id)["name"].startswith("PPO rlstudio/crashing-v0 · ")
     # While it runs, its full config is known (Details, Duplicate).
     qtbot.waitUntil(
         lambda: session.state.run(run_id).get("config", {}).get("algo") == "PPO",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from engine import cli, contract
+from engine.jobs.names import words_of
 from engine.rl.cli import parse_settings, progress_line
 from engine.store.atomic import atomic_write_json
 from engine.store.metrics import read_metrics
@@ -153,11 +154,11 @@ def test_a_tiny_run_prints_its_summary(
     finally:
         project.close()
     assert Path(run.run_dir) == run_dir
-    assert (run.kind, run.name, run.status) == (
-        "rl.train",
-        "PPO CartPole-v1",
-        "completed",
-    )
+    assert (run.kind, run.status) == ("rl.train", "completed")
+    # Its own name, two words telling it from the other CartPole runs, and
+    # its model's.
+    assert run.name.startswith("PPO CartPole-v1 · ") and words_of(run.name)
+    assert run.config["name"] == run.name
     assert run.config["seed"] == 5 and run.config["total_steps"] == 128
     assert run.started and run.ended and run.ended >= run.started
     assert run.exit_code == 0 and run.progress_done == run.progress_total == 128
@@ -168,6 +169,7 @@ def test_a_tiny_run_prints_its_summary(
     )
     assert (model.kind, model.algo, model.env) == ("sb3-policy", "PPO", "CartPole-v1")
     assert model.source_run == run.id and Path(model.path).is_file()
+    assert model.name == run.name  # the run's name is its model's
     assert Path(model.path).is_relative_to(tmp_path / "models")
     assert model.metrics["eval/mean_reward"] == summary["best_eval_reward"]
     assert (run.id, model.id, "trained") in lineage

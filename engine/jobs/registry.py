@@ -20,13 +20,14 @@ checks that importing them all loads none.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from engine import settings
 from engine.errors import ConfigError
+from engine.jobs import names
 
 if TYPE_CHECKING:
     from engine.jobs.context import JobContext
@@ -84,6 +85,9 @@ class JobKind(Generic[C]):
     """A setting the supervisor fills with the open project's folder when the
     config leaves it out, so that validation sees the project's designed
     envs (``rlstudio/<name>-v0``) before the job starts."""
+    model_name_field: str | None = None
+    """The setting naming the model a run registers, given the run's name
+    when the config leaves it empty (:func:`named_run`)."""
     check: Callable[[Mapping[str, Any]], C] | None = None
     """Validation with checks across fields (run in the supervisor before
     the process starts; quick, may import gymnasium); None:
@@ -151,6 +155,7 @@ def job_kind(
     stop_grace_s: float = 0.0,
     default_name: str | None = None,
     project_field: str | None = None,
+    model_name_field: str | None = None,
     check: Callable[[Mapping[str, Any]], C] | None = None,
     form: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
     summary_on_disk: SummaryReader[C] | None = None,
@@ -173,6 +178,7 @@ def job_kind(
                 stop_grace_s=stop_grace_s,
                 default_name=default_name,
                 project_field=project_field,
+                model_name_field=model_name_field,
                 check=check,
                 form=form,
                 summary_on_disk=summary_on_disk,
@@ -195,9 +201,16 @@ def kinds() -> dict[str, JobKind[Any]]:
     return _KINDS
 
 
-def run_name(kind_name: str, config: Mapping[str, Any], name: str = "") -> str:
+def run_name(
+    kind_name: str,
+    config: Mapping[str, Any],
+    name: str = "",
+    taken: Collection[str] = (),
+) -> str:
     """The name a new run gets: ``name``, else the config's ``name`` setting,
-    else the kind's default name; empty when none applies."""
+    else the kind's default name with two words no run in ``taken`` (the
+    project's run names) has (``PPO CartPole-v1 · brisk-otter``); empty when
+    none applies."""
     kind = get_kind(kind_name)
     if name:
         return name
@@ -205,10 +218,28 @@ def run_name(kind_name: str, config: Mapping[str, Any], name: str = "") -> str:
         return str(config["name"]).strip()
     if kind.default_name:
         try:
-            return kind.default_name.format_map(dict(config))
+            base = kind.default_name.format_map(dict(config))
         except (KeyError, IndexError, ValueError):
             return ""
+        return names.unique_name(base, taken)
     return ""
+
+
+def named_run(
+    kind_name: str,
+    config: Mapping[str, Any],
+    name: str = "",
+    taken: Collection[str] = (),
+) -> tuple[str, dict[str, Any]]:
+    """A new run's name (:func:`run_name`) and its recorded config, whose
+    model takes that name when the config names none (the kind's
+    ``model_name_field``): a run and its model are called alike."""
+    chosen = run_name(kind_name, config, name, taken)
+    record = dict(config)
+    field = get_kind(kind_name).model_name_field
+    if chosen and field and not record.get(field):
+        record[field] = chosen
+    return chosen, record
 
 
 def get_kind(name: str) -> JobKind[Any]:

@@ -131,7 +131,8 @@ class Supervisor:
         if field and not config.get(field):
             config = {**config, field: str(project.path)}
         config = registry.validate_config(kind, config)
-        name = registry.run_name(kind, config, name)
+        taken = [run.name for run in project.list_runs()]
+        name, config = registry.named_run(kind, config, name, taken)
         # Under the lock: the tick's reconcile must not see the queued row
         # before its job is registered.
         with self._lock:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from engine import contract
 from engine.errors import EngineError
 from engine.jobs.lifecycle import HeadlessContext
-from engine.jobs.registry import get_kind, run_name
+from engine.jobs.registry import get_kind, named_run
 from engine.settings import as_dict
 from engine.store.atomic import atomic_write_json
 
@@ -329,7 +329,9 @@ def _train_in_project(
 
     config = as_dict(cfg)
     if resume_id is None:
-        record = project.create_run(KIND, config, name=run_name(KIND, config))
+        taken = [run.name for run in project.list_runs()]
+        name, config = named_run(KIND, config, taken=taken)
+        record = project.create_run(KIND, config, name=name)
     else:
         record = project.get_run(resume_id)
     run_dir = Path(record.run_dir)

@@ -37,6 +37,7 @@ def summary_on_disk(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     resumable=True,
     default_name="{algo} {env}",
     project_field="project_dir",
+    model_name_field="name",
     form=schema,
     summary_on_disk=summary_on_disk,
 )
