@@ -218,32 +218,8 @@ def deploy_gguf(
     server's next bytes, and the whole deployment at most ``deadline_s``.
     """
     gguf_file = Path(gguf_path)
-    if not gguf_file.is_file():
-        raise EngineError(f"The GGUF file {gguf_file} does not exist.")
     adapter_file = Path(adapter_path) if adapter_path else None
-    if adapter_file is not None and not adapter_file.is_file():
-        raise EngineError(f"The adapter GGUF {adapter_file} does not exist.")
-    name = check_model_name(name)
-    if quantize is not None and quantize not in K_QUANTS:
-        raise EngineError(
-            f"Ollama cannot quantize to {quantize!r}; choose one of "
-            f"{', '.join(K_QUANTS)}."
-        )
-    from engine.export.gguf import read_gguf_summary
-
-    summary = read_gguf_summary(gguf_file)
-    if summary["type"] == "adapter":
-        raise EngineError(
-            f"{gguf_file.name} is a LoRA adapter; deploy the base model GGUF with "
-            "the adapter as adapter_path."
-        )
-    warnings: list[str] = []
-    if quantize and summary["file_type"] not in (0, 1, 32):
-        raise EngineError(
-            f"Ollama quantizes only F16, BF16 or F32 GGUFs; {gguf_file.name} is "
-            "already "
-            "quantized, export it as F16."
-        )
+    name = _check_deploy_input(gguf_file, adapter_file, name, quantize)
 
     def builder(from_ref: str, adapter_ref: str | None) -> Modelfile:
         return modelfile_for_gguf(
@@ -260,69 +236,16 @@ def deploy_gguf(
     if version is None:
         safe = re.sub(r"[^A-Za-z0-9._-]", "-", name)
         target = Path(bundle_dir) if bundle_dir else gguf_file.parent / f"{safe}-ollama"
-        folder, mf, command = write_bundle(
-            target, name, gguf_file, builder, adapter_file, quantize
-        )
-        return DeployResult(
-            name=name,
-            deployed=False,
-            host=client.host,
-            server_version=None,
-            modelfile=mf.text,
-            family=mf.family,
-            command=command,
-            bundle_dir=str(folder),
-            message=(
-                f"No Ollama server answers at {client.host}; wrote a bundle to "
-                f"{folder}: "
-                f"run `{command}` there."
-            ),
-            warnings=warnings + mf.warnings,
+        return _bundle_instead(
+            client.host, target, name, gguf_file, builder, adapter_file, quantize
         )
 
-    uploaded: list[str] = []
-    skipped: list[str] = []
-    digests: dict[Path, str] = {}
-    for f in [gguf_file] + ([adapter_file] if adapter_file else []):
-        digest, sent = client.push_blob(f, progress=progress)
-        digests[f] = digest
-        (uploaded if sent else skipped).append(f.name)
-
-    statuses: list[str]
-    if parse_version(version) >= FILES_API_VERSION:
-        mf = builder(str(gguf_file), str(adapter_file) if adapter_file else None)
-        statuses = client.create(
-            name,
-            files={gguf_file.name: digests[gguf_file]},
-            adapters={adapter_file.name: digests[adapter_file]}
-            if adapter_file
-            else None,
-            template=mf.template,
-            system=mf.system,
-            parameters=mf.parameters or None,
-            quantize=quantize,
-        )
-    else:
-        mf = builder(
-            "@" + digests[gguf_file],
-            ("@" + digests[adapter_file]) if adapter_file else None,
-        )
-        statuses = client.create(name, modelfile=mf.text, quantize=quantize)
-    warnings += mf.warnings
-
-    sample = None
-    try:
-        client.show(name)
-        if verify_prompt:
-            sample = client.generate(name, verify_prompt, num_predict=8)
-    except EngineError as exc:
-        # The model exists now; say so, and what went wrong after.
-        text = str(exc)
-        raise EngineError(
-            f"Ollama created {name} at {client.host}, but checking it failed: "
-            f"{text[:1].lower() + text[1:]}"
-        ) from None
-
+    files = [gguf_file] + ([adapter_file] if adapter_file else [])
+    digests, uploaded, skipped = _push_blobs(client, files, progress)
+    mf, statuses = _create_model(
+        client, version, name, builder, gguf_file, adapter_file, digests, quantize
+    )
+    sample = _check_created(client, name, verify_prompt)
     bundle = None
     if always_bundle and bundle_dir is not None:
         bundle, _, _ = write_bundle(
@@ -343,5 +266,140 @@ def deploy_gguf(
         sample=sample,
         message=f"Created {name} on Ollama {version} at {client.host}: "
         f"`ollama run {name}`.",
-        warnings=warnings,
+        warnings=list(mf.warnings),
     )
+
+
+def _check_deploy_input(
+    gguf_file: Path, adapter_file: Path | None, name: str, quantize: str | None
+) -> str:
+    """The checked model name; refuses missing files, an adapter given as the
+    model, and a quantization Ollama cannot do, before contacting anything."""
+    if not gguf_file.is_file():
+        raise EngineError(f"The GGUF file {gguf_file} does not exist.")
+    if adapter_file is not None and not adapter_file.is_file():
+        raise EngineError(f"The adapter GGUF {adapter_file} does not exist.")
+    name = check_model_name(name)
+    if quantize is not None and quantize not in K_QUANTS:
+        raise EngineError(
+            f"Ollama cannot quantize to {quantize!r}; choose one of "
+            f"{', '.join(K_QUANTS)}."
+        )
+    from engine.export.gguf import read_gguf_summary
+
+    summary = read_gguf_summary(gguf_file)
+    if summary["type"] == "adapter":
+        raise EngineError(
+            f"{gguf_file.name} is a LoRA adapter; deploy the base model GGUF with "
+            "the adapter as adapter_path."
+        )
+    if quantize and summary["file_type"] not in (0, 1, 32):
+        raise EngineError(
+            f"Ollama quantizes only F16, BF16 or F32 GGUFs; {gguf_file.name} is "
+            "already "
+            "quantized, export it as F16."
+        )
+    return name
+
+
+def _bundle_instead(
+    host: str,
+    target: Path,
+    name: str,
+    gguf_file: Path,
+    builder: Callable[[str, str | None], Modelfile],
+    adapter_file: Path | None,
+    quantize: str | None,
+) -> DeployResult:
+    """No server answers at ``host``: write a bundle to ``target`` and say
+    how to create the model from it."""
+    folder, mf, command = write_bundle(
+        target, name, gguf_file, builder, adapter_file, quantize
+    )
+    return DeployResult(
+        name=name,
+        deployed=False,
+        host=host,
+        server_version=None,
+        modelfile=mf.text,
+        family=mf.family,
+        command=command,
+        bundle_dir=str(folder),
+        message=(
+            f"No Ollama server answers at {host}; wrote a bundle to "
+            f"{folder}: "
+            f"run `{command}` there."
+        ),
+        warnings=list(mf.warnings),
+    )
+
+
+def _push_blobs(
+    client: OllamaClient, files: list[Path], progress: Progress | None
+) -> tuple[dict[Path, str], list[str], list[str]]:
+    """Upload each file the server lacks: the digests, and the names
+    uploaded and skipped (already there)."""
+    uploaded: list[str] = []
+    skipped: list[str] = []
+    digests: dict[Path, str] = {}
+    for f in files:
+        digest, sent = client.push_blob(f, progress=progress)
+        digests[f] = digest
+        (uploaded if sent else skipped).append(f.name)
+    return digests, uploaded, skipped
+
+
+def _create_model(
+    client: OllamaClient,
+    version: str,
+    name: str,
+    builder: Callable[[str, str | None], Modelfile],
+    gguf_file: Path,
+    adapter_file: Path | None,
+    digests: dict[Path, str],
+    quantize: str | None,
+) -> tuple[Modelfile, list[str]]:
+    """Create the model from the uploaded blobs, through the files API where
+    the server has it, else a Modelfile naming the digests; the Modelfile
+    and the server's statuses."""
+    statuses: list[str]
+    if parse_version(version) >= FILES_API_VERSION:
+        mf = builder(str(gguf_file), str(adapter_file) if adapter_file else None)
+        statuses = client.create(
+            name,
+            files={gguf_file.name: digests[gguf_file]},
+            adapters={adapter_file.name: digests[adapter_file]}
+            if adapter_file
+            else None,
+            template=mf.template,
+            system=mf.system,
+            parameters=mf.parameters or None,
+            quantize=quantize,
+        )
+    else:
+        mf = builder(
+            "@" + digests[gguf_file],
+            ("@" + digests[adapter_file]) if adapter_file else None,
+        )
+        statuses = client.create(name, modelfile=mf.text, quantize=quantize)
+    return mf, statuses
+
+
+def _check_created(
+    client: OllamaClient, name: str, verify_prompt: str | None
+) -> str | None:
+    """Ask the server for the new model, and a few tokens of ``verify_prompt``
+    when given; a failure says the model exists and what went wrong."""
+    sample = None
+    try:
+        client.show(name)
+        if verify_prompt:
+            sample = client.generate(name, verify_prompt, num_predict=8)
+    except EngineError as exc:
+        # The model exists now; say so, and what went wrong after.
+        text = str(exc)
+        raise EngineError(
+            f"Ollama created {name} at {client.host}, but checking it failed: "
+            f"{text[:1].lower() + text[1:]}"
+        ) from None
+    return sample
