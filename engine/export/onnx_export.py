@@ -148,10 +148,6 @@ def export_onnx(
     onnxruntime on ``samples`` observations drawn from the observation space
     (and random action masks for MaskablePPO) against normalize-then-predict.
     ``project_dir`` makes the report say when the file came from outside it."""
-    import numpy as np
-    import torch
-    from gymnasium import spaces
-
     from engine.rl.policy import load_policy
 
     t0 = time.perf_counter()
@@ -159,70 +155,15 @@ def export_onnx(
     out_path = Path(out_path)
     loaded = load_policy(zip_path, project_dir=project_dir)
     policy = loaded.policy
-    obs_space = policy.observation_space
-    if isinstance(obs_space, (spaces.Dict, spaces.Tuple)):
-        raise EngineError(
-            "Policies with dict or tuple observations cannot be exported to ONNX yet; "
-            "flatten the observation."
-        )
-    act_space = policy.action_space
-    if not isinstance(act_space, (spaces.Box, spaces.Discrete)):
-        raise EngineError(
-            f"Only Box and Discrete action spaces export to ONNX, not "
-            f"{type(act_space).__name__}."
-        )
-    obs_space.seed(seed)
-    obs = np.stack([obs_space.sample() for _ in range(samples)]).astype(np.float32)
-    if isinstance(obs_space, spaces.Discrete):
-        obs = obs.reshape(samples)
+    obs_space, act_space = _exportable_spaces(policy)
+    inputs, example = _sample_inputs(loaded, samples, seed)
     module = _module(loaded)
-    inputs = {"observation": obs}
-    example: tuple[Any, ...] = (torch.as_tensor(obs[:2]),)
-    if loaded.masked:
-        n_actions = int(act_space.n) if isinstance(act_space, spaces.Discrete) else 0
-        masks = _random_masks(samples, n_actions, np.random.default_rng(seed))
-        inputs["action_mask"] = masks
-        example = (*example, torch.as_tensor(masks[:2]))
-    names = list(inputs)
 
     make_parent_folder(out_path)
     tmp = temp_path(out_path)
     try:
-        with (
-            torch.no_grad(),
-            contextlib.redirect_stdout(None),
-            warnings.catch_warnings(),
-        ):
-            # The TorchScript exporter is deprecated but needs no onnxscript;
-            # distribution argument checks trace as constants, which is fine.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            # torch.jit defines TracerWarning but leaves it out of __all__.
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # type: ignore[attr-defined]
-            torch.onnx.export(
-                module,
-                example,
-                str(tmp),
-                input_names=names,
-                output_names=["action"],
-                dynamic_axes={name: {0: "batch"} for name in [*names, "action"]},
-                opset_version=opset,
-                dynamo=False,
-            )
-        import onnxruntime as ort
-
-        sess = ort.InferenceSession(str(tmp), providers=["CPUExecutionProvider"])
-        onnx_actions = sess.run(["action"], inputs)[0]
-        sb3_actions, _ = loaded.predict(
-            obs, deterministic=True, action_masks=inputs.get("action_mask")
-        )
-        discrete = isinstance(act_space, spaces.Discrete)
-        onnx_actions = np.asarray(onnx_actions).reshape(np.asarray(sb3_actions).shape)
-        if discrete:
-            mismatches = int(np.sum(onnx_actions.astype(np.int64) != sb3_actions))
-            diff = float(np.max(np.abs(onnx_actions.astype(np.float64) - sb3_actions)))
-        else:
-            mismatches = 0
-            diff = float(np.max(np.abs(onnx_actions - sb3_actions)))
+        _trace_to_onnx(module, example, tmp, list(inputs), opset)
+        discrete, mismatches, diff = _compare_with_sb3(tmp, inputs, loaded)
         ok = mismatches == 0 and diff <= tolerance
         if not ok:
             raise EngineError(
@@ -261,3 +202,106 @@ def export_onnx(
         action_mask_input=loaded.masked,
         warnings=[loaded.notice] if loaded.notice else [],
     )
+
+
+def _exportable_spaces(policy: Any) -> tuple[Any, Any]:
+    """The policy's observation and action spaces; refuses those the graph
+    cannot take (dict or tuple observations, actions other than Box and
+    Discrete)."""
+    from gymnasium import spaces
+
+    obs_space = policy.observation_space
+    if isinstance(obs_space, (spaces.Dict, spaces.Tuple)):
+        raise EngineError(
+            "Policies with dict or tuple observations cannot be exported to ONNX yet; "
+            "flatten the observation."
+        )
+    act_space = policy.action_space
+    if not isinstance(act_space, (spaces.Box, spaces.Discrete)):
+        raise EngineError(
+            f"Only Box and Discrete action spaces export to ONNX, not "
+            f"{type(act_space).__name__}."
+        )
+    return obs_space, act_space
+
+
+def _sample_inputs(
+    loaded: Any, samples: int, seed: int
+) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """``samples`` observations from the observation space (and random masks
+    for a masked policy), by input name, and the first two as the example
+    the exporter traces with."""
+    import numpy as np
+    import torch
+    from gymnasium import spaces
+
+    obs_space = loaded.policy.observation_space
+    act_space = loaded.policy.action_space
+    obs_space.seed(seed)
+    obs = np.stack([obs_space.sample() for _ in range(samples)]).astype(np.float32)
+    if isinstance(obs_space, spaces.Discrete):
+        obs = obs.reshape(samples)
+    inputs = {"observation": obs}
+    example: tuple[Any, ...] = (torch.as_tensor(obs[:2]),)
+    if loaded.masked:
+        n_actions = int(act_space.n) if isinstance(act_space, spaces.Discrete) else 0
+        masks = _random_masks(samples, n_actions, np.random.default_rng(seed))
+        inputs["action_mask"] = masks
+        example = (*example, torch.as_tensor(masks[:2]))
+    return inputs, example
+
+
+def _trace_to_onnx(
+    module: Any, example: tuple[Any, ...], path: Path, names: list[str], opset: int
+) -> None:
+    """Write ``module`` as ONNX with the TorchScript exporter, batch size
+    dynamic, quietly."""
+    import torch
+
+    with (
+        torch.no_grad(),
+        contextlib.redirect_stdout(None),
+        warnings.catch_warnings(),
+    ):
+        # The TorchScript exporter is deprecated but needs no onnxscript;
+        # distribution argument checks trace as constants, which is fine.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        # torch.jit defines TracerWarning but leaves it out of __all__.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)  # type: ignore[attr-defined]
+        torch.onnx.export(
+            module,
+            example,
+            str(path),
+            input_names=names,
+            output_names=["action"],
+            dynamic_axes={name: {0: "batch"} for name in [*names, "action"]},
+            opset_version=opset,
+            dynamo=False,
+        )
+
+
+def _compare_with_sb3(
+    path: Path, inputs: dict[str, Any], loaded: Any
+) -> tuple[bool, int, float]:
+    """Run the file with onnxruntime and the policy with SB3 on ``inputs``:
+    whether actions are discrete, how many differ, the largest difference."""
+    import numpy as np
+    import onnxruntime as ort
+    from gymnasium import spaces
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    onnx_actions = sess.run(["action"], inputs)[0]
+    sb3_actions, _ = loaded.predict(
+        inputs["observation"],
+        deterministic=True,
+        action_masks=inputs.get("action_mask"),
+    )
+    discrete = isinstance(loaded.policy.action_space, spaces.Discrete)
+    onnx_actions = np.asarray(onnx_actions).reshape(np.asarray(sb3_actions).shape)
+    if discrete:
+        mismatches = int(np.sum(onnx_actions.astype(np.int64) != sb3_actions))
+        diff = float(np.max(np.abs(onnx_actions.astype(np.float64) - sb3_actions)))
+    else:
+        mismatches = 0
+        diff = float(np.max(np.abs(onnx_actions - sb3_actions)))
+    return discrete, mismatches, diff
