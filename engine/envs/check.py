@@ -18,11 +18,14 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.envs.spec import EnvSpec, Problem, SpecError, parse_spec, read_spec_json
+
+if TYPE_CHECKING:
+    from engine.envs.workflow_model import WorkflowModel
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -130,12 +133,30 @@ def check_spec(
 
 
 def _static_workflow(spec: EnvSpec, report: Report) -> None:
-    from engine.envs.workflow_model import WorkflowModel, positive_cycle, reachable
+    """A workflow's static analysis: what can be reached from the start,
+    tools never valid, task targets, and the reward range and cycles."""
+    from engine.envs.workflow_model import WorkflowModel, reachable
 
     m = WorkflowModel(spec)
-    add = report.problems.append
     starts = sorted({m.start_of(t) for t in m.tasks})
     seen = reachable(m, starts)
+    _workflow_reachability(spec, m, starts, seen, report)
+    _workflow_unused_tools(m, seen, report)
+    if m.use_task_target:
+        _workflow_task_targets(m, report)
+    _workflow_rewards(m, report)
+
+
+def _workflow_reachability(
+    spec: EnvSpec,
+    m: WorkflowModel,
+    starts: list[int],
+    seen: np.ndarray,
+    report: Report,
+) -> None:
+    """Refuse a workflow whose start reaches no end; warn of terminal and
+    other statuses never reached, and of dead ends that are not terminal."""
+    add = report.problems.append
     start_names = ", ".join(f"'{m.statuses[s]}'" for s in starts)
     if not (seen & m.terminal).any() and not (seen & m.success).any():
         add(
@@ -178,6 +199,11 @@ def _static_workflow(spec: EnvSpec, report: Report) -> None:
                     "reachability",
                 )
             )
+
+
+def _workflow_unused_tools(m: WorkflowModel, seen: np.ndarray, report: Report) -> None:
+    """Warn of tools valid nowhere, or only where no episode gets."""
+    add = report.problems.append
     for a, name in enumerate(m.tool_names):
         if not m.valid[:, a].any():
             add(
@@ -198,28 +224,43 @@ def _static_workflow(spec: EnvSpec, report: Report) -> None:
                     "unused",
                 )
             )
-    if m.use_task_target:
-        for t in m.tasks:
-            if t.target is not None and t.target == m.start_of(t):
-                add(
-                    Problem(
-                        "warning",
-                        "workflow.tasks",
-                        f"Task {t.id} starts in its target status "
-                        f"'{m.statuses[t.target]}'; it succeeds on its first step.",
-                        "reachability",
-                    )
+
+
+def _workflow_task_targets(m: WorkflowModel, report: Report) -> None:
+    """Warn of tasks that start in their target, or cannot reach it."""
+    from engine.envs.workflow_model import reachable
+
+    add = report.problems.append
+    for t in m.tasks:
+        if t.target is not None and t.target == m.start_of(t):
+            add(
+                Problem(
+                    "warning",
+                    "workflow.tasks",
+                    f"Task {t.id} starts in its target status "
+                    f"'{m.statuses[t.target]}'; it succeeds on its first step.",
+                    "reachability",
                 )
-            elif t.target is not None and not reachable(m, [m.start_of(t)])[t.target]:
-                add(
-                    Problem(
-                        "warning",
-                        "workflow.tasks",
-                        f"Task {t.id} targets '{m.statuses[t.target]}', which cannot "
-                        f"be reached from '{m.statuses[m.start_of(t)]}'.",
-                        "reachability",
-                    )
+            )
+        elif t.target is not None and not reachable(m, [m.start_of(t)])[t.target]:
+            add(
+                Problem(
+                    "warning",
+                    "workflow.tasks",
+                    f"Task {t.id} targets '{m.statuses[t.target]}', which cannot "
+                    f"be reached from '{m.statuses[m.start_of(t)]}'.",
+                    "reachability",
                 )
+            )
+
+
+def _workflow_rewards(m: WorkflowModel, report: Report) -> None:
+    """Record the step reward range and return bounds; warn of rewards too
+    large, never positive, a success worth no more than a failure, or a
+    cycle that pays per lap."""
+    from engine.envs.workflow_model import positive_cycle
+
+    add = report.problems.append
     lo, hi = m.step_reward_range()
     report.stats["step_reward_range"] = [round(lo, 6), round(hi, 6)]
     report.stats["return_bounds"] = [
