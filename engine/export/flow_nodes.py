@@ -20,7 +20,6 @@ the GGUF, a Modelfile and a README with the one ``ollama create`` command.
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -34,23 +33,16 @@ from engine.nodes.base import NodeError, NodeResult, NodeRun
 from engine.nodes.registry import node_type
 from engine.ollama import DEFAULT_HOST, check_model_name
 from engine.settings import fields_of, param_spec, param_specs
+from engine.store.paths import safe_name
 
 CATEGORY = "Export"
 DEPLOY = fields_of(OllamaDeployConfig)
-
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def _run_job(node: NodeRun, kind: str, config: dict[str, Any]) -> dict[str, Any]:
     from engine.llm.flow_nodes import run_job
 
     return run_job(node, kind, config)
-
-
-def file_stem(name: str) -> str:
-    """``name`` as a file name stem (letters, digits, ``.``, ``-``, ``_``)."""
-    return _UNSAFE.sub("-", name).strip("-.") or "model"
 
 
 # --------------------------------------------------------------------- GGUF
@@ -112,7 +104,7 @@ def export_gguf(node: NodeRun) -> NodeResult:
     default = source.get("name") or Path(source["path"]).name
     if is_adapter:
         default += "-lora"  # beside the merged model's GGUF, tell them apart
-    name = file_stem((p.get("name") or "").strip() or default)
+    name = safe_name((p.get("name") or "").strip() or default)
     summary = _run_job(
         node,
         "export.gguf",
@@ -196,8 +188,7 @@ def export_onnx(node: NodeRun) -> NodeResult:
         "export.onnx",
         {
             "policy": str(source),
-            # Named after the model it exports, not SB3's "model.zip".
-            "out": str(node.work_dir / "output" / f"{file_stem(name)}.onnx"),
+            "name": name,  # the file too, not SB3's "model.zip"
             "samples": node.params["samples"],
             "parents": [str(source)],
         },

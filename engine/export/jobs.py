@@ -22,7 +22,7 @@ from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.ollama import K_QUANTS
 from engine.settings import build, form_of, setting
-from engine.store.paths import child, inside
+from engine.store.paths import child, inside, safe_name
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,11 @@ class ONNXExportConfig:
     policy: str | None = setting(None, label="Policy file")
     """The SB3 policy file (``model.zip``)."""
     out: str | None = setting(None, label="Output file")
-    """The ``.onnx`` file to write (None: in the run folder)."""
+    """The ``.onnx`` file to write (None: in the run folder, named after
+    ``name``)."""
+    name: str | None = setting(None, label="Model name")
+    """The exported model's name, and its file's in the run folder (None:
+    the policy file's)."""
     samples: int = setting(64, min=1, unit="observations")
     """Random observations the export is verified on."""
     parents: list[str] = setting(factory=list, form=False)
@@ -444,10 +448,11 @@ def run_onnx(ctx: JobContext, cfg: ONNXExportConfig) -> dict[str, Any]:
 
     assert cfg.policy is not None  # validate_onnx requires it
     src = Path(cfg.policy)
+    stem = safe_name(cfg.name) if cfg.name else src.stem
     out = (
         out_path(ctx, cfg.out)
         if cfg.out
-        else child(ctx.run_dir, "output", src.stem, "policy", ".onnx")
+        else child(ctx.run_dir, "output", stem, "name", ".onnx")
     )
     ctx.progress(0, 2, "exporting")
     report = export_onnx(src, out, samples=cfg.samples, project_dir=ctx.project_dir)
@@ -457,7 +462,7 @@ def run_onnx(ctx: JobContext, cfg: ONNXExportConfig) -> dict[str, Any]:
         "report": report.to_dict(),
         "models": [
             {
-                "name": out.stem,
+                "name": cfg.name or out.stem,
                 "kind": "onnx",
                 "file": str(out.resolve()),
                 "parents": cfg.parents,

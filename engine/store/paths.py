@@ -12,11 +12,21 @@ each run).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
 from engine.errors import ConfigError, quoted
 from engine.flow import path_name_problem
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(name: str, empty: str = "model") -> str:
+    """A display name (``PPO CartPole-v1 · brisk-otter``) as one part of a
+    file name: letters, digits, ``.``, ``-`` and ``_`` (``empty`` when none
+    is left)."""
+    return _UNSAFE.sub("-", name).strip("-.") or empty
 
 
 def checked_name(field: str, value: object) -> str:

@@ -338,7 +338,12 @@ class ModelsController(QObject):
         self.start_action(
             "export.onnx",
             "export.onnx",
-            {"policy": str(model["path"]), "parents": [str(model["id"])]},
+            {
+                "policy": str(model["path"]),
+                # Named after its model, not SB3's model.zip.
+                "name": str(model.get("name") or "") or None,
+                "parents": [str(model["id"])],
+            },
             model,
             name=f"Export ONNX {model.get('name', '')}",
         )
