@@ -87,121 +87,162 @@ def preview(
     for and none could be drawn).
     """
     from engine.envs.registry import make, registered_id
-    from engine.envs.render import (
-        cannot_draw,
-        frame_problem,
-        make_for_frames,
-        render_failure,
-    )
+    from engine.envs.render import make_for_frames
 
     cfg = config or PreviewConfig()
-    note: str | None = None
     env_id = registered_id(spec_or_id)
     if cfg.frames and frames_path is not None:
         made = make_for_frames(env_id)
-        env, note = made.env, made.note
-        drawing = note is None
+        env = made.env
+        recorder = _FrameRecorder(env, env_id, cfg.frames, made.note)
     else:
-        env, drawing = make(env_id), False
+        env = make(env_id)
+        recorder = _FrameRecorder(env, env_id, 0, None)
     raw = env.unwrapped
     act = policy or random_policy(cfg.seed)
     labels = raw.observation_labels() if hasattr(raw, "observation_labels") else None
-    names = getattr(getattr(raw, "model", None), "tool_names", None)
-    if names is None and hasattr(raw, "rows"):
-        from engine.envs.grid import ACTION_NAMES
-
-        names = list(ACTION_NAMES)
+    names = _action_names(raw)
     episodes: list[dict[str, Any]] = []
     trace: list[dict[str, Any]] = []
-    frames: list[np.ndarray] = []
-    frame_bytes = 0
+    for ep in range(cfg.episodes):
+        if should_stop is not None and should_stop():
+            break
+        episodes.append(
+            _play_episode(
+                env, ep, cfg, act, names, trace, recorder if ep == 0 else None
+            )
+        )
+        if on_episode is not None:
+            on_episode(ep, episodes[-1])
+    env.close()
+    return {
+        "env_id": env.spec.id if env.spec else None,
+        "seed": cfg.seed,
+        "episodes": episodes,
+        **_episode_stats(episodes),
+        "observation_labels": labels,
+        "action_names": names,
+        "observation_space": str(env.observation_space),
+        "action_space": str(env.action_space),
+        "trace": trace,
+        "frames": recorder.save(frames_path),
+        "frames_note": recorder.note,
+    }
 
-    def draw() -> None:
-        """One frame of the first episode; the first failure ends drawing, and
-        so does :data:`~engine.contract.FRAME_BUDGET_BYTES`."""
-        nonlocal drawing, note, frame_bytes
-        if not drawing or len(frames) >= cfg.frames:
+
+class _FrameRecorder:
+    """Frames of one episode, at most ``limit``: the first failure to draw
+    ends drawing (``note`` says why), and so does
+    :data:`~engine.contract.FRAME_BUDGET_BYTES`."""
+
+    def __init__(self, env: Any, env_id: str, limit: int, note: str | None) -> None:
+        self.env = env
+        self.env_id = env_id
+        self.limit = limit
+        self.note = note
+        self.drawing = limit > 0 and note is None
+        self.frames: list[np.ndarray] = []
+        self.frame_bytes = 0
+
+    def draw(self) -> None:
+        from engine.envs.render import cannot_draw, frame_problem, render_failure
+
+        if not self.drawing or len(self.frames) >= self.limit:
             return
         try:
-            frame = env.render()
+            frame = self.env.render()
         except Exception as exc:
             why: str | None = render_failure(exc)
         else:
             why = frame_problem(frame)
         if why is None:
-            frame_bytes += frame.nbytes
-            if frame_bytes > FRAME_BUDGET_BYTES and frames:
-                drawing = False
+            self.frame_bytes += frame.nbytes
+            if self.frame_bytes > FRAME_BUDGET_BYTES and self.frames:
+                self.drawing = False
             else:
-                frames.append(frame)
+                self.frames.append(frame)
             return
-        drawing = False
-        note = cannot_draw(env_id, why)
+        self.drawing = False
+        self.note = cannot_draw(self.env_id, why)
 
-    for ep in range(cfg.episodes):
-        if should_stop is not None and should_stop():
-            break
-        obs, info = env.reset(seed=cfg.seed + ep)
-        if ep == 0:
-            draw()
-        total, length, done, success = 0.0, 0, False, False
-        while not done:
-            action = act(obs, env)
-            next_obs, reward, terminated, truncated, info = env.step(action)
-            done = terminated or truncated
-            total += float(reward)
-            length += 1
-            success = bool(info.get("is_success", False))
-            if ep < cfg.trace_episodes and len(trace) < cfg.max_trace_steps:
-                a = _jsonable(action)
-                trace.append(
-                    {
-                        "episode": ep,
-                        "step": length,
-                        "observation": _jsonable(obs),
-                        "action": a,
-                        "action_name": names[a]
-                        if names and isinstance(a, int)
-                        else None,
-                        "reward": float(reward),
-                        "reward_breakdown": _jsonable(info.get("reward_breakdown", {})),
-                        "status": info.get("status"),
-                        "terminated": bool(terminated),
-                        "truncated": bool(truncated),
-                        "text": raw.render_text()
-                        if hasattr(raw, "render_text")
-                        else None,
-                    }
-                )
-            if ep == 0:
-                draw()
-            obs = next_obs
-        episodes.append({"return": total, "length": length, "success": success})
-        if on_episode is not None:
-            on_episode(ep, episodes[-1])
-    env.close()
+    def save(self, path: str | Path | None) -> str | None:
+        """Write the frames drawn to ``path`` (``.npz``); the path, or None
+        when there are none."""
+        if not self.frames or path is None:
+            return None
+        out = str(path)
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(out, frames=np.stack(self.frames))
+        return out
+
+
+def _action_names(raw: Any) -> list[str] | None:
+    """The names of a workflow's tools or a grid's moves; None for others."""
+    names = getattr(getattr(raw, "model", None), "tool_names", None)
+    if names is None and hasattr(raw, "rows"):
+        from engine.envs.grid import ACTION_NAMES
+
+        names = list(ACTION_NAMES)
+    return names
+
+
+def _play_episode(
+    env: Any,
+    ep: int,
+    cfg: PreviewConfig,
+    act: Policy,
+    names: list[str] | None,
+    trace: list[dict[str, Any]],
+    recorder: _FrameRecorder | None,
+) -> dict[str, Any]:
+    """Play episode ``ep`` to its end, adding its first steps to ``trace``
+    and its frames to ``recorder`` when given; its return, length and
+    success."""
+    raw = env.unwrapped
+    obs, info = env.reset(seed=cfg.seed + ep)
+    if recorder is not None:
+        recorder.draw()
+    total, length, done, success = 0.0, 0, False, False
+    while not done:
+        action = act(obs, env)
+        next_obs, reward, terminated, truncated, info = env.step(action)
+        done = terminated or truncated
+        total += float(reward)
+        length += 1
+        success = bool(info.get("is_success", False))
+        if ep < cfg.trace_episodes and len(trace) < cfg.max_trace_steps:
+            a = _jsonable(action)
+            trace.append(
+                {
+                    "episode": ep,
+                    "step": length,
+                    "observation": _jsonable(obs),
+                    "action": a,
+                    "action_name": names[a] if names and isinstance(a, int) else None,
+                    "reward": float(reward),
+                    "reward_breakdown": _jsonable(info.get("reward_breakdown", {})),
+                    "status": info.get("status"),
+                    "terminated": bool(terminated),
+                    "truncated": bool(truncated),
+                    "text": raw.render_text() if hasattr(raw, "render_text") else None,
+                }
+            )
+        if recorder is not None:
+            recorder.draw()
+        obs = next_obs
+    return {"return": total, "length": length, "success": success}
+
+
+def _episode_stats(episodes: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Mean and spread of the returns, mean length and success rate (None
+    for each without episodes)."""
     returns = np.array([e["return"] for e in episodes]) if episodes else np.zeros(0)
     lengths = np.array([e["length"] for e in episodes]) if episodes else np.zeros(0)
-    out_frames = None
-    if frames and frames_path is not None:
-        out_frames = str(frames_path)
-        Path(out_frames).parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(out_frames, frames=np.stack(frames))
     return {
-        "env_id": env.spec.id if env.spec else None,
-        "seed": cfg.seed,
-        "episodes": episodes,
         "return_mean": float(returns.mean()) if len(returns) else None,
         "return_std": float(returns.std()) if len(returns) else None,
         "length_mean": float(lengths.mean()) if len(lengths) else None,
         "success_rate": float(np.mean([e["success"] for e in episodes]))
         if episodes
         else None,
-        "observation_labels": labels,
-        "action_names": names,
-        "observation_space": str(env.observation_space),
-        "action_space": str(env.action_space),
-        "trace": trace,
-        "frames": out_frames,
-        "frames_note": note,
     }
