@@ -190,8 +190,8 @@ def test_models_workspace_downloads_with_progress_stop_and_resume(
     win.show()
     win.set_workspace("models")
     try:
-        ws.hub_button.click()
-        dialog = ws.dialogs[-1]
+        ws.action_bar.hub_button.click()
+        dialog = ws.action_bar.dialogs[-1]
         qtbot.waitUntil(dialog.is_loaded, timeout=30_000)
         # The repository is picked from a Hub search, not typed in full.
         picker = dialog.form.editor("repo_id")
@@ -204,27 +204,28 @@ def test_models_workspace_downloads_with_progress_stop_and_resume(
         ok = dialog.buttons.button(QDialogButtonBox.StandardButton.Ok)
         with qtbot.waitSignal(ws.controller.action_started, timeout=20_000):
             qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
-        assert ws.action_progress.isVisible() and ws.action_stop.isVisible()
+        assert ws.progress.bar.isVisible() and ws.progress.stop_button.isVisible()
         # Bytes arrive: the bar shows them against the total.
         qtbot.waitUntil(
             lambda: (
-                (ws._state.run(ws._action_run) or {}).get("progress_done", 0) > 2**20
+                (ws._state.run(ws.progress.run_id) or {}).get("progress_done", 0)
+                > 2**20
             ),
             timeout=60_000,
         )
-        run = ws._state.run(ws._action_run) or {}
+        run = ws._state.run(ws.progress.run_id) or {}
         assert run["progress_total"] == sum(map(len, FILES.values()))
         with qtbot.waitSignal(ws.controller.action_ended, timeout=30_000) as ended:
-            qtbot.mouseClick(ws.action_stop, Qt.MouseButton.LeftButton)
+            qtbot.mouseClick(ws.progress.stop_button, Qt.MouseButton.LeftButton)
         assert ended.args[2] == "stopped", ended.args
-        assert "resumes" in ws.action_label.text()
+        assert "resumes" in ws.progress.label.text()
         assert not (snapshot(home, "org/tiny") / "model.safetensors").exists()
         # Again, faster: it resumes from the bytes the stopped run kept.
         hub.delay_s = 0.0
         with qtbot.waitSignal(ws.controller.action_ended, timeout=60_000) as ended:
-            ws.download_from_hub("org/tiny")
+            ws.action_bar.download_from_hub("org/tiny")
         assert ended.args[2] == "completed", ended.args
-        assert "Downloaded <b>org/tiny</b>" in ws.action_label.text()
+        assert "Downloaded <b>org/tiny</b>" in ws.progress.label.text()
         data = (snapshot(home, "org/tiny") / "model.safetensors").read_bytes()
         assert data == WEIGHTS
         resumed = hub.ranges("model.safetensors")[-1]

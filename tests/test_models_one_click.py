@@ -66,7 +66,7 @@ def setup(qtbot, tmp_path: Path) -> Iterator[tuple]:
     start_on_project(qtbot, win, tmp_path / "project")
     ws = win.workspaces["models"]
     assert isinstance(ws, ModelsWorkspace)
-    ws.host_edit.setText(UNREACHABLE)
+    ws.server.host_edit.setText(UNREACHABLE)
     win.show()
     win.set_workspace("models")
     yield win, ws, adapter.id
@@ -93,15 +93,15 @@ def expected_reply(folder: Path, messages: list[dict[str, str]]) -> str:
 def test_one_click_adapter_to_ollama_then_chat(qtbot, setup) -> None:
     win, ws, adapter_id = setup
     ws.select(adapter_id)
-    assert ws.buttons["one_click"].isEnabled()
+    assert ws.action_bar.buttons["one_click"].isEnabled()
     with FakeOllama() as fake:
-        dialog = ws.export_to_ollama()
+        dialog = ws.action_bar.export_to_ollama()
         assert dialog is not None
         fill_run_form(qtbot, dialog)
         assert dialog.form.values()["type"] == "q4_k_m"  # the engine's default
         fill_run_form(qtbot, dialog, type="q8_0", name="jira-agent", host=fake.host)
         submit_run_form(qtbot, dialog)
-        view = ws.pipeline_view
+        view = ws.action_bar.pipeline_view
         export = view.export
         assert export is not None and view.isVisible()
         # One view follows the whole export: the bar only moves forward.
@@ -157,7 +157,7 @@ def test_one_click_adapter_to_ollama_then_chat(qtbot, setup) -> None:
     ws.select(gguf_rec["id"])
     qtbot.waitUntil(
         lambda: ["jira-lora", merged["name"], gguf_rec["name"]]
-        == [t for t in ws.chain.titles() if t in (
+        == [t for t in ws.details.chain.titles() if t in (
             "jira-lora", merged["name"], gguf_rec["name"])],
         timeout=10_000,
     )  # fmt: skip
@@ -176,8 +176,8 @@ def test_one_click_adapter_to_ollama_then_chat(qtbot, setup) -> None:
     assert want and want != expected_reply(base, turn)
     for model_id in (merged["id"], adapter_id):
         ws.select(model_id)
-        assert ws.buttons["chat"].isEnabled()
-        chat = ws.chat()
+        assert ws.action_bar.buttons["chat"].isEnabled()
+        chat = ws.action_bar.chat()
         assert chat is not None and chat.host == ""
         chat.input.setPlainText(question)
         chat.send_button.click()
@@ -220,11 +220,11 @@ def test_ollama_error_mid_stream_fails_the_chain_in_one_sentence(
     ws.select(rec.id)
     with FakeOllama() as fake:
         fake.fail_create = "unsupported model architecture"
-        dialog = ws.export_to_ollama()
+        dialog = ws.action_bar.export_to_ollama()
         assert dialog is not None
         fill_run_form(qtbot, dialog, name="broken", host=fake.host)
         submit_run_form(qtbot, dialog)
-        export = ws.pipeline_view.export
+        export = ws.action_bar.pipeline_view.export
         with qtbot.waitSignal(export.finished, timeout=60_000) as done:
             pass
     ok, message = done.args
@@ -233,7 +233,7 @@ def test_ollama_error_mid_stream_fails_the_chain_in_one_sentence(
         "Ollama could not create broken: unsupported model architecture."
     ), message
     assert "\n" not in message and "Traceback" not in message
-    assert message in ws.pipeline_view.result.text()
+    assert message in ws.action_bar.pipeline_view.result.text()
     assert "broken:latest" not in fake.models
     win.session.refresh_project()
     qtbot.waitUntil(lambda: {r["id"] for r in ws.records()} >= before)

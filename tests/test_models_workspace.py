@@ -103,7 +103,7 @@ def setup(qtbot, tmp_path: Path, ppo_zip: Path) -> Iterator[tuple]:
     start_on_project(qtbot, win, tmp_path / "project")
     workspace = win.workspaces["models"]
     assert isinstance(workspace, ModelsWorkspace)
-    workspace.host_edit.setText(UNREACHABLE)
+    workspace.server.host_edit.setText(UNREACHABLE)
     win.show()
     win.set_workspace("models")
     yield win, workspace, ids
@@ -119,16 +119,19 @@ def test_table_lists_models_with_details_lineage_and_report(qtbot, setup) -> Non
     assert policy["algo"] == "PPO" and policy["sb3"]["num_timesteps"] == 64
     assert policy["size_bytes"] > 0 and policy["source_run"]
     ws.select(ids["policy"])
-    assert "ActorCriticPolicy" in ws.details.text()
-    assert "Box((4,), float32)" in ws.details.text()
-    assert ws.buttons["evaluate"].isEnabled() and ws.buttons["onnx"].isEnabled()
-    assert not ws.buttons["deploy"].isEnabled()
-    qtbot.waitUntil(lambda: len(ws.chain.titles()) == 3, timeout=10_000)
-    assert ws.chain.titles() == ["CartPole-v1", "PPO run", "PPO CartPole"]
+    assert "ActorCriticPolicy" in ws.details.summary.text()
+    assert "Box((4,), float32)" in ws.details.summary.text()
+    assert (
+        ws.action_bar.buttons["evaluate"].isEnabled()
+        and ws.action_bar.buttons["onnx"].isEnabled()
+    )
+    assert not ws.action_bar.buttons["deploy"].isEnabled()
+    qtbot.waitUntil(lambda: len(ws.details.chain.titles()) == 3, timeout=10_000)
+    assert ws.details.chain.titles() == ["CartPole-v1", "PPO run", "PPO CartPole"]
 
     ws.select(ids["merged"])
-    qtbot.waitUntil(lambda: len(ws.chain.titles()) == 6, timeout=10_000)
-    assert ws.chain.titles() == [
+    qtbot.waitUntil(lambda: len(ws.details.chain.titles()) == 6, timeout=10_000)
+    assert ws.details.chain.titles() == [
         "envs/jira.env.json",
         "GRPO run",
         "jira-grpo",
@@ -136,13 +139,16 @@ def test_table_lists_models_with_details_lineage_and_report(qtbot, setup) -> Non
         "jira-f16",
         "jira-agent",
     ]
-    assert [i.title for i in ws.chain.items() if i.current] == ["jira-merged"]
-    assert ws.buttons["one_click"].isEnabled() and ws.buttons["chat"].isEnabled()
+    assert [i.title for i in ws.details.chain.items() if i.current] == ["jira-merged"]
+    assert (
+        ws.action_bar.buttons["one_click"].isEnabled()
+        and ws.action_bar.buttons["chat"].isEnabled()
+    )
 
     # The before/after report of the llm.evaluate run.
     ws.tabs.setCurrentIndex(3)
-    assert ws.report_box.count() == 1
-    assert ws.report.chart.heights("after") == [0.75, 1.2, 0.05]
+    assert ws.reports.report_box.count() == 1
+    assert ws.reports.report.chart.heights("after") == [0.75, 1.2, 0.05]
 
 
 def test_delete_asks_then_removes_folder_and_row(qtbot, setup) -> None:
@@ -151,12 +157,12 @@ def test_delete_asks_then_removes_folder_and_row(qtbot, setup) -> None:
     folder = Path(policy["path"]).parent
     assert folder.is_dir()
     asked = []
-    ws.confirm = lambda title, text: asked.append(text) or False
+    ws.action_bar.confirm = lambda title, text: asked.append(text) or False
     ws.select(ids["policy"])
-    ws.buttons["delete"].click()
+    ws.action_bar.buttons["delete"].click()
     assert asked and "PPO CartPole" in asked[0] and folder.is_dir()
-    ws.confirm = lambda title, text: True
-    ws.buttons["delete"].click()
+    ws.action_bar.confirm = lambda title, text: True
+    ws.action_bar.buttons["delete"].click()
     qtbot.waitUntil(
         lambda: all(r["id"] != ids["policy"] for r in ws.records()), timeout=10_000
     )
@@ -177,9 +183,9 @@ def test_delete_asks_then_removes_folder_and_row(qtbot, setup) -> None:
 
 def test_unreachable_ollama_host_says_so_in_one_sentence(qtbot, setup) -> None:
     _win, ws, _ids = setup
-    ws.refresh_button.click()
+    ws.server.refresh_button.click()
     qtbot.waitUntil(
-        lambda: "No Ollama server" in ws.ollama_status.text(), timeout=15_000
+        lambda: "No Ollama server" in ws.server.status.text(), timeout=15_000
     )
     text = ws.controller.ollama_error
     assert text.startswith(f"No Ollama server answers at {UNREACHABLE}")
@@ -192,20 +198,22 @@ def test_ollama_models_are_listed_chatted_with_and_deleted(qtbot, setup) -> None
     with FakeOllama() as fake:
         fake.models["jira-agent:latest"] = fake_entry("jira-agent:latest")
         fake.models["other:7b"] = fake_entry("other:7b", size=4_000_000_000)
-        ws.host_edit.setText(fake.host)
-        ws.refresh_button.click()
+        ws.server.host_edit.setText(fake.host)
+        ws.server.refresh_button.click()
         qtbot.waitUntil(
             lambda: len([r for r in ws.records() if r["kind"] == "ollama"]) == 2,
             timeout=15_000,
         )
-        assert "Ollama 0.6.2: 2 model(s)" in ws.ollama_status.text()
+        assert "Ollama 0.6.2: 2 model(s)" in ws.server.status.text()
         ws.select("ollama:jira-agent:latest")
-        assert "qwen2" in ws.details.text()
+        assert "qwen2" in ws.details.summary.text()
         # Deployed from this project: its chain is the GGUF's, ending here.
-        qtbot.waitUntil(lambda: len(ws.chain.titles()) == 6, timeout=10_000)
-        assert [i.title for i in ws.chain.items() if i.current] == ["jira-agent"]
+        qtbot.waitUntil(lambda: len(ws.details.chain.titles()) == 6, timeout=10_000)
+        assert [i.title for i in ws.details.chain.items() if i.current] == [
+            "jira-agent"
+        ]
 
-        dialog = ws.chat()
+        dialog = ws.action_bar.chat()
         assert dialog is not None
         dialog.input.setPlainText("hello there")
         dialog.send_button.click()
@@ -214,9 +222,9 @@ def test_ollama_models_are_listed_chatted_with_and_deleted(qtbot, setup) -> None
         assert fake.requests[-1][2]["model"] == "jira-agent:latest"
         dialog.close()
 
-        ws.confirm = lambda title, text: "Ollama server" in text
+        ws.action_bar.confirm = lambda title, text: "Ollama server" in text
         ws.select("ollama:other:7b")
-        ws.buttons["delete"].click()
+        ws.action_bar.buttons["delete"].click()
         qtbot.waitUntil(
             lambda: (
                 [r["name"] for r in ws.records() if r["kind"] == "ollama"]
@@ -260,8 +268,8 @@ def test_a_registered_deployment_is_one_row_with_its_server_entry(
         finally:
             project.close()
         win.session.refresh_project()
-        ws.host_edit.setText(fake.host + "/")
-        ws.refresh_button.click()
+        ws.server.host_edit.setText(fake.host + "/")
+        ws.server.refresh_button.click()
 
         def ollama_rows() -> dict[str, dict]:
             return {r["id"]: r for r in ws.records() if r["kind"] == "ollama"}
@@ -275,30 +283,30 @@ def test_a_registered_deployment_is_one_row_with_its_server_entry(
         assert kind_text(ws, deployed.id) == "Ollama · on server"
         assert kind_text(ws, "ollama:other:7b") == "Ollama"
         ws.select(deployed.id)
-        assert ws.buttons["chat"].isEnabled()
+        assert ws.action_bar.buttons["chat"].isEnabled()
         qtbot.waitUntil(
-            lambda: ws.chain.titles()[-2:] == ["jira-f16", "tiny-agent"],
+            lambda: ws.details.chain.titles()[-2:] == ["jira-f16", "tiny-agent"],
             timeout=10_000,
         )
 
         # Gone from the server: the row stays, marked; chat is off.
         del fake.models["tiny-agent:latest"]
-        ws.refresh_button.click()
+        ws.server.refresh_button.click()
         qtbot.waitUntil(lambda: status() == "not on server", timeout=15_000)
         assert set(ollama_rows()) == {deployed.id, "ollama:other:7b"}
         assert kind_text(ws, deployed.id) == "Ollama · not on server"
-        assert "Not on server" in ws.details.text()
-        assert not ws.buttons["chat"].isEnabled()
+        assert "Not on server" in ws.details.summary.text()
+        assert not ws.action_bar.buttons["chat"].isEnabled()
 
         # Back on the server; Delete forgets the row, the server keeps it
         # and lists it as its own again.
         fake.models["tiny-agent:latest"] = fake_entry("tiny-agent:latest", size=5_000)
-        ws.refresh_button.click()
+        ws.server.refresh_button.click()
         qtbot.waitUntil(lambda: status() == "on server", timeout=15_000)
         asked: list[str] = []
-        ws.confirm = lambda title, text: asked.append(text) or True
+        ws.action_bar.confirm = lambda title, text: asked.append(text) or True
         ws.select(deployed.id)
-        ws.buttons["delete"].click()
+        ws.action_bar.buttons["delete"].click()
         qtbot.waitUntil(
             lambda: (
                 set(ollama_rows()) == {"ollama:tiny-agent:latest", "ollama:other:7b"}
@@ -313,7 +321,7 @@ def test_a_registered_deployment_is_one_row_with_its_server_entry(
 def test_export_onnx_registers_an_onnx_model(qtbot, setup) -> None:
     win, ws, ids = setup
     ws.select(ids["policy"])
-    ws.buttons["onnx"].click()
+    ws.action_bar.buttons["onnx"].click()
     ended = []
     ws.controller.action_ended.connect(lambda *a: ended.append(a))
     qtbot.waitUntil(lambda: bool(ended), timeout=60_000)
@@ -327,7 +335,7 @@ def test_export_onnx_registers_an_onnx_model(qtbot, setup) -> None:
     # It runs in the Training list too, and its lineage leads back to the policy.
     assert any(r.get("kind") == "export.onnx" for r in win.session.state.runs.values())
     ws.select(onnx["id"])
-    qtbot.waitUntil(lambda: "PPO CartPole" in ws.chain.titles(), timeout=10_000)
+    qtbot.waitUntil(lambda: "PPO CartPole" in ws.details.chain.titles(), timeout=10_000)
 
 
 def test_evaluate_and_play_show_results(qtbot, setup) -> None:
@@ -336,12 +344,12 @@ def test_evaluate_and_play_show_results(qtbot, setup) -> None:
 
     def on_ended(run_id: str, purpose: str, status: str, reason: str) -> None:
         # The workspace's own slot ran first: its label shows this result.
-        ended[purpose] = (status, reason, ws.result_label.text())
+        ended[purpose] = (status, reason, ws.results.result_label.text())
 
     ws.controller.action_ended.connect(on_ended)
     ws.select(ids["policy"])
-    ws.evaluate(episodes=3)
-    ws.buttons["play"].click()  # both run at once, each in its own process
+    ws.action_bar.evaluate(episodes=3)
+    ws.action_bar.buttons["play"].click()  # both run at once, each in its own process
     qtbot.waitUntil(lambda: len(ended) == 2, timeout=90_000)
     status, reason, text = ended["evaluate"]
     assert status == "completed", reason
@@ -349,7 +357,7 @@ def test_evaluate_and_play_show_results(qtbot, setup) -> None:
     status, reason, text = ended["play"]
     assert status == "completed", reason
     assert "Play" in text and "return" in text
-    rows = ws.trace_table.model.records
+    rows = ws.results.trace_table.model.records
     assert rows and rows[-1]["status"].startswith(("terminated", "truncated"))
     assert rows[0]["step"] == 1 and len(rows[0]["observation"].split(",")) == 4
 
@@ -366,7 +374,7 @@ def test_play_of_a_cartpole_policy_shows_its_frames(qtbot, setup) -> None:
         timeout=90_000,
         check_params_cb=lambda run_id, purpose, status, reason: purpose == "play",
     ) as ended:
-        ws.buttons["play"].click()
+        ws.action_bar.buttons["play"].click()
     run_id, _purpose, status, reason = ended.args
     assert status == "completed", reason
     data = ws.controller.read_preview(run_id)
@@ -376,8 +384,10 @@ def test_play_of_a_cartpole_policy_shows_its_frames(qtbot, setup) -> None:
     assert frames.shape == (min(300, length + 1), 400, 600, 3)
     assert frames.dtype == np.uint8 and frames[0].std() > 5  # cart, pole, track
     assert not np.array_equal(frames[0], frames[-1])  # the cart moved
-    assert ws.frames.isVisible() and ws.frames.frame_count() == len(frames)
-    image = ws.frames.image.pixmap().toImage()
+    assert ws.results.frames.isVisible() and ws.results.frames.frame_count() == len(
+        frames
+    )
+    image = ws.results.frames.image.pixmap().toImage()
     assert not image.isNull()
     pixels = {
         image.pixel(x, y)
@@ -385,8 +395,8 @@ def test_play_of_a_cartpole_policy_shows_its_frames(qtbot, setup) -> None:
         for y in range(0, image.height(), 7)
     }
     assert len(pixels) > 1  # a picture (black cart on white), not a blank
-    with qtbot.waitSignal(ws.frames.frame_changed, timeout=5_000) as shown:
-        ws.frames.slider.setValue(len(frames) - 1)
+    with qtbot.waitSignal(ws.results.frames.frame_changed, timeout=5_000) as shown:
+        ws.results.frames.slider.setValue(len(frames) - 1)
     assert shown.args == [len(frames) - 1]
 
 
@@ -424,9 +434,12 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
     win.session.refresh_project()
     qtbot.waitUntil(lambda: any(r["id"] == gguf.id for r in ws.records()))
     ws.select(gguf.id)
-    assert ws.buttons["deploy"].isEnabled() and ws.buttons["one_click"].isEnabled()
+    assert (
+        ws.action_bar.buttons["deploy"].isEnabled()
+        and ws.action_bar.buttons["one_click"].isEnabled()
+    )
     with FakeOllama() as fake:
-        dialog = ws.export_to_ollama()
+        dialog = ws.action_bar.export_to_ollama()
         assert dialog is not None
         fill_run_form(qtbot, dialog)
         assert dialog.form.values()["name"] == "tiny-f16"
@@ -436,14 +449,16 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
         assert dialog.isVisible() and "letters, digits" in dialog.message.text()
         fill_run_form(qtbot, dialog, name="tiny-agent", host=fake.host)
         submit_run_form(qtbot, dialog)
-        export = ws.pipeline_view.export
+        export = ws.action_bar.pipeline_view.export
         assert export is not None
         with qtbot.waitSignal(export.finished, timeout=60_000) as done:
             pass
         assert done.args[0] is True, done.args
-        assert ws.pipeline_view.result_text().endswith("ollama run tiny-agent")
-        assert "ollama run tiny-agent" in ws.pipeline_view.result.text()
-        assert ws.pipeline_view.bar.value() == 1000
+        assert ws.action_bar.pipeline_view.result_text().endswith(
+            "ollama run tiny-agent"
+        )
+        assert "ollama run tiny-agent" in ws.action_bar.pipeline_view.result.text()
+        assert ws.action_bar.pipeline_view.bar.value() == 1000
         assert "tiny-agent:latest" in fake.models
         create = next(b for m, p, b in fake.requests if p == "/api/create")
         assert create["model"] == "tiny-agent" and "<|im_start|>" in create["template"]
@@ -471,5 +486,6 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
     assert deployed["metrics"]["ollama_model"] == "tiny-agent"
     ws.select(deployed["id"])
     qtbot.waitUntil(
-        lambda: ws.chain.titles()[-2:] == ["tiny-f16", "tiny-agent"], timeout=10_000
+        lambda: ws.details.chain.titles()[-2:] == ["tiny-f16", "tiny-agent"],
+        timeout=10_000,
     )

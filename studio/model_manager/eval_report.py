@@ -1,12 +1,14 @@
 """Before/after comparison of an ``llm.evaluate`` report: a bar chart of
-success rate, mean return and invalid-action rate, and the numbers."""
+success rate, mean return and invalid-action rate, and the numbers; and the
+Models workspace's page that picks one of the project's reports."""
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from studio.state.traces import Comparison, ReportError, load_report
 from widgets.bar_chart import GroupedBarChart
@@ -78,3 +80,43 @@ class ComparisonReport(QWidget):
             f"<table cellspacing='6'><tr><th></th>{head}</tr>{''.join(rows)}</table>"
             f"<span style='color:gray'>{models}</span>"
         )
+
+
+class EvaluationReports(QWidget):
+    """A report chosen from a list (the project's), shown as a comparison."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.report_box = QComboBox()
+        self.report_box.currentIndexChanged.connect(self._on_report_box_changed)
+        self.report = ComparisonReport()
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Report:"))
+        row.addWidget(self.report_box, 1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(row)
+        layout.addWidget(self.report, 1)
+
+    def set_reports(self, reports: Sequence[tuple[str, str]]) -> None:
+        """List the (title, path) ``reports``; the one chosen stays chosen."""
+        current = self.report_box.currentData()
+        self.report_box.blockSignals(True)
+        self.report_box.clear()
+        for title, path in reports:
+            self.report_box.addItem(title, path)
+        index = max(0, self.report_box.findData(current))
+        self.report_box.blockSignals(False)
+        if reports:
+            self.report_box.setCurrentIndex(index)
+            self._on_report_box_changed(index)
+        else:
+            self.report.clear(
+                "No evaluation reports yet: run llm.evaluate, or a flow's "
+                "Evaluate node, with a baseline to compare a model before and "
+                "after training."
+            )
+
+    def _on_report_box_changed(self, index: int) -> None:
+        path = self.report_box.itemData(index)
+        if path:
+            self.report.load(path)

@@ -1,0 +1,154 @@
+"""The Models workspace's Evaluate / Play tab: what an evaluation found (its
+returns, lengths and success rate), and the episode played (its step
+trace beside its frames)."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
+
+from engine import contract
+from widgets.frame_viewer import FrameViewer
+from widgets.record_table import Column, RecordTable
+
+TRACE_COLUMNS = [
+    Column("Step", lambda r: r["step"]),
+    Column("Action", lambda r: r["action"]),
+    Column("Reward", lambda r: r["reward"], lambda v: f"{v:+.3g}"),
+    Column("Breakdown", lambda r: r["breakdown"]),
+    Column("Status", lambda r: r["status"]),
+    Column("Observation", lambda r: r["observation"]),
+]
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """``value`` as text of at most ``limit`` characters (lists as numbers)."""
+    text = (
+        ", ".join(f"{v:.3g}" for v in value) if isinstance(value, list) else str(value)
+    )
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def play_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of the step trace of a played episode (``preview.json``)."""
+    names = data.get("action_names") or []
+    rows = []
+    for i, step in enumerate(data.get("trace") or []):
+        action = step.get("action_name") or step.get("action")
+        if step.get("action_name") is None and isinstance(action, int) and names:
+            action = names[action] if action < len(names) else action
+        breakdown = step.get("reward_breakdown") or {}
+        rows.append(
+            {
+                "id": str(i),
+                "step": step.get("step", i + 1),
+                "action": short(action, 30),
+                "reward": float(step.get("reward") or 0.0),
+                "breakdown": ", ".join(
+                    f"{k} {v:+.3g}"
+                    for k, v in breakdown.items()
+                    if isinstance(v, int | float)
+                ),
+                "status": "terminated"
+                if step.get("terminated")
+                else ("truncated" if step.get("truncated") else "")
+                + (f" {step['status']}" if step.get("status") else ""),
+                "observation": short(step.get("observation"), 80),
+            }
+        )
+    return rows
+
+
+class RunResultsPane(QWidget):
+    """The result of the last evaluation or episode played."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.result_label = QLabel(wordWrap=True, alignment=Qt.AlignmentFlag.AlignTop)
+        self.result_label.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+        )
+        self.frames = FrameViewer()
+        self.trace_table = RecordTable(
+            TRACE_COLUMNS, empty_text="Press Play to roll the policy out."
+        )
+        play_split = QSplitter(Qt.Orientation.Horizontal)
+        play_split.addWidget(self.trace_table)
+        play_split.addWidget(self.frames)
+        play_split.setSizes([520, 300])
+        self.frames.hide()  # until an episode with frames is played
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.result_label)
+        layout.addWidget(play_split, 1)
+
+    def show_running(self, title: str) -> None:
+        self.result_label.setText(f"<i>{title} running in the engine…</i>")
+
+    def show_failed(self, title: str, status: str, reason: str) -> None:
+        self.result_label.setText(
+            f"<span style='color:#d62728'>{title} {status}: "
+            f"{html.escape(reason)}</span>"
+        )
+
+    def show_evaluation(self, data: dict[str, Any] | None) -> None:
+        """What an evaluation's ``preview.json`` says (None: it wrote none)."""
+        if data is None:
+            self.result_label.setText("The evaluation wrote no results.")
+            return
+        eps = data.get("episodes") or []
+        returns = [e["return"] for e in eps]
+        lengths = [e["length"] for e in eps]
+        success = data.get("success_rate")
+        env_id = str(data.get("env_id") or "")
+        # Only designed envs say what success is; elsewhere 0 % would mislead.
+        designed = contract.env_name(env_id) is not None or env_id.endswith(
+            contract.SPEC_SUFFIX
+        )
+        self.result_label.setText(
+            f"<b>Evaluation</b> on {html.escape(str(data.get('env_id')))}: "
+            f"{len(eps)} episodes<br>"
+            f"mean return <b>{np.mean(returns):.4g}</b> ± {np.std(returns):.3g} "
+            f"(min {min(returns, default=0):.4g}, max {max(returns, default=0):.4g}),"
+            f" mean length {np.mean(lengths):.4g}"
+            + (
+                f", success rate {success:.0%}"
+                if success is not None and designed
+                else ""
+            )
+        )
+        # The trace and frames of an episode played alongside stay: an
+        # evaluation has no single episode to show in their place.
+
+    def show_play(self, data: dict[str, Any] | None) -> None:
+        """The episode a Play run's ``preview.json`` holds (None: none)."""
+        if data is None:
+            self.result_label.setText("The episode wrote no results.")
+            return
+        self.trace_table.set_records(play_rows(data))
+        ep = (data.get("episodes") or [{}])[0]
+        note = str(data.get("frames_note") or "")
+        self.result_label.setText(
+            f"<b>Play</b> on {html.escape(str(data.get('env_id')))}: return "
+            f"<b>{ep.get('return', 0):.4g}</b> in {ep.get('length', 0)} steps"
+            + (" — success" if ep.get("success") else "")
+            + (
+                f"<br><span style='color:gray'>{html.escape(note)}</span>"
+                if note
+                else ""
+            )
+        )
+        frames_path = data.get("frames")
+        if frames_path and Path(frames_path).is_file():
+            with np.load(frames_path) as npz:
+                self.frames.set_frames(npz["frames"])
+        else:
+            # The viewer stays, with the sentence where the picture would be.
+            self.frames.set_frames(
+                np.zeros((0, 1, 1, 3), np.uint8), note or "This episode has no frames."
+            )
+        self.frames.show()
