@@ -210,45 +210,90 @@ def collect_rollouts(
     success is recorded into it, episodes start at its current stage's
     difficulty, and each summary and trace says its ``stage``. Returns the
     episodes' summaries."""
-    from engine.llm.policy import (
-        env_mask,
-        env_state,
-        env_tools,
-        expert_action,
-        has_expert,
-    )
-
     n = max(1, min(num_envs, episodes))
     envs = [make_env(env_ref, **(env_kwargs or {})) for _ in range(n)]
-    stage = [0] * n
-    if schedule is not None:
-        for e in envs:
-            e.unwrapped.set_difficulty(schedule.difficulty)
-    started = 0
-    finished: list[dict[str, Any]] = []
-    keys: list[int | None] = [None] * n
+    rollout = _Rollout(
+        env_ref,
+        envs,
+        episodes=episodes,
+        recorder=recorder,
+        seed=seed,
+        tasks=tasks,
+        policy_name=policy_name,
+        on_episode=on_episode,
+        schedule=schedule,
+    )
+    active = list(range(n))
+    while active:
+        if should_stop is not None and should_stop():
+            break
+        active = rollout.step(active, policy)
+    for e in envs:
+        e.close()
+    return rollout.finished
 
-    def reset(i: int) -> None:
-        nonlocal started
-        ep_seed = seed * 100003 + started
+
+class _Rollout:
+    """The envs of :func:`collect_rollouts` stepped together: each one's
+    episode summary, trace key and curriculum stage, the episodes started
+    and those finished."""
+
+    def __init__(
+        self,
+        env_ref: str,
+        envs: list[Any],
+        *,
+        episodes: int,
+        recorder: TraceRecorder | None,
+        seed: int,
+        tasks: list[int] | None,
+        policy_name: str,
+        on_episode: Callable[[dict[str, Any]], None] | None,
+        schedule: Schedule | None,
+    ) -> None:
+        self.env_ref = env_ref
+        self.envs = envs
+        self.episodes = episodes
+        self.recorder = recorder
+        self.seed = seed
+        self.tasks = tasks
+        self.policy_name = policy_name
+        self.on_episode = on_episode
+        self.schedule = schedule
+        n = len(envs)
+        self.stage = [0] * n
+        self.keys: list[int | None] = [None] * n
+        self.summaries: list[dict[str, Any]] = [{} for _ in range(n)]
+        self.started = 0
+        self.finished: list[dict[str, Any]] = []
+        if schedule is not None:
+            for e in envs:
+                e.unwrapped.set_difficulty(schedule.difficulty)
+        for i in range(n):
+            self.reset(i)
+
+    def reset(self, i: int) -> None:
+        """Start the next episode on env ``i``: its seed and task, its trace
+        and a fresh summary."""
+        ep_seed = self.seed * 100003 + self.started
         options = None
-        if tasks:
-            options = {"task": tasks[started % len(tasks)]}
-        _, info = envs[i].reset(seed=ep_seed, options=options)
+        if self.tasks:
+            options = {"task": self.tasks[self.started % len(self.tasks)]}
+        _, info = self.envs[i].reset(seed=ep_seed, options=options)
         rec_key = -1
         meta: dict[str, Any] = {}
-        if schedule is not None:
-            stage[i] = meta["stage"] = schedule.stage
-        if recorder is not None:
-            rec_key = recorder.start_episode(
-                env_ref,
+        if self.schedule is not None:
+            self.stage[i] = meta["stage"] = self.schedule.stage
+        if self.recorder is not None:
+            rec_key = self.recorder.start_episode(
+                self.env_ref,
                 task_id=str(info.get("task_id", "")),
                 seed=ep_seed,
-                policy=policy_name,
+                policy=self.policy_name,
                 **meta,
             )
-        keys[i] = rec_key
-        summaries[i] = {
+        self.keys[i] = rec_key
+        self.summaries[i] = {
             "return": 0.0,
             "length": 0,
             "invalid": 0,
@@ -256,16 +301,20 @@ def collect_rollouts(
             "task_id": str(info.get("task_id", "")),
             **meta,
         }
-        started += 1
+        self.started += 1
 
-    summaries: list[dict[str, Any]] = [{} for _ in range(n)]
-    for i in range(n):
-        reset(i)
-    active = list(range(n))
-    while active:
-        if should_stop is not None and should_stop():
-            break
-        batch = [envs[i] for i in active]
+    def step(self, active: list[int], policy: Any) -> list[int]:
+        """One decision of ``policy`` for each active env, taken and
+        recorded; the envs still active after."""
+        from engine.llm.policy import (
+            env_mask,
+            env_state,
+            env_tools,
+            expert_action,
+            has_expert,
+        )
+
+        batch = [self.envs[i] for i in active]
         states = [env_state(e) for e in batch]
         valid_sets = [
             [t for t, ok in zip(env_tools(e), env_mask(e), strict=True) if ok]
@@ -280,15 +329,15 @@ def collect_rollouts(
             active, batch, decisions, states, valid_sets, experts, strict=True
         ):
             _, reward, terminated, truncated, info = env.step(d.action)
-            s = summaries[i]
+            s = self.summaries[i]
             s["return"] += float(reward)
             s["length"] += 1
             valid = bool(info.get("valid", True)) and d.parsed
             s["invalid"] += int(not valid)
             s["unparsed"] += int(not d.parsed)
-            if recorder is not None and keys[i] is not None:
-                recorder.record_step(
-                    keys[i],
+            if self.recorder is not None and self.keys[i] is not None:
+                self.recorder.record_step(
+                    self.keys[i],
                     messages=d.messages,
                     completion=d.completion,
                     tool=d.tool,
@@ -302,35 +351,43 @@ def collect_rollouts(
                     expert_tool=ex,
                     completion_tokens=d.completion_tokens,
                 )
-            if terminated or truncated:
-                s["success"] = bool(info.get("is_success", False))
-                s["truncated"] = bool(truncated and not terminated)
-                if recorder is not None and keys[i] is not None:
-                    recorder.end_episode(
-                        keys[i],
-                        success=s["success"],
-                        truncated=s["truncated"],
-                    )
-                finished.append(dict(s))
-                # an episode begun at another stage does not count
-                if (
-                    schedule is not None
-                    and stage[i] == schedule.stage
-                    and schedule.record([s["success"]]) is not None
-                ):
-                    for e in envs:
-                        e.unwrapped.set_difficulty(schedule.difficulty)
-                if on_episode is not None:
-                    on_episode(dict(s))
-                if started < episodes:
-                    reset(i)
-                    still.append(i)
-            else:
+            ended = terminated or truncated
+            # An env whose episode ended goes on if another starts on it.
+            if not ended or self._end_episode(i, info, terminated, truncated):
                 still.append(i)
-        active = still
-    for e in envs:
-        e.close()
-    return finished
+        return still
+
+    def _end_episode(
+        self, i: int, info: dict[str, Any], terminated: bool, truncated: bool
+    ) -> bool:
+        """Close env ``i``'s episode: its trace, the curriculum's record, the
+        callback; start the next one if episodes are left (True then)."""
+        s = self.summaries[i]
+        s["success"] = bool(info.get("is_success", False))
+        s["truncated"] = bool(truncated and not terminated)
+        key = self.keys[i]
+        if self.recorder is not None and key is not None:
+            self.recorder.end_episode(
+                key,
+                success=s["success"],
+                truncated=s["truncated"],
+            )
+        self.finished.append(dict(s))
+        # an episode begun at another stage does not count
+        schedule = self.schedule
+        if (
+            schedule is not None
+            and self.stage[i] == schedule.stage
+            and schedule.record([s["success"]]) is not None
+        ):
+            for e in self.envs:
+                e.unwrapped.set_difficulty(schedule.difficulty)
+        if self.on_episode is not None:
+            self.on_episode(dict(s))
+        if self.started < self.episodes:
+            self.reset(i)
+            return True
+        return False
 
 
 def rollout_stats(episodes: list[dict[str, Any]]) -> dict[str, float]:
