@@ -177,6 +177,8 @@ class RunRow(TypedDict):
     summary: dict[str, Any]
     progress_done: float
     progress_total: float
+    tags: list[str]
+    note: str
     run_dir: str
 
 

@@ -49,6 +49,12 @@ MAX_PATH_CHARS = 4096
 """Longest file path or URL in a request."""
 MAX_NAME_CHARS = 500
 """Longest name, id or kind in a request."""
+MAX_TAGS = 20
+"""Most tags a run carries (``run.annotate``)."""
+MAX_TAG_CHARS = 40
+"""Longest tag."""
+MAX_NOTE_CHARS = 5000
+"""Longest note on a run."""
 
 
 class ProtocolError(ValueError):
@@ -71,11 +77,19 @@ def limits(
     max: float | None = None,
     max_len: int | None = None,
     max_items: int | None = None,
+    max_item_len: int | None = None,
 ) -> dict[str, float]:
     """Field metadata with the bounds :func:`from_dict` enforces: numbers
     within ``min``..``max``, text of at most ``max_len`` characters, lists
-    and objects of at most ``max_items`` entries."""
-    bounds = {"min": min, "max": max, "max_len": max_len, "max_items": max_items}
+    and objects of at most ``max_items`` entries, the text entries of a list
+    of at most ``max_item_len`` characters."""
+    bounds = {
+        "min": min,
+        "max": max,
+        "max_len": max_len,
+        "max_items": max_items,
+        "max_item_len": max_item_len,
+    }
     return {k: v for k, v in bounds.items() if v is not None}
 
 
@@ -275,6 +289,59 @@ class ResumeRun(Request):
     """Continue a stopped, failed or interrupted run from its last checkpoint."""
 
     run_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+
+
+@message("run.annotate")
+@dataclass(frozen=True)
+class AnnotateRun(Request):
+    """Set a run's ``tags`` and ``note``, replacing both (an empty list and
+    text clear them). The engine stores :func:`clean_tags` of the tags; tags
+    or a note out of bounds (:func:`annotation_problem`) or an unknown run
+    are an ``error`` reply of one sentence, and nothing is changed. Reply
+    result: ``{"run_id", "tags", "note"}`` as stored."""
+
+    run_id: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    tags: list[str] = field(
+        default_factory=list,
+        metadata=limits(max_items=MAX_TAGS, max_item_len=MAX_TAG_CHARS),
+    )
+    note: str = field(default="", metadata=limits(max_len=MAX_NOTE_CHARS))
+
+
+def clean_tags(tags: typing.Iterable[str]) -> list[str]:
+    """Tags as stored: each entry split at commas (the studio edits them as
+    one comma-separated line), stripped, empty ones and repeats (ignoring
+    case) dropped, in the order given."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for entry in tags:
+        for part in entry.split(","):
+            tag = " ".join(part.split())
+            if tag and tag.casefold() not in seen:
+                seen.add(tag.casefold())
+                out.append(tag)
+    return out
+
+
+def annotation_problem(tags: list[str], note: str) -> tuple[str, str] | None:
+    """None when ``tags`` (cleaned) and ``note`` are within the bounds of
+    :class:`AnnotateRun`, else ``(field, one sentence saying why not)``."""
+    if len(tags) > MAX_TAGS:
+        return "tags", f"A run can have at most {MAX_TAGS} tags, not {len(tags)}."
+    for tag in tags:
+        if len(tag) > MAX_TAG_CHARS:
+            shown = _clip(tag, MAX_TAG_CHARS)
+            return (
+                "tags",
+                f"The tag {shown!r} is longer than {MAX_TAG_CHARS} characters.",
+            )
+    if len(note) > MAX_NOTE_CHARS:
+        return (
+            "note",
+            f"The note is longer than {MAX_NOTE_CHARS:,} characters "
+            f"({len(note):,}); shorten it.",
+        )
+    return None
 
 
 @message("run.schema")
@@ -738,6 +805,14 @@ def _check_bounds(type_name: str, f: dataclasses.Field[Any], value: Any) -> None
         raise ProtocolError(
             f"{where} has more than {limits['max_items']:,} entries", f.name
         )
+    longest = limits.get("max_item_len")
+    if isinstance(value, list) and longest is not None:
+        for item in value:
+            if isinstance(item, str) and len(item) > longest:
+                raise ProtocolError(
+                    f"{where} has an entry longer than {longest:,} characters",
+                    f.name,
+                )
 
 
 def _matches(value: Any, hint: Any) -> bool:

@@ -81,6 +81,7 @@ class Server:
             protocol.StartRun: self._on_start_run,
             protocol.StopRun: self._on_stop_run,
             protocol.ResumeRun: self._on_resume_run,
+            protocol.AnnotateRun: self._on_annotate_run,
             protocol.ListRuns: self._on_list_runs,
             protocol.GetRunSchema: self._on_run_schema,
             protocol.DetectHardware: self._on_detect_hardware,
@@ -359,6 +360,12 @@ class Server:
 
     def _on_resume_run(self, msg: protocol.ResumeRun) -> contract.RunIdReply:
         return {"run_id": self.supervisor.resume_run(msg.run_id)}
+
+    def _on_annotate_run(self, msg: protocol.AnnotateRun) -> dict[str, Any]:
+        run = self.supervisor.require_project().annotate_run(
+            msg.run_id, msg.tags, msg.note
+        )
+        return {"run_id": run.id, "tags": run.tags, "note": run.note}
 
     def _on_list_runs(self, msg: protocol.ListRuns) -> contract.RunListReply:
         runs = self.supervisor.require_project().list_runs()

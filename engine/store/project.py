@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from engine import contract
-from engine.errors import ProjectError, UnknownRunError
+from engine import contract, protocol
+from engine.errors import ConfigError, ProjectError, UnknownRunError
 from engine.store.atomic import (
     atomic_write_json,
     remove_stale_temp_files,
@@ -43,8 +43,9 @@ from engine.store.atomic import (
 )
 from engine.store.paths import checked_name, child, link_out
 
-SCHEMA_VERSION = 2
-"""2: models carry ``agent`` and ``version``; the ``agents`` table."""
+SCHEMA_VERSION = 3
+"""2: models carry ``agent`` and ``version``; the ``agents`` table.
+3: runs carry ``tags`` and a ``note``."""
 VERSIONED_KINDS = ("sb3-policy", "hf-merged", "lora-adapter", "hf", "ollama")
 """Model kinds an agent can act with: the last one a run for a named agent
 registers becomes that agent's next version."""
@@ -69,6 +70,8 @@ to elsewhere would have runs write there). Other entries of ``data/`` are
 the user's (a mock data file an env reads may well be a link)."""
 WRITTEN_FOLDERS = ("runs", "models", "data/flow-cache")
 """Folders whose every entry the engine made: none may lead outside either."""
+_JSON_FIELDS = ("config", "summary", "tags")
+"""Run fields stored as JSON text."""
 ACTIVE_STATUSES = contract.ACTIVE_STATUSES
 FINAL_STATUSES = contract.FINAL_STATUSES
 
@@ -89,7 +92,9 @@ CREATE TABLE IF NOT EXISTS runs (
     config TEXT NOT NULL DEFAULT '{}',
     summary TEXT NOT NULL DEFAULT '{}',
     progress_done REAL NOT NULL DEFAULT 0,
-    progress_total REAL NOT NULL DEFAULT 0
+    progress_total REAL NOT NULL DEFAULT 0,
+    tags TEXT NOT NULL DEFAULT '[]',
+    note TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS models (
     id TEXT PRIMARY KEY,
@@ -122,6 +127,10 @@ CREATE TABLE IF NOT EXISTS agents (
 """
 _MIGRATIONS = {
     # table -> columns added since version 1, with their declarations
+    "runs": (
+        ("tags", "TEXT NOT NULL DEFAULT '[]'"),
+        ("note", "TEXT NOT NULL DEFAULT ''"),
+    ),
     "models": (
         ("agent", "TEXT NOT NULL DEFAULT ''"),
         ("version", "INTEGER NOT NULL DEFAULT 0"),
@@ -146,6 +155,10 @@ class RunRecord:
     summary: dict[str, Any] = field(default_factory=dict)
     progress_done: float = 0.0
     progress_total: float = 0.0
+    tags: list[str] = field(default_factory=list)
+    """The user's labels for the run (``run.annotate``), to find it by."""
+    note: str = ""
+    """The user's words about the run."""
     run_dir: str = ""
 
     def to_dict(self) -> contract.RunRow:
@@ -375,10 +388,7 @@ class Project:
         bad = set(fields) - self._RUN_FIELDS
         if bad:
             raise ValueError(f"unknown run fields: {sorted(bad)}")
-        values = [
-            json.dumps(v) if k in ("config", "summary") else v
-            for k, v in fields.items()
-        ]
+        values = [json.dumps(v) if k in _JSON_FIELDS else v for k, v in fields.items()]
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self._lock, self._db:
             cur = self._db.execute(
@@ -386,6 +396,17 @@ class Project:
             )
         if cur.rowcount == 0:
             raise UnknownRunError(f"There is no run {run_id!r} in this project.")
+
+    def annotate_run(self, run_id: str, tags: Iterable[str], note: str) -> RunRecord:
+        """Set a run's tags and note, both replaced; a ConfigError naming
+        ``tags`` or ``note`` when they exceed the bounds of ``run.annotate``
+        (nothing is written then), an UnknownRunError for an unknown id."""
+        cleaned = protocol.clean_tags(tags)
+        problem = protocol.annotation_problem(cleaned, note)
+        if problem is not None:
+            raise ConfigError(*problem)
+        self.update_run(run_id, tags=cleaned, note=note)
+        return self.get_run(run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         with self._lock:
@@ -406,6 +427,11 @@ class Project:
     def _run_from_row(self, row: dict[str, Any]) -> RunRecord:
         row["config"] = json.loads(row["config"] or "{}")
         row["summary"] = json.loads(row["summary"] or "{}")
+        tags = json.loads(row["tags"] or "[]")
+        # Written by this module only; a hand-edited value is dropped, not fatal.
+        row["tags"] = (
+            [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+        )
         return RunRecord(**row, run_dir=str(self.run_dir(row["id"])))
 
     def _columns(self, table: str) -> list[str]:
