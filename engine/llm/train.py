@@ -519,14 +519,51 @@ def build_trainer(
     cfg: TrainConfig, output_dir: Path, callbacks: list[Any] | None = None
 ) -> Any:
     """The TRL trainer for ``cfg`` (a validated config), not yet trained."""
-    import torch
-    from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from engine.llm.datasets import load_split
 
     method = cfg.method
     train, _val = load_split(cfg.dataset, method)
+    tokenizer, model = _load_model(cfg)
+    common = _common_args(cfg, output_dir)
+    beta: dict[str, Any] = {} if cfg.beta is None else {"beta": cfg.beta}
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "train_dataset": train,
+        "processing_class": tokenizer,
+        "peft_config": _lora_config(cfg),
+        "callbacks": callbacks or [],
+    }
+    if method == "grpo":
+        return _grpo_trainer(cfg, common, beta, kwargs)
+    if method == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        sft_args = SFTConfig(**common, max_length=cfg.max_length)
+        return SFTTrainer(args=sft_args, **kwargs)
+    if method == "dpo":
+        from trl import DPOConfig, DPOTrainer
+
+        dpo_args = DPOConfig(**common, **beta, max_length=cfg.max_length)
+        return DPOTrainer(args=dpo_args, **kwargs)
+    from trl import KTOConfig, KTOTrainer
+
+    dw, uw = kto_weights(train)
+    kto_args = KTOConfig(
+        **common,
+        **beta,
+        max_length=cfg.max_length,
+        desirable_weight=cfg.desirable_weight or dw,
+        undesirable_weight=cfg.undesirable_weight or uw,
+    )
+    return KTOTrainer(args=kto_args, **kwargs)
+
+
+def _load_model(cfg: TrainConfig) -> tuple[Any, Any]:
+    """The tokenizer (with a pad token) and the model in the precision it
+    trains in; a model that cannot load is one sentence saying why."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     use_cpu = cfg.device == "cpu"
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[
         cfg.precision or "fp32"
@@ -556,8 +593,14 @@ def build_trainer(
         ) from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, model
+
+
+def _lora_config(cfg: TrainConfig) -> Any:
+    from peft import LoraConfig
+
     assert cfg.lora_rank is not None and cfg.lora_alpha is not None  # validated
-    lora = LoraConfig(
+    return LoraConfig(
         r=cfg.lora_rank,
         # peft types it int; it only scales by alpha / r, so a float works.
         lora_alpha=cfg.lora_alpha,  # type: ignore[arg-type]
@@ -565,7 +608,12 @@ def build_trainer(
         target_modules=cfg.lora_target_modules,
         task_type="CAUSAL_LM",
     )
-    common: dict[str, Any] = {
+
+
+def _common_args(cfg: TrainConfig, output_dir: Path) -> dict[str, Any]:
+    """The training arguments every method's TRL config takes."""
+    use_cpu = cfg.device == "cpu"
+    return {
         "output_dir": str(output_dir),
         "use_cpu": use_cpu,
         "report_to": [],
@@ -586,62 +634,40 @@ def build_trainer(
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
-    beta: dict[str, Any] = {} if cfg.beta is None else {"beta": cfg.beta}
-    kwargs: dict[str, Any] = {
-        "model": model,
-        "train_dataset": train,
-        "processing_class": tokenizer,
-        "peft_config": lora,
-        "callbacks": callbacks or [],
-    }
-    if method == "grpo":
-        from trl import GRPOConfig, GRPOTrainer
 
-        from engine.llm.rewards import build_rewards
 
-        rewards = build_rewards(cfg.rewards)
-        # vLLM in this process's GPU (colocate): no separate server to run.
-        vllm: dict[str, Any] = (
-            {"use_vllm": True, "vllm_mode": "colocate"} if cfg.use_vllm else {}
-        )
-        grpo_args = GRPOConfig(
-            **common,
-            **beta,
-            num_generations=cfg.num_generations,
-            max_completion_length=cfg.max_completion_length,
-            temperature=cfg.temperature,
-            reward_weights=[r.weight for r in rewards],
-            **vllm,
-        )
-        if cfg.max_prompt_length is not None and hasattr(
-            grpo_args, "max_prompt_length"
-        ):
-            grpo_args.max_prompt_length = cfg.max_prompt_length
-        # TRL types a reward function as returning list[float | None]; a
-        # RewardFunction returns list[float] (it always scores).
-        reward_funcs: list[Any] = list(rewards)
-        return GRPOTrainer(reward_funcs=reward_funcs, args=grpo_args, **kwargs)
-    if method == "sft":
-        from trl import SFTConfig, SFTTrainer
+def _grpo_trainer(
+    cfg: TrainConfig,
+    common: dict[str, Any],
+    beta: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    """GRPO's trainer: its reward functions and weights, generation
+    settings, and vLLM when asked for."""
+    from trl import GRPOConfig, GRPOTrainer
 
-        sft_args = SFTConfig(**common, max_length=cfg.max_length)
-        return SFTTrainer(args=sft_args, **kwargs)
-    if method == "dpo":
-        from trl import DPOConfig, DPOTrainer
+    from engine.llm.rewards import build_rewards
 
-        dpo_args = DPOConfig(**common, **beta, max_length=cfg.max_length)
-        return DPOTrainer(args=dpo_args, **kwargs)
-    from trl import KTOConfig, KTOTrainer
-
-    dw, uw = kto_weights(train)
-    kto_args = KTOConfig(
+    rewards = build_rewards(cfg.rewards)
+    # vLLM in this process's GPU (colocate): no separate server to run.
+    vllm: dict[str, Any] = (
+        {"use_vllm": True, "vllm_mode": "colocate"} if cfg.use_vllm else {}
+    )
+    grpo_args = GRPOConfig(
         **common,
         **beta,
-        max_length=cfg.max_length,
-        desirable_weight=cfg.desirable_weight or dw,
-        undesirable_weight=cfg.undesirable_weight or uw,
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        reward_weights=[r.weight for r in rewards],
+        **vllm,
     )
-    return KTOTrainer(args=kto_args, **kwargs)
+    if cfg.max_prompt_length is not None and hasattr(grpo_args, "max_prompt_length"):
+        grpo_args.max_prompt_length = cfg.max_prompt_length
+    # TRL types a reward function as returning list[float | None]; a
+    # RewardFunction returns list[float] (it always scores).
+    reward_funcs: list[Any] = list(rewards)
+    return GRPOTrainer(reward_funcs=reward_funcs, args=grpo_args, **kwargs)
 
 
 def _first_line(exc: BaseException) -> str:
