@@ -335,13 +335,30 @@ def lineage_chain(
 ) -> list[ChainNode]:
     """The chain from the model's environment to its last deployment."""
     by_id = {str(m["id"]): m for m in models}
-    by_path = _index_by_path(models)
     model = by_id.get(model_id)
     if model is None:
         return []
     parents: dict[str, list[str]] = {}
     for parent, child, _relation in links:
         parents.setdefault(str(child), []).append(str(parent))
+    seen = {model_id}
+    chain = _ancestry(model, parents, by_id, runs, seen, max_length)
+    _append_descendants(chain, model, by_id, runs, seen, max_length)
+    return chain
+
+
+def _ancestry(
+    model: Mapping[str, Any],
+    parents: Mapping[str, list[str]],
+    by_id: Mapping[str, Mapping[str, Any]],
+    runs: Mapping[str, Mapping[str, Any]],
+    seen: set[str],
+    max_length: int,
+) -> list[ChainNode]:
+    """The model and what it came from: the parent inside the project (a
+    model, else its run) up to the env; parents outside it (a base model
+    folder or hub id) are side notes."""
+    by_path = _index_by_path(list(by_id.values()))
 
     def resolve(ref: str) -> tuple[str, str]:
         """(kind of node, key) for a lineage parent."""
@@ -354,11 +371,8 @@ def lineage_chain(
             return "model", found
         return "external", ref
 
-    # Ancestry: follow the parent inside the project (a model, else its run);
-    # parents outside it (a base model folder or hub id) are side notes.
     chain: list[ChainNode] = [_model_node(model, current=True)]
-    seen = {model_id}
-    current = model_id
+    current = str(model["id"])
     while len(chain) < max_length:
         refs = [resolve(r) for r in parents.get(current, [])]
         refs = [r for r in refs if r[1] not in seen]
@@ -373,15 +387,9 @@ def lineage_chain(
         if runs_up:
             run = runs[runs_up[0]]
             seen.add(runs_up[0])
-            chain.insert(
-                0,
-                ChainNode(
-                    key=runs_up[0],
-                    kind="run",
-                    title=str(run.get("name") or runs_up[0]),
-                    subtitle=str(run.get("kind", "run")),
-                ),
-            )
+            title = str(run.get("name") or runs_up[0])
+            subtitle = str(run.get("kind", "run"))
+            chain.insert(0, ChainNode(runs_up[0], "run", title, subtitle))
             env = _run_env(run)
             if env:
                 chain.insert(0, ChainNode(f"env:{env}", "env", env, "environment"))
@@ -397,32 +405,44 @@ def lineage_chain(
     if chain[0].kind not in ("env", "base") and model.get("env"):
         env = str(model["env"])
         chain.insert(0, ChainNode(f"env:{env}", "env", env, "environment"))
+    return chain
 
-    # Descendants: what runs made from it (first of each), and deployments.
+
+def _ollama_node(run: Mapping[str, Any]) -> ChainNode | None:
+    """A completed deployment that registered no model (older ones): its
+    Ollama name alone."""
+    summary = run.get("summary") or {}
+    if (
+        run.get("kind") != "deploy.ollama"
+        or run.get("status") != "completed"
+        or summary.get("registered_models")
+    ):
+        return None
+    name = str((run.get("config") or {}).get("name", "?"))
+    deployed = (summary.get("deploy") or {}).get("deployed")
+    return ChainNode(
+        OLLAMA_PREFIX + name, "ollama", name, "Ollama" if deployed else "bundle"
+    )
+
+
+def _append_descendants(
+    chain: list[ChainNode],
+    model: Mapping[str, Any],
+    by_id: Mapping[str, Mapping[str, Any]],
+    runs: Mapping[str, Mapping[str, Any]],
+    seen: set[str],
+    max_length: int,
+) -> None:
+    """What runs made from the model (the first of each), and deployments."""
     node = model
     while len(chain) < max_length:
         follow: Mapping[str, Any] | None = _next_of_export(node, runs, by_id, seen)
         for run in [] if follow is not None else _children_runs(node, runs.values()):
-            config = run.get("config") or {}
-            summary = run.get("summary") or {}
-            if (
-                run.get("kind") == "deploy.ollama"
-                and run.get("status") == "completed"
-                # Older deployments registered nothing: the name alone.
-                and not summary.get("registered_models")
-            ):
-                deploy = summary.get("deploy") or {}
-                name = str(config.get("name", "?"))
-                chain.append(
-                    ChainNode(
-                        key=OLLAMA_PREFIX + name,
-                        kind="ollama",
-                        title=name,
-                        subtitle="Ollama" if deploy.get("deployed") else "bundle",
-                    )
-                )
-                return chain
-            for child_id in summary.get("registered_models") or []:
+            ollama = _ollama_node(run)
+            if ollama is not None:
+                chain.append(ollama)
+                return
+            for child_id in (run.get("summary") or {}).get("registered_models") or []:
                 made = by_id.get(str(child_id))
                 if made is not None and str(made["id"]) not in seen:
                     follow = made
@@ -430,11 +450,10 @@ def lineage_chain(
             if follow is not None:
                 break
         if follow is None:
-            break
+            return
         seen.add(str(follow["id"]))
         chain.append(_model_node(follow, current=False))
         node = follow
-    return chain
 
 
 def _external_node(ref: str) -> ChainNode:
