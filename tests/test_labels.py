@@ -56,7 +56,7 @@ def _viewer(qtbot, project: Path) -> TraceViewer:  # type: ignore[no-untyped-def
     qtbot.addWidget(viewer)
     viewer.set_project(str(project))
     viewer.files.setCurrentRow(0)
-    assert len(viewer.episodes.model.records) == 2
+    assert len(viewer.browser.episodes.model.records) == 2
     return viewer
 
 
@@ -64,34 +64,38 @@ def test_keyboard_labels_are_in_the_database_at_once_and_undo(
     qtbot, project: Path
 ) -> None:
     viewer = _viewer(qtbot, project)
-    viewer.steps.view.setFocus()
-    assert viewer.steps.selected_keys() == ["0"]
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_G)
+    viewer.browser.steps.view.setFocus()
+    assert viewer.browser.steps.selected_keys() == ["0"]
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_G)
     # committed as the key is pressed: another connection sees it now
     assert [r[:5] for r in _rows(project)] == [("kto", "collect", 0, 0, "good")]
-    assert viewer.steps.model.records[0]["label"] == "good"
-    assert viewer.steps.selected_keys() == ["1"]  # on to the next step
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_B)
+    assert viewer.browser.steps.model.records[0]["label"] == "good"
+    assert viewer.browser.steps.selected_keys() == ["1"]  # on to the next step
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_B)
     assert [r[4] for r in _rows(project)] == ["good", "bad"]
-    assert viewer.episodes.model.records[0]["label"] == "(2 steps)"
+    assert viewer.browser.episodes.model.records[0]["label"] == "(2 steps)"
     # relabel, then undo twice: back to good, then to no label on step 1
-    viewer.steps.select_keys(["1"])
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_G)
+    viewer.browser.steps.select_keys(["1"])
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_G)
     assert [r[4] for r in _rows(project)] == ["good", "good"]
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        viewer.browser.steps.view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier
+    )
     assert [r[4] for r in _rows(project)] == ["good", "bad"]
-    assert viewer.steps.model.records[1]["label"] == "bad"
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    assert viewer.browser.steps.model.records[1]["label"] == "bad"
+    qtbot.keyClick(
+        viewer.browser.steps.view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier
+    )
     assert [r[4] for r in _rows(project)] == ["good"]
-    assert viewer.steps.model.records[1]["label"] == ""
+    assert viewer.browser.steps.model.records[1]["label"] == ""
     # the whole episode, on the episode table; X clears it
-    viewer.episodes.view.setFocus()
-    viewer.episodes.select_keys(["1"])
-    qtbot.keyClick(viewer.episodes.view, Qt.Key.Key_B)
+    viewer.browser.episodes.view.setFocus()
+    viewer.browser.episodes.select_keys(["1"])
+    qtbot.keyClick(viewer.browser.episodes.view, Qt.Key.Key_B)
     assert ("kto", "collect", 1, EPISODE, "bad") in [r[:5] for r in _rows(project)]
-    assert viewer.episodes.model.records[1]["label"] == "bad"
-    viewer.episodes.select_keys(["1"])
-    qtbot.keyClick(viewer.episodes.view, Qt.Key.Key_X)
+    assert viewer.browser.episodes.model.records[1]["label"] == "bad"
+    viewer.browser.episodes.select_keys(["1"])
+    qtbot.keyClick(viewer.browser.episodes.view, Qt.Key.Key_X)
     assert len(_rows(project)) == 1
     # the log keeps every change, the undone and cleared ones too
     db = sqlite3.connect(project / DB_FILE)
@@ -103,22 +107,22 @@ def test_keyboard_labels_are_in_the_database_at_once_and_undo(
 def test_ideal_answer_and_better_of_two(qtbot, project: Path) -> None:
     viewer = _viewer(qtbot, project)
     viewer.edit_answer = lambda text: f"{text} and close"
-    viewer.steps.view.setFocus()
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_E)
+    viewer.browser.steps.view.setFocus()
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_E)
     assert _rows(project)[0][:5] == ("sft", "collect", 0, 0, "start and close")
-    assert "[ideal answer]\nstart and close" in viewer.prompt.toPlainText()
-    assert viewer.steps.model.records[0]["label"] == "ideal"
+    assert "[ideal answer]\nstart and close" in viewer.browser.prompt.toPlainText()
+    assert viewer.browser.steps.model.records[0]["label"] == "ideal"
     viewer.edit_answer = lambda text: None  # cancelled: nothing changes
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_E)
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_E)
     assert len(_rows(project)) == 1
     # compare step 0:1 with 1:1: the latter is better
-    viewer.steps.select_keys(["1"])
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_2)
+    viewer.browser.steps.select_keys(["1"])
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_2)
     assert "Pin a step with P first" in viewer.label_status.text()
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_P)
-    viewer.episodes.select_keys(["1"])
-    viewer.steps.select_keys(["1"])
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_2)
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_P)
+    viewer.browser.episodes.select_keys(["1"])
+    viewer.browser.steps.select_keys(["1"])
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_2)
     store = LabelStore(project)
     (pair,) = store.labels(kind="dpo")
     store.close()
@@ -128,7 +132,7 @@ def test_ideal_answer_and_better_of_two(qtbot, project: Path) -> None:
         0,
         1,
     )
-    assert viewer.steps.model.records[1]["label"] == "> 0:1"
+    assert viewer.browser.steps.model.records[1]["label"] == "> 0:1"
 
 
 def test_a_crashed_session_loses_no_label_and_a_new_one_shows_them(
@@ -154,37 +158,37 @@ def test_a_crashed_session_loses_no_label_and_a_new_one_shows_them(
     assert proc.returncode == -signal.SIGKILL
     assert _rows(project) == [("kto", "collect", 1, 0, "bad", "ann")]
     viewer = _viewer(qtbot, project)
-    assert viewer.episodes.model.records[1]["label"] == "(1 steps)"
-    viewer.episodes.select_keys(["1"])
-    assert viewer.steps.model.records[0]["label"] == "bad"
+    assert viewer.browser.episodes.model.records[1]["label"] == "(1 steps)"
+    viewer.browser.episodes.select_keys(["1"])
+    assert viewer.browser.steps.model.records[0]["label"] == "bad"
     # the labelled filter lists only episode 1
-    viewer.labelled_filter.setCurrentIndex(1)
-    assert [r["id"] for r in viewer.episodes.model.records] == ["1"]
-    viewer.labelled_filter.setCurrentIndex(2)
-    assert [r["id"] for r in viewer.episodes.model.records] == ["0"]
+    viewer.browser.labelled_filter.setCurrentIndex(1)
+    assert [r["id"] for r in viewer.browser.episodes.model.records] == ["1"]
+    viewer.browser.labelled_filter.setCurrentIndex(2)
+    assert [r["id"] for r in viewer.browser.episodes.model.records] == ["0"]
 
 
 def test_filters_by_env_model_outcome_and_return(qtbot, project: Path) -> None:
     viewer = _viewer(qtbot, project)
-    viewer.outcome_filter.setCurrentText("failed")
-    assert [r["id"] for r in viewer.episodes.model.records] == ["1"]
-    viewer.outcome_filter.setCurrentIndex(0)
-    viewer.min_return.setValue(1.0)
-    assert [r["id"] for r in viewer.episodes.model.records] == ["0"]
-    viewer.min_return.setValue(viewer.min_return.minimum())
-    assert viewer.policy_filter.itemText(1) == "llm:tiny"
-    assert viewer.env_filter.itemText(1) == "envs/jira_status_update.env.json"
-    viewer.policy_filter.setCurrentIndex(1)
-    assert len(viewer.episodes.model.records) == 2
+    viewer.browser.outcome_filter.setCurrentText("failed")
+    assert [r["id"] for r in viewer.browser.episodes.model.records] == ["1"]
+    viewer.browser.outcome_filter.setCurrentIndex(0)
+    viewer.browser.min_return.setValue(1.0)
+    assert [r["id"] for r in viewer.browser.episodes.model.records] == ["0"]
+    viewer.browser.min_return.setValue(viewer.browser.min_return.minimum())
+    assert viewer.browser.policy_filter.itemText(1) == "llm:tiny"
+    assert viewer.browser.env_filter.itemText(1) == "envs/jira_status_update.env.json"
+    viewer.browser.policy_filter.setCurrentIndex(1)
+    assert len(viewer.browser.episodes.model.records) == 2
 
 
 def test_labels_of_deleted_or_rewritten_traces_are_kept_and_reported(
     qtbot, project: Path
 ) -> None:
     viewer = _viewer(qtbot, project)
-    viewer.steps.view.setFocus()
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_G)
-    viewer.close_store()
+    viewer.browser.steps.view.setFocus()
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_G)
+    viewer.labels.close()
     trace = project / "data/traces/collect.jsonl"
     # rewritten: the step at 0:0 now holds another completion
     lines = trace.read_text().splitlines()
@@ -192,9 +196,12 @@ def test_labels_of_deleted_or_rewritten_traces_are_kept_and_reported(
     ep["steps"][0]["completion"] = "close"
     trace.write_text("\n".join([json.dumps(ep), *lines[1:]]) + "\n")
     viewer = _viewer(qtbot, project)
-    assert "1 label(s) point at steps that are gone or changed" in viewer.info.text()
-    assert viewer.steps.model.records[0]["label"] == "good"  # shown, not used
-    viewer.close_store()
+    assert (
+        "1 label(s) point at steps that are gone or changed"
+        in viewer.browser.info.text()
+    )
+    assert viewer.browser.steps.model.records[0]["label"] == "good"  # shown, not used
+    viewer.labels.close()
     trace.unlink()
     viewer = TraceViewer()
     qtbot.addWidget(viewer)
@@ -338,8 +345,8 @@ def test_label_files_export_and_import_through_the_view(qtbot, project: Path) ->
     """Export, then import a file with a bad line: the good labels come in,
     the bad line is one sentence, and no stored label is lost."""
     viewer = _viewer(qtbot, project)
-    viewer.steps.view.setFocus()
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_G)
+    viewer.browser.steps.view.setFocus()
+    qtbot.keyClick(viewer.browser.steps.view, Qt.Key.Key_G)
     out = project / "labels.jsonl"
     viewer.choose_file = lambda save: str(out)
     viewer.export_button.click()

@@ -242,21 +242,21 @@ def test_trace_viewer_shows_episodes_steps_and_prompts(qtbot, tmp_path: Path) ->
     viewer.set_project(str(project))
     assert viewer.files.count() == 1
     viewer.files.setCurrentRow(0)
-    episodes = viewer.episodes.model.records
+    episodes = viewer.browser.episodes.model.records
     assert [(e["task"], e["outcome"], e["invalid"]) for e in episodes] == [
         ("RLHUB-101", "success", 0),
         ("RLHUB-102", "failed", 1),
     ]
-    assert "1 unreadable line(s) skipped" in viewer.info.text()
-    viewer.episodes.select_keys(["1"])
-    steps = viewer.steps.model.records
+    assert "1 unreadable line(s) skipped" in viewer.browser.info.text()
+    viewer.browser.episodes.select_keys(["1"])
+    steps = viewer.browser.steps.model.records
     assert [(s["action"], s["valid"], s["reward"]) for s in steps] == [
         ("start", True, 0.5),
         ("(none)", False, -0.5),
     ]
     assert steps[0]["breakdown"] == "status +0.51, step -0.01"
-    viewer.steps.select_keys(["1"])
-    text = viewer.prompt.toPlainText()
+    viewer.browser.steps.select_keys(["1"])
+    text = viewer.browser.prompt.toPlainText()
     assert "Status: In Progress." in text and "I would like to dance" in text
     assert "NOT parsed, INVALID" in text
 

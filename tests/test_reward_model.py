@@ -282,39 +282,39 @@ def test_auto_labeler_in_the_traces_view(qtbot, tmp_path: Path) -> None:
     qtbot.addWidget(viewer)
     viewer.set_project(str(project))
     viewer.files.setCurrentRow(0)
-    records = viewer.suggestions.model.records
+    records = viewer.auto.suggestions.model.records
     total = sum(len(ep["steps"]) for ep in eps)
     assert len(records) == total - 60
     conf = [r["confidence"] for r in records]
     assert conf == sorted(conf)
-    assert "least confident first" in viewer.suggestion_info.text()
+    assert "least confident first" in viewer.auto.suggestion_info.text()
     # accept the three least confident with the keyboard
-    view = viewer.suggestions.view
+    view = viewer.auto.suggestions.view
     view.setFocus()
-    viewer.suggestions.select_keys(["0", "1", "2"])
-    first = viewer.selected_suggestions()
+    viewer.auto.suggestions.select_keys(["0", "1", "2"])
+    first = viewer.auto.selected_suggestions()
     qtbot.keyClick(view, Qt.Key.Key_A)
     store = LabelStore(project)
     for sug in first:
         label = store.get("kto", "agent-cart", sug.episode, sug.step)
         assert label is not None and label.value == sug.value and label.source == "auto"
-    assert len(viewer.suggestions.model.records) == total - 63
+    assert len(viewer.auto.suggestions.model.records) == total - 63
     # correct two: the opposite label, by hand
-    viewer.suggestions.select_keys(["0", "1"])
-    two = viewer.selected_suggestions()
+    viewer.auto.suggestions.select_keys(["0", "1"])
+    two = viewer.auto.selected_suggestions()
     qtbot.keyClick(view, Qt.Key.Key_C)
     for sug in two:
         label = store.get("kto", "agent-cart", sug.episode, sug.step)
         assert label is not None and label.value != sug.value
         assert label.source == "manual"
-    assert viewer.agreement_points()[1] == [1.0, 0.0]
+    assert viewer.auto.agreement_points()[1] == [1.0, 0.0]
     # undo the correction: the two are suggestions again
     qtbot.keyClick(view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
     assert all(store.get("kto", "agent-cart", s.episode, s.step) is None for s in two)
-    assert len(viewer.suggestions.model.records) == total - 63
+    assert len(viewer.auto.suggestions.model.records) == total - 63
     store.close()
     with qtbot.waitSignal(viewer.retrain_requested) as asked:
-        viewer.retrain_button.click()
+        viewer.auto.retrain_button.click()
     config = asked.args[0]
     assert config["agent"] == "control"
     assert validate(config).traces == config["traces"]

@@ -92,25 +92,27 @@ def test_open_100k_steps_and_label_at_keyboard_speed(qtbot, tmp_path: Path) -> N
     viewer.files.setCurrentRow(0)
     QApplication.processEvents()
     opened = time.perf_counter() - t0
-    assert len(viewer.episodes.model.records) == EPISODES
-    assert len(viewer.steps.model.records) == STEPS
+    assert len(viewer.browser.episodes.model.records) == EPISODES
+    assert len(viewer.browser.steps.model.records) == STEPS
 
-    viewer.steps.view.setFocus()
+    viewer.browser.steps.view.setFocus()
     presses = []
     for i in range(300):
         key = (Qt.Key.Key_G, Qt.Key.Key_B)[i % 2]
         if i % 100 == 99:  # next episode: its 100 steps are listed
-            viewer.episodes.select_keys([str(i // 100 + 1)])
+            viewer.browser.episodes.select_keys([str(i // 100 + 1)])
             QApplication.processEvents()
         t = time.perf_counter()
-        qtbot.keyClick(viewer.steps.view, key)
+        qtbot.keyClick(viewer.browser.steps.view, key)
         QApplication.processEvents()
         presses.append(time.perf_counter() - t)
     t = time.perf_counter()
-    qtbot.keyClick(viewer.steps.view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(
+        viewer.browser.steps.view, Qt.Key.Key_Z, Qt.KeyboardModifier.ControlModifier
+    )
     QApplication.processEvents()
     undo = time.perf_counter() - t
-    assert viewer.store is not None and viewer.store.count() == 299
+    assert viewer.labels.store is not None and viewer.labels.store.count() == 299
     print(
         f"\nopen {EPISODES * STEPS} steps ({size_mb:.0f} MB): {opened * 1000:.0f} ms; "
         f"label key press: median {statistics.median(presses) * 1000:.1f} ms, "
