@@ -19,7 +19,7 @@ from PySide6.QtCore import QObject, Signal
 
 from engine import contract
 from studio.engine_client import READY, EngineClient
-from studio.lifetime import owner_of
+from studio.lifetime import is_alive, owner_of
 from studio.settings import Settings
 from studio.state.job_kinds import JOB_KINDS
 from studio.state.metric_store import MetricStore
@@ -254,6 +254,55 @@ class Session(QObject):
 
         self.client.request(
             protocol.ResumeRun(run_id=run_id), on_error=self._on_request_error
+        )
+
+    def annotate_run(
+        self,
+        run_id: str,
+        tags: list[str],
+        note: str,
+        on_saved: Callable[[], None] | None = None,
+        on_error: Callable[[protocol.Error], None] | None = None,
+    ) -> None:
+        """Set a run's tags and note (``protocol.clean_tags`` of ``tags``);
+        the run's record in ``state`` follows the engine's reply. Tags or a
+        note out of bounds go to ``on_error`` at once, unsent, as the
+        engine would refuse them; the other refusals (an unknown run) when
+        the engine answers. Without ``on_error``, to the log and
+        ``request_failed``."""
+        from engine import protocol
+
+        report = on_error or self._on_request_error
+        cleaned = protocol.clean_tags(tags)
+        problem = protocol.annotation_problem(cleaned, note)
+        if problem is not None:
+            field, sentence = problem
+            report(
+                protocol.Error(error_type="ConfigError", message=sentence, field=field)
+            )
+            return
+
+        caller = owner_of(on_saved, on_error)
+
+        def saved(result: dict[str, Any]) -> None:
+            # The state follows even when the asking editor is gone.
+            self.state.on_run_annotated(
+                str(result.get("run_id", run_id)),
+                list(result.get("tags", cleaned)),
+                str(result.get("note", note)),
+            )
+            if on_saved is not None and is_alive(caller):
+                on_saved()
+
+        def refused(error: protocol.Error) -> None:
+            if is_alive(caller):
+                report(error)
+
+        self.client.request(
+            protocol.AnnotateRun(run_id=run_id, tags=cleaned, note=note),
+            on_reply=saved,
+            on_error=refused,
+            owner=self,
         )
 
     def detect_hardware(self) -> None:

@@ -127,12 +127,13 @@ def test_training_runs_and_activity_are_listed_apart(qtbot, tmp_path: Path) -> N
         row("export", "export.ollama"),
     ]
     ws = make_workspace(qtbot, tmp_path, runs)
+    # Rows are in the order of the sorted column (the name, descending).
     assert [r["id"] for r in ws.table.model.records] == ["ppo", "flow"]
     assert [r["id"] for r in ws.activity.model.records] == [
-        "preview",
-        "download",
         "selftest",
+        "preview",
         "export",
+        "download",
     ]
 
     # The Steps column is the training list's only: a download's bytes

@@ -35,6 +35,79 @@ def counts_steps(run: dict[str, Any]) -> bool:
     return JOB_KINDS.counts_steps(str(run.get("kind", "")))
 
 
+def _config(run: dict[str, Any]) -> dict[str, Any]:
+    config = run.get("config")
+    return config if isinstance(config, dict) else {}
+
+
+def _summary(run: dict[str, Any]) -> dict[str, Any]:
+    summary = run.get("summary")
+    return summary if isinstance(summary, dict) else {}
+
+
+def trained_policies(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The policies a flow run's Train nodes made (their ``policy`` outputs,
+    ``engine.nodes.rl_nodes``: algo, env, total_steps), in the flow's
+    order; none for other runs, and for a flow run until it ends (its
+    summary lists its nodes)."""
+    summary = _summary(run)
+    nodes = summary.get("nodes")
+    if not isinstance(nodes, dict):
+        return []
+    order = summary.get("order")
+    found = []
+    for node_id in order if isinstance(order, list) else list(nodes):
+        node = nodes.get(node_id)
+        outputs = node.get("outputs") if isinstance(node, dict) else None
+        policy = outputs.get("policy") if isinstance(outputs, dict) else None
+        if isinstance(policy, dict):
+            found.append(policy)
+    return found
+
+
+def _joined(values: list[Any]) -> str:
+    """Distinct values in order: one flow may train two algorithms."""
+    return ", ".join(dict.fromkeys(str(v) for v in values if v))
+
+
+def run_algo(run: dict[str, Any]) -> str:
+    own = _summary(run).get("algo") or _config(run).get("algo")
+    if own:
+        return str(own)
+    return _joined([p.get("algo") for p in trained_policies(run)])
+
+
+def run_env(run: dict[str, Any]) -> str:
+    own = _config(run).get("env")
+    if own:
+        return str(own)
+    # A policy names its env by reference: {"id": ..., "kwargs": ...}.
+    envs = [p.get("env") for p in trained_policies(run)]
+    return _joined([e.get("id") if isinstance(e, dict) else e for e in envs])
+
+
+def run_steps(run: dict[str, Any]) -> float:
+    """Training steps: live while the run trains (a resumed run's summary is
+    its previous attempt's), else from its summary (a flow run's: the sum of
+    its Train nodes'). Progress that counts something else (nodes of a
+    flow) is not steps."""
+    summary = _summary(run)
+    steps = summary.get("total_steps") or summary.get("steps")
+    live = run.get("progress_done") if counts_steps(run) else None
+    if run.get("status") == "running" and live is not None:
+        return float(live)
+    if steps is None:
+        trained = [p.get("total_steps") for p in trained_policies(run)]
+        numbers = [t for t in trained if isinstance(t, int | float)]
+        steps = sum(numbers) if numbers else None
+    return float(steps if steps is not None else live or 0)
+
+
+def run_tags(run: dict[str, Any]) -> list[str]:
+    tags = run.get("tags")
+    return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
+
+
 class ProjectState(Observable):
     """Notifications: ``reset`` (everything), ``run`` (key = run id),
     ``models``, ``documents``."""
@@ -183,6 +256,14 @@ class ProjectState(Observable):
         if run is None or best <= run.get("best_eval_live", float("-inf")):
             return
         run["best_eval_live"] = best
+        self.notify("run", run_id)
+
+    def on_run_annotated(self, run_id: str, tags: list[str], note: str) -> None:
+        """The run's tags and note as the engine stored them."""
+        run = self.runs.get(run_id)
+        if run is None:
+            return
+        run.update(tags=list(tags), note=note)
         self.notify("run", run_id)
 
     def on_run_ended(

@@ -2,11 +2,14 @@
 
 The training runs on the left, and in a second tab the Activity (previews,
 plays, evaluations, exports, downloads, the self-test: every run that does
-not train); the selected runs' live plots on the right (several
+not train), each under a search box and filters (status, env, algorithm,
+kind, tag) that find a run among thousands; the selected runs' live plots
+on the right (several
 selected runs are overlaid for comparison); progress, ETA and the controls
 above, with the retraining readiness strip (recorded trajectories against
 the rules ``serve-http`` retrains by, its schedule, the agent's versions);
-the run's log, full config, the Compare tab (the selected runs'
+the run's log, its details (its tags and note, edited there, and its full
+record), the Compare tab (the selected runs'
 differing settings and outcomes side by side, their curves overlaid above)
 and the Sweep panel (an Optuna study over a run's settings, its trials live)
 below. Plots read from the session's ``MetricStore`` and redraw on the
@@ -47,17 +50,22 @@ from studio.session import Session
 from studio.state.project_state import (
     ProjectState,
     activity_label,
-    counts_steps,
     is_training,
+    run_algo,
+    run_env,
+    run_steps,
+    run_tags,
 )
 from studio.training.compare import CompareView
 from studio.training.metric_vocabulary import TRAINING_METRICS
 from studio.training.readiness import ReadinessStrip
 from studio.training.run_dialog import RunDialog
+from studio.training.run_notes import RunNotesEditor
 from studio.training.sweep import SweepPanel
 from widgets.fit import scroll_area
 from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
+from widgets.record_filter import Facet, RecordFilter
 from widgets.record_table import Column, RecordTable
 from widgets.run_progress import RunProgressBar
 from widgets.theme import follow_palette, theme_name
@@ -80,27 +88,6 @@ def _config(run: dict[str, Any]) -> dict[str, Any]:
     return config if isinstance(config, dict) else {}
 
 
-def run_algo(run: dict[str, Any]) -> str:
-    summary = run.get("summary") or {}
-    return str(summary.get("algo") or _config(run).get("algo") or "")
-
-
-def run_env(run: dict[str, Any]) -> str:
-    return str(_config(run).get("env") or "")
-
-
-def run_steps(run: dict[str, Any]) -> float:
-    """Training steps: live while the run trains (a resumed run's summary is
-    its previous attempt's), else from its summary. Progress that counts
-    something else (nodes of a flow) is not steps."""
-    summary = run.get("summary") or {}
-    steps = summary.get("total_steps") or summary.get("steps")
-    live = run.get("progress_done") if counts_steps(run) else None
-    if run.get("status") == "running" and live is not None:
-        return float(live)
-    return float(steps if steps is not None else live or 0)
-
-
 def best_reward(run: dict[str, Any]) -> float | None:
     """The run's best evaluation mean reward: from its summary once it ended,
     else the best seen in its metrics so far (while a resumed run trains,
@@ -120,7 +107,40 @@ def _outcome(run: dict[str, Any]) -> str:
 
 def _name_tooltip(run: dict[str, Any]) -> str:
     started = fmt_time(run.get("started")) if run.get("started") else "not started"
-    return f"{run['id']}\nstarted {started}"
+    tags = run_tags(run)
+    tagged = f"\ntags: {', '.join(tags)}" if tags else ""
+    return f"{run['id']}\nstarted {started}{tagged}"
+
+
+def search_text(run: dict[str, Any]) -> list[str]:
+    """What the search box looks in: name, kind, env, algorithm, tags, note."""
+    return [
+        str(run.get("name") or ""),
+        str(run.get("id") or ""),
+        activity_label(run),
+        run_env(run),
+        run_algo(run),
+        *run_tags(run),
+        str(run.get("note") or ""),
+    ]
+
+
+def _status(run: dict[str, Any]) -> list[str]:
+    return [str(run.get("status") or "")]
+
+
+TRAINING_FACETS = [
+    Facet("status", _status),
+    Facet("env", lambda r: [run_env(r)]),
+    Facet("algorithm", lambda r: [run_algo(r)]),
+    Facet("kind", lambda r: [activity_label(r)]),
+    Facet("tag", run_tags),
+]
+ACTIVITY_FACETS = [
+    Facet("status", _status),
+    Facet("kind", lambda r: [activity_label(r)]),
+    Facet("tag", run_tags),
+]
 
 
 # Compact enough to fit beside the plots without a scroll bar; when it
@@ -196,9 +216,32 @@ class TrainingWorkspace(QWidget):
             header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
             header.setMinimumSectionSize(40)
             table.view.setWordWrap(False)
+        self.table_filter = RecordFilter(
+            TRAINING_FACETS,
+            search_text,
+            placeholder="Search runs: name, env, algorithm, tags, note",
+        )
+        self.activity_filter = RecordFilter(
+            ACTIVITY_FACETS, search_text, placeholder="Search: name, kind, tags, note"
+        )
+        self._filters = {
+            self.table: self.table_filter,
+            self.activity: self.activity_filter,
+        }
+        self._pages: dict[RecordTable, QWidget] = {}
         self.lists = QTabWidget()
-        self.lists.addTab(self.table, "Training runs")
-        self.lists.addTab(self.activity, "Activity")
+        for table, title in (
+            (self.table, "Training runs"),
+            (self.activity, "Activity"),
+        ):
+            self._filters[table].filter_changed.connect(self._on_filter_filter_changed)
+            page = QWidget()
+            page_layout = QVBoxLayout(page)
+            page_layout.setContentsMargins(4, 4, 4, 0)
+            page_layout.addWidget(self._filters[table])
+            page_layout.addWidget(table, 1)
+            self._pages[table] = page
+            self.lists.addTab(page, title)
         self.lists.currentChanged.connect(self._on_lists_current_changed)
 
         self.new_button = QPushButton("New run…")
@@ -254,10 +297,16 @@ class TrainingWorkspace(QWidget):
         top.setSizes([540, 740])
 
         self.details = JsonPreview()
+        self.notes = RunNotesEditor(session)
+        details = QSplitter(Qt.Orientation.Horizontal)
+        details.addWidget(self.notes)
+        details.addWidget(self.details)
+        details.setStretchFactor(1, 1)
+        details.setSizes([320, 700])
         self.run_log = LogConsole(max_lines=2000)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_log, "Run log")
-        self.tabs.addTab(self.details, "Details")
+        self.tabs.addTab(details, "Details")
         self.compare = CompareView(self.plots.run_color)
         self.tabs.addTab(self.compare, "Compare")
         self.sweep = SweepPanel(session)
@@ -295,8 +344,8 @@ class TrainingWorkspace(QWidget):
         """The list shown: training runs or activity."""
         return (
             self.activity
-            if self.lists.currentWidget() is self.activity
-            else (self.table)
+            if self.lists.currentWidget() is self._pages[self.activity]
+            else self.table
         )
 
     def table_of(self, run: dict[str, Any]) -> RecordTable:
@@ -308,11 +357,13 @@ class TrainingWorkspace(QWidget):
         run = self._state.run(run_id)
         if run is not None:
             table = self.table_of(run)
-            self.lists.setCurrentWidget(table)
+            self.lists.setCurrentWidget(self._pages[table])
+            if run_id not in table.shown_keys():
+                self._filters[table].clear()  # a run asked for is never hidden
             table.select_keys([run_id])
 
     def show_activity(self) -> None:
-        self.lists.setCurrentWidget(self.activity)
+        self.lists.setCurrentWidget(self._pages[self.activity])
 
     def selected_runs(self) -> list[dict[str, Any]]:
         runs = (self._state.run(k) for k in self.current_table().selected_keys())
@@ -328,9 +379,13 @@ class TrainingWorkspace(QWidget):
             runs = list(self._state.runs.values())
             for table in (self.table, self.activity):
                 records = [r for r in runs if self.table_of(r) is table]
+                self._filters[table].set_records(records)
                 table.set_records(records)
                 if not table.selected_keys() and records:
-                    table.select_keys([records[-1]["id"]])
+                    # The newest run the filter shows.
+                    shown = set(table.shown_keys())
+                    newest = [r["id"] for r in records if r["id"] in shown][-1:]
+                    table.select_keys(newest)
             self._show_selection()
         elif what == "run":
             run = self._state.run(key)
@@ -356,11 +411,15 @@ class TrainingWorkspace(QWidget):
         if run is not None:
             self._shown_status[key] = run.get("status")
             table = self.table_of(run)
+            self._filters[table].add_record(run)
             table.update_record(run)
             if not table.selected_keys():
                 table.select_keys([key])  # follow a run the user just started
             elif key == (self.selected_run() or {}).get("id"):
                 self._update_controls()
+                # Its record as it is now (its tags and note just saved).
+                self.details.show_value(run)
+                self.notes.show_run(run)
             if key in self.compare.run_ids():
                 self._show_comparison(self.compare.run_ids())
 
@@ -375,6 +434,11 @@ class TrainingWorkspace(QWidget):
 
     def _on_lists_current_changed(self, index: int) -> None:
         self._show_selection()
+
+    def _on_filter_filter_changed(self) -> None:
+        for table, bar in self._filters.items():
+            if bar is self.sender():
+                table.set_filter(bar.predicate())
 
     def _show_selection(self) -> None:
         runs = self.selected_runs()
@@ -395,6 +459,7 @@ class TrainingWorkspace(QWidget):
         if self.tabs.currentWidget() is self.compare and len(runs) >= 2:
             self._show_comparison([r["id"] for r in runs])
         current = self.selected_run()
+        self.notes.show_run(current)
         if current is None:
             self._log_shown = None
             self.run_log.clear()
