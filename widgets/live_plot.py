@@ -156,16 +156,16 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._columns = columns
         self._source: Source | None = None
         self._groups: dict[str, PlotGroup] = {}
-        self._curves: dict[tuple[str, str], Curve] = {}
+        self._curves: dict[tuple[str, str], Curve[PlotGroup]] = {}
         # Curves of removed runs, hidden, for a run shown again (see
         # remove_run); the runs in the order they were removed.
-        self._parked: dict[tuple[str, str], Curve] = {}
+        self._parked: dict[tuple[str, str], Curve[PlotGroup]] = {}
         self._parked_runs: dict[str, None] = {}
         self._runs: dict[str, dict[str, str]] = {}  # run_id -> {label, color}
-        self._dirty: dict[Curve, None] = {}  # ordered set
+        self._dirty: dict[Curve[PlotGroup], None] = {}  # ordered set
         # Curves brought up to date while the panel was hidden in a shown
         # window (another workspace or tab): drawn when it shows again.
-        self._undrawn: dict[Curve, None] = {}  # ordered set
+        self._undrawn: dict[Curve[PlotGroup], None] = {}  # ordered set
         # Groups whose legend is rewritten at the end of the redraw tick: a
         # selection of runs changes a legend once per curve, and each rewrite
         # lays out its rich text (1 to 2 ms).
@@ -505,7 +505,9 @@ class LivePlotPanel(QtWidgets.QWidget):
         finally:
             self.redraw_budget_s = budget
 
-    def _refresh(self, curve: Curve, limit: int | None, draw: bool = True) -> bool:
+    def _refresh(
+        self, curve: Curve[PlotGroup], limit: int | None, draw: bool = True
+    ) -> bool:
         """Bring a curve's display up to date and draw it (unless ``draw`` is
         False); False if unfinished."""
         if not curve.refresh(self._source, self._smoothing, limit):
@@ -582,10 +584,10 @@ class LivePlotPanel(QtWidgets.QWidget):
         if not self._timer.isActive():
             self._timer.start()
 
-    def _run_curves(self, run_id: str) -> list[Curve]:
+    def _run_curves(self, run_id: str) -> list[Curve[PlotGroup]]:
         return [c for (r, _), c in self._curves.items() if r == run_id]
 
-    def _mark(self, curve: Curve, reset: bool = False) -> None:
+    def _mark(self, curve: Curve[PlotGroup], reset: bool = False) -> None:
         curve.needs_fetch = True
         if reset:
             curve.needs_reset = True
@@ -593,7 +595,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._dirty[curve] = None
         self._wake()
 
-    def _curve(self, run_id: str, key: str, create: bool) -> Curve | None:
+    def _curve(self, run_id: str, key: str, create: bool) -> Curve[PlotGroup] | None:
         curve = self._curves.get((run_id, key))
         if curve is not None or not create:
             return curve
@@ -644,7 +646,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         if group.curves:
             self._wake()
 
-    def _style(self, curve: Curve) -> None:
+    def _style(self, curve: Curve[PlotGroup]) -> None:
         color = self._runs[curve.run_id]["color"]
         style = curve.group.line_style(curve.key)
         width = 2 if curve.wide else 1

@@ -222,7 +222,7 @@ class PlotGroup(QtWidgets.QFrame):
         super().__init__()
         self.title = title
         self.setObjectName("livePlotGroup")
-        self.curves: list[Curve] = []
+        self.curves: list[Curve[PlotGroup]] = []
         self.keys: list[str] = []
         self.axis = _XAxis()
         self.plot = _PlotWidget(
@@ -354,7 +354,7 @@ class PlotGroup(QtWidgets.QFrame):
         item.setLabel("bottom", x, **style)
 
     def add_curve(
-        self, curve: Curve, run_order: list[str], rank: Callable[[str], int]
+        self, curve: Curve[PlotGroup], run_order: list[str], rank: Callable[[str], int]
     ) -> bool:
         """Take in a curve, its key ranked by ``rank`` and the curves ordered
         by run (in ``run_order``), then key; True when the keys' order (so

@@ -14,14 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
-
-if TYPE_CHECKING:
-    from widgets.plot_group import PlotGroup
 
 Source = Callable[[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]]
 """``source(run_id, key) -> (steps, times, values)``."""
@@ -401,11 +398,23 @@ class Line(pg.GraphicsObject):  # type: ignore[misc]  # pyqtgraph: untyped
         painter.drawPolyline(self._polygon)
 
 
+class CurveHost(Protocol):
+    """What a curve needs of the plot it is drawn in
+    (:class:`widgets.plot_group.PlotGroup`): the view whose range decides
+    which points are drawn, and whether that view follows the data."""
+
+    view: pg.ViewBox
+    follow_x: bool
+
+
+Host = TypeVar("Host", bound=CurveHost)
+
+
 @dataclass(eq=False)
-class Curve:
+class Curve(Generic[Host]):
     run_id: str
     key: str
-    group: PlotGroup
+    group: Host
     item: Line
     steps: np.ndarray = field(default_factory=lambda: np.empty(0))
     times: np.ndarray = field(default_factory=lambda: np.empty(0))
@@ -463,7 +472,7 @@ class Curve:
             return True
         return disp.advance(self.values, limit)
 
-    def draw(self, x_axis: str, restyle: Callable[[Curve], None]) -> None:
+    def draw(self, x_axis: str, restyle: Callable[[Curve[Host]], None]) -> None:
         """Give the item the points in view (decimated to the view's pixel
         columns when dense); ``restyle(curve)`` when its pen's width changes."""
         disp = self.display
