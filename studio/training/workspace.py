@@ -196,6 +196,45 @@ class TrainingWorkspace(QWidget):
         self._state: ProjectState = session.state
         self._store = session.metrics
 
+        self._build_lists()
+        buttons = self._build_buttons()
+        right = self._build_live_view()
+        top = QSplitter(Qt.Orientation.Horizontal)
+        top.addWidget(self.lists)
+        top.addWidget(right)
+        top.setStretchFactor(1, 1)
+        top.setSizes([540, 740])
+
+        self._build_tabs(session)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(top)
+        split.addWidget(self.tabs)
+        split.setStretchFactor(0, 1)
+        split.setSizes([600, 130])
+
+        self.readiness = ReadinessStrip(session)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(buttons)
+        layout.addWidget(self.readiness)
+        layout.addWidget(split, 1)
+
+        self._log_shown: tuple[str, int] | None = None
+        self._changed_runs: dict[str, None] = {}  # ordered set
+        self._shown_status: dict[str, Any] = {}  # run id -> status its row shows
+        self._run_changes = QTimer(self, singleShot=True, interval=0)
+        self._run_changes.timeout.connect(self._on_run_changes_timeout)
+        subscribe(self._state, self, self._on_state_changed)
+        session.run_log_received.connect(self._on_session_run_log_received)
+        # Durations of running runs tick even without events.
+        self._tick = QTimer(self, interval=1000)
+        self._tick.timeout.connect(self._on_tick_timeout)
+        self._tick.start()
+        self._on_state_changed("reset", "")
+
+    def _build_lists(self) -> None:
+        """The training runs and the activity, each under its search and
+        filters, as two tabs."""
         self.table = RecordTable(
             RUN_COLUMNS,
             empty_text="No training runs in this project yet. Press New run to "
@@ -244,6 +283,7 @@ class TrainingWorkspace(QWidget):
             self.lists.addTab(page, title)
         self.lists.currentChanged.connect(self._on_lists_current_changed)
 
+    def _build_buttons(self) -> QHBoxLayout:
         self.new_button = QPushButton("New run…")
         self.stop_button = QPushButton("Stop")
         self.resume_button = QPushButton("Resume")
@@ -267,7 +307,10 @@ class TrainingWorkspace(QWidget):
         ):
             buttons.addWidget(b)
         buttons.addStretch(1)
+        return buttons
 
+    def _build_live_view(self) -> QWidget:
+        """The selected run's progress, why it ended, and its live plots."""
         self.progress = RunProgressBar()
         self.reason_label = QLabel(wordWrap=True)
         self.plots = LivePlotPanel(
@@ -289,13 +332,10 @@ class TrainingWorkspace(QWidget):
         right_layout.addWidget(self.progress)
         right_layout.addWidget(self.reason_label)
         right_layout.addWidget(self.plots, 1)
+        return right
 
-        top = QSplitter(Qt.Orientation.Horizontal)
-        top.addWidget(self.lists)
-        top.addWidget(right)
-        top.setStretchFactor(1, 1)
-        top.setSizes([540, 740])
-
+    def _build_tabs(self, session: Session) -> None:
+        """Run log, Details (with tags and note), Compare and Sweep."""
         self.details = JsonPreview()
         self.notes = RunNotesEditor(session)
         details = QSplitter(Qt.Orientation.Horizontal)
@@ -313,31 +353,6 @@ class TrainingWorkspace(QWidget):
         # Its form is taller than the tab's share of a 700 px window: it scrolls.
         self.sweep_tab = scroll_area(self.sweep)
         self.tabs.addTab(self.sweep_tab, "Sweep")
-        split = QSplitter(Qt.Orientation.Vertical)
-        split.addWidget(top)
-        split.addWidget(self.tabs)
-        split.setStretchFactor(0, 1)
-        split.setSizes([600, 130])
-
-        self.readiness = ReadinessStrip(session)
-
-        layout = QVBoxLayout(self)
-        layout.addLayout(buttons)
-        layout.addWidget(self.readiness)
-        layout.addWidget(split, 1)
-
-        self._log_shown: tuple[str, int] | None = None
-        self._changed_runs: dict[str, None] = {}  # ordered set
-        self._shown_status: dict[str, Any] = {}  # run id -> status its row shows
-        self._run_changes = QTimer(self, singleShot=True, interval=0)
-        self._run_changes.timeout.connect(self._on_run_changes_timeout)
-        subscribe(self._state, self, self._on_state_changed)
-        session.run_log_received.connect(self._on_session_run_log_received)
-        # Durations of running runs tick even without events.
-        self._tick = QTimer(self, interval=1000)
-        self._tick.timeout.connect(self._on_tick_timeout)
-        self._tick.start()
-        self._on_state_changed("reset", "")
 
     # ------------------------------------------------------------ queries
     def current_table(self) -> RecordTable:
