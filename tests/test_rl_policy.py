@@ -144,7 +144,7 @@ def maskable_policy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.env_util import make_vec_env
 
-    from engine.rl.config import register_designed_envs
+    from engine.rl.env_info import register_designed_envs
 
     register_designed_envs(ROOT / "resources" / "examples")
     env_id = "rlstudio/jira_issue_resolution-v0"

@@ -86,7 +86,7 @@ def environment(node: NodeRun) -> NodeResult:
     from engine.envs import register_project_envs
     from engine.envs.spec import designed_spec_file
     from engine.nodes.base import parse_json_object
-    from engine.rl.config import inspect_env
+    from engine.rl.env_info import inspect_env
 
     project = node.project_dir
     register_project_envs(project)

@@ -261,7 +261,7 @@ def evaluate(node: NodeRun) -> NodeResult:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from engine.rl.config import register_designed_envs
+    from engine.rl.env_info import register_designed_envs
     from engine.rl.policy import evaluate as play
     from engine.rl.policy import load_policy
 

@@ -222,7 +222,7 @@ def project_folder(project: Path | None, temp_prefix: str) -> Path:
     temporary one. A folder not made yet will get the bundled examples, so
     their designed env ids (e.g. rlstudio/maze-v0) are registered now, before
     settings naming them are checked."""
-    from engine.rl.config import register_designed_envs
+    from engine.rl.env_info import register_designed_envs
     from resources import resource_path
 
     if project is None:

@@ -66,8 +66,8 @@ from engine.rl.config import (
     TrainConfig,
     algo_defaults,
     preset_provenance,
-    register_designed_envs,
 )
+from engine.rl.env_info import register_designed_envs
 from engine.rl.policy import (
     EVAL_SEED_OFFSET,
     VECNORMALIZE_FILE,

@@ -232,7 +232,7 @@ def work(
     """A worker process: queued trials until none is left. ``sharing``: the
     workers this machine runs for the sweep, which split its torch threads
     (unless the sweep sets ``torch_threads``)."""
-    from engine.rl.config import register_designed_envs
+    from engine.rl.env_info import register_designed_envs
     from engine.store.project import Project
 
     storage = open_storage(storage_url, checked=checked)

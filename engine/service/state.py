@@ -176,7 +176,7 @@ class Service:
     def resolve_env(self, env: str) -> str:
         """The Gymnasium id of ``env``: a designed env's name (a file in the
         project's ``envs/``) or any registered id; NotFound otherwise."""
-        from engine.rl.config import _unknown_env_message, register_designed_envs
+        from engine.rl.env_info import register_designed_envs, unknown_env_message
 
         name = env.strip()
         if (
@@ -191,7 +191,7 @@ class Service:
 
         register_designed_envs(str(self.project.path))
         if name not in gym.registry:
-            raise NotFound(_unknown_env_message(name, sorted(gym.registry)))
+            raise NotFound(unknown_env_message(name, sorted(gym.registry)))
         return name
 
     def start_training(
