@@ -69,7 +69,7 @@ class RunFormDialog(QDialog):
         ``str.format`` template over the config."""
         super().__init__(parent)
         self.setWindowTitle(title)
-        self.resize(520, 480)
+        self.resize(520, 380)
         self._session = session
         self._kind = kind
         self._fixed = dict(fixed or {})

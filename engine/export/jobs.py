@@ -31,27 +31,27 @@ class GGUFExportConfig:
 
     model_dir: str | None = setting(None, label="Model folder", picker="base_model")
     """The model folder (or, with ``adapter``, the LoRA adapter folder)."""
-    out: str | None = setting(None, label="Output file")
-    """The ``.gguf`` file to write (None: in the run folder)."""
     type: str = setting("f16", choices=GGUF_TYPES, label="GGUF type")
     """Tensor type: f16 / bf16 / f32 keep the weights (Ollama can quantize
     them further); q8_0 is near-lossless at half of f16; q4_0 ... q5_1 are
     smaller and rougher; q2_k ... q6_k are llama.cpp's K-quant mixes (q4_k_m
     and q5_k_m the usual choices). Adapters take f32, f16, bf16 or q8_0."""
-    adapter: bool = False
-    """Export a LoRA adapter as a GGUF adapter instead of a whole model."""
-    base_model_dir: str | None = setting(None, label="Base model folder")
-    """The adapter's base model folder (None: the one the adapter names)."""
     name: str | None = setting(None, label="Model name")
     """Model name written in the file, and the file's name before its type
     (None: the folder's name)."""
-    logit_error: bool = False
-    """Measure the file's logits against the source model's on a few prompts
-    (loads both with transformers; models only)."""
+    out: str | None = setting(None, label="Output file")
+    """The ``.gguf`` file to write (None: in the run folder)."""
     calibration_text: str | None = setting(None, label="Calibration text")
     """A text file, or a project dataset (folder, .jsonl or .parquet), the
     model runs over to weight the K-quants by the importance of each input
     column, as llama.cpp's imatrix does (K-quant types only; empty: none)."""
+    logit_error: bool = False
+    """Measure the file's logits against the source model's on a few prompts
+    (loads both with transformers; models only)."""
+    adapter: bool = False
+    """Export a LoRA adapter as a GGUF adapter instead of a whole model."""
+    base_model_dir: str | None = setting(None, label="Base model folder")
+    """The adapter's base model folder (None: the one the adapter names)."""
     parents: list[str] = setting(factory=list, form=False)
     """Model ids the output derives from (its lineage)."""
 
