@@ -34,17 +34,9 @@ if TYPE_CHECKING:
 
 C = TypeVar("C")
 
-GROUPS = {
-    "training": "Training",
-    "data": "Data",
-    "evaluation": "Evaluation",
-    "export": "Export",
-    "environments": "Environments",
-    "engine": "Engine",
-}
-"""The groups a kind belongs to, by name, with their titles. The studio lists
-the runs of ``training`` kinds in its Training list, the others in
-Activity."""
+GROUPS = ("training", "data", "evaluation", "export", "environments", "engine")
+"""The groups a kind belongs to. The studio lists the runs of ``training``
+kinds in its Training list, the others in Activity."""
 
 KINDS_MODULE = "engine.kinds"
 """The module whose imports declare every kind (the top of the engine's
@@ -165,7 +157,7 @@ def job_kind(
     assert group in GROUPS, group
 
     def declare(run: JobFunction[C]) -> JobFunction[C]:
-        register(
+        _register(
             JobKind(
                 name=name,
                 config=config,
@@ -189,10 +181,11 @@ def job_kind(
     return declare
 
 
-def register(kind: JobKind[Any]) -> JobKind[Any]:
+def _register(kind: JobKind[Any]) -> None:
+    """Add a kind; declaring one name twice is a bug (a module run as
+    ``__main__`` declares its kinds a second time)."""
     assert kind.name not in _KINDS or _KINDS[kind.name].run is kind.run, kind.name
     _KINDS[kind.name] = kind
-    return kind
 
 
 def kinds() -> dict[str, JobKind[Any]]:
