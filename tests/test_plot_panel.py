@@ -22,6 +22,7 @@ from widgets.live_plot import (
     group_for_key,
     metric_name,
 )
+from widgets.plot_group import SERIES_COLORS
 from widgets.run_progress import RunProgressBar, format_eta, format_progress
 
 PPO_KEYS = [
@@ -319,27 +320,82 @@ def test_legend_names_a_curve_whose_first_points_come_later(
     assert "rollout/ep_len_mean" in legend and "PPO live" not in legend
 
 
-def test_line_styles_follow_the_group_rules_not_arrival_order(
+def test_series_follow_the_group_rules_not_arrival_order(
     qtbot, panel: LivePlotPanel, store: MetricStore
 ) -> None:
     """An evaluation logged before the first training rollout still gets the
-    dashed line, and the training curve the solid one."""
+    second colour (and, beside another run, the dashed line), and the
+    training curve the first."""
     fill(store, "run-a", ["eval/mean_reward"], 2)
     qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
     fill(store, "run-a", ["rollout/ep_rew_mean"], 20)
     qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
-    # The curves told apart by their lengths: 20 rollouts, 2 evaluations.
-    items = panel.plot_widget("Rewards").getPlotItem().listDataItems()
-    by_length = {len(item.getData()[0]): item.opts["pen"].style() for item in items}
-    styles = {"rollout/ep_rew_mean": by_length[20], "eval/mean_reward": by_length[2]}
     assert panel.curve_keys("Rewards") == [
         ("run-a", "rollout/ep_rew_mean"),
         ("run-a", "eval/mean_reward"),
     ]
-    assert styles["rollout/ep_rew_mean"] == QtCore.Qt.PenStyle.SolidLine
-    assert styles["eval/mean_reward"] != QtCore.Qt.PenStyle.SolidLine
+    pens = pens_by_length(panel, "Rewards")
+    # One run: a colour per series, all solid.
+    assert pens[20] == (SERIES_COLORS[0], QtCore.Qt.PenStyle.SolidLine)
+    assert pens[2] == (SERIES_COLORS[1], QtCore.Qt.PenStyle.SolidLine)
     legend = panel.legend_text("Rewards")
     assert legend.index("rollout/ep_rew_mean") < legend.index("eval/mean_reward")
+    # A second run: a colour per run, a line style per series.
+    panel.add_run("run-b", "B")
+    fill(store, "run-b", ["rollout/ep_rew_mean"], 30)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    pens = pens_by_length(panel, "Rewards")
+    run_a = QtGui.QColor(panel.run_color("run-a")).name()
+    assert pens[20] == (run_a, QtCore.Qt.PenStyle.SolidLine)
+    assert pens[2][0] == run_a and pens[2][1] != QtCore.Qt.PenStyle.SolidLine
+    assert pens[30] == (QtGui.QColor(panel.run_color("run-b")).name(), pens[20][1])
+    # Back to one run: its series take their colours again.
+    panel.remove_run("run-b")
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert pens_by_length(panel, "Rewards")[2][0] == SERIES_COLORS[1]
+
+
+def pens_by_length(
+    panel: LivePlotPanel, title: str
+) -> dict[int, tuple[str, QtCore.Qt.PenStyle]]:
+    """The pens (colour, line style) of a plot's shown curves, told apart
+    by how many points each has."""
+    return {
+        len(item.getData()[0]): (
+            item.opts["pen"].color().name(),
+            item.opts["pen"].style(),
+        )
+        for item in panel.plot_widget(title).getPlotItem().listDataItems()
+        if item.isVisible()
+    }
+
+
+def test_every_charts_series_have_distinct_pens(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """Issue 29: no two series of a chart share a colour (one run) or a
+    colour and a line style (several runs)."""
+    keys = ["train/policy_loss", "train/value_loss", "train/entropy_loss"]
+    keys += ["rollout/ep_rew_mean", "eval/mean_reward"]
+    fill(store, "a", keys, 10)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    for title in panel.group_titles():
+        pens = [
+            (item.opts["pen"].color().name(), item.opts["pen"].style())
+            for item in panel.plot_widget(title).getPlotItem().listDataItems()
+            if item.isVisible()
+        ]
+        assert len({color for color, _ in pens}) == len(pens), (title, pens)
+    panel.add_run("b", "B")
+    fill(store, "b", keys, 12)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    for title in panel.group_titles():
+        pens = [
+            (item.opts["pen"].color().name(), item.opts["pen"].style())
+            for item in panel.plot_widget(title).getPlotItem().listDataItems()
+            if item.isVisible()
+        ]
+        assert len(set(pens)) == len(pens), (title, pens)
 
 
 def test_smoothing_changes_curve_data_like_tensorboard(
@@ -456,9 +512,9 @@ def test_png_export_is_a_real_non_blank_image(
         for y in range(0, image.height(), 7)
     }
     assert len(colors) > 10
-    # The run's color is drawn somewhere in the Rewards plot.
+    # The curve's color is drawn somewhere in the Rewards plot.
     one = QtGui.QImage(str(panel.export_png(tmp_path / "rewards.png", group="Rewards")))
-    run_rgb = QtGui.QColor(panel.run_color("a")).rgb() & 0xFFFFFF
+    run_rgb = QtGui.QColor(SERIES_COLORS[0]).rgb() & 0xFFFFFF
     found = any(
         (one.pixel(x, y) & 0xFFFFFF) == run_rgb
         for x in range(0, one.width(), 2)

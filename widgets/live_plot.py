@@ -323,7 +323,11 @@ class LivePlotPanel(QtWidgets.QWidget):
             del self._curves[(curve.run_id, curve.key)]
             self._parked[(curve.run_id, curve.key)] = curve
             groups[curve.group] = None
+        self._runs.pop(run_id, None)
         for group in groups:
+            if group.one_run():  # one run left: its series take their colours
+                for other in group.curves:
+                    self._style(other)
             self._queue_legend(group)
         if groups:
             self._parked_runs.pop(run_id, None)
@@ -334,7 +338,6 @@ class LivePlotPanel(QtWidgets.QWidget):
             for key in [k for k in self._parked if k[0] == oldest]:
                 curve = self._parked.pop(key)
                 curve.group.plot.getPlotItem().removeItem(curve.item)
-        self._runs.pop(run_id, None)
         for group in self._groups.values():
             if group.follow_x or group.follow_y:
                 group.x_fitted = group.y_fitted = False
@@ -647,8 +650,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             self._wake()
 
     def _style(self, curve: Curve[PlotGroup]) -> None:
-        color = self._runs[curve.run_id]["color"]
-        style = curve.group.line_style(curve.key)
+        color, style = curve.group.pen_of(curve.key, self._runs[curve.run_id]["color"])
         width = 2 if curve.wide else 1
         if curve.style == (color, width, style):
             return  # a new pen re-sets the item's data (a run shown again)

@@ -14,6 +14,19 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from widgets.plot_series import Curve
 
+SERIES_COLORS: tuple[str, ...] = (
+    "#0072b2",
+    "#e69f00",
+    "#009e73",
+    "#d55e00",
+    "#cc79a7",
+    "#56b4e9",
+    "#b8a300",
+    "#8f8f8f",
+)
+"""The colours of one run's series, in the key order of the group:
+Okabe and Ito's colour-blind-safe set (its yellow darkened and grey for
+black, so every one reads on the light and the dark theme)."""
 LINE_STYLES = (
     QtCore.Qt.PenStyle.SolidLine,
     QtCore.Qt.PenStyle.DashLine,
@@ -358,7 +371,8 @@ class PlotGroup(QtWidgets.QFrame):
     ) -> bool:
         """Take in a curve, its key ranked by ``rank`` and the curves ordered
         by run (in ``run_order``), then key; True when the keys' order (so
-        their line styles) changed."""
+        their line styles) or the curves' colouring changed."""
+        one_run = self.one_run()
         restyle = False
         if curve.key not in self.keys:
             self.keys.append(curve.key)
@@ -372,7 +386,8 @@ class PlotGroup(QtWidgets.QFrame):
         self.curves.sort(
             key=lambda c: (run_order.index(c.run_id), self.keys.index(c.key))
         )
-        return restyle
+        # A second run turns the series' colours into the runs' colours.
+        return restyle or one_run != self.one_run()
 
     def set_hover(self, x: float | None) -> None:
         """Read out the curves at ``x`` (None: not hovering), under a line."""
@@ -467,14 +482,16 @@ class PlotGroup(QtWidgets.QFrame):
         else:
             for curve in shown:
                 info = runs[curve.run_id]
+                color = self.pen_of(curve.key, info["color"])[0]
                 if len(keys) == 1:
                     name = info["label"]
                 elif len(run_ids) == 1:
                     name = curve.key
                 else:
                     name = f"{info['label']} · {curve.key}"
+                swatch = "━━" if self.one_run() else self.swatch(curve.key)
                 text = (
-                    f"<span style='color:{info['color']}'>{self.swatch(curve.key)}"
+                    f"<span style='color:{color}'>{swatch}"
                     f"</span>&nbsp;<span style='color:{fg}'>{_html(name)}</span>"
                 )
                 near = curve.nearest(hover_x, x_axis) if hover_x is not None else None
@@ -495,6 +512,22 @@ class PlotGroup(QtWidgets.QFrame):
     def line_style(self, key: str) -> QtCore.Qt.PenStyle:
         """The line style of a key's curves: by the key's place in the group."""
         return LINE_STYLES[self.keys.index(key) % len(LINE_STYLES)]
+
+    def one_run(self) -> bool:
+        """Whether the plot shows one run's curves: its series then differ by
+        colour; several runs differ by colour, their series by line style."""
+        return len({c.run_id for c in self.curves}) <= 1
+
+    def pen_of(self, key: str, run_color: str) -> tuple[str, QtCore.Qt.PenStyle]:
+        """The colour and line style of a curve of ``key``: a colour per
+        series when the plot shows one run, else the run's colour and the
+        key's line style."""
+        if self.one_run():
+            colors = SERIES_COLORS
+            return colors[
+                self.keys.index(key) % len(colors)
+            ], QtCore.Qt.PenStyle.SolidLine
+        return run_color, self.line_style(key)
 
     def swatch(self, key: str) -> str:
         """The key's line style in text, for the legend."""
