@@ -15,18 +15,19 @@ from PySide6 import QtCore, QtGui, QtWidgets
 from widgets.plot_series import Curve
 
 SERIES_COLORS: tuple[str, ...] = (
-    "#0072b2",
+    "#56b4e9",
     "#e69f00",
     "#009e73",
     "#d55e00",
     "#cc79a7",
-    "#56b4e9",
+    "#0072b2",
     "#b8a300",
     "#8f8f8f",
 )
 """The colours of one run's series, in the key order of the group:
 Okabe and Ito's colour-blind-safe set (its yellow darkened and grey for
-black, so every one reads on the light and the dark theme)."""
+black, so every one reads on the light and the dark theme; sky blue first,
+which reads best on both)."""
 LINE_STYLES = (
     QtCore.Qt.PenStyle.SolidLine,
     QtCore.Qt.PenStyle.DashLine,
