@@ -358,6 +358,9 @@ def test_evaluate_and_play_show_results(qtbot, setup) -> None:
     assert status == "completed", reason
     assert "Play" in text and "return" in text
     rows = ws.results.trace_table.model.records
+    # The trace reads from the episode's first step (issue 29: it began at
+    # the last).
+    assert [r["step"] for r in rows] == sorted(r["step"] for r in rows)
     assert rows and rows[-1]["status"].startswith(("terminated", "truncated"))
     assert rows[0]["step"] == 1 and len(rows[0]["observation"].split(",")) == 4
 

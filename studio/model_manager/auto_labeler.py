@@ -71,7 +71,9 @@ class AutoLabelerPanel(QGroupBox):
         self.suggestions.view.setSelectionMode(
             QTableView.SelectionMode.ExtendedSelection
         )
+        # Least confident first, as suggested: no column sorts them.
         self.suggestions.view.setSortingEnabled(False)
+        self.suggestions.model.sort(-1)
         self.suggestions.selection_changed.connect(
             self._on_suggestion_selection_changed
         )

@@ -77,6 +77,8 @@ class RunResultsPane(QWidget):
         self.trace_table = RecordTable(
             TRACE_COLUMNS, empty_text="Press Play to roll the policy out."
         )
+        # The episode from its first step (a view sorts descending at first).
+        self.trace_table.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         play_split = QSplitter(Qt.Orientation.Horizontal)
         play_split.addWidget(self.trace_table)
         play_split.addWidget(self.frames)
