@@ -85,6 +85,12 @@ RUN_COLORS: tuple[str, ...] = (
 )
 
 
+def free_color(used: list[str]) -> str:
+    """The first run colour not in ``used`` (all taken: they repeat)."""
+    free = [c for c in RUN_COLORS if c not in used]
+    return free[0] if free else RUN_COLORS[len(used) % len(RUN_COLORS)]
+
+
 # ------------------------------------------------------------------ grouping
 def metric_name(key: str) -> str:
     """A metric's name without the flow node that logged it: a key of three
@@ -222,12 +228,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         """Show a run (no-op when shown); return its color as ``#rrggbb``."""
         info = self._runs.get(run_id)
         if info is None:
-            used = {r["color"] for r in self._runs.values()}
-            if color is None:
-                free = [c for c in RUN_COLORS if c not in used]
-                color = (
-                    free[0] if free else RUN_COLORS[len(self._runs) % len(RUN_COLORS)]
-                )
+            color = color or free_color([r["color"] for r in self._runs.values()])
             info = self._runs[run_id] = {"label": label or run_id, "color": color}
         else:
             if label is not None:
