@@ -38,9 +38,11 @@ from PySide6.QtWidgets import (
 
 from resources import resource_path
 from studio.engine_client import CRASHED, FAILED, READY, STARTING
+from studio.notices import Notifier, ask_quit
 from studio.session import Session
 from studio.settings import THEMES, Settings, SettingsDialog
 from studio.shortcuts import ShortcutsDialog, shortcut_rows
+from studio.state.project_state import is_training
 from studio.theme import apply_theme
 from studio.welcome import WelcomeDialog
 from widgets.banner import Banner
@@ -159,9 +161,13 @@ class MainWindow(QMainWindow):
         self._restarting = False
         self.confirm_quit = True
         """Ask before quitting while runs train (off for scripted use)."""
+        self.notifier = Notifier(self, self.windowIcon())
+        self.notify: Callable[[str, str], None] = self.notifier.notify
+        """Tells the desktop ``(title, text)``: a training run ended while
+        the window was not the one looked at; tests replace it."""
         self.keep_runs_on_quit = False
         """The user chose to let the runs train on after the studio quits."""
-        self.ask_quit: Callable[[int], str] = self._ask_quit
+        self.ask_quit: Callable[[int], str] = lambda n: ask_quit(self, n)
         """Asks what quitting does to ``n`` training runs: ``keep`` (they
         train on headless), ``stop`` or ``cancel``; tests replace it."""
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
@@ -234,6 +240,7 @@ class MainWindow(QMainWindow):
         session.project_failed.connect(self._on_session_project_failed)
         session.message_posted.connect(self._on_session_message_posted)
         session.run_log_received.connect(self._on_session_run_log_received)
+        session.run_ended.connect(self._on_session_run_ended)
         session.hardware_changed.connect(self._on_session_hardware_changed)
         session.gpu_usage_changed.connect(self._on_session_gpu_usage_changed)
         self._on_client_state_changed(client.state)
@@ -601,6 +608,17 @@ class MainWindow(QMainWindow):
     def _on_session_message_posted(self, level: str, source: str, text: str) -> None:
         self.log_console.append_line(text, source, level)
 
+    def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:
+        """A training run that finished or failed while the user looked
+        elsewhere is announced (one stopped by the user is not)."""
+        run = self.session.state.run(run_id) or {}
+        if self.isActiveWindow() or status not in ("completed", "failed"):
+            return
+        if not is_training(run):
+            return
+        text = f"{run.get('name') or run_id} {status}"
+        self.notify("RL Studio", f"{text}: {reason}" if reason else f"{text}.")
+
     def _on_session_run_log_received(self, run_id: str, lines: list[str]) -> None:
         self.log_console.append_lines(lines, run_id[-4:])
 
@@ -700,23 +718,6 @@ class MainWindow(QMainWindow):
         settings.sync()
 
     # ------------------------------------------------------------- close
-    def _ask_quit(self, n: int) -> str:
-        box = QMessageBox(self)
-        box.setWindowTitle("Quit RL Studio")
-        box.setIcon(QMessageBox.Icon.Question)
-        box.setText(f"{n} run(s) are still training.")
-        box.setInformativeText(
-            "They can train on in the background: the next start shows them "
-            "live. Or they stop now, each saving a checkpoint to resume from."
-        )
-        keep = box.addButton("Keep training", QMessageBox.ButtonRole.AcceptRole)
-        stop = box.addButton("Stop and quit", QMessageBox.ButtonRole.DestructiveRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(keep)
-        box.exec()
-        clicked = box.clickedButton()
-        return "keep" if clicked is keep else "stop" if clicked is stop else "cancel"
-
     def closeEvent(self, event: QCloseEvent) -> None:
         active = [
             r for r in self.session.state.runs.values() if r.get("status") == "running"
