@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 from engine.errors import ConfigError, quoted, with_defaults
 from engine.flow import ParamSpec, bounds_problem
@@ -459,10 +459,8 @@ def load(cls: type[C], values: Mapping[str, Any]) -> C:
 
 @cache
 def _type_hints(cls: type) -> dict[str, Any]:
-    import typing
-
     try:
-        return typing.get_type_hints(cls)
+        return get_type_hints(cls)
     except (NameError, TypeError):
         return {}
 
