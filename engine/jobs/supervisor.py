@@ -131,8 +131,7 @@ class Supervisor:
         if field and not config.get(field):
             config = {**config, field: str(project.path)}
         config = registry.validate_config(kind, config)
-        taken = [run.name for run in project.list_runs()]
-        name, config = registry.named_run(kind, config, name, taken)
+        name, config = registry.named_run(kind, config, name, project.run_names())
         # Under the lock: the tick's reconcile must not see the queued row
         # before its job is registered.
         with self._lock:

@@ -329,8 +329,7 @@ def _train_in_project(
 
     config = as_dict(cfg)
     if resume_id is None:
-        taken = [run.name for run in project.list_runs()]
-        name, config = named_run(KIND, config, taken=taken)
+        name, config = named_run(KIND, config, taken=project.run_names())
         record = project.create_run(KIND, config, name=name)
     else:
         record = project.get_run(resume_id)

@@ -418,6 +418,13 @@ class Project:
             raise UnknownRunError(f"There is no run {run_id!r} in this project.")
         return self._run_from_row(dict(zip(cols, row, strict=True)))
 
+    def run_names(self) -> list[str]:
+        """Every run's name, without reading the rest of its row (a new run's
+        unique name is drawn against them)."""
+        with self._lock:
+            rows = self._db.execute("SELECT name FROM runs").fetchall()
+        return [str(name) for (name,) in rows]
+
     def list_runs(self) -> list[RunRecord]:
         with self._lock:
             rows = self._db.execute("SELECT * FROM runs ORDER BY created").fetchall()
