@@ -10,30 +10,24 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection
+from pathlib import Path
 
 SEPARATOR = " · "
 """Between a run's kind-given name and its two words."""
 
-ADJECTIVES = (
-    "amber", "bold", "brisk", "calm", "clever", "crisp", "daring", "deft",
-    "eager", "early", "fair", "fleet", "gentle", "glad", "golden", "grand",
-    "hardy", "hazel", "honest", "ivory", "jolly", "keen", "kind", "lively",
-    "lucid", "lucky", "merry", "mellow", "misty", "nimble", "noble", "olive",
-    "patient", "plucky", "polar", "proud", "quick", "quiet", "rapid", "ready",
-    "rosy", "rustic", "sage", "scarlet", "sharp", "silent", "silver", "sleek",
-    "snowy", "solar", "steady", "stout", "sunny", "swift", "tidy", "true",
-    "vivid", "warm", "wild", "wise", "witty", "young", "zesty", "zen",
-)  # fmt: skip
-NOUNS = (
-    "otter", "falcon", "badger", "heron", "lynx", "marten", "osprey", "panda",
-    "puffin", "raven", "robin", "salmon", "sparrow", "tapir", "walrus", "wombat",
-    "acorn", "aspen", "birch", "cedar", "clover", "fern", "maple", "willow",
-    "brook", "canyon", "delta", "dune", "fjord", "glacier", "harbor", "meadow",
-    "comet", "nebula", "orbit", "photon", "pulsar", "quasar", "nova", "zenith",
-    "anchor", "beacon", "compass", "lantern", "sextant", "summit", "tundra", "vale",
-    "bison", "crane", "dingo", "egret", "gecko", "ibis", "jackal", "koala",
-    "lemur", "magpie", "newt", "ocelot", "quail", "stoat", "viper", "yak",
-)  # fmt: skip
+WORDS_FILE = Path(__file__).with_name("run_words.txt")
+"""The two word lists (data): adjectives, a blank line, nouns; ``#`` lines
+are comments."""
+
+
+def _word_lists() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    lines = WORDS_FILE.read_text(encoding="utf-8").splitlines()
+    text = "\n".join(line for line in lines if not line.startswith("#"))
+    adjectives, nouns = (tuple(words.split()) for words in text.strip().split("\n\n"))
+    return adjectives, nouns
+
+
+ADJECTIVES, NOUNS = _word_lists()
 
 
 def two_words(taken: Collection[str] = (), rng: random.Random | None = None) -> str:
