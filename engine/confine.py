@@ -490,18 +490,25 @@ def _sweep_stale_cgroups(root: Path) -> None:
             owner = int(group.name.split("-")[1])
         except ValueError:
             continue
-        if not _alive(owner):
+        if not process_alive(owner):
             with suppress(OSError):
                 group.rmdir()
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int, *, zombies: bool = True) -> bool:
+    """Whether process ``pid`` exists on this machine (stdlib only). A zombie,
+    ended but not yet reaped by its parent, counts unless ``zombies`` is
+    false (a launcher waiting for its own children's end)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    if not zombies:
+        with suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            return stat.rsplit(")", 1)[1].split()[0] != "Z"
     return True
 
 

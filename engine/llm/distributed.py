@@ -42,6 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.confine import process_alive
 from engine.errors import ConfigError, EngineError
 from engine.settings import Offer, as_dict
 
@@ -422,7 +423,7 @@ class Launch:
                 os.killpg(self.proc.pid, sig)
                 alive = True
             for pid in pids:
-                if _alive(pid):
+                if process_alive(pid, zombies=False):  # a zombie rank is gone
                     alive = True
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, sig)
@@ -430,7 +431,8 @@ class Launch:
                 break
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and (
-                self.proc.poll() is None or any(_alive(p) for p in pids)
+                self.proc.poll() is None
+                or any(process_alive(p, zombies=False) for p in pids)
             ):
                 time.sleep(0.1)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -495,20 +497,6 @@ def _failed_rank(text: str) -> tuple[int | None, int | None]:
         return None, None
     killed = [f for f in found if f[1] < 0 and f[1] != -signal.SIGTERM]
     return killed[0] if killed else found[-1]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of ours counts as gone.
-    with contextlib.suppress(OSError):
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 class MetricsFollower:

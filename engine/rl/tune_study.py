@@ -172,18 +172,37 @@ def _claim(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
     UPDATE``, two workers both read WAITING and both run the trial."""
     from datetime import datetime
 
-    import sqlalchemy
-    from optuna.storages._rdb.models import TrialModel
     from optuna.trial import TrialState
 
-    claim = (
+    return _move_trial(
+        storage,
+        trial_id,
+        TrialState.WAITING,
+        state=TrialState.RUNNING,
+        datetime_start=datetime.now(),
+    )
+
+
+def _move_trial(
+    storage: optuna.storages.RDBStorage,
+    trial_id: int,
+    current: optuna.trial.TrialState,
+    **values: Any,
+) -> bool:
+    """Write ``values`` (the new state and its time) to the trial in one
+    conditional UPDATE that holds only while it is still in ``current``;
+    False when another worker changed it first."""
+    import sqlalchemy
+    from optuna.storages._rdb.models import TrialModel
+
+    update = (
         sqlalchemy.update(TrialModel)
         .where(TrialModel.trial_id == trial_id)
-        .where(TrialModel.state == TrialState.WAITING)
-        .values(state=TrialState.RUNNING, datetime_start=datetime.now())
+        .where(TrialModel.state == current)
+        .values(**values)
     )
     with storage.engine.begin() as connection:
-        return connection.execute(claim).rowcount == 1
+        return bool(connection.execute(update).rowcount == 1)
 
 
 def fail_stale_trials(study: optuna.Study) -> None:
@@ -267,18 +286,15 @@ def _fail_running(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
     was no longer running (another worker failed it first)."""
     from datetime import datetime
 
-    import sqlalchemy
-    from optuna.storages._rdb.models import TrialModel
     from optuna.trial import TrialState
 
-    fail = (
-        sqlalchemy.update(TrialModel)
-        .where(TrialModel.trial_id == trial_id)
-        .where(TrialModel.state == TrialState.RUNNING)
-        .values(state=TrialState.FAIL, datetime_complete=datetime.now())
+    return _move_trial(
+        storage,
+        trial_id,
+        TrialState.RUNNING,
+        state=TrialState.FAIL,
+        datetime_complete=datetime.now(),
     )
-    with storage.engine.begin() as connection:
-        return connection.execute(fail).rowcount == 1
 
 
 def _retry_once(study: optuna.Study, failed: optuna.trial.FrozenTrial) -> None:
