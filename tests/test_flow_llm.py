@@ -67,7 +67,8 @@ QUICK = {
     "train.num_generations": 2,
     "train.lora_rank": 4,
     "train.max_completion_length": 4,
-    "train.settings": '{"save_steps": 0, "precision": "fp32", "device": "cpu"}',
+    "train.settings": '{"save_steps": 0, "precision": "fp32", "device": "cpu", '
+    '"eval_every_steps": 0}',
     "evaluate.episodes": 2,
     "evaluate.num_envs": 2,
     "evaluate.max_steps": 2,

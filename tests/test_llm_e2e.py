@@ -491,3 +491,119 @@ def test_out_of_memory_mid_training_leaves_a_resumable_run(
     assert state["global_step"] == 2 and (ckpt / "adapter_config.json").is_file()
     summary, _ = project.job("llm.train", raw, run_id="sft-oom", resume=True)
     assert summary["metrics"]["global_step"] == 3 and not summary["stopped"]
+
+
+# ------------------------------------------------------ validation and health
+def test_sft_scores_its_validation_split_on_schedule(
+    project: Project, datasets: dict[str, dict]
+) -> None:
+    """eval/loss reaches the run's metric stream at each scheduled step and
+    at the last one, beside train/loss; a healthy run has no warnings."""
+    cfg = {
+        **TRAIN,
+        "method": "sft",
+        "max_steps": 3,
+        "eval_every_steps": 2,
+        "model": str(project.model),
+        "dataset": dataset(datasets, "sft"),
+        "name": "adapter-sft-validated",
+    }
+    summary, run_dir = project.job("llm.train", cfg)
+    rows = metrics_rows(run_dir)
+    assert [r["step"] for r in rows if "eval/loss" in r] == [2, 3]
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2, 3]
+    assert not any(k.startswith("eval/runtime") for r in rows for k in r)
+    last = [r["eval/loss"] for r in rows if "eval/loss" in r][-1]
+    assert summary["metrics"]["eval_loss"] == pytest.approx(last)
+    assert summary["warnings"] == [] and summary["early_stopped"] is None
+
+
+def test_grpo_whose_reward_never_varies_is_flagged_early(
+    project: Project, datasets: dict[str, dict], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The untrained tiny model never writes a tool call, so the format
+    reward scores every answer 0: the monitor says so within the first
+    tenth of the steps (the test stops the run there, at the warning)."""
+    from transformers import TrainerCallback
+
+    from engine.llm.train import train_model
+
+    log: list[str] = []  # the run's log: what the job writes to stderr
+
+    class StopAtFirstWarning(TrainerCallback):  # type: ignore[misc]
+        def on_log(self, args, state, control, logs=None, **kw):  # type: ignore[no-untyped-def]
+            log.append(capsys.readouterr().err)
+            if "health:" in log[-1]:
+                control.should_training_stop = True
+            return control
+
+    raw = {
+        **TRAIN,
+        "method": "grpo",
+        "max_steps": 20,
+        "model": str(project.model),
+        "dataset": dataset(datasets, "grpo"),
+        "rewards": [{"name": "format", "weight": 1.0}],
+        "name": "adapter-grpo-flat",
+    }
+    cfg = validate_config("llm.train", raw)
+    run_dir = project.root / "runs" / "grpo-flat"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("grpo-flat", run_dir, "llm.train", cfg)
+    try:
+        summary = train_model(
+            ctx, get_kind("llm.train").load(cfg), [StopAtFirstWarning()]
+        )
+    finally:
+        ctx.close()
+    steps = summary["metrics"]["global_step"]
+    assert steps <= 0.1 * raw["max_steps"]
+    warnings = summary["warnings"]
+    assert any("scored the same" in w for w in warnings), warnings
+    # the adapter never moved: it completed, and learned nothing
+    assert any(w.startswith("Completed, nothing learned") for w in warnings)
+    log.append(capsys.readouterr().err)
+    assert all(f"health: {w}" in "".join(log) for w in warnings)
+
+
+def test_a_nan_loss_ends_the_run_failed_at_once(
+    project: Project, datasets: dict[str, dict], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Weights turned NaN before step 2: the run stops at step 2 (logging
+    every step), saves nothing of them, and fails with one sentence."""
+    import torch
+    from transformers import TrainerCallback
+
+    from engine.llm.train import train_model
+
+    class PoisonWeights(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, args, state, control, model=None, **kw):  # type: ignore[no-untyped-def]
+            if state.global_step == 1:
+                with torch.no_grad():
+                    for name, p in model.named_parameters():
+                        if "lora_A" in name:
+                            p.fill_(float("nan"))
+
+    raw = {
+        **TRAIN,
+        "method": "sft",
+        "max_steps": 6,
+        "save_steps": 1,
+        "model": str(project.model),
+        "dataset": dataset(datasets, "sft"),
+        "name": "adapter-sft-nan",
+    }
+    cfg = validate_config("llm.train", raw)
+    run_dir = project.root / "runs" / "sft-nan"
+    run_dir.mkdir(parents=True)
+    ctx = JobContext("sft-nan", run_dir, "llm.train", cfg)
+    try:
+        with pytest.raises(EngineError, match="Training stopped at step 2") as err:
+            train_model(ctx, get_kind("llm.train").load(cfg), [PoisonWeights()])
+    finally:
+        ctx.close()
+    _one_sentence_with_advice(str(err.value))
+    checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+    assert checkpoints == ["checkpoint-1"]  # none of the NaN weights
+    assert not (project.root / "models" / "adapter-sft-nan").exists()
+    assert f"health: {err.value}" in capsys.readouterr().err

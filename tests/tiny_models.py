@@ -34,8 +34,10 @@ TINY_TRAIN = {
     "precision": "fp32",
     "device": "cpu",
     "gradient_checkpointing": False,
+    "eval_every_steps": 0,
 }
-"""llm.train settings for one quick CPU step of a tiny model."""
+"""llm.train settings for one quick CPU step of a tiny model (not
+validated: the tests of validation turn it on)."""
 
 SENTENCES = [
     "Move the issue from To Do to In Progress.",

@@ -40,6 +40,7 @@ from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.llm.distributed import STRATEGIES, offer_strategy, offer_vllm
+from engine.llm.health import EarlyStop, HealthMonitor, health_callback
 from engine.settings import as_dict, build, setting
 from engine.store.paths import checked_name
 from engine.store.project import new_model_folder
@@ -132,6 +133,24 @@ class TrainConfig:
     """Steps between checkpoints (0: only at the end and on stop)."""
     save_total_limit: int = setting(2, min=1)
     """Checkpoints kept in the run folder."""
+    eval_every_steps: int = setting(
+        50, min=0, unit="optimizer steps", label="Evaluate every"
+    )
+    """Steps between scores of the validation split (``eval/loss`` for SFT,
+    DPO and KTO; ``eval/reward``, the declared rewards' mean on held-out
+    prompts, for GRPO), and at the last step; 0: never."""
+    eval_batches: int = setting(2, min=1, max=100_000, unit="batches")
+    """Validation batches (of batch_size rows; GRPO: of its answers) scored
+    each time: the split's first rows, the same each time so that the scores
+    compare like with like, and few so that validating costs about 2 % of
+    the training time at the default schedule."""
+    early_stop_patience: int = setting(0, min=0, unit="evaluations")
+    """Evaluations without a better validation score before the run stops
+    early (0: never)."""
+    health_checks: bool = setting(True)
+    """Watch the run: a NaN or exploding loss stops it; rewards that never
+    vary, a zero gradient or learning rate and an adapter that learned
+    nothing are warnings in its log and summary."""
     seed: int | None = setting(None, min=0, max=SEED_MAX)
     """Random seed (chosen and saved if None)."""
     device: str | None = setting(None)
@@ -368,6 +387,10 @@ _SKIP = {
     "train_steps_per_second",
     "train_loss",
     "step_time",
+    # An evaluation's own timing, not a score.
+    "eval_runtime",
+    "eval_samples_per_second",
+    "eval_steps_per_second",
 }
 
 
@@ -522,13 +545,15 @@ def build_trainer(
     from engine.llm.datasets import load_split
 
     method = cfg.method
-    train, _val = load_split(cfg.dataset, method)
+    train, val = load_split(cfg.dataset, method)
+    val = _eval_rows(cfg, val)
     tokenizer, model = _load_model(cfg)
-    common = _common_args(cfg, output_dir)
+    common = _common_args(cfg, output_dir, validate=val is not None)
     beta: dict[str, Any] = {} if cfg.beta is None else {"beta": cfg.beta}
     kwargs: dict[str, Any] = {
         "model": model,
         "train_dataset": train,
+        "eval_dataset": val,
         "processing_class": tokenizer,
         "peft_config": _lora_config(cfg),
         "callbacks": callbacks or [],
@@ -610,10 +635,55 @@ def _lora_config(cfg: TrainConfig) -> Any:
     )
 
 
-def _common_args(cfg: TrainConfig, output_dir: Path) -> dict[str, Any]:
-    """The training arguments every method's TRL config takes."""
+EVAL_METRICS = {"grpo": ("eval_reward", True)}
+"""The validation score of each method as the trainer reports it, and
+whether higher is better; the others score ``eval_loss``, lower better."""
+
+
+def eval_metric(method: str) -> tuple[str, bool]:
+    """(the trainer's key of ``method``'s validation score, higher is better)."""
+    return EVAL_METRICS.get(method, ("eval_loss", False))
+
+
+def _eval_batch_size(cfg: TrainConfig) -> int:
+    """Rows per device per validation batch: the training batch, for GRPO
+    rounded up to whole groups of answers (TRL scores a prompt's answers
+    together)."""
+    assert cfg.batch_size is not None and cfg.num_generations is not None
+    if cfg.method != "grpo":
+        return cfg.batch_size
+    gens = cfg.num_generations
+    return -(-cfg.batch_size // gens) * gens
+
+
+def _eval_rows(cfg: TrainConfig, val: Any) -> Any:
+    """The validation rows scored at each evaluation (None: no validation,
+    when it is off or the split is empty)."""
+    if not cfg.eval_every_steps or val is None or len(val) == 0:
+        return None
+    rows = cfg.eval_batches * _eval_batch_size(cfg) * (cfg.num_processes or 1)
+    if cfg.method == "grpo":
+        # A GRPO row is a prompt, answered num_generations times.
+        assert cfg.num_generations is not None
+        rows = max(1, rows // cfg.num_generations)
+    return val.select(range(min(rows, len(val))))
+
+
+def _common_args(
+    cfg: TrainConfig, output_dir: Path, validate: bool = False
+) -> dict[str, Any]:
+    """The training arguments every method's TRL config takes (with
+    ``validate``, scoring the validation split every ``eval_every_steps``)."""
     use_cpu = cfg.device == "cpu"
+    evaluation: dict[str, Any] = {"eval_strategy": "no"}
+    if validate:
+        evaluation = {
+            "eval_strategy": "steps",
+            "eval_steps": cfg.eval_every_steps,
+            "per_device_eval_batch_size": _eval_batch_size(cfg),
+        }
     return {
+        **evaluation,
         "output_dir": str(output_dir),
         "use_cpu": use_cpu,
         "report_to": [],
@@ -707,8 +777,15 @@ def train_model(
     rank0 = os.environ.get("RANK", "0") == "0"
     tensorboard = ctx.run_dir / "tensorboard" if rank0 else None
     callback = make_callback(ctx, cfg.method, cfg.max_steps, tensorboard)
+    key, higher = eval_metric(cfg.method)
+    health = health_callback(
+        ctx.log,
+        HealthMonitor(cfg.max_steps) if cfg.health_checks else None,
+        EarlyStop(cfg.early_stop_patience, higher) if cfg.early_stop_patience else None,
+        key,
+    )
     try:
-        return _train_with(ctx, cfg, name, model_dir, callback, callbacks)
+        return _train_with(ctx, cfg, name, model_dir, [callback, health], callbacks)
     finally:
         callback.close()
 
@@ -718,12 +795,15 @@ def _train_with(
     cfg: TrainConfig,
     name: str,
     model_dir: Path,
-    callback: Any,
+    own: list[Any],
     callbacks: list[Any] | None,
 ) -> dict[str, Any]:
+    """Trains with the studio's ``own`` callbacks (its metric stream, its
+    health watch) and the caller's; returns the summary."""
     from engine.store.atomic import atomic_write_json
 
-    trainer = build_trainer(cfg, ctx.checkpoint_dir, [callback, *(callbacks or [])])
+    callback, health = own
+    trainer = build_trainer(cfg, ctx.checkpoint_dir, [*own, *(callbacks or [])])
     # With tqdm off, transformers adds a PrinterCallback that prints every
     # log row into the run's log; StudioCallback already streams them as
     # metrics.
@@ -755,6 +835,9 @@ def _train_with(
             ) from exc
         raise
     wall = time.monotonic() - t0
+    if health.monitor is not None and health.monitor.fatal is not None:
+        # The broken weights are not saved; the run ends failed with why.
+        raise EngineError(health.monitor.fatal)
     from engine.llm.distributed import weights_digest, world_size
 
     if world_size() > 1:
@@ -785,9 +868,15 @@ def _train_with(
         if "reward" in entry:
             final["reward_mean"] = float(entry["reward"])
             break
+    key, _ = eval_metric(cfg.method)
+    scores = [e[key] for e in trainer.state.log_history if key in e]
+    if scores:
+        final[key] = float(scores[-1])
     return {
         "method": cfg.method,
         "stopped": bool(callback.stopped),
+        "early_stopped": health.early_stopped,
+        "warnings": list(health.monitor.warnings if health.monitor else []),
         "metrics": final,
         "models": [
             {

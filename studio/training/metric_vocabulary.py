@@ -25,6 +25,7 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             # TRL (engine.llm.train): the mean reward and one per function.
             "reward/mean",
             "reward/*_mean",
+            "eval/reward",  # GRPO's held-out reward
         ),
     ),
     ("Reward std", ("reward/std", "reward/*_std")),
@@ -37,7 +38,8 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "eval/mean_length",
         ),
     ),
-    ("Losses", ("train/*loss*",)),
+    # The validation loss beside the training loss it checks.
+    ("Losses", ("train/*loss*", "eval/loss")),
     ("KL", ("train/kl", "train/approx_kl", "*/kl", "*/kl_*")),
     (
         "Completion length",
