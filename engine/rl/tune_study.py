@@ -170,36 +170,32 @@ def _claim(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
     another worker was first. Optuna's own pop (``Study.ask``) reads the
     state, then writes it: on SQLite, which has no ``SELECT ... FOR
     UPDATE``, two workers both read WAITING and both run the trial."""
-    from datetime import datetime
-
     from optuna.trial import TrialState
 
-    return _move_trial(
-        storage,
-        trial_id,
-        TrialState.WAITING,
-        state=TrialState.RUNNING,
-        datetime_start=datetime.now(),
-    )
+    return _move_trial(storage, trial_id, TrialState.WAITING, TrialState.RUNNING)
 
 
 def _move_trial(
     storage: optuna.storages.RDBStorage,
     trial_id: int,
     current: optuna.trial.TrialState,
-    **values: Any,
+    new: optuna.trial.TrialState,
 ) -> bool:
-    """Write ``values`` (the new state and its time) to the trial in one
-    conditional UPDATE that holds only while it is still in ``current``;
-    False when another worker changed it first."""
+    """Set the trial ``new``, stamped with its start (RUNNING) or completion
+    time, in one conditional UPDATE that holds only while it is still
+    ``current``; False when another worker changed it first."""
+    from datetime import datetime
+
     import sqlalchemy
     from optuna.storages._rdb.models import TrialModel
+    from optuna.trial import TrialState
 
+    stamp = "datetime_start" if new == TrialState.RUNNING else "datetime_complete"
     update = (
         sqlalchemy.update(TrialModel)
         .where(TrialModel.trial_id == trial_id)
         .where(TrialModel.state == current)
-        .values(**values)
+        .values({"state": new, stamp: datetime.now()})
     )
     with storage.engine.begin() as connection:
         return bool(connection.execute(update).rowcount == 1)
@@ -284,17 +280,9 @@ def _orphaned_trial_ids(study: optuna.Study) -> list[int]:
 def _fail_running(storage: optuna.storages.RDBStorage, trial_id: int) -> bool:
     """Set a RUNNING trial FAIL in one conditional UPDATE; False when it
     was no longer running (another worker failed it first)."""
-    from datetime import datetime
-
     from optuna.trial import TrialState
 
-    return _move_trial(
-        storage,
-        trial_id,
-        TrialState.RUNNING,
-        state=TrialState.FAIL,
-        datetime_complete=datetime.now(),
-    )
+    return _move_trial(storage, trial_id, TrialState.RUNNING, TrialState.FAIL)
 
 
 def _retry_once(study: optuna.Study, failed: optuna.trial.FrozenTrial) -> None:
