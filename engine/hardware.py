@@ -192,21 +192,8 @@ def _smi_gpus(executable: str | None) -> list[GpuInfo]:
     path = executable or shutil.which("nvidia-smi")
     if path is None:
         return []
-    try:
-        done = subprocess.run(
-            [
-                path,
-                f"--query-gpu={NVIDIA_SMI_DETECT_QUERY}",
-                "--format=csv,noheader,nounits",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=NVIDIA_SMI_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return parse_nvidia_smi_gpus(done.stdout) if done.returncode == 0 else []
+    out = _query_nvidia_smi(path, NVIDIA_SMI_DETECT_QUERY)
+    return parse_nvidia_smi_gpus(out) if out is not None else []
 
 
 CPU_FEATURES = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
@@ -436,12 +423,27 @@ NVIDIA_SMI_QUERY = "index,name,utilization.gpu,memory.used,memory.total"
 NVIDIA_SMI_TIMEOUT_S = 3.0
 
 
-def nvidia_smi_command(executable: str = "nvidia-smi") -> list[str]:
-    return [
-        executable,
-        f"--query-gpu={NVIDIA_SMI_QUERY}",
-        "--format=csv,noheader,nounits",
-    ]
+def nvidia_smi_command(
+    executable: str = "nvidia-smi", query: str = NVIDIA_SMI_QUERY
+) -> list[str]:
+    """The ``nvidia-smi`` command line asking ``query`` of every GPU as CSV."""
+    return [executable, f"--query-gpu={query}", "--format=csv,noheader,nounits"]
+
+
+def _query_nvidia_smi(executable: str, query: str) -> str | None:
+    """``nvidia-smi``'s answer to ``query`` (:func:`nvidia_smi_command`);
+    None when it cannot run, times out or fails."""
+    try:
+        done = subprocess.run(
+            nvidia_smi_command(executable, query),
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
 
 
 def _smi_number(text: str) -> float | None:
@@ -516,19 +518,8 @@ def gpu_usage(nvidia_smi: str | None = None) -> list[GpuUsage]:
         nvidia_smi = shutil.which("nvidia-smi")
         if nvidia_smi is None:
             return []
-    try:
-        done = subprocess.run(
-            nvidia_smi_command(nvidia_smi),
-            capture_output=True,
-            text=True,
-            timeout=NVIDIA_SMI_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if done.returncode != 0:
-        return []
-    return parse_nvidia_smi(done.stdout)
+    out = _query_nvidia_smi(nvidia_smi, NVIDIA_SMI_QUERY)
+    return parse_nvidia_smi(out) if out is not None else []
 
 
 # ------------------------------------------------------------------ CLI
