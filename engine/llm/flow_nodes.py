@@ -363,6 +363,52 @@ def collect(node: NodeRun) -> NodeResult:
     )
 
 
+# ------------------------------------------------------------------ sources
+# What nodes read outside the graph, fingerprinted for their cache keys: a
+# link carries a trace file's path, not its content, and labels are set in
+# the traces view between runs.
+def files_fingerprint(paths: list[str]) -> dict[str, Any]:
+    """The files' count, and a digest of their paths, sizes and times of
+    change (a missing one counts as changed)."""
+    stamps = []
+    for path in sorted(paths):
+        try:
+            st = Path(path).stat()
+            stamps.append([path, st.st_size, st.st_mtime_ns])
+        except OSError:
+            stamps.append([path, -1, -1])
+    text = repr(stamps).encode("utf-8")
+    return {"rows": len(stamps), "digest": hashlib.sha256(text).hexdigest()}
+
+
+def _trace_files(inputs: dict[str, Any]) -> list[str]:
+    return [str(t.get("file", "")) for t in inputs.get("trajectories") or []]
+
+
+def labelled_traces(
+    params: dict[str, Any], inputs: dict[str, Any], project_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """A node over traces and their labels: the trace files, and the labels
+    that point into them (a trace's labels go by its file's stem), unless the
+    node leaves manual labels out."""
+    from engine.store.labels import fingerprint
+
+    files = _trace_files(inputs)
+    sources = {"traces": files_fingerprint(files)}
+    if params.get("manual_labels", True):
+        sources["labels"] = fingerprint(project_dir, [Path(f).stem for f in files])
+    return sources
+
+
+def dataset_files(
+    params: dict[str, Any], inputs: dict[str, Any], project_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """A node over a dataset folder: its train and validation files."""
+    folder = Path(str((inputs.get("dataset") or {}).get("path", "")))
+    names = ("train.jsonl", "train.parquet", "validation.jsonl", "validation.parquet")
+    return {"dataset": files_fingerprint([str(folder / n) for n in names])}
+
+
 # ------------------------------------------------------------------ dataset
 @node_type(
     "llm.dataset",
@@ -389,6 +435,7 @@ def collect(node: NodeRun) -> NodeResult:
             ("method", "validation_fraction", "kto_max_ratio", "manual_labels", "seed"),
         ),
     ),
+    sources=labelled_traces,
 )
 def dataset(node: NodeRun) -> NodeResult:
     """Turn recorded episodes into a TRL training set for one method, split
@@ -531,6 +578,7 @@ LEARN_PARAMS = (
         *param_specs(RewardModelConfig, LEARN_PARAMS),
         reward_weight_param("the learned reward"),
     ),
+    sources=labelled_traces,
 )
 def learn_reward(node: NodeRun) -> NodeResult:
     """Train a reward model on the labels of the linked traces: its held-out
@@ -695,6 +743,7 @@ def _check_train(params: dict[str, Any]) -> list[str]:
         ),
     ),
     check=_check_train,
+    sources=dataset_files,
 )
 def train(node: NodeRun) -> NodeResult:
     """Fine-tune the model with TRL (GRPO, SFT, KTO or DPO) and a LoRA

@@ -6,9 +6,12 @@ Each reports its state (``engine.flow.NODE_STATES``) as a ``flow.node_state``
 event and in ``runs/<run-id>/flow_state.json`` (so a restarted GUI can show
 the last states). A node's outputs are cached in
 ``<project>/data/flow-cache/<flow-name>/<node-id>.json`` under a key hashed
-from its type, implementation version, parameters and input values; a later
-run whose key matches (and whose output files still exist) reuses them and
-reports the node ``cached``. A failing node marks everything downstream
+from its type, implementation version, parameters, input values and the
+fingerprints of what it reads outside the graph (its type's ``sources``: the
+labels of its traces, the trace files); a later run whose key matches (and
+whose output files still exist) reuses them and reports the node ``cached``,
+and one that runs it again says why in the log and the node's message
+("labels changed (64 new)"). A failing node marks everything downstream
 ``skipped``; independent branches still run; the run then fails naming the
 node. Stop is cooperative: the running node sees ``should_stop``, the nodes
 after it are ``skipped``.
@@ -210,10 +213,75 @@ def cache_dir(project_dir: Path, flow_name: str) -> Path:
     return project_dir / "data" / "flow-cache" / safe
 
 
-def cache_key(node_type: str, version: int, params: dict[str, Any], inputs: Any) -> str:
+def cache_record(
+    node_type: str,
+    version: int,
+    params: dict[str, Any],
+    inputs: Any,
+    sources: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What a node's cache key is made of: its type and implementation
+    version, parameters, input values and the fingerprints of what it reads
+    outside the graph (left out when it reads nothing, so the keys of such
+    nodes are those they always were)."""
     record = {"type": node_type, "version": version, "params": params, "inputs": inputs}
+    if sources:
+        record["sources"] = sources
+    return record
+
+
+def cache_key(
+    node_type: str,
+    version: int,
+    params: dict[str, Any],
+    inputs: Any,
+    sources: dict[str, dict[str, Any]] | None = None,
+) -> str:
+    record = cache_record(node_type, version, params, inputs, sources)
     text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _source_change(name: str, old: Any, new: dict[str, Any]) -> str:
+    before = old.get("rows") if isinstance(old, dict) else None
+    after = new.get("rows")
+    if isinstance(before, int) and isinstance(after, int) and before != after:
+        if after > before:
+            return f"{name} changed ({after - before} new)"
+        return f"{name} changed ({before - after} removed)"
+    return f"{name} changed"
+
+
+def rerun_reason(folder: Path, node_id: str, record: dict[str, Any]) -> str | None:
+    """Why a node whose cache entry is stale runs again, as the flow says it
+    ("labels changed (64 new)", "parameters changed (seed)"); None when it
+    has no entry or one too old to tell."""
+    try:
+        entry = json.loads((folder / f"{node_id}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    old = entry.get("record") if isinstance(entry, dict) else None
+    if not isinstance(old, dict):
+        return None
+    # Compared as they were stored: through JSON.
+    now = json.loads(json.dumps(record, default=str))
+    reasons: list[str] = []
+    old_sources = old.get("sources") or {}
+    for name, fp in (now.get("sources") or {}).items():
+        if old_sources.get(name) != fp:
+            reasons.append(_source_change(name, old_sources.get(name), fp))
+    if old.get("version") != now["version"]:
+        reasons.append("its implementation changed")
+    changed = sorted(
+        k
+        for k in {*now["params"], *(old.get("params") or {})}
+        if (old.get("params") or {}).get(k) != now["params"].get(k)
+    )
+    if changed:
+        reasons.append(f"parameters changed ({', '.join(changed)})")
+    if old.get("inputs") != now["inputs"]:
+        reasons.append("its inputs changed")
+    return "; ".join(reasons) or None
 
 
 def read_cache(folder: Path, node_id: str, key: str) -> dict[str, Any] | None:
@@ -445,7 +513,14 @@ class FlowExecution:
         t = self.types[node.type]
         params = flow.resolved_params(node.params, t.spec)
         inputs = self._inputs(node, t.spec)
-        key = cache_key(node.type, t.spec.version, params, inputs)
+        sources = (
+            t.sources(params, inputs, self.ctx.project_dir)
+            if t.cacheable and t.sources
+            else None
+        )
+        record = cache_record(node.type, t.spec.version, params, inputs, sources)
+        key = cache_key(node.type, t.spec.version, params, inputs, sources)
+        reason = None
         if t.cacheable and self.only_stale:
             entry = read_cache(self.cache, node.id, key)
             if entry is not None:
@@ -469,7 +544,10 @@ class FlowExecution:
                     summary=entry.get("summary", {}),
                 )
                 return "cached"
-        self._set(node.id, "running", message="starting")
+            reason = rerun_reason(self.cache, node.id, record)
+            if reason:
+                self.ctx.log(f"{label}: {reason}; running it again")
+        self._set(node.id, "running", message=reason or "starting")
         started = time.monotonic()
         run = NodeRun(
             node_id=node.id,
@@ -514,6 +592,7 @@ class FlowExecution:
                     self.cache / f"{node.id}.json",
                     {
                         "key": key,
+                        "record": record,
                         "type": node.type,
                         "version": t.spec.version,
                         "outputs": result.outputs,
@@ -528,7 +607,8 @@ class FlowExecution:
             node.id,
             "done",
             progress=1.0,
-            message=f"Done in {seconds:.1f} s.",
+            message=f"Done in {seconds:.1f} s"
+            + (f" (ran again: {reason})." if reason else "."),
             outputs=result.outputs,
             summary=summary,
         )

@@ -39,6 +39,10 @@ log = logging.getLogger("engine.nodes")
 
 NodeFunction = Callable[["NodeRun"], "NodeResult | dict[str, Any]"]
 ParamCheck = Callable[[dict[str, Any]], list[str]]
+Sources = Callable[[dict[str, Any], dict[str, Any], Path], dict[str, dict[str, Any]]]
+"""``sources(params, inputs, project_dir)``: a cheap fingerprint of each
+store outside the graph that a node reads (labels, trace files), by name;
+``rows`` in a fingerprint counts what it holds."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ class NodeType:
     check: ParamCheck | None = None
     """Quick extra checks of resolved parameters (no heavy imports): one
     sentence per problem; part of graph validation."""
+    sources: Sources | None = None
+    """What the node reads from outside the graph; part of its cache key, so
+    that new labels or rewritten traces make it run again."""
     module: str = ""
 
     @property
@@ -79,6 +86,7 @@ def node_type(
     version: int = 1,
     cacheable: bool = True,
     check: ParamCheck | None = None,
+    sources: Sources | None = None,
 ) -> Callable[[NodeFunction], NodeFunction]:
     """Register the decorated function as node type ``type_name``.
 
@@ -103,7 +111,12 @@ def node_type(
         if type_name in _TYPES and _TYPES[type_name].module != fn.__module__:
             raise ValueError(f"node type {type_name!r} is registered twice")
         _TYPES[type_name] = NodeType(
-            spec=spec, run=fn, cacheable=cacheable, check=check, module=fn.__module__
+            spec=spec,
+            run=fn,
+            cacheable=cacheable,
+            check=check,
+            sources=sources,
+            module=fn.__module__,
         )
         return fn
 

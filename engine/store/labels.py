@@ -657,3 +657,33 @@ def orphan_sentence(n: int) -> str:
         f"{n} label(s) point at steps that are gone or changed (their trace "
         "was deleted or rewritten); they are kept in data/labels.sqlite but not used."
     )
+
+
+def fingerprint(
+    project_dir: str | os.PathLike[str], traces: Sequence[str]
+) -> dict[str, Any]:
+    """The labels of ``traces`` as a cache key reads them: how many there
+    are (``rows``) and a digest of their content, read without creating the
+    database when the project has none. A flow node that builds on labels
+    runs again when this changes."""
+    path = Path(project_dir) / DB_FILE
+    if not path.is_file() or not traces:
+        return {"rows": 0, "digest": ""}
+    names = sorted(set(traces))
+    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10.0)
+    try:
+        rows = db.execute(
+            f"SELECT {', '.join(_FIELDS)} FROM labels "
+            f"WHERE trace IN ({', '.join('?' * len(names))}) "
+            "ORDER BY trace, episode, step, kind",
+            names,
+        ).fetchall()
+    except sqlite3.OperationalError:  # no labels table yet
+        rows = []
+    finally:
+        db.close()
+    # Who set a label and when do not change what is trained on.
+    kept = [f for f in _FIELDS if f not in ("who", "created")]
+    content = [[row[_FIELDS.index(f)] for f in kept] for row in rows]
+    digest = hashlib.sha256(json.dumps(content).encode("utf-8")).hexdigest()
+    return {"rows": len(rows), "digest": digest}
