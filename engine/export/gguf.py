@@ -27,7 +27,7 @@ import shutil
 import struct
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1664,29 +1664,20 @@ def export_gguf(
 
     _write_planned(out_path, setup, hp.arch, planned, progress)
     ok, checks = _verify_model_file(out_path, hp, vocab, planned, gguf_type)
-    if not ok:
-        warnings.append("Reading the file back found problems: " + "; ".join(checks))
-    types = dict(Counter(p.qtype.name for p in planned))
-    for w in warnings:
-        log.warning(w)
-    return ExportReport(
-        path=str(out_path),
-        kind="model",
-        architecture=hp.arch,
-        file_type=gguf_type,
-        tensor_count=len(planned),
-        size_bytes=out_path.stat().st_size,
-        source_bytes=sum(p.source.nbytes for p in planned if p.source),
-        seconds=time.perf_counter() - t0,
+    report = _written_report(
+        "model",
+        out_path,
+        hp.arch,
+        gguf_type,
+        planned,
+        t0,
+        fallbacks,
+        ok,
+        checks,
+        warnings=warnings,
         tokenizer_model=vocab.model,
         tokenizer_pre=vocab.pre,
         vocab_size=len(vocab.tokens),
-        tensor_types=types,
-        fallbacks=fallbacks,
-        bits_per_weight=_bits_per_weight(planned),
-        warnings=warnings,
-        verified=ok,
-        checks=checks,
         imatrix=(
             {
                 **imatrix.summary(),
@@ -1695,6 +1686,48 @@ def export_gguf(
             if imatrix is not None
             else {}
         ),
+    )
+    for w in report.warnings:
+        log.warning(w)
+    return report
+
+
+def _written_report(
+    kind: str,
+    out_path: Path,
+    arch: str,
+    gguf_type: str,
+    planned: list[_Planned],
+    t0: float,
+    fallbacks: list[str],
+    ok: bool,
+    checks: list[str],
+    *,
+    warnings: Sequence[str] = (),
+    **details: Any,
+) -> ExportReport:
+    """The report of the ``kind`` GGUF written at ``out_path`` from
+    ``planned`` since ``t0``, with what reading it back found (``ok``,
+    ``checks``); ``details``, the kind's own fields."""
+    warnings = list(warnings)
+    if not ok:
+        warnings.append("Reading the file back found problems: " + "; ".join(checks))
+    return ExportReport(
+        path=str(out_path),
+        kind=kind,
+        architecture=arch,
+        file_type=gguf_type,
+        tensor_count=len(planned),
+        size_bytes=out_path.stat().st_size,
+        source_bytes=sum(p.source.nbytes for p in planned if p.source),
+        seconds=time.perf_counter() - t0,
+        tensor_types=dict(Counter(p.qtype.name for p in planned)),
+        fallbacks=fallbacks,
+        bits_per_weight=_bits_per_weight(planned),
+        warnings=warnings,
+        verified=ok,
+        checks=checks,
+        **details,
     )
 
 
@@ -2000,24 +2033,8 @@ def export_lora_gguf(
         "adapter.lora.alpha",
     ]
     ok, checks = verify_gguf(out_path, required, {p.name: p.shape for p in planned})
-    types = dict(Counter(p.qtype.name for p in planned))
-    return ExportReport(
-        path=str(out_path),
-        kind="adapter",
-        architecture=hp.arch,
-        file_type=gguf_type,
-        tensor_count=len(planned),
-        size_bytes=out_path.stat().st_size,
-        source_bytes=sum(p.source.nbytes for p in planned if p.source),
-        seconds=time.perf_counter() - t0,
-        tensor_types=types,
-        fallbacks=fallbacks,
-        bits_per_weight=_bits_per_weight(planned),
-        warnings=[]
-        if ok
-        else ["Reading the file back found problems: " + "; ".join(checks)],
-        verified=ok,
-        checks=checks,
+    return _written_report(
+        "adapter", out_path, hp.arch, gguf_type, planned, t0, fallbacks, ok, checks
     )
 
 
