@@ -41,7 +41,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -118,6 +118,17 @@ def path_name_problem(what: str, value: object) -> str | None:
         return None
     shown = value if len(value) <= 60 else value[:57] + "..."
     return f"{what} {shown!r} cannot be used in a file name; {PATH_NAME_RULE}."
+
+
+def free_name(base: str, taken: Collection[str], sep: str) -> str:
+    """``base`` when no name in ``taken`` is it, else the first of
+    ``base{sep}2``, ``base{sep}3``, ... that is free."""
+    if base not in taken:
+        return base
+    n = 2
+    while f"{base}{sep}{n}" in taken:
+        n += 1
+    return f"{base}{sep}{n}"
 
 
 # --------------------------------------------------------------------------
@@ -553,13 +564,7 @@ class FlowDocument:
         ``train_2``, ...)."""
         base = _ID_CLEAN.sub("_", node_type.rsplit(".", 1)[-1].lower()).strip("_")
         base = base or "node"
-        taken = set(self.node_ids())
-        if base not in taken:
-            return base
-        n = 2
-        while f"{base}_{n}" in taken:
-            n += 1
-        return f"{base}_{n}"
+        return free_name(base, set(self.node_ids()), "_")
 
     # -------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@ as W&B's do: two words drawn at random, unique in the project, added to the
 name a kind gives its runs (``JobKind.default_name``), and carried to the
 model the run registers (``JobKind.model_name_field``).
 
-Stdlib only.
+Stdlib only (engine.flow, which it imports, is too).
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Collection
 from pathlib import Path
+
+from engine.flow import free_name
 
 SEPARATOR = " · "
 """Between a run's kind-given name and its two words."""
@@ -38,10 +40,7 @@ def two_words(taken: Collection[str] = (), rng: random.Random | None = None) -> 
         words = f"{draw.choice(ADJECTIVES)}-{draw.choice(NOUNS)}"
         if words not in taken:
             return words
-    n = 2
-    while f"{words}-{n}" in taken:
-        n += 1
-    return f"{words}-{n}"
+    return free_name(words, taken, "-")
 
 
 def words_of(run_name: str) -> str:
