@@ -21,6 +21,7 @@ the GGUF, a Modelfile and a README with the one ``ollama create`` command.
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,23 @@ def _run_job(node: NodeRun, kind: str, config: dict[str, Any]) -> dict[str, Any]
     from engine.llm.flow_nodes import run_job
 
     return run_job(node, kind, config)
+
+
+def _verified_export(
+    node: NodeRun,
+    kind: str,
+    config: dict[str, Any],
+    failure: Callable[[dict[str, Any], dict[str, Any]], str],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the export job ``kind``: its report and the one model it wrote;
+    an EngineError saying ``failure(report, model)`` when reading the file
+    back did not verify it."""
+    summary = _run_job(node, kind, config)
+    report = summary["report"]
+    (entry,) = summary["models"]
+    if not report.get("verified"):
+        raise EngineError(failure(report, entry))
+    return report, entry
 
 
 # --------------------------------------------------------------------- GGUF
@@ -105,7 +123,7 @@ def export_gguf(node: NodeRun) -> NodeResult:
     if is_adapter:
         default += "-lora"  # beside the merged model's GGUF, tell them apart
     name = safe_name((p.get("name") or "").strip() or default)
-    summary = _run_job(
+    report, entry = _verified_export(
         node,
         "export.gguf",
         {
@@ -117,14 +135,11 @@ def export_gguf(node: NodeRun) -> NodeResult:
             "calibration_text": calibration,
             "parents": [source["path"]],
         },
-    )
-    report = summary["report"]
-    (entry,) = summary["models"]
-    if not report.get("verified"):
-        raise EngineError(
+        lambda report, entry: (
             f"The GGUF {Path(entry['file']).name} did not pass its checks: "
             f"{'; '.join(report.get('checks', [])) or 'unknown reason'}."
-        )
+        ),
+    )
     value = {
         "file": entry["file"],
         "type": p["type"],
@@ -183,7 +198,7 @@ def export_onnx(node: NodeRun) -> NodeResult:
     policy = node.input("policy")
     source = Path(policy["file"])
     name = str(policy.get("name") or source.parent.name)
-    summary = _run_job(
+    report, entry = _verified_export(
         node,
         "export.onnx",
         {
@@ -192,14 +207,11 @@ def export_onnx(node: NodeRun) -> NodeResult:
             "samples": node.params["samples"],
             "parents": [str(source)],
         },
-    )
-    report = summary["report"]
-    (entry,) = summary["models"]
-    if not report.get("verified"):
-        raise EngineError(
+        lambda report, _entry: (
             f"The ONNX export of {name} does not match the policy: "
             f"{report.get('max_abs_diff')} apart at most."
-        )
+        ),
+    )
     env = policy.get("env") or {}
     return NodeResult(
         outputs={"report": {**report, "file": entry["file"]}},
