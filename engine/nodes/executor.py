@@ -509,6 +509,26 @@ class FlowExecution:
             inputs[port.name] = values if port.multiple else values[0]
         return inputs
 
+    def _reuse(self, node_id: str, entry: dict[str, Any]) -> None:
+        """The node is unchanged: its cached outputs stand for a run."""
+        self.outputs[node_id] = entry["outputs"]
+        # Models made by a run that then failed were never registered;
+        # this run lists them (a node downstream of Train failing must
+        # not lose the trained model once Train is cached).
+        pending = list(entry.get("pending_models") or [])
+        if pending:
+            self.models.extend(pending)
+            self._pending.append(node_id)
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(entry.get("finished", 0)))
+        self._set(
+            node_id,
+            "cached",
+            progress=1.0,
+            message=f"Unchanged since run {entry.get('run_id', '?')} ({when}).",
+            outputs=entry["outputs"],
+            summary=entry.get("summary", {}),
+        )
+
     def _run_node(self, node: flow.Node, label: str) -> str:
         t = self.types[node.type]
         params = flow.resolved_params(node.params, t.spec)
@@ -524,25 +544,7 @@ class FlowExecution:
         if t.cacheable and self.only_stale:
             entry = read_cache(self.cache, node.id, key)
             if entry is not None:
-                self.outputs[node.id] = entry["outputs"]
-                # Models made by a run that then failed were never registered;
-                # this run lists them (a node downstream of Train failing must
-                # not lose the trained model once Train is cached).
-                pending = list(entry.get("pending_models") or [])
-                if pending:
-                    self.models.extend(pending)
-                    self._pending.append(node.id)
-                when = time.strftime(
-                    "%Y-%m-%d %H:%M", time.localtime(entry.get("finished", 0))
-                )
-                self._set(
-                    node.id,
-                    "cached",
-                    progress=1.0,
-                    message=f"Unchanged since run {entry.get('run_id', '?')} ({when}).",
-                    outputs=entry["outputs"],
-                    summary=entry.get("summary", {}),
-                )
+                self._reuse(node.id, entry)
                 return "cached"
             reason = rerun_reason(self.cache, node.id, record)
             if reason:
