@@ -26,8 +26,20 @@ METRICS = (
     ("total_steps", "Total steps"),
     ("duration_s", "Duration"),
     ("steps_per_s", "Steps/s"),
+    ("warnings", "Health"),
 )
 """The outcomes compared, in order: (key, label)."""
+
+
+def run_warnings(run: Mapping[str, Any]) -> list[str] | None:
+    """What a run's health watch said (its summary's ``warnings``, one
+    sentence each); None for a run that keeps no such list (not watched, or
+    not ended)."""
+    summary = run.get("summary")
+    warnings = summary.get("warnings") if isinstance(summary, Mapping) else None
+    if not isinstance(warnings, list):
+        return None
+    return [str(w) for w in warnings]
 
 
 class Comparison(TypedDict):
@@ -115,6 +127,7 @@ def run_metrics(run: Mapping[str, Any], now: float | None = None) -> dict[str, A
         "total_steps": int(steps) if steps is not None else None,
         "duration_s": duration,
         "steps_per_s": rate,
+        "warnings": run_warnings(run),
     }
 
 

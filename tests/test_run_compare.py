@@ -94,6 +94,7 @@ def test_a_finished_runs_outcome_comes_from_its_summary() -> None:
         "total_steps": 5000,
         "duration_s": 50.0,
         "steps_per_s": 100.0,
+        "warnings": None,  # an RL run's health is not watched
     }
     assert list(run_metrics(run)) == [key for key, _ in METRICS]
 
@@ -124,6 +125,7 @@ def test_a_running_runs_outcome_so_far() -> None:
         "total_steps": 600,
         "duration_s": 30.0,
         "steps_per_s": 20.0,
+        "warnings": None,
     }
     never = run_metrics({"status": "queued", "started": None})
     assert never["duration_s"] is None and never["steps_per_s"] is None
@@ -145,13 +147,39 @@ def test_compare_runs_puts_runs_side_by_side() -> None:
     assert comparison["metrics"]["best_eval_reward"] == [None, None]
 
 
+FLAT = "The gradient norm was 0 over steps 1-5, so no weight moved; check it."
+
+
+def test_a_runs_health_warnings_come_from_its_summary() -> None:
+    watched = {"status": "completed", "summary": {"warnings": [FLAT]}}
+    assert run_metrics(watched)["warnings"] == [FLAT]
+    healthy = {"status": "completed", "summary": {"warnings": []}}
+    assert run_metrics(healthy)["warnings"] == []
+    odd = {"status": "completed", "summary": {"warnings": "not a list"}}
+    assert run_metrics(odd)["warnings"] is None
+
+
+def test_the_runs_list_marks_a_run_that_warned() -> None:
+    from studio.common import STATUS_COLORS
+    from studio.training.compare import WARNING_COLOR
+    from studio.training.workspace import status_color, status_text, status_tooltip
+
+    run = {"status": "completed", "summary": {"warnings": [FLAT]}}
+    assert status_text(run) == "completed ⚠"
+    assert status_tooltip(run) == f"⚠ 1 warning:\n• {FLAT}"
+    assert status_color(run) == WARNING_COLOR
+    plain = {"status": "completed", "reason": "", "summary": {"warnings": []}}
+    assert status_text(plain) == "completed" and status_tooltip(plain) == ""
+    assert status_color(plain) == STATUS_COLORS["completed"]
+
+
 def make_runs(project_dir: Path) -> list[str]:
     """Two finished rl.train runs with different settings, as the store
     records them."""
     project = Project.open(project_dir, create=True)
     try:
         ids = []
-        for config, best in ((PPO, 200.0), (A2C, 120.0)):
+        for config, best, warnings in ((PPO, 200.0, None), (A2C, 120.0, [FLAT])):
             run = project.create_run("rl.train", config, name=f"{config['algo']} run")
             project.update_run(
                 run.id,
@@ -162,6 +190,7 @@ def make_runs(project_dir: Path) -> list[str]:
                     "best_eval_reward": best,
                     "last_eval_reward": best - 10,
                     "total_steps": 5000,
+                    **({"warnings": warnings} if warnings else {}),
                 },
             )
             # Evaluations every 1000 steps, for the curves.
@@ -274,7 +303,9 @@ def test_compare_shows_the_differing_settings_and_both_outcomes(
             "Total steps": ["5,000", "5,000"],
             "Duration": ["0:10", "0:10"],
             "Steps/s": ["500", "500"],
+            "Health": ["—", "⚠ 1 warning"],
         }
+        assert metrics.item(6, 1).toolTip() == FLAT
         # The highest best and final evaluation are in bold.
         assert metrics.item(1, 0).font().bold() and not metrics.item(1, 1).font().bold()
         assert metrics.item(2, 0).font().bold()

@@ -40,9 +40,21 @@ def _setting_text(value: Any) -> str:
     return json.dumps(value)
 
 
+WARNING_COLOR = "#d55e00"
+"""A run's health warnings (Okabe and Ito's vermillion, as in the runs list)."""
+
+
+def warnings_text(warnings: Sequence[str]) -> str:
+    """A run's health in a word: how many warnings, or none."""
+    n = len(warnings)
+    return f"⚠ {n} warning{'s' if n != 1 else ''}" if n else "no warnings"
+
+
 def _metric_text(key: str, value: Any) -> str:
     if value is None:
         return MISSING
+    if key == "warnings":
+        return warnings_text(value)
     if key == "duration_s":
         return fmt_duration(value)
     if key == "total_steps":
@@ -134,6 +146,9 @@ class CompareView(QWidget):
                     item.setFont(font)
                 if key == "status":
                     item.setForeground(QBrush(QColor(STATUS_COLORS.get(value, "#000"))))
+                if key == "warnings" and value:
+                    item.setForeground(QBrush(QColor(WARNING_COLOR)))
+                    item.setToolTip("\n".join(value))
                 self.metrics_table.setItem(row, col, item)
 
     def _headers(

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import contract
+from engine.run_compare import run_warnings
 from studio.common import (
     STATUS_COLORS,
     JsonPreview,
@@ -56,7 +57,7 @@ from studio.state.project_state import (
     run_steps,
     run_tags,
 )
-from studio.training.compare import CompareView
+from studio.training.compare import WARNING_COLOR, CompareView, warnings_text
 from studio.training.metric_vocabulary import TRAINING_METRICS
 from studio.training.readiness import ReadinessStrip
 from studio.training.run_dialog import RunDialog
@@ -129,6 +130,28 @@ def _status(run: dict[str, Any]) -> list[str]:
     return [str(run.get("status") or "")]
 
 
+def status_text(run: dict[str, Any]) -> str:
+    """The run's status, marked ⚠ when its health watch warned."""
+    status = str(run.get("status") or "")
+    return f"{status} ⚠" if run_warnings(run) else status
+
+
+def status_tooltip(run: dict[str, Any]) -> str:
+    """Why the run ended, then each health warning."""
+    warnings = run_warnings(run) or []
+    lines = [str(run.get("reason") or "")]
+    if warnings:
+        lines.append(f"{warnings_text(warnings)}:")
+        lines.extend(f"• {w}" for w in warnings)
+    return "\n".join(line for line in lines if line)
+
+
+def status_color(run: dict[str, Any]) -> str | None:
+    if run_warnings(run) and run.get("status") == "completed":
+        return WARNING_COLOR
+    return STATUS_COLORS.get(run.get("status", ""))
+
+
 TRAINING_FACETS = [
     Facet("status", _status),
     Facet("env", lambda r: [run_env(r)]),
@@ -150,8 +173,9 @@ RUN_COLUMNS = [
     Column(
         "Status",
         lambda r: r.get("status", ""),
-        color=lambda r: STATUS_COLORS.get(r.get("status", "")),
-        tooltip=lambda r: r.get("reason", ""),
+        display=status_text,
+        color=status_color,
+        tooltip=status_tooltip,
     ),
     Column("Algo", run_algo),
     Column("Env", run_env),
@@ -176,8 +200,9 @@ ACTIVITY_COLUMNS = [
     Column(
         "Status",
         lambda r: r.get("status", ""),
-        color=lambda r: STATUS_COLORS.get(r.get("status", "")),
-        tooltip=lambda r: r.get("reason", ""),
+        display=status_text,
+        color=status_color,
+        tooltip=status_tooltip,
     ),
     Column("Started", lambda r: r.get("started") or 0, fmt_time),
     Column(
