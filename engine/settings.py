@@ -436,6 +436,16 @@ def as_dict(cfg: object) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def same_named(cfg: object, names: str | Iterable[str]) -> dict[str, Any]:
+    """``{name: cfg.name}`` for each of ``names`` (an iterable, or one string
+    of space-separated names): the settings a library or a compiled program
+    takes as arguments of the same name. A name ``cfg`` lacks raises
+    AttributeError, a bug caught by the first run."""
+    if isinstance(names, str):
+        names = names.split()
+    return {name: getattr(cfg, name) for name in names}
+
+
 def load(cls: type[C], values: Mapping[str, Any]) -> C:
     """The instance of ``cls`` a recorded config describes (the output of
     :func:`as_dict`, or a checked config): values are taken as they are, not

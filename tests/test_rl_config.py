@@ -464,3 +464,31 @@ def test_the_preset_provenance_is_shown_in_the_form_and_the_help(tmp_path) -> No
     assert text.startswith("Built-in presets: tuned here: ")  # in file-name order
     assert "PPO on CartPole-v1 (the sweep 'ppo-cartpole-" in text
     assert "".join(text.split()) in "".join(parser.format_help().split())
+
+
+def test_the_settings_passed_to_sb3_and_the_compiled_program_by_name_exist() -> None:
+    """The argument lists of ``model_kwargs`` and ``settings_of`` name real
+    settings of every algorithm they are passed for (a typo would fail only
+    when a run of that algorithm starts)."""
+    from engine.rl import train
+    from engine.rl.compiled import learner
+    from engine.rl.config import (
+        A2CConfig,
+        DQNConfig,
+        MaskablePPOConfig,
+        PPOConfig,
+        SACConfig,
+        TD3Config,
+    )
+    from engine.settings import fields_of
+
+    takers = {
+        train.ON_POLICY_ARGS: (PPOConfig, MaskablePPOConfig, A2CConfig),
+        train.OFF_POLICY_ARGS: (DQNConfig, SACConfig, TD3Config),
+        train.DQN_ARGS: (DQNConfig,),
+        train.TD3_ARGS: (TD3Config,),
+        learner.SAME_NAMED_SETTINGS: (PPOConfig, MaskablePPOConfig),
+    }
+    for names, classes in takers.items():
+        for cls in classes:
+            assert set(names.split()) <= set(fields_of(cls)), (names, cls)

@@ -236,3 +236,19 @@ def test_saved_language_model_nodes_with_zero_for_empty_still_load(
     catalog = specs()
     for node in doc.nodes:
         assert flow.param_errors(node.params, catalog[node.type]) == [], node.id
+
+
+def test_same_named_passes_settings_on_under_their_names() -> None:
+    from dataclasses import dataclass
+
+    from engine.settings import same_named
+
+    @dataclass(frozen=True)
+    class Cfg:
+        gamma: float = 0.9
+        tau: float = 0.5
+
+    assert same_named(Cfg(), "gamma tau") == {"gamma": 0.9, "tau": 0.5}
+    assert same_named(Cfg(tau=1.0), ["tau"]) == {"tau": 1.0}
+    with pytest.raises(AttributeError):
+        same_named(Cfg(), "gamma lr")

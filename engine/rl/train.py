@@ -75,7 +75,7 @@ from engine.rl.policy import (
     eval_env_count,
     evaluate,
 )
-from engine.settings import as_dict, load
+from engine.settings import as_dict, load, same_named
 from engine.store.atomic import (
     atomic_write_json,
     atomic_write_text,
@@ -127,6 +127,17 @@ def algo_class(algo: str) -> Any:
     return getattr(stable_baselines3, algo)
 
 
+# The arguments of SB3's algorithms that are settings of the same name, by
+# the algorithms that take them (the rest are computed in model_kwargs).
+ON_POLICY_ARGS = "n_steps gae_lambda ent_coef vf_coef max_grad_norm normalize_advantage"
+OFF_POLICY_ARGS = "buffer_size learning_starts batch_size tau train_freq gradient_steps"
+DQN_ARGS = (
+    "target_update_interval exploration_fraction exploration_initial_eps "
+    "exploration_final_eps max_grad_norm"
+)
+TD3_ARGS = "policy_delay target_policy_noise target_noise_clip"
+
+
 def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
     """Constructor keyword arguments of the algorithm ``hp`` configures."""
     import numpy as np
@@ -153,14 +164,7 @@ def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
         "gamma": hp.gamma,
     }
     if isinstance(hp, PPOBase | A2CConfig):  # on-policy
-        kw.update(
-            n_steps=hp.n_steps,
-            gae_lambda=hp.gae_lambda,
-            ent_coef=hp.ent_coef,
-            vf_coef=hp.vf_coef,
-            max_grad_norm=hp.max_grad_norm,
-            normalize_advantage=hp.normalize_advantage,
-        )
+        kw.update(same_named(hp, ON_POLICY_ARGS))
         policy_kwargs["ortho_init"] = hp.ortho_init
         if isinstance(hp, PPOConfig | A2CConfig):  # MaskablePPO has no SDE
             kw["use_sde"] = hp.use_sde
@@ -175,22 +179,9 @@ def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
             kw["clip_range"] = schedule(hp.clip_range, hp.clip_range_schedule)
             kw["target_kl"] = hp.target_kl
     else:
-        kw.update(
-            buffer_size=hp.buffer_size,
-            learning_starts=hp.learning_starts,
-            batch_size=hp.batch_size,
-            tau=hp.tau,
-            train_freq=hp.train_freq,
-            gradient_steps=hp.gradient_steps,
-        )
+        kw.update(same_named(hp, OFF_POLICY_ARGS))
     if isinstance(hp, DQNConfig):
-        kw.update(
-            target_update_interval=hp.target_update_interval,
-            exploration_fraction=hp.exploration_fraction,
-            exploration_initial_eps=hp.exploration_initial_eps,
-            exploration_final_eps=hp.exploration_final_eps,
-            max_grad_norm=hp.max_grad_norm,
-        )
+        kw.update(same_named(hp, DQN_ARGS))
     elif isinstance(hp, SACConfig):
         ent = hp.ent_coef
         kw["ent_coef"] = ent if ent.startswith("auto") else float(ent)
@@ -203,11 +194,7 @@ def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
     elif isinstance(hp, TD3Config):
         from stable_baselines3.common.noise import NormalActionNoise
 
-        kw.update(
-            policy_delay=hp.policy_delay,
-            target_policy_noise=hp.target_policy_noise,
-            target_noise_clip=hp.target_noise_clip,
-        )
+        kw.update(same_named(hp, TD3_ARGS))
         if hp.action_noise_std > 0:
             half_width = (action_space.high - action_space.low) / 2.0
             kw["action_noise"] = NormalActionNoise(

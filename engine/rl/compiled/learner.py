@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
+from engine.settings import same_named
 
 if TYPE_CHECKING:
     from engine.rl.config import TrainConfig
@@ -56,39 +57,36 @@ def _enable_cache() -> Path:
     return folder
 
 
+SAME_NAMED_SETTINGS = (
+    "n_steps batch_size n_epochs normalize_advantage activation ortho_init"
+)
+"""The compiled program's settings (``ppo.Settings``) that are PPO settings of
+the same name; :func:`settings_of` computes the rest."""
+
+
 def settings_of(cfg: TrainConfig) -> tuple[Any, Any]:
     """The compiled program's :class:`~engine.rl.compiled.ppo.Settings` and
     the :class:`~engine.rl.compiled.ppo.Hyper` values it runs with, of a
     validated config: the same setting means the same on both backends."""
-    from engine.rl.compiled.ppo import Settings, hyper
+    from engine.rl.compiled.ppo import Hyper, Settings, hyper
     from engine.rl.config import PPOBase, PPOConfig
 
     hp = cfg.hyperparameters
     assert isinstance(hp, PPOBase), "the jax backend trains PPO (support.ALGOS)"
     assert cfg.n_envs is not None and cfg.total_steps is not None  # validated
     settings = Settings(
+        **same_named(hp, SAME_NAMED_SETTINGS),
         n_envs=cfg.n_envs,
-        n_steps=hp.n_steps,
-        batch_size=hp.batch_size,
-        n_epochs=hp.n_epochs,
-        normalize_advantage=hp.normalize_advantage,
         net_arch=tuple(hp.net_arch),
-        activation=hp.activation,
-        ortho_init=hp.ortho_init,
         # MaskablePPO has no log_std_init: its actions are discrete
         log_std_init=hp.log_std_init if isinstance(hp, PPOConfig) else 0.0,
         learning_rate_linear=hp.learning_rate_schedule == "linear",
         clip_range_linear=hp.clip_range_schedule == "linear",
         masked=cfg.algo == "MaskablePPO",
     )
+    # Every value of the program but the run's length is the setting of its name.
     values = hyper(
-        learning_rate=hp.learning_rate,
-        clip_range=hp.clip_range,
-        ent_coef=hp.ent_coef,
-        vf_coef=hp.vf_coef,
-        gamma=hp.gamma,
-        gae_lambda=hp.gae_lambda,
-        max_grad_norm=hp.max_grad_norm,
+        **same_named(hp, (n for n in Hyper._fields if n != "total_steps")),
         total_steps=cfg.total_steps,
     )
     return settings, values
