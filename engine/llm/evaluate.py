@@ -174,8 +174,7 @@ def bar_chart_png(
     progress_unit="models",
 )
 def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
-    from engine.llm.policy import GenerationSettings, LLMPolicy
-    from engine.llm.rollouts import env_kwargs, resolve_env
+    from engine.llm.rollouts import env_kwargs, llm_policy, resolve_env
     from engine.store.atomic import atomic_write_bytes, atomic_write_json
 
     # validate() checked env and model and drew the seed.
@@ -189,17 +188,7 @@ def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
         if ctx.should_stop:
             break
         ctx.progress(i, len(models), f"evaluating {label}")
-        policy = LLMPolicy.from_pretrained(
-            ref,
-            system_prompt=cfg.system_prompt,
-            generation=GenerationSettings(
-                max_new_tokens=cfg.max_new_tokens,
-                greedy=cfg.greedy,
-                batch_size=cfg.num_envs,
-            ),
-            fallback=cfg.fallback,
-            seed=cfg.seed,
-        )
+        policy = llm_policy(cfg, ref)
         results[label] = evaluate_policy(
             policy,
             env_ref,

@@ -35,6 +35,7 @@ from engine.store.paths import checked_name, child
 
 if TYPE_CHECKING:
     from engine.envs.curriculum import Schedule
+    from engine.llm.policy import LLMPolicy
 
 
 class TraceRecorder:
@@ -407,7 +408,7 @@ def rollout_stats(episodes: list[dict[str, Any]]) -> dict[str, float]:
 
 # ------------------------------------------------------------------ the job
 POLICIES = ("llm", "expert", "rule")
-FALLBACKS = ("rule", "noop")
+FALLBACKS = ("expert", "rule", "noop")
 
 
 @dataclass(frozen=True)
@@ -427,9 +428,10 @@ class PlayConfig:
     """Tokens the model may generate per step."""
     greedy: bool = False
     """Always take the most likely tokens instead of sampling."""
-    fallback: str = setting("rule", choices=FALLBACKS)
-    """What to do when an answer names no tool: rule (a random valid tool) or
-    noop (the first tool); either way it is counted as invalid."""
+    fallback: str = setting("expert", choices=FALLBACKS)
+    """What to do when an answer names no tool: expert (the env's expert
+    action, where it has one), rule (a random valid tool) or noop (the first
+    tool); either way it is counted (``unparsed``) as invalid."""
     system_prompt: str | None = None
     """System prompt; None: one listing the env's tools."""
     tasks: Any = None
@@ -510,6 +512,27 @@ def env_kwargs(cfg: PlayConfig) -> dict[str, Any]:
     return {} if cfg.max_steps is None else {"max_steps": cfg.max_steps}
 
 
+def llm_policy(cfg: PlayConfig, model: str, **generation: Any) -> LLMPolicy:
+    """The language model ``model`` loaded to play as ``cfg`` says (its
+    prompt, tokens per step, decoding, batch and fallback); ``generation``,
+    more :class:`~engine.llm.policy.GenerationSettings` of the job's own."""
+    from engine.llm.policy import GenerationSettings, LLMPolicy
+
+    settings = GenerationSettings(
+        max_new_tokens=cfg.max_new_tokens,
+        greedy=cfg.greedy,
+        batch_size=cfg.num_envs,
+        **generation,
+    )
+    return LLMPolicy.from_pretrained(
+        model,
+        system_prompt=cfg.system_prompt,
+        generation=settings,
+        fallback=cfg.fallback,
+        seed=cfg.seed,
+    )
+
+
 @job_kind(
     "llm.collect",
     config=CollectConfig,
@@ -524,7 +547,6 @@ def env_kwargs(cfg: PlayConfig) -> dict[str, Any]:
 def run_collect(ctx: JobContext, cfg: CollectConfig) -> dict[str, Any]:
     from engine.llm.policy import (
         ExpertPolicy,
-        GenerationSettings,
         LLMPolicy,
         RulePolicy,
     )
@@ -536,18 +558,7 @@ def run_collect(ctx: JobContext, cfg: CollectConfig) -> dict[str, Any]:
     env_ref = resolve_env(cfg.env, ctx.project_dir)
     if cfg.policy == "llm":
         assert cfg.model is not None
-        policy: Any = LLMPolicy.from_pretrained(
-            cfg.model,
-            system_prompt=cfg.system_prompt,
-            generation=GenerationSettings(
-                max_new_tokens=cfg.max_new_tokens,
-                greedy=cfg.greedy,
-                temperature=cfg.temperature,
-                batch_size=cfg.num_envs,
-            ),
-            fallback=cfg.fallback,
-            seed=cfg.seed,
-        )
+        policy: Any = llm_policy(cfg, cfg.model, temperature=cfg.temperature)
         name = f"llm:{cfg.model}"
     elif cfg.policy == "expert":
         policy = ExpertPolicy(cfg.noise, cfg.seed, cfg.system_prompt)
