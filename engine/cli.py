@@ -34,6 +34,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "the detected hardware and settings as JSON; hardware profiles of rl.train",
     ),
     "models": ("engine.store.cli", "list the models registered in a project"),
+    "agent": (
+        "engine.service.agent_cli",
+        "an agent's versions and gate decisions; promote or roll back by hand",
+    ),
     "compare": (
         "engine.store.compare_cli",
         "two or more runs of a project: differing settings and outcomes as JSON",

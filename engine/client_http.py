@@ -369,16 +369,53 @@ class StudioClient:
         *,
         observation: Any = None,
         messages: list[dict[str, str]] | None = None,
+        state: dict[str, Any] | None = None,
         key: str = "",
     ) -> dict[str, Any]:
         """The agent's answer: ``action`` (a policy) or ``reply`` (a
-        language model), with the ``version`` that gave it."""
+        language model), with the ``version`` (or ``base``, ``rule``) that
+        gave it."""
         body: dict[str, Any] = {"key": key}
-        if observation is not None:
-            body["observation"] = observation
-        if messages is not None:
-            body["messages"] = messages
+        for field, value in (
+            ("observation", observation),
+            ("messages", messages),
+            ("state", state),
+        ):
+            if value is not None:
+                body[field] = value
         result: dict[str, Any] = self.request("POST", f"/agents/{_q(name)}/act", body)
+        return result
+
+    def promote(
+        self, name: str, version: int | str, why: str, by: str = "api"
+    ) -> dict[str, Any]:
+        """Make ``version`` current by hand; the agent after."""
+        body = {"version": version, "by": by, "why": why}
+        result: dict[str, Any] = self.request(
+            "POST", f"/agents/{_q(name)}/promote", body
+        )
+        return result
+
+    def rollback(self, name: str, why: str, by: str = "api") -> dict[str, Any]:
+        """Back to the version promoted before the current one."""
+        body = {"by": by, "why": why}
+        result: dict[str, Any] = self.request(
+            "POST", f"/agents/{_q(name)}/rollback", body
+        )
+        return result
+
+    def configure_agent_settings(self, name: str, **changes: Any) -> dict[str, Any]:
+        """``tolerance``, ``gate_metric``, ``rl_enabled``, ``base_model``,
+        ``rule_env``...; the agent after."""
+        result: dict[str, Any] = self.request(
+            "PUT", f"/agents/{_q(name)}/settings", changes
+        )
+        return result
+
+    def configure_serving(self, **changes: Any) -> dict[str, Any]:
+        """The project's ``rl_enabled``, ``fallback_to_base`` and
+        ``base_model``."""
+        result: dict[str, Any] = self.request("PUT", "/serving", changes)
         return result
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from engine import contract
 from engine.errors import EngineError
 from engine.settings import as_dict, load, setting
+from engine.store.decisions import promoted_version
 from engine.store.project import Project
 from engine.store.trajectories import TrajectoryStore
 
@@ -71,15 +72,11 @@ def retrain_runs(project: Project) -> list[dict[str, Any]]:
     return [r for r in runs if isinstance(r, dict)]
 
 
-def deployed_version(
-    pin: int | None, candidate: int | None, versions: list[int]
-) -> int | None:
-    """The version an agent serves: its ``pin``, or the latest of
-    ``versions`` that is not the ``candidate``."""
-    if pin is not None:
-        return int(pin)
-    others = [v for v in versions if v != candidate]
-    return others[-1] if others else None
+def deployed_version(project: Project, agent: str) -> int | None:
+    """The version ``agent`` serves: its pin, or the version promoted last
+    (the promotion gate's log, :mod:`engine.service.promotion`)."""
+    pin = project.agent_config(agent)["pin"]
+    return int(pin) if pin is not None else promoted_version(project.path, agent)
 
 
 def readiness(project: Project, trajectories: TrajectoryStore) -> dict[str, Any]:
@@ -209,8 +206,7 @@ def training_status(
     latest = deployed = None
     if config.agent:
         versions = [m.version for m in project.versions(config.agent)]
-        routing = project.agent_config(config.agent)
-        current = deployed_version(routing["pin"], routing["candidate"], versions)
+        current = deployed_version(project, config.agent)
         if versions:
             latest = f"v{max(versions)}"
         if current:

@@ -53,7 +53,10 @@ def test_versions_rollout_and_fallback(versions: StudioClient) -> None:
     client = versions
     agent = client.agent(AGENT)
     assert [v["version"] for v in agent["versions"]] == ["v1", "v2"]
-    assert agent["follows_latest"] and agent["current"] == "v2"
+    # Trained without evaluation: the gate keeps v2 a candidate.
+    assert agent["follows_promoted"] and agent["current"] == "v1"
+    assert [v["status"] for v in agent["versions"]] == ["promoted", "candidate"]
+    assert "has no eval/mean_reward" in agent["versions"][1]["gate"]
     v1 = agent["versions"][0]
     assert v1["kind"] == "sb3-policy" and v1["lineage"]  # the run that trained it
     assert v1["lineage"][0]["relation"] == "trained"
@@ -88,12 +91,13 @@ def test_versions_rollout_and_fallback(versions: StudioClient) -> None:
     assert outcomes["v1"]["mean_latency_ms"] > 0
     assert agent["recent_decisions"][0]["fallback"] == 1
 
-    # Rollout 0: everything to v1; unpinned with no candidate: the latest (v2,
-    # gone) falls back to v1.
+    # Rollout 0: everything to v1; unpinned with no candidate and v2
+    # promoted by hand: v2 (gone) falls back to v1, the one before it.
     client.configure_agent(AGENT, rollout=0)
     assert client.act(AGENT, observation=OBS, key=to_candidate[0])["version"] == "v1"
-    answer = client.configure_agent(AGENT, pin=None, candidate=None)
-    assert answer["current"] == "v2"
+    client.configure_agent(AGENT, pin=None, candidate=None)
+    answer = client.promote(AGENT, "v2", why="try it")
+    assert (answer["current"], answer["previous"]) == ("v2", "v1")
     answer = client.act(AGENT, observation=OBS)
     assert (answer["chosen"], answer["version"]) == ("v2", "v1")
     assert client.health()["heavy_modules"] == []  # policies act in a worker

@@ -83,6 +83,17 @@ ROUTES: list[tuple[str, str, str]] = [
     ("PUT", "/agents/{name}", "agent"),
     ("POST", "/agents/{name}/versions", "version"),
     ("POST", "/agents/{name}/act", "act"),
+    ("POST", "/agents/{name}/promote", "promote"),
+    ("POST", "/agents/{name}/rollback", "rollback"),
+    ("GET", "/agents/{name}/settings", ""),
+    ("PUT", "/agents/{name}/settings", "agent_settings"),
+    ("GET", "/serving", ""),
+    ("PUT", "/serving", "serving"),
+    ("GET", "/api/admin/training/status", ""),
+    ("GET", "/api/admin/training/{job_id}", ""),
+    ("POST", "/trajectories", "recorder_start"),
+    ("POST", "/trajectories/{trajectory_id}/steps", "recorder_step"),
+    ("POST", "/trajectories/{trajectory_id}/end", "recorder_end"),
     ("GET", "/openapi.json", ""),
     ("GET", "/no/such/route", ""),
 ]
@@ -330,6 +341,28 @@ class Cases:
             "version": {
                 "ollama_model": rng.choice(["fuzz", "bad name!", "x" * 300]),
                 "host": CLOSED_PORT_HOST,
+            },
+            "promote": {"version": rng.choice([1, "v1", "v9"]), "why": "w"},
+            "rollback": {"by": rng.choice(["fuzz", ""]), "why": "w"},
+            "agent_settings": {
+                "tolerance": rng.choice([0, -1, 1e308]),
+                "rl_enabled": rng.choice([True, False]),
+                "rule_env": rng.choice(["", "nope", "cartpole"]),
+            },
+            "serving": {
+                "rl_enabled": rng.choice([True, False, "x"]),
+                "base_model": rng.choice(["", "m-none"]),
+            },
+            "recorder_start": {"agentId": "bot", "scenarioId": "s", "windowId": "w"},
+            "recorder_step": {
+                **step,
+                "stepNumber": rng.choice([0, -1, 10**20]),
+                "environmentState": {"x": 1},
+                "action": {"type": "tool", "params": {}},
+            },
+            "recorder_end": {
+                "finalStatus": rng.choice(["completed", "done"]),
+                "totalReward": rng.choice([1.0, "x"]),
             },
             "act": {
                 "observation": [0.1, 0.2],

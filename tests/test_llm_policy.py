@@ -22,6 +22,7 @@ from engine.llm.policy import (
     LLMPolicy,
     env_mask,
     env_tools,
+    expert_action,
     load_model,
 )
 from engine.llm.rollouts import (
@@ -139,7 +140,7 @@ def _envs(n: int, seed: int = 0) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("fallback", ["noop", "rule"])
+@pytest.mark.parametrize("fallback", ["noop", "rule", "expert"])
 def test_invalid_output_falls_back_and_is_counted(
     models: dict[str, Path], fallback: str
 ) -> None:
@@ -158,6 +159,8 @@ def test_invalid_output_falls_back_and_is_counted(
         assert d.fallback and d.tool is None
         if fallback == "noop":
             assert d.action == 2
+        elif fallback == "expert":  # the designed workflow's shortest path
+            assert d.action == expert_action(env)
         else:  # a tool valid in the env's current status
             assert env_mask(env)[d.action]
 

@@ -4,8 +4,9 @@ The prompt is a system prompt (which lists every tool) plus the env's text
 observation (``render_text()`` of a designed env, which names the tools
 valid now), rendered through the tokenizer's chat template. The completion
 is parsed into a tool name by :func:`parse_tool`; output naming no tool maps
-to the fallback (``rule``: a valid tool from ``action_masks()``, ``noop``: a
-fixed action) and is counted.
+to the fallback (``expert``: the env's expert action where it has one,
+``rule``: a valid tool from ``action_masks()``, ``noop``: a fixed action)
+and is counted.
 
 Rule-based policies (:class:`RulePolicy`, :class:`ExpertPolicy`) share the
 :meth:`act` interface, so rollouts can be collected without a model (the
@@ -26,7 +27,7 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are an agent that completes a task by calling one tool per step. "
     "Tools: {tools}. Reply with the name of exactly one tool."
 )
-FALLBACKS = ("rule", "noop")
+FALLBACKS = ("expert", "rule", "noop")
 
 
 # ------------------------------------------------------------------ env views
@@ -168,9 +169,13 @@ class Decision:
 def fallback_action(
     env: Any, kind: str, rng: np.random.Generator, noop_action: int = 0
 ) -> int:
-    """``rule``: a random valid tool from the mask; ``noop``: ``noop_action``."""
+    """``expert``: the env's expert action (a random valid tool where it
+    has none); ``rule``: a random valid tool from the mask; ``noop``:
+    ``noop_action``."""
     if kind == "noop":
         return int(noop_action)
+    if kind == "expert" and has_expert(env):
+        return expert_action(env)
     valid = np.flatnonzero(env_mask(env))
     if len(valid) == 0:
         return int(noop_action)

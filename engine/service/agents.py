@@ -2,14 +2,21 @@
 here; ``engine.service.app`` puts routes on it).
 
 Every model a run or flow for a named agent registers is the agent's next
-version (:meth:`engine.store.project.Project.add_version`). The agent's
-config (the project's ``agents`` table) pins a version or follows the latest,
-and may name a candidate version that gets ``rollout`` percent of requests.
-Routing is by a hash of the request's ``key`` when it gives one (the same key
-always goes to the same version), else random. A version that fails (its
-file gone, an error while acting) falls back once: a candidate to the current
-version, the current one to the version before it. Every request's decision
-is logged (:class:`engine.store.decisions.DecisionLog`).
+version (:meth:`engine.store.project.Project.add_version`), and becomes
+current only through the promotion gate (:mod:`engine.service.promotion`).
+The agent's config (the project's ``agents`` table) pins a version or follows
+the promoted one, and may name a candidate version that gets ``rollout``
+percent of requests. Routing is by a hash of the request's ``key`` when it
+gives one (the same key always goes to the same version), else random.
+
+Answers come down a chain, each step's failure recorded with its reason: the
+version routing chose, then the previous version (a candidate's: the
+current; the current's: the one promoted before it), then the base model
+(when ``fallback_to_base``), then the rule policy
+(:mod:`engine.service.rule_policy`). With the switch off (``rl_enabled``,
+the project's or the agent's), the chain is the base model, then the rule
+policy. Every request's decision is logged
+(:class:`engine.store.decisions.DecisionLog`).
 
 Policies and language models act in worker processes
 (:class:`engine.rl.act_worker.ActWorker`,
@@ -26,11 +33,23 @@ from typing import Any
 
 from engine.errors import ConfigError, EngineError, quoted
 from engine.llm.chat_worker import ChatWorker
-from engine.retrain_status import deployed_version
 from engine.rl.act_worker import ActWorker
-from engine.store.decisions import DecisionLog
+from engine.service.promotion import (
+    AgentSettings,
+    Promotion,
+    UnknownAgent,
+    agent_settings,
+    agent_versions,
+    configure_agent,
+    serving_settings,
+)
+from engine.service.rule_policy import RulePolicies
+from engine.settings import as_dict
+from engine.store.decisions import DecisionLog, GateState
 from engine.store.paths import checked_name
 from engine.store.project import ModelRecord, Project
+
+__all__ = ["ActFailed", "Agents", "NoFallback", "UnknownAgent"]
 
 POLICY_KINDS = ("sb3-policy",)
 """Versions that act on observations; the other versioned kinds (Hugging
@@ -42,12 +61,17 @@ OLLAMA_TIMEOUT_S = 120.0
 DEFAULT_MAX_NEW_TOKENS = 128
 
 
-class UnknownAgent(EngineError):
-    """An agent or version the project does not have (HTTP 404)."""
-
-
 class ActFailed(EngineError):
     """No version could answer (HTTP 503)."""
+
+
+class NoFallback(EngineError):
+    """The switch is off and nothing else can answer (HTTP 409)."""
+
+
+Step = tuple[str, int | None]
+"""One link of the answer chain: ``("version", n)``, ``("base", None)`` or
+``("rule", None)``."""
 
 
 def version_number(field: str, value: object) -> int:
@@ -75,37 +99,55 @@ class Agents:
         self.log = DecisionLog(project.path)
         self.policies = ActWorker(project.path)
         self.chat = ChatWorker()
+        self.rules = RulePolicies(project.path)
+        self.promotion = Promotion(project, self.log)
 
     def close(self) -> None:
         self.policies.close()
         self.chat.close()
+        self.rules.close()
         self.log.close()
 
     # ------------------------------------------------------------ reading
     def versions(self, name: str) -> list[ModelRecord]:
-        checked_name("agent", name)
-        found = self.project.versions(name)
-        if not found and name not in self.project.agent_names():
-            known = ", ".join(self.project.agent_names()) or "none"
-            raise UnknownAgent(
-                f"There is no agent {name!r} in this project (agents: {known})."
-            )
-        return found
+        return agent_versions(self.project, name)
 
-    def routing(self, name: str) -> dict[str, Any]:
+    def routing(self, name: str, gate: GateState | None = None) -> dict[str, Any]:
         """The config and the versions it resolves to: ``current`` (the pin,
-        or the latest version that is not the candidate) and ``candidate``."""
+        or the version the gate or a person promoted last), ``previous``
+        (the one promoted before it) and ``candidate``."""
         versions = [m.version for m in self.versions(name)]
+        gate = gate or self.promotion.state(name)
         config = self.project.agent_config(name)
-        current = deployed_version(config["pin"], config["candidate"], versions)
-        return {**config, "current": current, "latest": max(versions, default=None)}
+        pinned = config["pin"]
+        current = pinned if pinned is not None else gate.current
+        previous = gate.previous if pinned is None else None
+        if previous is None and current is not None:
+            older = [v for v in versions if v < current]
+            previous = max(older) if older else None
+        return {
+            **config,
+            "current": current,
+            "previous": previous,
+            "latest": max(versions, default=None),
+        }
+
+    def rl_enabled(self, name: str) -> tuple[bool, str]:
+        """Whether ``name`` answers with its versions, and if not, why."""
+        if not serving_settings(self.project).rl_enabled:
+            return False, "the project's RL switch is off"
+        if not agent_settings(self.project, name).rl_enabled:
+            return False, f"agent {name!r}'s RL switch is off"
+        return True, ""
 
     def describe(self, name: str) -> dict[str, Any]:
         """``GET /agents/{name}``: versions with lineage, evaluation and
         live outcomes, and the routing."""
         records = self.versions(name)
-        routing = self.routing(name)
+        gate = self.promotion.state(name)
+        routing = self.routing(name, gate)
         outcomes = self.log.outcomes(name)
+        enabled, why_off = self.rl_enabled(name)
         versions = []
         for m in records:
             role = (
@@ -119,6 +161,8 @@ class Agents:
                 {
                     "version": f"v{m.version}",
                     "role": role,
+                    "status": gate.status.get(m.version, "candidate"),
+                    "gate": gate.reason.get(m.version, ""),
                     "model_id": m.id,
                     "name": m.name,
                     "kind": m.kind,
@@ -153,15 +197,61 @@ class Agents:
         return {
             "name": name,
             "pin": shown(routing["pin"]),
-            "follows_latest": routing["pin"] is None,
+            "follows_promoted": routing["pin"] is None,
             "current": shown(routing["current"]),
+            "previous": shown(routing["previous"]),
             "candidate": shown(routing["candidate"]),
             "rollout": routing["rollout"],
             "latest": shown(routing["latest"]),
             "updated": routing["updated"],
             "versions": versions,
+            "rl_enabled": enabled,
+            "switch_reason": why_off,
+            "settings": as_dict(agent_settings(self.project, name)),
+            "answered_by": self.log.answered_by(name),
+            "promotions": self.log.promotions(name)[-20:],
             "recent_decisions": self.log.recent(name, 20),
         }
+
+    def promote(self, name: str, version: object, by: str, why: str) -> dict[str, Any]:
+        """Make ``version`` current by hand (a pin is cleared: it would
+        hide the promotion)."""
+        self.promotion.promote(name, version_number("version", version), by, why)
+        self._unpin(name)
+        return self.describe(name)
+
+    def rollback(self, name: str, by: str, why: str) -> dict[str, Any]:
+        """Back to the version promoted before the current one."""
+        self.promotion.rollback(name, by, why)
+        self._unpin(name)
+        return self.describe(name)
+
+    def configure_settings(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """``PUT /agents/{name}/settings``: the gate's tolerance and metric,
+        the switch, the base model and the rule policy's env. Switching an
+        agent off that has neither a base model nor a rule policy is
+        refused: nothing could answer."""
+        self.versions(name)
+
+        def check(new: AgentSettings) -> None:
+            if new.rl_enabled:
+                return
+            base = new.base_model or serving_settings(self.project).base_model
+            if not base and not self._rule_env(name, new):
+                raise NoFallback(
+                    f"Agent {name!r} cannot be switched off: it has no base "
+                    "model and no rule policy to answer instead."
+                )
+
+        configure_agent(self.project, name, changes, check)
+        return self.describe(name)
+
+    def _unpin(self, name: str) -> None:
+        config = self.project.agent_config(name)
+        if config["pin"] is not None:
+            self.project.set_agent_config(
+                name, pin=None, candidate=config["candidate"], rollout=config["rollout"]
+            )
 
     # ------------------------------------------------------------ writing
     def configure(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -253,86 +343,160 @@ class Agents:
         *,
         observation: Any = None,
         messages: list[dict[str, str]] | None = None,
+        state: Any = None,
         key: str = "",
         deterministic: bool = True,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
     ) -> dict[str, Any]:
-        """Route one request, fall back once if need be, log the decision."""
+        """Route one request down the answer chain, log the decision."""
         started = time.perf_counter()
         records = {m.version: m for m in self.versions(name)}
         routing = self.routing(name)
-        candidate, current = routing["candidate"], routing["current"]
-        draw = bucket(name, key) if key else random.randrange(100)
-        if candidate is not None and (draw < routing["rollout"] or current is None):
-            chosen, role = candidate, "candidate"
-        elif current is not None:
-            chosen, role = current, "current"
-        else:
-            raise ActFailed(f"Agent {name!r} has no version to act with.")
-        if role == "candidate":
-            fallback = current
-        else:
-            older = [v for v in records if v < chosen]
-            fallback = max(older) if older else None
-        reasons: list[str] = []
-        served: int | None = None
+        enabled, why_off = self.rl_enabled(name)
+        chosen, role, chain = self._chain(name, routing, enabled, key)
+        if not enabled and len(chain) == 0:
+            raise NoFallback(
+                f"Agent {name!r} cannot answer with {why_off}: it has no base "
+                "model and no rule policy."
+            )
+        reasons: list[str] = [] if enabled else [f"Switched off: {why_off}."]
+        answered: Step | None = None
         answer: dict[str, Any] = {}
-        for version in (chosen, fallback):
-            if version is None:
-                continue
+        for step in chain:
             try:
-                answer = self._answer(
+                answer = self._answer_step(
                     name,
-                    version,
-                    records.get(version),
+                    step,
+                    records,
                     observation,
                     messages,
+                    state,
                     deterministic,
                     max_new_tokens,
                 )
             except ConfigError:
-                raise  # the request is wrong: no version would do better
+                raise  # the request is wrong: no step would do better
             except EngineError as exc:
-                reasons.append(f"v{version} failed: {exc}")
+                reasons.append(f"{_step_name(step)} failed: {str(exc).rstrip('.')}.")
                 continue
-            served = version
+            answered = step
             break
         latency_ms = (time.perf_counter() - started) * 1000.0
         reason = " ".join(reasons)
+        served = answered[1] if answered and answered[0] == "version" else None
         self.log.record(
             name,
             key=key,
-            chosen=chosen,
+            chosen=chosen or 0,
             role=role,
             served=served,
             reason=reason,
             latency_ms=latency_ms,
+            answered_by=answered[0] if answered else "",
         )
-        if served is None:
+        if answered is None:
             raise ActFailed(f"Agent {name!r} could not act: {reason}")
         return {
             "agent": name,
-            "version": f"v{served}",
-            "chosen": f"v{chosen}",
+            "version": _step_name(answered),
+            "answered_by": answered[0],
+            "chosen": None if chosen is None else f"v{chosen}",
             "role": role,
-            "fallback": served != chosen,
+            "fallback": answered != ("version", chosen),
             "reason": reason,
             **answer,
             "latency_ms": round(latency_ms, 3),
         }
 
+    def _chain(
+        self, name: str, routing: dict[str, Any], enabled: bool, key: str
+    ) -> tuple[int | None, str, list[Step]]:
+        """The version routing chose, its role, and the steps to try in
+        order."""
+        serving = serving_settings(self.project)
+        extra: list[Step] = []
+        if self._base_model(name) and (serving.fallback_to_base or not enabled):
+            extra.append(("base", None))
+        if self._rule_env(name):
+            extra.append(("rule", None))
+        if not enabled:
+            return None, "switched off", extra
+        candidate, current = routing["candidate"], routing["current"]
+        draw = bucket(name, key) if key else random.randrange(100)
+        if candidate is not None and (draw < routing["rollout"] or current is None):
+            chosen, role, fallback = candidate, "candidate", current
+        elif current is not None:
+            chosen, role, fallback = current, "current", routing["previous"]
+        else:
+            raise ActFailed(f"Agent {name!r} has no promoted version to act with.")
+        versions: list[Step] = [("version", chosen)]
+        if fallback is not None and fallback != chosen:
+            versions.append(("version", fallback))
+        return chosen, role, versions + extra
+
+    def _base_model(self, name: str) -> str:
+        return (
+            agent_settings(self.project, name).base_model
+            or serving_settings(self.project).base_model
+        )
+
+    def _rule_env(self, name: str, settings: AgentSettings | None = None) -> str:
+        """The env of the agent's rule policy ('' = none)."""
+        chosen = (settings or agent_settings(self.project, name)).rule_env
+        if not chosen:
+            envs = [m.env for m in self.project.versions(name) if m.env]
+            chosen = envs[-1] if envs else ""
+        if not chosen:
+            return ""
+        try:
+            self.rules.check(chosen)
+        except EngineError:
+            return ""
+        return chosen
+
+    def _answer_step(
+        self,
+        name: str,
+        step: Step,
+        records: dict[int, ModelRecord],
+        observation: Any,
+        messages: list[dict[str, str]] | None,
+        state: Any,
+        deterministic: bool,
+        max_new_tokens: int,
+    ) -> dict[str, Any]:
+        what, version = step
+        if what == "rule":
+            found = self.rules.act(self._rule_env(name), observation, state)
+            if messages and observation is None:
+                return {"reply": found["tool"], "action": found["action"]}
+            return {"action": found["action"]}
+        if what == "base":
+            wanted = self._base_model(name)
+            record = next(
+                (m for m in self.project.list_models() if wanted in (m.id, m.name)),
+                None,
+            )
+            if record is None:
+                raise EngineError(f"There is no model {wanted!r} in this project.")
+        else:
+            assert version is not None
+            record = records.get(version)
+            if record is None:
+                raise EngineError(f"v{version} is no longer in the project.")
+        return self._answer(
+            name, record, observation, messages, deterministic, max_new_tokens
+        )
+
     def _answer(
         self,
         name: str,
-        version: int,
-        record: ModelRecord | None,
+        record: ModelRecord,
         observation: Any,
         messages: list[dict[str, str]] | None,
         deterministic: bool,
         max_new_tokens: int,
     ) -> dict[str, Any]:
-        if record is None:
-            raise EngineError(f"v{version} is no longer in the project.")
         if record.kind in POLICY_KINDS:
             if observation is None:
                 raise ConfigError(
@@ -359,3 +523,8 @@ class Agents:
             raise EngineError(f"The model folder {folder} does not exist.")
         reply = self.chat.chat(folder, messages, max_new_tokens)
         return {"reply": reply}
+
+
+def _step_name(step: Step) -> str:
+    what, version = step
+    return f"v{version}" if what == "version" else what

@@ -54,10 +54,15 @@ from engine.errors import (
     quoted,
 )
 from engine.service.agents import ActFailed, UnknownAgent
+from engine.service.promotion import configure_serving, serving_settings
 from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
+from engine.settings import as_dict
 from engine.store.trajectories import MAX_BATCH_STEPS, UnknownTrajectoryError
 
 API_VERSION = "1"
+TRAINING_PREFIXES = ("/training", "/api/admin/training")
+"""The training routes answer under both: the agent-training service's
+clients call ``/api/admin/training/...``."""
 HEAVY_MODULES = ("torch", "transformers", "trl", "stable_baselines3", "peft")
 MAX_BODY_BYTES = 1 << 20
 """The largest request body taken (a step with a long prompt fits)."""
@@ -112,6 +117,32 @@ class FlowRunRequest(BaseModel):
     """The agent whose next version the flow's model becomes ('' = none)."""
 
 
+RECORDER_FIELDS = {
+    "agentId": "agent",
+    "scenarioId": "scenario",
+    "windowId": "window",
+    "stepNumber": "step_number",
+    "environmentState": "state",
+    "finalStatus": "status",
+    "totalReward": "total_reward",
+}
+"""The trajectory recorder's camelCase field -> this API's name: the
+intake routes take either spelling (an ``action`` of ``{type, params}`` is
+kept as given)."""
+
+
+def recorder_names(raw: dict[str, Any]) -> dict[str, Any]:
+    """``raw`` with the recorder's field names as this API's; a field given
+    in both spellings is refused."""
+    out = dict(raw)
+    for theirs, ours in RECORDER_FIELDS.items():
+        if theirs in out:
+            if ours in out:
+                raise ConfigError(theirs, f"Give {ours} or {theirs}, not both.")
+            out[ours] = out.pop(theirs)
+    return out
+
+
 class TrajectoryStart(BaseModel):
     """``POST /trajectories``: an agent starts recording."""
 
@@ -145,6 +176,16 @@ class TrajectoryStep(BaseModel):
     valid: StrictBool = True
     """False for an action the environment refused."""
     info: dict[str, Any] | None = None
+    step_number: StrictInt | None = Field(default=None, ge=0)
+    """The recorder's own count of the step (kept in ``info``; the store
+    numbers steps as they are committed)."""
+
+    def fields(self) -> dict[str, Any]:
+        """The store's keywords (:meth:`TrajectoryStore.add_step`)."""
+        out = self.model_dump(exclude={"step_number"})
+        if self.step_number is not None:
+            out["info"] = {**(self.info or {}), "step_number": self.step_number}
+        return out
 
 
 class TrajectorySteps(BaseModel):
@@ -184,6 +225,9 @@ class ActRequest(BaseModel):
     """For a policy: one observation (numbers, shaped as its space)."""
     messages: list[dict[str, str]] | None = None
     """For a language model: chat messages (``role``, ``content``)."""
+    state: dict[str, Any] | None = None
+    """A workflow's state (``status``, ``target``) for the rule policy,
+    when the observation does not say it."""
     key: str = ""
     """Routes the request: the same key always reaches the same version
     (a user or session id); empty: a random draw."""
@@ -214,6 +258,26 @@ class VersionRequest(BaseModel):
     """Or a model deployed to an Ollama server (``name[:tag]``)."""
     host: str = ""
     """That server ('' = the default Ollama address)."""
+
+
+class PromoteRequest(BaseModel):
+    """``POST /agents/{name}/promote``."""
+
+    model_config = ConfigDict(extra="forbid")
+    version: StrictInt | str
+    """The version to make current (``"v2"`` or 2)."""
+    by: str = Field(default="api", min_length=1, max_length=100)
+    """Who promotes it (kept in the promotion log)."""
+    why: str = Field(min_length=1, max_length=500)
+    """Why (kept in the promotion log)."""
+
+
+class RollbackRequest(BaseModel):
+    """``POST /agents/{name}/rollback``."""
+
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field(default="api", min_length=1, max_length=100)
+    why: str = Field(min_length=1, max_length=500)
 
 
 # ------------------------------------------------------------------ errors
@@ -537,17 +601,14 @@ def _add_training_routes(app: FastAPI, service: Service) -> None:
         )
         return {"job_id": job_id}
 
-    @app.get("/training/status")
     def training_status() -> dict[str, Any]:
         """Readiness (``ready``, ``reason``, ``stats``), the current and
         last completed retraining, model versions, data rates, schedule."""
         return service.retraining.status()
 
-    @app.get("/training/settings")
     def retrain_settings() -> dict[str, Any]:
         return service.retraining.settings()
 
-    @app.put("/training/settings")
     def configure_retraining(
         body: Annotated[dict[str, Any], Body()],
     ) -> dict[str, Any]:
@@ -555,7 +616,6 @@ def _add_training_routes(app: FastAPI, service: Service) -> None:
         out keep their value)."""
         return service.retraining.configure(body)
 
-    @app.post("/training/trigger", status_code=201)
     def trigger(
         body: Annotated[TriggerRequest | None, Body()] = None,
     ) -> dict[str, Any]:
@@ -564,16 +624,23 @@ def _add_training_routes(app: FastAPI, service: Service) -> None:
         req = body or TriggerRequest()
         return service.retraining.trigger(force=req.force, batch_size=req.batchSize)
 
-    @app.get("/training/{job_id}")
     def training(job_id: PathText) -> dict[str, Any]:
         """Status, progress, rate, ETA, latest metrics and error of a run."""
         return service.job(job_id)
 
-    @app.post("/training/{job_id}/stop", status_code=202)
     def stop(job_id: PathText) -> dict[str, str]:
         """Ask a run to save and stop (by force after a timeout)."""
         service.stop(job_id)
         return {"job_id": job_id, "status": "stopping"}
+
+    for prefix in TRAINING_PREFIXES:
+        # Registration order is matching order: status before {job_id}.
+        app.get(f"{prefix}/status")(training_status)
+        app.get(f"{prefix}/settings")(retrain_settings)
+        app.put(f"{prefix}/settings")(configure_retraining)
+        app.post(f"{prefix}/trigger", status_code=201)(trigger)
+        app.get(f"{prefix}/{{job_id}}")(training)
+        app.post(f"{prefix}/{{job_id}}/stop", status_code=202)(stop)
 
 
 def _add_run_routes(app: FastAPI, service: Service) -> None:
@@ -647,8 +714,10 @@ def _add_trajectory_routes(app: FastAPI, service: Service) -> None:
     """Record an agent's trajectories step by step, list and read them."""
 
     @app.post("/trajectories", status_code=201)
-    def start_trajectory(body: TrajectoryStart) -> dict[str, str]:
-        """Start recording a trajectory; its id."""
+    def start_trajectory(raw: Annotated[dict[str, Any], Body()]) -> dict[str, str]:
+        """Start recording a trajectory (:class:`TrajectoryStart`, or the
+        recorder's names); its id."""
+        body = _parse(TrajectoryStart, recorder_names(raw))
         trajectory_id = service.trajectories.start(
             body.agent,
             scenario=body.scenario,
@@ -662,35 +731,34 @@ def _add_trajectory_routes(app: FastAPI, service: Service) -> None:
     def add_step(
         trajectory_id: PathText, raw: Annotated[dict[str, Any], Body()]
     ) -> dict[str, Any]:
-        """Record one step (a :class:`TrajectoryStep`), or several
-        (``{"steps": [...]}``, at most 1,000, all or none); answered once
-        committed with the index ``t`` of the (first) step."""
+        """Record one step (a :class:`TrajectoryStep`, or the recorder's
+        names), or several (``{"steps": [...]}``, at most 1,000, all or
+        none); answered once committed with the index ``t`` of the (first)
+        step."""
         if "steps" in raw:
-            batch = _parse(TrajectorySteps, raw)
+            given = raw["steps"]
+            if isinstance(given, list):
+                given = [recorder_names(s) if isinstance(s, dict) else s for s in given]
+            batch = _parse(TrajectorySteps, {**raw, "steps": given})
             first = service.trajectories.add_steps(
-                trajectory_id, [s.model_dump() for s in batch.steps]
+                trajectory_id, [s.fields() for s in batch.steps]
             )
             return {
                 "trajectory_id": trajectory_id,
                 "t": first,
                 "count": len(batch.steps),
             }
-        body = _parse(TrajectoryStep, raw)
-        t = service.trajectories.add_step(
-            trajectory_id,
-            state=body.state,
-            action=body.action,
-            reward=body.reward,
-            prompt=body.prompt,
-            completion=body.completion,
-            valid=body.valid,
-            info=body.info,
-        )
+        body = _parse(TrajectoryStep, recorder_names(raw))
+        t = service.trajectories.add_step(trajectory_id, **body.fields())
         return {"trajectory_id": trajectory_id, "t": t}
 
     @app.post("/trajectories/{trajectory_id}/end")
-    def end_trajectory(trajectory_id: PathText, body: TrajectoryEnd) -> dict[str, Any]:
-        """End it: its episode goes to its agent's trace file."""
+    def end_trajectory(
+        trajectory_id: PathText, raw: Annotated[dict[str, Any], Body()]
+    ) -> dict[str, Any]:
+        """End it (``status`` or the recorder's ``finalStatus``): its
+        episode goes to its agent's trace file."""
+        body = _parse(TrajectoryEnd, recorder_names(raw))
         return service.trajectories.end(
             trajectory_id, status=body.status, total_reward=body.total_reward
         )
@@ -735,14 +803,50 @@ def _add_agent_routes(app: FastAPI, service: Service) -> None:
             name, body.model_id, ollama_model=body.ollama_model, host=body.host
         )
 
+    @app.post("/agents/{name}/promote")
+    def promote(name: PathText, body: PromoteRequest) -> dict[str, Any]:
+        """Make a version current by hand (logged with who and why)."""
+        return service.agents.promote(name, body.version, body.by, body.why)
+
+    @app.post("/agents/{name}/rollback")
+    def rollback(name: PathText, body: RollbackRequest) -> dict[str, Any]:
+        """Back to the version promoted before the current one (logged)."""
+        return service.agents.rollback(name, body.by, body.why)
+
+    @app.get("/agents/{name}/settings")
+    def agent_settings(name: PathText) -> dict[str, Any]:
+        return dict(service.agents.describe(name)["settings"])
+
+    @app.put("/agents/{name}/settings")
+    def configure_agent_settings(
+        name: PathText, body: Annotated[dict[str, Any], Body()]
+    ) -> dict[str, Any]:
+        """The gate's tolerance and metric, the agent's switch, its base
+        model and rule env (fields left out keep their value)."""
+        return service.agents.configure_settings(name, body)
+
+    @app.get("/serving", response_model=None)
+    def serving() -> dict[str, Any]:
+        """The project's switch (``rl_enabled``), ``fallback_to_base`` and
+        ``base_model``."""
+        return as_dict(serving_settings(service.project))
+
+    @app.put("/serving")
+    def configure_serving_settings(
+        body: Annotated[dict[str, Any], Body()],
+    ) -> dict[str, Any]:
+        return configure_serving(service.project, body)
+
     @app.post("/agents/{name}/act")
     def act(name: PathText, body: ActRequest) -> dict[str, Any]:
-        """Answer with the version routing picks; falls back once when it
-        fails; every decision is logged."""
+        """Answer with the version routing picks, down the fallback chain
+        when it fails (previous version, base model, rule policy); every
+        decision is logged."""
         return service.agents.act(
             name,
             observation=body.observation,
             messages=body.messages,
+            state=body.state,
             key=body.key,
             deterministic=body.deterministic,
             max_new_tokens=body.max_new_tokens,

@@ -36,6 +36,7 @@ from engine.settings import as_dict, build
 from engine.store.paths import checked_name
 
 if TYPE_CHECKING:
+    from engine.service.agents import Agents
     from engine.store.project import Project
     from engine.store.trajectories import TrajectoryStore
 
@@ -67,11 +68,13 @@ def parse_every(text: str) -> float:
 
 class FlowService(Protocol):
     """What retraining needs of the service that owns it
-    (:class:`engine.service.state.Service`): the project and its trajectories,
-    a run as ``GET /training/{job_id}`` shows it, and starting a flow."""
+    (:class:`engine.service.state.Service`): the project, its trajectories
+    and agents, a run as ``GET /training/{job_id}`` shows it, and starting a
+    flow."""
 
     project: Project
     trajectories: TrajectoryStore
+    agents: Agents
 
     def job(self, run_id: str) -> dict[str, Any]: ...
 
@@ -154,7 +157,12 @@ class Retraining:
         return dict(zip(SCHEDULE_FIELDS, values, strict=True))
 
     def status(self) -> dict[str, Any]:
-        """``GET /training/status`` (Babylon's shape)."""
+        """``GET /training/status`` (Babylon's shape); the promotion gate
+        first looks at the agent's new versions, so the deployed version is
+        the one ``act`` serves."""
+        agent = retrain_settings(self.service.project).agent
+        if agent and self.service.project.versions(agent):
+            self.service.agents.promotion.state(agent)
         return training_status(
             self.service.project,
             self.service.trajectories,

@@ -1,7 +1,11 @@
 """The decisions of ``POST /agents/{name}/act``: which version was chosen,
-which answered, whether it fell back and why, and how long it took, one row
-per request in ``data/agents.sqlite`` (WAL), so versions can be compared on
-live traffic.
+which answered (a version, the base model or the rule policy), whether it
+fell back and why, and how long it took, one row per request in
+``data/agents.sqlite`` (WAL), so versions can be compared on live traffic.
+
+The same file keeps the promotion log (:data:`PROMOTION_ACTIONS`): every
+gate decision, manual promotion and rollback, with who and why. The log is
+the promotion state: :mod:`engine.service.promotion` replays it.
 
 Its own file, as ``data/trajectories.sqlite`` is: a busy act route must
 neither wait on the project's lock nor make an open studio reload its runs.
@@ -12,6 +16,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +37,75 @@ CREATE TABLE IF NOT EXISTS decisions (
     latency_ms REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS decisions_agent ON decisions (agent, chosen);
+CREATE TABLE IF NOT EXISTS promotions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent TEXT NOT NULL,
+    time REAL NOT NULL,
+    version INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    by TEXT NOT NULL,
+    reason TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS promotions_agent ON promotions (agent, id);
 """
+
+ANSWERED_BY = ("version", "base", "rule")
+"""What answered a request: an agent's version, the base model or the rule
+policy ('' in the log: nothing did)."""
+PROMOTION_ACTIONS = ("promoted", "refused", "promote", "rollback")
+"""The gate promoted a version or refused it (it stays a candidate); a
+person promoted one or rolled the current one back."""
+
+
+# ------------------------------------------------------ the promotion state
+@dataclass
+class GateState:
+    """The promotion log replayed."""
+
+    decided: set[int] = field(default_factory=set)
+    promoted: list[int] = field(default_factory=list)
+    """Promoted versions in the order they were promoted, the current one
+    last; a rollback takes the last off."""
+    status: dict[int, str] = field(default_factory=dict)
+    """``promoted``, ``candidate`` or ``rolled back``."""
+    reason: dict[int, str] = field(default_factory=dict)
+    """The last sentence said of each version."""
+
+    @property
+    def current(self) -> int | None:
+        return self.promoted[-1] if self.promoted else None
+
+    @property
+    def previous(self) -> int | None:
+        return self.promoted[-2] if len(self.promoted) > 1 else None
+
+
+def replay(log: list[dict[str, Any]]) -> GateState:
+    state = GateState()
+    for entry in log:
+        version, action = int(entry["version"]), entry["action"]
+        state.decided.add(version)
+        state.reason[version] = entry["reason"]
+        if action in ("promoted", "promote"):
+            if version in state.promoted:
+                state.promoted.remove(version)
+            state.promoted.append(version)
+            state.status[version] = "promoted"
+        elif action == "refused":
+            state.status[version] = "candidate"
+        elif action == "rollback" and state.promoted and state.promoted[-1] == version:
+            state.promoted.pop()
+            state.status[version] = "rolled back"
+    return state
+
+
+def promoted_version(project_dir: Path, agent: str) -> int | None:
+    """The version promoted last, as the log says (read only)."""
+    log = DecisionLog(project_dir)
+    try:
+        return replay(log.promotions(agent)).current
+    finally:
+        log.close()
 
 
 class DecisionLog:
@@ -44,6 +118,12 @@ class DecisionLog:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(decisions)")}
+        if "answered_by" not in columns:  # a log written before the fallbacks
+            self._db.execute(
+                "ALTER TABLE decisions ADD COLUMN answered_by TEXT NOT NULL"
+                " DEFAULT 'version'"
+            )
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -60,16 +140,20 @@ class DecisionLog:
         served: int | None,
         reason: str,
         latency_ms: float,
+        answered_by: str = "version",
     ) -> None:
         """One request: ``chosen`` the version routing picked (``role``:
-        ``candidate`` or ``current``), ``served`` the one that answered
-        (None: none did), ``reason`` why it fell back or failed."""
-        fallback = served is not None and served != chosen
+        ``candidate``, ``current`` or ``switched off``; 0 when the switch
+        chose none), ``served`` the version that answered (None: none did),
+        ``answered_by`` what answered (:data:`ANSWERED_BY`, '' for nothing),
+        ``reason`` each fallback's cause."""
+        assert answered_by in (*ANSWERED_BY, ""), answered_by
+        fallback = answered_by != "version" or served != chosen
         with self._lock, self._db:
             self._db.execute(
                 "INSERT INTO decisions (agent, time, request_key, chosen, role,"
-                " served, fallback, reason, latency_ms)"
-                " VALUES (?,?,?,?,?,?,?,?,?)",
+                " served, fallback, reason, latency_ms, answered_by)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (
                     agent,
                     time.time(),
@@ -80,6 +164,7 @@ class DecisionLog:
                     int(fallback),
                     reason,
                     latency_ms,
+                    answered_by,
                 ),
             )
 
@@ -89,7 +174,7 @@ class DecisionLog:
         reason."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT chosen, COUNT(*), SUM(served IS NULL), SUM(fallback),"
+                "SELECT chosen, COUNT(*), SUM(answered_by = ''), SUM(fallback),"
                 " AVG(latency_ms) FROM decisions WHERE agent = ? GROUP BY chosen",
                 (agent,),
             ).fetchall()
@@ -135,10 +220,63 @@ class DecisionLog:
     def recent(self, agent: str, limit: int = 100) -> list[dict[str, Any]]:
         with self._lock:
             cur = self._db.execute(
-                "SELECT time, request_key, chosen, role, served, fallback, reason,"
-                " latency_ms FROM decisions WHERE agent = ? ORDER BY id DESC"
+                "SELECT time, request_key, chosen, role, served, answered_by,"
+                " fallback, reason, latency_ms FROM decisions WHERE agent = ?"
+                " ORDER BY id DESC"
                 " LIMIT ?",
                 (agent, limit),
             )
             cols = [d[0] for d in cur.description]
             return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+    def answered_by(self, agent: str) -> dict[str, int]:
+        """Requests per :data:`ANSWERED_BY` (and '' for none)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT answered_by, COUNT(*) FROM decisions WHERE agent = ?"
+                " GROUP BY answered_by",
+                (agent,),
+            ).fetchall()
+        return {str(k): int(n) for k, n in rows}
+
+    # ------------------------------------------------------------ promotions
+    def promotions(self, agent: str) -> list[dict[str, Any]]:
+        """The agent's promotion log, oldest first."""
+        with self._lock:
+            return self._promotions(agent)
+
+    def _promotions(self, agent: str) -> list[dict[str, Any]]:
+        cur = self._db.execute(
+            "SELECT time, version, action, by, reason FROM promotions"
+            " WHERE agent = ? ORDER BY id",
+            (agent,),
+        )
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+    def append_promotions(
+        self,
+        agent: str,
+        decide: Callable[[list[dict[str, Any]]], list[tuple[int, str, str, str]]],
+    ) -> list[dict[str, Any]]:
+        """Read the agent's log, let ``decide`` return the entries to add
+        (``version``, ``action``, ``by``, ``reason``) and add them, in one
+        write transaction: two processes deciding at once (the service and
+        the command line) see each other's entries. The log after."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                entries = decide(self._promotions(agent))
+                now = time.time()
+                for version, action, by, reason in entries:
+                    assert action in PROMOTION_ACTIONS, action
+                    self._db.execute(
+                        "INSERT INTO promotions (agent, time, version, action, by,"
+                        " reason) VALUES (?,?,?,?,?,?)",
+                        (agent, now, version, action, by, reason),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            return self._promotions(agent)

@@ -180,6 +180,17 @@ def _lower(sentence: str) -> str:
     return sentence[:1].lower() + sentence[1:]
 
 
+def _tool_of(action: Any) -> str | None:
+    """The tool an action names: the action itself when text, or the
+    ``type`` of an ``{type, params}`` object (the trajectory recorder's
+    shape)."""
+    if isinstance(action, str):
+        return action
+    if isinstance(action, dict) and isinstance(action.get("type"), str):
+        return str(action["type"])
+    return None
+
+
 def _step(
     state: Any = None,
     action: Any = None,
@@ -200,7 +211,7 @@ def _step(
     step: dict[str, Any] = {
         "messages": _messages(prompt),
         "completion": completion or "",
-        "tool": action if isinstance(action, str) else None,
+        "tool": _tool_of(action),
         "action": action,
         "parsed": True,
         "valid": bool(valid),
