@@ -1,0 +1,302 @@
+"""Promotion with a gate, and the settings that say how an agent is served
+(no web framework here; :mod:`engine.service.agents` and the command line
+``rl-studio-engine agent`` use it).
+
+A version an agent gains (a run or flow trained it, or it was added) is a
+*candidate* until the gate looks at it: it is promoted to current when its
+evaluation (:attr:`AgentSettings.gate_metric` of its model's recorded
+metrics, the evaluation its run made on the agent's evaluation env) is at
+least the current version's minus :attr:`AgentSettings.tolerance`, and its
+run's summary lists no ``warnings``; otherwise it stays a candidate with
+the reason in one sentence. A person may promote any version, or roll the
+current one back to the version promoted before it.
+
+Every decision is an entry of the promotion log
+(:meth:`engine.store.decisions.DecisionLog.append_promotions`), and the
+state (which versions were decided, which is current, what came before) is
+that log replayed (:func:`replay`), so it is stored once.
+
+The switch: :class:`ServingSettings` (the project's, over the environment's
+``USE_RL_MODEL``, ``RL_FALLBACK_TO_BASE`` and ``BASE_MODEL``) and each
+agent's own ``rl_enabled``; with either off, ``act`` answers from the base
+model or the rule policy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import EngineError
+from engine.settings import as_dict, build, load, setting
+from engine.store.decisions import DecisionLog, GateState, replay
+from engine.store.paths import checked_name
+from engine.store.project import ModelRecord, Project
+
+SERVING_KEY = "serving"
+"""The project setting (``meta`` table) holding :class:`ServingSettings`."""
+AGENT_KEY_PREFIX = "agent-settings:"
+"""An agent's :class:`AgentSettings` live under this prefix and its name."""
+ENV_DEFAULTS = {
+    "rl_enabled": "USE_RL_MODEL",
+    "fallback_to_base": "RL_FALLBACK_TO_BASE",
+    "base_model": "BASE_MODEL",
+}
+"""The environment variables of the agent-training service whose values,
+when set, are the defaults of :class:`ServingSettings`' fields."""
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+
+
+class UnknownAgent(EngineError):
+    """An agent or version the project does not have (HTTP 404)."""
+
+
+class NoPrevious(EngineError):
+    """A rollback with no version promoted before the current one (HTTP 409)."""
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """How every agent of the project is served."""
+
+    rl_enabled: bool = setting(True, group="Serving", label="Serve RL models")
+    """Answer ``act`` with the agents' trained versions; off: with the base
+    model, or the rule policy (``USE_RL_MODEL``)."""
+    fallback_to_base: bool = setting(True, group="Serving")
+    """When every version fails, answer with the base model before the rule
+    policy (``RL_FALLBACK_TO_BASE``)."""
+    base_model: str = setting("", group="Serving")
+    """The base model: a registered model's id or name ('' = none;
+    ``BASE_MODEL``)."""
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """How one agent is promoted and served."""
+
+    rl_enabled: bool = setting(True, group="Agent", label="Serve RL models")
+    """This agent answers with its versions (the project's switch must be
+    on too)."""
+    tolerance: float = setting(0.0, min=0, group="Agent")
+    """How far below the current version's evaluation a candidate may be
+    and still be promoted."""
+    gate_metric: str = setting("eval/mean_reward", group="Agent")
+    """The recorded evaluation the gate compares ('' = none: a version is
+    promoted when its run has no warnings)."""
+    higher_is_better: bool = setting(True, group="Agent")
+    """False for a metric such as a loss."""
+    base_model: str = setting("", group="Agent")
+    """This agent's base model ('' = the project's)."""
+    rule_env: str = setting("", group="Agent")
+    """The env whose expert action is the rule policy ('' = the env of the
+    agent's latest version)."""
+
+
+def _env_default(name: str, kind: type) -> Any:
+    text = os.environ.get(ENV_DEFAULTS[name])
+    if text is None:
+        return None
+    if kind is bool:
+        word = text.strip().lower()
+        if word not in TRUE_WORDS + FALSE_WORDS:
+            raise EngineError(
+                f"{ENV_DEFAULTS[name]} must be true or false, not {text[:40]!r}."
+            )
+        return word in TRUE_WORDS
+    return text.strip()
+
+
+def serving_settings(project: Project) -> ServingSettings:
+    """The stored settings over the environment's over the defaults."""
+    env = {
+        name: value
+        for name, kind in (
+            ("rl_enabled", bool),
+            ("fallback_to_base", bool),
+            ("base_model", str),
+        )
+        if (value := _env_default(name, kind)) is not None
+    }
+    return load(ServingSettings, {**env, **project.setting(SERVING_KEY)})
+
+
+def agent_settings(project: Project, agent: str) -> AgentSettings:
+    return load(AgentSettings, project.setting(AGENT_KEY_PREFIX + agent))
+
+
+def configure_serving(project: Project, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Change the project's serving settings (checked as one)."""
+    config = build(
+        ServingSettings, {**as_dict(serving_settings(project)), **changes}, "serving"
+    )
+    stored = as_dict(config)
+    project.set_setting(SERVING_KEY, stored)
+    return stored
+
+
+def configure_agent(
+    project: Project,
+    agent: str,
+    changes: Mapping[str, Any],
+    check: Callable[[AgentSettings], None] | None = None,
+) -> dict[str, Any]:
+    """Change one agent's settings (checked as one, and by ``check``;
+    nothing stored on error)."""
+    checked_name("agent", agent)
+    current = as_dict(agent_settings(project, agent))
+    config = build(AgentSettings, {**current, **changes}, "agent")
+    if check is not None:
+        check(config)
+    stored = as_dict(config)
+    project.set_setting(AGENT_KEY_PREFIX + agent, stored)
+    return stored
+
+
+def _shown(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def gate(
+    settings: AgentSettings,
+    record: ModelRecord,
+    current: ModelRecord | None,
+    warnings: list[str],
+) -> tuple[bool, str]:
+    """Whether ``record`` is promoted over ``current``, and why (one
+    sentence)."""
+    v = f"v{record.version}"
+    if warnings:
+        return (
+            False,
+            f"{v} stays a candidate: its run warned: {warnings[0].rstrip('.')}.",
+        )
+    if current is None:
+        return True, f"{v} promoted: the agent had no current version."
+    cur = f"v{current.version}"
+    metric = settings.gate_metric
+    if not metric:
+        return True, f"{v} promoted over {cur}: no evaluation metric is set to compare."
+    mine, theirs = record.metrics.get(metric), current.metrics.get(metric)
+    if not isinstance(mine, int | float) or isinstance(mine, bool):
+        return (
+            False,
+            f"{v} stays a candidate: it has no {metric} to compare with {cur}'s.",
+        )
+    if not isinstance(theirs, int | float) or isinstance(theirs, bool):
+        return True, f"{v} promoted: the current {cur} has no {metric} to compare with."
+    tol = settings.tolerance
+    if settings.higher_is_better:
+        ok, bound, word = mine >= theirs - tol, "minus", "below"
+    else:
+        ok, bound, word = mine <= theirs + tol, "plus", "above"
+    told = f"{cur}'s {_shown(theirs)} {bound} the tolerance {_shown(tol)}"
+    if ok:
+        return True, f"{v} promoted: {metric} {_shown(mine)} is within {told}."
+    return False, f"{v} stays a candidate: {metric} {_shown(mine)} is {word} {told}."
+
+
+def run_warnings(project: Project, record: ModelRecord) -> list[str]:
+    """The ``warnings`` of the run that trained ``record`` (none when it has
+    no run, or its summary lists none)."""
+    if not record.source_run:
+        return []
+    try:
+        summary = project.get_run(record.source_run).summary
+    except EngineError:
+        return []
+    found = summary.get("warnings") if isinstance(summary, dict) else None
+    return [str(w) for w in found] if isinstance(found, list) else []
+
+
+class Promotion:
+    """The gate, manual promotion and rollback of a project's agents."""
+
+    def __init__(self, project: Project, log: DecisionLog) -> None:
+        self.project = project
+        self.log = log
+
+    def state(self, agent: str) -> GateState:
+        """Decide every version the gate has not seen (oldest first), then
+        the state."""
+        records = {m.version: m for m in agent_versions(self.project, agent)}
+        if not records:
+            return replay(self.log.promotions(agent))
+        settings = agent_settings(self.project, agent)
+
+        def decide(log: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
+            state = replay(log)
+            added: list[tuple[int, str, str, str]] = []
+            for version in sorted(set(records) - state.decided):
+                record = records[version]
+                current = records.get(state.current) if state.current else None
+                ok, reason = gate(
+                    settings, record, current, run_warnings(self.project, record)
+                )
+                action = "promoted" if ok else "refused"
+                added.append((version, action, "gate", reason))
+                state = replay([*log, *_as_log(added)])
+            return added
+
+        if set(records) <= replay(self.log.promotions(agent)).decided:
+            return replay(self.log.promotions(agent))  # nothing to decide
+        return replay(self.log.append_promotions(agent, decide))
+
+    def promote(self, agent: str, version: int, by: str, why: str) -> GateState:
+        """Make ``version`` current by hand."""
+        check_version(self.project, agent, version)
+        self.state(agent)  # the gate decides what it has not, first
+        sentence = f"v{version} promoted by {by}: {why.strip().rstrip('.')}."
+        log = self.log.append_promotions(
+            agent, lambda _log: [(version, "promote", by, sentence)]
+        )
+        return replay(log)
+
+    def rollback(self, agent: str, by: str, why: str) -> GateState:
+        """The current version goes; the one promoted before it is current."""
+        agent_versions(self.project, agent)
+        self.state(agent)
+
+        def decide(log: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
+            state = replay(log)
+            if state.current is None or state.previous is None:
+                raise NoPrevious(
+                    f"Agent {agent!r} has no version promoted before "
+                    f"{'its current one' if state.current else 'now'} to roll back to."
+                )
+            sentence = (
+                f"v{state.current} rolled back to v{state.previous} by {by}: "
+                f"{why.strip().rstrip('.')}."
+            )
+            return [(state.current, "rollback", by, sentence)]
+
+        return replay(self.log.append_promotions(agent, decide))
+
+
+def agent_versions(project: Project, agent: str) -> list[ModelRecord]:
+    """The agent's versions, oldest first; UnknownAgent for an agent the
+    project does not have."""
+    checked_name("agent", agent)
+    found = project.versions(agent)
+    if not found and agent not in project.agent_names():
+        known = ", ".join(project.agent_names()) or "none"
+        raise UnknownAgent(
+            f"There is no agent {agent!r} in this project (agents: {known})."
+        )
+    return found
+
+
+def check_version(project: Project, agent: str, version: int) -> ModelRecord:
+    """The agent's ``version``; UnknownAgent naming the versions it has."""
+    records = agent_versions(project, agent)
+    for record in records:
+        if record.version == version:
+            return record
+    have = ", ".join(f"v{m.version}" for m in records) or "none"
+    raise UnknownAgent(f"Agent {agent!r} has no version v{version} (versions: {have}).")
+
+
+def _as_log(entries: list[tuple[int, str, str, str]]) -> list[dict[str, Any]]:
+    return [{"version": v, "action": a, "by": b, "reason": r} for v, a, b, r in entries]
