@@ -42,7 +42,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -171,13 +171,7 @@ class PortSpec:
     help: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.type,
-            "required": self.required,
-            "multiple": self.multiple,
-            "help": self.help,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PortSpec:
@@ -231,23 +225,10 @@ class ParamSpec:
             object.__setattr__(self, "label", self.name.replace("_", " ").capitalize())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.type,
-            "default": self.default,
-            "help": self.help,
-            "label": self.label,
-            "min": self.min,
-            "max": self.max,
-            "choices": list(self.choices),
-            "exclusive_min": self.exclusive_min,
-            "exclusive_max": self.exclusive_max,
-            "optional": self.optional,
-            "group": self.group,
-            "picker": self.picker,
-            "offered": list(self.offered),
-            "disabled": self.disabled,
-        }
+        # JSON has no tuples: the lists a decoded description holds.
+        out = asdict(self)
+        out["choices"], out["offered"] = list(self.choices), list(self.offered)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ParamSpec:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,12 +40,7 @@ class Problem:
     """Which check found it: spec, gymnasium_check_env, sb3_check_env, ..."""
 
     def to_dict(self) -> dict[str, str]:
-        return {
-            "severity": self.severity,
-            "path": self.path,
-            "message": self.message,
-            "check": self.check,
-        }
+        return asdict(self)
 
 
 @dataclass
