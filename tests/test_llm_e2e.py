@@ -141,7 +141,8 @@ def trained(project: Project, datasets: dict[str, dict]) -> Trained:
                     {"name": "env_reward", "weight": 1.0},
                     {"name": "format", "weight": 0.5},
                 ]
-            runs[method] = project.job("llm.train", cfg)
+            # Scored on the validation split after the step.
+            runs[method] = project.job("llm.train", {**cfg, "eval_every_steps": 1})
         return runs[method]
 
     return train
@@ -196,6 +197,10 @@ def test_train_one_step(project: Project, trained: Trained, method: str) -> None
     rows = metrics_rows(run_dir)
     keys = set().union(*rows)
     assert {"train/loss", "train/learning_rate", "train/tokens_per_s"} <= keys
+    # the validation score: GRPO's is the declared rewards' held-out mean
+    score = "eval_reward" if method == "grpo" else "eval_loss"
+    assert "eval/" + score.removeprefix("eval_") in keys
+    assert score in summary["metrics"]
     assert all(r["train/tokens_per_s"] > 0 for r in rows if "train/tokens_per_s" in r)
     if method == "grpo":
         # per reward function mean and std, KL to the base (beta 0.04 default)
