@@ -138,8 +138,9 @@ def setting(
 
 def same_setting(cls: type, name: str) -> Any:
     """A field standing for the setting ``name`` that ``cls`` declares, in
-    another job's config (one that passes it on to that job's work): the
-    same default, metadata and help, declared once in ``cls``."""
+    another config: a job's that passes it on to another job's work, or
+    another algorithm's with the very same setting (``gamma``). The same
+    default, metadata and help, declared once in ``cls``."""
     declared = {f.name: f for f in dataclasses.fields(cls)}[name]
     metadata = {**declared.metadata, "same_as": (cls, name)}
     if declared.default_factory is not dataclasses.MISSING:

@@ -52,6 +52,7 @@ from engine.settings import (
     defaults_of,
     fields_of,
     load,
+    same_setting,
     setting,
 )
 
@@ -149,16 +150,12 @@ class A2CConfig:
         7e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
     )
     """Optimizer step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
-    """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
+    learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
     n_steps: int = setting(
         5, min=1, max=ROLLOUT_MAX, unit="steps", search=Search(1, 64, log=True)
     )
     """Steps collected per environment copy before each update."""
-    gamma: float = setting(
-        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
-    )
-    """Discount factor per step, in (0, 1]."""
+    gamma: float = same_setting(PPOBase, "gamma")
     gae_lambda: float = setting(1.0, min=0, max=1, search=Search(0.8, 1.0))
     """Generalized Advantage Estimation lambda, in [0, 1] (1 = plain returns)."""
     ent_coef: float = setting(0.0, min=0, search=Search(1e-8, 0.1, log=True))
@@ -195,8 +192,7 @@ class DQNConfig:
         1e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
     )
     """Adam step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
-    """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
+    learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
     buffer_size: int = setting(1_000_000, min=1, max=BUFFER_MAX, unit="transitions")
     """Replay buffer capacity (transitions)."""
     learning_starts: int = setting(100, min=0, max=STEPS_MAX, unit="steps")
@@ -205,10 +201,7 @@ class DQNConfig:
     """Transitions per gradient step."""
     tau: float = setting(1.0, min=0, exclusive_min=True, max=1)
     """Target network soft-update coefficient in (0, 1] (1 = hard copy)."""
-    gamma: float = setting(
-        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
-    )
-    """Discount factor per step, in (0, 1]."""
+    gamma: float = same_setting(PPOBase, "gamma")
     train_freq: int = setting(
         4, min=1, max=ROLLOUT_MAX, unit="steps", search=Search(1, 256, log=True)
     )
@@ -243,10 +236,8 @@ class ActorCriticOffPolicyBase:
         3e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
     )
     """Adam step size at the start of training (per gradient step)."""
-    learning_rate_schedule: str = setting("constant", choices=SCHEDULES)
-    """``constant``, or ``linear``: decays to 0 at ``total_steps``."""
-    buffer_size: int = setting(1_000_000, min=1, max=BUFFER_MAX, unit="transitions")
-    """Replay buffer capacity (transitions)."""
+    learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
+    buffer_size: int = same_setting(DQNConfig, "buffer_size")
     learning_starts: int = setting(100, min=0, max=STEPS_MAX, unit="steps")
     """Steps collected (random actions) before the first gradient step."""
     batch_size: int = setting(256, min=1, max=ROLLOUT_MAX, unit="transitions")
@@ -255,14 +246,10 @@ class ActorCriticOffPolicyBase:
         0.005, min=0, exclusive_min=True, max=1, search=Search(1e-3, 0.08, log=True)
     )
     """Target network soft-update coefficient in (0, 1]."""
-    gamma: float = setting(
-        0.99, min=0, exclusive_min=True, max=1, search=Search(0.9, 0.9999)
-    )
-    """Discount factor per step, in (0, 1]."""
+    gamma: float = same_setting(PPOBase, "gamma")
     train_freq: int = setting(1, min=1, max=ROLLOUT_MAX, unit="steps")
     """Update the networks every this many steps (per environment copy)."""
-    gradient_steps: int = setting(1, min=-1, max=ROLLOUT_MAX)
-    """Gradient steps per update (-1: as many as steps collected)."""
+    gradient_steps: int = same_setting(DQNConfig, "gradient_steps")
 
 
 @dataclass(frozen=True)
