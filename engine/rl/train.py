@@ -479,8 +479,9 @@ class Trainer:
         logger = Logger(
             folder=str(self.tb_dir),
             output_formats=[
-                _studio_writer_class()(self._on_logged),
-                _tensorboard_writer_class()(self.tb_dir),
+                # Every dump to the job's metrics, and to TensorBoard.
+                _log_writer(lambda step, values, _: self._on_logged(step, values)),
+                _tensorboard_writer(self.tb_dir),
             ],
         )
         model.set_logger(logger)
@@ -836,15 +837,20 @@ class Trainer:
 _classes: dict[str, type] = {}
 
 
-def _studio_writer_class() -> type:
+LogSink = Callable[[int, dict[str, Any], dict[str, tuple[str, ...]]], None]
+"""What receives an SB3 logger dump: step, key/values, and the output
+formats each key is excluded from."""
+
+
+def _log_writer(write: LogSink, close: Callable[[], None] = lambda: None) -> Any:
+    """An SB3 logger output format (``KVWriter``) handing every dump to
+    ``write``; ``close`` when the logger closes."""
     if "writer" not in _classes:
         from stable_baselines3.common.logger import KVWriter
 
-        class StudioWriter(KVWriter):
-            """Forwards every dumped key/value to the job's metrics."""
-
-            def __init__(self, sink: Callable[[int, dict[str, Any]], None]) -> None:
-                self.sink = sink
+        class SinkWriter(KVWriter):
+            def __init__(self, write: LogSink, close: Callable[[], None]) -> None:
+                self._write, self._close = write, close
 
             def write(
                 self,
@@ -852,53 +858,39 @@ def _studio_writer_class() -> type:
                 key_excluded: dict[str, tuple[str, ...]],
                 step: int = 0,
             ) -> None:
-                self.sink(int(step), key_values)
+                self._write(int(step), key_values, key_excluded)
 
             def close(self) -> None:
-                pass
+                self._close()
 
-        _classes["writer"] = StudioWriter
-    return _classes["writer"]
+        _classes["writer"] = SinkWriter
+    return _classes["writer"](write, close)
 
 
-def _tensorboard_writer_class() -> type:
-    if "tensorboard" not in _classes:
-        from stable_baselines3.common.logger import KVWriter
+def _tensorboard_writer(folder: Path) -> Any:
+    """Scalars to a TensorBoard event file, one event per dump.
 
-        from engine.rl.tensorboard import EventFile
+    Instead of SB3's ``TensorBoardOutputFormat``, which goes through torch's
+    ``SummaryWriter`` one scalar at a time, a background thread computing
+    CRCs in pure Python, and a wait for the disk after every dump: together
+    about 2 % of PPO's CartPole throughput.
+    """
+    from engine.rl.tensorboard import EventFile
 
-        class TensorBoardWriter(KVWriter):
-            """Scalars to a TensorBoard event file, one event per dump.
+    events = EventFile(folder)
 
-            Instead of SB3's ``TensorBoardOutputFormat``, which goes through
-            torch's ``SummaryWriter`` one scalar at a time, a background thread
-            computing CRCs in pure Python, and a wait for the disk after every
-            dump: together about 2 % of PPO's CartPole throughput.
-            """
+    def scalars(
+        step: int, key_values: dict[str, Any], excluded: dict[str, tuple[str, ...]]
+    ) -> None:
+        values = {
+            key: float(value)
+            for key, value in key_values.items()
+            if "tensorboard" not in (excluded.get(key) or ()) and _is_number(value)
+        }
+        if values:
+            events.scalars(step, values)
 
-            def __init__(self, folder: Path) -> None:
-                self.events = EventFile(folder)
-
-            def write(
-                self,
-                key_values: dict[str, Any],
-                key_excluded: dict[str, tuple[str, ...]],
-                step: int = 0,
-            ) -> None:
-                values = {
-                    key: float(value)
-                    for key, value in key_values.items()
-                    if "tensorboard" not in (key_excluded.get(key) or ())
-                    and _is_number(value)
-                }
-                if values:
-                    self.events.scalars(step, values)
-
-            def close(self) -> None:
-                self.events.close()
-
-        _classes["tensorboard"] = TensorBoardWriter
-    return _classes["tensorboard"]
+    return _log_writer(scalars, events.close)
 
 
 def _is_number(value: Any) -> bool:
