@@ -312,34 +312,30 @@ def finish_from_disk(
     run = project.get_run(run_id)
     kind = registry.get_kind(run.kind)
     reader = kind.summary_on_disk
-    if reader is None:
-        _, problems = finish(
-            project,
-            run_id,
-            Outcome(status, None, reason),
-            exit_code=None,
-            progress=progress,
-        )
-        return marks, problems
-    problems = []
+    problems: list[str] = []
     on_disk: dict[str, Any] | None = None
-    try:
-        on_disk = reader(Path(run.run_dir), kind.load(run.config))
-    except Exception as exc:  # the run's end is recorded whatever the reader does
-        detail = (
-            str(exc)
-            if isinstance(exc, EngineError)
-            else (f"{type(exc).__name__}: {exc}")
-        )
-        problems.append(f"Run {run_id} {ended} and keeps the summary it had: {detail}")
-    if on_disk is None:
-        summary = {**run.summary, **marks}
-    else:
-        known = {m.id for m in project.list_models()}
-        earlier = [i for i in run.summary.get("registered_models") or [] if i in known]
-        summary = {**on_disk, **marks}
-        if earlier:
-            summary["registered_models"] = earlier
+    summary: dict[str, Any] | None = None  # no reader: the row keeps its own
+    if reader is not None:
+        try:
+            on_disk = reader(Path(run.run_dir), kind.load(run.config))
+        except Exception as exc:  # the run's end is recorded whatever it does
+            detail = (
+                str(exc)
+                if isinstance(exc, EngineError)
+                else (f"{type(exc).__name__}: {exc}")
+            )
+            problems.append(
+                f"Run {run_id} {ended} and keeps the summary it had: {detail}"
+            )
+        if on_disk is None:
+            summary = {**run.summary, **marks}
+        else:
+            known = {m.id for m in project.list_models()}
+            registered = run.summary.get("registered_models") or []
+            earlier = [i for i in registered if i in known]
+            summary = {**on_disk, **marks}
+            if earlier:
+                summary["registered_models"] = earlier
     recorded, more = finish(
         project,
         run_id,
@@ -348,7 +344,7 @@ def finish_from_disk(
         progress=progress,
         register=on_disk is not None,
     )
-    return recorded or summary, [*problems, *more]
+    return recorded or summary or marks, [*problems, *more]
 
 
 def finish_own(
