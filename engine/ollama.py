@@ -144,11 +144,14 @@ class OllamaClient:
         """Seconds left before the deadline; an EngineError once it passed."""
         left = self._end - time.monotonic()
         if left <= 0:
-            raise EngineError(
-                f"Ollama at {self.host} did not finish {step} within the "
-                f"{self.deadline_s:g} s deadline."
-            )
+            raise self._past_deadline(step)
         return left
+
+    def _past_deadline(self, step: str) -> EngineError:
+        return EngineError(
+            f"Ollama at {self.host} did not finish {step} within the "
+            f"{self.deadline_s:g} s deadline."
+        )
 
     def _wait(self, step: str, timeout: float | None = None) -> float:
         return min(timeout or self.timeout, self._left(step))
@@ -158,10 +161,7 @@ class OllamaClient:
         if isinstance(exc, EngineError):
             return exc
         if isinstance(exc, TimeoutError) and self._end - time.monotonic() <= 0.01:
-            return EngineError(
-                f"Ollama at {self.host} did not finish {step} within the "
-                f"{self.deadline_s:g} s deadline."
-            )
+            return self._past_deadline(step)
         if isinstance(exc, TimeoutError):
             return EngineError(
                 f"Ollama at {self.host} went silent during {step} (nothing for "
