@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rl-studio-installed
 
-.PHONY: studio test bench lint setup clean xvfb-deps
+.PHONY: studio test bench bench-purejaxrl lint setup clean xvfb-deps
 
 setup: $(STAMP)
 
@@ -31,13 +31,23 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests --durations=30
 
 # Benchmarks run for minutes by design: no faulthandler thread dumps after
 # faulthandler_timeout (pyproject.toml, for `make test`); each benchmark's
 # pytest-timeout mark still ends (and dumps) one that hangs.
 bench: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests/benchmarks -p no:cacheprovider -s -q -o addopts="" -o faulthandler_timeout=0
+
+# PureJaxRL, issue 27's reference for the jax backend, beside the project (it
+# needs network access): its ppo.py at a fixed commit, with the gymnax it was
+# written for (1.x changed step's return) and the project's own jax.
+PUREJAXRL_COMMIT := 31756b197773a52db763fdbe6d635e4b46522a73
+bench-purejaxrl: $(STAMP)
+	$(PYTHON) -m venv .venv-purejaxrl
+	.venv-purejaxrl/bin/python -m pip install "jax==$$($(BIN)/python -c 'import jax; print(jax.__version__)')" gymnax==0.0.9 flax optax distrax
+	test -d .purejaxrl || git clone https://github.com/luchris429/purejaxrl .purejaxrl
+	git -C .purejaxrl checkout -q $(PUREJAXRL_COMMIT)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -300,6 +300,34 @@ def test_a_compiled_run_is_an_ordinary_run(
     assert Path(model["file"]).name == "model.zip"
 
 
+def test_the_first_row_needs_no_sb3_model(
+    jax_run: tuple[Path, dict[str, Any]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first update's row is written before torch and SB3 build the
+    model (issue 27: a cached program's run shows a row at once)."""
+    events: list[str] = []
+    on_logged, build = rltrain.Trainer._on_logged, rltrain.Trainer._build
+
+    def logged(self: rltrain.Trainer, step: int, values: dict[str, Any]) -> None:
+        events.append("row")
+        on_logged(self, step, values)
+
+    def built(self: rltrain.Trainer) -> None:
+        events.append("build")
+        build(self)
+
+    monkeypatch.setattr(rltrain.Trainer, "_on_logged", logged)
+    monkeypatch.setattr(rltrain.Trainer, "_build", built)
+    config = {**SMALL, "total_steps": 1536, "eval_every_steps": 0}
+    run_dir, summary = _run(tmp_path, "first", config)
+    assert events == ["row", "build", "row", "row"]
+    assert summary["total_steps"] == 1536
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in rows if "train/loss" in r] == [512, 1024, 1536]
+
+
 def test_the_saved_model_is_sb3s_and_acts_as_the_compiled_policy(
     jax_run: tuple[Path, dict[str, Any]],
 ) -> None:

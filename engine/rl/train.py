@@ -223,6 +223,7 @@ VERSIONED_PACKAGES = (
     ("sb3-contrib", "sb3_contrib"),
     ("gymnasium", "gymnasium"),
     ("numpy", "numpy"),
+    ("jax", "jax"),  # the jax backend's
 )
 """(distribution, module) of the packages a run's result depends on."""
 
@@ -362,6 +363,12 @@ class Trainer:
         self.ckpt_dir = ctx.checkpoint_dir
         self.tb_dir = self.run_dir / "tensorboard"
         self.model: Any = None
+        """The SB3 model. The ``jax`` backend builds it after its first
+        update (:meth:`ensure_built`), so that a run's first metrics row does
+        not wait for torch and SB3 to import."""
+        self.logger: Any = None
+        """Where the run's rows go: the model's SB3 ``Logger``, or for the
+        ``jax`` backend a :class:`RowLogger`, which needs no SB3."""
         self.venv: Any = None
         self.eval_env: Any = None
         self.play_evaluation: Callable[[], Evaluation] | None = None
@@ -475,16 +482,22 @@ class Trainer:
             self.eval_env = eval_env
         if cfg.curriculum is not None:
             self._build_curriculum(cfg.curriculum, latest is not None)
-        self.tb_dir.mkdir(parents=True, exist_ok=True)
-        logger = Logger(
-            folder=str(self.tb_dir),
-            output_formats=[
-                # Every dump to the job's metrics, and to TensorBoard.
-                _log_writer(lambda step, values, _: self._on_logged(step, values)),
-                _tensorboard_writer(self.tb_dir),
-            ],
-        )
-        model.set_logger(logger)
+        if self.logger is None:
+            self.tb_dir.mkdir(parents=True, exist_ok=True)
+            self.logger = Logger(
+                folder=str(self.tb_dir),
+                output_formats=[
+                    # Every dump to the job's metrics, and to TensorBoard.
+                    _log_writer(lambda step, values, _: self._on_logged(step, values)),
+                    _log_writer(*tensorboard_sink(self.tb_dir)),
+                ],
+            )
+            model.set_logger(self.logger)
+
+    def ensure_built(self) -> None:
+        """The SB3 side (model, envs), built now if it is not yet."""
+        if self.model is None:
+            self._build()
 
     def _build_curriculum(self, curriculum: CurriculumConfig, resumed: bool) -> None:
         from engine.envs.curriculum import Schedule
@@ -509,14 +522,21 @@ class Trainer:
         self.ckpt_dir.mkdir(parents=True, exist_ok=True)
         record = write_reproduce(self.run_dir, cfg)
         ctx.log(f"reproduce with: {record['command']}")
-        self._build()
-        model = self.model
-        start = int(model.num_timesteps)
-        device: Any = model.device
-        if cfg.backend == "jax":  # it trains where JAX puts it, not on torch's
+        compiled = cfg.backend == "jax"
+        if compiled:
             from engine.rl.compiled.learner import jax_device
 
-            device = jax_device(cfg)
+            self.logger = RowLogger(self._on_logged, self.tb_dir)
+            # A resumed run starts from its checkpoint's SB3 model; a new one
+            # builds it after the first update (engine.rl.compiled.learner).
+            if ctx.resume:
+                self._build()
+            start = self.num_timesteps
+            device: Any = jax_device(cfg)  # where JAX trains, not torch
+        else:
+            self._build()
+            start = self.num_timesteps
+            device = self.model.device
         ctx.log(
             f"{self.algo} on {cfg.env}: {self.total_steps} steps, "
             f"{self.n_envs} envs, seed {self.seed}, backend {cfg.backend}, "
@@ -529,29 +549,19 @@ class Trainer:
             self.next_eval_step = cfg.eval_every_steps
             self.next_ckpt_step = cfg.checkpoint_every_steps
         remaining = self.total_steps - start
-        callback: Any = _studio_callback_class()(self)
-        if self.curriculum is not None:
-            from stable_baselines3.common.callbacks import CallbackList
-
-            callback = CallbackList([callback, self.curriculum])
         try:
             # should_stop is read once here, as before there were two backends.
             to_train = remaining > 0 and not ctx.should_stop
-            if to_train and cfg.backend == "jax":
+            if to_train and compiled:
                 from engine.rl.compiled.learner import learn
 
                 learn(self)
             elif to_train:
-                model.learn(
-                    total_timesteps=remaining,
-                    callback=callback,
-                    log_interval=1,
-                    reset_num_timesteps=self.resumed_from is None,
-                    progress_bar=False,
-                )
+                self._learn_sb3(remaining)
+            self.ensure_built()
             if ctx.should_stop and self.stopped_by == "steps":
                 self.stopped_by = ctx.stop_reason
-            steps = int(model.num_timesteps)
+            steps = self.num_timesteps
             if (
                 self.stopped_by not in (*STOP_REASONS, "pruned")
                 and self.eval_env is not None
@@ -572,14 +582,31 @@ class Trainer:
                 )
         finally:
             # Never let cleanup hide the error that ended training.
-            for close in (model.logger.close, self.venv.close, self._close_eval_env):
-                with contextlib.suppress(Exception):
-                    close()
+            for closing in (self.logger, self.venv, self.eval_env):
+                if closing is not None:
+                    with contextlib.suppress(Exception):
+                        closing.close()
         return self.summary()
 
-    def _close_eval_env(self) -> None:
-        if self.eval_env is not None:
-            self.eval_env.close()
+    def _learn_sb3(self, remaining: int) -> None:
+        """SB3's ``learn`` for the remaining steps, with the studio's callback."""
+        callback: Any = _studio_callback_class()(self)
+        if self.curriculum is not None:
+            from stable_baselines3.common.callbacks import CallbackList
+
+            callback = CallbackList([callback, self.curriculum])
+        self.model.learn(
+            total_timesteps=remaining,
+            callback=callback,
+            log_interval=1,
+            reset_num_timesteps=self.resumed_from is None,
+            progress_bar=False,
+        )
+
+    @property
+    def num_timesteps(self) -> int:
+        """Steps trained so far (0 before the SB3 model is built)."""
+        return 0 if self.model is None else int(self.model.num_timesteps)
 
     # ------------------------------------------------------- SB3 hooks
     def _on_logged(self, step: int, values: dict[str, Any]) -> None:
@@ -652,10 +679,10 @@ class Trainer:
         final_stage = self.curriculum is None or self.curriculum.schedule.last
         if self.curriculum is not None:
             metrics.update(self.curriculum.on_eval([bool(s) for s in successes]))
-        # Through SB3's logger, so TensorBoard and metrics.jsonl both get it.
+        # Through the run's logger, so TensorBoard and metrics.jsonl both get it.
         for key, value in metrics.items():
-            model.logger.record(key, value)
-        model.logger.dump(step)
+            self.logger.record(key, value)
+        self.logger.dump(step)
         self.last_eval_reward = mean
         self.last_eval_step = step
         if not final_stage:
@@ -867,8 +894,8 @@ def _log_writer(write: LogSink, close: Callable[[], None] = lambda: None) -> Any
     return _classes["writer"](write, close)
 
 
-def _tensorboard_writer(folder: Path) -> Any:
-    """Scalars to a TensorBoard event file, one event per dump.
+def tensorboard_sink(folder: Path) -> tuple[LogSink, Callable[[], None]]:
+    """Scalars to a TensorBoard event file, one event per dump: (write, close).
 
     Instead of SB3's ``TensorBoardOutputFormat``, which goes through torch's
     ``SummaryWriter`` one scalar at a time, a background thread computing
@@ -890,7 +917,28 @@ def _tensorboard_writer(folder: Path) -> Any:
         if values:
             events.scalars(step, values)
 
-    return _log_writer(scalars, events.close)
+    return scalars, events.close
+
+
+class RowLogger:
+    """SB3's ``Logger`` as the ``jax`` backend uses it (``record``, ``dump``,
+    ``close``), without importing SB3: each dump is one row of the run's
+    metrics and one TensorBoard event, as through SB3's logger."""
+
+    def __init__(
+        self, on_logged: Callable[[int, dict[str, Any]], None], tb_dir: Path
+    ) -> None:
+        self.on_logged = on_logged
+        self.tensorboard, self.close = tensorboard_sink(tb_dir)
+        self.values: dict[str, Any] = {}
+
+    def record(self, key: str, value: Any) -> None:
+        self.values[key] = value
+
+    def dump(self, step: int) -> None:
+        values, self.values = self.values, {}
+        self.on_logged(step, values)
+        self.tensorboard(step, values, {})
 
 
 def _is_number(value: Any) -> bool:

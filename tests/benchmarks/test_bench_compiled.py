@@ -140,6 +140,64 @@ def test_compiled_ppo_against_sb3(tmp_path: Path) -> None:
     )
     assert cold["final_return"] > 150  # it learns
     assert throughput >= TARGET_THROUGHPUT
+    assert warm_start <= TARGET_WARM_START
+
+
+# ------------------------------------------------------ against PureJaxRL
+
+PUREJAXRL_PYTHON = Path(
+    os.environ.get("PUREJAXRL_PYTHON", ROOT / ".venv-purejaxrl" / "bin" / "python")
+)
+"""An interpreter with PureJaxRL's dependencies (``make bench-purejaxrl``)."""
+PUREJAXRL_DIR = Path(os.environ.get("PUREJAXRL_DIR", ROOT / ".purejaxrl"))
+"""A checkout of github.com/luchris429/purejaxrl (``make bench-purejaxrl``)."""
+PUREJAXRL_ROUNDS = 3
+TARGET_PUREJAXRL = 1.2  # studio jax / PureJaxRL's ppo.py, whole process
+
+
+def purejaxrl_process() -> tuple[float, dict[str, float]]:
+    """One process of PureJaxRL's ``ppo.py``: (wall seconds, its own split)."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [str(PUREJAXRL_PYTHON), str(Path(__file__).with_name("purejaxrl_ppo.py")),
+         str(PUREJAXRL_DIR)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    return wall, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(2400)
+def test_compiled_ppo_against_purejaxrl(tmp_path: Path) -> None:
+    """Issue 27's reference: 500,000 CartPole steps with the same settings,
+    whole processes, alternating; the studio's first run compiles, its later
+    ones load the program from the compilation cache (PureJaxRL compiles in
+    every process, as published)."""
+    if not (PUREJAXRL_PYTHON.exists() and (PUREJAXRL_DIR / "purejaxrl").is_dir()):
+        pytest.skip("PureJaxRL is not installed here; make bench-purejaxrl sets it up")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cold = timed_run(tmp_path / "cold", "jax", JAX_STEPS, env)["wall_s"]
+    studio: list[float] = []
+    reference: list[float] = []
+    for i in range(PUREJAXRL_ROUNDS):
+        wall, split = purejaxrl_process()
+        reference.append(wall)
+        studio.append(timed_run(tmp_path / f"warm{i}", "jax", JAX_STEPS, env)["wall_s"])
+        print(
+            f"round {i}: PureJaxRL {wall:5.1f} s (imports {split['imports_s']:.1f}, "
+            f"compile {split['compile_s']:.1f}, train {split['train_s']:.1f}, final "
+            f"return {split['final_return']:.0f}); studio jax {studio[-1]:5.1f} s"
+        )
+    pjr = statistics.median(reference)
+    warm = statistics.median(studio)
+    print(
+        f"whole process, {JAX_STEPS:,} steps: studio jax / PureJaxRL's ppo.py = "
+        f"{warm / pjr:.2f} with the program in the compilation cache, "
+        f"{cold / pjr:.2f} compiling it ({cold:.1f} s) (target <= "
+        f"{TARGET_PUREJAXRL:g})"
+    )
+    assert warm / pjr <= TARGET_PUREJAXRL
 
 
 # ------------------------------------------------ the Jira release pipeline

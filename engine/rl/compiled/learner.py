@@ -1,11 +1,14 @@
-"""The ``jax`` backend's ``learn``: the run's :class:`engine.rl.train.Trainer`
-builds everything as for SB3 (the SB3 model holds the policy that is
-evaluated, checkpointed and registered; the eval env is the Gymnasium env),
-and this drives training in chunks of compiled PPO updates instead of
-``model.learn``. Between chunks it copies the weights and Adam moments into
-the SB3 model, logs each update's metrics through the model's logger (the
-same keys an SB3 run logs) and calls ``Trainer.on_step``, which reports
-progress, evaluates, checkpoints and honours Stop as for an SB3 run.
+"""The ``jax`` backend's ``learn``: it drives training in chunks of compiled
+PPO updates instead of ``model.learn``. The run's
+:class:`engine.rl.train.Trainer` builds an SB3 model as for SB3, which holds
+the policy that is checkpointed and registered, but only after the first
+update: that update and its metrics row need JAX alone, so a run whose
+program is in the compilation cache shows its first row before torch and SB3
+have imported. Between chunks this copies the weights and Adam moments into
+the SB3 model, logs each update's metrics through the run's logger (the same
+keys an SB3 run logs) and calls ``Trainer.on_step``, which reports progress,
+evaluates (in the compiled twin), checkpoints and honours Stop as for an SB3
+run.
 """
 
 from __future__ import annotations
@@ -165,25 +168,23 @@ def _learn_on(trainer: Any, device: Any) -> None:
 
     from engine.rl.compiled import batch, ppo
     from engine.rl.compiled.envs import compiled_env
-    from engine.rl.compiled.sb3 import copy_from_sb3, copy_to_sb3
+    from engine.rl.compiled.sb3 import copy_from_sb3
 
-    ctx, model = trainer.ctx, trainer.model
+    ctx = trainer.ctx
     cfg: TrainConfig = trainer.cfg
     env = compiled_env(cfg.env, cfg.env_kwargs)
     if env is None:  # validation let it through: a bug, said plainly
         raise EngineError(f"{cfg.env} has no compiled twin; use backend sb3.")
     s, h = settings_of(cfg)
     cache = _enable_cache()
-    steps = int(model.num_timesteps)
+    steps = trainer.num_timesteps
     state = ppo.init_state(env, s, trainer.seed + steps)
     if trainer.resumed_from is not None:
-        params, adam = copy_from_sb3(model, state.params)
+        params, adam = copy_from_sb3(trainer.model, state.params)
         state = state._replace(params=params)
         if adam is not None:
             m, v, t = adam
             state = state._replace(adam_m=m, adam_v=v, adam_t=jnp.int32(t))
-    else:
-        copy_to_sb3(model, state.params)
     max_updates = chunk_updates(cfg, s.rollout)
     on = f"jax backend on {device.platform} ({device.device_kind}): PPO and {cfg.env}"
 
@@ -218,6 +219,7 @@ def _learn_on(trainer: Any, device: Any) -> None:
     if chunk is None:
         trainer.stopped_by = ctx.stop_reason
         ctx.log("stopped while the program compiled; nothing was trained")
+        _hold(trainer, state, steps, int(getattr(trainer.model, "_n_updates", 0)))
         return
     _PROGRAMS[chunk_key] = chunk
     added = len(list(cache.iterdir())) - cached_before
@@ -283,10 +285,10 @@ def _evaluation_in_twin(
 
 def _refuse_non_finite(trainer: Any, loss: float, steps: int) -> None:
     """Stop a run whose loss is no longer finite, its last finite policy
-    saved: the SB3 model still holds the last chunk's weights."""
+    saved: the SB3 model holds the previous chunk's state (:func:`_hold`)."""
     if math.isfinite(loss):
         return
-    good = int(trainer.model.num_timesteps)
+    good = trainer.num_timesteps
     trainer.save_checkpoint()
     raise EngineError(
         f"The loss became {loss} at step {steps:,}, so training stopped with "
@@ -318,13 +320,16 @@ def _log_update(
     logger.dump(steps)
 
 
-def _copy_state_to_model(model: Any, state: Any, steps: int, n_updates: int) -> None:
-    """The compiled state's policy and Adam moments into the SB3 model, so a
-    checkpoint, an evaluation or the end saves SB3's own ``model.zip``."""
+def _hold(trainer: Any, state: Any, steps: int, n_updates: int) -> None:
+    """The compiled state's policy and Adam moments into the trainer's SB3
+    model (built now if it is not yet), so a checkpoint, an evaluation or the
+    end saves SB3's own ``model.zip``."""
     import jax
 
     from engine.rl.compiled.sb3 import copy_to_sb3
 
+    trainer.ensure_built()
+    model = trainer.model
     adam = (
         jax.device_get(state.adam_m),
         jax.device_get(state.adam_v),
@@ -350,18 +355,23 @@ def _train_chunks(
 
     from engine.rl.compiled import ppo
 
-    ctx, model = trainer.ctx, trainer.model
-    steps = int(model.num_timesteps)
+    ctx = trainer.ctx
+    steps = trainer.num_timesteps
     # The closure reads ``state`` as each chunk leaves it.
     trainer.play_evaluation = _evaluation_in_twin(trainer, env, s, lambda: state.params)
     episodes: deque[tuple[float, int]] = deque(maxlen=EPISODE_WINDOW)
     # SB3's count of gradient epochs, carried in model.zip across a resume
-    n_updates = int(getattr(model, "_n_updates", 0))
+    n_updates = int(getattr(trainer.model, "_n_updates", 0))
     while steps < trainer.total_steps:
         if ctx.should_stop:
             trainer.stopped_by = ctx.stop_reason
+            _hold(trainer, state, steps, n_updates)
             return
-        n = updates_until_due(trainer, steps, s.rollout, max_updates)
+        # Before the SB3 model exists, one update: its row is the run's
+        # first, and the model is built after it.
+        first = trainer.model is None
+        n = 1 if first else updates_until_due(trainer, steps, s.rollout, max_updates)
+        before = (state, steps, n_updates)
         started = time.perf_counter()
         state, metrics, (done, ep_return, ep_length) = run_chunk(state, n, steps)
         metrics, done, ep_return, ep_length = (
@@ -380,12 +390,14 @@ def _train_chunks(
                 )
             )
             row = dict(zip(ppo.METRIC_KEYS, metrics[i].tolist(), strict=True))
+            if first and not math.isfinite(row["train/loss"]):
+                _hold(trainer, *before)  # the last finite policy is the first
             _refuse_non_finite(trainer, row["train/loss"], steps)
             if not env.continuous:
                 del row["train/std"]
             _log_update(
-                model.logger, row, episodes, n_updates=n_updates, fps=fps, steps=steps
+                trainer.logger, row, episodes, n_updates=n_updates, fps=fps, steps=steps
             )
-        _copy_state_to_model(model, state, steps, n_updates)
+        _hold(trainer, state, steps, n_updates)
         if not trainer.on_step(steps):
             return
