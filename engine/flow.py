@@ -42,9 +42,9 @@ import math
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from engine import untrusted
 from engine.contract import atomic_write_bytes
@@ -157,6 +157,28 @@ class CycleError(FlowError):
 # --------------------------------------------------------------------------
 
 
+_AS_DECLARED: dict[str, Callable[[Any], Any]] = {
+    "str": str,
+    "bool": bool,
+    "tuple[str, ...]": lambda items: tuple(str(c) for c in items or ()),
+}
+"""How :func:`_from_dict` reads a JSON value into a field declared with
+this type (other types: as it is)."""
+
+_Spec = TypeVar("_Spec", "PortSpec", "ParamSpec")
+
+
+def _from_dict(cls: type[_Spec], data: Mapping[str, Any]) -> _Spec:
+    """The ``cls`` its ``to_dict`` wrote (a catalog from the engine): each
+    field ``data`` holds, read as the field is declared; the rest default."""
+    values = {
+        f.name: _AS_DECLARED.get(str(f.type), lambda v: v)(data[f.name])
+        for f in fields(cls)
+        if f.name in data
+    }
+    return cls(**values)
+
+
 @dataclass(frozen=True)
 class PortSpec:
     """An input or output of a node type."""
@@ -175,13 +197,7 @@ class PortSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PortSpec:
-        return cls(
-            name=str(data["name"]),
-            type=str(data["type"]),
-            required=bool(data.get("required", True)),
-            multiple=bool(data.get("multiple", False)),
-            help=str(data.get("help", "")),
-        )
+        return _from_dict(cls, data)
 
 
 @dataclass(frozen=True)
@@ -191,7 +207,7 @@ class ParamSpec:
     name: str
     type: str
     """One of :data:`PARAM_TYPES`."""
-    default: Any
+    default: Any = None
     help: str = ""
     label: str = ""
     """Form label; empty: derived from ``name`` (``total_steps`` -> ``Total
@@ -232,23 +248,7 @@ class ParamSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ParamSpec:
-        return cls(
-            name=str(data["name"]),
-            type=str(data["type"]),
-            default=data.get("default"),
-            help=str(data.get("help", "")),
-            label=str(data.get("label", "")),
-            min=data.get("min"),
-            max=data.get("max"),
-            choices=tuple(str(c) for c in data.get("choices") or ()),
-            exclusive_min=bool(data.get("exclusive_min", False)),
-            exclusive_max=bool(data.get("exclusive_max", False)),
-            optional=bool(data.get("optional", False)),
-            group=str(data.get("group", "")),
-            picker=str(data.get("picker", "")),
-            offered=tuple(str(c) for c in data.get("offered") or ()),
-            disabled=str(data.get("disabled", "")),
-        )
+        return _from_dict(cls, data)
 
 
 @dataclass(frozen=True)
