@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,19 @@ class ActFailed(EngineError):
 
 class NoFallback(EngineError):
     """The switch is off and nothing else can answer (HTTP 409)."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How an agent is served, read once per request."""
+
+    why_off: str
+    """Why the switch is off ('' = on: the agent's versions answer)."""
+    base_model: str
+    """The base model's id or name ('' = none)."""
+    fallback_to_base: bool
+    rule_env: str
+    """The env whose expert action answers last ('' = no rule policy)."""
 
 
 Step = tuple[str, int | None]
@@ -112,12 +126,16 @@ class Agents:
     def versions(self, name: str) -> list[ModelRecord]:
         return agent_versions(self.project, name)
 
-    def routing(self, name: str, gate: GateState | None = None) -> dict[str, Any]:
+    def routing(
+        self, name: str, records: list[ModelRecord] | None = None
+    ) -> dict[str, Any]:
         """The config and the versions it resolves to: ``current`` (the pin,
         or the version the gate or a person promoted last), ``previous``
-        (the one promoted before it) and ``candidate``."""
-        versions = [m.version for m in self.versions(name)]
-        gate = gate or self.promotion.state(name)
+        (the one promoted before it) and ``candidate``; ``gate``, the
+        promotion state. ``records``: the agent's versions, when read."""
+        records = self.versions(name) if records is None else records
+        versions = [m.version for m in records]
+        gate = self.promotion.state(name, records)
         config = self.project.agent_config(name)
         pinned = config["pin"]
         current = pinned if pinned is not None else gate.current
@@ -130,24 +148,37 @@ class Agents:
             "current": current,
             "previous": previous,
             "latest": max(versions, default=None),
+            "gate": gate,
         }
 
-    def rl_enabled(self, name: str) -> tuple[bool, str]:
-        """Whether ``name`` answers with its versions, and if not, why."""
-        if not serving_settings(self.project).rl_enabled:
-            return False, "the project's RL switch is off"
-        if not agent_settings(self.project, name).rl_enabled:
-            return False, f"agent {name!r}'s RL switch is off"
-        return True, ""
+    def serving(self, name: str, records: list[ModelRecord]) -> Serving:
+        """How ``name`` is served now (read once per request)."""
+        project, agent = (
+            serving_settings(self.project),
+            agent_settings(self.project, name),
+        )
+        why_off = (
+            "the project's RL switch is off"
+            if not project.rl_enabled
+            else f"agent {name!r}'s RL switch is off"
+            if not agent.rl_enabled
+            else ""
+        )
+        return Serving(
+            why_off=why_off,
+            base_model=agent.base_model or project.base_model,
+            fallback_to_base=project.fallback_to_base,
+            rule_env=self._rule_env(agent, records),
+        )
 
     def describe(self, name: str) -> dict[str, Any]:
         """``GET /agents/{name}``: versions with lineage, evaluation and
         live outcomes, and the routing."""
         records = self.versions(name)
-        gate = self.promotion.state(name)
-        routing = self.routing(name, gate)
+        routing = self.routing(name, records)
+        gate: GateState = routing["gate"]
         outcomes = self.log.outcomes(name)
-        enabled, why_off = self.rl_enabled(name)
+        serving = self.serving(name, records)
         versions = []
         for m in records:
             role = (
@@ -205,8 +236,10 @@ class Agents:
             "latest": shown(routing["latest"]),
             "updated": routing["updated"],
             "versions": versions,
-            "rl_enabled": enabled,
-            "switch_reason": why_off,
+            "rl_enabled": not serving.why_off,
+            "switch_reason": serving.why_off,
+            "base_model": serving.base_model,
+            "rule_env": serving.rule_env,
             "settings": as_dict(agent_settings(self.project, name)),
             "answered_by": self.log.answered_by(name),
             "promotions": self.log.promotions(name)[-20:],
@@ -231,13 +264,13 @@ class Agents:
         the switch, the base model and the rule policy's env. Switching an
         agent off that has neither a base model nor a rule policy is
         refused: nothing could answer."""
-        self.versions(name)
+        records = self.versions(name)
 
         def check(new: AgentSettings) -> None:
             if new.rl_enabled:
                 return
             base = new.base_model or serving_settings(self.project).base_model
-            if not base and not self._rule_env(name, new):
+            if not base and not self._rule_env(new, records):
                 raise NoFallback(
                     f"Agent {name!r} cannot be switched off: it has no base "
                     "model and no rule policy to answer instead."
@@ -350,16 +383,17 @@ class Agents:
     ) -> dict[str, Any]:
         """Route one request down the answer chain, log the decision."""
         started = time.perf_counter()
-        records = {m.version: m for m in self.versions(name)}
-        routing = self.routing(name)
-        enabled, why_off = self.rl_enabled(name)
-        chosen, role, chain = self._chain(name, routing, enabled, key)
-        if not enabled and len(chain) == 0:
+        found = self.versions(name)
+        records = {m.version: m for m in found}
+        routing = self.routing(name, found)
+        serving = self.serving(name, found)
+        chosen, role, chain = self._chain(name, routing, serving, key)
+        if serving.why_off and not chain:
             raise NoFallback(
-                f"Agent {name!r} cannot answer with {why_off}: it has no base "
-                "model and no rule policy."
+                f"Agent {name!r} cannot answer with {serving.why_off}: it has "
+                "no base model and no rule policy."
             )
-        reasons: list[str] = [] if enabled else [f"Switched off: {why_off}."]
+        reasons = [f"Switched off: {serving.why_off}."] if serving.why_off else []
         answered: Step | None = None
         answer: dict[str, Any] = {}
         for step in chain:
@@ -368,6 +402,7 @@ class Agents:
                     name,
                     step,
                     records,
+                    serving,
                     observation,
                     messages,
                     state,
@@ -409,17 +444,16 @@ class Agents:
         }
 
     def _chain(
-        self, name: str, routing: dict[str, Any], enabled: bool, key: str
+        self, name: str, routing: dict[str, Any], serving: Serving, key: str
     ) -> tuple[int | None, str, list[Step]]:
         """The version routing chose, its role, and the steps to try in
         order."""
-        serving = serving_settings(self.project)
         extra: list[Step] = []
-        if self._base_model(name) and (serving.fallback_to_base or not enabled):
+        if serving.base_model and (serving.fallback_to_base or serving.why_off):
             extra.append(("base", None))
-        if self._rule_env(name):
+        if serving.rule_env:
             extra.append(("rule", None))
-        if not enabled:
+        if serving.why_off:
             return None, "switched off", extra
         candidate, current = routing["candidate"], routing["current"]
         draw = bucket(name, key) if key else random.randrange(100)
@@ -434,17 +468,12 @@ class Agents:
             versions.append(("version", fallback))
         return chosen, role, versions + extra
 
-    def _base_model(self, name: str) -> str:
-        return (
-            agent_settings(self.project, name).base_model
-            or serving_settings(self.project).base_model
-        )
-
-    def _rule_env(self, name: str, settings: AgentSettings | None = None) -> str:
-        """The env of the agent's rule policy ('' = none)."""
-        chosen = (settings or agent_settings(self.project, name)).rule_env
+    def _rule_env(self, settings: AgentSettings, records: list[ModelRecord]) -> str:
+        """The env of the agent's rule policy ('' = none): its setting, or
+        the env of its latest version that names one."""
+        chosen = settings.rule_env
         if not chosen:
-            envs = [m.env for m in self.project.versions(name) if m.env]
+            envs = [m.env for m in records if m.env]
             chosen = envs[-1] if envs else ""
         if not chosen:
             return ""
@@ -459,6 +488,7 @@ class Agents:
         name: str,
         step: Step,
         records: dict[int, ModelRecord],
+        serving: Serving,
         observation: Any,
         messages: list[dict[str, str]] | None,
         state: Any,
@@ -467,12 +497,12 @@ class Agents:
     ) -> dict[str, Any]:
         what, version = step
         if what == "rule":
-            found = self.rules.act(self._rule_env(name), observation, state)
+            found = self.rules.act(serving.rule_env, observation, state)
             if messages and observation is None:
                 return {"reply": found["tool"], "action": found["action"]}
             return {"action": found["action"]}
         if what == "base":
-            wanted = self._base_model(name)
+            wanted = serving.base_model
             record = next(
                 (m for m in self.project.list_models() if wanted in (m.id, m.name)),
                 None,

@@ -218,12 +218,15 @@ class Promotion:
         self.project = project
         self.log = log
 
-    def state(self, agent: str) -> GateState:
+    def state(self, agent: str, versions: list[ModelRecord] | None = None) -> GateState:
         """Decide every version the gate has not seen (oldest first), then
-        the state."""
-        records = {m.version: m for m in agent_versions(self.project, agent)}
-        if not records:
-            return replay(self.log.promotions(agent))
+        the state. ``versions``: the agent's, when the caller read them."""
+        if versions is None:
+            versions = agent_versions(self.project, agent)
+        records = {m.version: m for m in versions}
+        known = replay(self.log.promotions(agent))
+        if set(records) <= known.decided:
+            return known  # nothing to decide: the common case, one read
         settings = agent_settings(self.project, agent)
 
         def decide(log: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
@@ -240,8 +243,6 @@ class Promotion:
                 state = replay([*log, *_as_log(added)])
             return added
 
-        if set(records) <= replay(self.log.promotions(agent)).decided:
-            return replay(self.log.promotions(agent))  # nothing to decide
         return replay(self.log.append_promotions(agent, decide))
 
     def promote(self, agent: str, version: int, by: str, why: str) -> GateState:

@@ -24,11 +24,16 @@ class NoRulePolicy(EngineError):
 
 
 class RulePolicies:
-    """Thread-safe: one env per id, used under a lock (acting resets it)."""
+    """Thread-safe: one env per id, used under a lock (acting resets it).
+    An env with no expert is remembered too: ``act`` asks on every request
+    whether its chain ends with a rule policy, and building CartPole each
+    time to learn it has none would cost more than the answer."""
 
     def __init__(self, project_dir: Path) -> None:
         self.project_dir = project_dir
         self._envs: dict[str, Any] = {}
+        self._missing: dict[str, str] = {}
+        """Env id -> why it has no rule policy."""
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -46,17 +51,22 @@ class RulePolicies:
         if "/" not in env_id and contract.spec_file(self.project_dir, env_id).is_file():
             env_id = contract.env_id(env_id)  # a designed env by its name
         env = self._envs.get(env_id)
-        if env is None:
-            register_designed_envs(str(self.project_dir))
-            if env_id not in gym.registry:
-                raise NoRulePolicy(f"There is no env {env_id!r} for the rule policy.")
-            env = gym.make(env_id)
-            if not has_expert(env):
-                env.close()
-                raise NoRulePolicy(
-                    f"The env {env_id!r} has no expert action to use as a rule policy."
-                )
-            self._envs[env_id] = env
+        if env is not None:
+            return env
+        if env_id in self._missing:
+            raise NoRulePolicy(self._missing[env_id])
+        register_designed_envs(str(self.project_dir))
+        if env_id not in gym.registry:
+            # Not remembered: the env's file may yet be saved.
+            raise NoRulePolicy(f"There is no env {env_id!r} for the rule policy.")
+        env = gym.make(env_id)
+        if not has_expert(env):
+            env.close()
+            self._missing[env_id] = (
+                f"The env {env_id!r} has no expert action to use as a rule policy."
+            )
+            raise NoRulePolicy(self._missing[env_id])
+        self._envs[env_id] = env
         return env
 
     def check(self, env_id: str) -> None:

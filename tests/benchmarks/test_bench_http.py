@@ -148,7 +148,7 @@ def test_bench_act(tmp_path: Path) -> None:
             client.wait(job, timeout=300)
         obs = [0.01, -0.02, 0.03, 0.04]
         for label, changes in (
-            ("v2 only", {}),
+            ("the current version only", {}),
             ("v1 + v2 at 50 %", {"pin": "v1", "candidate": "v2", "rollout": 50}),
         ):
             if changes:
