@@ -42,9 +42,9 @@ import math
 import os
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Self
 
 from engine import untrusted
 from engine.contract import atomic_write_bytes
@@ -162,25 +162,32 @@ _AS_DECLARED: dict[str, Callable[[Any], Any]] = {
     "bool": bool,
     "tuple[str, ...]": lambda items: tuple(str(c) for c in items or ()),
 }
-"""How :func:`_from_dict` reads a JSON value into a field declared with
-this type (other types: as it is)."""
-
-_Spec = TypeVar("_Spec", "PortSpec", "ParamSpec")
+"""How :meth:`_FieldsAsJson.from_dict` reads a JSON value into a field
+declared with this type (other types: as it is)."""
 
 
-def _from_dict(cls: type[_Spec], data: Mapping[str, Any]) -> _Spec:
-    """The ``cls`` its ``to_dict`` wrote (a catalog from the engine): each
-    field ``data`` holds, read as the field is declared; the rest default."""
-    values = {
-        f.name: _AS_DECLARED.get(str(f.type), lambda v: v)(data[f.name])
-        for f in fields(cls)
-        if f.name in data
-    }
-    return cls(**values)
+class _FieldsAsJson:
+    """A frozen dataclass written as the JSON object of its fields, and read
+    back from one (a catalog from the engine): each field the object holds,
+    read as the field is declared (:data:`_AS_DECLARED`); the rest default."""
+
+    def to_dict(self) -> dict[str, Any]:
+        assert is_dataclass(self)
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        assert is_dataclass(cls)
+        values = {
+            f.name: _AS_DECLARED.get(str(f.type), lambda v: v)(data[f.name])
+            for f in fields(cls)
+            if f.name in data
+        }
+        return cls(**values)
 
 
 @dataclass(frozen=True)
-class PortSpec:
+class PortSpec(_FieldsAsJson):
     """An input or output of a node type."""
 
     name: str
@@ -192,16 +199,9 @@ class PortSpec:
     """Inputs only: accepts several links (the node gets a list)."""
     help: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PortSpec:
-        return _from_dict(cls, data)
-
 
 @dataclass(frozen=True)
-class ParamSpec:
+class ParamSpec(_FieldsAsJson):
     """A parameter of a node type, enough to build and check a form field."""
 
     name: str
@@ -242,13 +242,9 @@ class ParamSpec:
 
     def to_dict(self) -> dict[str, Any]:
         # JSON has no tuples: the lists a decoded description holds.
-        out = asdict(self)
+        out = super().to_dict()
         out["choices"], out["offered"] = list(self.choices), list(self.offered)
         return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ParamSpec:
-        return _from_dict(cls, data)
 
 
 @dataclass(frozen=True)
