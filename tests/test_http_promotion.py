@@ -25,9 +25,16 @@ import pytest
 from test_http_service import QUICK, REPO, Served, one_sentence, serve
 
 from engine.client_http import ApiError, StudioClient
-from engine.service.promotion import AgentSettings, gate
+from engine.errors import EngineError
+from engine.service.promotion import (
+    AgentSettings,
+    ServingSettings,
+    configure_serving,
+    gate,
+    serving_settings,
+)
 from engine.store.decisions import replay
-from engine.store.project import ModelRecord
+from engine.store.project import ModelRecord, Project
 
 AGENT = "pole"
 OBS = [0.01, -0.02, 0.03, 0.04]
@@ -79,6 +86,32 @@ def test_the_gate_rules() -> None:
     )
     assert (state.current, state.previous) == (1, None)
     assert state.status == {1: "promoted", 2: "rolled back"}
+
+
+def test_the_agent_training_services_variables_are_the_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """USE_RL_MODEL, RL_FALLBACK_TO_BASE and BASE_MODEL give the defaults;
+    what the project stores wins; a bad value is one sentence."""
+    project = Project.open(tmp_path / "p", create=True)
+    try:
+        assert serving_settings(project) == ServingSettings()
+        monkeypatch.setenv("USE_RL_MODEL", "false")
+        monkeypatch.setenv("RL_FALLBACK_TO_BASE", "0")
+        monkeypatch.setenv("BASE_MODEL", "m-base")
+        assert serving_settings(project) == ServingSettings(False, False, "m-base")
+        configure_serving(project, {"rl_enabled": True})
+        assert serving_settings(project) == ServingSettings(True, False, "m-base")
+        monkeypatch.setenv("BASE_MODEL", "m-other")  # still a default
+        assert serving_settings(project).base_model == "m-other"
+        monkeypatch.setenv("RL_FALLBACK_TO_BASE", "sometimes")
+        with pytest.raises(EngineError) as err:
+            serving_settings(project)
+        assert str(err.value) == (
+            "RL_FALLBACK_TO_BASE must be true or false, not 'sometimes'."
+        )
+    finally:
+        project.close()
 
 
 # ------------------------------------------------------------ over HTTP

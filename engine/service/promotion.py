@@ -128,13 +128,19 @@ def agent_settings(project: Project, agent: str) -> AgentSettings:
 
 
 def configure_serving(project: Project, changes: Mapping[str, Any]) -> dict[str, Any]:
-    """Change the project's serving settings (checked as one)."""
-    config = build(
-        ServingSettings, {**as_dict(serving_settings(project)), **changes}, "serving"
+    """Change the project's serving settings (checked as one). Only the
+    fields ever set are stored: the others keep following the
+    environment's variables. The settings in force after."""
+    config = as_dict(
+        build(
+            ServingSettings,
+            {**as_dict(serving_settings(project)), **changes},
+            "serving",
+        )
     )
-    stored = as_dict(config)
-    project.set_setting(SERVING_KEY, stored)
-    return stored
+    kept = {**project.setting(SERVING_KEY), **changes}
+    project.set_setting(SERVING_KEY, {k: config[k] for k in config if k in kept})
+    return config
 
 
 def configure_agent(
