@@ -274,26 +274,24 @@ class UnsupportedSpaceError(ValueError):
     """A space that cannot travel as data; the message names it."""
 
 
+ARRAY_SPACES = {"Box": ("low", "high"), "MultiDiscrete": ("nvec", "start")}
+"""The spaces made of arrays and a dtype: the gymnasium class's name, and
+its constructor's array arguments (attributes of the same names)."""
+
+
 def describe_space(space: Any) -> dict[str, Any]:
     """A gymnasium space as JSON data (:func:`build_space` makes it again)."""
     from gymnasium import spaces
 
-    if isinstance(space, spaces.Box):
-        return {
-            "type": "Box",
-            "low": _encode_array(space.low),
-            "high": _encode_array(space.high),
-            "dtype": np.dtype(space.dtype).name,
-        }
+    for kind, arrays in ARRAY_SPACES.items():
+        if isinstance(space, getattr(spaces, kind)):
+            return {
+                "type": kind,
+                **{name: _encode_array(getattr(space, name)) for name in arrays},
+                "dtype": np.dtype(space.dtype).name,
+            }
     if isinstance(space, spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, spaces.MultiDiscrete):
-        return {
-            "type": "MultiDiscrete",
-            "nvec": _encode_array(space.nvec),
-            "start": _encode_array(space.start),
-            "dtype": np.dtype(space.dtype).name,
-        }
     if isinstance(space, spaces.MultiBinary):
         n = space.n
         return {
@@ -323,20 +321,11 @@ def build_space(desc: Any) -> Any:
         raise ValueError("a space that is not an object")
     kind = desc.get("type")
     try:
-        if kind == "Box":
-            return spaces.Box(
-                low=_array(desc.get("low")),
-                high=_array(desc.get("high")),
-                dtype=_dtype(desc.get("dtype")),
-            )
+        if kind in ARRAY_SPACES:
+            arrays = {name: _array(desc.get(name)) for name in ARRAY_SPACES[kind]}
+            return getattr(spaces, kind)(**arrays, dtype=_dtype(desc.get("dtype")))
         if kind == "Discrete":
             return spaces.Discrete(_int(desc.get("n")), start=_int(desc.get("start")))
-        if kind == "MultiDiscrete":
-            return spaces.MultiDiscrete(
-                _array(desc.get("nvec")),
-                dtype=_dtype(desc.get("dtype")),
-                start=_array(desc.get("start")),
-            )
         if kind == "MultiBinary":
             n = desc.get("n")
             return spaces.MultiBinary(
