@@ -391,18 +391,9 @@ class Launch:
     def pump(self) -> None:
         """Copy new complete lines of the rank logs into the run log."""
         for r in self.local_ranks:
-            path = rank_log(self.run_dir, r)
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(self._offsets.get(r, 0))
-                    data = fh.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
-            self._offsets[r] = self._offsets.get(r, 0) + end + 1
-            for line in data[:end].decode("utf-8", "replace").splitlines():
+            path, offset = rank_log(self.run_dir, r), self._offsets.get(r, 0)
+            lines, self._offsets[r] = _new_lines(path, offset)
+            for line in lines:
                 line = _TORCH_PREFIX.sub("", line)
                 if line.strip():
                     self.say(f"[rank {r}] {line}")
@@ -499,6 +490,22 @@ def _failed_rank(text: str) -> tuple[int | None, int | None]:
     return killed[0] if killed else found[-1]
 
 
+def _new_lines(path: Path, offset: int) -> tuple[list[str], int]:
+    """The complete lines written to ``path`` after byte ``offset``, and the
+    offset after them: none while the file cannot be read or its new text
+    has no end of line yet (a torn last line waits for its end)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return [], offset
+    return data[:end].decode("utf-8", "replace").splitlines(), offset + end + 1
+
+
 class MetricsFollower:
     """Rank 0 writes the run's ``metrics.jsonl`` itself; the job process
     follows it and passes the new rows on (the studio's live curves, MLflow)
@@ -515,18 +522,9 @@ class MetricsFollower:
     def pump(self) -> None:
         from engine import protocol
 
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except OSError:
-            return
-        end = data.rfind(b"\n")
-        if end < 0:
-            return
-        self.offset += end + 1
+        lines, self.offset = _new_lines(self.path, self.offset)
         rows = []
-        for line in data[:end].decode("utf-8", "replace").splitlines():
+        for line in lines:
             with contextlib.suppress(ValueError):
                 row = json.loads(line)
                 if isinstance(row, dict) and "step" in row:
