@@ -61,6 +61,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "merge, export to GGUF and deploy to Ollama in one command",
     ),
     "export-onnx": ("engine.export.cli_onnx", "export an SB3 policy to ONNX"),
+    "record": (
+        "engine.rl.record_cli",
+        "record a saved policy playing its env as an MP4 or GIF video",
+    ),
     "hub": (
         "engine.llm.hub_cli",
         "`hub download REPO_ID`: a model from the Hugging Face Hub, resumable",

@@ -16,7 +16,7 @@ from engine.jobs import selftest
 from engine.llm import datasets, evaluate, hub, merge, reward_model, rollouts, train
 from engine.nodes import executor
 from engine.rl import job as rl_train
-from engine.rl import tune
+from engine.rl import record, tune
 
 __all__ = [
     "datasets",
@@ -27,6 +27,7 @@ __all__ = [
     "hub",
     "merge",
     "ollama_job",
+    "record",
     "reward_model",
     "rl_train",
     "rollouts",

@@ -22,7 +22,7 @@ from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.ollama import K_QUANTS
 from engine.settings import build, form_of, setting
-from engine.store.paths import child, inside, safe_name
+from engine.store.paths import child, chosen_path, safe_name
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,8 @@ def _common(config: Mapping[str, Any], cls: type[E], what: str) -> E:
 
 
 def out_path(ctx: JobContext, out: str, field: str = "out") -> Path:
-    """The file or folder ``out`` names: an absolute path as it is (the user
-    chose it in a file dialog); a relative one is taken from the project
-    folder and must stay inside it (else a ConfigError naming ``field``)."""
-    path = Path(out).expanduser()
-    return path if path.is_absolute() else inside(ctx.project_dir, path, field)
+    """:func:`engine.store.paths.chosen_path` in the job's project."""
+    return chosen_path(ctx.project_dir, out, field)
 
 
 def existing(value: str | None, key: str, what: str, folder: bool) -> str:

@@ -38,6 +38,17 @@ def checked_name(field: str, value: object) -> str:
     return value
 
 
+def chosen_path(
+    project_dir: str | os.PathLike[str], out: str, field: str = "out"
+) -> Path:
+    """The file or folder a job's ``out`` setting names: an absolute path as
+    it is (the user chose it in a file dialog); a relative one is taken from
+    the project folder and must stay inside it (else a ConfigError naming
+    ``field``)."""
+    path = Path(out).expanduser()
+    return path if path.is_absolute() else inside(project_dir, path, field)
+
+
 def inside(
     root: str | os.PathLike[str], path: str | os.PathLike[str], field: str
 ) -> Path:

@@ -1,0 +1,316 @@
+"""Videos of an agent (issue 31, item 4): a saved policy played in its env,
+its frames encoded as they come to MP4 (H.264) or GIF by the ffmpeg that
+``imageio-ffmpeg`` bundles, which runs as a process of its own beside the
+play. The ``rl.record`` job does it with progress and Stop, for the Models
+workspace's "Record video…"; ``rl-studio-engine record POLICY.zip --out
+FILE.mp4`` does it from a shell. The file is written under a temporary name
+and renamed into place when complete: a stop, a failure or a crash leaves no
+half-written video.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigError, EngineError
+from engine.jobs.context import JobContext
+from engine.jobs.registry import job_kind
+from engine.settings import build, setting
+
+VIDEO_SUFFIXES = (".mp4", ".gif")
+DEFAULT_FPS = 30
+"""Frames a second when neither the settings nor the env's ``render_fps`` say."""
+VIDEO_FILE = "video.mp4"
+"""The video in the run folder when no ``out`` is given."""
+STATE_FILE = "state.json"
+"""Written beside every checkpoint's ``model.zip``; names the env it trained on."""
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    """Settings of an ``rl.record`` job."""
+
+    model: str | None = setting(None, label="Policy file")
+    """The stable-baselines3 policy file (``model.zip``)."""
+    env: str | None = setting(None, label="Environment")
+    """The env id to play in (None: the env the run that saved the policy
+    trained on, from the ``state.json`` beside it)."""
+    episodes: int = setting(3, min=1, max=1000, unit="episodes")
+    """Episodes recorded one after another."""
+    out: str | None = setting(None, label="Output file")
+    """The ``.mp4`` or ``.gif`` file to write (None: ``video.mp4`` in the run
+    folder)."""
+    fps: int | None = setting(None, min=1, max=240, unit="frames/s")
+    """Frames a second of the video (None: the env's ``render_fps``)."""
+    deterministic: bool = setting(True)
+    """Play the policy's most likely action (False: sample as in training)."""
+    seed: int = setting(0, min=0)
+    """Seed of the first episode's reset; episode i resets with seed + i."""
+    max_frames: int = setting(5000, min=1, max=1_000_000, unit="frames")
+    """The video ends here even if episodes remain."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What :func:`record_video` wrote."""
+
+    file: Path
+    frames: int
+    fps: int
+    returns: list[float]
+    size: tuple[int, int]
+    """(width, height) in pixels."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "file": str(self.file),
+            "frames": self.frames,
+            "fps": self.fps,
+            "seconds": self.frames / self.fps,
+            "episodes": len(self.returns),
+            "returns": self.returns,
+            "width": self.size[0],
+            "height": self.size[1],
+        }
+
+
+def trained_env(model: Path) -> str | None:
+    """The env id the ``state.json`` beside a checkpoint's ``model.zip`` names."""
+    try:
+        state = json.loads((model.parent / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    env = state.get("env") if isinstance(state, dict) else None
+    return env if isinstance(env, str) and env else None
+
+
+def video_suffix(out: str | Path, field: str = "out") -> str:
+    """``.mp4`` or ``.gif``, from the file name (else a ConfigError)."""
+    suffix = Path(out).suffix.lower()
+    if suffix not in VIDEO_SUFFIXES:
+        raise ConfigError(
+            field, f"{field} must name a .mp4 or .gif file, not {Path(out).name!r}."
+        )
+    return suffix
+
+
+def validate(config: Any) -> RecordConfig:
+    cfg = build(RecordConfig, config, "the record job")
+    if not cfg.model:
+        raise ConfigError("model", "model is required: the policy file to record.")
+    model = Path(cfg.model).expanduser()
+    if not model.is_file():
+        raise ConfigError("model", f"The policy file {model} does not exist.")
+    if cfg.out is not None:
+        video_suffix(cfg.out)
+    env = cfg.env or trained_env(model)
+    if env is None:
+        raise ConfigError(
+            "env",
+            f"env is required: {model.name} has no {STATE_FILE} beside it naming "
+            "the env it was trained on.",
+        )
+    return replace(cfg, env=env)
+
+
+@job_kind(
+    "rl.record",
+    config=RecordConfig,
+    check=validate,
+    label="Record video",
+    group="evaluation",
+    description="Plays a saved policy and records its frames as an MP4 or GIF.",
+    progress_unit="frames",
+)
+def run(ctx: JobContext, cfg: RecordConfig) -> dict[str, Any]:
+    from engine.rl.env_info import register_designed_envs
+    from engine.store.paths import chosen_path
+
+    assert cfg.model is not None and cfg.env is not None  # validate fills them
+    register_designed_envs(ctx.project_dir)
+    out = chosen_path(ctx.project_dir, cfg.out) if cfg.out else ctx.run_dir / VIDEO_FILE
+    recording = record_video(
+        Path(cfg.model).expanduser(),
+        cfg.env,
+        out,
+        episodes=cfg.episodes,
+        fps=cfg.fps,
+        deterministic=cfg.deterministic,
+        seed=cfg.seed,
+        max_frames=cfg.max_frames,
+        project_dir=ctx.project_dir,
+        progress=ctx.progress,
+        should_stop=lambda: ctx.should_stop,
+        log=ctx.log,
+    )
+    if recording is None:
+        return {"status": "stopped", "reason": "stopped before the video was complete"}
+    return recording.to_dict()
+
+
+Progress = Callable[[float, float, str], None]
+
+
+def record_video(
+    model: Path,
+    env_id: str,
+    out: Path,
+    *,
+    episodes: int = 3,
+    fps: int | None = None,
+    deterministic: bool = True,
+    seed: int = 0,
+    max_frames: int = 5000,
+    project_dir: str | os.PathLike[str] | None = None,
+    progress: Progress = lambda done, total, message: None,
+    should_stop: Callable[[], bool] = lambda: False,
+    log: Callable[[str], None] = lambda text: None,
+) -> Recording | None:
+    """Play ``model`` in ``env_id`` for ``episodes`` episodes and write their
+    frames to ``out`` (``.mp4`` or ``.gif``); None when ``should_stop`` ended
+    it first (nothing is left at ``out`` then)."""
+    from engine.envs.render import make_for_frames
+    from engine.rl.policy import load_policy
+
+    suffix = video_suffix(out)
+    policy = load_policy(model, project_dir=project_dir)
+    if policy.notice:
+        log(policy.notice)
+    made = make_for_frames(env_id)
+    env = made.env
+    try:
+        if made.note:
+            raise EngineError(made.note)
+        _check_spaces(policy, env, env_id)
+        rate = fps or int((env.metadata or {}).get("render_fps") or DEFAULT_FPS)
+        limit = env.spec.max_episode_steps if env.spec else None
+        total = min(max_frames, episodes * (limit + 1)) if limit else max_frames
+        part = out.with_name(f".{out.name}.part")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        encoder = _Encoder(part, suffix, rate)
+        returns: list[float] = []
+        try:
+            for episode in range(episodes):
+                obs, _ = env.reset(seed=seed + episode)
+                encoder.add(env.render())
+                done, ret = False, 0.0
+                while not done and encoder.frames < max_frames:
+                    if should_stop():
+                        return None
+                    action = policy.act(obs, env, deterministic=deterministic)
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    ret += float(reward)
+                    done = bool(terminated or truncated)
+                    encoder.add(env.render())
+                    progress(
+                        encoder.frames, total, f"episode {episode + 1} of {episodes}"
+                    )
+                returns.append(ret)
+                log(
+                    f"episode {episode + 1}: return {ret:.4g}, "
+                    f"{encoder.frames} frames so far"
+                )
+                if encoder.frames >= max_frames:
+                    log(f"stopped at max_frames ({max_frames}) with the video full")
+                    break
+            encoder.finish()
+            os.replace(part, out)
+        finally:
+            encoder.abort()
+            part.unlink(missing_ok=True)
+    finally:
+        env.close()
+    progress(encoder.frames, encoder.frames, "done")
+    return Recording(out, encoder.frames, rate, returns, encoder.size)
+
+
+def _check_spaces(policy: Any, env: Any, env_id: str) -> None:
+    if env.observation_space != policy.observation_space:
+        raise EngineError(
+            f"The policy expects observations {policy.observation_space} but "
+            f"{env_id} gives {env.observation_space}."
+        )
+    if env.action_space != policy.action_space:
+        raise EngineError(
+            f"The policy acts in {policy.action_space} but {env_id} expects "
+            f"{env.action_space}."
+        )
+
+
+class _Encoder:
+    """Frames to ffmpeg as they come (it encodes in its own process)."""
+
+    def __init__(self, path: Path, suffix: str, fps: int) -> None:
+        self.path, self.suffix, self.fps = path, suffix, fps
+        self.frames = 0
+        self.size = (0, 0)
+        self._writer: Any = None
+
+    def add(self, frame: Any) -> None:
+        import numpy as np
+
+        from engine.envs.render import frame_problem
+
+        problem = frame_problem(frame)
+        if problem is not None:
+            raise EngineError(f"A frame could not be recorded: {problem}.")
+        # H.264 in yuv420p wants even sides: one edge row or column more.
+        h, w = frame.shape[:2]
+        if h % 2 or w % 2:
+            frame = np.pad(frame, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
+        if self._writer is None:
+            self._start(frame.shape[1], frame.shape[0])
+        elif (frame.shape[1], frame.shape[0]) != self.size:
+            raise EngineError(
+                f"The env's frames changed size from {self.size[0]}x{self.size[1]} "
+                f"to {frame.shape[1]}x{frame.shape[0]} pixels, which a video "
+                "cannot hold."
+            )
+        self._writer.send(np.ascontiguousarray(frame[..., :3], dtype=np.uint8))
+        self.frames += 1
+
+    def _start(self, width: int, height: int) -> None:
+        try:
+            import imageio_ffmpeg
+        except ImportError:
+            raise EngineError(
+                "Recording needs imageio-ffmpeg (pip install imageio-ffmpeg)."
+            ) from None
+        self.size = (width, height)
+        mp4 = self.suffix == ".mp4"
+        self._writer = imageio_ffmpeg.write_frames(
+            str(self.path),
+            self.size,
+            fps=self.fps,
+            codec="libx264" if mp4 else "gif",
+            pix_fmt_in="rgb24",
+            pix_fmt_out="yuv420p" if mp4 else "rgb8",
+            quality=None,
+            macro_block_size=1,
+            ffmpeg_log_level="error",
+            # The part file's name says no format; veryfast keeps the
+            # encoder ahead of the play on one core.
+            output_params=["-f", "mp4", "-preset", "veryfast", "-crf", "23"]
+            if mp4
+            else ["-f", "gif"],
+        )
+        self._writer.send(None)
+
+    def finish(self) -> None:
+        if self._writer is None:
+            raise EngineError("The env gave no frame to record.")
+        writer, self._writer = self._writer, None
+        writer.close()
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            # A stopped or broken encoder: its file is removed anyway.
+            with contextlib.suppress(Exception):
+                writer.close()
