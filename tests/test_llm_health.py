@@ -169,7 +169,13 @@ def test_each_method_validates_on_its_score() -> None:
     assert all(eval_metric(m) == ("eval_loss", False) for m in ("sft", "dpo", "kto"))
     # the scores reach the metric stream beside the training loss; an
     # evaluation's timing does not
-    row = {"eval_loss": 1.2, "eval_reward": 0.3, "eval_runtime": 0.5}
+    row = {
+        "eval_loss": 1.2,
+        "eval_reward": 0.3,
+        "eval_runtime": 0.5,
+        "eval_num_tokens": 900.0,
+        "eval_completions/mean_length": 4.0,
+    }
     assert studio_metric_keys(row, "sft") == {"eval/loss": 1.2, "eval/reward": 0.3}
 
 

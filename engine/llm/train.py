@@ -387,10 +387,11 @@ _SKIP = {
     "train_steps_per_second",
     "train_loss",
     "step_time",
-    # An evaluation's own timing, not a score.
+    # An evaluation's own timing and token count, not a score.
     "eval_runtime",
     "eval_samples_per_second",
     "eval_steps_per_second",
+    "eval_num_tokens",
 }
 
 
@@ -417,6 +418,9 @@ def studio_metric_keys(logs: dict[str, Any], method: str) -> dict[str, float]:
             parts = key.split("/")
             if len(parts) == 3:
                 out[f"reward/{parts[1]}_{parts[2]}"] = float(value)
+        elif key.startswith("eval_completions/"):
+            # The held-out answers' lengths repeat the training ones'.
+            continue
         elif key.startswith("eval_"):
             out["eval/" + key.removeprefix("eval_").replace("/", "_")] = float(value)
         else:
