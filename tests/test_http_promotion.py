@@ -232,22 +232,34 @@ def test_switch_and_fallback_chain(trained: StudioClient) -> None:
 
 
 def test_the_rule_policy_answers_for_a_model_that_cannot_load(
-    server: Served,
+    server: Served, tmp_path: Path
 ) -> None:
-    """A workflow agent whose model (on an Ollama server that is not there)
-    cannot answer: the env's expert action does."""
+    """A workflow agent whose v2 is a model folder with no weights and whose
+    v1 is on an Ollama server that is not there: the env's expert action
+    answers, after both failed."""
     client = server.client()
     client.request(
         "POST",
         "/agents/flow/versions",
         {"ollama_model": "gone", "host": "http://127.0.0.1:9"},
     )
-    client.configure_agent_settings("flow", rule_env=WORKFLOW)
+    # No evaluation to compare: the gate promotes on health alone.
+    client.configure_agent_settings("flow", rule_env=WORKFLOW, gate_metric="")
+    empty = tmp_path / "no-weights"
+    empty.mkdir()
+    (empty / "config.json").write_text('{"model_type": "qwen2"}')
+    project = Project.open(server.log.parent / "project")
+    try:
+        model = project.register_model(name="empty", kind="hf", files=[empty])
+    finally:
+        project.close()
+    client.request("POST", "/agents/flow/versions", {"model_id": model.id})
     ask = [{"role": "user", "content": "Next tool?"}]
     answer = client.act(
         "flow", messages=ask, state={"status": "In Review", "target": "Done"}
     )
     assert (answer["answered_by"], answer["reply"]) == ("rule", "move_to_done")
+    assert answer["chosen"] == "v2" and "has no weights" in answer["reason"]
     assert "v1 failed" in answer["reason"]
     # Switched off, the rule policy answers at once.
     client.configure_serving(rl_enabled=False)

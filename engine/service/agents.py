@@ -58,6 +58,9 @@ Face models and adapters, Ollama models) answer messages."""
 OLLAMA_KIND = "ollama"
 """A version served by an Ollama server: its model row's ``metrics`` hold
 ``ollama_model`` and ``host`` (its file, ``ollama.json``, the same)."""
+REQUEST_FIELDS = ("observation", "messages", "state", "max_new_tokens")
+"""A ConfigError naming one of these is the request's fault, answered at
+once; any other is the model's, and the chain goes on."""
 OLLAMA_TIMEOUT_S = 120.0
 DEFAULT_MAX_NEW_TOKENS = 128
 
@@ -409,9 +412,11 @@ class Agents:
                     deterministic,
                     max_new_tokens,
                 )
-            except ConfigError:
-                raise  # the request is wrong: no step would do better
             except EngineError as exc:
+                field = exc.field if isinstance(exc, ConfigError) else ""
+                if field.split(".")[0] in REQUEST_FIELDS:
+                    raise  # the request is wrong: no step would do better
+                # The model is (gone, no weights, unreachable): the next step.
                 reasons.append(f"{_step_name(step)} failed: {str(exc).rstrip('.')}.")
                 continue
             answered = step
