@@ -492,3 +492,40 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
         lambda: ws.details.chain.titles()[-2:] == ["tiny-f16", "tiny-agent"],
         timeout=10_000,
     )
+
+
+def test_record_video_plays_the_gif_and_opens_it(qtbot, setup, tmp_path) -> None:
+    """Record video…: the engine's rl.record form for the selected policy,
+    run as an action; the GIF plays in the results pane and its link opens
+    the file (issue 31, item 4)."""
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QMovie
+
+    _win, ws, ids = setup
+    ws.select(ids["policy"])
+    assert ws.action_bar.buttons["record"].isEnabled()
+    dialog = ws.action_bar.record_video()
+    assert dialog is not None
+    out = tmp_path / "cart.gif"
+    fill_run_form(qtbot, dialog, out=str(out), max_frames="20")
+    assert dialog.config()["env"] == "CartPole-v1"  # fixed from the model
+    with qtbot.waitSignal(
+        ws.controller.action_ended,
+        timeout=90_000,
+        check_params_cb=lambda run_id, purpose, status, reason: purpose == "record",
+    ) as ended:
+        submit_run_form(qtbot, dialog)
+    _run_id, _purpose, status, reason = ended.args
+    assert status == "completed", reason
+    text = ws.results.result_label.text()
+    assert "cart.gif" in text and "20 frames" in text and "Open video" in text
+    movie = ws.results.video.movie()
+    assert movie is not None and movie.state() == QMovie.MovieState.Running
+    assert movie.frameCount() == 20 and ws.results.video.isVisible()
+    opened: list[QUrl] = []
+    ws.results.open_url = opened.append
+    ws.results.result_label.linkActivated.emit(QUrl.fromLocalFile(str(out)).toString())
+    assert [u.toLocalFile() for u in opened] == [str(out)]
+    # Play afterwards puts the trace and frames back in the GIF's place.
+    ws.results.show_play(None)
+    assert not ws.results.video.isVisible() and ws.results.video.movie() is None

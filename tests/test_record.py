@@ -135,10 +135,13 @@ class _Blind(gym.Env[Any, Any]):
 def test_envs_that_cannot_be_recorded(policy: Path, tmp_path: Path) -> None:
     gym.register("BlindCartPole-v0", entry_point=_Blind)
     out = tmp_path / "v.mp4"
-    with pytest.raises(EngineError, match="BlindCartPole-v0 cannot draw frames: "):
-        record.record_video(policy, "BlindCartPole-v0", out)
-    with pytest.raises(EngineError, match="but Pendulum-v1 gives Box"):
-        record.record_video(policy, "Pendulum-v1", out)
+    for env, sentence in (
+        ("BlindCartPole-v0", "BlindCartPole-v0 cannot draw frames: "),
+        ("Pendulum-v1", "but Pendulum-v1 gives Box"),
+    ):
+        cfg = record.validate({"model": str(policy), "env": env})
+        with pytest.raises(EngineError, match=sentence):
+            record.record_video(cfg, out)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -283,16 +283,7 @@ def evaluate(node: NodeRun) -> NodeResult:
     if model.notice:
         node.log(model.notice)
     venv: Any = DummyVecEnv([make])
-    if venv.observation_space != model.observation_space:
-        raise NodeError(
-            f"The policy expects observations {model.observation_space} but "
-            f"{env_id!r} gives {venv.observation_space}."
-        )
-    if venv.action_space != model.action_space:
-        raise NodeError(
-            f"The policy acts in {model.action_space} but {env_id!r} expects "
-            f"{venv.action_space}."
-        )
+    model.check_env(venv, repr(env_id))
 
     def on_episode(index: int, reward: float, _length: int) -> None:
         node.metrics(index + 1, {"eval/episode_reward": reward})

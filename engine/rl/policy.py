@@ -103,6 +103,19 @@ class LoadedPolicy:
             "and network settings were read (no code stored in it ran)."
         )
 
+    def check_env(self, env: Any, env_id: str) -> None:
+        """Refuse an env whose spaces are not the policy's, in one sentence."""
+        if env.observation_space != self.observation_space:
+            raise EngineError(
+                f"The policy expects observations {self.observation_space} but "
+                f"{env_id} gives {env.observation_space}."
+            )
+        if env.action_space != self.action_space:
+            raise EngineError(
+                f"The policy acts in {self.action_space} but {env_id} expects "
+                f"{env.action_space}."
+            )
+
     def normalize(self, obs: Any) -> Any:
         """The observation as the policy saw it in training."""
         return obs if self.normalization is None else self.normalization.apply(obs)

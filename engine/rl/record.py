@@ -132,18 +132,11 @@ def run(ctx: JobContext, cfg: RecordConfig) -> dict[str, Any]:
     from engine.rl.env_info import register_designed_envs
     from engine.store.paths import chosen_path
 
-    assert cfg.model is not None and cfg.env is not None  # validate fills them
     register_designed_envs(ctx.project_dir)
     out = chosen_path(ctx.project_dir, cfg.out) if cfg.out else ctx.run_dir / VIDEO_FILE
     recording = record_video(
-        Path(cfg.model).expanduser(),
-        cfg.env,
+        cfg,
         out,
-        episodes=cfg.episodes,
-        fps=cfg.fps,
-        deterministic=cfg.deterministic,
-        seed=cfg.seed,
-        max_frames=cfg.max_frames,
         project_dir=ctx.project_dir,
         progress=ctx.progress,
         should_stop=lambda: ctx.should_stop,
@@ -158,37 +151,33 @@ Progress = Callable[[float, float, str], None]
 
 
 def record_video(
-    model: Path,
-    env_id: str,
+    cfg: RecordConfig,
     out: Path,
     *,
-    episodes: int = 3,
-    fps: int | None = None,
-    deterministic: bool = True,
-    seed: int = 0,
-    max_frames: int = 5000,
     project_dir: str | os.PathLike[str] | None = None,
     progress: Progress = lambda done, total, message: None,
     should_stop: Callable[[], bool] = lambda: False,
     log: Callable[[str], None] = lambda text: None,
 ) -> Recording | None:
-    """Play ``model`` in ``env_id`` for ``episodes`` episodes and write their
-    frames to ``out`` (``.mp4`` or ``.gif``); None when ``should_stop`` ended
-    it first (nothing is left at ``out`` then)."""
+    """Play the validated ``cfg``'s policy in its env and write the frames to
+    ``out`` (``.mp4`` or ``.gif``); None when ``should_stop`` ended it first
+    (nothing is left at ``out`` then)."""
     from engine.envs.render import make_for_frames
     from engine.rl.policy import load_policy
 
+    assert cfg.model is not None and cfg.env is not None  # validate fills them
     suffix = video_suffix(out)
-    policy = load_policy(model, project_dir=project_dir)
+    episodes, max_frames = cfg.episodes, cfg.max_frames
+    policy = load_policy(Path(cfg.model).expanduser(), project_dir=project_dir)
     if policy.notice:
         log(policy.notice)
-    made = make_for_frames(env_id)
+    made = make_for_frames(cfg.env)
     env = made.env
     try:
         if made.note:
             raise EngineError(made.note)
-        _check_spaces(policy, env, env_id)
-        rate = fps or int((env.metadata or {}).get("render_fps") or DEFAULT_FPS)
+        policy.check_env(env, cfg.env)
+        rate = cfg.fps or int((env.metadata or {}).get("render_fps") or DEFAULT_FPS)
         limit = env.spec.max_episode_steps if env.spec else None
         total = min(max_frames, episodes * (limit + 1)) if limit else max_frames
         part = out.with_name(f".{out.name}.part")
@@ -197,13 +186,13 @@ def record_video(
         returns: list[float] = []
         try:
             for episode in range(episodes):
-                obs, _ = env.reset(seed=seed + episode)
+                obs, _ = env.reset(seed=cfg.seed + episode)
                 encoder.add(env.render())
                 done, ret = False, 0.0
                 while not done and encoder.frames < max_frames:
                     if should_stop():
                         return None
-                    action = policy.act(obs, env, deterministic=deterministic)
+                    action = policy.act(obs, env, deterministic=cfg.deterministic)
                     obs, reward, terminated, truncated, _ = env.step(action)
                     ret += float(reward)
                     done = bool(terminated or truncated)
@@ -228,19 +217,6 @@ def record_video(
         env.close()
     progress(encoder.frames, encoder.frames, "done")
     return Recording(out, encoder.frames, rate, returns, encoder.size)
-
-
-def _check_spaces(policy: Any, env: Any, env_id: str) -> None:
-    if env.observation_space != policy.observation_space:
-        raise EngineError(
-            f"The policy expects observations {policy.observation_space} but "
-            f"{env_id} gives {env.observation_space}."
-        )
-    if env.action_space != policy.action_space:
-        raise EngineError(
-            f"The policy acts in {policy.action_space} but {env_id} expects "
-            f"{env.action_space}."
-        )
 
 
 class _Encoder:

@@ -48,17 +48,10 @@ def run(args: argparse.Namespace) -> int:
             "max_frames": args.max_frames,
         }
     )
-    assert cfg.env is not None
     register_designed_envs(args.project)
     recording = record_video(
-        Path(args.policy),
-        cfg.env,
+        cfg,
         Path(args.out),
-        episodes=cfg.episodes,
-        fps=cfg.fps,
-        deterministic=cfg.deterministic,
-        seed=cfg.seed,
-        max_frames=cfg.max_frames,
         project_dir=args.project,
         log=(lambda text: None)
         if args.quiet

@@ -16,6 +16,7 @@ from widgets.run_progress import RunProgressBar
 PURPOSE_TITLES = {
     "evaluate": "Evaluation",
     "play": "Play",
+    "record": "Recording",
     "export.onnx": "ONNX export",
     "export.gguf": "GGUF export",
     "deploy": "Ollama deployment",

@@ -21,6 +21,7 @@ from studio.model_manager.dialogs import (
     export_gguf_dialog,
     hub_download_dialog,
     one_click_dialog,
+    record_dialog,
 )
 from studio.run_form import RunFormDialog
 from studio.session import Session
@@ -42,6 +43,7 @@ def enabled_actions(m: dict[str, Any] | None) -> dict[str, bool]:
     return {
         "evaluate": policy,
         "play": policy,
+        "record": policy,
         "chat": kind in ("ollama", *HF_KINDS)
         and server_status(m or {}) != NOT_ON_SERVER,
         "gguf": kind in HF_KINDS,
@@ -98,6 +100,12 @@ class ModelActions(QWidget):
         for key, text, tip, slot in (
             ("evaluate", "Evaluate", "Roll the policy out in its env", self.evaluate),
             ("play", "Play", "One episode: step trace and frames", self.play),
+            (
+                "record",
+                "Record video…",
+                "Play the policy and save its frames as an MP4 or GIF",
+                self.record_video,
+            ),
             ("chat", "Chat…", "Talk to the model", self.chat),
             ("gguf", "Export GGUF…", "Convert to GGUF", self.export_gguf),
             ("onnx", "Export ONNX", "Export the SB3 policy to ONNX", self.export_onnx),
@@ -116,7 +124,7 @@ class ModelActions(QWidget):
             button.clicked.connect(lambda *_, s=slot: s())
             self.buttons[key] = button
             row.addWidget(button)
-            if key in ("play", "chat", "one_click"):
+            if key in ("record", "chat", "one_click"):
                 row.addSpacing(10)
         self.buttons["one_click"].setStyleSheet("font-weight: bold;")
         controller.failed.connect(self._on_controller_failed)
@@ -169,6 +177,14 @@ class ModelActions(QWidget):
             return None
         dialog = export_gguf_dialog(self._session, model, parent=self)
         self._adopt(dialog, "export.gguf", model)
+        return dialog
+
+    def record_video(self) -> RunFormDialog | None:
+        model = self._selected()
+        if model is None:
+            return None
+        dialog = record_dialog(self._session, model, parent=self)
+        self._adopt(dialog, "record", model)
         return dialog
 
     def export_onnx(self) -> None:

@@ -360,6 +360,11 @@ class ModelsController(QObject):
         }
 
     @staticmethod
+    def record_source(model: dict[str, Any]) -> dict[str, Any]:
+        """``rl.record``: the policy file and the env it was trained on."""
+        return {"model": str(model["path"]), "env": str(model.get("env", ""))}
+
+    @staticmethod
     def deploy_source(model: dict[str, Any]) -> dict[str, Any]:
         """``deploy.ollama``: the GGUF file, and its lineage."""
         return {"gguf": str(model["path"]), "parents": [str(model["id"])]}
@@ -397,6 +402,10 @@ class ModelsController(QObject):
     def run_dir(self, run_id: str) -> Path | None:
         run = self.session.state.run(run_id) or {}
         return Path(run["run_dir"]) if run.get("run_dir") else None
+
+    def run_summary(self, run_id: str) -> dict[str, Any]:
+        """What a finished action run returned (empty while it runs)."""
+        return dict((self.session.state.run(run_id) or {}).get("summary") or {})
 
     def read_preview(self, run_id: str) -> dict[str, Any] | None:
         """The ``preview.json`` an evaluate/play run wrote (None if absent)."""

@@ -135,6 +135,23 @@ def export_gguf_dialog(
     )
 
 
+def record_dialog(
+    session: Session, model: dict[str, Any], parent: QWidget | None = None
+) -> RunFormDialog:
+    """Record video: the engine's ``rl.record`` form for this policy, in the
+    env it was trained on."""
+    name = str(model.get("name", ""))
+    return RunFormDialog(
+        session,
+        "rl.record",
+        title=f"Record {name}",
+        ok_text="Record",
+        fixed=ModelsController.record_source(model),
+        run_name=f"Record {name}",
+        parent=parent,
+    )
+
+
 def deploy_dialog(
     session: Session, model: dict[str, Any], host: str, parent: QWidget | None = None
 ) -> RunFormDialog:

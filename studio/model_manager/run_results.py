@@ -1,6 +1,7 @@
 """The Models workspace's Evaluate / Play tab: what an evaluation found (its
-returns, lengths and success rate), and the episode played (its step
-trace beside its frames)."""
+returns, lengths and success rate), the episode played (its step trace
+beside its frames), and a recorded video (a GIF plays here; an MP4 opens in
+the system's player, which Qt's widgets cannot embed without QtMultimedia)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices, QMovie
 from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
 from engine import contract
@@ -84,9 +86,17 @@ class RunResultsPane(QWidget):
         play_split.addWidget(self.frames)
         play_split.setSizes([520, 300])
         self.frames.hide()  # until an episode with frames is played
+        self.result_label.linkActivated.connect(self._on_result_label_link_activated)
+        self.open_url = QDesktopServices.openUrl
+        """Opens a video or folder the result names; tests replace it."""
+        self.video = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
+        """A recorded GIF, playing (hidden otherwise)."""
+        self.video.hide()
         layout = QVBoxLayout(self)
         layout.addWidget(self.result_label)
+        layout.addWidget(self.video, 1)
         layout.addWidget(play_split, 1)
+        self._play_split = play_split
 
     def show_running(self, title: str) -> None:
         self.result_label.setText(f"<i>{title} running in the engine…</i>")
@@ -96,6 +106,43 @@ class RunResultsPane(QWidget):
             f"<span style='color:#d62728'>{title} {status}: "
             f"{html.escape(reason)}</span>"
         )
+
+    def show_video(self, summary: dict[str, Any]) -> None:
+        """A recording's summary (``rl.record``): what it holds, a link that
+        opens it, and a GIF playing in place."""
+        self._stop_video()
+        path = Path(str(summary.get("file") or ""))
+        if not path.is_file():
+            self.result_label.setText("The recording wrote no video.")
+            return
+        returns = ", ".join(f"{r:.4g}" for r in summary.get("returns") or [])
+        url = QUrl.fromLocalFile(str(path)).toString()
+        folder = QUrl.fromLocalFile(str(path.parent)).toString()
+        self.result_label.setText(
+            f"<b>Video</b> {html.escape(path.name)}: {summary.get('frames', 0)} "
+            f"frames, {summary.get('seconds', 0):.1f} s at {summary.get('fps', 0)} "
+            f"frames/s, {summary.get('width', 0)} x {summary.get('height', 0)}; "
+            f"returns {html.escape(returns)}<br><a href='{url}'>Open video</a>"
+            f" · <a href='{folder}'>Show in folder</a>"
+        )
+        if path.suffix.lower() == ".gif":
+            movie = QMovie(str(path), parent=self.video)
+            self.video.setMovie(movie)
+            self._play_split.hide()
+            self.video.show()
+            movie.start()
+
+    def _stop_video(self) -> None:
+        movie = self.video.movie()
+        if movie is not None:
+            movie.stop()
+            self.video.setMovie(None)  # type: ignore[arg-type]
+            movie.deleteLater()
+        self.video.hide()
+        self._play_split.show()
+
+    def _on_result_label_link_activated(self, link: str) -> None:
+        self.open_url(QUrl(link))
 
     def show_evaluation(self, data: dict[str, Any] | None) -> None:
         """What an evaluation's ``preview.json`` says (None: it wrote none)."""
@@ -128,6 +175,7 @@ class RunResultsPane(QWidget):
 
     def show_play(self, data: dict[str, Any] | None) -> None:
         """The episode a Play run's ``preview.json`` holds (None: none)."""
+        self._stop_video()
         if data is None:
             self.result_label.setText("The episode wrote no results.")
             return

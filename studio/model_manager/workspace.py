@@ -142,7 +142,7 @@ class ModelsWorkspace(QWidget):
 
     # ------------------------------------------------------ action runs
     def _on_action_started(self, run_id: str, purpose: str) -> None:
-        if purpose in ("evaluate", "play"):
+        if purpose in ("evaluate", "play", "record"):
             self.tabs.setCurrentWidget(self.results)
             self.results.show_running(purpose_title(purpose))
 
@@ -159,6 +159,8 @@ class ModelsWorkspace(QWidget):
             self.results.show_evaluation(self.controller.read_preview(run_id))
         elif purpose == "play":
             self.results.show_play(self.controller.read_preview(run_id))
+        elif purpose == "record":
+            self.results.show_video(self.controller.run_summary(run_id))
         elif purpose == "deploy":
             self.server.refresh()
 
