@@ -8,14 +8,13 @@ bad input's one-sentence error."""
 from __future__ import annotations
 
 import json
-import signal
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from test_http_service import QUICK, Served, one_sentence, serve
+from test_http_service import QUICK, Served, assert_refusals, one_sentence, serve
 
 from engine.client_http import ApiError, StudioClient
 from engine.store.project import Project
@@ -30,9 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("agents")
     served = serve(root / "project", root / "server.log")
     yield served
-    served.stop()
-    assert served.proc.returncode in (0, -signal.SIGTERM), served.log.read_text()
-    assert "Traceback" not in served.log.read_text()
+    served.stop_cleanly()
 
 
 @pytest.fixture(scope="module")
@@ -137,12 +134,7 @@ def test_agent_bad_input(versions: StudioClient) -> None:
             "There is no model",
         ),
     ]
-    for method, path, body, status, words in cases:
-        with pytest.raises(ApiError) as err:
-            client.request(method, path, body)
-        assert err.value.status == status, (path, body, err.value)
-        assert words in str(err.value), (path, body, err.value)
-        assert one_sentence(str(err.value)), err.value
+    assert_refusals(client, cases)
     # Nothing half-written: the failed PUTs left the routing as it was.
     before = client.agent(AGENT)
     with pytest.raises(ApiError):

@@ -54,6 +54,13 @@ class Served:
                 self.proc.kill()
                 self.proc.wait()
 
+    def stop_cleanly(self) -> None:
+        """Stop it, and check that it shut down cleanly (uvicorn ends by the
+        signal it was stopped with) with no traceback in its log."""
+        self.stop()
+        assert self.proc.returncode in (0, -signal.SIGTERM), self.log.read_text()
+        assert "Traceback" not in self.log.read_text()
+
 
 def serve(project: Path, log: Path, *extra: str) -> Served:
     """Start the server; wait for its address line, then poll ``/health``
@@ -100,10 +107,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("http")
     served = serve(root / "project", root / "server.log")
     yield served
-    served.stop()
-    # uvicorn ends by the signal it was stopped with, after a clean shutdown.
-    assert served.proc.returncode in (0, -signal.SIGTERM), served.log.read_text()
-    assert "Traceback" not in served.log.read_text()
+    served.stop_cleanly()
 
 
 @pytest.fixture
@@ -120,6 +124,19 @@ def wait_until(what: str, check: Any, timeout: float = 60.0) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def assert_refusals(
+    client: StudioClient, cases: list[tuple[str, str, Any, int, str]]
+) -> None:
+    """Each ``(method, path, body, status, words)`` is refused with that
+    status and one sentence holding those words."""
+    for method, path, body, status, words in cases:
+        with pytest.raises(ApiError) as err:
+            client.request(method, path, body)
+        assert err.value.status == status, (path, body, err.value)
+        assert words in str(err.value), (path, body, err.value)
+        assert one_sentence(str(err.value)), err.value
 
 
 def one_sentence(message: str) -> bool:
