@@ -226,8 +226,7 @@ class DecisionLog:
                 " LIMIT ?",
                 (agent, limit),
             )
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+            return _dicts(cur)
 
     def answered_by(self, agent: str) -> dict[str, int]:
         """Requests per :data:`ANSWERED_BY` (and '' for none)."""
@@ -251,8 +250,7 @@ class DecisionLog:
             " WHERE agent = ? ORDER BY id",
             (agent,),
         )
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        return _dicts(cur)
 
     def append_promotions(
         self,
@@ -280,3 +278,9 @@ class DecisionLog:
                 self._db.execute("ROLLBACK")
                 raise
             return self._promotions(agent)
+
+
+def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """A query's rows as dicts by column name."""
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
