@@ -342,12 +342,19 @@ def test_merge_and_evaluate(project: Project, trained: Trained) -> None:
         },
     )
     report = json.loads((run_dir / "report.json").read_text())
-    for label in ("before", "after"):
-        r = report["results"][label]
+    # the models, and the random and expert references on the same episodes
+    assert list(report["results"]) == ["before", "after", "random", "expert"]
+    for label, r in report["results"].items():
         assert r["episodes"] == 2 and 0 <= r["success_rate"] <= 1
         assert 0 <= r["invalid_action_rate"] <= 1
+        assert sum(s["episodes"] for s in report["scenarios"][label].values()) == 2
+        assert (run_dir / report["traces"][label]).is_file()
+    assert report["results"]["expert"]["expert_agreement"] == 1.0
     assert "success_rate" in report["comparison"]
     assert (run_dir / "report.png").read_bytes().startswith(b"\x89PNG")
+    lines = (run_dir / "report.csv").read_text().splitlines()
+    assert lines[0].startswith("model,scenario,episodes,success_rate")
+    assert sum(line.split(",")[1] == "all" for line in lines) == 4
 
 
 def test_merge_registers_lineage(project: Project, trained: Trained) -> None:

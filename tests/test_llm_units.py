@@ -550,11 +550,43 @@ def test_metric_names() -> None:
     }
 
 
-def test_png_chart_is_a_png() -> None:
-    from engine.llm.evaluate import bar_chart_png
+def test_the_report_by_scenario_its_csv_and_chart() -> None:
+    """Each model's numbers per scenario (task) with a failed episode to look
+    at, one CSV row per model and scenario, and a chart with axes and a
+    legend (issue 30, item 5)."""
+    import csv
+    import io
 
-    data = bar_chart_png([{"success_rate": 0.2}, {"success_rate": 0.8}])
-    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 100
+    from PIL import Image
+
+    from engine.llm.evaluate import CSV_COLUMNS, by_scenario, chart_png, report_csv
+
+    def ep(task: str, success: bool, n: int, agreed: int) -> dict[str, object]:
+        return {"task_id": task, "success": success, "return": float(success),
+                "length": 4, "invalid": 1, "unparsed": 0, "trace_episode": n,
+                "agreement": (agreed, 4)}  # fmt: skip
+
+    eps = [ep("close", True, 0, 4), ep("close", False, 1, 2), ep("triage", True, 2, 3)]
+    scenarios = by_scenario(eps)
+    assert list(scenarios) == ["close", "triage"]
+    close = scenarios["close"]
+    assert close["episodes"] == 2 and close["success_rate"] == 0.5
+    assert close["failed_example"] == 1 and close["expert_agreement"] == 6 / 8
+    assert scenarios["triage"]["failed_example"] is None
+    results = {
+        "after": {"episodes": 3, "success_rate": 2 / 3, "mean_return": 0.7},
+        "random": {"episodes": 3, "success_rate": 0.0, "mean_return": -1.0},
+    }
+    report = {"results": results, "scenarios": {"after": scenarios}}
+    rows = list(csv.DictReader(io.StringIO(report_csv(report))))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert [(r["model"], r["scenario"]) for r in rows] == [
+        ("after", "all"), ("after", "close"), ("after", "triage"), ("random", "all")
+    ]  # fmt: skip
+    assert rows[1]["failed_example"] == "1" and float(rows[1]["success_rate"]) == 0.5
+    png = chart_png(results, "jira: 3 episodes a model")
+    with Image.open(io.BytesIO(png)) as image:
+        assert image.format == "PNG" and image.size == (900, 360)
 
 
 def test_out_of_memory_is_recognised() -> None:

@@ -229,9 +229,24 @@ def test_comparison_chart_draws_before_and_after_bars(qtbot, tmp_path: Path) -> 
     assert view.chart.heights("before") == [0.25, 0.4, 0.3]
     assert view.chart.heights("after") == [0.75, 1.2, 0.05]
     assert "Invalid-action rate" in view.table.text() and "+0.5" in view.table.text()
+    assert view.scenario_table.text() == ""  # a report from before scenarios
+    scenarios = {
+        "after": {"RLHUB-101": {"success_rate": 1.0, "failed_example": None},
+                  "RLHUB-102": {"success_rate": 0.5, "failed_example": 3}},
+        "random": {"RLHUB-101": {"success_rate": 0.0, "failed_example": 0}},
+    }  # fmt: skip
+    random = {"success_rate": 0.1, "mean_return": -0.5, "invalid_action_rate": 0}
+    results = {**REPORT["results"], "random": random}
+    path.write_text(json.dumps({**REPORT, "results": results, "scenarios": scenarios}))
+    assert view.load(path)
+    assert view.chart.heights("random") == [0.1, -0.5, 0.0]
+    text = view.scenario_table.text()
+    assert "Success rate by scenario" in text and "RLHUB-102" in text
+    assert "50% <small>(fails: ep 3)</small>" in text and "100%</td>" in text
     (tmp_path / "bad.json").write_text("{")
     assert not view.load(tmp_path / "bad.json")
     assert "bad.json is not valid JSON." in view.heading.text()
+    assert view.scenario_table.text() == ""
 
 
 def test_trace_viewer_shows_episodes_steps_and_prompts(qtbot, tmp_path: Path) -> None:

@@ -68,6 +68,8 @@ RUN_ARTIFACTS = (
     contract.REPORT_FILE,
     contract.FLOW_STATE_FILE,
     "reproduce.json",
+    "report.csv",  # llm.evaluate's, beside report.json
+    "report.png",
 )
 """The run folder's records logged as artifacts, where the run has them."""
 STATUSES = {

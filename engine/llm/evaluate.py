@@ -5,20 +5,27 @@ report gives success rate, mean return, invalid-action rate (a tool that is
 not valid in the status, or an answer naming no tool), the rate of answers
 naming no tool, the rate of steps where the model picked the expert's tool,
 and generation tokens/s. With ``baseline`` set, the report compares the two
-(``after - before``). The report is ``report.json`` in the run folder plus
-``report.png``, a bar chart drawn with numpy and written with zlib (no
-plotting library is installed).
+(``after - before``). Two reference policies play the same episodes: a
+random valid tool (``random``) and, in envs that plan one, the expert's
+shortest path (``expert``), so a number can be read against the floor and
+the ceiling. Every model's results are also broken down by scenario (the
+episode's task), each with an example of a failed episode in its trace
+file. The report is ``report.json`` in the run folder, ``report.csv`` (one
+row per model and scenario, ``all`` first) and ``report.png`` (matplotlib:
+the rates on one axis, mean return on another, a legend of the models);
+MLflow gets all three as artifacts (:data:`engine.jobs.tracking.RUN_ARTIFACTS`).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import random
-import struct
-import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine import contract
 from engine.errors import ConfigError
@@ -27,9 +34,6 @@ from engine.jobs.registry import job_kind
 from engine.llm.rollouts import EvaluateConfig
 from engine.settings import build
 
-if TYPE_CHECKING:
-    import numpy as np
-
 REPORT_KEYS = (
     "success_rate",
     "mean_return",
@@ -37,6 +41,11 @@ REPORT_KEYS = (
     "unparsed_rate",
     "expert_agreement",
 )
+RATE_KEYS = tuple(k for k in REPORT_KEYS if k != "mean_return")
+"""The report's numbers that are fractions (one axis of the chart)."""
+CSV_FILE = "report.csv"
+PLOT_FILE = "report.png"
+CSV_COLUMNS = ("model", "scenario", "episodes", *REPORT_KEYS, "failed_example")
 
 
 def validate(config: Mapping[str, Any]) -> EvaluateConfig:
@@ -66,8 +75,9 @@ def evaluate_policy(
     trace_path: Path | None = None,
     should_stop: Any = None,
     env_kwargs: dict[str, Any] | None = None,
-) -> dict[str, float]:
-    """Run ``policy`` for ``episodes`` episodes; the report's numbers."""
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Run ``policy`` for ``episodes`` episodes: the report's numbers, and
+    each episode's summary (``task_id``, ``success``, ``return``, ...)."""
     from engine.llm.rollouts import (
         TraceRecorder,
         collect_rollouts,
@@ -89,19 +99,53 @@ def evaluate_policy(
     )
     stats: dict[str, float] = dict(rollout_stats(eps))
     if recorder is not None:
-        agree = total = 0
+        agreement: dict[int, tuple[int, int]] = {}
         for ep in iter_traces(recorder.path):
-            for st in ep["steps"]:
-                total += 1
-                agree += int(
+            steps = ep["steps"]
+            agreement[int(ep["episode"])] = (
+                sum(
                     st.get("tool") is not None
                     and st.get("tool") == st.get("expert_tool")
-                )
-        stats["expert_agreement"] = agree / total if total else 0.0
+                    for st in steps
+                ),
+                len(steps),
+            )
+        for summary in eps:
+            summary["agreement"] = agreement.get(summary.get("trace_episode", -1))
+        stats.update(_agreement(eps))
     tps = getattr(policy, "tokens_per_second", None)
     if tps is not None:
         stats["tokens_per_s"] = float(tps)
-    return stats
+    return stats, eps
+
+
+def _agreement(eps: list[dict[str, Any]]) -> dict[str, float]:
+    """``expert_agreement`` of episodes whose traces were read."""
+    pairs = [e["agreement"] for e in eps if e.get("agreement") is not None]
+    if not pairs:
+        return {}
+    total = sum(n for _, n in pairs)
+    return {"expert_agreement": sum(a for a, _ in pairs) / total if total else 0.0}
+
+
+def by_scenario(eps: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The report's numbers for each scenario (task) of ``eps``, with the
+    trace episode of one failure there (None when none failed)."""
+    from engine.llm.rollouts import rollout_stats
+
+    scenarios: dict[str, list[dict[str, Any]]] = {}
+    for ep in eps:
+        scenarios.setdefault(str(ep.get("task_id") or "-"), []).append(ep)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(scenarios):
+        group = scenarios[name]
+        failed = next((e for e in group if not e.get("success")), None)
+        out[name] = {
+            **rollout_stats(group),
+            **_agreement(group),
+            "failed_example": None if failed is None else failed.get("trace_episode"),
+        }
+    return out
 
 
 def compare(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
@@ -116,50 +160,63 @@ def compare(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]
     }
 
 
-# ------------------------------------------------------------------ PNG chart
-def _png_bytes(img: np.ndarray) -> bytes:
-    h, w, _ = img.shape
-    raw = b"".join(b"\x00" + img[y].tobytes() for y in range(h))
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(data))
-            + tag
-            + data
-            + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-        )
-
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw, 9))
-        + chunk(b"IEND", b"")
-    )
+# ----------------------------------------------------------- CSV and chart
+def report_csv(report: dict[str, Any]) -> str:
+    """One row per model and scenario (``all`` first), as :data:`CSV_COLUMNS`."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for label, stats in report["results"].items():
+        rows = [("all", stats), *report["scenarios"].get(label, {}).items()]
+        for scenario, row in rows:
+            writer.writerow(
+                [label, scenario, int(row.get("episodes", 0))]
+                + [_cell(row.get(k)) for k in REPORT_KEYS]
+                + [_cell(row.get("failed_example"))]
+            )
+    return out.getvalue()
 
 
-def bar_chart_png(
-    groups: list[dict[str, float]],
-    keys: tuple[str, ...] = REPORT_KEYS,
-    width: int = 480,
-    height: int = 240,
-) -> bytes:
-    """Grouped bars (one group per key, one bar per model) for values in
-    [0, 1] (clipped); no text, colors in order blue, orange, green."""
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def chart_png(results: dict[str, dict[str, float]], title: str) -> bytes:
+    """Grouped bars of each model's rates (0 to 1) and, on an axis of its
+    own, mean return; axes titled, a legend naming the models."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display in a job process
+    import matplotlib.pyplot as plt
     import numpy as np
 
-    colors = [(66, 114, 196), (237, 125, 49), (112, 173, 71)]
-    img = np.full((height, width, 3), 255, dtype=np.uint8)
-    base = height - 20
-    img[base, 10 : width - 10] = (80, 80, 80)
-    slot = (width - 20) // max(1, len(keys))
-    bar = max(2, (slot - 10) // max(1, len(groups)))
-    for k, key in enumerate(keys):
-        for g, values in enumerate(groups):
-            v = float(np.clip(values.get(key, 0.0) or 0.0, 0.0, 1.0))
-            x0 = 15 + k * slot + g * bar
-            top = base - int(v * (base - 10))
-            img[top:base, x0 : x0 + bar - 2] = colors[g % len(colors)]
-    return _png_bytes(img)
+    labels = list(results)
+    fig, (rates, returns) = plt.subplots(
+        1, 2, figsize=(9, 3.6), gridspec_kw={"width_ratios": [4, 1.3]}
+    )
+    width = 0.8 / max(1, len(labels))
+    x = np.arange(len(RATE_KEYS))
+    for i, label in enumerate(labels):
+        values = [results[label].get(k) or 0.0 for k in RATE_KEYS]
+        rates.bar(x + i * width, values, width, label=label)
+        returns.bar(i, results[label].get("mean_return") or 0.0, 0.8)
+    rates.set_xticks(x + width * (len(labels) - 1) / 2)
+    rates.set_xticklabels([k.replace("_", " ") for k in RATE_KEYS], fontsize=8)
+    rates.set_ylim(0, 1)
+    rates.set_ylabel("fraction of episodes or steps")
+    rates.legend(title="model", fontsize=8)
+    rates.set_title(title, fontsize=9)
+    returns.set_xticks(range(len(labels)))
+    returns.set_xticklabels(labels, fontsize=8, rotation=30)
+    returns.set_ylabel("mean return")
+    returns.axhline(0, color="gray", linewidth=0.6)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
 
 
 # ------------------------------------------------------------------ the job
@@ -174,23 +231,42 @@ def bar_chart_png(
     progress_unit="models",
 )
 def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
-    from engine.llm.rollouts import env_kwargs, llm_policy, resolve_env
-    from engine.store.atomic import atomic_write_bytes, atomic_write_json
+    from engine.llm.policy import ExpertPolicy, RulePolicy, has_expert
+    from engine.llm.rollouts import env_kwargs, llm_policy, make_env, resolve_env
+    from engine.store.atomic import (
+        atomic_write_bytes,
+        atomic_write_json,
+        atomic_write_text,
+    )
 
     # validate() checked env and model and drew the seed.
     assert cfg.env is not None and cfg.model is not None and cfg.seed is not None
     env_ref = resolve_env(cfg.env, ctx.project_dir)
-    models = [("after", cfg.model)]
+    models: list[tuple[str, str]] = [("after", cfg.model)]
     if cfg.baseline:
         models.insert(0, ("before", cfg.baseline))
+    policies: list[tuple[str, Callable[[], Any]]] = [
+        (label, partial(llm_policy, cfg, ref)) for label, ref in models
+    ]
+    policies.append(("random", partial(RulePolicy, cfg.seed, cfg.system_prompt)))
+    probe = make_env(env_ref, **env_kwargs(cfg))
+    try:
+        planned = has_expert(probe)
+    finally:
+        probe.close()
+    if planned:
+        expert = partial(ExpertPolicy, 0.0, cfg.seed, cfg.system_prompt)
+        policies.append(("expert", expert))
+    else:
+        ctx.log(f"{env_ref} plans no expert path: the random policy is the reference")
     results: dict[str, dict[str, float]] = {}
-    for i, (label, ref) in enumerate(models):
+    scenarios: dict[str, dict[str, dict[str, Any]]] = {}
+    for i, (label, make) in enumerate(policies):
         if ctx.should_stop:
             break
-        ctx.progress(i, len(models), f"evaluating {label}")
-        policy = llm_policy(cfg, ref)
-        results[label] = evaluate_policy(
-            policy,
+        ctx.progress(i, len(policies), f"evaluating {label}")
+        results[label], eps = evaluate_policy(
+            make(),
             env_ref,
             episodes=cfg.episodes,
             num_envs=cfg.num_envs,
@@ -200,23 +276,32 @@ def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
             should_stop=lambda: ctx.should_stop,
             env_kwargs=env_kwargs(cfg),
         )
+        scenarios[label] = by_scenario(eps)
         ctx.metrics(i, {f"eval/{k}": v for k, v in results[label].items()})
-    ctx.progress(len(models), len(models))
+    ctx.progress(len(policies), len(policies))
     report: dict[str, Any] = {
         "env": env_ref,
         "episodes": cfg.episodes,
-        "models": dict(models),
+        "models": {
+            **dict(models),
+            **{label: f"{label} policy" for label, _ in policies[len(models) :]},
+        },
         "results": results,
+        "scenarios": scenarios,
+        "traces": {label: f"eval_{label}.jsonl" for label in results},
     }
     if "before" in results and "after" in results:
         report["comparison"] = compare(results["before"], results["after"])
     atomic_write_json(ctx.run_dir / contract.REPORT_FILE, report)
+    atomic_write_text(ctx.run_dir / CSV_FILE, report_csv(report))
     atomic_write_bytes(
-        ctx.run_dir / "report.png", bar_chart_png([results[k] for k in results])
+        ctx.run_dir / PLOT_FILE,
+        chart_png(results, f"{Path(env_ref).name}: {cfg.episodes} episodes a model"),
     )
     return {
         "report": str(ctx.run_dir / contract.REPORT_FILE),
-        "plot": str(ctx.run_dir / "report.png"),
+        "csv": str(ctx.run_dir / CSV_FILE),
+        "plot": str(ctx.run_dir / PLOT_FILE),
         "results": results,
         "comparison": report.get("comparison"),
     }

@@ -300,6 +300,8 @@ class _Rollout:
             "invalid": 0,
             "unparsed": 0,
             "task_id": str(info.get("task_id", "")),
+            # its episode number in the trace file (-1: none is recorded)
+            "trace_episode": rec_key,
             **meta,
         }
         self.started += 1

@@ -1,6 +1,8 @@
 """Before/after comparison of an ``llm.evaluate`` report: a bar chart of
-success rate, mean return and invalid-action rate, and the numbers; and the
-Models workspace's page that picks one of the project's reports."""
+success rate, mean return and invalid-action rate beside the random and
+expert references, the numbers, and the success rate of each scenario with a
+failed episode to look at; and the Models workspace's page that picks one of
+the project's reports."""
 
 from __future__ import annotations
 
@@ -22,11 +24,14 @@ class ComparisonReport(QWidget):
         self.chart = GroupedBarChart()
         self.chart.setMinimumHeight(200)
         self.table = QLabel(wordWrap=True)
+        self.scenario_table = QLabel(wordWrap=True)
+        """Success rate per scenario and model; where each failed."""
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.heading)
         layout.addWidget(self.chart, 1)
         layout.addWidget(self.table)
+        layout.addWidget(self.scenario_table)
         self.clear(
             "Evaluate a language model before and after training "
             "(llm.evaluate with a baseline) to compare them here."
@@ -37,6 +42,7 @@ class ComparisonReport(QWidget):
         self.heading.setText(f"<i>{html.escape(text)}</i>")
         self.chart.set_data([], {})
         self.table.clear()
+        self.scenario_table.clear()
 
     def load(self, path: str | Path) -> bool:
         """Show the report at ``path``; a bad file shows one sentence."""
@@ -80,6 +86,29 @@ class ComparisonReport(QWidget):
             f"<table cellspacing='6'><tr><th></th>{head}</tr>{''.join(rows)}</table>"
             f"<span style='color:gray'>{models}</span>"
         )
+        self.scenario_table.setText(scenario_html(comp))
+
+
+def scenario_html(comp: Comparison) -> str:
+    """Each scenario's success rate per model, with the trace episode of a
+    failure there ("ep 3" in ``eval_<model>.jsonl``); empty without any."""
+    if not comp.scenarios:
+        return ""
+    head = "".join(f"<th align='right'>{html.escape(lb)}</th>" for lb in comp.labels)
+    rows = []
+    for name, cells in comp.scenarios.items():
+        text = ""
+        for label in comp.labels:
+            rate, failed = cells.get(label, (None, None))
+            value = "" if rate is None else f"{rate:.0%}"
+            where = "" if failed is None else f" <small>(fails: ep {failed})</small>"
+            text += f"<td align='right'>{value}{where}</td>"
+        rows.append(f"<tr><td>{html.escape(name)}</td>{text}</tr>")
+    return (
+        "<b>Success rate by scenario</b> (a failed episode is in the run's "
+        f"eval_&lt;model&gt;.jsonl)<table cellspacing='6'><tr><th></th>{head}</tr>"
+        f"{''.join(rows)}</table>"
+    )
 
 
 class EvaluationReports(QWidget):

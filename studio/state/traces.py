@@ -328,6 +328,10 @@ class Comparison:
     env: str = ""
     episodes: int = 0
     models: dict[str, str] = field(default_factory=dict)
+    scenarios: dict[str, dict[str, tuple[float | None, int | None]]] = field(
+        default_factory=dict
+    )
+    """scenario -> label -> (success rate, trace episode of a failure)."""
 
 
 def load_report(path: str | Path) -> Comparison:
@@ -362,4 +366,27 @@ def comparison_from_report(data: Any, what: str = "the report") -> Comparison:
         env=str(data.get("env", "")),
         episodes=int(data.get("episodes") or 0),
         models={str(k): str(v) for k, v in (data.get("models") or {}).items()},
+        scenarios=_scenarios(data.get("scenarios"), labels),
     )
+
+
+def _scenarios(
+    data: Any, labels: list[str]
+) -> dict[str, dict[str, tuple[float | None, int | None]]]:
+    """``report.json``'s per-scenario results, scenario first (a report
+    from before they existed has none)."""
+    out: dict[str, dict[str, tuple[float | None, int | None]]] = {}
+    if not isinstance(data, dict):
+        return out
+    for label in labels:
+        rows = data.get(label)
+        for name, row in (rows if isinstance(rows, dict) else {}).items():
+            if not isinstance(row, dict):
+                continue
+            rate = row.get("success_rate")
+            failed = row.get("failed_example")
+            out.setdefault(str(name), {})[label] = (
+                float(rate) if isinstance(rate, int | float) else None,
+                failed if isinstance(failed, int) and failed >= 0 else None,
+            )
+    return out
