@@ -474,18 +474,40 @@ def test_the_settings_passed_to_sb3_and_the_compiled_program_by_name_exist() -> 
     from engine.rl.compiled import learner
     from engine.rl.config import (
         A2CConfig,
+        ARSConfig,
+        CrossQConfig,
         DQNConfig,
         MaskablePPOConfig,
         PPOConfig,
+        QRDQNConfig,
+        RecurrentPPOConfig,
         SACConfig,
         TD3Config,
+        TQCConfig,
+        TRPOConfig,
     )
 
     takers = {
-        train.ON_POLICY_ARGS: (PPOConfig, MaskablePPOConfig, A2CConfig),
-        train.OFF_POLICY_ARGS: (DQNConfig, SACConfig, TD3Config),
-        train.DQN_ARGS: (DQNConfig,),
+        train.ON_POLICY_ARGS: (
+            PPOConfig,
+            MaskablePPOConfig,
+            A2CConfig,
+            RecurrentPPOConfig,
+        ),
+        train.OFF_POLICY_ARGS: (
+            DQNConfig,
+            SACConfig,
+            TD3Config,
+            QRDQNConfig,
+            TQCConfig,
+        ),
+        train.DQN_ARGS: (DQNConfig, QRDQNConfig),
         train.TD3_ARGS: (TD3Config,),
+        train.TRPO_ARGS: (TRPOConfig,),
+        train.ARS_ARGS: (ARSConfig,),
+        train.CROSSQ_ARGS: (CrossQConfig,),
+        train.LSTM_POLICY_ARGS: (RecurrentPPOConfig,),
+        train.CROSSQ_POLICY_ARGS: (CrossQConfig,),
         learner.SAME_NAMED_SETTINGS: (PPOConfig, MaskablePPOConfig),
     }
     for names, classes in takers.items():

@@ -164,7 +164,7 @@ def run_preview(ctx: JobContext, cfg: EnvPreviewConfig) -> dict[str, Any]:
         )
         if loaded.notice:
             ctx.log(loaded.notice)
-        policy = loaded.act
+        policy = loaded  # called as loaded.act, and told each episode's start
     episodes = cfg.episodes
     assert cfg.seed is not None  # validate_preview draws one
     ctx.progress(0, episodes, "playing")

@@ -200,6 +200,11 @@ def _play_episode(
     success."""
     raw = env.unwrapped
     obs, info = env.reset(seed=cfg.seed + ep)
+    # A saved policy (a LoadedPolicy) forgets the last episode: a recurrent
+    # one's memory.
+    start_episode = getattr(act, "start_episode", None)
+    if start_episode is not None:
+        start_episode()
     if recorder is not None:
         recorder.draw()
     total, length, done, success = 0.0, 0, False, False

@@ -2,9 +2,11 @@
 
 The policy comes from :func:`engine.rl.policy.load_policy`, the one loader
 every player of saved policies uses: rebuilt from the zip alone (PPO, A2C,
-DQN, SAC, TD3 and MaskablePPO alike), without running code stored in the
-file, with the ``vecnormalize.pkl`` beside it. The exported graph holds the
-whole pipeline a trained policy runs in:
+DQN, SAC, TD3 and sb3-contrib's MaskablePPO, TQC, TRPO, QRDQN, ARS and
+CrossQ alike), without running code stored in the file, with the
+``vecnormalize.pkl`` beside it. A recurrent policy (RecurrentPPO) is refused:
+its LSTM state would have to be the graph's input and output. The exported
+graph holds the whole pipeline a trained policy runs in:
 
 * the observation normalization of ``VecNormalize`` (running mean and
   variance, epsilon, ``clip_obs``), when the policy was trained with it;
@@ -154,6 +156,12 @@ def export_onnx(
     zip_path = Path(zip_path)
     out_path = Path(out_path)
     loaded = load_policy(zip_path, project_dir=project_dir)
+    if loaded.recurrent:
+        raise EngineError(
+            f"{zip_path.name} holds a recurrent policy (RecurrentPPO), whose "
+            "actions depend on an LSTM state an exported graph does not take as "
+            "input yet, so it cannot be exported to ONNX."
+        )
     policy = loaded.policy
     obs_space, act_space = _exportable_spaces(policy)
     inputs, example = _sample_inputs(loaded, samples, seed)

@@ -82,6 +82,13 @@ def act(
             cache.pop(next(iter(cache)))
     cache[key] = held  # most recently used last
     policy = held[1]
+    if policy.recurrent:
+        # Its action depends on the steps before, which requests do not carry.
+        raise EngineError(
+            f"{path.name} holds a recurrent policy (RecurrentPPO), whose actions "
+            "depend on the episode's earlier steps, which act requests do not "
+            "carry; evaluate or play it instead."
+        )
     space = policy.observation_space
     try:
         obs = np.asarray(request["observation"], dtype=space.dtype)

@@ -58,7 +58,6 @@ from engine.settings import (
 
 ACTIVATIONS = ("tanh", "relu", "elu", "leaky_relu")
 SCHEDULES = ("constant", "linear")
-ALGO_NAMES = ("auto", "PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 """The device choices a form offers (``cuda:N`` is accepted too)."""
 POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
@@ -301,8 +300,219 @@ class TD3Config(ActorCriticOffPolicyBase):
     """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
 
 
+# sb3-contrib's algorithms (defaults: sb3-contrib 2.9's).
+
+
+@dataclass(frozen=True)
+class RecurrentPPOConfig(PPOBase):
+    """PPO with an LSTM in the policy and value networks (sb3-contrib
+    ``RecurrentPPO``): it acts on what it remembers of the episode, for
+    partially observed envs."""
+
+    n_steps: int = setting(128, min=1, max=ROLLOUT_MAX, unit="steps")
+    """Steps collected per environment copy before each update; a rollout is
+    ``n_steps * n_envs`` steps."""
+    batch_size: int = setting(128, min=1, max=ROLLOUT_MAX, unit="transitions")
+    """Transitions per minibatch (at most ``n_steps * n_envs``); minibatches
+    are whole sequences of an env copy's steps."""
+    use_sde: bool = same_setting(PPOConfig, "use_sde")
+    sde_sample_freq: int = same_setting(PPOConfig, "sde_sample_freq")
+    log_std_init: float = same_setting(PPOConfig, "log_std_init")
+    lstm_hidden_size: int = setting(256, min=1, max=LAYER_MAX, unit="units")
+    """Units of the LSTM's hidden state."""
+    n_lstm_layers: int = setting(1, min=1, max=64)
+    """Stacked LSTM layers."""
+    shared_lstm: bool = setting(False)
+    """The critic uses the actor's LSTM (then ``enable_critic_lstm`` must be
+    off)."""
+    enable_critic_lstm: bool = setting(True)
+    """The critic has an LSTM of its own (with neither this nor
+    ``shared_lstm``, the critic sees no memory)."""
+
+
+@dataclass(frozen=True)
+class TRPOConfig:
+    """Trust Region Policy Optimization (sb3-contrib ``TRPO``): natural
+    gradient steps within a KL bound, found by conjugate gradient and a line
+    search."""
+
+    learning_rate: float = setting(
+        1e-3, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
+    """Adam step size of the value function (per critic update)."""
+    learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
+    n_steps: int = same_setting(PPOBase, "n_steps")
+    batch_size: int = setting(128, min=1, max=ROLLOUT_MAX, unit="transitions")
+    """Transitions per minibatch of the value function's updates (at least
+    2)."""
+    gamma: float = same_setting(PPOBase, "gamma")
+    gae_lambda: float = same_setting(PPOBase, "gae_lambda")
+    target_kl: float = setting(
+        0.01, min=0, exclusive_min=True, search=Search(1e-3, 0.1, log=True)
+    )
+    """The largest KL divergence between the old and new policy an update
+    may make (the trust region)."""
+    cg_max_steps: int = setting(15, min=1, max=10_000)
+    """Conjugate gradient iterations per update."""
+    cg_damping: float = setting(0.1, min=0)
+    """Damping of the Hessian-vector products in conjugate gradient."""
+    line_search_shrinking_factor: float = setting(
+        0.8, min=0, exclusive_min=True, max=1, exclusive_max=True
+    )
+    """Step size shrink per line search iteration, in (0, 1)."""
+    line_search_max_iter: int = setting(10, min=1, max=10_000)
+    """Line search iterations per update at most."""
+    n_critic_updates: int = setting(10, min=1, max=10_000)
+    """Passes of the value function over each rollout per update."""
+    sub_sampling_factor: int = setting(1, min=1, max=ROLLOUT_MAX)
+    """Use every this many transitions of a rollout for the policy step
+    (1: all)."""
+    normalize_advantage: bool = same_setting(PPOBase, "normalize_advantage")
+    use_sde: bool = same_setting(PPOConfig, "use_sde")
+    sde_sample_freq: int = same_setting(PPOConfig, "sde_sample_freq")
+    net_arch: list[int] = same_setting(PPOBase, "net_arch")  # noqa: RUF009 a field
+    activation: str = same_setting(PPOBase, "activation")
+    ortho_init: bool = same_setting(PPOBase, "ortho_init")
+    log_std_init: float = same_setting(PPOConfig, "log_std_init")
+
+
+@dataclass(frozen=True)
+class QRDQNConfig:
+    """Quantile Regression DQN (sb3-contrib ``QRDQN``): DQN learning the
+    distribution of returns as quantiles; discrete actions only."""
+
+    learning_rate: float = setting(
+        5e-5, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
+    """Adam step size at the start of training (per gradient step)."""
+    learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
+    buffer_size: int = same_setting(DQNConfig, "buffer_size")
+    learning_starts: int = same_setting(DQNConfig, "learning_starts")
+    batch_size: int = same_setting(DQNConfig, "batch_size")
+    tau: float = same_setting(DQNConfig, "tau")
+    gamma: float = same_setting(PPOBase, "gamma")
+    train_freq: int = same_setting(DQNConfig, "train_freq")
+    gradient_steps: int = same_setting(DQNConfig, "gradient_steps")
+    target_update_interval: int = same_setting(DQNConfig, "target_update_interval")
+    exploration_fraction: float = setting(0.005, min=0, max=1, search=Search(0, 0.5))
+    """Fraction of ``total_steps`` over which epsilon decays, in [0, 1]."""
+    exploration_initial_eps: float = same_setting(DQNConfig, "exploration_initial_eps")
+    exploration_final_eps: float = setting(0.01, min=0, max=1, search=Search(0, 0.2))
+    """Epsilon after the decay, in [0, 1]."""
+    max_grad_norm: float | None = setting(None, min=0, exclusive_min=True)
+    """Gradient norm clip (None: no clipping)."""
+    n_quantiles: int = setting(200, min=1, max=10_000)
+    """Quantiles of each action's return distribution."""
+    net_arch: list[int] = same_setting(DQNConfig, "net_arch")  # noqa: RUF009 a field
+    activation: str = same_setting(DQNConfig, "activation")
+
+
+@dataclass(frozen=True)
+class TQCConfig(SACConfig):
+    """Truncated Quantile Critics (sb3-contrib ``TQC``): SAC whose critics
+    learn quantiles of the return and drop the highest ones against
+    overestimation; continuous actions only."""
+
+    top_quantiles_to_drop_per_net: int = setting(2, min=0, max=10_000)
+    """Highest quantiles of each critic dropped from the target (fewer than
+    ``n_quantiles``)."""
+    n_quantiles: int = setting(25, min=1, max=10_000)
+    """Quantiles each critic predicts."""
+    n_critics: int = setting(2, min=1, max=100)
+    """Critic networks."""
+
+
+@dataclass(frozen=True)
+class CrossQConfig:
+    """CrossQ (sb3-contrib ``CrossQ``): SAC without target networks, batch
+    renormalization in the critics instead; continuous actions only."""
+
+    learning_rate: float = setting(
+        1e-3, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
+    )
+    """Adam step size at the start of training (per gradient step)."""
+    learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
+    buffer_size: int = same_setting(DQNConfig, "buffer_size")
+    learning_starts: int = same_setting(ActorCriticOffPolicyBase, "learning_starts")
+    batch_size: int = same_setting(ActorCriticOffPolicyBase, "batch_size")
+    gamma: float = same_setting(PPOBase, "gamma")
+    train_freq: int = same_setting(ActorCriticOffPolicyBase, "train_freq")
+    gradient_steps: int = same_setting(DQNConfig, "gradient_steps")
+    policy_delay: int = setting(3, min=1, max=10_000)
+    """Actor (and entropy) updates once per this many critic updates."""
+    ent_coef: str = same_setting(SACConfig, "ent_coef")
+    target_entropy: str = same_setting(SACConfig, "target_entropy")
+    use_sde: bool = same_setting(SACConfig, "use_sde")
+    sde_sample_freq: int = same_setting(SACConfig, "sde_sample_freq")
+    net_arch: list[int] = same_setting(SACConfig, "net_arch")  # noqa: RUF009 a field
+    critic_net_arch: list[int] = setting(
+        factory=lambda: [1024, 1024], min=1, max=LAYER_MAX, unit="units"
+    )
+    """Hidden layer widths of the critics (units): wider than the actor's,
+    as CrossQ's authors advise."""
+    activation: str = same_setting(SACConfig, "activation")
+    log_std_init: float = same_setting(SACConfig, "log_std_init")
+    batch_norm: bool = setting(True)
+    """Batch renormalization layers in the actor and critics."""
+    batch_norm_momentum: float = setting(0.01, min=0, max=1)
+    """Update rate of the batch renormalization statistics, in [0, 1]."""
+    batch_norm_eps: float = setting(1e-3, min=0, exclusive_min=True)
+    """Added to the variance before dividing by it (> 0)."""
+    renorm_warmup_steps: int = setting(100_000, min=0, max=STEPS_MAX, unit="steps")
+    """Gradient steps before the running statistics replace the batch's."""
+    n_critics: int = same_setting(TQCConfig, "n_critics")
+
+
+@dataclass(frozen=True)
+class ARSConfig:
+    """Augmented Random Search (sb3-contrib ``ARS``): random perturbations of
+    the policy's weights, each scored by whole episodes; no gradients."""
+
+    learning_rate: float = setting(
+        0.02, min=0, exclusive_min=True, search=Search(1e-3, 0.1, log=True)
+    )
+    """Step size of each update along the best perturbations."""
+    learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
+    n_delta: int = setting(8, min=1, max=10_000, search=Search(4, 64, log=True))
+    """Random perturbations per update (each played with + and - sign)."""
+    n_top: int | None = setting(None, min=1, max=10_000)
+    """Best perturbations an update follows (None: all ``n_delta``)."""
+    delta_std: float = setting(
+        0.05, min=0, exclusive_min=True, search=Search(0.01, 0.3, log=True)
+    )
+    """Standard deviation of the perturbations (weight units)."""
+    zero_policy: bool = setting(True)
+    """Start from a policy whose output weights are zero."""
+    alive_bonus_offset: float = setting(0.0, unit="reward")
+    """Added to every step's reward while scoring a perturbation (negative
+    to remove a locomotion env's bonus for staying alive)."""
+    n_eval_episodes: int = setting(1, min=1, max=10_000, unit="episodes")
+    """Episodes played per perturbation and sign."""
+    net_arch: list[int] = setting(
+        factory=lambda: [64, 64], min=1, max=LAYER_MAX, unit="units"
+    )
+    """Hidden layer widths of the policy (units); [] for a linear policy."""
+    activation: str = same_setting(DQNConfig, "activation")
+    with_bias: bool = setting(True)
+    """Bias terms in the policy's layers."""
+    squash_output: bool = setting(True)
+    """Squash continuous actions into the action bounds with tanh (else
+    clip)."""
+
+
 AlgoConfig = (
-    PPOConfig | A2CConfig | DQNConfig | SACConfig | TD3Config | MaskablePPOConfig
+    PPOConfig
+    | A2CConfig
+    | DQNConfig
+    | SACConfig
+    | TD3Config
+    | MaskablePPOConfig
+    | RecurrentPPOConfig
+    | TQCConfig
+    | TRPOConfig
+    | QRDQNConfig
+    | ARSConfig
+    | CrossQConfig
 )
 """The hyperparameters of one algorithm: the dataclass :data:`ALGO_CONFIGS`
 gives for a run's ``algo``."""
@@ -314,13 +524,58 @@ ALGO_CONFIGS: dict[str, type[AlgoConfig]] = {
     "SAC": SACConfig,
     "TD3": TD3Config,
     "MaskablePPO": MaskablePPOConfig,
+    "RecurrentPPO": RecurrentPPOConfig,
+    "TQC": TQCConfig,
+    "TRPO": TRPOConfig,
+    "QRDQN": QRDQNConfig,
+    "ARS": ARSConfig,
+    "CrossQ": CrossQConfig,
 }
-"""Algorithm name (as SB3 spells it) -> hyperparameter dataclass."""
+"""Algorithm name (as SB3 and sb3-contrib spell it) -> hyperparameter
+dataclass."""
 
-ON_POLICY = frozenset({"PPO", "A2C", "MaskablePPO"})
-OFF_POLICY = frozenset({"DQN", "SAC", "TD3"})
-DISCRETE_ONLY = frozenset({"DQN", "MaskablePPO"})
-CONTINUOUS_ONLY = frozenset({"SAC", "TD3"})
+ALGO_NAMES = ("auto", *ALGO_CONFIGS)
+SB3_CONTRIB = frozenset(
+    {"MaskablePPO", "RecurrentPPO", "TQC", "TRPO", "QRDQN", "ARS", "CrossQ"}
+)
+"""The algorithms sb3-contrib holds (the others are stable-baselines3's)."""
+ON_POLICY = frozenset({"PPO", "A2C", "MaskablePPO", "RecurrentPPO", "TRPO"})
+OFF_POLICY = frozenset({"DQN", "SAC", "TD3", "QRDQN", "TQC", "CrossQ"})
+"""ARS is neither: it scores whole episodes of perturbed policies."""
+MINIBATCHED = frozenset({"PPO", "MaskablePPO", "RecurrentPPO", "TRPO"})
+"""On-policy algorithms that split each rollout into minibatches of
+``batch_size``."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What an algorithm trains on."""
+
+    actions: frozenset[str]
+    """Action spaces, by Gymnasium class name."""
+    policies: tuple[str, ...] = POLICIES
+    """Policy kinds (:data:`POLICIES`): the observations it takes."""
+
+
+_ANY_ACTIONS = frozenset({"Box", "Discrete", "MultiDiscrete", "MultiBinary"})
+_BOX = frozenset({"Box"})
+ALGO_FITS: dict[str, Fit] = {
+    "PPO": Fit(_ANY_ACTIONS),
+    "A2C": Fit(_ANY_ACTIONS),
+    "DQN": Fit(frozenset({"Discrete"})),
+    "SAC": Fit(_BOX),
+    "TD3": Fit(_BOX),
+    "MaskablePPO": Fit(frozenset({"Discrete", "MultiDiscrete", "MultiBinary"})),
+    "RecurrentPPO": Fit(_ANY_ACTIONS),
+    "TQC": Fit(_BOX),
+    "TRPO": Fit(_ANY_ACTIONS),
+    "QRDQN": Fit(frozenset({"Discrete"})),
+    "ARS": Fit(frozenset({"Box", "Discrete"}), policies=("MlpPolicy",)),
+    "CrossQ": Fit(_BOX, policies=("MlpPolicy",)),
+}
+"""Which action spaces and observations each algorithm fits (sb3-contrib's
+and SB3's tables of supported spaces); validation reads it, and the
+alternatives a refusal suggests come from it."""
 
 
 # --------------------------------------------------------------------------
@@ -338,9 +593,11 @@ class TrainConfig:
     env_kwargs: dict[str, Any] = setting(factory=dict, form=False)
     """Keyword arguments passed to ``gymnasium.make``."""
     algo: str = setting("auto", choices=ALGO_NAMES, group="Run", label="Algorithm")
-    """``PPO``, ``A2C``, ``DQN``, ``SAC``, ``TD3``, ``MaskablePPO`` or ``auto``
-    (MaskablePPO for envs with ``action_masks()``, else PPO). PPO on an env
-    with action masks becomes MaskablePPO."""
+    """An algorithm of stable-baselines3 (``PPO``, ``A2C``, ``DQN``, ``SAC``,
+    ``TD3``) or sb3-contrib (``MaskablePPO``, ``RecurrentPPO``, ``TQC``,
+    ``TRPO``, ``QRDQN``, ``ARS``, ``CrossQ``), or ``auto`` (MaskablePPO for
+    envs with ``action_masks()``, else PPO). PPO on an env with action masks
+    becomes MaskablePPO."""
     backend: str = setting("auto", choices=BACKENDS, group="Run")
     """``sb3`` (stable-baselines3 in torch), ``jax`` (PPO compiled with its
     environment into one XLA program, for envs with a compiled twin) or
@@ -448,8 +705,6 @@ class TrainConfig:
 
 
 TRAIN_FIELDS = tuple(fields_of(TrainConfig))
-CONTINUOUS_HINT = "SAC, TD3, PPO or A2C"
-DISCRETE_HINT = "PPO, A2C or DQN"
 
 
 # --------------------------------------------------------------------------
@@ -667,9 +922,10 @@ def default_n_envs(algo: str) -> int:
 
     On-policy algorithms learn from batches of parallel experience: 4 copies
     per core, between 4 and 16. Off-policy ones learn one step at a time and
-    gain little from more copies: 1.
+    gain little from more copies, and ARS plays whole episodes per
+    perturbation: 1.
     """
-    if algo in OFF_POLICY:
+    if algo not in ON_POLICY:
         return 1
     logical, _ = _cpu_counts()
     return max(4, min(16, 4 * logical))
@@ -703,6 +959,11 @@ def algo_defaults(algo: str) -> dict[str, Any]:
 _ALGO_ALIASES = {name.lower(): name for name in ALGO_CONFIGS} | {
     "maskable_ppo": "MaskablePPO",
     "maskable-ppo": "MaskablePPO",
+    # RL Zoo's names, and the paper's spelling
+    "ppo_lstm": "RecurrentPPO",
+    "recurrent_ppo": "RecurrentPPO",
+    "qr-dqn": "QRDQN",
+    "qr_dqn": "QRDQN",
     "auto": "auto",
 }
 
@@ -802,7 +1063,8 @@ def _check_hyper(
         return f"hyperparameters.{name}"
 
     hp = check_fields(ALGO_CONFIGS[algo], hp, prefix="hyperparameters.")
-    if not hp["net_arch"]:
+    # ARS's policy without hidden layers is its linear one (RL Zoo's choice).
+    if not hp["net_arch"] and algo != "ARS":
         raise ConfigError(f("net_arch"), "net_arch needs at least one hidden layer.")
     if (
         "use_sde" in hp
@@ -820,7 +1082,7 @@ def _check_hyper(
                 f("n_steps"),
                 "n_steps * n_envs must be at least 2 when advantages are normalized.",
             )
-    if algo in ("PPO", "MaskablePPO"):
+    if algo in MINIBATCHED:
         rollout = hp["n_steps"] * n_envs
         if hp["batch_size"] > rollout:
             raise ConfigError(
@@ -832,7 +1094,30 @@ def _check_hyper(
         raise ConfigError(
             f("gradient_steps"), "gradient_steps must be -1 or at least 1, not 0."
         )
-    if algo == "SAC":
+    if algo == "RecurrentPPO" and hp["shared_lstm"] and hp["enable_critic_lstm"]:
+        raise ConfigError(
+            f("shared_lstm"),
+            "RecurrentPPO's critic shares the actor's LSTM or has its own, not "
+            "both: turn off shared_lstm or enable_critic_lstm.",
+        )
+    if algo == "TRPO" and hp["batch_size"] < 2:
+        # Declared from 1 like the other algorithms' batch_size, so that the
+        # Train node's one batch_size parameter stays a number.
+        raise ConfigError(
+            f("batch_size"), "TRPO's batch_size must be at least 2, not 1."
+        )
+    if algo == "TQC" and hp["top_quantiles_to_drop_per_net"] >= hp["n_quantiles"]:
+        raise ConfigError(
+            f("top_quantiles_to_drop_per_net"),
+            f"top_quantiles_to_drop_per_net ({hp['top_quantiles_to_drop_per_net']}) "
+            f"must be fewer than n_quantiles ({hp['n_quantiles']}).",
+        )
+    if algo == "ARS" and hp["n_top"] is not None and hp["n_top"] > hp["n_delta"]:
+        raise ConfigError(
+            f("n_top"),
+            f"n_top ({hp['n_top']}) cannot be more than n_delta ({hp['n_delta']}).",
+        )
+    if "target_entropy" in hp:  # a learned entropy weight: SAC, TQC, CrossQ
         ent = hp["ent_coef"]
         if not ent.startswith("auto"):
             try:
@@ -909,7 +1194,7 @@ def fit_to_budget(
             )
         if hp.get("normalize_advantage") and hp["n_steps"] * n_envs < 2:
             change("n_steps", 2, "normalized advantages need 2 steps per rollout")
-    if algo in ("PPO", "MaskablePPO") and "batch_size" in chosen:
+    if algo in MINIBATCHED and "batch_size" in chosen:
         rollout = hp["n_steps"] * n_envs
         if hp["batch_size"] > rollout:
             change("batch_size", rollout, f"the rollout is {rollout} steps")
@@ -929,7 +1214,43 @@ def fit_to_budget(
     return notes
 
 
+_DISCRETE_SPACES = ("Discrete", "MultiDiscrete", "MultiBinary")
+
+
+def _alternatives(info: EnvInfo, policy: str) -> str:
+    """The algorithms that fit ``info``'s action space and ``policy``, as a
+    phrase (MaskablePPO only for an env with action masks)."""
+    names = [
+        algo
+        for algo, fit in ALGO_FITS.items()
+        if info.action_space in fit.actions
+        and policy in fit.policies
+        and (algo != "MaskablePPO" or info.has_action_masks)
+    ]
+    return ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+
+
+def _needed_actions(actions: frozenset[str]) -> str:
+    """An algorithm's action spaces as a phrase: ``a continuous action space
+    (Box)``."""
+    kinds = [name for name in (*_DISCRETE_SPACES, "Box") if name in actions]
+    listed = ", ".join(kinds[:-1]) + f" or {kinds[-1]}" if len(kinds) > 1 else kinds[0]
+    if actions == _BOX:
+        return "a continuous action space (Box)"
+    if actions <= set(_DISCRETE_SPACES):
+        return f"a discrete action space ({listed})"
+    return f"a {listed} action space"
+
+
+def _default_policy(info: EnvInfo) -> str:
+    """The policy kind an env's observations call for."""
+    policy = {"dict": "MultiInputPolicy", "image": "CnnPolicy"}
+    return policy.get(info.observation_kind, "MlpPolicy")
+
+
 def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
+    """Refuse, in one sentence naming the algorithm, the env and its action
+    space, an algorithm :data:`ALGO_FITS` says does not fit."""
     env_id = info.env_id
     if info.action_kind == "other":
         raise ConfigError(
@@ -943,24 +1264,32 @@ def _check_algo_fits_env(algo: str, info: EnvInfo) -> None:
             "MaskablePPO needs an environment with action_masks(), "
             f"and {quoted(env_id)} has none; use PPO.",
         )
-    if algo in DISCRETE_ONLY and info.action_kind != "discrete":
+    actions = ALGO_FITS[algo].actions
+    if info.action_space not in actions:
         raise ConfigError(
             "algo",
-            f"{algo} needs a discrete action space, but {env_id!r} has a continuous "
-            f"({info.action_space}) one; use {CONTINUOUS_HINT}.",
+            f"{algo} needs {_needed_actions(actions)}, but {quoted(env_id)} has "
+            f"a {info.action_kind} one ({info.action_space}); use "
+            f"{_alternatives(info, _default_policy(info))}.",
         )
-    if algo in CONTINUOUS_ONLY and info.action_kind != "continuous":
-        raise ConfigError(
-            "algo",
-            f"{algo} needs a continuous action space, but {env_id!r} has a discrete "
-            f"({info.action_space}) one; use {DISCRETE_HINT}.",
-        )
-    if algo == "DQN" and info.action_space != "Discrete":
-        raise ConfigError(
-            "algo",
-            f"DQN needs a Discrete action space, but {quoted(env_id)} has a "
-            f"{info.action_space} one; use PPO or A2C.",
-        )
+
+
+def _check_policy_fits(algo: str, policy: str, info: EnvInfo, asked: bool) -> None:
+    """Refuse a policy kind the algorithm has not (ARS and CrossQ have MLPs
+    only), in one sentence."""
+    policies = ALGO_FITS[algo].policies
+    if policy in policies:
+        return
+    why = (
+        "as the run asks"
+        if asked
+        else f"which {quoted(info.env_id)}'s {info.observation_kind} observations need"
+    )
+    raise ConfigError(
+        "policy" if asked else "algo",
+        f"{algo} trains {' or '.join(policies)} only, not {policy} ({why}); use "
+        f"{_alternatives(info, policy)}.",
+    )
 
 
 # --------------------------------------------------------------------------
@@ -1213,9 +1542,11 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
     )
     cfg = load(TrainConfig, check_fields(TrainConfig, values, skip=("algo", "device")))
     _check_top_level(cfg)
+    asked = cfg.policy is not None
     if cfg.policy is None:
-        policy = {"dict": "MultiInputPolicy", "image": "CnnPolicy"}
-        cfg = replace(cfg, policy=policy.get(info.observation_kind, "MlpPolicy"))
+        cfg = replace(cfg, policy=_default_policy(info))
+    assert cfg.policy is not None  # chosen above
+    _check_policy_fits(algo, cfg.policy, info, asked)
     assert cfg.total_steps is not None and cfg.n_envs is not None  # filled above
 
     hp = {**algo_defaults(algo), **preset_hp, **hp_in}

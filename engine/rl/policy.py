@@ -7,21 +7,24 @@ jobs), and the ONNX export; training's periodic evaluation uses the same
 
 :func:`load_policy` rebuilds the policy network from the zip alone (its class,
 spaces and keyword arguments are in the zip's ``data``, the weights in
-``policy.pth``), so PPO, A2C, DQN, SAC, TD3 and MaskablePPO all load without
-knowing the algorithm, and on the CPU. It never runs code from the file:
+``policy.pth``), so PPO, A2C, DQN, SAC, TD3 and sb3-contrib's MaskablePPO,
+RecurrentPPO, TQC, TRPO, QRDQN, ARS and CrossQ all load without knowing the
+algorithm, and on the CPU. It never runs code from the file:
 every pickled ``data`` entry is replaced through SB3's ``custom_objects``
 (the four the policy needs are read by :mod:`engine.rl.safe_pickle`, the
 rest, such as schedules and buffer classes, are not needed to act), and
 tensors are read with ``weights_only``. A ``vecnormalize.pkl`` beside the zip
 (where training saves it) supplies the observation normalization, applied
 before every prediction as ``VecNormalize`` would; a MaskablePPO policy takes
-the env's action masks.
+the env's action masks, and a RecurrentPPO one carries its LSTM state from
+step to step of an episode.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import inspect
 import json
 import os
 import sys
@@ -84,6 +87,13 @@ class LoadedPolicy:
     """MaskablePPO: ``predict`` takes ``action_masks``."""
     outside_project: bool = False
     """The file lies outside the project the caller works in."""
+    recurrent: bool = False
+    """RecurrentPPO: its actions depend on an LSTM state, which :meth:`act`
+    carries from step to step (SB3's ``evaluate_policy`` carries it through
+    :meth:`predict`)."""
+    _memory: Any = field(default=None, repr=False)
+    """A recurrent policy's LSTM state after the last :meth:`act` (None: an
+    episode starts)."""
 
     @property
     def observation_space(self) -> Any:
@@ -141,15 +151,32 @@ class LoadedPolicy:
             **kwargs,
         )
 
+    def start_episode(self) -> None:
+        """Forget the episode played so far (a recurrent policy's memory);
+        players call it after each ``env.reset``."""
+        self._memory = None
+
     def act(self, obs: Any, env: Any, deterministic: bool = True) -> Any:
         """The action for one (unbatched) observation of a Gymnasium env,
-        with the env's action masks for a masked policy."""
+        with the env's action masks for a masked policy, and a recurrent
+        policy's memory of the episode since :meth:`start_episode`."""
         masks = None
         if self.masked:
             get_masks = getattr(env.unwrapped, "action_masks", None)
             masks = get_masks() if get_masks is not None else None
-        action, _ = self.predict(obs, deterministic=deterministic, action_masks=masks)
+        if not self.recurrent:
+            action, _ = self.predict(
+                obs, deterministic=deterministic, action_masks=masks
+            )
+            return action
+        start = np.array([self._memory is None])
+        action, self._memory = self.predict(
+            obs, self._memory, start, deterministic, action_masks=masks
+        )
         return action
+
+    __call__ = act
+    """A loaded policy is a player's ``policy(observation, env)``."""
 
 
 def _read_data(path: Path) -> dict[str, Any]:
@@ -262,9 +289,12 @@ def load_policy(
     policy_class, kwargs = _policy_parts(path, data)
     if data.get("use_sde"):
         kwargs["use_sde"] = True
+    # ARS's policies take no learning rate (nothing trains them by gradient).
+    takes_schedule = "lr_schedule" in inspect.signature(policy_class).parameters
+    schedule = (_no_schedule,) if takes_schedule else ()
     try:
         policy = policy_class(
-            data["observation_space"], data["action_space"], _no_schedule, **kwargs
+            data["observation_space"], data["action_space"], *schedule, **kwargs
         )
         policy.load_state_dict(params["policy"])
     except Exception as exc:
@@ -273,8 +303,9 @@ def load_policy(
         ) from None
     policy.to("cpu")
     policy.set_training_mode(False)
-    # A maskable policy class was imported while its name was read.
+    # A maskable or recurrent policy class was imported while its name was read.
     maskable = sys.modules.get("sb3_contrib.common.maskable.policies")
+    recurrent = sys.modules.get("sb3_contrib.common.recurrent.policies")
     return LoadedPolicy(
         path=path,
         policy=policy,
@@ -283,6 +314,8 @@ def load_policy(
         and isinstance(policy, maskable.MaskableActorCriticPolicy),
         outside_project=project_dir is not None
         and not _is_inside(path, Path(project_dir)),
+        recurrent=recurrent is not None
+        and isinstance(policy, recurrent.RecurrentActorCriticPolicy),
     )
 
 

@@ -187,6 +187,7 @@ def record_video(
         try:
             for episode in range(episodes):
                 obs, _ = env.reset(seed=cfg.seed + episode)
+                policy.start_episode()
                 encoder.add(env.render())
                 done, ret = False, 0.0
                 while not done and encoder.frames < max_frames:

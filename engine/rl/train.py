@@ -55,15 +55,22 @@ from engine.rl.checkpoints import (
 )
 from engine.rl.config import (
     OFF_POLICY,
+    SB3_CONTRIB,
     TRAIN_FIELDS,
     A2CConfig,
     AlgoConfig,
+    ARSConfig,
+    CrossQConfig,
     DQNConfig,
     PPOBase,
     PPOConfig,
+    QRDQNConfig,
+    RecurrentPPOConfig,
     SACConfig,
     TD3Config,
+    TQCConfig,
     TrainConfig,
+    TRPOConfig,
     algo_defaults,
     preset_provenance,
 )
@@ -118,13 +125,21 @@ def run(ctx: JobContext, *, on_eval: EvalHook | None = None) -> dict[str, Any]:
 
 def algo_class(algo: str) -> Any:
     """The SB3 (or sb3-contrib) algorithm class for ``algo``."""
-    if algo == "MaskablePPO":
-        from sb3_contrib import MaskablePPO
+    if algo in SB3_CONTRIB:
+        import sb3_contrib
 
-        return MaskablePPO
+        return getattr(sb3_contrib, algo)
     import stable_baselines3
 
     return getattr(stable_baselines3, algo)
+
+
+def policy_name(algo: str, policy: str) -> str:
+    """The name ``algo`` gives the policy kind ``policy`` (``MlpPolicy``,
+    ...): RecurrentPPO's are its LSTM ones (``MlpLstmPolicy``)."""
+    if algo == "RecurrentPPO":
+        return policy.replace("Policy", "LstmPolicy")
+    return policy
 
 
 # The arguments of SB3's algorithms that are settings of the same name, by
@@ -136,6 +151,20 @@ DQN_ARGS = (
     "exploration_final_eps max_grad_norm"
 )
 TD3_ARGS = "policy_delay target_policy_noise target_noise_clip"
+TRPO_ARGS = (
+    "n_steps batch_size gae_lambda normalize_advantage target_kl cg_max_steps "
+    "cg_damping line_search_shrinking_factor line_search_max_iter "
+    "n_critic_updates sub_sampling_factor"
+)
+ARS_ARGS = "n_delta n_top delta_std zero_policy alive_bonus_offset n_eval_episodes"
+CROSSQ_ARGS = (
+    "buffer_size learning_starts batch_size train_freq gradient_steps policy_delay"
+)
+# Settings that are arguments of the policy class of the same name.
+LSTM_POLICY_ARGS = "lstm_hidden_size n_lstm_layers shared_lstm enable_critic_lstm"
+CROSSQ_POLICY_ARGS = (
+    "batch_norm batch_norm_momentum batch_norm_eps renorm_warmup_steps n_critics"
+)
 
 
 def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
@@ -161,15 +190,18 @@ def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
     }
     kw: dict[str, Any] = {
         "learning_rate": schedule(hp.learning_rate, hp.learning_rate_schedule),
-        "gamma": hp.gamma,
     }
+    if not isinstance(hp, ARSConfig):  # ARS scores undiscounted episodes
+        kw["gamma"] = hp.gamma
+    box = type(action_space).__name__ == "Box"
     if isinstance(hp, PPOBase | A2CConfig):  # on-policy
         kw.update(same_named(hp, ON_POLICY_ARGS))
         policy_kwargs["ortho_init"] = hp.ortho_init
-        if isinstance(hp, PPOConfig | A2CConfig):  # MaskablePPO has no SDE
+        # MaskablePPO has no SDE
+        if isinstance(hp, PPOConfig | A2CConfig | RecurrentPPOConfig):
             kw["use_sde"] = hp.use_sde
             kw["sde_sample_freq"] = hp.sde_sample_freq
-            if hp.use_sde or type(action_space).__name__ == "Box":
+            if hp.use_sde or box:
                 policy_kwargs["log_std_init"] = hp.log_std_init
         if isinstance(hp, A2CConfig):
             kw["use_rms_prop"] = hp.use_rms_prop
@@ -178,11 +210,34 @@ def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
             kw["n_epochs"] = hp.n_epochs
             kw["clip_range"] = schedule(hp.clip_range, hp.clip_range_schedule)
             kw["target_kl"] = hp.target_kl
+        if isinstance(hp, RecurrentPPOConfig):
+            policy_kwargs.update(same_named(hp, LSTM_POLICY_ARGS))
+    elif isinstance(hp, TRPOConfig):
+        kw.update(same_named(hp, TRPO_ARGS))
+        kw["use_sde"] = hp.use_sde
+        kw["sde_sample_freq"] = hp.sde_sample_freq
+        policy_kwargs["ortho_init"] = hp.ortho_init
+        if hp.use_sde or box:
+            policy_kwargs["log_std_init"] = hp.log_std_init
+    elif isinstance(hp, ARSConfig):
+        kw.update(same_named(hp, ARS_ARGS))
+        policy_kwargs["with_bias"] = hp.with_bias
+        policy_kwargs["squash_output"] = hp.squash_output
+    elif isinstance(hp, CrossQConfig):
+        kw.update(same_named(hp, CROSSQ_ARGS))
+        # The actor's widths and the critics' (wider, as CrossQ's authors use).
+        policy_kwargs["net_arch"] = {
+            "pi": list(hp.net_arch),
+            "qf": list(hp.critic_net_arch),
+        }
+        policy_kwargs.update(same_named(hp, CROSSQ_POLICY_ARGS))
     else:
         kw.update(same_named(hp, OFF_POLICY_ARGS))
-    if isinstance(hp, DQNConfig):
+    if isinstance(hp, DQNConfig | QRDQNConfig):
         kw.update(same_named(hp, DQN_ARGS))
-    elif isinstance(hp, SACConfig):
+        if isinstance(hp, QRDQNConfig):
+            policy_kwargs["n_quantiles"] = hp.n_quantiles
+    elif isinstance(hp, SACConfig | CrossQConfig):  # TQC is a SACConfig
         ent = hp.ent_coef
         kw["ent_coef"] = ent if ent.startswith("auto") else float(ent)
         target = hp.target_entropy
@@ -191,6 +246,10 @@ def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
         kw["sde_sample_freq"] = hp.sde_sample_freq
         if hp.use_sde:
             policy_kwargs["log_std_init"] = hp.log_std_init
+        if isinstance(hp, TQCConfig):
+            kw["top_quantiles_to_drop_per_net"] = hp.top_quantiles_to_drop_per_net
+            policy_kwargs["n_quantiles"] = hp.n_quantiles
+            policy_kwargs["n_critics"] = hp.n_critics
     elif isinstance(hp, TD3Config):
         from stable_baselines3.common.noise import NormalActionNoise
 
@@ -203,6 +262,11 @@ def model_kwargs(hp: AlgoConfig, action_space: Any) -> dict[str, Any]:
             )
     kw["policy_kwargs"] = policy_kwargs
     return kw
+
+
+def _gamma(hp: AlgoConfig) -> float:
+    """The discount VecNormalize scales rewards by (ARS has none: SB3's)."""
+    return getattr(hp, "gamma", 0.99)
 
 
 def resolve_device(cfg: TrainConfig) -> str:
@@ -456,9 +520,10 @@ class Trainer:
             )
         else:
             if cfg.vec_normalize:
-                venv = VecNormalize(venv, gamma=hp.gamma)
+                venv = VecNormalize(venv, gamma=_gamma(hp))
+            assert cfg.policy is not None  # filled by validation
             model = cls(
-                cfg.policy,
+                policy_name(self.algo, cfg.policy),
                 venv,
                 seed=seed,
                 device=device,
@@ -477,7 +542,7 @@ class Trainer:
             eval_env = self._make_env(eval_envs, seed + EVAL_SEED_OFFSET)
             if cfg.vec_normalize:
                 eval_env = VecNormalize(
-                    eval_env, training=False, norm_reward=False, gamma=hp.gamma
+                    eval_env, training=False, norm_reward=False, gamma=_gamma(hp)
                 )
             self.eval_env = eval_env
         if cfg.curriculum is not None:

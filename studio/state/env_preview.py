@@ -26,7 +26,22 @@ from engine.contract import (
 M = TypeVar("M", bound=Mapping[str, Any])
 
 POLICY_KIND = "sb3-policy"
-SB3_ALGOS = ("PPO", "A2C", "DQN", "SAC", "TD3", "MaskablePPO")
+SB3_ALGOS = (
+    "PPO",
+    "A2C",
+    "DQN",
+    "SAC",
+    "TD3",
+    "MaskablePPO",
+    "RecurrentPPO",
+    "TQC",
+    "TRPO",
+    "QRDQN",
+    "ARS",
+    "CrossQ",
+)
+"""The algorithms of rl.train (engine.rl.config.ALGO_CONFIGS, which the
+studio does not import)."""
 PREVIEW_FRAMES = 200
 """Frames of the first episode rendered at most (a 600x400 CartPole frame is
 720 kB raw; 200 of them compress to a few MB)."""
