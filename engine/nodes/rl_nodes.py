@@ -189,8 +189,9 @@ def train_config(node: NodeRun) -> dict[str, Any]:
     version=2,
 )
 def train(node: NodeRun) -> NodeResult:
-    """Train a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, MaskablePPO)
-    on the linked environment; live curves go to the flow run's metrics."""
+    """Train a stable-baselines3 or sb3-contrib agent (PPO, A2C, DQN, SAC,
+    TD3, MaskablePPO, RecurrentPPO, TQC, TRPO, QRDQN, ARS, CrossQ) on the
+    linked environment; live curves go to the flow run's metrics."""
     from engine.rl.config import check
     from engine.rl.train import train as run_training
 

@@ -48,7 +48,7 @@ KIND = "rl.train"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from engine.rl.config import builtin_presets_text
+    from engine.rl.config import ALGO_NAMES, builtin_presets_text
 
     parser.add_argument(
         "--env", default=None, help="Gymnasium id or rlstudio/<name>-v0 (required)"
@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--algo",
         default="auto",
-        help="PPO, A2C, DQN, SAC, TD3, MaskablePPO or auto (default: auto)",
+        help=f"{', '.join(ALGO_NAMES[1:])} or auto (default: auto)",
     )
     parser.add_argument(
         "--steps",

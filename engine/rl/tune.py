@@ -113,7 +113,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--env", default=None, help="Gymnasium id or rlstudio/<name>-v0"
     )
     parser.add_argument(
-        "--algo", default=None, help="PPO, A2C, DQN, SAC, TD3, MaskablePPO or auto"
+        "--algo", default=None, help=f"{', '.join(ALGO_NAMES[1:])} or auto"
     )
     parser.add_argument("--trials", type=int, default=None, help="trials in the study")
     parser.add_argument(
