@@ -69,6 +69,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "engine.llm.hub_cli",
         "`hub download REPO_ID`: a model from the Hugging Face Hub, resumable",
     ),
+    "data": (
+        "engine.llm.data_cli",
+        "`data import FILE|HUB_ID`: a data file or Hub dataset as a training dataset",
+    ),
+    "llm-train": (
+        "engine.llm.train_cli",
+        "fine-tune a language model (SFT, DPO, KTO, GRPO) on a dataset or data file",
+    ),
     "worker": (
         "engine.llm.distributed",
         "this machine's processes of a multi-machine llm.train run (machine 1..)",
@@ -80,7 +88,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-TRACKED_COMMANDS = ("train", "run", "tune", "serve", "serve-http")
+TRACKED_COMMANDS = ("train", "llm-train", "run", "tune", "serve", "serve-http")
 """Commands that run jobs, and so take ``--mlflow-uri``: every run they start
 logs to that MLflow server (:mod:`engine.jobs.tracking`)."""
 

@@ -13,12 +13,22 @@ from engine.envs import job as env_jobs
 from engine.export import jobs as export_jobs
 from engine.export import ollama_job
 from engine.jobs import selftest
-from engine.llm import datasets, evaluate, hub, merge, reward_model, rollouts, train
+from engine.llm import (
+    data_import,
+    datasets,
+    evaluate,
+    hub,
+    merge,
+    reward_model,
+    rollouts,
+    train,
+)
 from engine.nodes import executor
 from engine.rl import job as rl_train
 from engine.rl import record, tune
 
 __all__ = [
+    "data_import",
     "datasets",
     "env_jobs",
     "evaluate",
