@@ -152,9 +152,11 @@ def test_a_flow_runs_grpo_metrics_land_in_named_groups() -> None:
         "train/train/tokens_per_s": "Generation speed",
         "train/train/epoch": None,  # bookkeeping
         "train/train/num_tokens": None,
-        "collect/rollout/ep_rew": "Rewards",
-        "collect/rollout/ep_len": "Episode length",
-        "collect/rollout/invalid_rate": "Rates",
+        # a collection's episodes: charts of their own, x in episodes
+        "collect/rollout/ep_rew": "Return by episode",
+        "collect/rollout/ep_len": "Length by episode",
+        "collect/rollout/invalid_rate": "Rates by episode",
+        "collect/rollout/success": "Rates by episode",
     }
     assert {k: groups[k] for k in expect} == expect
     assert metric_name("train/reward/mean") == "reward/mean"
@@ -177,6 +179,45 @@ def test_charts_have_axis_titles_with_units(
     assert titles("Completion length") == ("tokens", "steps")
     panel.set_x_axis("time")
     assert titles("Rewards") == ("return", "wall time (s)")
+
+
+def test_episodes_and_counts_get_axes_of_their_own(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    """A collection's episodes are not training steps, and a stage or an
+    episode's length is never 2.5 (issue 29, item 2)."""
+    keys = ["collect/rollout/ep_len", "train/reward/mean", "curriculum/stage"]
+    fill(store, "flow-1", keys, 4)
+    qtbot.waitUntil(lambda: len(panel.group_titles()) == 3, timeout=5000)
+    item = panel.group_widget("Length by episode").plot.getPlotItem()
+    assert (item.getAxis("left").labelText, item.getAxis("bottom").labelText) == (
+        "steps",
+        "episodes",
+    )
+    rewards = panel.group_widget("Rewards").plot.getPlotItem()
+    assert rewards.getAxis("bottom").labelText == "steps"
+    for title, integer in (("Length by episode", True), ("Curriculum stage", True),
+                           ("Rewards", False)):  # fmt: skip
+        axis = panel.group_widget(title).plot.getPlotItem().getAxis("left")
+        ticks = [v for _, values in axis.tickValues(0.0, 1.0, 300.0) for v in values]
+        assert ticks and all(float(v).is_integer() for v in ticks) is integer
+    panel.set_x_axis("time")
+    assert item.getAxis("bottom").labelText == "wall time (s)"
+
+
+def test_a_sweeps_trial_axis_counts_whole_trials(qtbot) -> None:
+    import numpy as np
+
+    from widgets.history_plot import HistoryPlot
+
+    plot = HistoryPlot()
+    qtbot.addWidget(plot)
+    x = np.arange(1.0, 4.0)
+    plot.set_history(x, np.array([3.0, 1.0, 2.0]), np.array([3.0, 1.0, 1.0]))
+    axis = plot.plot.getPlotItem().getAxis("bottom")
+    ticks = [v for _, values in axis.tickValues(1.0, 3.0, 300.0) for v in values]
+    assert ticks == [1.0, 2.0, 3.0]
+    assert axis.tickStrings(ticks, 1.0, 1.0) == ["1", "2", "3"]
 
 
 def test_panel_shows_groups_for_the_keys_given_and_hides_empty_ones(

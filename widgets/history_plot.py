@@ -7,6 +7,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from widgets.integer_axis import IntegerAxis
 from widgets.theme import follow_palette, style_plot
 
 POINT_COLOR = "#4272c4"
@@ -24,7 +25,10 @@ class HistoryPlot(QWidget):
         y_label: str = "value",
     ) -> None:
         super().__init__(parent)
-        self.plot = pg.PlotWidget(background="w")
+        # Trials are counted: no tick at trial 1.5.
+        self.plot = pg.PlotWidget(
+            background="w", axisItems={"bottom": IntegerAxis("bottom")}
+        )
         self.plot.setMenuEnabled(False)
         self.plot.showGrid(x=True, y=True, alpha=0.25)
         self.plot.setLabel("bottom", x_label)

@@ -32,7 +32,7 @@ from PySide6 import QtCore, QtGui, QtWidgets
 
 from widgets.plot_export import ask_export_path, save_png, write_csv
 from widgets.plot_grid import PlotGrid
-from widgets.plot_group import THEMES, PlotGroup, shown_curves
+from widgets.plot_group import THEMES, X_AXIS_TITLES, PlotGroup, shown_curves
 from widgets.plot_series import Curve, Line, Source, ema_smooth
 from widgets.plot_toolbar import X_AXES, PlotToolbar
 
@@ -66,6 +66,15 @@ class PlotVocabulary:
     steps or seconds (:data:`X_AXIS_TITLES`)."""
     ignored: Sequence[str] = ()
     """Key patterns not worth a curve (bookkeeping)."""
+    x_titles: dict[str, str] = field(default_factory=dict)
+    """The x axis title of a group whose steps are not training steps (a
+    language-model collection logs once an episode: ``episodes``)."""
+    integers: Sequence[str] = ()
+    """Groups whose values are whole numbers: their y axis ticks on integers."""
+
+    def titles(self, group: str) -> tuple[str, str]:
+        """(y axis title, x axis title when x is the step) of ``group``."""
+        return self.axes.get(group, ""), self.x_titles.get(group, X_AXIS_TITLES["step"])
 
 
 OTHER_GROUP = "Other"
@@ -156,7 +165,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             (t, tuple(p)) for t, p in vocabulary.groups
         ]
         self._ignored = tuple(vocabulary.ignored)
-        self._axes = dict(vocabulary.axes)
+        self._vocabulary = vocabulary
         self._theme = THEMES[theme]
         self._theme_name = theme
         self._columns = columns
@@ -379,7 +388,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._x_axis = mode
         self._toolbar.show_x_axis(mode)
         for group in self._groups.values():
-            group.set_x_mode(mode, self._axes.get(group.title, ""))
+            group.set_x_mode(mode, *self._vocabulary.titles(group.title))
             self.reset_view(group.title)
             self._set_hover(group, None)
         for curve in self._curves.values():
@@ -634,8 +643,9 @@ class LivePlotPanel(QtWidgets.QWidget):
     def _group(self, title: str) -> PlotGroup:
         group = self._groups.get(title)
         if group is None:
-            group = self._groups[title] = PlotGroup(title, self._theme)
-            group.set_x_mode(self._x_axis, self._axes.get(title, ""))
+            integer = title in self._vocabulary.integers
+            group = self._groups[title] = PlotGroup(title, self._theme, integer)
+            group.set_x_mode(self._x_axis, *self._vocabulary.titles(title))
             group.hide()
             group.hovered.connect(lambda x, g=group: self._set_hover(g, x))
             group.view_changed.connect(lambda g=group: self._on_view_changed(g))

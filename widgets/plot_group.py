@@ -12,6 +12,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6 import QtCore, QtGui, QtWidgets
 
+from widgets.integer_axis import IntegerAxis
 from widgets.plot_series import Curve
 
 SERIES_COLORS: tuple[str, ...] = (
@@ -134,8 +135,12 @@ class MeasuringPainter:
 
 
 # pyqtgraph ships no type information: its classes are Any to mypy.
-class _Axis(pg.AxisItem):  # type: ignore[misc]
-    """An axis whose tick labels are measured once (see MeasuringPainter)."""
+class _Axis(IntegerAxis):
+    """An axis whose tick labels are measured once (see MeasuringPainter);
+    ``integer``: ticks on whole numbers only (a stage is never 1.5)."""
+
+    def __init__(self, orientation: str, integer: bool = False) -> None:
+        super().__init__(orientation, integer)
 
     def generateDrawSpecs(self, p: QtGui.QPainter) -> Any:
         return super().generateDrawSpecs(MeasuringPainter(p))
@@ -145,7 +150,7 @@ class _XAxis(_Axis):
     """Bottom axis that writes steps as 250k / 1.5M and wall time as h:mm:ss."""
 
     def __init__(self) -> None:
-        super().__init__(orientation="bottom")
+        super().__init__("bottom")
         self.mode = "step"
         self.enableAutoSIPrefix(False)
 
@@ -232,7 +237,9 @@ class PlotGroup(QtWidgets.QFrame):
     reset_requested = QtCore.Signal()
     """A double click: fit the view to the data and follow it again."""
 
-    def __init__(self, title: str, theme: dict[str, str]) -> None:
+    def __init__(
+        self, title: str, theme: dict[str, str], integer_y: bool = False
+    ) -> None:
         super().__init__()
         self.title = title
         self.setObjectName("livePlotGroup")
@@ -240,7 +247,7 @@ class PlotGroup(QtWidgets.QFrame):
         self.keys: list[str] = []
         self.axis = _XAxis()
         self.plot = _PlotWidget(
-            axisItems={"bottom": self.axis, "left": _Axis(orientation="left")}
+            axisItems={"bottom": self.axis, "left": _Axis("left", integer_y)}
         )
         self.plot.setMinimumHeight(180)
         # The view's background brush covers every pixel: Qt need not paint
@@ -309,10 +316,12 @@ class PlotGroup(QtWidgets.QFrame):
         self.view.sigResized.connect(lambda *_: self.view_changed.emit())
         self.view.sigRangeChangedManually.connect(self._on_view_range_changed_manually)
 
-    def set_x_mode(self, mode: str, y_title: str) -> None:
-        """Write the x axis in ``mode`` (``"step"`` or ``"time"``)."""
+    def set_x_mode(self, mode: str, y_title: str, step_title: str = "steps") -> None:
+        """Write the x axis in ``mode`` (``"step"`` or ``"time"``), titled
+        ``step_title`` in steps (what a step counts: ``episodes``)."""
         self.axis.mode = mode
-        self.set_axis_titles(y_title, X_AXIS_TITLES[mode])
+        x_title = step_title if mode == "step" else X_AXIS_TITLES[mode]
+        self.set_axis_titles(y_title, x_title)
         self.axis.picture = None
         self.axis.update()
 

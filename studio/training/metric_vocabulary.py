@@ -21,7 +21,6 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "eval/mean_reward",
             "eval/episode_reward",
             "eval/mean_return",
-            "rollout/ep_rew",  # a language-model policy's episodes
             # TRL (engine.llm.train): the mean reward and one per function.
             "reward/mean",
             "reward/*_mean",
@@ -34,7 +33,6 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "rollout/ep_len_mean",
             "eval/mean_ep_length",
-            "rollout/ep_len",
             "eval/mean_length",
         ),
     ),
@@ -66,8 +64,6 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "Rates",
         (
-            "rollout/success",
-            "rollout/*_rate",
             "eval/*_rate",
             "eval/expert_agreement",
             "curriculum/success_rate",
@@ -75,6 +71,11 @@ _GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     # The stage a curriculum run plays at (a step curve: 0, 1, 2, ...).
     ("Curriculum stage", ("curriculum/stage",)),
+    # A language-model collection logs once an episode: its x axis counts
+    # episodes, so its curves do not share a chart with training steps.
+    ("Return by episode", ("rollout/ep_rew",)),
+    ("Length by episode", ("rollout/ep_len",)),
+    ("Rates by episode", ("rollout/success", "rollout/*_rate")),
 )
 #: The y axis title (with its unit) of each group; the x axis says steps or
 #: seconds.
@@ -94,7 +95,16 @@ _AXES: dict[str, str] = {
     "Generation speed": "tokens/s",
     "Rates": "fraction",
     "Curriculum stage": "stage",
+    "Return by episode": "return",
+    "Length by episode": "steps",
+    "Rates by episode": "fraction",
 }
+#: The x axis title of the groups whose steps are not training steps.
+_X_TITLES = dict.fromkeys(
+    ("Return by episode", "Length by episode", "Rates by episode"), "episodes"
+)
+#: Groups whose values are whole numbers.
+_INTEGERS = ("Curriculum stage", "Length by episode")
 #: Bookkeeping keys SB3 and TRL log that are not worth a curve.
 _IGNORED: tuple[str, ...] = (
     "time/iterations",
@@ -108,7 +118,13 @@ _IGNORED: tuple[str, ...] = (
 )
 
 
-TRAINING_METRICS = PlotVocabulary(groups=_GROUPS, axes=_AXES, ignored=_IGNORED)
+TRAINING_METRICS = PlotVocabulary(
+    groups=_GROUPS,
+    axes=_AXES,
+    ignored=_IGNORED,
+    x_titles=_X_TITLES,
+    integers=_INTEGERS,
+)
 """What the training workspace's plots group, title and leave out."""
 
 
