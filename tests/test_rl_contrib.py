@@ -18,7 +18,7 @@ from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import get_kind
 from engine.rl.config import ALGO_CONFIGS, ALGO_FITS, fields_of, validate
-from engine.rl.policy import LoadedPolicy, evaluate, load_policy
+from engine.rl.policy import evaluate, load_policy
 from engine.settings import form_type
 from engine.store.atomic import atomic_write_json
 
@@ -134,40 +134,38 @@ def test_a_trained_policy_loads_and_plays_an_evaluation_episode(
     assert played.lengths[0] >= 1
 
 
-def _episode_actions(policy: LoadedPolicy, env_id: str, steps: int) -> list[Any]:
-    """Actions of ``policy.act`` over an episode's first steps, as Play and
-    recording take them."""
-    env = gym.make(env_id)
-    obs, _ = env.reset(seed=11)
-    policy.start_episode()
-    actions = []
-    for _ in range(steps):
-        action = policy.act(obs, env)
-        actions.append(np.asarray(action).tolist())
-        obs, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            break
-    return actions
-
-
 def test_play_carries_a_recurrent_policys_memory_and_forgets_it_per_episode(
     cartpole_models: dict[str, Path],
 ) -> None:
+    from engine.envs.preview import PreviewConfig, preview
+
     policy = load_policy(cartpole_models["RecurrentPPO"])
-    played = _episode_actions(policy, "CartPole-v1", 20)
-    assert policy._memory is not None  # carried from step to step
+
+    def played() -> list[Any]:
+        """An episode's actions as Play (an ``env_preview`` job) takes them."""
+        config = PreviewConfig(episodes=1, seed=11, trace_episodes=1)
+        return [
+            step["action"] for step in preview("CartPole-v1", config, policy)["trace"]
+        ]
+
+    actions = played()
+    memory = policy._memory  # carried from step to step: (h, c) of the LSTM
+    assert memory is not None
     # The same steps with the LSTM state threaded by hand through predict.
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=11)
     state, start, by_hand = None, np.array([True]), []
-    for _ in played:
+    for _ in actions:
         action, state = policy.predict(obs, state, start, deterministic=True)
         start = np.array([False])
-        by_hand.append(np.asarray(action).tolist())
+        by_hand.append(int(action))
         obs, *_ = env.step(action)
-    assert played == by_hand
-    # A new episode starts from an empty memory: the same actions again.
-    assert _episode_actions(policy, "CartPole-v1", len(played)) == played
+    assert actions == by_hand
+    np.testing.assert_allclose(np.stack(memory), np.stack(state))
+    # The next episode starts from an empty memory, not the last one's: the
+    # same actions and the same memory at its end.
+    assert played() == actions
+    np.testing.assert_allclose(np.stack(policy._memory), np.stack(memory))
 
 
 @pytest.mark.parametrize(
