@@ -458,6 +458,14 @@ def _messages(n: int, field: str, value: Any) -> list[dict[str, str]]:
         )
     out = []
     for i, msg in enumerate(value, 1):
+        if (
+            type(msg) is dict
+            and len(msg) == 2
+            and msg.get("role") in ROLES
+            and type(msg.get("content")) is str
+        ):
+            out.append(msg)  # already {role, content}: the common case, kept
+            continue
         if isinstance(msg, dict) and "from" in msg and "role" not in msg:
             msg = {
                 "role": _SHAREGPT_ROLES.get(msg["from"]),
@@ -578,6 +586,8 @@ class Mapped:
     format: str
     method: str
     rows: list[dict[str, Any]]
+    lines: list[str]
+    """Each row as its JSON line."""
     read: int
     """Rows read (before duplicates were dropped)."""
     duplicates: int
@@ -638,6 +648,7 @@ def map_rows(
     mapping = mapping or {}
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
+    lines: list[str] = []
     problems: list[str] = []
     first: str | None = None
     columns: list[str] = []
@@ -663,16 +674,19 @@ def map_rows(
                 raise
             problems.append(str(exc))
             continue
-        key = json.dumps(out, sort_keys=True, ensure_ascii=False)
-        if key in seen:
+        # The row's JSON line finds duplicates, and is what gets written.
+        line = json.dumps(out, ensure_ascii=False)
+        if line in seen:
             duplicates += 1
             continue
-        seen.add(key)
+        seen.add(line)
         rows.append(out)
+        lines.append(line)
     if n == 0:
         raise EngineError(f"{source_name} has no rows; there is nothing to import.")
     assert first is not None and chosen_method is not None
-    return Mapped(first, chosen_method, rows, n, duplicates, columns), problems
+    mapped = Mapped(first, chosen_method, rows, lines, n, duplicates, columns)
+    return mapped, problems
 
 
 def _shown(source: str) -> str:
@@ -795,7 +809,9 @@ def import_dataset(
         f"{mapped.read} {mapped.format} rows read from {cfg.source}; "
         f"{mapped.duplicates} duplicates dropped; for {mapped.method.upper()}"
     )
-    train, val = split(mapped.rows, cfg.validation_fraction, cfg.seed)
+    train_at, val_at = split(
+        list(range(len(mapped.rows))), cfg.validation_fraction, cfg.seed
+    )
     tokens = None
     if cfg.base_model:
         tokens = token_statistics(
@@ -819,7 +835,13 @@ def import_dataset(
     tmp = datasets_dir / f".import-{uuid.uuid4().hex[:8]}"
     old = datasets_dir / f".replaced-{uuid.uuid4().hex[:8]}"
     try:
-        stats = save_dataset(tmp, mapped.method, train, val)
+        stats = save_dataset(
+            tmp,
+            mapped.method,
+            [mapped.rows[i] for i in train_at],
+            [mapped.rows[i] for i in val_at],
+            ([mapped.lines[i] for i in train_at], [mapped.lines[i] for i in val_at]),
+        )
         stats.update(
             {
                 "source": cfg.source,

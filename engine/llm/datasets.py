@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.errors import ConfigError
 from engine.jobs.context import JobContext
@@ -43,6 +43,8 @@ from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
 from engine.store.labels import DB_FILE as LABELS_DB
 from engine.store.labels import LabelStore, Resolved, orphan_sentence, resolve
 from engine.store.paths import checked_name, child
+
+T = TypeVar("T")
 
 COLUMNS: dict[str, tuple[str, ...]] = {
     "sft": ("prompt", "completion"),
@@ -270,8 +272,8 @@ def build_rows(
 
 
 def split(
-    rows: list[dict[str, Any]], validation_fraction: float = 0.1, seed: int = 0
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows: list[T], validation_fraction: float = 0.1, seed: int = 0
+) -> tuple[list[T], list[T]]:
     """Seeded shuffle, then the last ``validation_fraction`` is validation
     (at least one row when there are two or more rows and the fraction > 0)."""
     order = list(range(len(rows)))
@@ -320,16 +322,28 @@ def statistics(
 
 
 def save_dataset(
-    folder: Path, method: str, train: list[dict[str, Any]], val: list[dict[str, Any]]
+    folder: Path,
+    method: str,
+    train: list[dict[str, Any]],
+    val: list[dict[str, Any]],
+    lines: tuple[list[str], list[str]] | None = None,
 ) -> dict[str, Any]:
-    """Write JSONL, parquet (through the datasets library) and stats.json."""
+    """Write JSONL, parquet (through the datasets library) and stats.json;
+    ``lines`` are the rows of ``train`` and ``val`` as JSON already, when
+    the caller has them (an import encodes each row to find duplicates)."""
     from datasets import Dataset
 
     folder.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("train", train), ("validation", val)):
+    train_lines, val_lines = lines or (
+        [json.dumps(r, ensure_ascii=False) for r in train],
+        [json.dumps(r, ensure_ascii=False) for r in val],
+    )
+    for name, rows, encoded in (
+        ("train", train, train_lines),
+        ("validation", val, val_lines),
+    ):
         atomic_write_text(
-            folder / f"{name}.jsonl",
-            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+            folder / f"{name}.jsonl", "".join(line + "\n" for line in encoded)
         )
         if rows:
             target = folder / f"{name}.parquet"
