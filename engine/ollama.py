@@ -532,6 +532,12 @@ class OllamaClient:
 
     def chat(self, name: str, messages: list[dict[str, str]]) -> str:
         """One non-streamed ``/api/chat`` turn; the assistant's answer."""
+        return str(self.chat_turn(name, messages)["reply"])
+
+    def chat_turn(self, name: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+        """One non-streamed ``/api/chat`` turn: ``{"reply", "tokens",
+        "seconds", "load_seconds"}`` from Ollama's own counts (durations in
+        nanoseconds; a count it leaves out is 0)."""
         data = self._json(
             "POST",
             "/api/chat",
@@ -540,7 +546,18 @@ class OllamaClient:
             what=name,
         )
         message = data.get("message")
-        return str(message.get("content", "")) if isinstance(message, dict) else ""
+
+        def number(key: str, scale: float = 1.0) -> float:
+            value = data.get(key)
+            return float(value) * scale if isinstance(value, int | float) else 0.0
+
+        reply = message.get("content", "") if isinstance(message, dict) else ""
+        return {
+            "reply": str(reply),
+            "tokens": int(number("eval_count")),
+            "seconds": number("eval_duration", 1e-9),
+            "load_seconds": number("load_duration", 1e-9),
+        }
 
     def list_models(self) -> list[dict[str, Any]]:
         models = self._json("GET", "/api/tags", "list").get("models", [])

@@ -652,7 +652,8 @@ class Chat(Request):
 
     ``messages`` are ``{"role": "system" | "user" | "assistant", "content":
     text}``, the last one the user's. Reply result: ``{"reply": text,
-    "model": model}``.
+    "model": model, "tokens": n, "seconds": s, "load_seconds": s}`` (the
+    answer's tokens, the seconds generating them and loading the model).
     """
 
     model: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))

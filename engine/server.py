@@ -513,16 +513,20 @@ class Server:
         folder = Path(msg.model).expanduser()
         if folder.is_dir():
             # Generation loads torch and a model: never in this process.
-            reply = self.chat_worker.chat(folder, messages, max(1, msg.max_new_tokens))
+            turn = self.chat_worker.chat_turn(
+                folder, messages, max(1, msg.max_new_tokens)
+            )
         else:
-            reply = self._chat_ollama(msg.model, msg.host, messages)
-        return {"reply": reply, "model": msg.model}
+            turn = self._chat_ollama(msg.model, msg.host, messages)
+        return {**turn, "model": msg.model}
 
-    def _chat_ollama(self, name: str, host: str, messages: list[dict[str, str]]) -> str:
+    def _chat_ollama(
+        self, name: str, host: str, messages: list[dict[str, str]]
+    ) -> dict[str, Any]:
         from engine.ollama import DEFAULT_HOST, OllamaClient, check_host
 
         client = OllamaClient(check_host(host or DEFAULT_HOST), timeout=120.0)
-        return client.chat(name, messages)
+        return client.chat_turn(name, messages)
 
 
 # ---------------------------------------------------------------- CLI

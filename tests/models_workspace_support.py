@@ -170,6 +170,10 @@ class FakeOllama:
                                 "content": f"echo: {last}",
                             },
                             "done": True,
+                            # Ollama's counts: tokens, and durations in ns
+                            "eval_count": 3,
+                            "eval_duration": 500_000_000,
+                            "load_duration": 1_200_000_000,
                         },
                     )
                 else:

@@ -220,6 +220,19 @@ def test_ollama_models_are_listed_chatted_with_and_deleted(qtbot, setup) -> None
         qtbot.waitUntil(lambda: "echo: hello there" in dialog.transcript_text())
         assert fake.requests[-1][1] == "/api/chat"
         assert fake.requests[-1][2]["model"] == "jira-agent:latest"
+        # What the answer cost, from Ollama's own counts (issue 29, item 7).
+        assert dialog.status.text() == (
+            "3 tokens in 0.50 s (6.0 tokens/s); loading the model took 1.2 s"
+        )
+        # An empty answer, and one of control characters, say so.
+        for answer, shown, note in (
+            ("  ", "(no text)", "nothing but white space"),
+            ("ok\x07\x1b", "ok\\x07\\x1b", "2 control character(s)"),
+        ):
+            fake.chat_reply = lambda body, a=answer: a
+            dialog.send("again")
+            qtbot.waitUntil(lambda s=shown: s in dialog.transcript_text())
+            assert note in dialog.status.text()
         dialog.close()
 
         ws.action_bar.confirm = lambda title, text: "Ollama server" in text

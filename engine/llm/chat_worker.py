@@ -15,6 +15,7 @@ the worker only.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,14 +51,20 @@ class ChatWorker:
     def chat(
         self, folder: Path, messages: list[dict[str, str]], max_new_tokens: int
     ) -> str:
-        answer = self._worker.request(
+        return str(self.chat_turn(folder, messages, max_new_tokens)["reply"])
+
+    def chat_turn(
+        self, folder: Path, messages: list[dict[str, str]], max_new_tokens: int
+    ) -> dict[str, Any]:
+        """The answer with what it cost: ``{"reply", "tokens", "seconds",
+        "load_seconds"}`` (``load_seconds`` 0 when the model was loaded)."""
+        return self._worker.request(
             {
                 "folder": str(folder),
                 "messages": messages,
                 "max_new_tokens": max_new_tokens,
             }
         )
-        return str(answer.get("reply", ""))
 
     def close(self) -> None:
         self._worker.close()
@@ -69,9 +76,10 @@ def generate(
     messages: list[dict[str, str]],
     max_new_tokens: int,
     cache: dict[str, Any],
-) -> str:
+) -> dict[str, Any]:
     """Greedy completion of ``messages`` by the model (or LoRA adapter, merged
-    in memory) in ``folder``; ``cache`` keeps the last model loaded."""
+    in memory) in ``folder``, with its token count and the seconds it and
+    loading the model took; ``cache`` keeps the last model loaded."""
     import torch
 
     from engine.llm.policy import load_model
@@ -85,6 +93,7 @@ def generate(
             "(adapter_config.json) to chat with."
         )
     key = str(folder.resolve())
+    started = time.perf_counter()
     if key not in cache:
         cache.clear()  # keep one model in memory at most
         try:
@@ -93,6 +102,7 @@ def generate(
             raise EngineError(str(exc)) from None
         cache[key] = (tok, model)
     tok, model = cache[key]
+    loaded = time.perf_counter()
     if getattr(tok, "chat_template", None):
         prompt = tok.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=True
@@ -108,7 +118,12 @@ def generate(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad
         )
     new = out[0, inputs["input_ids"].shape[1] :]
-    return str(tok.decode(new, skip_special_tokens=True)).strip()
+    return {
+        "reply": str(tok.decode(new, skip_special_tokens=True)).strip(),
+        "tokens": int(new.shape[0]),
+        "seconds": time.perf_counter() - loaded,
+        "load_seconds": loaded - started,
+    }
 
 
 def serve(lines: TextIO, out: TextIO) -> None:
@@ -116,14 +131,12 @@ def serve(lines: TextIO, out: TextIO) -> None:
     line_worker.serve(
         lines,
         out,
-        lambda req: {
-            "reply": generate(
-                Path(req["folder"]),
-                list(req["messages"]),
-                int(req["max_new_tokens"]),
-                cache,
-            )
-        },
+        lambda req: generate(
+            Path(req["folder"]),
+            list(req["messages"]),
+            int(req["max_new_tokens"]),
+            cache,
+        ),
         failure="The model could not answer",
     )
 

@@ -248,12 +248,14 @@ class ModelsController(QObject):
         self,
         model_ref: str,
         messages: list[dict[str, str]],
-        on_reply: Callable[[str], None],
+        on_reply: Callable[[dict[str, Any]], None],
         on_error: ErrorCallback,
         host: str | None = None,
         max_new_tokens: int = 128,
     ) -> None:
-        """One turn: ``model_ref`` is an Ollama name or a local HF folder."""
+        """One turn: ``model_ref`` is an Ollama name or a local HF folder;
+        ``on_reply`` gets the engine's answer (``reply``, ``tokens``,
+        ``seconds``, ``load_seconds``)."""
         self.client.request(
             protocol.Chat(
                 model=model_ref,
@@ -261,7 +263,7 @@ class ModelsController(QObject):
                 messages=messages,
                 max_new_tokens=max_new_tokens,
             ),
-            on_reply=lambda r: on_reply(str(r.get("reply", ""))),
+            on_reply=lambda r: on_reply(dict(r)),
             on_error=lambda e: on_error(e.message),
             owner=owner_of(on_reply, on_error),
         )

@@ -6,6 +6,7 @@ view."""
 from __future__ import annotations
 
 import html
+import unicodedata
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -54,6 +55,8 @@ class ChatDialog(QDialog):
         self.model_ref = model_ref
         self.host = host
         self.messages: list[dict[str, str]] = []
+        self._answered = False
+        """An answer came: the model is loaded in the engine's chat worker."""
         self.transcript = QTextBrowser()
         self.system = QLineEdit(placeholderText="System prompt (optional)")
         self.input = QPlainTextEdit(placeholderText="Your message…")
@@ -84,7 +87,11 @@ class ChatDialog(QDialog):
         if self.system.text().strip():
             sent.insert(0, {"role": "system", "content": self.system.text().strip()})
         self.send_button.setEnabled(False)
-        self.status.setText("Thinking…")
+        self.status.setText(
+            "Answering…"
+            if self._answered or self.host
+            else "Loading the model and answering (the first answer waits for it)…"
+        )
         self._controller.chat(
             self.model_ref,
             sent,
@@ -100,10 +107,13 @@ class ChatDialog(QDialog):
         body = html.escape(text).replace("\n", "<br>")
         self.transcript.append(f"<p><b style='color:{color}'>{who}:</b> {body}</p>")
 
-    def _on_reply(self, reply: str) -> None:
+    def _on_reply(self, result: dict[str, Any]) -> None:
+        reply = str(result.get("reply", ""))
+        self._answered = True
         self.messages.append({"role": "assistant", "content": reply})
-        self._append("Model", reply or "(empty answer)", "#2ca02c")
-        self.status.clear()
+        shown, note = printable(reply)
+        self._append("Model", shown, "#2ca02c")
+        self.status.setText(turn_cost(result) + (f" — {note}" if note else ""))
         self.send_button.setEnabled(True)
 
     def _on_error(self, message: str) -> None:
@@ -112,6 +122,33 @@ class ChatDialog(QDialog):
             f"<span style='color:#d62728'>{html.escape(message)}</span>"
         )
         self.send_button.setEnabled(True)
+
+
+def printable(reply: str) -> tuple[str, str]:
+    """The answer as the transcript shows it, and a note when it is not
+    plain text: an empty answer, or control characters (shown as ``\\x07``)."""
+    if not reply.strip():
+        return "(no text)", "the model answered with nothing but white space"
+    odd = [c for c in reply if unicodedata.category(c) in ("Cc", "Cf", "Co", "Cn")
+           and c not in "\n\t"]  # fmt: skip
+    if not odd:
+        return reply, ""
+    shown = "".join(
+        c.encode("unicode_escape").decode() if c in odd else c for c in reply
+    )
+    return shown, f"the answer held {len(odd)} control character(s), shown escaped"
+
+
+def turn_cost(result: dict[str, Any]) -> str:
+    """``12 tokens in 0.80 s (15.0 tokens/s); loading the model took 3.1 s``."""
+    tokens, seconds = int(result.get("tokens") or 0), float(result.get("seconds") or 0)
+    text = f"{tokens} tokens in {seconds:.2f} s"
+    if tokens and seconds > 0:
+        text += f" ({tokens / seconds:.1f} tokens/s)"
+    load = float(result.get("load_seconds") or 0)
+    if load >= 0.05:
+        text += f"; loading the model took {load:.1f} s"
+    return text
 
 
 def export_gguf_dialog(
