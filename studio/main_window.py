@@ -39,12 +39,13 @@ from PySide6.QtWidgets import (
 from resources import resource_path
 from studio.engine_client import CRASHED, FAILED, READY, STARTING
 from studio.notices import Notifier, ask_quit
+from studio.pickers import cached_models
 from studio.session import Session
 from studio.settings import THEMES, Settings, SettingsDialog
 from studio.shortcuts import ShortcutsDialog, shortcut_rows
 from studio.state.project_state import is_training
 from studio.theme import apply_theme
-from studio.welcome import WelcomeDialog
+from studio.welcome import WelcomeDialog, ask_base_model_download, missing_base_models
 from widgets.banner import Banner
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
@@ -168,6 +169,9 @@ class MainWindow(QMainWindow):
         self.keep_runs_on_quit = False
         """The user chose to let the runs train on after the studio quits."""
         self.ask_quit: Callable[[int], str] = lambda n: ask_quit(self, n)
+        self.ask_download: Callable[[str], bool] = functools.partial(
+            ask_base_model_download, self
+        )
         """Asks what quitting does to ``n`` training runs: ``keep`` (they
         train on headless), ``stop`` or ``cancel``; tests replace it."""
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
@@ -470,6 +474,10 @@ class MainWindow(QMainWindow):
             if flows is None or not path.is_file():
                 path = resource_path("examples", "flows", LLM_EXAMPLE)
             self.workspaces["workflows"].open_file(str(path))  # type: ignore[attr-defined]
+            for repo in missing_base_models(path, cached_models()):
+                if self.ask_download(repo):
+                    models = self.workspaces["models"]
+                    models.action_bar.download_from_hub(repo)  # type: ignore[attr-defined]
         else:
             raise ValueError(f"Unknown start {kind!r}; choose design, cartpole or llm.")
 

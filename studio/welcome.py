@@ -1,7 +1,13 @@
 """The welcome page: three ways to start, each the first step of a journey
-(design an environment, train CartPole, fine-tune a language model)."""
+(design an environment, train CartPole, fine-tune a language model), and
+the check that the language-model journey's base model is here before its
+flow opens (else the flow's first run fails at once)."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Collection
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -9,10 +15,13 @@ from PySide6.QtWidgets import (
     QDialog,
     QHBoxLayout,
     QLabel,
+    QMessageBox,
     QPushButton,
     QVBoxLayout,
     QWidget,
 )
+
+BASE_MODEL_NODE = "llm.base_model"
 
 STARTS = (
     (
@@ -83,3 +92,40 @@ class WelcomeDialog(QDialog):
     def _on_start_clicked(self, kind: str) -> None:
         self.accept()
         self.start_requested.emit(kind)
+
+
+def missing_base_models(flow: Path, cached: Collection[str]) -> list[str]:
+    """The Hub ids the flow's base-model nodes start from that are neither a
+    folder here nor among ``cached`` (the Hugging Face cache's models); a
+    flow that cannot be read names none (opening it says why)."""
+    try:
+        doc = json.loads(flow.read_text(encoding="utf-8"))
+        nodes = [n for n in doc.get("nodes", []) if isinstance(n, dict)]
+    except (OSError, ValueError, AttributeError):
+        return []
+    missing: list[str] = []
+    for node in nodes:
+        params = node.get("params") if node.get("type") == BASE_MODEL_NODE else None
+        model = params.get("model") if isinstance(params, dict) else None
+        if (
+            isinstance(model, str)
+            and model
+            and model not in cached
+            and model not in missing
+            and not Path(model).expanduser().exists()
+        ):
+            missing.append(model)
+    return missing
+
+
+def ask_base_model_download(parent: QWidget, repo: str) -> bool:
+    """Ask whether to download the flow's missing base model ``repo``."""
+    answer = QMessageBox.question(
+        parent,
+        "Download the base model?",
+        f"The language-model flow fine-tunes {repo}, which is not in the "
+        "Hugging Face cache here, so running it now would fail at its first "
+        "node. Download it from the Hub now? The download's progress shows in "
+        "Models; run the flow when it has finished.",
+    )
+    return answer == QMessageBox.StandardButton.Yes
