@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMenu,
     QMessageBox,
-    QSplitter,
     QStackedWidget,
     QVBoxLayout,
     QWidget,
@@ -38,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from resources import resource_path
 from studio.engine_client import CRASHED, FAILED, READY, STARTING
+from studio.layout_memory import Part, layout_parts, restore_parts, save_parts
 from studio.notices import Notifier, ask_quit
 from studio.pickers import cached_models
 from studio.session import Session
@@ -47,6 +47,7 @@ from studio.state.project_state import is_training
 from studio.theme import apply_theme
 from studio.welcome import WelcomeDialog, ask_base_model_download, missing_base_models
 from widgets.banner import Banner
+from widgets.fit import fit_window
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
 
@@ -74,6 +75,8 @@ LLM_EXAMPLE = "jira_llm_grpo.flow.json"
 SELFTEST_CONFIG = {"steps": 300, "step_seconds": 0.01}
 IDLE_BUILD_MS = 200
 """After the window is shown, a workspace not built yet is built this often."""
+DEFAULT_SIZE = QSize(1280, 800)
+"""The first window's size where the screen has room for it (its frame too)."""
 
 
 def app_icon() -> QIcon:
@@ -158,7 +161,6 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("RL Studio")
         self.setWindowIcon(app_icon())
         self.setAcceptDrops(True)  # a .flow.json or .env.json opens in its editor
-        self._fit_to_screen(1280, 800)
         self._restarting = False
         self.confirm_quit = True
         """Ask before quitting while runs train (off for scripted use)."""
@@ -206,7 +208,7 @@ class MainWindow(QMainWindow):
         column = QVBoxLayout(content)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.stack, 1)
-        self.banner.overlay_on(content)
+        self.banner.overlay_on(content, at_bottom=True)  # off New run, Stop
         central = QWidget()
         row = QHBoxLayout(central)
         row.setContentsMargins(0, 0, 0, 0)
@@ -250,6 +252,7 @@ class MainWindow(QMainWindow):
         self._on_client_state_changed(client.state)
         last = settings.last_workspace
         self.set_workspace(last if last in WORKSPACES else "environments")
+        fit_window(self, DEFAULT_SIZE)
         self._restore_layout()
 
     # --------------------------------------------------------------- API
@@ -677,33 +680,16 @@ class MainWindow(QMainWindow):
         )
 
     # ------------------------------------------------------------ layout
-    def _fit_to_screen(self, width: int, height: int) -> None:
-        """``width`` by ``height``, or less where the screen is smaller."""
-        screen = self.screen()
-        if screen is not None:
-            available = screen.availableGeometry()
-            width = min(width, available.width())
-            height = min(height, available.height())
-        self.resize(width, height)
-
-    def splitters(self) -> dict[str, QSplitter]:
-        """The built workspaces' splitters by a key that stays the same from
-        one start to the next (workspace and the splitter's place in it)."""
-        found: dict[str, QSplitter] = {}
-        for name in self.workspaces.built():
-            workspace = self.workspaces[name]
-            for i, splitter in enumerate(workspace.findChildren(QSplitter)):
-                found[f"{name}/splitter{i}"] = splitter
-        return found
+    def splitters(self) -> dict[str, Part]:
+        """The built workspaces' splitters and named tables' headers, by a
+        key that stays the same from one start to the next."""
+        return layout_parts(self.workspaces, self.workspaces.built())
 
     def _restore_splitters(self, workspace: str) -> None:
-        """A workspace's splitter sizes of the last session, once it is built
-        (one not built this session keeps what was saved for it)."""
-        for key, splitter in self.splitters().items():
-            if key.startswith(f"{workspace}/"):
-                saved = self.settings.window_layout(key)
-                if saved is not None:
-                    splitter.restoreState(saved)
+        """A workspace's splitter sizes and column widths of the last
+        session, once it is built (one not built this session keeps what
+        was saved for it)."""
+        restore_parts(self.settings, self.splitters(), f"{workspace}/")
 
     def _restore_layout(self) -> None:
         """The geometry, dock and splitter sizes of the last session."""
@@ -721,8 +707,7 @@ class MainWindow(QMainWindow):
         settings.last_workspace = self.current_workspace()
         settings.set_window_layout("geometry", self.saveGeometry())
         settings.set_window_layout("state", self.saveState())
-        for key, splitter in self.splitters().items():
-            settings.set_window_layout(key, splitter.saveState())
+        save_parts(settings, self.splitters())
         settings.sync()
 
     # ------------------------------------------------------------- close

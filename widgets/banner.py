@@ -12,15 +12,39 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from widgets.theme import follow_palette, is_dark
+
 OVERLAY_MARGIN = 6
 """Space (px) between an overlaid banner and its host's edges."""
 
 STYLES = {
-    "info": "background:#d9edf7; color:#1b4b66; border:1px solid #9fcbe3;",
-    "warning": "background:#fcf3cf; color:#6b5200; border:1px solid #e6cf7a;",
-    "error": "background:#f8d7da; color:#721c24; border:1px solid #e4a1a8;",
-    "success": "background:#dff0d8; color:#2b542c; border:1px solid #a7d19c;",
+    # level: (background, text, border), light theme then dark theme
+    "light": {
+        "info": ("#d9edf7", "#1b4b66", "#9fcbe3"),
+        "warning": ("#fcf3cf", "#6b5200", "#e6cf7a"),
+        "error": ("#f8d7da", "#721c24", "#e4a1a8"),
+        "success": ("#dff0d8", "#2b542c", "#a7d19c"),
+    },
+    "dark": {
+        "info": ("#1d3a4f", "#cfe7f6", "#3f7ea6"),
+        "warning": ("#47390a", "#fbe7a1", "#8f7622"),
+        "error": ("#4e1d23", "#f7cdd2", "#a2434e"),
+        "success": ("#1e3d22", "#cdeac5", "#4f8c52"),
+    },
 }
+"""Each level's colours per theme. The text colour is set on the label
+too: a label takes the palette's text colour otherwise, pale on the dark
+theme (it was pale on pale)."""
+
+
+def banner_style(level: str, dark: bool) -> str:
+    """The style sheet of a banner of ``level`` on the dark or light theme."""
+    colours = STYLES["dark" if dark else "light"]
+    background, text, border = colours.get(level, colours["info"])
+    return (
+        f"QFrame#banner {{ background: {background}; border: 1px solid {border}; }}"
+        f" QFrame#banner QLabel {{ color: {text}; background: transparent; }}"
+    )
 
 
 class Banner(QFrame):
@@ -52,12 +76,22 @@ class Banner(QFrame):
         self._hide_timer.timeout.connect(self.dismiss)
         self.level = "info"
         self._host: QWidget | None = None
+        self._at_bottom = False
         self.hide()
+        follow_palette(self, self._restyle)
 
-    def overlay_on(self, host: QWidget) -> None:
-        """Float over the top of ``host`` instead of taking room in a layout:
-        showing or hiding a message then moves nothing under the pointer."""
+    def _restyle(self, dark: bool) -> None:
+        style = banner_style(self.level, dark)
+        if style != self.styleSheet():  # setting it re-polishes: no loop
+            self.setStyleSheet(style)
+
+    def overlay_on(self, host: QWidget, at_bottom: bool = False) -> None:
+        """Float over the top (or the bottom) of ``host`` instead of taking
+        room in a layout: showing or hiding a message then moves nothing
+        under the pointer. A host whose top row holds the buttons used
+        most takes it at the bottom."""
         self._host = host
+        self._at_bottom = at_bottom
         self.setParent(host)
         self.setAutoFillBackground(True)
         host.installEventFilter(self)
@@ -76,7 +110,8 @@ class Banner(QFrame):
         height = self.heightForWidth(width)
         if height < 0:
             height = self.sizeHint().height()
-        self.setGeometry(OVERLAY_MARGIN, OVERLAY_MARGIN, width, height)
+        top = host.height() - OVERLAY_MARGIN - height if self._at_bottom else 0
+        self.setGeometry(OVERLAY_MARGIN, max(OVERLAY_MARGIN, top), width, height)
         self.raise_()
 
     def show_message(
@@ -87,7 +122,7 @@ class Banner(QFrame):
         auto_hide_ms: int = 0,
     ) -> None:
         self.level = level
-        self.setStyleSheet(f"QFrame#banner {{{STYLES.get(level, STYLES['info'])}}}")
+        self._restyle(is_dark(self.palette()))
         self._label.setText(text)
         self._action.setText(action_text)
         self._action.setVisible(bool(action_text))

@@ -39,7 +39,10 @@ class _Box(QFrame):
         self.key = item.key
         color = KIND_COLORS.get(item.kind, "#555555")
         weight = 2 if item.current else 1
-        background = "#fff8e1" if item.current else "palette(base)"
+        # A translucent amber over the base: cream on the light theme, a
+        # dark amber on the dark one, under the palette's text either way
+        # (an opaque cream put the dark theme's white text on cream).
+        background = "rgba(255, 193, 7, 0.22)" if item.current else "palette(base)"
         self.setObjectName("chain_box")
         self.setStyleSheet(
             f"#chain_box {{ border: {weight}px solid {color}; border-radius: 6px;"

@@ -8,9 +8,16 @@ narrower than it.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QSize, Qt
+from PySide6.QtCore import QMargins, QObject, QRect, QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence, QResizeEvent, QUndoStack
-from PySide6.QtWidgets import QFrame, QLayout, QScrollArea, QSizePolicy, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QLayout,
+    QScrollArea,
+    QSizePolicy,
+    QSplitter,
+    QWidget,
+)
 
 NOTHING = {
     "Undo": "no edit since the document was opened.",
@@ -18,6 +25,52 @@ NOTHING = {
 }
 STRIP_MIN_WIDTH = 80
 """The narrowest a strip gets (px): a scroll bar's worth, still usable."""
+FRAME_ALLOWANCE = QMargins(4, 38, 4, 4)
+"""Room (px) for a window manager's frame before the window is shown and
+its real frame is known: a title bar and thin borders (GNOME's, KDE's and
+Xfce's title bars are 30 to 37 px at 100 % scale). Without it a window as
+tall as the available screen puts its status bar under the screen's edge."""
+
+
+def fitted_geometry(
+    wanted: QSize, available: QRect, minimum: QSize, frame: QMargins = FRAME_ALLOWANCE
+) -> QRect:
+    """A window's geometry (its frame not included) of ``wanted`` size, or
+    less where ``available`` (the screen less its panels) is smaller, never
+    under ``minimum``, centred so that its ``frame`` lies inside too."""
+    room = available.marginsRemoved(frame)
+    width = max(minimum.width(), min(wanted.width(), room.width()))
+    height = max(minimum.height(), min(wanted.height(), room.height()))
+    left = room.left() + max(0, (room.width() - width) // 2)
+    top = room.top() + max(0, (room.height() - height) // 2)
+    return QRect(left, top, width, height)
+
+
+def fit_window(window: QWidget, wanted: QSize, available: QRect | None = None) -> None:
+    """Size and place ``window`` by ``fitted_geometry`` on its screen's
+    available geometry (or ``available``); its frame, once shown, is the
+    one measured where the window system reports one."""
+    if available is None:
+        screen = window.screen()
+        if screen is None:
+            window.resize(wanted)
+            return
+        available = screen.availableGeometry()
+    frame = window.frameGeometry()
+    inner = window.geometry()
+    measured = QMargins(
+        inner.left() - frame.left(),
+        inner.top() - frame.top(),
+        frame.right() - inner.right(),
+        frame.bottom() - inner.bottom(),
+    )
+    known = window.isVisible() and measured != QMargins()
+    minimum = window.minimumSizeHint().expandedTo(window.minimumSize())
+    window.setGeometry(
+        fitted_geometry(
+            wanted, available, minimum, measured if known else FRAME_ALLOWANCE
+        )
+    )
 
 
 def _as_widget(content: QWidget | QLayout) -> QWidget:
@@ -122,3 +175,31 @@ def undo_redo_actions(stack: QUndoStack, parent: QObject) -> tuple[QAction, QAct
         text_changed.connect(lambda t, a=action, v=verb: on_text_changed(a, v, t))
         on_can_changed(action, verb, can)
     return undo, redo
+
+
+def make_room(splitter: QSplitter, index: int, size: int) -> None:
+    """Give pane ``index`` of ``splitter`` at least ``size`` px, taken from
+    the other panes (the largest first) down to their minimum sizes."""
+    sizes = splitter.sizes()
+    missing = size - sizes[index]
+    vertical = splitter.orientation() == Qt.Orientation.Vertical
+    for other in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if missing <= 0:
+            break
+        if other == index:
+            continue
+        pane = splitter.widget(other)
+        hint = pane.minimumSizeHint() if pane is not None else QSize()
+        floor = max(0, hint.height() if vertical else hint.width())
+        taken = max(0, min(missing, sizes[other] - floor))
+        sizes[other] -= taken
+        sizes[index] += taken
+        missing -= taken
+    splitter.setSizes(sizes)
+
+
+def room_for_form(area: QScrollArea) -> int:
+    """The height (px) at which the form in ``area`` shows whole."""
+    form = area.widget()
+    need = form.minimumSizeHint().height() if form is not None else 0
+    return need + area.height() - area.viewport().height()

@@ -286,6 +286,11 @@ class RecordTable(QWidget):
         header = self.view.horizontalHeader()
         header.setStretchLastSection(True)
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        self._fitting = False
+        self.user_sized: set[int] = set()
+        """Columns the user has sized (or a restored header state did):
+        new records no longer fit them to their contents."""
+        header.sectionResized.connect(self._on_header_section_resized)
         self.view.selectionModel().selectionChanged.connect(
             self._on_view_selection_changed
         )
@@ -301,9 +306,26 @@ class RecordTable(QWidget):
     def set_records(self, records: Sequence[dict[str, Any]]) -> None:
         keys = self.selected_keys()
         self.model.set_records(records)
-        self.view.resizeColumnsToContents()
+        self.fit_columns()
         self._refresh_empty()
         self.select_keys(keys)
+
+    def fit_columns(self) -> None:
+        """Each column the user has not sized as wide as its contents (the
+        last one also takes what is left over)."""
+        self._fitting = True
+        try:
+            for column in range(self.model.columnCount()):
+                if column not in self.user_sized:
+                    self.view.resizeColumnToContents(column)
+        finally:
+            self._fitting = False
+
+    def _on_header_section_resized(self, column: int, _old: int, _new: int) -> None:
+        header = self.view.horizontalHeader()
+        last = column == header.count() - 1 and header.stretchLastSection()
+        if not self._fitting and not last:
+            self.user_sized.add(column)
 
     def update_record(self, record: dict[str, Any]) -> None:
         if self._proxy.accept is None:

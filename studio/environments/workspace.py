@@ -198,7 +198,7 @@ class EnvironmentsWorkspace(QWidget):
         split.addWidget(self.tabs)
         split.addWidget(self.problems_panel)
         split.setStretchFactor(0, 1)
-        split.setSizes([600, 90])
+        split.setSizes([600, 150])  # five problems without scrolling
         right = QWidget()
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)

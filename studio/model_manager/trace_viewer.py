@@ -50,6 +50,7 @@ from studio.model_manager.auto_labeler import AutoLabelerPanel
 from studio.model_manager.trace_browser import TraceBrowser
 from studio.model_manager.trace_labels import Position, TraceLabels
 from studio.state.traces import list_trace_files, load_trace_file
+from widgets.fit import scroll_area
 
 LABEL_HELP = (
     "Label with the keyboard: G good · B bad · X clear · E ideal answer · "
@@ -200,11 +201,17 @@ class TraceViewer(QWidget):
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.browser, 1)
         right_layout.addWidget(self.label_status)
+        # The files over the auto-labeler, beside the browser: three panes
+        # side by side left the episodes table 99 px of a 1024 px screen.
+        side = QSplitter(Qt.Orientation.Vertical)
+        side.addWidget(left)
+        side.addWidget(scroll_area(self.auto))  # scrolls on a low screen
+        side.setSizes([240, 260])
         split = QSplitter(Qt.Orientation.Horizontal)
-        split.addWidget(left)
+        split.addWidget(side)
         split.addWidget(right)
-        split.addWidget(self.auto)
-        split.setSizes([180, 700, 260])
+        split.setStretchFactor(1, 1)
+        split.setSizes([220, 700])
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)

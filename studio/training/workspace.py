@@ -26,7 +26,6 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QSplitter,
@@ -63,7 +62,7 @@ from studio.training.readiness import ReadinessStrip
 from studio.training.run_dialog import RunDialog
 from studio.training.run_notes import RunNotesEditor
 from studio.training.sweep import SweepPanel
-from widgets.fit import scroll_area
+from widgets.fit import make_room, room_for_form, scroll_area
 from widgets.live_plot import LivePlotPanel
 from widgets.log_console import LogConsole
 from widgets.record_filter import Facet, RecordFilter
@@ -236,6 +235,8 @@ class TrainingWorkspace(QWidget):
         split.addWidget(self.tabs)
         split.setStretchFactor(0, 1)
         split.setSizes([600, 130])
+        self._split = split
+        self.tabs.currentChanged.connect(self._on_tabs_current_changed)
 
         self.readiness = ReadinessStrip(session)
 
@@ -270,14 +271,16 @@ class TrainingWorkspace(QWidget):
             empty_text="Previews, plays, evaluations, exports, downloads and the "
             "self-test (Engine ▸ Run self-test) are listed here.",
         )
+        self.table.view.setObjectName("runs")
+        self.activity.view.setObjectName("activity")
         for table in (self.table, self.activity):
             table.view.setSelectionMode(table.view.SelectionMode.ExtendedSelection)
             table.selection_changed.connect(self._on_table_selection_changed)
-            # The name takes the room the other (fitted) columns leave,
-            # eliding when short: the list never needs a horizontal scroll bar.
+            # Every column as wide as its contents and resizable, the name
+            # first and whole: stretched, it took what the others left and
+            # showed "PP…" in a narrow list. A narrow list scrolls sideways;
+            # the widths the user sets are kept (see layout_memory).
             header = table.view.horizontalHeader()
-            header.setStretchLastSection(False)
-            header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
             header.setMinimumSectionSize(40)
             table.view.setWordWrap(False)
         self.table_filter = RecordFilter(
@@ -375,9 +378,16 @@ class TrainingWorkspace(QWidget):
         self.compare = CompareView(self.plots.run_color)
         self.tabs.addTab(self.compare, "Compare")
         self.sweep = SweepPanel(session)
-        # Its form is taller than the tab's share of a 700 px window: it scrolls.
+        # Its form is taller than the tab's share of the window: the tab
+        # takes room from the charts when chosen, and scrolls where the
+        # window has not that much.
         self.sweep_tab = scroll_area(self.sweep)
         self.tabs.addTab(self.sweep_tab, "Sweep")
+
+    def _on_tabs_current_changed(self, _index: int) -> None:
+        if self.tabs.currentWidget() is self.sweep_tab:
+            frame = self.tabs.height() - self.sweep_tab.height()
+            make_room(self._split, 1, frame + room_for_form(self.sweep_tab))
 
     # ------------------------------------------------------------ queries
     def current_table(self) -> RecordTable:

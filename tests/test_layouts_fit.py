@@ -1,0 +1,254 @@
+"""Every workspace fits a 1024x768 and a 1366x768 screen, light and dark
+(issue 29, item 3): the first window's frame lies inside the screen, the
+status bar inside the window, and no widget of any tab is given less than
+its minimum size. One window; its workspaces, tabs, sizes and themes are
+switched, not rebuilt."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint, QRect
+from PySide6.QtGui import QColor, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QAbstractScrollArea,
+    QApplication,
+    QFormLayout,
+    QFrame,
+    QLabel,
+    QScrollArea,
+    QSizePolicy,
+    QTabWidget,
+    QWidget,
+)
+
+from studio.main_window import DEFAULT_SIZE, WORKSPACES, MainWindow
+from studio.theme import apply_theme
+from tests.studio_harness import build_main_window
+from widgets.chain_view import ChainItem, ChainView
+from widgets.fit import FRAME_ALLOWANCE, fit_window, fitted_geometry
+
+SCREENS = ((1024, 768), (1366, 768))
+ROWS = 5
+"""A list or table at its default layout has room for this many rows."""
+CLIP_TOLERANCE_PX = 1
+"""A layout shares out odd pixels one at a time, so a widget may get one
+pixel under its minimum without losing a line of text or a border."""
+
+
+def _scrolled(widget: QWidget, root: QWidget) -> bool:
+    """Whether ``widget`` lies inside a scroll area under ``root``: there it
+    scrolls rather than being cut."""
+    parent = widget.parentWidget()
+    while parent is not None and parent is not root:
+        if isinstance(parent, QAbstractScrollArea):
+            return True
+        parent = parent.parentWidget()
+    return False
+
+
+def _minimum(widget: QWidget) -> tuple[int, int]:
+    """The size a layout will not go under: an explicit minimum where one
+    is set, else the minimum size hint; none along an Ignored policy."""
+    hint = widget.minimumSizeHint()
+    policy = widget.sizePolicy()
+    ignored = QSizePolicy.Policy.Ignored
+    width = widget.minimumWidth() or hint.width()
+    height = widget.minimumHeight() or hint.height()
+    return (
+        0 if policy.horizontalPolicy() == ignored else width,
+        0 if policy.verticalPolicy() == ignored else height,
+    )
+
+
+def clipped(root: QWidget) -> list[str]:
+    """The shown widgets under ``root`` that got less than their minimum."""
+    found = []
+    for widget in root.findChildren(QWidget):
+        if not widget.isVisible() or _scrolled(widget, root):
+            continue
+        need_w, need_h = _minimum(widget)
+        if (
+            widget.width() + CLIP_TOLERANCE_PX < need_w
+            or widget.height() + CLIP_TOLERANCE_PX < need_h
+        ):
+            name = widget.objectName() or type(widget).__name__
+            found.append(
+                f"{name} {widget.width()}x{widget.height()} < {need_w}x{need_h}"
+            )
+    return found
+
+
+def too_short(root: QWidget) -> list[str]:
+    """The shown lists and tables under ``root`` with room for fewer than
+    ``ROWS`` rows, and the shown forms in scroll areas that are not whole."""
+    found = []
+    for view in root.findChildren(QAbstractItemView):
+        if not view.isVisible() or _scrolled(view, root):
+            continue
+        row = view.sizeHintForRow(0) if view.model() and view.model().rowCount() else 0
+        row = max(row, view.fontMetrics().height() + 4)
+        if view.viewport().height() < ROWS * row:
+            name = view.objectName() or type(view).__name__
+            found.append(f"{name} shows {view.viewport().height() // row} rows")
+    for area in root.findChildren(QScrollArea):
+        form = area.widget()
+        if (
+            area.isVisible()
+            and form is not None
+            and form.findChild(QFormLayout) is not None
+            and not _scrolled(area, root)
+            and area.viewport().height() < form.minimumSizeHint().height()
+        ):
+            found.append(
+                f"form {form.objectName() or type(form).__name__} "
+                f"{area.viewport().height()} of {form.minimumSizeHint().height()} px"
+            )
+    return found
+
+
+def _every_tab(root: QWidget) -> Iterator[str]:
+    """Shows each tab of each tab widget under ``root`` in turn (the ones
+    shown by switching), yielding where it is."""
+    yield "default"
+    for tabs in root.findChildren(QTabWidget):
+        current = tabs.currentIndex()
+        for i in range(tabs.count()):
+            if tabs.isVisible() and tabs.isTabVisible(i) and i != current:
+                tabs.setCurrentIndex(i)
+                yield tabs.tabText(i)
+        tabs.setCurrentIndex(current)
+
+
+@pytest.fixture
+def window(qtbot, tmp_path: Path) -> Iterator[MainWindow]:  # type: ignore[no-untyped-def]
+    app = QApplication.instance()
+    assert isinstance(app, QApplication)
+    style, palette = app.style().name(), app.palette()
+    win = build_main_window(qtbot, tmp_path)
+    win.show()
+    for name in WORKSPACES:
+        win.workspaces[name]
+    yield win
+    app.setStyle(style)
+    app.setPalette(palette)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_every_workspace_fits_small_screens(window: MainWindow, theme: str) -> None:
+    apply_theme(theme)
+    app = QApplication.instance()
+    problems: list[str] = []
+    for width, height in SCREENS:
+        screen = QRect(0, 0, width, height)
+        # before the window is shown its frame is guessed, after it is known
+        first = fitted_geometry(DEFAULT_SIZE, screen, window.minimumSizeHint())
+        assert screen.contains(first.marginsAdded(FRAME_ALLOWANCE))
+        fit_window(window, DEFAULT_SIZE, screen)
+        app.processEvents()  # type: ignore[union-attr]
+        assert screen.contains(window.frameGeometry())
+        for name in WORKSPACES:
+            window.set_workspace(name)
+            central = window.centralWidget()
+            for tab in _every_tab(central):
+                app.processEvents()  # type: ignore[union-attr]
+                where = f"{width}x{height} {theme} {name} / {tab}"
+                bar = window.statusBar()
+                assert bar.isVisible(), where
+                assert window.rect().contains(bar.geometry()), where
+                problems += [f"{where}: {c}" for c in clipped(central)]
+                problems += [f"{where}: {c}" for c in too_short(central)]
+    assert problems == [], "\n".join(problems)
+
+
+def _contrast(a: QColor, b: QColor) -> float:
+    """WCAG's contrast ratio of two colours (1 to 21)."""
+
+    def luminance(c: QColor) -> float:
+        def channel(v: float) -> float:
+            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+
+        r, g, b_ = (channel(x) for x in (c.redF(), c.greenF(), c.blueF()))
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b_
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+READABLE = 4.5
+"""WCAG AA's contrast for body text."""
+
+
+def _text_on(widget: QWidget, label: QLabel) -> float:
+    """The contrast of ``label``'s text on ``widget``'s background (a pixel
+    just inside its border)."""
+    widget.ensurePolished()
+    label.ensurePolished()
+    # grabbed with what lies under it: a translucent background shows it
+    top = widget.window()
+    background = top.grab().toImage().pixelColor(widget.mapTo(top, QPoint(4, 4)))
+    return _contrast(label.palette().color(QPalette.ColorRole.WindowText), background)
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_banners_and_the_current_lineage_node_read_on_both_themes(
+    window: MainWindow, theme: str
+) -> None:
+    apply_theme(theme)
+    window.set_workspace("training")
+    for level in ("info", "warning", "error", "success"):
+        window.banner.show_message("The engine was restarted.", level, "Restart")
+        label = window.banner.findChild(QLabel)
+        assert _text_on(window.banner, label) >= READABLE, level
+    chain = ChainView()
+    chain.set_items(
+        [
+            ChainItem("run1", "run", "A run"),
+            ChainItem("m1", "sb3-policy", "Model", current=True),
+        ]
+    )
+    chain.resize(400, 80)
+    chain.show()
+    boxes = chain.findChildren(QFrame, "chain_box")
+    assert len(boxes) == 2
+    for box in boxes:
+        assert _text_on(box, box.findChild(QLabel)) >= READABLE
+
+
+def test_the_engine_banner_leaves_the_run_buttons_free(window: MainWindow) -> None:
+    window.resize(1024, 700)
+    window.set_workspace("training")
+    window.banner.show_message("The engine crashed. " * 20, "warning", "Restart engine")
+    QApplication.processEvents()
+    training = window.training
+    banner = QRect(window.banner.mapTo(window, QPoint()), window.banner.size())
+    for button in (training.new_button, training.stop_button, training.resume_button):
+        place = QRect(button.mapTo(window, QPoint()), button.size())
+        assert not banner.intersects(place), button.text()
+
+
+def test_the_run_name_column_stays_readable_and_keeps_its_width(
+    qtbot, window: MainWindow, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    window.showMaximized()
+    table = window.training.table
+    name = "PPO CartPole · brisk-otter"
+    runs = [
+        {"id": f"r{i}", "name": name, "status": "completed", "kind": "rl"}
+        for i in range(3)
+    ]
+    table.set_records(runs)
+    header = table.view.horizontalHeader()
+    room = table.view.fontMetrics().horizontalAdvance(name)
+    assert header.sectionSize(0) >= room  # whole, not "PP…"
+    header.resizeSection(0, room + 60)  # as the user drags it
+    table.set_records(runs)
+    assert header.sectionSize(0) == room + 60
+    window.close()
+
+    again = build_main_window(qtbot, tmp_path)  # the same settings file
+    again.training.table.set_records(runs)
+    assert again.training.table.view.horizontalHeader().sectionSize(0) == room + 60
