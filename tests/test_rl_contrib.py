@@ -132,6 +132,10 @@ def test_a_trained_policy_loads_and_plays_an_evaluation_episode(
     played = evaluate(policy, make_vec_env(ENV_OF[algo], n_envs=1, seed=5), episodes=1)
     assert len(played.rewards) == 1 and np.isfinite(played.rewards[0])
     assert played.lengths[0] >= 1
+    # The studio reads which algorithm saved a zip without torch (Models).
+    from studio.state.sb3_zip import read_sb3_zip
+
+    assert read_sb3_zip(path).algo == algo
 
 
 def test_play_carries_a_recurrent_policys_memory_and_forgets_it_per_episode(

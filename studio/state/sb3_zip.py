@@ -91,6 +91,14 @@ def infer_algo(data: dict[str, Any], policy_class: str = "") -> str:
         return "MaskablePPO"
     if "Recurrent" in policy_class:
         return "RecurrentPPO"
+    # sb3-contrib's own policy modules, then what only one algorithm saves
+    for name, algo in (("tqc", "TQC"), ("crossq", "CrossQ"), ("ars", "ARS")):
+        if f"sb3_contrib.{name}." in module:
+            return algo
+    if "n_delta" in data:
+        return "ARS"
+    if "cg_max_steps" in data:
+        return "TRPO"
     if "clip_range" in data and "n_steps" in data:
         return "PPO"
     if "n_steps" in data and "gae_lambda" in data:
