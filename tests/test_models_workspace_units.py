@@ -416,3 +416,23 @@ def test_a_registered_deployment_ends_the_chain_and_is_no_server_record() -> Non
     assert isinstance(asked[0], protocol.DeleteModel) and asked[0].model_id == "m-o"
     assert isinstance(asked[1], protocol.DeleteOllamaModel)
     assert asked[1].name == "jira-agent:latest"
+
+
+def test_schedules_read_as_their_settings_not_a_class_repr() -> None:
+    """Details showed <class '...LinearSchedule'> for a linear learning rate
+    (issue 29, item 5)."""
+    from studio.state.sb3_zip import _scalar
+
+    utils = "stable_baselines3.common.utils"
+    text = "LinearSchedule(start=0.2, end=0.0, end_fraction=1.0)"
+    linear = {
+        ":type:": f"<class '{utils}.LinearSchedule'>",
+        ":serialized:": "gAWV",
+        "start": 0.2,
+        "end": 0.0,
+        "end_fraction": 1.0,
+    }
+    assert _scalar(linear) == text
+    wrapped = {":type:": f"<class '{utils}.FloatSchedule'>", "value_schedule": text}
+    assert _scalar(wrapped) == text
+    assert _scalar(0.5) == 0.5

@@ -119,9 +119,16 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, list) and len(value) <= 4:
         return value
     if isinstance(value, dict):
-        for key in ("value_schedule", ":type:"):
-            if key in value:
-                return str(value[key])[:80]
+        if "value_schedule" in value:  # SB3 writes the schedule it wraps
+            return str(value["value_schedule"])[:80]
+        if ":type:" in value:
+            # "<class 'stable_baselines3.common.utils.LinearSchedule'>" and
+            # its fields: written as SB3 writes a wrapped schedule.
+            name = str(value[":type:"]).rsplit(".", 1)[-1].rstrip("'>")
+            fields = ", ".join(
+                f"{k}={v}" for k, v in value.items() if not str(k).startswith(":")
+            )
+            return f"{name}({fields})"[:80]
     return str(value)[:80]
 
 
