@@ -361,6 +361,24 @@ class GetRunSchema(Request):
     )
 
 
+@message("data.preview")
+@dataclass(frozen=True)
+class PreviewData(Request):
+    """The first ``rows`` rows of a dataset import (``llm.import`` config
+    ``values`` as typed so far), mapped as the import would write them.
+
+    Reply result: ``{"format", "method", "columns": [source column, ...],
+    "rows": [row, ...], "problems": [sentence, ...]}`` (bad rows among the
+    first ones are left out of ``rows`` and said in ``problems``). A config
+    the import refuses is an ``error`` reply naming its field.
+    """
+
+    values: dict[str, Any] = field(
+        default_factory=dict, metadata=limits(max_items=1000)
+    )
+    rows: int = field(default=20, metadata=limits(min=1, max=200))
+
+
 @message("run.list")
 @dataclass(frozen=True)
 class ListRuns(Request):

@@ -94,6 +94,7 @@ class Server:
             protocol.DeleteModel: self._on_delete_model,
             protocol.ListOllamaModels: self._on_ollama_list,
             protocol.SearchHub: self._on_hub_search,
+            protocol.PreviewData: self._on_data_preview,
             protocol.DeleteOllamaModel: self._on_ollama_delete,
             protocol.Chat: self._on_chat,
             protocol.GetTrainingStatus: self._on_training_status,
@@ -113,6 +114,8 @@ class Server:
         self._waits_on_network = {
             protocol.ListOllamaModels,
             protocol.SearchHub,
+            # A Hub dataset is downloaded to be previewed.
+            protocol.PreviewData,
             protocol.DeleteOllamaModel,
             protocol.Chat,
         }
@@ -473,6 +476,19 @@ class Server:
         self.supervisor.require_project().delete_model(msg.model_id)
         self.send(protocol.ProjectChanged(what="models"))
         return {"model_id": msg.model_id}
+
+    def _on_data_preview(self, msg: protocol.PreviewData) -> dict[str, Any]:
+        from engine.llm import data_import
+
+        cfg = data_import.validate_import(msg.values)
+        return data_import.preview(
+            cfg.source,
+            cfg.format,
+            cfg.columns,
+            cfg.method,
+            rows=msg.rows,
+            split_name=cfg.split_name,
+        )
 
     def _on_hub_search(self, msg: protocol.SearchHub) -> dict[str, Any]:
         from engine.llm import hub

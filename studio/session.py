@@ -160,6 +160,24 @@ class Session(QObject):
             owner=owner_of(on_fields, on_error),
         )
 
+    def request_data_preview(
+        self,
+        values: dict[str, Any],
+        on_preview: Callable[[dict[str, Any]], None],
+        on_error: Callable[[protocol.Error], None] | None = None,
+        rows: int = 20,
+    ) -> None:
+        """The first ``rows`` rows of a dataset import (``llm.import``
+        values), mapped, with the detected format and their problems."""
+        from engine import protocol
+
+        self.client.request(
+            protocol.PreviewData(values=values, rows=rows),
+            on_reply=lambda r: on_preview(dict(r)),
+            on_error=on_error or self._on_request_error,
+            owner=owner_of(on_preview, on_error),
+        )
+
     # ---------------------------------------------------------- metrics
     def ensure_metrics_loaded(self, run_id: str) -> None:
         """Read a run's ``metrics.jsonl`` into the store once; afterwards,

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import os
 import random
@@ -179,6 +180,13 @@ def validate_import(config: Mapping[str, Any]) -> ImportConfig:
                 f"{cfg.source} does not exist; give a data file, a folder or a Hub "
                 "dataset id (org/name).",
             )
+        if path.is_dir() and not _holds_dataset(path):
+            raise ConfigError(
+                "source",
+                f"The folder {path} holds no dataset (a datasets save_to_disk "
+                f"folder, or {', '.join(FILE_TYPES)} files); give one of its files "
+                "or such a folder.",
+            )
         if path.is_file() and path.suffix.lower() not in FILE_TYPES:
             raise ConfigError(
                 "source",
@@ -206,6 +214,19 @@ def validate_import(config: Mapping[str, Any]) -> ImportConfig:
         except EngineError as exc:
             raise ConfigError("source", str(exc)) from None
     return cfg
+
+
+def _holds_dataset(folder: Path) -> bool:
+    """Whether ``folder`` is a saved dataset or holds data files (the
+    ``datasets`` library reads the files of any folder it is given, so a
+    home folder would be scanned whole)."""
+    if (folder / "dataset_info.json").is_file() or (
+        folder / "dataset_dict.json"
+    ).is_file():
+        return True
+    return any(
+        p.suffix.lower() in FILE_TYPES for p in itertools.islice(folder.iterdir(), 1000)
+    )
 
 
 def _check_method(fmt: str, method: str) -> None:

@@ -21,6 +21,7 @@ PURPOSE_TITLES = {
     "export.gguf": "GGUF export",
     "deploy": "Ollama deployment",
     "hub.download": "Download from the Hub",
+    "llm.import": "Dataset import",
     "retrain": "Reward model retraining",
 }
 """What the run line calls each purpose of the controller's actions."""
@@ -99,6 +100,8 @@ class ActionProgress(QWidget):
             self.label.setText(f"{title} {status}.")
         elif purpose == "deploy":
             self._show_deploy(run_id)
+        elif purpose == "llm.import":
+            self._show_import(run_id)
         else:
             self.label.setText(f"{title} done.")
 
@@ -112,6 +115,17 @@ class ActionProgress(QWidget):
                 if deploy.get("deployed")
                 else ""
             )
+        )
+
+    def _show_import(self, run_id: str) -> None:
+        summary = (self._state.run(run_id) or {}).get("summary") or {}
+        stats = summary.get("stats") or {}
+        fmt = html.escape(str(summary.get("format")))
+        method = html.escape(str(summary.get("method", "")).upper())
+        self.label.setText(
+            f"Imported {stats.get('rows', 0):,} {fmt} rows for {method} "
+            f"({stats.get('train', 0):,} train, {stats.get('validation', 0):,} "
+            f"validation) into {html.escape(str(summary.get('dataset')))}."
         )
 
     def _show_download(self, run_id: str, status: str, reason: str) -> None:

@@ -1,7 +1,7 @@
 """The Models workspace's actions on the selected model: a row of buttons
 enabled by its kind (evaluate, play, chat, export, deploy, the one-click
-export to Ollama, delete, show in folder), Download from the Hub, and the
-dialogs and the one-click export's progress they open."""
+export to Ollama, delete, show in folder), Download from the Hub and Import
+dataset, and the dialogs and the one-click export's progress they open."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 from studio.common import fmt_bytes, open_folder
 from studio.model_manager.controller import ModelsController, model_folder
 from studio.model_manager.dialogs import (
+    IMPORT_KIND,
     ChatDialog,
     PipelineView,
     deploy_dialog,
     export_gguf_dialog,
     hub_download_dialog,
+    import_dataset_dialog,
     one_click_dialog,
     record_dialog,
 )
@@ -94,6 +96,14 @@ class ModelActions(QWidget):
             "$HF_TOKEN) into the Hugging Face cache, to use as a base model"
         )
         self.hub_button.clicked.connect(lambda: self.download_from_hub())
+        self.import_button = QPushButton("Import dataset…")
+        """Import a dataset (in the header, beside Download from the Hub)."""
+        self.import_button.setToolTip(
+            "Import a JSONL, JSON, CSV or Parquet file or a Hub dataset (chat, "
+            "alpaca, prompt/completion, preference or KTO rows) as a training "
+            "dataset of the project"
+        )
+        self.import_button.clicked.connect(lambda: self.import_dataset())
         self.buttons: dict[str, QPushButton] = {}
         # Wraps instead of scrolling: every action stays in sight at 1,024 px.
         row = FlowLayout(self)
@@ -228,6 +238,12 @@ class ModelActions(QWidget):
             return
         dialog = hub_download_dialog(self._session, self)
         self._adopt(dialog, "hub.download", {"id": ""})
+
+    def import_dataset(self, initial: dict[str, Any] | None = None) -> RunFormDialog:
+        """Open Import dataset (its form filled with ``initial``)."""
+        dialog = import_dataset_dialog(self._session, initial, self)
+        self._adopt(dialog, IMPORT_KIND, {"id": ""})
+        return dialog
 
     def delete_selected(self) -> None:
         model = self._selected()

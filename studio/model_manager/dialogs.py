@@ -1,6 +1,7 @@
 """Dialogs of the model manager: chat; Export GGUF, Deploy to Ollama, the
-one-click Export to Ollama and Hub download, each the engine's form for its
-job kind (:class:`studio.run_form.RunFormDialog`); and the one-click progress
+one-click Export to Ollama, Hub download and Import dataset (with a preview
+of the rows as they will be imported), each the engine's form for its job
+kind (:class:`studio.run_form.RunFormDialog`); and the one-click progress
 view."""
 
 from __future__ import annotations
@@ -9,32 +10,39 @@ import html
 import unicodedata
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QDialog,
+    QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
     QTextBrowser,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from engine import protocol
 from engine.contract import DEFAULT_OLLAMA_HOST
 from studio.model_manager.controller import (
     ModelsController,
     OllamaExport,
     ollama_name_for,
 )
-from studio.run_form import RunFormDialog
+from studio.run_form import RESHAPE_DELAY_MS, RunFormDialog
 from studio.session import Session
 
 HUB_DOWNLOAD_KIND = "hub.download"
+IMPORT_KIND = "llm.import"
 
 
 class ChatDialog(QDialog):
@@ -252,6 +260,161 @@ def hub_download_dialog(
         ),
     )
     return dialog
+
+
+class ImportDatasetDialog(RunFormDialog):
+    """Import dataset…: the engine's ``llm.import`` form, and beside it the
+    first rows as the import will write them (the engine's ``data.preview``:
+    the detected format, the method it feeds, and a sentence for each bad
+    row among them), asked again a moment after the source, its format or
+    the column mapping changes."""
+
+    PREVIEW_FIELDS = ("source", "format", "columns", "method", "split_name")
+    """The settings that change what the preview shows."""
+
+    PREVIEW_ROWS = 20
+
+    def __init__(
+        self,
+        session: Session,
+        initial: dict[str, Any] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
+        super().__init__(
+            session,
+            IMPORT_KIND,
+            title="Import a dataset",
+            ok_text="Import",
+            initial=initial,
+            parent=parent,
+        )
+        self.resize(900, 640)
+        self.preview: dict[str, Any] | None = None
+        """The last preview shown (None: none yet, or the source was refused)."""
+        self.summary = QLabel(wordWrap=True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.problems = QLabel(wordWrap=True)
+        self.problems.setStyleSheet("color: #d62728;")
+        self.problems.hide()
+        self.table = QTableWidget()
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setWordWrap(True)
+        # Bad rows are left out, so a table row number would not be the
+        # file's: the problems name those.
+        self.table.verticalHeader().hide()
+        self.table.horizontalHeader().setSectionResizeMode(
+            QHeaderView.ResizeMode.Stretch
+        )
+        box = QGroupBox("Preview")
+        inner = QVBoxLayout(box)
+        inner.addWidget(self.summary)
+        inner.addWidget(self.table, 1)
+        inner.addWidget(self.problems)
+        self.body.insertWidget(1, box, 2)
+        self._asked: tuple[Any, ...] | None = None
+        self._timer = QTimer(self, singleShot=True, interval=RESHAPE_DELAY_MS)
+        self._timer.timeout.connect(self.request_preview)
+        self._show_hint()
+
+    def _preview_values(self) -> dict[str, Any]:
+        values = self.to_config(self.values)
+        return {
+            k: values[k] for k in self.PREVIEW_FIELDS if values.get(k) not in (None, "")
+        }
+
+    def _key(self) -> tuple[Any, ...]:
+        values = self._preview_values()
+        return tuple(values.get(k) for k in self.PREVIEW_FIELDS)
+
+    def schema_loaded(self, fields: list[dict[str, Any]]) -> None:
+        if self._asked is None:
+            self.request_preview()
+
+    def values_edited(self) -> None:
+        if self._key() != self._asked:
+            self._timer.start()
+
+    def run_name(self, config: dict[str, Any]) -> str:
+        source = str(config.get("source") or "")
+        return f"Import {source.rstrip('/').rsplit('/', 1)[-1]}" if source else ""
+
+    def request_preview(self) -> None:
+        """Ask the engine for the preview of the values typed so far."""
+        values = self._preview_values()
+        self._asked = key = self._key()
+        if not values.get("source"):
+            self._show_hint()
+            return
+        self.summary.setText("<span style='color:gray'>Reading the first rows…</span>")
+        self._session.request_data_preview(
+            values,
+            lambda result: self._on_preview(key, result),
+            lambda error: self._on_preview_error(key, error),
+            rows=self.PREVIEW_ROWS,
+        )
+
+    def _show_hint(self) -> None:
+        self.preview = None
+        self.table.clear()
+        self.table.setRowCount(0)
+        self.table.setColumnCount(0)
+        self.problems.hide()
+        self.summary.setText(
+            "<span style='color:gray'>Give a .jsonl, .json, .csv or .parquet file, "
+            "a dataset folder or a Hub dataset id (org/name) to see its first "
+            "rows as they will be imported.</span>"
+        )
+
+    def _on_preview(self, key: tuple[Any, ...], result: dict[str, Any]) -> None:
+        if key != self._asked:
+            return  # the values changed since: a newer preview is coming
+        self.preview = result
+        rows = list(result.get("rows") or [])
+        columns = list(rows[0]) if rows else []
+        self.table.clear()
+        self.table.setColumnCount(len(columns))
+        self.table.setRowCount(len(rows))
+        self.table.setHorizontalHeaderLabels(columns)
+        for r, row in enumerate(rows):
+            for c, name in enumerate(columns):
+                self.table.setItem(r, c, QTableWidgetItem(preview_cell(row.get(name))))
+        self.table.resizeRowsToContents()
+        source_columns = ", ".join(str(c) for c in result.get("columns") or [])
+        self.summary.setText(
+            f"Detected format <b>{html.escape(str(result.get('format')))}</b>, "
+            f"rows for <b>{html.escape(str(result.get('method', '')).upper())}</b>"
+            f" — the first {len(rows)} as they will be imported (source columns: "
+            f"{html.escape(source_columns)}). Map other column names with "
+            "<i>Column mapping</i> (field=column)."
+        )
+        problems = list(result.get("problems") or [])
+        self.problems.setText("\n".join(problems))
+        self.problems.setVisible(bool(problems))
+
+    def _on_preview_error(self, key: tuple[Any, ...], error: protocol.Error) -> None:
+        if key != self._asked:
+            return
+        self._show_hint()
+        self.summary.setText(
+            f"<span style='color:#d62728'>{html.escape(error.message)}</span>"
+        )
+
+
+def preview_cell(value: Any) -> str:
+    """A preview cell: a message list as ``role: content`` lines."""
+    if isinstance(value, list) and all(isinstance(m, dict) for m in value):
+        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in value)
+    return "" if value is None else str(value)
+
+
+def import_dataset_dialog(
+    session: Session,
+    initial: dict[str, Any] | None = None,
+    parent: QWidget | None = None,
+) -> ImportDatasetDialog:
+    """Import dataset: a data file or Hub dataset into the project's
+    datasets (``data/datasets/<name>``), checked row by row."""
+    return ImportDatasetDialog(session, initial=initial, parent=parent)
 
 
 class PipelineView(QWidget):

@@ -82,6 +82,7 @@ class ModelsWorkspace(QWidget):
         header.addStretch(1)
         header.addWidget(self.server)
         header.addWidget(self.action_bar.hub_button)
+        header.addWidget(self.action_bar.import_button)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
         split.addWidget(self.tabs)
@@ -149,7 +150,7 @@ class ModelsWorkspace(QWidget):
     def _on_action_ended(
         self, run_id: str, purpose: str, status: str, reason: str
     ) -> None:
-        if purpose == "hub.download":
+        if purpose in ("hub.download", "llm.import"):
             return  # the run line says how it ended
         if status != "completed":
             self.results.show_failed(purpose_title(purpose), status, reason)
