@@ -252,3 +252,20 @@ def test_the_run_name_column_stays_readable_and_keeps_its_width(
     again = build_main_window(qtbot, tmp_path)  # the same settings file
     again.training.table.set_records(runs)
     assert again.training.table.view.horizontalHeader().sectionSize(0) == room + 60
+
+
+def test_a_narrow_inspector_gives_its_fields_the_whole_width(
+    window: MainWindow,
+) -> None:
+    """The flow inspector's form puts labels over fields: beside the label
+    "Model folder or hub id", the base model's field got 54 px ("ruct")."""
+    form = window.workspaces["workflows"].editor.inspector.param_form  # type: ignore[attr-defined]
+    form.set_schema(
+        [{"name": "model", "type": "path", "title": "Model folder or hub id"}],
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct"},
+    )
+    form.resize(280, 200)
+    form.show()
+    QApplication.processEvents()
+    field = form.editor("model")
+    assert field.width() >= form.width() - 30  # the margins only

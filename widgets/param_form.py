@@ -84,6 +84,12 @@ class ParamForm(QWidget):
         self._picker_status: dict[str, str] = {}
 
     # ------------------------------------------------------------ API
+    def put_labels_above(self) -> None:
+        """Each label over its field, which then has the form's whole width
+        (for a narrow panel: beside a long label, a model path field of the
+        flow inspector got 54 px and showed "ruct")."""
+        self._layout.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapAllRows)
+
     def set_schema(
         self,
         schemas: Sequence[Mapping[str, Any]],

@@ -102,6 +102,7 @@ class FlowInspector(QScrollArea):
         self.title_edit = QLineEdit(placeholderText="Node title")
         self.title_edit.editingFinished.connect(self._on_title_edit_finished)
         self.param_form = ParamForm()
+        self.param_form.put_labels_above()  # the panel is narrow
         self.param_form.values_changed.connect(self._on_param_form_values_changed)
         self.node_errors_label = QLabel(wordWrap=True)
         self.node_errors_label.setStyleSheet("color: #d62728;")
