@@ -398,3 +398,24 @@ def test_llm_train_imports_a_file_and_fine_tunes_on_it(
     finally:
         opened.close()
     assert "Tokens per row (base)" in out.err
+
+
+def test_grpo_on_imported_prompts_refuses_env_rewards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The prompts have no env: the default rewards (env_reward, format)
+    would score every answer alike, so the run is refused before it starts."""
+    model = build_tiny_model(tmp_path / "base")
+    source = write(tmp_path / "prompts.jsonl", ROWS["alpaca"])
+    code = engine_main(
+        [
+            *("llm-train", "--data", str(source), "--base", str(model)),
+            *("--method", "grpo", "--project", str(tmp_path / "project")),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2
+    assert err.startswith(
+        "rl-studio-engine llm-train: The prompts of prompts have no env, so the "
+        "reward(s) env_reward cannot score answers; give others with --set rewards="
+    )

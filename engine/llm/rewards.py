@@ -83,6 +83,9 @@ class RewardFunction:
     """Base: subclasses implement :meth:`score` for one completion."""
 
     name = "reward"
+    needs_env = False
+    """Whether it scores through the row's env and state (a dataset of
+    prompts imported from a file has none: every answer would score alike)."""
 
     def __init__(self, weight: float = 1.0, **params: Any) -> None:
         self.weight = float(weight)
@@ -116,6 +119,7 @@ class EnvReward(RewardFunction):
     ``unparsed`` (default -1) when the completion names no tool."""
 
     name = "env_reward"
+    needs_env = True
 
     def score(self, text: str, row: dict[str, Any]) -> float:
         if not row.get("env") or row.get("env_state") is None:
@@ -161,6 +165,7 @@ class TaskCompletionReward(RewardFunction):
     """1 when the tool reaches the task's goal from the saved state."""
 
     name = "task_completion"
+    needs_env = True
 
     def score(self, text: str, row: dict[str, Any]) -> float:
         if not row.get("env") or row.get("env_state") is None:

@@ -93,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
             f"{args.data} is a dataset already; --format and --map are for a file "
             "to import."
         )
+    if args.method == "grpo":
+        _check_rewards(folder, given.get("rewards"))
     config: dict[str, Any] = {
         **given,
         "method": args.method,
@@ -102,3 +104,28 @@ def run(args: argparse.Namespace) -> int:
     summary = run_job(project_dir, KIND, train.validate(config))
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _check_rewards(folder: Path, rewards: Any) -> None:
+    """Refuse GRPO rewards that score through an env on prompts that have
+    none (imported from a file): every answer would score the same."""
+    from engine.llm.datasets import dataset_files, read_rows
+    from engine.llm.rewards import build_rewards
+
+    train_file = dataset_files(folder)[0]
+    if train_file.suffix == ".jsonl":
+        with open(train_file, encoding="utf-8") as fh:
+            line = fh.readline()  # the first row says it: one source, one kind
+        rows = [json.loads(line)] if line.strip() else []
+    else:
+        rows = read_rows(train_file)
+    if not rows or rows[0].get("env"):
+        return
+    needing = [r.name for r in build_rewards(rewards) if r.needs_env]
+    if needing:
+        raise EngineError(
+            f"The prompts of {folder.name} have no env, so the reward(s) "
+            f"{', '.join(needing)} cannot score answers; give others with --set "
+            'rewards=[{"name": "efficiency"}] (or format, python_syntax, '
+            "code_execution with a tests column, judge, learned)."
+        )
