@@ -149,6 +149,25 @@ def test_the_split_is_seeded_duplicates_go_and_columns_map(tmp_path: Path) -> No
     assert val(first) == val(again) != val(other)
 
 
+def test_sharegpt_conversations_and_a_folder_of_data_files(tmp_path: Path) -> None:
+    turns = [
+        {
+            "conversations": [
+                {"from": "human", "value": f"Hi {i}"},
+                {"from": "gpt", "value": "Hello"},
+            ]
+        }
+        for i in range(5)
+    ]
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write(folder / "train.jsonl", turns)
+    summary = imported(folder, tmp_path / "p")
+    assert (summary["format"], summary["stats"]["rows"]) == ("chat", 5)
+    train, _ = load_split(summary["dataset"], "sft")
+    assert train[0]["completion"] == [{"role": "assistant", "content": "Hello"}]
+
+
 def test_grpo_takes_the_prompts(tmp_path: Path) -> None:
     source = write(tmp_path / "chats.jsonl", ROWS["chat"])
     summary = imported(source, tmp_path / "p", method="grpo")

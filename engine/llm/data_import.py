@@ -8,11 +8,11 @@ data files) and Hub datasets (through the ``datasets`` library, so
 they mean for models). It
 
 1. renames columns (``columns``: ``field=column`` pairs) and detects the
-   format from the columns (:data:`FORMATS`): ``chat`` (``messages``; ShareGPT
-   ``from``/``value`` turns too), ``alpaca`` (``instruction``, ``input``,
-   ``output``), ``prompt_completion``, ``preference`` (``prompt``,
-   ``chosen``, ``rejected``) or ``kto`` (``prompt``, ``completion``,
-   ``label``);
+   format from the columns (:data:`FORMATS`): ``chat`` (``messages``;
+   ShareGPT ``conversations`` of ``from``/``value`` turns too), ``alpaca``
+   (``instruction``, ``input``, ``output``), ``prompt_completion``,
+   ``preference`` (``prompt``, ``chosen``, ``rejected``) or ``kto``
+   (``prompt``, ``completion``, ``label``);
 2. checks each row, refusing the first bad one in one sentence naming the
    row (the n-th record, from 1) and the field;
 3. turns rows into TRL's conversational rows of the method the format feeds
@@ -616,9 +616,18 @@ class Mapped:
     """The source's columns (the first row's), before renaming."""
 
 
+ALIASES = {"conversations": "messages"}
+"""Column names read as a field when the row lacks the field and no mapping
+names it (ShareGPT's ``conversations``)."""
+
+
 def _renamed(row: Mapping[str, Any], mapping: Mapping[str, str]) -> dict[str, Any]:
     if not mapping:
-        return dict(row)
+        out = dict(row)
+        for column, field in ALIASES.items():
+            if column in out and field not in out:
+                out[field] = out.pop(column)
+        return out
     out = {k: v for k, v in row.items() if k not in mapping.values()}
     for field, column in mapping.items():
         if column in row:
