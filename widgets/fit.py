@@ -12,6 +12,8 @@ from PySide6.QtCore import QMargins, QObject, QRect, QSize, Qt
 from PySide6.QtGui import QAction, QKeySequence, QResizeEvent, QUndoStack
 from PySide6.QtWidgets import (
     QFrame,
+    QHBoxLayout,
+    QLabel,
     QLayout,
     QScrollArea,
     QSizePolicy,
@@ -203,3 +205,14 @@ def room_for_form(area: QScrollArea) -> int:
     form = area.widget()
     need = form.minimumSizeHint().height() if form is not None else 0
     return need + area.height() - area.viewport().height()
+
+
+def labelled(title: str, widget: QWidget) -> QWidget:
+    """``widget`` after a label saying ``title``, as one item: in a
+    ``FlowLayout`` the two wrap onto the next line together."""
+    pair = QWidget()
+    row = QHBoxLayout(pair)
+    row.setContentsMargins(0, 0, 0, 0)
+    row.addWidget(QLabel(title))
+    row.addWidget(widget, 1)
+    return pair

@@ -21,7 +21,6 @@ import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
-    QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QProgressBar,
@@ -33,7 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from studio.state.env_preview import summary, trace_rows
-from widgets.fit import ScrollStrip
+from widgets.fit import labelled
+from widgets.flow_layout import FlowLayout
 from widgets.frame_viewer import FrameViewer
 from widgets.histogram import Histogram
 from widgets.record_table import Column, RecordTable
@@ -105,15 +105,15 @@ class EnvPreviewPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m episodes")
         self.progress.setMaximumWidth(220)
-        controls = QHBoxLayout()
-        controls.addWidget(QLabel("Policy"))
-        controls.addWidget(self.policy_combo)
+        # They wrap onto a second line where the pane is narrow (a strip
+        # scrolled Run preview out of a 1024 px screen).
+        controls = FlowLayout()
+        controls.addWidget(labelled("Policy", self.policy_combo))
         controls.addWidget(self.episodes)
         controls.addWidget(self.seed)
         controls.addWidget(self.run_button)
         controls.addWidget(self.stop_button)
         controls.addWidget(self.progress)
-        controls.addStretch(1)
 
         self.status_label = QLabel(wordWrap=True)
         self.status_label.setTextFormat(Qt.TextFormat.RichText)
@@ -154,7 +154,7 @@ class EnvPreviewPanel(QWidget):
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(ScrollStrip(controls))
+        layout.addLayout(controls)
         layout.addWidget(self.status_label)
         layout.addWidget(split, 1)
         self.set_policies([])

@@ -14,7 +14,6 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
-    QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QSplitter,
@@ -32,7 +31,8 @@ from studio.state.traces import (
     prompt_text,
     step_row,
 )
-from widgets.fit import ScrollStrip
+from widgets.fit import labelled
+from widgets.flow_layout import FlowLayout
 from widgets.record_table import Column, RecordTable
 
 OUTCOME_COLORS = {"success": "#2ca02c", "failed": "#d62728", "truncated": "#b8860b"}
@@ -143,7 +143,7 @@ class TraceBrowser(QWidget):
         self._lay_out()
 
     def _lay_out(self) -> None:
-        filters = QHBoxLayout()
+        filters = FlowLayout()
         for title, widget in (
             ("Env", self.env_filter),
             ("Model", self.policy_filter),
@@ -151,8 +151,7 @@ class TraceBrowser(QWidget):
             ("Return ≥", self.min_return),
             ("Labels", self.labelled_filter),
         ):
-            filters.addWidget(QLabel(title))
-            filters.addWidget(widget, 1)
+            filters.addWidget(labelled(title, widget))
         middle = QSplitter(Qt.Orientation.Vertical)
         middle.addWidget(self.episodes)
         middle.addWidget(self.steps)
@@ -161,7 +160,7 @@ class TraceBrowser(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.info)
-        layout.addWidget(ScrollStrip(filters))
+        layout.addLayout(filters)  # wraps: a 1024 px screen gives it 212 px
         layout.addWidget(middle, 1)
 
     # ------------------------------------------------------------ the file

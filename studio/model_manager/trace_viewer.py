@@ -211,7 +211,7 @@ class TraceViewer(QWidget):
         split.addWidget(side)
         split.addWidget(right)
         split.setStretchFactor(1, 1)
-        split.setSizes([220, 700])
+        split.setSizes([170, 700])
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
