@@ -436,3 +436,22 @@ def test_schedules_read_as_their_settings_not_a_class_repr() -> None:
     wrapped = {":type:": f"<class '{utils}.FloatSchedule'>", "value_schedule": text}
     assert _scalar(wrapped) == text
     assert _scalar(0.5) == 0.5
+
+
+def test_a_play_in_progress_does_not_say_press_play(qtbot) -> None:
+    """ "Press Play…" showed while an episode was playing (issue 29, item 5);
+    Play's button has the style's icons, not glyphs a font may lack."""
+    from studio.model_manager.run_results import PLAY_HINT, PLAYING, RunResultsPane
+
+    pane = RunResultsPane()
+    qtbot.addWidget(pane)
+    row = {"id": "0", "step": 1, "action": "a", "reward": 0.0}
+    row |= {"breakdown": "", "status": "", "observation": ""}
+    pane.trace_table.set_records([row])
+    pane.show_running("Play", playing=True)
+    assert pane.trace_table.model.records == []
+    assert pane.trace_table.empty_label.text() == PLAYING
+    pane.show_failed("Play", "failed", "no env")
+    assert pane.trace_table.empty_label.text() == PLAY_HINT
+    button = pane.frames.play_button
+    assert not button.icon().isNull() and button.text() == ""

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QSizePolicy,
     QSlider,
+    QStyle,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -35,7 +36,16 @@ class FrameViewer(QWidget):
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.valueChanged.connect(self._on_slider_value_changed)
         self.play_button = QToolButton()
-        self.play_button.setText("▶")
+        # The style's own icons: a font without the ▶/⏸ glyphs drew nothing.
+        self._icons = {
+            playing: self.style().standardIcon(icon)
+            for playing, icon in (
+                (False, QStyle.StandardPixmap.SP_MediaPlay),
+                (True, QStyle.StandardPixmap.SP_MediaPause),
+            )
+        }
+        self.play_button.setIcon(self._icons[False])
+        self.play_button.setToolTip("Play")
         self.play_button.setCheckable(True)
         self.play_button.toggled.connect(self._on_play_toggled)
         self.counter = QLabel()
@@ -102,7 +112,8 @@ class FrameViewer(QWidget):
         self.show_frame(value)
 
     def _on_play_toggled(self, playing: bool) -> None:
-        self.play_button.setText("⏸" if playing else "▶")
+        self.play_button.setIcon(self._icons[playing])
+        self.play_button.setToolTip("Pause" if playing else "Play")
         if playing:
             self._timer.start()
         else:

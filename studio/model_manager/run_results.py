@@ -66,6 +66,10 @@ def play_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+PLAY_HINT = "Press Play to roll the policy out."
+PLAYING = "Playing an episode in the engine…"
+
+
 class RunResultsPane(QWidget):
     """The result of the last evaluation or episode played."""
 
@@ -76,9 +80,7 @@ class RunResultsPane(QWidget):
             Qt.TextInteractionFlag.TextSelectableByMouse
         )
         self.frames = FrameViewer()
-        self.trace_table = RecordTable(
-            TRACE_COLUMNS, empty_text="Press Play to roll the policy out."
-        )
+        self.trace_table = RecordTable(TRACE_COLUMNS, empty_text=PLAY_HINT)
         # The episode from its first step (a view sorts descending at first).
         self.trace_table.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
         play_split = QSplitter(Qt.Orientation.Horizontal)
@@ -98,10 +100,16 @@ class RunResultsPane(QWidget):
         layout.addWidget(play_split, 1)
         self._play_split = play_split
 
-    def show_running(self, title: str) -> None:
+    def show_running(self, title: str, playing: bool = False) -> None:
+        """A run of ``title`` started; ``playing``: an episode is being
+        played, so the last one's trace gives way (no "Press Play" then)."""
         self.result_label.setText(f"<i>{title} running in the engine…</i>")
+        if playing:
+            self.trace_table.set_records([])
+            self.trace_table.set_empty_text(PLAYING)
 
     def show_failed(self, title: str, status: str, reason: str) -> None:
+        self.trace_table.set_empty_text(PLAY_HINT)
         self.result_label.setText(
             f"<span style='color:#d62728'>{title} {status}: "
             f"{html.escape(reason)}</span>"
@@ -176,6 +184,7 @@ class RunResultsPane(QWidget):
     def show_play(self, data: dict[str, Any] | None) -> None:
         """The episode a Play run's ``preview.json`` holds (None: none)."""
         self._stop_video()
+        self.trace_table.set_empty_text(PLAY_HINT)
         if data is None:
             self.result_label.setText("The episode wrote no results.")
             return

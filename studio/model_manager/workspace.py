@@ -145,7 +145,7 @@ class ModelsWorkspace(QWidget):
     def _on_action_started(self, run_id: str, purpose: str) -> None:
         if purpose in ("evaluate", "play", "record"):
             self.tabs.setCurrentWidget(self.results)
-            self.results.show_running(purpose_title(purpose))
+            self.results.show_running(purpose_title(purpose), purpose == "play")
 
     def _on_action_ended(
         self, run_id: str, purpose: str, status: str, reason: str
