@@ -284,3 +284,17 @@ def test_a_narrow_inspector_gives_its_fields_the_whole_width(
     QApplication.processEvents()
     field = form.editor("model")
     assert field.width() >= form.width() - 30  # the margins only
+
+
+def test_the_sweep_tab_gives_back_the_room_it_took(window: MainWindow) -> None:
+    window.resize(1024, 726)
+    window.set_workspace("training")
+    training = window.training
+    QApplication.processEvents()
+    before = training._split.sizes()
+    training.tabs.setCurrentWidget(training.sweep_tab)
+    QApplication.processEvents()
+    area = training.sweep_tab
+    assert area.viewport().height() >= area.widget().minimumSizeHint().height()
+    training.tabs.setCurrentIndex(0)
+    assert training._split.sizes() == before

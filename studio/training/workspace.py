@@ -236,6 +236,8 @@ class TrainingWorkspace(QWidget):
         split.setStretchFactor(0, 1)
         split.setSizes([600, 130])
         self._split = split
+        self._lent: list[int] = []
+        """The splitter's sizes before the Sweep tab took room, while it has."""
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
 
         self.readiness = ReadinessStrip(session)
@@ -385,9 +387,15 @@ class TrainingWorkspace(QWidget):
         self.tabs.addTab(self.sweep_tab, "Sweep")
 
     def _on_tabs_current_changed(self, _index: int) -> None:
+        """The Sweep tab borrows the room its form needs from the charts
+        and the runs list, and gives it back when another tab is chosen."""
         if self.tabs.currentWidget() is self.sweep_tab:
+            self._lent = self._split.sizes()
             frame = self.tabs.height() - self.sweep_tab.height()
             make_room(self._split, 1, frame + room_for_form(self.sweep_tab))
+        elif self._lent:
+            self._split.setSizes(self._lent)
+            self._lent = []
 
     # ------------------------------------------------------------ queries
     def current_table(self) -> RecordTable:
