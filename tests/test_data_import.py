@@ -438,3 +438,77 @@ def test_grpo_on_imported_prompts_refuses_env_rewards(
         "rl-studio-engine llm-train: The prompts of prompts have no env, so the "
         "reward(s) env_reward cannot score answers; give others with --set rewards="
     )
+
+
+def run_flow(project: Path, run_id: str, doc: Any) -> dict[str, Any]:
+    """``doc`` run in this process as the flow "data", as the engine runs it."""
+    import io
+
+    from engine.jobs.context import JobContext
+    from engine.nodes import executor
+
+    run_dir = project / "runs" / run_id
+    run_dir.mkdir(parents=True)
+    ctx = JobContext(run_id, run_dir, "flow.run", {}, events=io.StringIO())
+    try:
+        return executor.run_flow(ctx, doc, flow_name="data")
+    finally:
+        ctx.close()
+
+
+@pytest.mark.slow
+def test_a_dataset_source_node_feeds_fine_tune_and_reruns_on_an_edit(
+    tmp_path: Path,
+) -> None:
+    """Flow: Dataset source (a JSONL chat file, relative to the project) ->
+    Fine-tune (SFT, 2 steps) registers an adapter; editing the file runs the
+    source again saying why; a bad file fails the node in one sentence."""
+    from engine import flow
+    from engine.llm.flow_nodes import TRAIN_PARAMS
+
+    project = tmp_path / "project"
+    Project.open(project, create=True).close()
+    write(project / "chats.jsonl", [chat(i) for i in range(12)])
+    model = build_tiny_model(tmp_path / "base")
+    own = {k: v for k, v in TINY_TRAIN.items() if k in TRAIN_PARAMS}
+    other = {k: v for k, v in TINY_TRAIN.items() if k not in own and k != "max_steps"}
+    source = flow.Node("data", "llm.import", {"source": "chats.jsonl"})
+    doc = flow.FlowDocument(
+        name="data",
+        nodes=[
+            source,
+            flow.Node("base", "llm.base_model", {"model": str(model)}),
+            flow.Node(
+                "tune",
+                "llm.train",
+                {**own, "max_steps": 2, "settings": json.dumps(other)},
+            ),
+        ],
+        links=[
+            flow.Link("base", "model", "tune", "model"),
+            flow.Link("data", "dataset", "tune", "dataset"),
+        ],
+    )
+    first = run_flow(project, "r1", doc)
+    assert first["status"] == "completed", first.get("reason")
+    data = first["nodes"]["data"]["outputs"]["dataset"]
+    assert data["method"] == "sft" and data["stats"]["train"] == 11
+    assert Path(data["path"]).parent == project / "data/datasets"
+    adapter = first["nodes"]["tune"]["outputs"]["adapter"]
+    assert adapter["metrics"]["global_step"] == 2 and adapter["method"] == "sft"
+    assert [m["kind"] for m in first["models"]] == ["lora-adapter"]
+
+    alone = flow.FlowDocument(name="data", nodes=[source], links=[])
+    assert run_flow(project, "r2", alone)["nodes"]["data"]["state"] == "cached"
+    write(project / "chats.jsonl", [chat(i) for i in range(14)])
+    edited = run_flow(project, "r3", alone)["nodes"]["data"]
+    assert edited["state"] == "done"
+    assert edited["message"].endswith("(ran again: source file changed).")
+    assert edited["outputs"]["dataset"]["stats"]["train"] > 11
+
+    (project / "chats.jsonl").write_text('{"question": "no format"}\n')
+    failed = run_flow(project, "r4", alone)
+    message = failed["nodes"]["data"]["message"]
+    assert failed["status"] == "failed" and failed["failed"] == ["data"]
+    assert message.count(". ") == 0 and message.endswith(".") and "\n" not in message
+    assert message.startswith("Row 1 has the columns question, which match no format")

@@ -34,6 +34,7 @@ LLM_TYPES = {
     "llm.base_model": "Base language model",
     "llm.collect": "Collect rollouts",
     "llm.dataset": "Build dataset",
+    "llm.import": "Dataset source",
     "llm.reward": "Reward function",
     "llm.judge": "LLM judge reward",
     "llm.train": "Fine-tune (TRL)",

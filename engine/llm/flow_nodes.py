@@ -46,6 +46,7 @@ from typing import Any
 
 from engine.errors import ConfigError, EngineError
 from engine.flow import ParamSpec, PortSpec
+from engine.llm.data_import import ImportConfig
 from engine.llm.datasets import DatasetConfig
 from engine.llm.judge import JudgeConfig
 from engine.llm.merge import MergeConfig
@@ -467,6 +468,101 @@ def dataset(node: NodeRun) -> NodeResult:
     return NodeResult(
         outputs={"dataset": value},
         summary={k: stats.get(k) for k in ("train", "validation", "episodes")},
+        files=[str(Path(value["path"]) / "train.jsonl")],
+    )
+
+
+# ----------------------------------------------------------- dataset source
+# The import's settings but its folder name: the node names the folder after
+# the source and the flow run, so a re-run never replaces a cached result.
+_IMPORT_PARAMS = tuple(n for n in fields_of(ImportConfig) if n != "name")
+
+
+def import_source(params: dict[str, Any], project_dir: Path) -> str:
+    """The node's source: a Hub id as given, a path resolved against the
+    project folder."""
+    from engine.llm.data_import import is_hub_id
+
+    source = str(params.get("source") or "").strip()
+    if not source or is_hub_id(source):
+        return source
+    path = Path(source).expanduser()
+    return str(path if path.is_absolute() else project_dir / path)
+
+
+def source_file(
+    params: dict[str, Any], inputs: dict[str, Any], project_dir: Path
+) -> dict[str, dict[str, Any]]:
+    """The imported file (or each file of the folder): an edited file makes
+    the node run again. A Hub dataset has no file here to watch."""
+    source = import_source(params, project_dir)
+    path = Path(source)
+    if not source or not (path.is_absolute() or path.exists()):
+        return {}
+    files = [str(f) for f in path.rglob("*") if f.is_file()] if path.is_dir() else []
+    return {"source file": files_fingerprint(files or [source])}
+
+
+def _check_import(params: dict[str, Any]) -> list[str]:
+    from engine.llm.data_import import parse_columns
+
+    if not str(params.get("source") or "").strip():
+        return ["source is empty; give a data file, a folder or a Hub dataset id."]
+    try:
+        parse_columns(str(params.get("columns") or ""))
+    except ConfigError as exc:
+        return [str(exc)]
+    return []
+
+
+@node_type(
+    "llm.import",
+    title="Dataset source",
+    category=CATEGORY,
+    outputs=(
+        PortSpec(
+            "dataset",
+            "dataset",
+            help="The imported training set (train and validation splits); link "
+            "it to Fine-tune.",
+        ),
+    ),
+    params=param_specs(ImportConfig, _IMPORT_PARAMS),
+    check=_check_import,
+    sources=source_file,
+)
+def import_data(node: NodeRun) -> NodeResult:
+    """Import your own data (a JSONL, JSON, CSV or Parquet file, a dataset
+    folder or a Hub dataset) as a training set: each row checked, duplicates
+    dropped, split into train and validation."""
+    from engine.llm.data_import import KIND, default_name
+
+    p = node.params
+    source = import_source(p, node.project_dir)
+    summary = run_job(
+        node,
+        KIND,
+        {
+            **{k: p[k] for k in _IMPORT_PARAMS},
+            "source": source,
+            "name": f"{default_name(source)}-{job_name(node)}",
+        },
+    )
+    stats = finite(dict(summary["stats"]))
+    value = {
+        "path": summary["dataset"],
+        "method": summary["method"],
+        "env": "",
+        "env_id": "",
+        "stats": stats,
+    }
+    return NodeResult(
+        outputs={"dataset": value},
+        summary={
+            "format": summary["format"],
+            "method": summary["method"],
+            **{k: stats.get(k) for k in ("train", "validation", "duplicates")},
+        },
         files=[str(Path(value["path"]) / "train.jsonl")],
     )
 
