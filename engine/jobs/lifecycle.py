@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine import contract
+from engine import alerts, contract
 from engine.errors import EngineError
 from engine.jobs.context import JobContext
 from engine.store.atomic import atomic_write_json
@@ -234,7 +234,25 @@ def finish(
     if progress is not None:
         fields["progress_done"], fields["progress_total"] = progress
     project.update_run(run_id, **fields)
+    _alert_end(project, run_id, outcome)
     return summary, problems
+
+
+def _alert_end(project: Project, run_id: str, outcome: Outcome) -> None:
+    """Tell the webhooks how the run ended (in the background: a webhook
+    never delays a run's end, and a failure to tell is only logged)."""
+    try:
+        urls = alerts.webhook_urls(project.setting(alerts.SETTING_KEY))
+        if not urls or outcome.status not in alerts.RUN_EVENTS:
+            return
+        run = project.get_run(run_id)
+        alert = alerts.run_ended(
+            run_id, run.name, run.kind, outcome.status, outcome.reason
+        )
+        if alert is not None:
+            alerts.SENDER.post(urls, alert)
+    except Exception:  # the run's end is recorded whatever the alert does
+        alerts.log.exception("The alert for run %s was not sent.", run_id)
 
 
 def read_checkpoint_state(path: Path) -> dict[str, Any]:

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import random
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import alerts
 from engine.errors import ConfigError, EngineError, quoted
 from engine.llm.chat_worker import ChatWorker
 from engine.rl.act_worker import ActWorker
@@ -55,6 +57,9 @@ __all__ = ["ActFailed", "Agents", "NoFallback", "UnknownAgent"]
 POLICY_KINDS = ("sb3-policy",)
 """Versions that act on observations; the other versioned kinds (Hugging
 Face models and adapters, Ollama models) answer messages."""
+FALLBACK_ALERT_EVERY_S = 60.0
+"""An agent's fallbacks alert the webhooks at most this often (a broken
+version under load falls back on every request)."""
 OLLAMA_KIND = "ollama"
 """A version served by an Ollama server: its model row's ``metrics`` hold
 ``ollama_model`` and ``host`` (its file, ``ollama.json``, the same)."""
@@ -118,6 +123,10 @@ class Agents:
         self.chat = ChatWorker()
         self.rules = RulePolicies(project.path)
         self.promotion = Promotion(project, self.log)
+        self._alerted: dict[str, tuple[float, int]] = {}
+        self._alert_lock = threading.Lock()
+        """By agent: when its last fallback alert went, and the fallbacks
+        since that were not told."""
 
     def close(self) -> None:
         self.policies.close()
@@ -434,6 +443,8 @@ class Agents:
             latency_ms=latency_ms,
             answered_by=answered[0] if answered else "",
         )
+        if len(reasons) > bool(serving.why_off):  # a step failed
+            self._tell_fallback(name, answered, reason)
         if answered is None:
             raise ActFailed(f"Agent {name!r} could not act: {reason}")
         return {
@@ -447,6 +458,30 @@ class Agents:
             **answer,
             "latency_ms": round(latency_ms, 3),
         }
+
+    def _tell_fallback(self, name: str, answered: Step | None, reason: str) -> None:
+        """Alert the webhooks that ``act`` fell back (or found no answer), at
+        most once per :data:`FALLBACK_ALERT_EVERY_S` and agent, counting
+        those between."""
+        now = time.monotonic()
+        with self._alert_lock:  # requests act in several threads
+            if name in self._alerted:
+                last, untold = self._alerted[name]
+                if now - last < FALLBACK_ALERT_EVERY_S:
+                    self._alerted[name] = (last, untold + 1)
+                    return
+            else:
+                untold = 0
+            self._alerted[name] = (now, 0)
+        try:
+            urls = alerts.webhook_urls(self.project.setting(alerts.SETTING_KEY))
+            by = _step_name(answered) if answered else "nothing"
+            more = f" ({untold} more since the last alert)" if untold else ""
+            text = f"Agent {name} answered with {by}{more}: {reason}"
+            fields = {"agent": name, "answered_by": by, "reason": reason}
+            alerts.SENDER.post(urls, alerts.Alert("fallback.used", text, fields))
+        except Exception:  # the answer goes out whatever the alert does
+            alerts.log.exception("The fallback alert of agent %s was not sent.", name)
 
     def _chain(
         self, name: str, routing: dict[str, Any], serving: Serving, key: str

@@ -45,7 +45,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine import contract, untrusted
+from engine import alerts, contract, untrusted
 from engine.errors import (
     ConfigError,
     EngineError,
@@ -836,6 +836,31 @@ def _add_agent_routes(app: FastAPI, service: Service) -> None:
         body: Annotated[dict[str, Any], Body()],
     ) -> dict[str, Any]:
         return configure_serving(service.project, body)
+
+    @app.get("/alerts")
+    def alert_settings() -> dict[str, Any]:
+        """The webhooks told of the :data:`engine.alerts.EVENTS`: the
+        project's, and how many the environment adds."""
+        stored = service.project.setting(alerts.SETTING_KEY)
+        mine = alerts.check_urls(stored.get("webhooks", []))
+        told = alerts.webhook_urls(stored)
+        return {
+            "webhooks": mine,
+            "from_environment": len(told) - len(mine),
+            "events": list(alerts.EVENTS),
+        }
+
+    @app.put("/alerts")
+    def configure_alerts(body: Annotated[dict[str, Any], Body()]) -> dict[str, Any]:
+        """``{"webhooks": [URL, ...]}``: the project's webhooks."""
+        unknown = set(body) - {"webhooks"}
+        if unknown:
+            raise ConfigError(
+                sorted(unknown)[0], "Only webhooks can be set under /alerts."
+            )
+        urls = alerts.check_urls(body.get("webhooks", []))
+        service.project.set_setting(alerts.SETTING_KEY, {"webhooks": urls})
+        return alert_settings()
 
     @app.post("/agents/{name}/act")
     def act(name: PathText, body: ActRequest) -> dict[str, Any]:

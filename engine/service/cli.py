@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -50,6 +51,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="run the project's training flow by itself this often when the "
         "data is ready (24h, 30m, 90s; see PUT /training/settings)",
+    )
+    parser.add_argument(
+        "--webhook",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also tell this webhook when a run fails or completes, a retraining "
+        "starts, a version is promoted or rolled back or act falls back "
+        "(repeatable; as RL_STUDIO_WEBHOOKS; the project's are under PUT /alerts)",
     )
     parser.add_argument(
         "--log-level",
@@ -129,6 +139,14 @@ def run(args: argparse.Namespace) -> int:
     from engine.service.retrain import parse_every
 
     token = read_token(args.token_file, args.host)
+    if args.webhook:
+        from engine import alerts
+
+        urls = alerts.check_urls(args.webhook, "--webhook")
+        # In the environment: the job processes this service starts (a run
+        # that records its own end) tell them too.
+        before = os.environ.get(alerts.WEBHOOKS_ENV, "")
+        os.environ[alerts.WEBHOOKS_ENV] = " ".join([before, *urls]).strip()
     every = None if args.retrain_every is None else parse_every(args.retrain_every)
     sock = bind(args.host, args.port)
     try:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine import alerts
 from engine.errors import EngineError
 from engine.settings import as_dict, build, load, setting
 from engine.store.decisions import DecisionLog, GateState, replay
@@ -46,6 +47,12 @@ ENV_DEFAULTS = {
 }
 """The environment variables of the agent-training service whose values,
 when set, are the defaults of :class:`ServingSettings`' fields."""
+ALERTED = {
+    "promoted": "version.promoted",
+    "promote": "version.promoted",
+    "rollback": "version.rolled_back",
+}
+"""The promotion log's actions that alert the webhooks, and their events."""
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
 
@@ -235,6 +242,8 @@ class Promotion:
             return known  # nothing to decide: the common case, one read
         settings = agent_settings(self.project, agent)
 
+        decided: list[tuple[int, str, str, str]] = []
+
         def decide(log: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
             state = replay(log)
             added: list[tuple[int, str, str, str]] = []
@@ -247,24 +256,29 @@ class Promotion:
                 action = "promoted" if ok else "refused"
                 added.append((version, action, "gate", reason))
                 state = replay([*log, *_as_log(added)])
+            decided[:] = added  # the last call's: the one appended
             return added
 
-        return replay(self.log.append_promotions(agent, decide))
+        state = replay(self.log.append_promotions(agent, decide))
+        self._tell(agent, decided)
+        return state
 
     def promote(self, agent: str, version: int, by: str, why: str) -> GateState:
         """Make ``version`` current by hand."""
         check_version(self.project, agent, version)
         self.state(agent)  # the gate decides what it has not, first
         sentence = f"v{version} promoted by {by}: {why.strip().rstrip('.')}."
-        log = self.log.append_promotions(
-            agent, lambda _log: [(version, "promote", by, sentence)]
-        )
+        entry = (version, "promote", by, sentence)
+        log = self.log.append_promotions(agent, lambda _log: [entry])
+        self._tell(agent, [entry])
         return replay(log)
 
     def rollback(self, agent: str, by: str, why: str) -> GateState:
         """The current version goes; the one promoted before it is current."""
         agent_versions(self.project, agent)
         self.state(agent)
+
+        decided: list[tuple[int, str, str, str]] = []
 
         def decide(log: list[dict[str, Any]]) -> list[tuple[int, str, str, str]]:
             state = replay(log)
@@ -277,9 +291,28 @@ class Promotion:
                 f"v{state.current} rolled back to v{state.previous} by {by}: "
                 f"{why.strip().rstrip('.')}."
             )
-            return [(state.current, "rollback", by, sentence)]
+            decided[:] = [(state.current, "rollback", by, sentence)]
+            return decided
 
-        return replay(self.log.append_promotions(agent, decide))
+        state = replay(self.log.append_promotions(agent, decide))
+        self._tell(agent, decided)
+        return state
+
+    def _tell(self, agent: str, entries: list[tuple[int, str, str, str]]) -> None:
+        """Alert the webhooks of the promotions and rollbacks in ``entries``
+        (in the background; a refused candidate is no alert)."""
+        told = [e for e in entries if e[1] in ALERTED]
+        if not told:
+            return
+        try:
+            urls = alerts.webhook_urls(self.project.setting(alerts.SETTING_KEY))
+            for version, action, by, reason in told:
+                event = ALERTED[action]
+                fields = {"agent": agent, "version": f"v{version}", "by": by}
+                alert = alerts.Alert(event, f"Agent {agent}: {reason}", fields)
+                alerts.SENDER.post(urls, alert)
+        except Exception:  # the decision is recorded whatever the alert does
+            alerts.log.exception("The promotion alert of agent %s was not sent.", agent)
 
 
 def agent_versions(project: Project, agent: str) -> list[ModelRecord]:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from engine import retrain_status
+from engine import alerts, retrain_status
 from engine.errors import ConfigError, EngineError, quoted
 from engine.retrain_status import (
     SCHEDULE_FIELDS,
@@ -217,11 +217,32 @@ class Retraining:
             ][-KEEP_RUNS:]
             self.service.project.set_setting(retrain_status.RUNS_KEY, {"runs": runs})
         log.info("retraining: started %s (%s)", job_id, by)
+        self._tell(job_id, config.flow, config.agent, by, force, readiness)
         return {
             "job_id": job_id,
             "forced": force and not readiness["ready"],
             "readiness": readiness,
         }
+
+    def _tell(
+        self,
+        job_id: str,
+        flow: str,
+        agent: str,
+        by: str,
+        force: bool,
+        readiness: dict[str, Any],
+    ) -> None:
+        """Alert the webhooks that a retraining started (in the
+        background)."""
+        try:
+            urls = alerts.webhook_urls(self.service.project.setting(alerts.SETTING_KEY))
+            why = "forced" if force and not readiness["ready"] else "the data is ready"
+            fields = {"run_id": job_id, "flow": flow, "agent": agent, "trigger": by}
+            text = f"Retraining {job_id} started (flow {flow}, {by}): {why}."
+            alerts.SENDER.post(urls, alerts.Alert("retrain.triggered", text, fields))
+        except Exception:  # the training started whatever the alert does
+            log.exception("The retraining alert was not sent.")
 
     def _schedule(self) -> None:
         assert self.every_s is not None
