@@ -298,3 +298,14 @@ def test_the_sweep_tab_gives_back_the_room_it_took(window: MainWindow) -> None:
     assert area.viewport().height() >= area.widget().minimumSizeHint().height()
     training.tabs.setCurrentIndex(0)
     assert training._split.sizes() == before
+
+
+def test_the_runs_list_beside_the_charts_has_room_for_names(
+    window: MainWindow,
+) -> None:
+    """At 1024x768 the runs list keeps about a third of the width: the
+    charts' toolbar once held it to 218 px, its names elided."""
+    fit_window(window, DEFAULT_SIZE, QRect(0, 0, 1024, 768))
+    window.set_workspace("training")
+    QApplication.processEvents()
+    assert window.training.lists.width() >= 280

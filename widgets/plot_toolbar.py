@@ -24,7 +24,10 @@ class PlotToolbar(QtWidgets.QWidget):
         super().__init__(parent)
         self.smooth_slider = QtWidgets.QSlider(QtCore.Qt.Orientation.Horizontal)
         self.smooth_slider.setRange(0, 99)
-        self.smooth_slider.setFixedWidth(160)
+        # 80 to 160 px: fixed at 160, it kept the runs list beside the
+        # charts at 218 px of a 1024 px screen
+        self.smooth_slider.setMinimumWidth(80)
+        self.smooth_slider.setMaximumWidth(160)
         self.smooth_slider.setToolTip("Exponential moving average, as in TensorBoard")
         self.smooth_value = QtWidgets.QLabel("0.00")
         self.smooth_value.setMinimumWidth(32)
@@ -40,7 +43,7 @@ class PlotToolbar(QtWidgets.QWidget):
         bar = QtWidgets.QHBoxLayout(self)
         bar.setContentsMargins(4, 2, 4, 2)
         bar.addWidget(QtWidgets.QLabel("Smoothing"))
-        bar.addWidget(self.smooth_slider)
+        bar.addWidget(self.smooth_slider, 1)
         bar.addWidget(self.smooth_value)
         bar.addSpacing(16)
         bar.addWidget(QtWidgets.QLabel("X axis"))

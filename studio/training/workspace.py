@@ -226,7 +226,11 @@ class TrainingWorkspace(QWidget):
         top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(self.lists)
         top.addWidget(right)
-        top.setStretchFactor(1, 1)
+        # Both sides share what the window gains or loses (the list had a
+        # stretch of 0: built in a small window, it stayed ~220 px wide,
+        # its names elided, whatever the window's size became).
+        top.setStretchFactor(0, 2)
+        top.setStretchFactor(1, 3)
         top.setSizes([540, 740])
 
         self._build_tabs(session)
