@@ -38,7 +38,7 @@ from engine import contract, protocol
 from engine.store.metrics import MetricsWriter, clean_row
 
 if TYPE_CHECKING:
-    from engine.jobs.tracking import Tracker
+    from engine.jobs.tracking import RunTracker
 
 FLUSH_INTERVAL_S = 0.1
 CHECKPOINTS_FOLDER = "checkpoints"
@@ -93,8 +93,8 @@ class JobContext:
         """``(done, total)`` of the latest :meth:`progress` call."""
         self.detached = False
         """True once the job keeps its own books (:meth:`detach`)."""
-        self.tracker: Tracker | None = None
-        """Where flushed metric rows also go (MLflow), when the run is
+        self.tracker: RunTracker | None = None
+        """Where flushed metric rows also go (MLflow, W&B), when the run is
         tracked (:mod:`engine.jobs.tracking`)."""
         self._rate = 0.0
         self._pending_progress: protocol.RunProgress | None = None

@@ -118,10 +118,12 @@ def execute(
     ``result.json``. Never raises: the exception that ended the run is the
     outcome's ``error``, its traceback goes to ``trace`` (default: the run's
     log)."""
-    from engine.jobs import tracking
+    from engine.jobs import tracking, wandb_tracking
 
     try:
-        ctx.tracker = tracking.start(ctx)
+        ctx.tracker = tracking.combined(
+            [tracking.start(ctx), wandb_tracking.start(ctx)]
+        )
         summary = dict(entry(ctx) or {})
     except KeyboardInterrupt as exc:
         # Ended by force: it has no summary to give (run_in_process records

@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from engine import contract
@@ -136,6 +136,37 @@ def tracking_uri() -> str:
     return os.environ.get(contract.TRACKING_URI_ENV, "").strip()
 
 
+class RunTracker(Protocol):
+    """Where a run's flushed metric rows go, and its end."""
+
+    def metrics(self, rows: list[dict[str, Any]]) -> None: ...
+
+    def finish(self, status: str, summary: Mapping[str, Any] | None) -> None: ...
+
+
+class Trackers:
+    """Several trackers fed as one (MLflow and Weights & Biases)."""
+
+    def __init__(self, trackers: list[RunTracker]) -> None:
+        self.trackers = trackers
+
+    def metrics(self, rows: list[dict[str, Any]]) -> None:
+        for tracker in self.trackers:
+            tracker.metrics(rows)
+
+    def finish(self, status: str, summary: Mapping[str, Any] | None) -> None:
+        for tracker in self.trackers:
+            tracker.finish(status, summary)
+
+
+def combined(trackers: list[RunTracker | None]) -> RunTracker | None:
+    """The trackers that are on, as one; None when none is."""
+    found = [t for t in trackers if t is not None]
+    if len(found) > 1:
+        return Trackers(found)
+    return found[0] if found else None
+
+
 def start(ctx: Any) -> Tracker | None:
     """A tracker logging ``ctx``'s run (a :class:`JobContext`), or None when
     there is no tracking URI or mlflow is not installed (said once in the
@@ -169,7 +200,7 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
             if isinstance(value, str)
             else json.dumps(value, separators=(",", ":"), default=str)
         )
-        out[_key(name)] = text[:PARAM_VALUE_MAX]
+        out[metric_key(name)] = text[:PARAM_VALUE_MAX]
     return out
 
 
@@ -185,7 +216,8 @@ def reached_target(config: Mapping[str, Any], summary: Mapping[str, Any]) -> boo
     )
 
 
-def _key(name: str) -> str:
+def metric_key(name: str) -> str:
+    """A metric's name as the trackers log it (W&B too: the same names)."""
     # MLflow keys: alphanumerics, underscores, dashes, periods, spaces, slashes.
     return re.sub(r"[^\w\-. /]", "_", name)[:250]
 
@@ -459,7 +491,9 @@ class Tracker:
             path = Path(str(model.get("file") or ""))
             if not path.exists() or _size(path) > MODEL_ARTIFACT_MAX_BYTES:
                 continue
-            folder = f"models/{_key(str(model.get('name') or i)).replace(' ', '_')}"
+            folder = (
+                f"models/{metric_key(str(model.get('name') or i)).replace(' ', '_')}"
+            )
             files = (
                 [p for p in sorted(path.rglob("*")) if p.is_file()]
                 if path.is_dir()
@@ -821,7 +855,12 @@ def _metric_batches(
             if key in ("step", "time") or not isinstance(value, int | float):
                 continue
             batch.append(
-                {"key": _key(key), "value": float(value), "timestamp": ts, "step": step}
+                {
+                    "key": metric_key(key),
+                    "value": float(value),
+                    "timestamp": ts,
+                    "step": step,
+                }
             )
             if len(batch) == 1000:
                 yield batch
