@@ -277,3 +277,32 @@ def test_a_fallback_is_told_at_most_once_a_minute(
     told = hook.received[1]
     assert told["fields"]["agent"] == "helper"
     assert told["text"].startswith("Agent helper answered with nothing: v1 failed")
+
+
+def test_the_projects_webhooks_are_set_over_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from engine.service.app import create_app
+    from engine.service.state import Service
+
+    monkeypatch.setenv(alerts.WEBHOOKS_ENV, "http://env.example/hook")
+    service = Service(str(tmp_path / "p"))
+    try:
+        client = TestClient(create_app(service, None))
+        put = client.put("/alerts", json={"webhooks": ["https://h.example/x"]})
+        assert put.status_code == 200
+        assert put.json()["webhooks"] == ["https://h.example/x"]
+        assert put.json()["from_environment"] == 1
+        assert alerts.webhook_urls(service.project.setting(alerts.SETTING_KEY)) == [
+            "https://h.example/x",
+            "http://env.example/hook",
+        ]
+        bad = client.put("/alerts", json={"webhooks": ["ftp://x"]})
+        assert bad.status_code == 422
+        assert bad.json()["error"] == (
+            "webhooks: 'ftp://x' is not an http:// or https:// URL."
+        )
+    finally:
+        service.close()
