@@ -72,6 +72,10 @@ def env_name(env_id: str) -> str | None:
 PRESETS_FOLDER = "presets"
 """Project folder holding the training presets a sweep saved."""
 
+DATASETS_FOLDER = "data/datasets"
+"""Where a project keeps its training datasets (one folder each, as
+``llm.dataset`` and ``llm.import`` write them)."""
+
 PRESET_SUFFIX = ".preset.json"
 """Suffix of a project preset: ``presets/<name>.preset.json``."""
 

@@ -30,6 +30,7 @@ from studio.run_form import RunFormDialog
 from studio.session import Session
 from studio.settings import Settings
 from studio.state.project_state import ProjectState
+from widgets.picker import SearchPicker
 
 OK = QDialogButtonBox.StandardButton.Ok
 CANCEL = QDialogButtonBox.StandardButton.Cancel
@@ -173,3 +174,76 @@ def test_one_click_calibrates_exports_of_k_quants_and_deploys_a_gguf_as_it_is(
     plain = _loaded(qtbot, one_click_dialog(session, gguf, ""))
     assert "calibration_text" not in _names(plain)
     assert plain.config()["model"] == str(tmp_path / "g.gguf")
+
+
+@pytest.mark.slow
+def test_new_run_fine_tunes_a_language_model_on_an_imported_dataset(  # type: ignore[no-untyped-def]
+    qtbot, session: Session, tiny_model: Path, tmp_path: Path
+) -> None:
+    """Training -> New run -> "Fine-tune a language model": llm.train's form
+    from the engine (no RL fields, the data chosen among the project's
+    datasets), a 2-step SFT run on an imported dataset, listed and completed.
+    With ``RLSTUDIO_SCREENSHOTS=DIR`` the filled dialog is saved as
+    ``DIR/new-run-language-model.png`` (docs/screenshots' copy was made so)."""
+    import json
+    import os
+
+    from models_workspace_support import fill_run_form, submit_run_form
+
+    from engine.llm.data_import import import_dataset, validate_import
+    from studio.training.run_dialog import LLM_KIND, RunDialog
+    from studio.training.workspace import TrainingWorkspace
+
+    source = tmp_path / "chats.jsonl"
+    rows = [
+        [
+            {"role": "user", "content": f"Where is PROJ-{i}?"},
+            {"role": "assistant", "content": f"PROJ-{i} is done."},
+        ]
+        for i in range(8)
+    ]
+    source.write_text("".join(json.dumps({"messages": m}) + "\n" for m in rows))
+    import_dataset(validate_import({"source": str(source)}), Path(session.state.path))
+    ws = TrainingWorkspace(session)
+    qtbot.addWidget(ws)
+    dialog = _loaded(qtbot, ws.open_run_dialog())
+    assert isinstance(dialog, RunDialog) and "algo" in _names(dialog)
+    box = dialog.kind_box
+    box.setCurrentIndex(box.findData(LLM_KIND))
+    box.activated.emit(box.currentIndex())
+    qtbot.waitUntil(lambda: dialog.is_loaded() and "lora_rank" in _names(dialog))
+    names = _names(dialog)
+    assert {"method", "model", "max_steps", "learning_rate", "max_length"} <= names
+    assert not names & {"algo", "env", "dataset"}
+    assert dialog.windowTitle() == "Fine-tune a language model"
+    assert dialog.dataset_box.currentText() == "chats"
+    fill_run_form(
+        qtbot,
+        dialog,
+        method="sft",
+        max_steps="2",
+        batch_size="2",
+        lora_rank="4",
+        max_length="256",
+        precision="fp32",
+        device="cpu",
+        save_steps="0",
+    )
+    picker = dialog.form.editor("model")
+    assert isinstance(picker, SearchPicker)
+    picker.pick(str(tiny_model))
+    shots = os.environ.get("RLSTUDIO_SCREENSHOTS")
+    if shots:
+        dialog.grab().save(str(Path(shots) / "new-run-language-model.png"))
+    run_id = submit_run_form(qtbot, dialog)
+
+    def status() -> str:
+        run = session.state.run(run_id)
+        return str(run.get("status")) if run else ""
+
+    qtbot.waitUntil(lambda: status() in ("completed", "failed"), timeout=120_000)
+    run = session.state.run(run_id)
+    assert run is not None and status() == "completed", run
+    assert run["kind"] == LLM_KIND
+    assert run["config"]["dataset"].endswith("data/datasets/chats")
+    assert run_id in ws.table_of(run).shown_keys()

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from engine import contract
 from engine.errors import ConfigError, EngineError, quoted
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
@@ -97,8 +98,7 @@ tokenizing costs about 0.1 ms a row, too slow for every row of a large set."""
 
 PREVIEW_ROWS = 20
 
-DATASETS_FOLDER = "data/datasets"
-"""Where a project keeps its datasets, as llm.dataset writes them."""
+DATASETS_FOLDER = contract.DATASETS_FOLDER
 
 FIELDS_READ = frozenset(
     {"system", "input", *(f for fields in FORMATS.values() for f in fields)}

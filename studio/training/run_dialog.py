@@ -2,15 +2,23 @@
 (:class:`studio.run_form.RunFormDialog`), whose environment, algorithm and
 preset shape the rest: rollout sizes fitted to the step budget and the
 hardware stay the engine's choice unless the user changes them.
+
+New run also fine-tunes a language model: "What to train" switches the form
+to ``llm.train``'s (the same generic form, from the engine's catalog), with
+the data one of the project's datasets (``data/datasets/<name>``, as Import
+dataset and Build dataset write them) or a dataset folder typed in.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
+    QFormLayout,
     QHeaderView,
     QLabel,
     QTableWidget,
@@ -19,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine import contract
 from studio.run_form import RunFormDialog
 from studio.session import Session
 
@@ -35,6 +44,25 @@ SOURCE_TEXT = {
 }
 """Where a setting shown under the hardware profile comes from, as the
 preview's last column says it."""
+RL_KIND, LLM_KIND = "rl.train", "llm.train"
+KIND_TEXT = {RL_KIND: "Train an RL agent", LLM_KIND: "Fine-tune a language model"}
+"""What New run can start, as "What to train" offers it."""
+DATASET_FIELD = "dataset"
+"""llm.train's data, chosen beside its form."""
+TRAIN_SPLITS = ("train.jsonl", "train.parquet")
+
+
+def project_datasets(project_dir: str) -> list[Path]:
+    """The project's dataset folders (those holding a training split), by
+    name; the half-written ones an import hides (``.import-*``) left out."""
+    folder = Path(project_dir) / contract.DATASETS_FOLDER
+    if not project_dir or not folder.is_dir():
+        return []
+    return sorted(
+        d
+        for d in folder.iterdir()
+        if not d.name.startswith(".") and any((d / f).is_file() for f in TRAIN_SPLITS)
+    )
 
 
 def flatten_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +156,7 @@ class RunDialog(RunFormDialog):
     profile_preview_changed = Signal(str)
     """The hardware profile preview now shows this profile."""
 
-    shaping_fields = SHAPING_FIELDS
+    shaping_fields: tuple[str, ...] = SHAPING_FIELDS
     keeps_edits = False  # a new algorithm or preset brings its own settings
 
     def __init__(
@@ -153,7 +181,70 @@ class RunDialog(RunFormDialog):
         self.profile_preview = ProfilePreview()
         self.profile_preview.hide()
         self.resize(560, 720)
-        self.body.insertWidget(1, self.profile_preview)
+        self.body.insertWidget(0, self.profile_preview)
+        self.kind_box = QComboBox()
+        for value, text in KIND_TEXT.items():
+            self.kind_box.addItem(text, value)
+        self.kind_box.setCurrentIndex(max(self.kind_box.findData(kind), 0))
+        self.kind_box.activated.connect(self._on_kind_box_activated)
+        # Editable: a dataset folder outside the project can be typed in.
+        self.dataset_box = QComboBox(editable=True)
+        self.dataset_box.setToolTip(
+            "A dataset of this project (Models → Import dataset… or a flow's "
+            "Build dataset writes them), or a dataset folder."
+        )
+        choose = QWidget()
+        self._choose_rows = QFormLayout(choose)
+        self._choose_rows.setContentsMargins(0, 0, 0, 0)
+        self._choose_rows.addRow("What to train", self.kind_box)
+        self._choose_rows.addRow("Dataset", self.dataset_box)
+        # A duplicate keeps its run's kind.
+        self._choose_rows.setRowVisible(self.kind_box, not initial)
+        self.body.insertWidget(0, choose)
+        self._title = self.windowTitle()
+        self._show_kind()
+
+    @property
+    def kind(self) -> str:
+        """The job kind the form is for."""
+        return self._kind
+
+    def _on_kind_box_activated(self, _index: int) -> None:
+        kind = str(self.kind_box.currentData())
+        if kind == self._kind:
+            return
+        # A new form, from the engine's catalog, at its own defaults.
+        self._kind = kind
+        self._values, self._defaults = {}, {}
+        self._shape = self._shaping({})
+        self._show_kind()
+        self._set_busy(True)
+        self._request_schema()
+
+    def _show_kind(self) -> None:
+        llm = self._kind == LLM_KIND
+        self.shaping_fields = () if llm else SHAPING_FIELDS
+        self._hidden.discard(DATASET_FIELD)
+        if llm:
+            self._hidden.add(DATASET_FIELD)
+            self.profile_preview.hide()
+            self.dataset_box.clear()
+            for folder in project_datasets(self._session.state.path):
+                self.dataset_box.addItem(folder.name, str(folder))
+        self._choose_rows.setRowVisible(self.dataset_box, llm)
+        self.setWindowTitle(KIND_TEXT[LLM_KIND] if llm else self._title)
+
+    def dataset(self) -> str:
+        """The chosen dataset folder: a project dataset's, or as typed."""
+        text = self.dataset_box.currentText().strip()
+        index = self.dataset_box.findText(text)
+        return str(self.dataset_box.itemData(index)) if index >= 0 else text
+
+    def config(self) -> dict[str, Any]:
+        config = super().config()
+        if self._kind == LLM_KIND:
+            config[DATASET_FIELD] = self.dataset()
+        return config
 
     def to_form(self, config: dict[str, Any]) -> dict[str, Any]:
         return flatten_config(config)
