@@ -182,7 +182,8 @@ def test_new_run_fine_tunes_a_language_model_on_an_imported_dataset(  # type: ig
 ) -> None:
     """Training -> New run -> "Fine-tune a language model": llm.train's form
     from the engine (no RL fields, the data chosen among the project's
-    datasets), a 2-step SFT run on an imported dataset, listed and completed.
+    datasets, or a file imported on the way), a 2-step SFT run on a file
+    imported first, listed and completed.
     With ``RLSTUDIO_SCREENSHOTS=DIR`` the filled dialog is saved as
     ``DIR/new-run-language-model.png`` (docs/screenshots' copy was made so)."""
     import json
@@ -204,9 +205,12 @@ def test_new_run_fine_tunes_a_language_model_on_an_imported_dataset(  # type: ig
     ]
     source.write_text("".join(json.dumps({"messages": m}) + "\n" for m in rows))
     import_dataset(validate_import({"source": str(source)}), Path(session.state.path))
+    more = tmp_path / "more.jsonl"
+    more.write_text(source.read_text())
     ws = TrainingWorkspace(session)
     qtbot.addWidget(ws)
-    dialog = _loaded(qtbot, ws.open_run_dialog())
+    dialog = ws.open_run_dialog()  # the workspace's child, deleted on close
+    qtbot.waitUntil(dialog.is_loaded, timeout=20_000)
     assert isinstance(dialog, RunDialog) and "algo" in _names(dialog)
     box = dialog.kind_box
     box.setCurrentIndex(box.findData(LLM_KIND))
@@ -217,6 +221,7 @@ def test_new_run_fine_tunes_a_language_model_on_an_imported_dataset(  # type: ig
     assert not names & {"algo", "env", "dataset"}
     assert dialog.windowTitle() == "Fine-tune a language model"
     assert dialog.dataset_box.currentText() == "chats"
+    dialog.dataset_box.setCurrentText(str(more))  # imported on the way
     fill_run_form(
         qtbot,
         dialog,
@@ -245,5 +250,7 @@ def test_new_run_fine_tunes_a_language_model_on_an_imported_dataset(  # type: ig
     run = session.state.run(run_id)
     assert run is not None and status() == "completed", run
     assert run["kind"] == LLM_KIND
-    assert run["config"]["dataset"].endswith("data/datasets/chats")
+    assert run["config"]["dataset"].endswith("data/datasets/more")
+    imports = [r for r in session.state.runs.values() if r["kind"] == "llm.import"]
+    assert [r["status"] for r in imports] == ["completed"]
     assert run_id in ws.table_of(run).shown_keys()

@@ -6,7 +6,9 @@ hardware stay the engine's choice unless the user changes them.
 New run also fine-tunes a language model: "What to train" switches the form
 to ``llm.train``'s (the same generic form, from the engine's catalog), with
 the data one of the project's datasets (``data/datasets/<name>``, as Import
-dataset and Build dataset write them) or a dataset folder typed in.
+dataset and Build dataset write them), a dataset folder typed in, or a data
+file, imported first by an ``llm.import`` run (its checks, its sentence on
+refusal) as ``rl-studio-engine llm-train --data FILE`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from engine import contract
+from studio.lifetime import subscribe
 from studio.run_form import RunFormDialog
 from studio.session import Session
 
@@ -49,6 +52,9 @@ KIND_TEXT = {RL_KIND: "Train an RL agent", LLM_KIND: "Fine-tune a language model
 """What New run can start, as "What to train" offers it."""
 DATASET_FIELD = "dataset"
 """llm.train's data, chosen beside its form."""
+IMPORT_KIND = "llm.import"
+"""The job that imports a data file given as the dataset, before training
+(as ``rl-studio-engine llm-train --data FILE`` does)."""
 TRAIN_SPLITS = ("train.jsonl", "train.parquet")
 
 
@@ -191,13 +197,19 @@ class RunDialog(RunFormDialog):
         self.dataset_box = QComboBox(editable=True)
         self.dataset_box.setToolTip(
             "A dataset of this project (Models → Import dataset… or a flow's "
-            "Build dataset writes them), or a dataset folder."
+            "Build dataset writes them), a dataset folder, or a data file "
+            "(.jsonl, .json, .csv, .parquet) to import first."
         )
+        self.import_status = QLabel(wordWrap=True)
+        self._import_run = ""
         choose = QWidget()
         self._choose_rows = QFormLayout(choose)
         self._choose_rows.setContentsMargins(0, 0, 0, 0)
         self._choose_rows.addRow("What to train", self.kind_box)
         self._choose_rows.addRow("Dataset", self.dataset_box)
+        self._choose_rows.addRow("", self.import_status)
+        self._choose_rows.setRowVisible(self.import_status, False)
+        subscribe(session.state, self, self._on_state_changed)
         # A duplicate keeps its run's kind.
         self._choose_rows.setRowVisible(self.kind_box, not initial)
         self.body.insertWidget(0, choose)
@@ -245,6 +257,50 @@ class RunDialog(RunFormDialog):
         if self._kind == LLM_KIND:
             config[DATASET_FIELD] = self.dataset()
         return config
+
+    # ------------------------------------------- a data file, imported first
+    def _on_buttons_accepted(self) -> None:
+        source = self.dataset()
+        if self._kind != LLM_KIND or not Path(source).is_file():
+            super()._on_buttons_accepted()
+            return
+        # The engine's llm.import checks the file (one sentence on refusal);
+        # training starts when its run has written the dataset.
+        values = self.values
+        self._set_busy(True)
+        self._session.start_run(
+            IMPORT_KIND,
+            {
+                "source": source,
+                "method": values.get("method"),
+                "base_model": values.get("model") or "",
+                "max_length": values.get("max_length"),
+            },
+            name=f"Import {Path(source).name}",
+            on_started=self._on_import_started,
+            on_error=self._on_error,
+        )
+
+    def _on_import_started(self, run_id: str) -> None:
+        self._import_run = run_id
+        self.import_status.setText(f"Importing {Path(self.dataset()).name}…")
+        self._choose_rows.setRowVisible(self.import_status, True)
+
+    def _on_state_changed(self, what: str, key: str) -> None:
+        run = self._session.state.run(self._import_run) if self._import_run else None
+        if run is None or run.get("status") not in contract.FINAL_STATUSES:
+            return
+        self._import_run = ""
+        self._choose_rows.setRowVisible(self.import_status, False)
+        folder = str((run.get("summary") or {}).get("dataset") or "")
+        if run.get("status") != "completed" or not folder:
+            self._set_busy(False)
+            self.message.setText(str(run.get("reason") or "The import failed."))
+            self.message.show()
+            return
+        self.dataset_box.addItem(Path(folder).name, folder)
+        self.dataset_box.setCurrentIndex(self.dataset_box.count() - 1)
+        super()._on_buttons_accepted()
 
     def to_form(self, config: dict[str, Any]) -> dict[str, Any]:
         return flatten_config(config)
