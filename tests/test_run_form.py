@@ -254,3 +254,24 @@ def test_new_run_fine_tunes_a_language_model_on_an_imported_dataset(  # type: ig
     imports = [r for r in session.state.runs.values() if r["kind"] == "llm.import"]
     assert [r["status"] for r in imports] == ["completed"]
     assert run_id in ws.table_of(run).shown_keys()
+
+
+def test_a_bad_data_file_for_a_language_model_is_refused_in_one_sentence(  # type: ignore[no-untyped-def]
+    qtbot, session: Session, tmp_path: Path
+) -> None:
+    """The file is checked by the engine's llm.import before any run: the
+    dialog stays open saying why, and nothing is imported or trained."""
+    from studio.training.run_dialog import LLM_KIND, RunDialog
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "no format"}\n')
+    dialog = _loaded(qtbot, RunDialog(session, LLM_KIND))
+    dialog.show()
+    assert "lora_rank" in _names(dialog)
+    dialog.dataset_box.setCurrentText(str(bad))
+    dialog.buttons.button(OK).click()
+    qtbot.waitUntil(dialog.message.isVisible, timeout=20_000)
+    assert dialog.message.text().startswith(
+        "Row 1 has the columns question, which match no format"
+    )
+    assert dialog.isVisible() and not session.state.runs
