@@ -407,7 +407,8 @@ def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
     assert group_for_key("train/reward/env_reward_mean") == "Rewards"
 
     report = nodes["evaluate"]["outputs"]["report"]
-    assert set(report["results"]) == {"before", "after"}
+    # the models, then the random and expert references on the same episodes
+    assert list(report["results"]) == ["before", "after", "random", "expert"]
     assert report["results"]["after"]["episodes"] == 2
     assert set(report["comparison"]) >= {"success_rate", "invalid_action_rate"}
     assert Path(report["plot"]).read_bytes().startswith(b"\x89PNG")
@@ -485,7 +486,7 @@ def test_the_flows_report_is_listed_in_models_and_models_are_stored_once(
     report_file = nodes["evaluate"]["outputs"]["report"]["report_file"]
     ((title, path),) = evaluation_reports(snapshot["runs"])
     assert path == report_file and title.endswith(" · evaluate")
-    assert load_report(path).labels == ["before", "after"]
+    assert load_report(path).labels == ["before", "after", "random", "expert"]
     paths = {m["kind"]: Path(m["path"]) for m in snapshot["models"]}
     assert paths["lora-adapter"] == Path(nodes["train"]["outputs"]["adapter"]["path"])
     assert paths["hf-merged"] == Path(nodes["merge"]["outputs"]["model"]["path"])
