@@ -6,6 +6,7 @@ unreachable host, chat, ONNX export, evaluate and play through runs."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -535,6 +536,9 @@ def test_record_video_plays_the_gif_and_opens_it(qtbot, setup, tmp_path) -> None
     movie = ws.results.video.movie()
     assert movie is not None and movie.state() == QMovie.MovieState.Running
     assert movie.frameCount() == 20 and ws.results.video.isVisible()
+    shots = os.environ.get("RLSTUDIO_SCREENSHOTS")  # docs/screenshots/, by hand
+    if shots:
+        ws.window().grab().save(str(Path(shots) / "record-video-gif.png"))
     opened: list[QUrl] = []
     ws.results.open_url = opened.append
     ws.results.result_label.linkActivated.emit(QUrl.fromLocalFile(str(out)).toString())

@@ -28,6 +28,10 @@ DEFAULT_FPS = 30
 """Frames a second when neither the settings nor the env's ``render_fps`` say."""
 VIDEO_FILE = "video.mp4"
 """The video in the run folder when no ``out`` is given."""
+GIF_PALETTE = "split[a][b];[a]palettegen=stats_mode=single[p];[b][p]paletteuse=new=1"
+"""ffmpeg's filters for a GIF: each frame with a palette of its own colours
+(a fixed 3-3-2 palette turned CartPole's black track yellow), frame by frame,
+so nothing waits for the whole video."""
 STATE_FILE = "state.json"
 """Written beside every checkpoint's ``model.zip``; names the env it trained on."""
 
@@ -267,7 +271,7 @@ class _Encoder:
             fps=self.fps,
             codec="libx264" if mp4 else "gif",
             pix_fmt_in="rgb24",
-            pix_fmt_out="yuv420p" if mp4 else "rgb8",
+            pix_fmt_out="yuv420p" if mp4 else "pal8",
             quality=None,
             macro_block_size=1,
             ffmpeg_log_level="error",
@@ -275,7 +279,7 @@ class _Encoder:
             # encoder ahead of the play on one core.
             output_params=["-f", "mp4", "-preset", "ultrafast", "-crf", "23"]
             if mp4
-            else ["-f", "gif"],
+            else ["-f", "gif", "-vf", GIF_PALETTE],
         )
         self._writer.send(None)
 
