@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
 from PySide6.QtCore import QStandardPaths  # noqa: E402
+# A private PostgreSQL server (session-wide) and a fresh database on it.
+from pg_server import pg_url, postgres  # noqa: E402, F401
 
 QStandardPaths.setTestModeEnabled(True)
 

@@ -40,8 +40,13 @@ from engine.llm.rollouts import iter_traces
 from engine.llm.train import METHODS, SEED_MAX
 from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
-from engine.store.labels import DB_FILE as LABELS_DB
-from engine.store.labels import LabelStore, Resolved, orphan_sentence, resolve
+from engine.store.labels import (
+    LabelStore,
+    Resolved,
+    has_labels,
+    orphan_sentence,
+    resolve,
+)
 from engine.store.paths import checked_name, child
 
 T = TypeVar("T")
@@ -558,7 +563,7 @@ def build_dataset(
     manual: list[dict[str, Any]] = []
     orphans = 0
     used: set[tuple[str, int, int]] = set()
-    if project_dir is not None and (project_dir / LABELS_DB).is_file():
+    if project_dir is not None and has_labels(project_dir):
         store = LabelStore(project_dir)
         try:
             resolved = resolve(store.labels(), traces)

@@ -39,11 +39,9 @@ from engine.llm.train import SEED_MAX
 from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json
 from engine.store.labels import (
-    DB_FILE as LABELS_DB,
-)
-from engine.store.labels import (
     LabelStore,
     Suggestion,
+    has_labels,
     orphan_sentence,
     resolve,
     step_key,
@@ -149,7 +147,7 @@ def load_examples(
     seed: int,
 ) -> Examples:
     traces = {f.stem: list(iter_traces(f)) for f in files}
-    if not (project_dir / LABELS_DB).is_file():
+    if not has_labels(project_dir):
         labels = []
     else:
         store = LabelStore(project_dir)

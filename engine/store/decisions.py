@@ -9,17 +9,21 @@ the promotion state: :mod:`engine.service.promotion` replays it.
 
 Its own file, as ``data/trajectories.sqlite`` is: a busy act route must
 neither wait on the project's lock nor make an open studio reload its runs.
+Or a PostgreSQL database that several service processes share
+(:mod:`engine.store.database`): deciding promotions takes an advisory lock
+per agent there, as ``BEGIN IMMEDIATE`` takes SQLite's file.
 """
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from engine.store.database import Database, open_database
 
 DB_FILE = "data/agents.sqlite"
 
@@ -43,7 +47,7 @@ CREATE TABLE IF NOT EXISTS promotions (
     time REAL NOT NULL,
     version INTEGER NOT NULL,
     action TEXT NOT NULL,
-    by TEXT NOT NULL,
+    "by" TEXT NOT NULL,
     reason TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS promotions_agent ON promotions (agent, id);
@@ -108,22 +112,24 @@ def promoted_version(project_dir: Path, agent: str) -> int | None:
         log.close()
 
 
+def _migrate(db: Database) -> None:
+    if "answered_by" not in db.columns("decisions"):  # a log from before fallbacks
+        db.execute(
+            "ALTER TABLE decisions ADD COLUMN answered_by TEXT NOT NULL"
+            " DEFAULT 'version'"
+        )
+
+
 class DecisionLog:
     """Thread-safe: one connection behind a lock."""
 
-    def __init__(self, project_dir: Path) -> None:
-        path = project_dir / DB_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, timeout=10)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        columns = {r[1] for r in self._db.execute("PRAGMA table_info(decisions)")}
-        if "answered_by" not in columns:  # a log written before the fallbacks
-            self._db.execute(
-                "ALTER TABLE decisions ADD COLUMN answered_by TEXT NOT NULL"
-                " DEFAULT 'version'"
-            )
+    def __init__(self, project_dir: Path, database: str | None = None) -> None:
+        """``database``: a PostgreSQL URL (default:
+        :func:`engine.store.database.configured`, else the project's SQLite
+        file)."""
+        self._db = open_database(
+            project_dir, DB_FILE, schema=_SCHEMA, migrate=_migrate, database=database
+        )
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -149,7 +155,7 @@ class DecisionLog:
         ``reason`` each fallback's cause."""
         assert answered_by in (*ANSWERED_BY, ""), answered_by
         fallback = answered_by != "version" or served != chosen
-        with self._lock, self._db:
+        with self._lock, self._db.transaction():
             self._db.execute(
                 "INSERT INTO decisions (agent, time, request_key, chosen, role,"
                 " served, fallback, reason, latency_ms, answered_by)"
@@ -174,7 +180,8 @@ class DecisionLog:
         reason."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT chosen, COUNT(*), SUM(answered_by = ''), SUM(fallback),"
+                "SELECT chosen, COUNT(*), SUM(CASE WHEN answered_by = '' THEN 1 END),"
+                " SUM(fallback),"
                 " AVG(latency_ms) FROM decisions WHERE agent = ? GROUP BY chosen",
                 (agent,),
             ).fetchall()
@@ -246,7 +253,7 @@ class DecisionLog:
 
     def _promotions(self, agent: str) -> list[dict[str, Any]]:
         cur = self._db.execute(
-            "SELECT time, version, action, by, reason FROM promotions"
+            'SELECT time, version, action, "by", reason FROM promotions'
             " WHERE agent = ? ORDER BY id",
             (agent,),
         )
@@ -262,25 +269,20 @@ class DecisionLog:
         write transaction: two processes deciding at once (the service and
         the command line) see each other's entries. The log after."""
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
+            with self._db.transaction(lock=f"promotions:{agent}"):
                 entries = decide(self._promotions(agent))
                 now = time.time()
                 for version, action, by, reason in entries:
                     assert action in PROMOTION_ACTIONS, action
                     self._db.execute(
-                        "INSERT INTO promotions (agent, time, version, action, by,"
+                        'INSERT INTO promotions (agent, time, version, action, "by",'
                         " reason) VALUES (?,?,?,?,?,?)",
                         (agent, now, version, action, by, reason),
                     )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
             return self._promotions(agent)
 
 
-def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+def _dicts(cur: Any) -> list[dict[str, Any]]:
     """A query's rows as dicts by column name."""
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]

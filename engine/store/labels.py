@@ -18,6 +18,10 @@ completion): a trace file that was deleted or rewritten since leaves its
 labels *orphaned*, kept and reported, never silently applied to another
 step.
 
+With a PostgreSQL database configured for the project
+(:mod:`engine.store.database`) the labels live there instead, shared by
+every process and machine that labels or trains on them.
+
 Standard library only: the GUI imports it (see ``ignore_imports`` in
 ``pyproject.toml``).
 """
@@ -34,6 +38,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from engine.store.database import configured, open_database
 
 DB_FILE = "data/labels.sqlite"
 KINDS = ("kto", "dpo", "sft")
@@ -90,6 +96,10 @@ CREATE TABLE IF NOT EXISTS label_log (
 );
 """
 _LOG_SQL = "INSERT INTO label_log (at, who, action, label) VALUES (?, ?, ?, ?)"
+_SUGGESTION_FIELDS = (
+    *("trace", "episode", "step", "key", "value"),
+    *("confidence", "model", "created"),
+)
 
 
 class LabelError(ValueError):
@@ -282,15 +292,24 @@ class LabelStore:
     this instance's own changes, last first."""
 
     def __init__(
-        self, project_dir: str | os.PathLike[str], who: str | None = None
+        self,
+        project_dir: str | os.PathLike[str],
+        who: str | None = None,
+        database: str | None = None,
     ) -> None:
-        self.path = Path(project_dir) / DB_FILE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """``database``: a PostgreSQL URL (default:
+        :func:`engine.store.database.configured`, else the project's
+        ``data/labels.sqlite``)."""
         self.who = who or default_who()
-        self._db = sqlite3.connect(str(self.path), timeout=10.0, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_database(
+            project_dir, DB_FILE, schema=_SCHEMA, database=database
+        )
+        self._upsert_label = self._db.upsert_sql(
+            "labels", _FIELDS, ("kind", "trace", "episode", "step")
+        )
+        self._upsert_suggestion = self._db.upsert_sql(
+            "suggestions", _SUGGESTION_FIELDS, ("trace", "episode", "step")
+        )
         self._undo: list[tuple[tuple[str, str, int, int], Label | None]] = []
 
     def close(self) -> None:
@@ -321,9 +340,10 @@ class LabelStore:
 
     def traces(self) -> dict[str, int]:
         """Trace name -> how many labels point into it."""
-        return dict(
-            self._db.execute("SELECT trace, COUNT(*) FROM labels GROUP BY trace")
-        )
+        rows = self._db.execute(
+            "SELECT trace, COUNT(*) FROM labels GROUP BY trace"
+        ).fetchall()
+        return {str(trace): int(n) for trace, n in rows}
 
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM labels").fetchone()[0])
@@ -419,15 +439,12 @@ class LabelStore:
         now = time.time()
         batch: list[tuple[tuple[str, str, int, int], Label | None]] = []
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with db.transaction():
             for label in put:
                 pk = (label.kind, label.trace, label.episode, label.step)
                 batch.append((pk, self.get(*pk)))
                 db.execute(
-                    f"INSERT OR REPLACE INTO labels ({', '.join(_FIELDS)}) "
-                    f"VALUES ({', '.join('?' * len(_FIELDS))})",
-                    tuple(getattr(label, f) for f in _FIELDS),
+                    self._upsert_label, tuple(getattr(label, f) for f in _FIELDS)
                 )
                 db.execute(
                     _LOG_SQL,
@@ -450,10 +467,6 @@ class LabelStore:
                         json.dumps(label.to_dict()),
                     ),
                 )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
         if record_undo and batch:
             self._undo.append(batch)  # type: ignore[arg-type]
 
@@ -462,13 +475,12 @@ class LabelStore:
         """The suggestions for these traces become ``rows`` (one commit)."""
         now = time.time()
         db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with db.transaction():
             db.executemany(
                 "DELETE FROM suggestions WHERE trace = ?", [(t,) for t in traces]
             )
             db.executemany(
-                "INSERT OR REPLACE INTO suggestions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                self._upsert_suggestion,
                 [
                     (
                         r.trace,
@@ -483,10 +495,6 @@ class LabelStore:
                     for r in rows
                 ],
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def suggestions(self, trace: str | None = None) -> list[Suggestion]:
         """Open suggestions (of steps that have no good/bad label yet), least
@@ -659,6 +667,13 @@ def orphan_sentence(n: int) -> str:
     )
 
 
+def has_labels(project_dir: str | os.PathLike[str]) -> bool:
+    """Whether the project may hold labels: it has a label database (a
+    PostgreSQL one configured, or ``data/labels.sqlite``); readers skip
+    opening, and so creating, one otherwise."""
+    return bool(configured(project_dir)) or (Path(project_dir) / DB_FILE).is_file()
+
+
 def fingerprint(
     project_dir: str | os.PathLike[str], traces: Sequence[str]
 ) -> dict[str, Any]:
@@ -666,22 +681,29 @@ def fingerprint(
     are (``rows``) and a digest of their content, read without creating the
     database when the project has none. A flow node that builds on labels
     runs again when this changes."""
-    path = Path(project_dir) / DB_FILE
-    if not path.is_file() or not traces:
+    if not has_labels(project_dir) or not traces:
         return {"rows": 0, "digest": ""}
     names = sorted(set(traces))
-    db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10.0)
-    try:
-        rows = db.execute(
-            f"SELECT {', '.join(_FIELDS)} FROM labels "
-            f"WHERE trace IN ({', '.join('?' * len(names))}) "
-            "ORDER BY trace, episode, step, kind",
-            names,
-        ).fetchall()
-    except sqlite3.OperationalError:  # no labels table yet
-        rows = []
-    finally:
-        db.close()
+    sql = (
+        f"SELECT {', '.join(_FIELDS)} FROM labels "
+        f"WHERE trace IN ({', '.join('?' * len(names))}) "
+        "ORDER BY trace, episode, step, kind"
+    )
+    if configured(project_dir):
+        store = LabelStore(project_dir)
+        try:
+            rows = [tuple(r) for r in store._db.execute(sql, names).fetchall()]
+        finally:
+            store.close()
+    else:
+        path = Path(project_dir) / DB_FILE
+        db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10.0)
+        try:
+            rows = db.execute(sql, names).fetchall()
+        except sqlite3.OperationalError:  # no labels table yet
+            rows = []
+        finally:
+            db.close()
     # Who set a label and when do not change what is trained on.
     kept = [f for f in _FIELDS if f not in ("who", "created")]
     content = [[row[_FIELDS.index(f)] for f in kept] for row in rows]

@@ -12,7 +12,12 @@ episode), so the studio's traces view shows it and the dataset builder
 
 The database is its own file, not ``studio.sqlite``: ingesting hundreds of
 steps a second must neither wait on the project's lock nor make an open
-studio reload its run list at every commit.
+studio reload its run list at every commit. Or it is a PostgreSQL database
+(:mod:`engine.store.database`) that several service processes share: a
+trajectory's row is locked while a step is added (``FOR UPDATE``), its end
+numbers the episode under an advisory lock on the trace file, and its
+writer holds an advisory lock on it until the line is written, so a
+process starting beside it does not write that line too.
 
 Durability: a line is appended (flushed, fsync'ed) only after the end is
 committed, and marked exported after; a crash between the two is repaired
@@ -24,6 +29,7 @@ may lose the last commits.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError, quoted
+from engine.store.database import Database, open_database
 from engine.store.paths import checked_name, child
 
 DB_FILE = "data/trajectories.sqlite"
@@ -55,7 +62,7 @@ CREATE TABLE IF NOT EXISTS trajectories (
     id TEXT PRIMARY KEY,
     agent TEXT NOT NULL,
     scenario TEXT NOT NULL DEFAULT '',
-    window TEXT NOT NULL DEFAULT '',
+    "window" TEXT NOT NULL DEFAULT '',
     env TEXT NOT NULL DEFAULT '',
     meta TEXT NOT NULL DEFAULT '{}',
     status TEXT NOT NULL DEFAULT 'open',
@@ -93,6 +100,9 @@ _COLUMNS = (
     "trace_file",
     "exported",
 )
+_SELECT = ", ".join(f'"{c}"' for c in _COLUMNS)
+"""The columns as a select list, quoted: ``window`` is a keyword of
+PostgreSQL."""
 
 
 class UnknownTrajectoryError(EngineError):
@@ -232,24 +242,27 @@ class TrajectoryStore:
     behind a lock."""
 
     def __init__(
-        self, project_dir: str | os.PathLike[str], *, recover: bool = True
+        self,
+        project_dir: str | os.PathLike[str],
+        *,
+        recover: bool = True,
+        database: str | None = None,
     ) -> None:
         """``recover``: write the trace lines a crashed writer left unwritten
         (False for a reader beside the writing service, which might be
-        between its commit and its line)."""
+        between its commit and its line). ``database``: a PostgreSQL URL
+        (default: :func:`engine.store.database.configured`, else the
+        project's SQLite file)."""
         self.project_dir = Path(project_dir)
-        path = self.project_dir / DB_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         try:
-            self._db = sqlite3.connect(path, check_same_thread=False, timeout=10)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._db.commit()
+            self._db: Database = open_database(
+                self.project_dir, DB_FILE, schema=_SCHEMA, database=database
+            )
         except sqlite3.DatabaseError as exc:
             raise EngineError(
-                f"The trajectory database {path} is damaged ({exc})."
+                f"The trajectory database {self.project_dir / DB_FILE} is damaged "
+                f"({exc})."
             ) from None
         self.recovered = self._export_pending() if recover else []
         """Ended trajectories whose trace line was written when the store
@@ -281,10 +294,10 @@ class TrajectoryStore:
             time.time(),
             str(self._trace_path(agent).relative_to(self.project_dir)),
         )
-        with self._lock, self._db:
+        with self._lock, self._db.transaction():
             self._db.execute(
                 "INSERT INTO trajectories"
-                " (id, agent, scenario, window, env, meta, created, trace_file)"
+                ' (id, agent, scenario, "window", env, meta, created, trace_file)'
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
@@ -334,8 +347,8 @@ class TrajectoryStore:
         return self._append(trajectory_id, records)
 
     def _append(self, trajectory_id: str, steps: list[dict[str, Any]]) -> int:
-        with self._lock, self._db:
-            status, first = self._status(trajectory_id)
+        with self._lock, self._db.transaction():
+            status, first = self._status(trajectory_id, lock=True)
             if status != "open":
                 raise TrajectoryEndedError(
                     f"The trajectory {trajectory_id} has ended ({status}); "
@@ -369,9 +382,12 @@ class TrajectoryStore:
             )
         if total_reward is not None:
             total_reward = _reward("total_reward", total_reward)
-        with self._lock:
-            with self._db:
-                current, _ = self._status(trajectory_id)
+        with self._lock, self._db.hold(f"trajectory:{trajectory_id}"):
+            # Held until the line is written: a process that starts now
+            # leaves this line to this one (see _export_pending).
+            trace_file = self._get(trajectory_id)["trace_file"]
+            with self._db.transaction(lock=f"trace:{trace_file}"):
+                current, _ = self._status(trajectory_id, lock=True)
                 if current != "open":
                     raise TrajectoryEndedError(
                         f"The trajectory {trajectory_id} has ended already ({current})."
@@ -398,7 +414,7 @@ class TrajectoryStore:
 
     def _get(self, trajectory_id: str) -> dict[str, Any]:
         row = self._db.execute(
-            f"SELECT {', '.join(_COLUMNS)} FROM trajectories WHERE id = ?",
+            f"SELECT {_SELECT} FROM trajectories WHERE id = ?",
             (trajectory_id,),
         ).fetchone()
         if row is None:
@@ -419,10 +435,10 @@ class TrajectoryStore:
         if status:
             where.append("status = ?")
             args.append(status)
-        sql = f"SELECT {', '.join(_COLUMNS)} FROM trajectories"
+        sql = f"SELECT {_SELECT} FROM trajectories"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY created DESC, rowid DESC LIMIT ?"
+        sql += f" ORDER BY created DESC, {self._db.insertion_order} DESC LIMIT ?"
         with self._lock:
             rows = self._db.execute(sql, (*args, limit)).fetchall()
         return [self._row(r) for r in reversed(rows)]
@@ -435,16 +451,17 @@ class TrajectoryStore:
         now = time.time()
         with self._lock:
             row = self._db.execute(
-                "SELECT SUM(status != 'open'),"
-                " SUM(status != 'open' AND ended > ?2),"
-                " COUNT(DISTINCT CASE WHEN status != 'open' AND ended > ?2"
+                "SELECT SUM(CASE WHEN status != 'open' THEN 1 END),"
+                " SUM(CASE WHEN status != 'open' AND ended > ? THEN 1 END),"
+                " COUNT(DISTINCT CASE WHEN status != 'open' AND ended > ?"
                 " THEN scenario END),"
-                " SUM(status = 'open'),"
-                " SUM(status != 'open' AND ended > ?3),"
-                " SUM(status != 'open' AND ended > ?4),"
-                " SUM(CASE WHEN status != 'open' AND ended > ?3 THEN steps END)"
-                " FROM trajectories WHERE (?1 = '' OR agent = ?1)",
-                (agent, since, now - 3600.0, now - 86400.0),
+                " SUM(CASE WHEN status = 'open' THEN 1 END),"
+                " SUM(CASE WHEN status != 'open' AND ended > ? THEN 1 END),"
+                " SUM(CASE WHEN status != 'open' AND ended > ? THEN 1 END),"
+                " SUM(CASE WHEN status != 'open' AND ended > ? THEN steps END)"
+                " FROM trajectories WHERE (? = '' OR agent = ?)",
+                (since, since, now - 3600.0, now - 86400.0, now - 3600.0)
+                + (agent,) * 2,
             ).fetchone()
         keys = (
             "total",
@@ -463,9 +480,13 @@ class TrajectoryStore:
         out["exported"] = bool(out["exported"])
         return out
 
-    def _status(self, trajectory_id: str) -> tuple[str, int]:
+    def _status(self, trajectory_id: str, lock: bool = False) -> tuple[str, int]:
+        """Status and steps; ``lock``: the row is locked until the
+        transaction ends (another process adds no step meanwhile)."""
         row = self._db.execute(
-            "SELECT status, steps FROM trajectories WHERE id = ?", (trajectory_id,)
+            "SELECT status, steps FROM trajectories WHERE id = ?"
+            + (self._db.for_update if lock else ""),
+            (trajectory_id,),
         ).fetchone()
         if row is None:
             raise UnknownTrajectoryError(
@@ -532,28 +553,37 @@ class TrajectoryStore:
                 f"not be written to {path} ({exc.strerror or exc}); it is written "
                 "when the service starts again."
             ) from None
-        with self._db:
+        with self._db.transaction():
             self._db.execute(
                 "UPDATE trajectories SET exported = 1 WHERE id = ?", (trajectory_id,)
             )
 
     def _export_pending(self) -> list[str]:
+        done = []
         with self._lock:
             pending = [
                 r[0]
                 for r in self._db.execute(
                     "SELECT id FROM trajectories WHERE status != 'open'"
                     " AND exported = 0 ORDER BY ended"
-                )
+                ).fetchall()
             ]
             for trajectory_id in pending:
-                self._export(trajectory_id, check_file=True)
-        return pending
+                # Not one whose writer (another process on the same
+                # PostgreSQL database) is alive and about to write it.
+                with self._db.hold(f"trajectory:{trajectory_id}", wait=False) as free:
+                    if free and not self._get(trajectory_id)["exported"]:
+                        self._export(trajectory_id, check_file=True)
+                        done.append(trajectory_id)
+        return done
 
 
 def _append_line(path: Path, line: str) -> None:
-    """Append ``line`` durably, after cutting off a torn last line."""
+    """Append ``line`` durably, after cutting off a torn last line. The
+    file is locked meanwhile: processes sharing a PostgreSQL database may
+    append to one trace file, and one's cut must not meet another's line."""
     with open(path, "ab+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
         size = fh.seek(0, os.SEEK_END)
         if size:
             fh.seek(size - 1)

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from engine.store.database import DatabaseError
 from engine.store.labels import EPISODE, LabelError, LabelStore
 from studio.common import ok_cancel_buttons
 from studio.model_manager.auto_labeler import AutoLabelerPanel
@@ -225,7 +226,7 @@ class TraceViewer(QWidget):
         """The label database; says why when it cannot be opened."""
         try:
             return self.labels.open()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, DatabaseError) as exc:
             self._say(f"Cannot open the label database: {exc}.", error=True)
             return None
 
@@ -336,7 +337,7 @@ class TraceViewer(QWidget):
             return
         try:
             self.labels.label(pos, value)
-        except (LabelError, sqlite3.Error) as exc:
+        except (LabelError, sqlite3.Error, DatabaseError) as exc:
             self._say(f"The label was not saved: {exc}", error=True)
             return
         self.browser.show_label(*pos)
@@ -364,7 +365,7 @@ class TraceViewer(QWidget):
             return
         try:
             self.labels.set_ideal(pos, text)
-        except (LabelError, sqlite3.Error) as exc:
+        except (LabelError, sqlite3.Error, DatabaseError) as exc:
             self._say(f"The ideal answer was not saved: {exc}", error=True)
             return
         self.browser.show_label(*pos)
@@ -391,7 +392,7 @@ class TraceViewer(QWidget):
             return
         try:
             compared = self.labels.prefer(pos, pinned_better)
-        except (LabelError, sqlite3.Error) as exc:
+        except (LabelError, sqlite3.Error, DatabaseError) as exc:
             self._say(f"The comparison was not saved: {exc}", error=True)
             return
         if compared is None:
@@ -431,7 +432,7 @@ class TraceViewer(QWidget):
             return
         try:
             n = self.labels.review(chosen, correct)
-        except (LabelError, sqlite3.Error) as exc:
+        except (LabelError, sqlite3.Error, DatabaseError) as exc:
             self._say(f"The review was not saved: {exc}", error=True)
             return
         for sug in chosen:
@@ -473,7 +474,7 @@ class TraceViewer(QWidget):
             return
         try:
             stored, problems = store.import_file(path)
-        except (LabelError, sqlite3.Error) as exc:
+        except (LabelError, sqlite3.Error, DatabaseError) as exc:
             self._say(str(exc), error=True)
             return
         text = f"Imported {stored} label(s) from {Path(path).name}."
