@@ -221,7 +221,7 @@ def _play_episode(
                 {
                     "episode": ep,
                     "step": length,
-                    "observation": _jsonable(obs),
+                    "observation": _trace_observation(obs),
                     "action": a,
                     "action_name": names[a] if names and isinstance(a, int) else None,
                     "reward": float(reward),
@@ -236,6 +236,19 @@ def _play_episode(
             recorder.draw()
         obs = next_obs
     return {"return": total, "length": length, "success": success}
+
+
+TRACE_ARRAY_MAX = 256
+"""Numbers of an observation the trace holds; a bigger one (an image, an
+Atari game's stacked 84x84x4 frames) is named by its shape and type."""
+
+
+def _trace_observation(obs: Any) -> Any:
+    """The observation as a trace row holds it: itself, or for an array of
+    over :data:`TRACE_ARRAY_MAX` numbers, ``"uint8 84x84x4"``."""
+    if isinstance(obs, np.ndarray) and obs.size > TRACE_ARRAY_MAX:
+        return f"{obs.dtype} {'x'.join(str(n) for n in obs.shape)}"
+    return _jsonable(obs)
 
 
 def _episode_stats(episodes: list[dict[str, Any]]) -> dict[str, float | None]:

@@ -210,10 +210,16 @@ def registered_id(spec_or_id: EnvSpec | dict[str, Any] | str | Path) -> str:
 
 
 def make(spec_or_id: EnvSpec | dict[str, Any] | str | Path, **kwargs: Any) -> Any:
-    """``gym.make`` for an id, a spec, a spec document or a spec file path."""
+    """``gym.make`` for an id, a spec, a spec document or a spec file path,
+    with its family's preprocessing for playing (an Atari game's frames as
+    RL Zoo trains on them: :func:`engine.envs.families.wrap`)."""
     import gymnasium as gym
 
-    return gym.make(registered_id(spec_or_id), **kwargs)
+    from engine.envs.families import check_loads, wrap
+
+    env_id = registered_id(spec_or_id)
+    check_loads(env_id)
+    return wrap(gym.make(env_id, **kwargs), training=False)
 
 
 def autoregister() -> list[str]:
@@ -247,6 +253,9 @@ def catalog(with_spaces: bool = False) -> list[dict[str, Any]]:
     """
     from gymnasium.envs.registration import registry
 
+    from engine.envs.families import family, load_families
+
+    load_families()
     out = []
     for env_id, es in sorted(registry.items()):
         entry: dict[str, Any] = {
@@ -258,6 +267,7 @@ def catalog(with_spaces: bool = False) -> list[dict[str, Any]]:
             "kwargs": {k: v for k, v in es.kwargs.items() if _jsonable(v)},
             "max_episode_steps": es.max_episode_steps,
             "designed": es.namespace == ENV_NAMESPACE,
+            "family": family(env_id),
         }
         if with_spaces:
             entry.update(describe_env(env_id))
@@ -275,10 +285,15 @@ def _describe_cached(env_id: str, fingerprint: str) -> tuple[tuple[str, Any], ..
 
     import gymnasium as gym
 
+    from engine.envs.families import check_loads
+
     try:
+        check_loads(env_id)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             env = gym.make(env_id)
+    except EngineError as exc:  # a simulator that failed to load, a ROM missing
+        return (("error", str(exc)),)
     except Exception as exc:
         return (("error", f"{type(exc).__name__}: {exc}".splitlines()[0]),)
     try:

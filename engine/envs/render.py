@@ -94,12 +94,22 @@ class FrameEnv:
 
 def make_for_frames(env_id: str, **kwargs: Any) -> FrameEnv:
     """``gym.make(env_id, render_mode="rgb_array")`` where the env can draw;
-    otherwise the env made without a render mode and the sentence why."""
+    otherwise the env made without a render mode and the sentence why; an
+    Atari game with the preprocessing its policies play with."""
+    from engine.envs.families import check_loads, wrap
+
+    headless()
+    check_loads(env_id)
+    made = _make_for_frames(env_id, **kwargs)
+    made.env = wrap(made.env, training=False)
+    return made
+
+
+def _make_for_frames(env_id: str, **kwargs: Any) -> FrameEnv:
     import warnings
 
     import gymnasium as gym
 
-    headless()
     declared = declared_render_modes(env_id)
     if declared is not None and RGB_ARRAY not in declared:
         return FrameEnv(gym.make(env_id, **kwargs), _no_mode(env_id, declared))

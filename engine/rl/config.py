@@ -36,6 +36,7 @@ from typing import Any
 
 from engine import contract
 from engine.envs.curriculum import CurriculumConfig
+from engine.envs.families import VEC_ENV_CHOICES
 from engine.errors import ConfigError, quoted
 from engine.rl import hardware_profiles
 from engine.rl.compiled import TWIN_IDS, compiles
@@ -614,6 +615,13 @@ class TrainConfig:
         None, min=1, max=1024, group="Run", label="Parallel envs"
     )
     """Environment copies stepped together; None: preset or hardware."""
+    vec_env: str = setting(
+        "auto", choices=VEC_ENV_CHOICES, group="Run", label="Env processes"
+    )
+    """How the env copies step: ``dummy`` (in turn, in the training
+    process), ``subproc`` (a process each) or ``auto``: ``subproc`` for the
+    slow simulators (MuJoCo, Box2D) on a machine of 4 CPUs or more, else
+    ``dummy``; the run log says which."""
     vec_normalize: bool | None = setting(None, form=False)
     """Normalize observations and rewards with running statistics; None:
     preset."""

@@ -74,8 +74,15 @@ def inspect_env(env_id: str, env_kwargs: dict[str, Any]) -> EnvInfo:
     from gymnasium import error as gym_error
     from gymnasium import spaces
 
+    from engine.envs.families import EnvFamilyError, check_loads, load_families
+
+    load_families()  # the Atari games, registered by ale-py
     if env_id not in gym.registry:
         raise ConfigError("env", unknown_env_message(env_id, sorted(gym.registry)))
+    try:
+        check_loads(env_id)
+    except EnvFamilyError as exc:
+        raise ConfigError("env", str(exc)) from None
     try:
         env = gym.make(env_id, **env_kwargs)
     except gym_error.DependencyNotInstalled as exc:

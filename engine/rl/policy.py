@@ -114,8 +114,17 @@ class LoadedPolicy:
         )
 
     def check_env(self, env: Any, env_id: str) -> None:
-        """Refuse an env whose spaces are not the policy's, in one sentence."""
-        if env.observation_space != self.observation_space:
+        """Refuse an env whose spaces are not the policy's, in one sentence.
+        Images may come channels last where the policy keeps them channels
+        first: SB3 transposes them (``VecTransposeImage``) in training and in
+        ``predict``."""
+        from stable_baselines3.common.vec_env import VecTransposeImage
+
+        seen = env.observation_space
+        if seen != self.observation_space and not (
+            _is_image(seen)
+            and VecTransposeImage.transpose_space(seen) == self.observation_space
+        ):
             raise EngineError(
                 f"The policy expects observations {self.observation_space} but "
                 f"{env_id} gives {env.observation_space}."
@@ -177,6 +186,12 @@ class LoadedPolicy:
 
     __call__ = act
     """A loaded policy is a player's ``policy(observation, env)``."""
+
+
+def _is_image(space: Any) -> bool:
+    from stable_baselines3.common.preprocessing import is_image_space
+
+    return bool(is_image_space(space, check_channels=False))
 
 
 def _read_data(path: Path) -> dict[str, Any]:

@@ -399,6 +399,21 @@ def write_reproduce(run_dir: Path, cfg: TrainConfig) -> dict[str, Any]:
     return record
 
 
+def _wrapped(env: Any, learned_reward: tuple[str, float] | None = None) -> Any:
+    """One training env copy with its family's preprocessing (Atari's, see
+    :func:`engine.envs.families.wrap`) and the learned reward, if any; a
+    module function, so subprocess workers can build it."""
+    from engine.envs.families import wrap
+
+    env = wrap(env, training=True)
+    if learned_reward is not None:
+        from engine.rl.learned_reward import LearnedRewardWrapper
+
+        model, weight = learned_reward
+        env = LearnedRewardWrapper(env, model=model, weight=weight)
+    return env
+
+
 # --------------------------------------------------------------------------
 # The trainer
 # --------------------------------------------------------------------------
@@ -457,26 +472,29 @@ class Trainer:
         self._curriculum_state: dict[str, Any] | None = None
 
     # ------------------------------------------------------------- build
-    def _make_env(self, n_envs: int, seed: int) -> Any:
+    def _make_env(self, n_envs: int, seed: int, log: bool = False) -> Any:
         from stable_baselines3.common.env_util import make_vec_env
+        from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-        wrapper: dict[str, Any] = {}
-        if self.cfg.learned_reward:
-            from engine.rl.learned_reward import LearnedRewardWrapper
+        from engine.envs import families
 
-            wrapper = {
-                "wrapper_class": LearnedRewardWrapper,
-                "wrapper_kwargs": {
-                    "model": self.cfg.learned_reward,
-                    "weight": self.cfg.learned_reward_weight,
-                },
-            }
+        families.load_families()
+        kind, why = families.vec_env_class(self.cfg.vec_env, self.cfg.env, n_envs)
+        if log:
+            self.ctx.log(f"env copies: {n_envs} in {kind} vectorized envs ({why})")
+        learned = (
+            (self.cfg.learned_reward, self.cfg.learned_reward_weight)
+            if self.cfg.learned_reward
+            else None
+        )
         return make_vec_env(
-            self.cfg.env,
+            families.vec_env_id(self.cfg.env),
             n_envs=n_envs,
             seed=seed,
             env_kwargs=dict(self.cfg.env_kwargs),
-            **wrapper,
+            wrapper_class=_wrapped,
+            wrapper_kwargs={"learned_reward": learned},
+            vec_env_cls=SubprocVecEnv if kind == "subproc" else DummyVecEnv,
         )
 
     def _build(self) -> None:
@@ -490,7 +508,7 @@ class Trainer:
         seed = self.seed
         hp = cfg.hyperparameters
         cls = algo_class(self.algo)
-        venv = self._make_env(self.n_envs, seed)
+        venv = self._make_env(self.n_envs, seed, log=True)
         latest = self.latest_checkpoint() if self.ctx.resume else None
         if self.ctx.resume and latest is None:
             self.ctx.log("no checkpoint to resume from; starting from scratch")
