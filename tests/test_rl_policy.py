@@ -407,3 +407,69 @@ def test_vectorized_evaluation_equals_episodes_played_one_by_one() -> None:
     assert stopped.stopped
     assert "set_training_mode" not in vars(model.policy)
     assert Distribution._validate_args
+
+
+def _played(kind: str, venv_of: Any, model: Any, **kwargs: Any) -> list[Any]:
+    """Two evaluations in a row (the second starts from the env state the
+    first left), every episode reported, by the lean loop or by SB3."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from engine.rl.policy import evaluate
+
+    venv = venv_of()
+    if kind == "sb3":  # a DummyVecEnv of another type is left to SB3's loop
+        inner = venv.venv if isinstance(venv, VecNormalize) else venv
+        inner.__class__ = type("SB3Driven", (DummyVecEnv,), {})
+    played: list[Any] = []
+    for _ in range(2):
+        seen: list[tuple[int, float, int]] = []
+
+        def report(i: int, reward: float, length: int, seen: list[Any] = seen) -> None:
+            seen.append((i, reward, length))
+
+        result = evaluate(model, venv, on_episode=report, **kwargs)
+        played.append((result.rewards, result.lengths, result.successes, seen))
+    return played
+
+
+def test_the_lean_evaluation_plays_what_sb3s_evaluate_policy_plays(
+    normalized_policy: Path, maskable_policy: tuple[Path, str]
+) -> None:
+    """Same episodes, rewards, lengths, successes and reports, in the same
+    order, over two evaluations in a row: uneven shares of episodes (an env
+    that has played its share is stepped on, as SB3 does), a normalized
+    continuous policy (VecNormalize, clipped actions) and a masked one."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from engine.rl.policy import load_policy
+
+    cartpole = PPO("MlpPolicy", "CartPole-v1", n_steps=64, seed=3, device="cpu")
+    masked_path, masked_env = maskable_policy
+    pendulum = PPO.load(normalized_policy, device="cpu")
+
+    def normalized() -> Any:
+        return VecNormalize.load(
+            str(normalized_policy.with_name("vecnormalize.pkl")),
+            make_vec_env("Pendulum-v1", n_envs=2, seed=7),
+        )
+
+    cases: list[tuple[Any, Any, dict[str, Any]]] = [
+        (
+            lambda: make_vec_env("CartPole-v1", n_envs=3, seed=11),
+            cartpole,
+            {"episodes": 7},
+        ),
+        (normalized, pendulum, {"episodes": 3}),
+        (
+            lambda: make_vec_env(masked_env, n_envs=4, seed=2),
+            load_policy(masked_path),
+            {"episodes": 6, "masked": True},
+        ),
+    ]
+    for venv_of, model, kwargs in cases:
+        lean = _played("lean", venv_of, model, **kwargs)
+        reference = _played("sb3", venv_of, model, **kwargs)
+        assert lean == reference
+        assert len(lean[0][0]) == kwargs["episodes"] and lean[0][3]

@@ -417,6 +417,127 @@ def _acting_only(model: Any) -> Iterator[None]:
             del policy.set_training_mode
 
 
+def _lean_actor(model: Any, deterministic: bool) -> Callable[[Any, Any], Any] | None:
+    """``actions(observations, masks)`` for a batch, computed as
+    ``predict(..., deterministic=True)`` computes them (the policy's own
+    ``_predict`` on the same tensors, the same clipping) but without its
+    per-call wrapping; None where that is not the same thing: sampled
+    actions (DQN's exploration lives in the algorithm's ``predict``) and
+    recurrent policies (their LSTM state)."""
+    import torch
+    from gymnasium import spaces
+    from stable_baselines3.common.base_class import BaseAlgorithm
+
+    if not deterministic:
+        return None
+    normalize: Callable[[Any], Any]
+    if isinstance(model, LoadedPolicy) and not model.recurrent:
+        policy, normalize = model.policy, model.normalize
+    elif isinstance(model, BaseAlgorithm) and not hasattr(model.policy, "lstm_actor"):
+        policy, normalize = model.policy, lambda obs: obs
+    else:
+        return None
+    space = policy.action_space
+    box = isinstance(space, spaces.Box)
+
+    def actions(observations: Any, masks: Any) -> Any:
+        obs, _ = policy.obs_to_tensor(normalize(observations))
+        extra = {} if masks is None else {"action_masks": masks}
+        with torch.no_grad():
+            acted = policy._predict(obs, deterministic=True, **extra)
+        acted = acted.cpu().numpy().reshape((-1, *space.shape))
+        if box:
+            acted = (
+                policy.unscale_action(acted)
+                if policy.squash_output
+                else np.clip(acted, space.low, space.high)
+            )
+        return acted
+
+    return actions
+
+
+def _lean_envs(venv: Any) -> tuple[list[Any], Callable[[Any], Any]] | None:
+    """The Monitor-wrapped envs of a ``DummyVecEnv`` (under at most an
+    evaluation ``VecNormalize``) and the normalization its observations get,
+    for :func:`_play_lean`; None for any other vectorized env, which SB3's
+    ``evaluate_policy`` drives."""
+    from gymnasium import spaces
+    from stable_baselines3.common.env_util import is_wrapped
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    normalize: Callable[[Any], Any] = lambda obs: obs  # noqa: E731
+    inner = venv
+    if type(venv) is VecNormalize and not venv.training and not venv.norm_reward:
+        inner, normalize = venv.venv, venv.normalize_obs
+    if type(inner) is not DummyVecEnv:
+        return None
+    if not isinstance(inner.observation_space, spaces.Box | spaces.Discrete):
+        return None  # dict and tuple observations: SB3's buffers per key
+    if not all(is_wrapped(env, Monitor) for env in inner.envs):
+        return None
+    return inner.envs, normalize
+
+
+def _play_lean(
+    actions: Callable[[Any, Any], Any],
+    venv: Any,
+    envs: list[Any],
+    normalize: Callable[[Any], Any],
+    *,
+    episodes: int,
+    masked: bool,
+    should_stop: Callable[[], bool] | None,
+    on_episode: EpisodeCallback | None,
+) -> Evaluation:
+    """SB3's ``evaluate_policy`` on a ``DummyVecEnv`` of Monitor-wrapped envs,
+    step for step (the same resets, actions, env steps and episodes, each env
+    playing its share and stepped on until the last has), with none of its
+    per-step copying: no deep copy of every info dict, one batched check of
+    ``should_stop`` instead of a callback per env and step."""
+    n = len(envs)
+    targets = np.array([(episodes + i) // n for i in range(n)], dtype=int)
+    counts = np.zeros(n, dtype=int)
+    lengths_so_far = np.zeros(n, dtype=int)
+    rewards_so_far = np.zeros(n)
+    result = Evaluation()
+    space = venv.observation_space
+    raw = np.zeros((n, *space.shape), dtype=space.dtype)
+    observations = venv.reset()
+    while (counts < targets).any():
+        if should_stop is not None and should_stop():
+            result.stopped = True
+            return result
+        masks = np.stack(venv.env_method("action_masks")) if masked else None
+        acted = actions(observations, masks)
+        for i, env in enumerate(envs):
+            obs, reward, terminated, truncated, info = env.step(acted[i])
+            rewards_so_far[i] += reward
+            lengths_so_far[i] += 1
+            if terminated or truncated:
+                if counts[i] < targets[i]:
+                    if "is_success" in info:
+                        result.successes.append(bool(info["is_success"]))
+                    episode = info.get("episode")
+                    if on_episode is not None:
+                        reward_, length = (
+                            (episode["r"], episode["l"])
+                            if episode
+                            else (rewards_so_far[i], lengths_so_far[i])
+                        )
+                        on_episode(int(counts.sum()), float(reward_), int(length))
+                    if episode is not None:  # a life lost is not an episode
+                        result.rewards.append(float(episode["r"]))
+                        result.lengths.append(int(episode["l"]))
+                        counts[i] += 1
+                    rewards_so_far[i] = lengths_so_far[i] = 0
+                obs, _ = env.reset()
+            raw[i] = obs
+        observations = normalize(raw)
+    return result
+
+
 def evaluate(
     model: Any,
     venv: Any,
@@ -428,9 +549,29 @@ def evaluate(
     on_episode: EpisodeCallback | None = None,
 ) -> Evaluation:
     """Play ``episodes`` episodes of ``model`` (an SB3 algorithm or a
-    :class:`LoadedPolicy`) in ``venv`` with SB3's ``evaluate_policy`` (sb3-contrib's
-    for a masked policy on an env with action masks); ``venv`` should be
-    Monitor-wrapped so that rewards are the env's own episode returns."""
+    :class:`LoadedPolicy`) in ``venv`` as SB3's ``evaluate_policy`` does
+    (sb3-contrib's for a masked policy on an env with action masks): by
+    :func:`_play_lean` where the actions are deterministic and ``venv`` a
+    ``DummyVecEnv``, the same episodes at under half the cost per step, else
+    by SB3's own. ``venv`` should be Monitor-wrapped so that rewards are the
+    env's own episode returns."""
+    if masked:
+        from sb3_contrib.common.maskable.utils import is_masking_supported
+
+        masked = is_masking_supported(venv)
+    actor = _lean_actor(model, deterministic)
+    lean = _lean_envs(venv) if actor is not None else None
+    if actor is not None and lean is not None:
+        with _acting_only(model):
+            return _play_lean(
+                actor,
+                venv,
+                *lean,
+                episodes=episodes,
+                masked=masked,
+                should_stop=should_stop,
+                on_episode=on_episode,
+            )
     result = Evaluation()
 
     def on_step(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
@@ -452,10 +593,9 @@ def evaluate(
     extra: dict[str, Any] = {}
     if masked:
         from sb3_contrib.common.maskable import evaluation as maskable
-        from sb3_contrib.common.maskable.utils import is_masking_supported
 
         evaluate_fn = maskable.evaluate_policy
-        extra["use_masking"] = is_masking_supported(venv)
+        extra["use_masking"] = True
     else:
         from stable_baselines3.common import evaluation
 
