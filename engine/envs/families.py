@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import logging
 import os
 from typing import Any
 
 from engine.errors import EngineError, quoted
+
+log = logging.getLogger(__name__)
 
 ATARI = "atari"
 MUJOCO = "mujoco"
@@ -79,6 +83,16 @@ def load_families() -> None:
         # Read by mujoco when it is imported; a value the user set wins.
         os.environ.setdefault("MUJOCO_GL", MUJOCO_GL)
         os.environ.setdefault("PYOPENGL_PLATFORM", MUJOCO_GL)
+    if importlib.util.find_spec("mujoco") is not None:
+        try:
+            import mujoco
+        except Exception:  # check_loads names it for the env asked for
+            pass
+        else:
+            # MuJoCo writes its warnings (Gymnasium's Ant model uses a
+            # deprecated attribute) to MUJOCO_LOG.TXT in the current folder,
+            # a project's or the user's: they go to the log instead.
+            mujoco.set_mju_user_warning(lambda text: log.debug("mujoco: %s", text))
     try:
         import ale_py
         import gymnasium as gym
@@ -129,10 +143,13 @@ def check_loads(env_id: str) -> None:
 
 
 def vec_env_id(env_id: str) -> str:
-    """The id that makes ``env_id`` in any process: an Atari game's with
-    ale-py's module first (``ale_py:PongNoFrameskip-v4``), so a subprocess
-    worker registers the games before making one."""
-    return f"ale_py:{env_id}" if family(env_id) == ATARI else env_id
+    """The id that makes ``env_id`` in any process: a family's prefixed
+    with :mod:`engine.envs.family_envs`, which Gymnasium imports first, so a
+    subprocess worker loads the families (registers the Atari games) before
+    making one."""
+    if family(env_id) is None:
+        return env_id
+    return f"engine.envs.family_envs:{env_id}"
 
 
 def vec_env_class(choice: str, env_id: str, n_envs: int) -> tuple[str, str]:
