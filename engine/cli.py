@@ -66,8 +66,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "record a saved policy playing its env as an MP4 or GIF video",
     ),
     "hub": (
-        "engine.llm.hub_cli",
-        "`hub download REPO_ID`: a model from the Hugging Face Hub, resumable",
+        "engine.rl.hub_cli",
+        "`hub download REPO_ID`: a model from the Hugging Face Hub, resumable; "
+        "`hub push MODEL --repo ORG/NAME`: an SB3 agent to the Hub",
     ),
     "data": (
         "engine.llm.data_cli",

@@ -24,6 +24,7 @@ from engine.llm import (
     train,
 )
 from engine.nodes import executor
+from engine.rl import hub as rl_hub
 from engine.rl import job as rl_train
 from engine.rl import record, tune
 
@@ -39,6 +40,7 @@ __all__ = [
     "ollama_job",
     "record",
     "reward_model",
+    "rl_hub",
     "rl_train",
     "rollouts",
     "selftest",

@@ -24,6 +24,33 @@ As the Hub does, a file whose name ends in an LFS extension (``.safetensors``,
 ETag is that sha256; any other file's ETag (and every ``blobId``) is git's
 blob id, the sha1 of ``blob <size>\\0`` and the bytes.
 
+The upload API, as ``HfApi.create_repo`` and ``HfApi.create_commit`` of
+``huggingface_hub`` 2.4 call it with the LFS protocol (``HF_HUB_DISABLE_XET``
+set: the Hub's Xet storage is not followed here):
+
+* ``POST /api/repos/create`` ``{"name", "organization", "visibility"}``:
+  ``{"url"}``, or 409 (with the ``url``) when the repo exists
+  (``exist_ok`` accepts it);
+* ``POST /api/validate-yaml`` (a README's metadata): ``{"errors": [],
+  "warnings": []}``;
+* ``POST /api/models/{repo}/preupload/{rev}`` ``{"files": [{"path", "sample",
+  "size"}]}``: each file's ``uploadMode`` (``lfs`` for an LFS extension or a
+  sample holding a NUL byte, as the Hub decides, else ``regular``),
+  ``shouldIgnore`` and ``oid`` (the git blob id of the file there now);
+* ``POST /{repo}.git/info/lfs/objects/batch`` (git LFS's batch API): an
+  ``upload`` and a ``verify`` action per object not stored yet;
+  ``PUT /lfs-objects/{oid}`` stores the bytes (refused unless their sha256
+  is ``oid``), ``POST /{repo}.git/info/lfs/objects/verify`` checks them;
+* ``POST /api/models/{repo}/commit/{rev}``, NDJSON: a ``header`` line, then
+  ``file`` (base64), ``lfsFile`` (an uploaded oid) and ``deletedFile``
+  lines; the repo gets a new commit (``commits``) and answers
+  ``{"commitUrl", "commitOid", "pullRequestUrl"}``.
+
+Writes need ``Authorization: Bearer <token>`` (401 without, 403 with another
+token); ``refuse`` maps a route name (``create``, ``preupload``, ``batch``,
+``commit``) to an HTTP status it answers instead. ``pushes`` lists each
+commit's ``(repo, summary, files)``.
+
 A hostile server, for the attack tests: ``etags`` replaces a file's ETag
 header, ``commit`` the commit of the listing and of ``X-Repo-Commit``,
 ``served`` the bytes a GET sends (the listing and HEAD still give the true
@@ -34,6 +61,7 @@ replaces the whole answer of the file list with ``(status, body)``.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -44,7 +72,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-LFS_SUFFIXES = (".safetensors", ".bin", ".gguf")
+LFS_SUFFIXES = (".safetensors", ".bin", ".gguf", ".zip", ".mp4", ".pkl")
 
 
 class FakeHub:
@@ -73,6 +101,14 @@ class FakeHub:
         """(status, body) answered for every file list instead."""
         self.released = threading.Event()
         """Set when the server closes: a stalled GET ends then."""
+        self.commits: dict[str, str] = {}
+        """repo -> its commit after a push (others answer ``commit``)."""
+        self.lfs: dict[str, bytes] = {}
+        """sha256 -> the bytes of an uploaded LFS object."""
+        self.refuse: dict[str, int] = {}
+        """upload route -> the HTTP status it answers instead."""
+        self.pushes: list[tuple[str, str, list[str]]] = []
+        """(repo, commit summary, files added) of each commit."""
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -86,6 +122,12 @@ class FakeHub:
 
             def do_GET(self) -> None:
                 hub._serve(self, head=False)
+
+            def do_POST(self) -> None:
+                hub._upload(self)
+
+            def do_PUT(self) -> None:
+                hub._upload(self)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -140,7 +182,8 @@ class FakeHub:
             repo, rev = api.groups()
             if not self._allowed(h, repo):
                 return
-            if rev not in ("main", self.commit):
+            commit = self.commits.get(repo, self.commit)
+            if rev not in ("main", commit):
                 self._error(h, 404, "RevisionNotFound")
                 return
             files = self.repos[repo]
@@ -148,7 +191,7 @@ class FakeHub:
                 {
                     "id": repo,
                     "modelId": repo,
-                    "sha": self.commit,
+                    "sha": commit,
                     "private": False,
                     "gated": repo in self.gated,
                     "siblings": [_sibling(n, d) for n, d in files.items()],
@@ -182,7 +225,7 @@ class FakeHub:
             start = int(match.group(1))
         h.send_response(206 if start else 200)
         h.send_header("ETag", self.etags.get(name, f'"{_etag(name, data)}"'))
-        h.send_header("X-Repo-Commit", self.commit)
+        h.send_header("X-Repo-Commit", self.commits.get(repo, self.commit))
         h.send_header("Accept-Ranges", "bytes")
         h.send_header("Content-Length", str(len(data) - start))
         if start:
@@ -249,6 +292,154 @@ class FakeHub:
         h.send_header("Content-Length", str(len(body)))
         h.end_headers()
         h.wfile.write(body)
+
+    # ---------------------------------------------------------------- upload
+    def _json(self, h: BaseHTTPRequestHandler, status: int, data: object) -> None:
+        body = json.dumps(data).encode()
+        h.send_response(status)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    def _may_write(self, h: BaseHTTPRequestHandler, route: str) -> bool:
+        """The token may write, and the test does not refuse ``route``."""
+        auth = h.headers.get("Authorization")
+        if auth is None:
+            self._error(h, 401, "Unauthorized")
+            return False
+        if auth != f"Bearer {self.token}":
+            self._error(h, 403, "Forbidden")
+            return False
+        if route in self.refuse:
+            self._error(h, self.refuse[route], "Refused")
+            return False
+        return True
+
+    def _upload(self, h: BaseHTTPRequestHandler) -> None:
+        path = unquote(h.path.split("?")[0])
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        self.requests.append({"method": h.command, "path": path, "range": None})
+        if path == "/api/validate-yaml":
+            self._json(h, 200, {"errors": [], "warnings": []})
+            return
+        if path == "/api/repos/create":
+            if not self._may_write(h, "create"):
+                return
+            asked = json.loads(body)
+            repo = f"{asked['organization']}/{asked['name']}"
+            if repo in self.repos:
+                self._json(
+                    h,
+                    409,
+                    {
+                        "error": "You already created this model repo",
+                        "url": f"{self.url}/{repo}",
+                    },
+                )
+                return
+            self.repos[repo] = {}
+            self._json(h, 200, {"url": f"{self.url}/{repo}", "name": repo})
+            return
+        pre = re.fullmatch(r"/api/models/(.+?/[^/]+)/preupload/([^/]+)", path)
+        if pre:
+            repo = pre.group(1)
+            if not self._may_write(h, "preupload"):
+                return
+            if repo not in self.repos:
+                self._error(h, 404, "RepoNotFound")
+                return
+            files = self.repos[repo]
+            answer = []
+            for f in json.loads(body)["files"]:
+                sample = base64.b64decode(f["sample"])
+                lfs = f["path"].endswith(LFS_SUFFIXES) or b"\0" in sample
+                there = files.get(f["path"])
+                answer.append(
+                    {
+                        "path": f["path"],
+                        "uploadMode": "lfs" if lfs else "regular",
+                        "shouldIgnore": False,
+                        "oid": None if there is None else git_blob_id(there),
+                    }
+                )
+            self._json(h, 200, {"files": answer, "commitOid": self.commit})
+            return
+        batch = re.fullmatch(r"/(.+?/[^/]+)\.git/info/lfs/objects/batch", path)
+        if batch:
+            repo = batch.group(1)
+            if not self._may_write(h, "batch"):
+                return
+            objects = []
+            for o in json.loads(body)["objects"]:
+                row: dict[str, Any] = {"oid": o["oid"], "size": o["size"]}
+                if o["oid"] not in self.lfs:
+                    row["actions"] = {
+                        "upload": {"href": f"{self.url}/lfs-objects/{o['oid']}"},
+                        "verify": {
+                            "href": f"{self.url}/{repo}.git/info/lfs/objects/verify"
+                        },
+                    }
+                objects.append(row)
+            self._json(h, 200, {"transfer": "basic", "objects": objects})
+            return
+        put = re.fullmatch(r"/lfs-objects/([0-9a-f]{64})", path)
+        if put and h.command == "PUT":
+            if hashlib.sha256(body).hexdigest() != put.group(1):
+                self._error(h, 400, "BadDigest")
+                return
+            self.lfs[put.group(1)] = body
+            self._json(h, 200, {})
+            return
+        if path.endswith(".git/info/lfs/objects/verify"):
+            asked = json.loads(body)
+            stored = self.lfs.get(asked["oid"])
+            ok = stored is not None and len(stored) == asked["size"]
+            self._json(h, 200 if ok else 404, {})
+            return
+        commit = re.fullmatch(r"/api/models/(.+?/[^/]+)/commit/([^/]+)", path)
+        if commit:
+            self._commit(h, commit.group(1), body)
+            return
+        self._error(h, 404, "EntryNotFound")
+
+    def _commit(self, h: BaseHTTPRequestHandler, repo: str, body: bytes) -> None:
+        if not self._may_write(h, "commit"):
+            return
+        if repo not in self.repos:
+            self._error(h, 404, "RepoNotFound")
+            return
+        files = dict(self.repos[repo])
+        summary, added = "", []
+        for line in body.splitlines():
+            item = json.loads(line)
+            value = item["value"]
+            if item["key"] == "header":
+                summary = value["summary"]
+            elif item["key"] == "file":
+                files[value["path"]] = base64.b64decode(value["content"])
+                added.append(value["path"])
+            elif item["key"] == "lfsFile":
+                if value["oid"] not in self.lfs:
+                    self._error(h, 422, "LfsObjectMissing")
+                    return
+                files[value["path"]] = self.lfs[value["oid"]]
+                added.append(value["path"])
+            elif item["key"] == "deletedFile":
+                files.pop(value["path"], None)
+        self.repos[repo] = files  # the whole commit, or nothing
+        sha = hashlib.sha1(body + repo.encode()).hexdigest()
+        self.commits[repo] = sha
+        self.pushes.append((repo, summary, added))
+        self._json(
+            h,
+            200,
+            {
+                "commitUrl": f"{self.url}/{repo}/commit/{sha}",
+                "commitOid": sha,
+                "pullRequestUrl": None,
+            },
+        )
 
     def ranges(self, name: str) -> list[str | None]:
         """The Range headers of the GETs of ``name``."""

@@ -20,12 +20,20 @@ if TYPE_CHECKING:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     subs = parser.add_subparsers(dest="hub_command", metavar="ACTION", required=True)
-    down = subs.add_parser(
-        "download",
-        help="download a model repository into the Hugging Face cache",
-        description="Download a model repository into the Hugging Face cache "
-        "($HF_HOME), from $HF_ENDPOINT (default huggingface.co), with $HF_TOKEN.",
+    configure_download(
+        subs.add_parser(
+            "download",
+            help="download a model repository into the Hugging Face cache",
+            description="Download a model repository into the Hugging Face cache "
+            "($HF_HOME), from $HF_ENDPOINT (default huggingface.co), with "
+            "$HF_TOKEN.",
+        )
     )
+
+
+def configure_download(down: argparse.ArgumentParser) -> None:
+    """The arguments of ``hub download`` (``engine.rl.hub_cli`` adds the
+    agent's)."""
     down.add_argument("repo_id", metavar="REPO_ID", help="org/name")
     down.add_argument("--revision", default="main", help="branch, tag or commit")
     down.add_argument(
@@ -63,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
     if args.project is None:
         result = _direct(config, bar)
     else:
-        result = _in_project(args.project, config, bar)
+        result = in_project(
+            args.project, hub.KIND, config, f"Download {config.repo_id}", bar
+        )
     print(json.dumps(result, indent=2))
     return 0
 
@@ -95,10 +105,14 @@ def _direct(config: HubDownloadConfig, bar: Any) -> dict[str, Any]:
         signal.signal(signal.SIGINT, previous)
 
 
-def _in_project(folder: Path, config: HubDownloadConfig, bar: Any) -> dict[str, Any]:
+def in_project(
+    folder: Path, kind: str, config: Any, name: str, bar: Any
+) -> dict[str, Any]:
+    """Run the job ``kind`` on the validated ``config`` as a run of the
+    project ``folder`` (created if missing) in this process, its progress on
+    ``bar``; its summary, or its error raised."""
     from engine.jobs.lifecycle import HeadlessContext, run_in_process
     from engine.jobs.registry import get_kind
-    from engine.llm import hub
     from engine.settings import as_dict
     from engine.store.project import Project
 
@@ -110,18 +124,16 @@ def _in_project(folder: Path, config: HubDownloadConfig, bar: Any) -> dict[str, 
     project = Project.open(folder, create=True)
     try:
         recorded = as_dict(config)
-        record = project.create_run(
-            hub.KIND, recorded, name=f"Download {config.repo_id}"
-        )
+        record = project.create_run(kind, recorded, name=name)
         ctx = BarContext(
             record.id,
             Path(record.run_dir),
-            hub.KIND,
+            kind,
             recorded,
             events=None,
             project=project,
         )
-        outcome = run_in_process(project, record.id, ctx, get_kind(hub.KIND).entry)
+        outcome = run_in_process(project, record.id, ctx, get_kind(kind).entry)
         if outcome.error is not None:
             raise outcome.error
         return dict(outcome.summary or {})
