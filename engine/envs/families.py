@@ -85,7 +85,8 @@ def load_families() -> None:
         os.environ.setdefault("PYOPENGL_PLATFORM", MUJOCO_GL)
     if importlib.util.find_spec("mujoco") is not None:
         try:
-            import mujoco
+            # Untyped (no stubs): imported by name.
+            mujoco = importlib.import_module("mujoco")
         except Exception:  # check_loads names it for the env asked for
             pass
         else:
