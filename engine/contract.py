@@ -114,6 +114,9 @@ FRAMES_FILE = "frames.npz"
 FRAME_BUDGET_BYTES = 256 * 2**20
 """Raw frames a preview or play job holds in memory at most (they are stacked
 to save); frames past it are not drawn."""
+VIDEOS_FOLDER = "videos"
+"""A training run's videos of its policy, one per evaluation
+(``eval-<step>.mp4``) when the run asks for them (``eval_video_episodes``)."""
 FLOW_STATE_FILE = "flow_state.json"
 """A flow run's per-node states and outputs."""
 STOP_REQUEST_FILE = "stop.request"

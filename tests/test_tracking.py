@@ -362,6 +362,18 @@ def test_an_sb3_run_is_in_mlflow_and_a_resumed_run_continues_it(
     assert not mlflow.search_model_versions(f"run_id='{first}'")
 
 
+def test_a_runs_evaluation_videos_are_its_artifacts(
+    mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = {**TINY_PPO, "total_steps": 256, "eval_video_episodes": 1}
+    _, run_dir, outcome = train(tmp_path / "proj", config, mlflow_uri, monkeypatch)
+    assert outcome.status == "completed"
+    videos = sorted(p.name for p in (run_dir / contract.VIDEOS_FOLDER).iterdir())
+    assert videos and all(v.endswith(".mp4") for v in videos)
+    logged = client(mlflow_uri).list_artifacts(mlflow_run_id(run_dir), "videos")
+    assert sorted(Path(a.path).name for a in logged) == videos
+
+
 def test_a_run_resumed_after_a_crash_sends_no_step_twice(
     mlflow_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

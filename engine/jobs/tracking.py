@@ -72,6 +72,9 @@ RUN_ARTIFACTS = (
     "report.png",
 )
 """The run folder's records logged as artifacts, where the run has them."""
+RUN_ARTIFACT_FOLDERS = (contract.VIDEOS_FOLDER,)
+"""Run-folder folders whose files are logged as artifacts under their name
+(a training run's evaluation videos)."""
 STATUSES = {
     "completed": "FINISHED",
     "failed": "FAILED",
@@ -487,6 +490,11 @@ class Tracker:
             path = self.run_dir / name
             if path.is_file():
                 self._call(client.log_artifact, run_id, path, "")
+        for folder in RUN_ARTIFACT_FOLDERS:
+            where = self.run_dir / folder
+            for path in sorted(where.glob("*")) if where.is_dir() else []:
+                if path.is_file() and not path.name.startswith("."):
+                    self._call(client.log_artifact, run_id, path, folder)
         for i, model in enumerate(op["models"]):
             path = Path(str(model.get("file") or ""))
             if not path.exists() or _size(path) > MODEL_ARTIFACT_MAX_BYTES:

@@ -633,6 +633,12 @@ class TrainConfig:
     """Episodes per evaluation."""
     eval_deterministic: bool = setting(True, form=False)
     """Evaluate with the greedy (deterministic) policy."""
+    eval_video_episodes: int = setting(
+        0, min=0, max=100, unit="episodes", group="Run", label="Video per evaluation"
+    )
+    """Episodes recorded as a video after each evaluation, at most 1,000
+    frames (0: no videos); kept as ``videos/eval-<step>.mp4`` in the run
+    folder, shown in TensorBoard and logged to MLflow."""
     checkpoint_every_steps: int = setting(
         50_000, min=0, max=STEPS_MAX, unit="steps", group="Run"
     )

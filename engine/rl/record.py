@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -162,9 +162,11 @@ def record_video(
     progress: Progress = lambda done, total, message: None,
     should_stop: Callable[[], bool] = lambda: False,
     log: Callable[[str], None] = lambda text: None,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> Recording | None:
-    """Play the validated ``cfg``'s policy in its env and write the frames to
-    ``out`` (``.mp4`` or ``.gif``); None when ``should_stop`` ended it first
+    """Play the validated ``cfg``'s policy in its env (made with
+    ``env_kwargs``, a training run's) and write the frames to ``out``
+    (``.mp4`` or ``.gif``); None when ``should_stop`` ended it first
     (nothing is left at ``out`` then)."""
     from engine.envs.render import make_for_frames
     from engine.rl.policy import load_policy
@@ -175,7 +177,7 @@ def record_video(
     policy = load_policy(Path(cfg.model).expanduser(), project_dir=project_dir)
     if policy.notice:
         log(policy.notice)
-    made = make_for_frames(cfg.env)
+    made = make_for_frames(cfg.env, **dict(env_kwargs or {}))
     env = made.env
     try:
         if made.note:

@@ -75,6 +75,7 @@ from engine.rl.config import (
     preset_provenance,
 )
 from engine.rl.env_info import register_designed_envs
+from engine.rl.eval_video import EvalVideos
 from engine.rl.policy import (
     EVAL_SEED_OFFSET,
     VECNORMALIZE_FILE,
@@ -469,6 +470,20 @@ class Trainer:
         self._last_progress = 0.0
         self.curriculum: Any = None
         """The CurriculumCallback of a run with a curriculum."""
+        self.videos: EvalVideos | None = None
+        """Records a video after each evaluation (``eval_video_episodes``)."""
+        if cfg.eval_video_episodes > 0:
+            self.videos = EvalVideos(
+                self.run_dir,
+                env=cfg.env,
+                env_kwargs=dict(cfg.env_kwargs),
+                episodes=cfg.eval_video_episodes,
+                seed=cfg.seed,
+                project_dir=Path(cfg.project_dir) if cfg.project_dir else None,
+                tensorboard_dir=self.tb_dir,
+                log=ctx.log,
+                should_stop=lambda: ctx.should_stop,
+            )
         self._curriculum_state: dict[str, Any] | None = None
 
     # ------------------------------------------------------------- build
@@ -766,6 +781,8 @@ class Trainer:
         for key, value in metrics.items():
             self.logger.record(key, value)
         self.logger.dump(step)
+        if self.videos is not None:
+            self.videos.record(model, self.venv if cfg.vec_normalize else None, step)
         self.last_eval_reward = mean
         self.last_eval_step = step
         if not final_stage:
