@@ -491,8 +491,8 @@ class Tracker:
             if path.is_file():
                 self._call(client.log_artifact, run_id, path, "")
         for folder in RUN_ARTIFACT_FOLDERS:
-            where = self.run_dir / folder
-            for path in sorted(where.glob("*")) if where.is_dir() else []:
+            kept = self.run_dir / folder
+            for path in sorted(kept.glob("*")) if kept.is_dir() else []:
                 if path.is_file() and not path.name.startswith("."):
                     self._call(client.log_artifact, run_id, path, folder)
         for i, model in enumerate(op["models"]):
