@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml
 	# torch first, from an overridable spec, so nothing else pulls a CUDA build
 	$(BIN)/python -m pip install "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -e ".[dev]"
+	# RL Zoo's hyperparameter files, read as data (engine/rl/zoo_presets.py),
+	# never imported: without its dependencies, whose moviepy would downgrade
+	# Pillow.
+	$(BIN)/python -m pip install --no-deps "rl-zoo3==2.9.2"
 	touch $(STAMP)
 
 studio: $(STAMP)

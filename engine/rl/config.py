@@ -44,6 +44,7 @@ from engine.rl.compiled.support import ALGOS, AUTO_JAX_MIN_STEPS, BACKENDS
 from engine.rl.env_info import EnvInfo, inspect_env, register_designed_envs
 from engine.rl.hardware_profiles import DEFAULT_PROFILE
 from engine.rl.presets import builtin_presets
+from engine.rl.zoo_presets import zoo_preset
 from engine.settings import (
     STEPS_MAX,
     Search,
@@ -736,12 +737,18 @@ _RUN_ONLY = ("env", "algo", "seed", "project_dir", "preset", "name", "notes")
 
 
 def _builtin(env_id: str, algo: str) -> dict[str, Any]:
+    """The bundled preset of ``algo`` on ``env_id``, else RL Zoo's (read
+    from its installed files, :mod:`engine.rl.zoo_presets`), else {}."""
     by_algo = builtin_presets().get(env_id, {})
     if algo in by_algo:
         return by_algo[algo]
     if algo == "MaskablePPO" and "PPO" in by_algo:
         return by_algo["PPO"]
-    return {}
+    like = "PPO" if algo == "MaskablePPO" else algo
+    known = (
+        {*TRAIN_FIELDS, *fields_of(ALGO_CONFIGS[algo])} if algo in ALGO_CONFIGS else ()
+    )
+    return zoo_preset(env_id, like, known) or {}
 
 
 def preset_for(env_id: str, algo: str) -> dict[str, Any]:
@@ -1336,7 +1343,6 @@ def jax_problem(cfg: TrainConfig) -> tuple[str, str] | None:
         "hyperparameters.target_kl": (hp.target_kl is not None, hp.target_kl),
         "vec_normalize": (cfg.vec_normalize, cfg.vec_normalize),
         "learned_reward": (bool(cfg.learned_reward), cfg.learned_reward),
-        "curriculum": (cfg.curriculum is not None, cfg.curriculum),
         "policy": (cfg.policy != "MlpPolicy", cfg.policy),
     }
     for name, (used, value) in refused.items():

@@ -68,6 +68,10 @@ def unknown_env_message(env_id: str, known: list[str]) -> str:
     return f"Unknown environment {quoted(env_id)}{hint}"
 
 
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0].rstrip(".")
+
+
 def inspect_env(env_id: str, env_kwargs: dict[str, Any]) -> EnvInfo:
     """Build the environment once to learn its spaces; ConfigError on failure."""
     import gymnasium as gym
@@ -92,6 +96,12 @@ def inspect_env(env_id: str, env_kwargs: dict[str, Any]) -> EnvInfo:
             "env",
             f"Environment {quoted(env_id)} needs a package that is not "
             f"installed: {first}",
+        ) from exc
+    except (ImportError, OSError) as exc:  # a simulator's module or library
+        raise ConfigError(
+            "env",
+            f"Environment {quoted(env_id)} cannot be made: its simulator failed "
+            f"to load ({type(exc).__name__}: {_first_line(exc)}).",
         ) from exc
     except TypeError as exc:
         raise ConfigError(
