@@ -51,22 +51,35 @@ def _physics(env: Any) -> Any:
     )
 
 
-def _twin(env_id: str) -> CompiledEnv:
-    twin = compiled_env(env_id)
+def _twin(env_id: str, difficulty: dict[str, Any] | None = None) -> CompiledEnv:
+    twin = compiled_env(env_id, difficulty=difficulty)
     assert twin is not None and twin.action_mask is not None
     return twin
 
 
-def _step_alike(env_id: str, seed: int, steps: int, jit: bool = True) -> int:
-    """Drive the numpy env with random tools and compare the twin's step from
-    the same state; returns the stochastic steps seen (compared in law by
-    :func:`_draws_alike`, not step by step)."""
-    twin = _twin(env_id)
+def _env(env_id: str, difficulty: dict[str, Any] | None) -> Any:
+    env = gym.make(env_id)
+    env.unwrapped.set_difficulty(difficulty)
+    return env
+
+
+def _step_alike(
+    env_id: str,
+    seed: int,
+    steps: int,
+    jit: bool = True,
+    difficulty: dict[str, Any] | None = None,
+) -> int:
+    """Drive the numpy env (at ``difficulty``, a curriculum stage) with random
+    tools and compare the twin's step from the same state; returns the
+    stochastic steps seen (compared in law by :func:`_draws_alike`, not step
+    by step)."""
+    twin = _twin(env_id, difficulty)
     step, observe, mask = twin.step, twin.observe, twin.action_mask
     assert mask is not None
     if jit:
         step, observe, mask = jax.jit(step), jax.jit(observe), jax.jit(mask)
-    env = gym.make(env_id)
+    env = _env(env_id, difficulty)
     u = env.unwrapped
     obs, _ = env.reset(seed=seed)
     rng = np.random.default_rng(seed)
@@ -92,12 +105,14 @@ def _step_alike(env_id: str, seed: int, steps: int, jit: bool = True) -> int:
     return stochastic
 
 
-def _draws_alike(env_id: str, draws: int = 2000) -> int:
+def _draws_alike(
+    env_id: str, draws: int = 2000, difficulty: dict[str, Any] | None = None
+) -> int:
     """From every (status, tool) with several outcomes, ``draws`` steps of the
     twin and of the numpy env reach the next statuses alike (chi-square);
     returns the pairs compared."""
-    twin = _twin(env_id)
-    env = gym.make(env_id)
+    twin = _twin(env_id, difficulty)
+    env = _env(env_id, difficulty)
     env.reset(seed=0)
     u, m = env.unwrapped, env.unwrapped.model
     pairs = 0

@@ -59,8 +59,9 @@ def curriculum_callback_class() -> type:
                 for env in self.envs:
                     env.env_method("set_difficulty", self.schedule.difficulty)
 
-            def on_eval(self, successes: list[bool]) -> dict[str, float]:
-                """Feed an evaluation's successes; the metrics to log with it."""
+            def on_eval(self, successes: list[bool], step: int) -> dict[str, float]:
+                """Feed the successes of the evaluation at ``step``; the metrics
+                to log with it."""
                 before = self.schedule.stage
                 new = self.schedule.record(successes)
                 rate = self.schedule.last_rate
@@ -69,8 +70,7 @@ def curriculum_callback_class() -> type:
                     way = "advanced" if new > before else "went back"
                     self.log(
                         f"curriculum {way} to stage {new} of "
-                        f"{len(self.schedule.stages) - 1} at step "
-                        f"{self.num_timesteps}"
+                        f"{len(self.schedule.stages) - 1} at step {step}"
                     )
                 out = {STAGE_METRIC: float(self.schedule.stage)}
                 if rate is not None:

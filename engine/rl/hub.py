@@ -375,7 +375,7 @@ def model_card(
         data.to_yaml(),
         "---",
         "",
-        f"# **{algo}** agent playing **{env}**",
+        f"# {algo} agent playing {env}",
         "",
         f"A trained **{algo}** agent playing **{env}**, trained with RL Studio "
         "and the [stable-baselines3 library]"

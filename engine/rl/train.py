@@ -776,7 +776,7 @@ class Trainer:
         # best model and the stop conditions look at the last stage only.
         final_stage = self.curriculum is None or self.curriculum.schedule.last
         if self.curriculum is not None:
-            metrics.update(self.curriculum.on_eval([bool(s) for s in successes]))
+            metrics.update(self.curriculum.on_eval([bool(s) for s in successes], step))
         # Through the run's logger, so TensorBoard and metrics.jsonl both get it.
         for key, value in metrics.items():
             self.logger.record(key, value)

@@ -21,6 +21,8 @@ PURPOSE_TITLES = {
     "export.gguf": "GGUF export",
     "deploy": "Ollama deployment",
     "hub.download": "Download from the Hub",
+    "hub.push": "Push to the Hub",
+    "hub.agent": "Agent download",
     "llm.import": "Dataset import",
     "retrain": "Reward model retraining",
 }

@@ -20,7 +20,9 @@ from studio.model_manager.dialogs import (
     PipelineView,
     deploy_dialog,
     export_gguf_dialog,
+    hub_agent_dialog,
     hub_download_dialog,
+    hub_push_dialog,
     import_dataset_dialog,
     one_click_dialog,
     record_dialog,
@@ -46,6 +48,7 @@ def enabled_actions(m: dict[str, Any] | None) -> dict[str, bool]:
         "evaluate": policy,
         "play": policy,
         "record": policy,
+        "push": policy and bool((m or {}).get("algo")),
         "chat": kind in ("ollama", *HF_KINDS)
         and server_status(m or {}) != NOT_ON_SERVER,
         "gguf": kind in HF_KINDS,
@@ -96,6 +99,13 @@ class ModelActions(QWidget):
             "$HF_TOKEN) into the Hugging Face cache, to use as a base model"
         )
         self.hub_button.clicked.connect(lambda: self.download_from_hub())
+        self.agent_button = QPushButton("Download agent…")
+        """Download an SB3 agent from the Hub into the project (header)."""
+        self.agent_button.setToolTip(
+            "Download a stable-baselines3 agent in the huggingface_sb3 layout "
+            "(RL Zoo's, or one pushed from here) as a model of the project"
+        )
+        self.agent_button.clicked.connect(lambda: self.download_agent())
         self.import_button = QPushButton("Import dataset…")
         """Import a dataset (in the header, beside Download from the Hub)."""
         self.import_button.setToolTip(
@@ -116,6 +126,13 @@ class ModelActions(QWidget):
                 "Play the policy and save its frames as an MP4 or GIF",
                 self.record_video,
             ),
+            (
+                "push",
+                "Push to the Hub…",
+                "Evaluate, record and upload the policy with a model card "
+                "(the huggingface_sb3 layout)",
+                self.push_to_hub,
+            ),
             ("chat", "Chat…", "Talk to the model", self.chat),
             ("gguf", "Export GGUF…", "Convert to GGUF", self.export_gguf),
             ("onnx", "Export ONNX", "Export the SB3 policy to ONNX", self.export_onnx),
@@ -134,7 +151,7 @@ class ModelActions(QWidget):
             button.clicked.connect(lambda *_, s=slot: s())
             self.buttons[key] = button
             row.addWidget(button)
-            if key in ("record", "chat", "one_click"):
+            if key in ("push", "chat", "one_click"):
                 row.addSpacing(10)
         self.buttons["one_click"].setStyleSheet("font-weight: bold;")
         controller.failed.connect(self._on_controller_failed)
@@ -195,6 +212,20 @@ class ModelActions(QWidget):
             return None
         dialog = record_dialog(self._session, model, parent=self)
         self._adopt(dialog, "record", model)
+        return dialog
+
+    def push_to_hub(self) -> RunFormDialog | None:
+        model = self._selected()
+        if model is None:
+            return None
+        dialog = hub_push_dialog(self._session, model, parent=self)
+        self._adopt(dialog, "hub.push", model)
+        return dialog
+
+    def download_agent(self) -> RunFormDialog:
+        """Open Download agent (an SB3 agent into the project)."""
+        dialog = hub_agent_dialog(self._session, self)
+        self._adopt(dialog, "hub.agent", {"id": ""})
         return dialog
 
     def export_onnx(self) -> None:

@@ -367,6 +367,15 @@ class ModelsController(QObject):
         return {"model": str(model["path"]), "env": str(model.get("env", ""))}
 
     @staticmethod
+    def hub_push_source(model: dict[str, Any]) -> dict[str, Any]:
+        """``rl.hub_push``: the policy file, its env and algorithm."""
+        return {
+            "model": str(model["path"]),
+            "env": str(model.get("env", "")) or None,
+            "algo": str(model.get("algo", "")) or None,
+        }
+
+    @staticmethod
     def deploy_source(model: dict[str, Any]) -> dict[str, Any]:
         """``deploy.ollama``: the GGUF file, and its lineage."""
         return {"gguf": str(model["path"]), "parents": [str(model["id"])]}

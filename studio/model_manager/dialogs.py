@@ -42,6 +42,8 @@ from studio.run_form import RESHAPE_DELAY_MS, RunFormDialog
 from studio.session import Session
 
 HUB_DOWNLOAD_KIND = "hub.download"
+HUB_PUSH_KIND = "rl.hub_push"
+HUB_AGENT_KIND = "rl.hub_download"
 IMPORT_KIND = "llm.import"
 
 
@@ -195,6 +197,46 @@ def record_dialog(
         run_name=f"Record {name}",
         parent=parent,
     )
+
+
+def hub_push_dialog(
+    session: Session, model: dict[str, Any], parent: QWidget | None = None
+) -> RunFormDialog:
+    """Push to the Hub: the engine's ``rl.hub_push`` form for this policy
+    (evaluated, recorded and uploaded with its model card)."""
+    name = str(model.get("name", ""))
+    return RunFormDialog(
+        session,
+        HUB_PUSH_KIND,
+        title=f"Push {name} to the Hugging Face Hub",
+        ok_text="Push",
+        fixed=ModelsController.hub_push_source(model),
+        run_name=f"Push {name}",
+        parent=parent,
+    )
+
+
+def hub_agent_dialog(session: Session, parent: QWidget | None = None) -> RunFormDialog:
+    """Download agent: the engine's ``rl.hub_download`` form; the agent
+    becomes a model of the project."""
+    dialog = RunFormDialog(
+        session,
+        HUB_AGENT_KIND,
+        title="Download an agent from the Hugging Face Hub",
+        ok_text="Download",
+        run_name="Download {repo_id}",
+        parent=parent,
+    )
+    dialog.body.insertWidget(
+        1,
+        QLabel(
+            "<span style='color:gray'>A stable-baselines3 agent in the "
+            "huggingface_sb3 layout (&lt;algo&gt;-&lt;env&gt;.zip and a model "
+            "card), from $HF_ENDPOINT with $HF_TOKEN when they are set.</span>",
+            wordWrap=True,
+        ),
+    )
+    return dialog
 
 
 def deploy_dialog(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QMovie
-from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from engine import contract
 from widgets.frame_viewer import FrameViewer
@@ -94,9 +94,15 @@ class RunResultsPane(QWidget):
         self.video = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
         """A recorded GIF, playing (hidden otherwise)."""
         self.video.hide()
+        self.card = QTextBrowser()
+        """A pushed agent's model card, rendered from its Markdown."""
+        self.card.setOpenExternalLinks(False)
+        self.card.setOpenLinks(False)
+        self.card.hide()
         layout = QVBoxLayout(self)
         layout.addWidget(self.result_label)
         layout.addWidget(self.video, 1)
+        layout.addWidget(self.card, 1)
         layout.addWidget(play_split, 1)
         self._play_split = play_split
 
@@ -140,6 +146,32 @@ class RunResultsPane(QWidget):
             self.video.show()
             movie.start()
 
+    def show_card(self, summary: dict[str, Any]) -> None:
+        """A push's summary (``rl.hub_push``): where it went and the model
+        card it uploaded, rendered (its YAML metadata shown as a block)."""
+        self._stop_video()
+        folder = Path(str(summary.get("folder") or ""))
+        readme = folder / "README.md"
+        url = str(summary.get("url") or "")
+        self.result_label.setText(
+            f"<b>Pushed</b> {html.escape(str(summary.get('repo_id', '')))} at "
+            f"{html.escape(str(summary.get('commit', ''))[:12])}: mean reward "
+            f"<b>{float(summary.get('mean_reward') or 0):.2f}</b> ± "
+            f"{float(summary.get('std_reward') or 0):.2f} over "
+            f"{summary.get('n_eval_episodes', 0)} episodes"
+            + (f"<br><a href='{html.escape(url)}'>Open on the Hub</a>" if url else "")
+        )
+        if not readme.is_file():
+            return
+        text = readme.read_text(encoding="utf-8")
+        if text.startswith("---\n"):
+            # Markdown has no front matter: the metadata shows as code, last.
+            meta, _, body = text[4:].partition("\n---\n")
+            text = f"{body}\n\n## Metadata\n\n```yaml\n{meta}\n```\n"
+        self.card.setMarkdown(text)
+        self._play_split.hide()
+        self.card.show()
+
     def _stop_video(self) -> None:
         movie = self.video.movie()
         if movie is not None:
@@ -147,6 +179,7 @@ class RunResultsPane(QWidget):
             self.video.setMovie(None)  # type: ignore[arg-type]
             movie.deleteLater()
         self.video.hide()
+        self.card.hide()
         self._play_split.show()
 
     def _on_result_label_link_activated(self, link: str) -> None:

@@ -82,6 +82,7 @@ class ModelsWorkspace(QWidget):
         header.addStretch(1)
         header.addWidget(self.server)
         header.addWidget(self.action_bar.hub_button)
+        header.addWidget(self.action_bar.agent_button)
         header.addWidget(self.action_bar.import_button)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
@@ -143,14 +144,14 @@ class ModelsWorkspace(QWidget):
 
     # ------------------------------------------------------ action runs
     def _on_action_started(self, run_id: str, purpose: str) -> None:
-        if purpose in ("evaluate", "play", "record"):
+        if purpose in ("evaluate", "play", "record", "hub.push"):
             self.tabs.setCurrentWidget(self.results)
             self.results.show_running(purpose_title(purpose), purpose == "play")
 
     def _on_action_ended(
         self, run_id: str, purpose: str, status: str, reason: str
     ) -> None:
-        if purpose in ("hub.download", "llm.import"):
+        if purpose in ("hub.download", "hub.agent", "llm.import"):
             return  # the run line says how it ended
         if status != "completed":
             self.results.show_failed(purpose_title(purpose), status, reason)
@@ -162,6 +163,8 @@ class ModelsWorkspace(QWidget):
             self.results.show_play(self.controller.read_preview(run_id))
         elif purpose == "record":
             self.results.show_video(self.controller.run_summary(run_id))
+        elif purpose == "hub.push":
+            self.results.show_card(self.controller.run_summary(run_id))
         elif purpose == "deploy":
             self.server.refresh()
 

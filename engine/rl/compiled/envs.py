@@ -506,15 +506,19 @@ assert tuple(TWINS) == TWIN_IDS
 
 
 def compiled_env(
-    env_id: str, env_kwargs: dict[str, Any] | None = None
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    difficulty: dict[str, Any] | None = None,
 ) -> CompiledEnv | None:
     """The compiled twin of ``env_id`` made with ``env_kwargs``, or None
     where there is none (twins take no keyword arguments; a designed grid
-    must be registered, as validation does)."""
+    must be registered, as validation does). A designed env's twin is of
+    the env at ``difficulty`` (a curriculum stage's settings, applied by the
+    env's own ``set_difficulty``: one spec, one reading of it)."""
     if env_kwargs:
         return None
     if env_id in TWINS:
-        return TWINS[env_id]()
+        return None if difficulty is not None else TWINS[env_id]()
     kind = designed_kind(env_id)
     if kind not in ("grid", "workflow"):
         return None
@@ -523,6 +527,8 @@ def compiled_env(
     env = gym.make(env_id)
     try:
         designed: Any = env.unwrapped
+        if difficulty is not None:
+            designed.set_difficulty(difficulty)
         if kind == "workflow":
             return workflow_twin(env_id, designed.model)
         return grid_twin(env_id, designed)

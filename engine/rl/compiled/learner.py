@@ -172,7 +172,8 @@ def _learn_on(trainer: Any, device: Any) -> None:
 
     ctx = trainer.ctx
     cfg: TrainConfig = trainer.cfg
-    env = compiled_env(cfg.env, cfg.env_kwargs)
+    stages = _Stages(trainer) if cfg.curriculum is not None else None
+    env = stages.twin() if stages is not None else compiled_env(cfg.env, cfg.env_kwargs)
     if env is None:  # validation let it through: a bug, said plainly
         raise EngineError(f"{cfg.env} has no compiled twin; use backend sb3.")
     s, h = settings_of(cfg)
@@ -189,6 +190,10 @@ def _learn_on(trainer: Any, device: Any) -> None:
     on = f"jax backend on {device.platform} ({device.device_kind}): PPO and {cfg.env}"
 
     sweep = batch.ACTIVE
+    if sweep is not None and stages is not None:
+        # The trials of one program play one env; a curriculum moves its own.
+        ctx.log(f"{on}: a curriculum run trains alone, not with the sweep's trials")
+        sweep = None
     member = sweep.join(env, s, max_updates) if sweep is not None else None
     if sweep is not None and member is not None:
         ctx.log(
@@ -204,39 +209,83 @@ def _learn_on(trainer: Any, device: Any) -> None:
             sweep.leave(member)
         return
 
-    chunk_key = ("chunk", env, s, max_updates)
-    reused = chunk_key in _PROGRAMS
-    cached_before = len(list(cache.iterdir()))
-    t0 = time.perf_counter()
-    chunk = _PROGRAMS.get(chunk_key) or compile_unless_stopped(
-        lambda: (
-            ppo.make_chunk(env, s, max_updates)
-            .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
-            .compile()
-        ),
-        ctx,
-    )
-    if chunk is None:
+    def program(env: Any, state: Any) -> Callable[[Any, int, int], Any] | None:
+        """The chunk program for ``env``, compiled, loaded from the cache or
+        reused; None when Stop came first."""
+        chunk_key = ("chunk", env, s, max_updates)
+        reused = chunk_key in _PROGRAMS
+        cached_before = len(list(cache.iterdir()))
+        t0 = time.perf_counter()
+        chunk = _PROGRAMS.get(chunk_key) or compile_unless_stopped(
+            lambda: (
+                ppo.make_chunk(env, s, max_updates)
+                .lower(state, jnp.int32(max_updates), jnp.float32(0), h)
+                .compile()
+            ),
+            ctx,
+        )
+        if chunk is None:
+            return None
+        _PROGRAMS[chunk_key] = chunk
+        added = len(list(cache.iterdir())) - cached_before
+        if reused:
+            where = "already compiled in this process"
+        elif added > 0:
+            where = f"stored in the compilation cache ({cache})"
+        else:
+            where = f"loaded from the compilation cache ({cache})"
+        stage = "" if stages is None else f" (curriculum stage {stages.stage})"
+        ctx.log(
+            f"{on}{stage} compiled as one program of up to {max_updates} updates "
+            f"in {time.perf_counter() - t0:.1f} s, {where}"
+        )
+        return lambda st, n, before: chunk(st, jnp.int32(n), jnp.float32(before), h)
+
+    run_chunk = program(env, state)
+    if run_chunk is None:
         trainer.stopped_by = ctx.stop_reason
         ctx.log("stopped while the program compiled; nothing was trained")
         _hold(trainer, state, steps, int(getattr(trainer.model, "_n_updates", 0)))
         return
-    _PROGRAMS[chunk_key] = chunk
-    added = len(list(cache.iterdir())) - cached_before
-    if reused:
-        where = "already compiled in this process"
-    elif added > 0:
-        where = f"stored in the compilation cache ({cache})"
-    else:
-        where = f"loaded from the compilation cache ({cache})"
-    ctx.log(
-        f"{on} compiled as one program of up to {max_updates} updates in "
-        f"{time.perf_counter() - t0:.1f} s, {where}"
-    )
-    _train_chunks(
-        trainer, env, s, state, max_updates,
-        lambda st, n, before: chunk(st, jnp.int32(n), jnp.float32(before), h),
-    )  # fmt: skip
+    _train_chunks(trainer, env, s, state, max_updates, run_chunk, stages, program)
+
+
+class _Stages:
+    """A curriculum run's twins: one per stage, made from the designed env
+    at that stage's difficulty when first played. Each is a program of its
+    own (a stage's tables are constants of it, as the env's are), compiled
+    once and then cached like any other."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.twins: dict[int, Any] = {}
+        self.stage = self.now()
+
+    def now(self) -> int:
+        """The schedule's stage (the trainer builds it with the SB3 model,
+        after the first update, or first when resuming)."""
+        curriculum = self.trainer.curriculum
+        if curriculum is not None:
+            return int(curriculum.schedule.stage)
+        return int(self.trainer.cfg.curriculum.start_stage)
+
+    def twin(self) -> Any:
+        """The twin of the current stage."""
+        from engine.rl.compiled.envs import compiled_env
+
+        if self.stage not in self.twins:
+            cfg = self.trainer.cfg
+            self.twins[self.stage] = compiled_env(
+                cfg.env, cfg.env_kwargs, cfg.curriculum.stages[self.stage]
+            )
+        return self.twins[self.stage]
+
+    def moved(self) -> bool:
+        """Whether the last evaluation moved the schedule (then :meth:`twin`
+        is the new stage's)."""
+        now = self.now()
+        moved, self.stage = now != self.stage, now
+        return moved
 
 
 def _evaluation_in_twin(
@@ -347,12 +396,16 @@ def _train_chunks(
     state: Any,
     max_updates: int,
     run_chunk: Callable[[Any, int, int], Any],
+    stages: _Stages | None = None,
+    program: Callable[[Any, Any], Callable[[Any, int, int], Any] | None] | None = None,
 ) -> None:
     """The chunks of a run, each ``run_chunk(state, n_updates, steps_before)``,
     with SB3's logging, evaluation in the twin, checkpoints and Stop between
-    them."""
+    them; a curriculum's ``stages`` change the twin (and the program, from
+    ``program(env, state)``) where an evaluation moves the schedule."""
     import numpy as np
 
+    from engine.envs.curriculum import STAGE_METRIC
     from engine.rl.compiled import ppo
 
     ctx = trainer.ctx
@@ -395,9 +448,28 @@ def _train_chunks(
             _refuse_non_finite(trainer, row["train/loss"], steps)
             if not env.continuous:
                 del row["train/std"]
+            if stages is not None:  # as SB3's CurriculumCallback, every rollout
+                row[STAGE_METRIC] = float(stages.stage)
             _log_update(
                 trainer.logger, row, episodes, n_updates=n_updates, fps=fps, steps=steps
             )
         _hold(trainer, state, steps, n_updates)
         if not trainer.on_step(steps):
             return
+        if stages is not None and program is not None and stages.moved():
+            # SB3's envs take a new stage from their next episode; these all
+            # start one now, in the new stage's twin and program.
+            env = stages.twin()
+            state = ppo.new_episodes(env, s, state)
+            moved_to = program(env, state)
+            if moved_to is None:
+                trainer.stopped_by = ctx.stop_reason
+                _hold(trainer, state, steps, n_updates)
+                return
+            run_chunk = moved_to
+            trainer.play_evaluation = _evaluation_in_twin(
+                trainer,
+                env,
+                s,
+                lambda: state.params,  # noqa: B023 (as above)
+            )

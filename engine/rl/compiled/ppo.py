@@ -233,6 +233,22 @@ def init_state(env: CompiledEnv, s: Settings, seed: Array) -> TrainState:
     )
 
 
+@partial(jax.jit, static_argnums=(0, 1))
+def new_episodes(env: CompiledEnv, s: Settings, state: TrainState) -> TrainState:
+    """``state`` with every env copy starting an episode of ``env`` (a
+    curriculum's next stage: same spaces, other tables), drawn from the
+    state's own key; the policy and the optimizer are kept."""
+    key, k_env = jax.random.split(state.key)
+    env_state = jax.vmap(env.reset)(jax.random.split(k_env, s.n_envs))
+    return state._replace(
+        env_state=env_state,
+        obs=jax.vmap(env.observe)(env_state[0]),
+        key=key,
+        ep_return=jnp.zeros(s.n_envs, jnp.float32),
+        ep_length=jnp.zeros(s.n_envs, jnp.int32),
+    )
+
+
 def _rollout(
     env: CompiledEnv, s: Settings, h: Hyper, state: TrainState
 ) -> tuple[TrainState, dict[str, Array]]:
