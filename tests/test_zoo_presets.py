@@ -49,6 +49,7 @@ def test_every_atari_game_gets_rl_zoos_atari_entry(env_id: str) -> None:
     assert (hp["n_steps"], hp["batch_size"], hp["n_epochs"]) == (128, 256, 4)
     assert (hp["learning_rate"], hp["learning_rate_schedule"]) == (2.5e-4, "linear")
     assert (hp["clip_range"], hp["clip_range_schedule"]) == (0.1, "linear")
+    assert hp["net_arch"] == []  # SB3's CnnPolicy: the CNN's features to the heads
     # The wrappers and frame stack are the family's (engine.envs.families),
     # so they are not "left out".
     where = preset_provenance(env_id, "PPO")

@@ -1084,8 +1084,11 @@ def _check_hyper(
         return f"hyperparameters.{name}"
 
     hp = check_fields(ALGO_CONFIGS[algo], hp, prefix="hyperparameters.")
-    # ARS's policy without hidden layers is its linear one (RL Zoo's choice).
-    if not hp["net_arch"] and algo != "ARS":
+    # ARS's policy without hidden layers is its linear one (RL Zoo's choice);
+    # on images the CNN's features may go straight to the heads (SB3's
+    # CnnPolicy default, and so RL Zoo's for the Atari games).
+    image = info is not None and info.observation_kind == "image"
+    if not hp["net_arch"] and algo != "ARS" and not image:
         raise ConfigError(f("net_arch"), "net_arch needs at least one hidden layer.")
     if (
         "use_sde" in hp

@@ -150,6 +150,10 @@ def zoo_preset(env_id: str, algo: str, known: Collection[str]) -> dict[str, Any]
         setting = _RENAMED.get(key, key)
         if setting not in known or not _carried(key, value, preset):
             left_out.append(key)
+    if preset.get("policy") == "CnnPolicy":
+        # RL Zoo leaves the layers after the CNN to SB3, whose CnnPolicy has
+        # none (the features go straight to the heads).
+        preset.setdefault("net_arch", [])
     file = f"{ALGO_FILES[algo]}.yml"
     detail = f"rl_zoo3 {zoo_version()}'s hyperparams/{file}, entry {name!r}"
     if name not in (env_id, ATARI_ENTRY):
