@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rl-studio-installed
 
-.PHONY: studio test bench bench-purejaxrl lint setup clean xvfb-deps
+.PHONY: studio test bench bench-purejaxrl lint setup clean xvfb-deps pg-deps
 
 setup: $(STAMP)
 
@@ -65,6 +65,13 @@ lint: $(STAMP)
 xvfb-deps:
 	apt-get update -qq
 	apt-get install -y -qq xvfb xdotool imagemagick libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 bubblewrap
+
+# PostgreSQL, which the shared-store tests (tests/pg_server.py) start as a
+# private server on 127.0.0.1 (they skip, saying so, without it). Only the
+# binaries: the package's own cluster is not started.
+pg-deps:
+	apt-get update -qq
+	apt-get install -y -qq postgresql
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .import_linter_cache

@@ -34,6 +34,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "the detected hardware and settings as JSON; hardware profiles of rl.train",
     ),
     "models": ("engine.store.cli", "list the models registered in a project"),
+    "store": (
+        "engine.store.database_cli",
+        "where a project's trajectories, decisions and labels are: `store copy "
+        "--from FOLDER|URL --to URL|FOLDER`, `store use --project P URL|sqlite`",
+    ),
     "agent": (
         "engine.service.agent_cli",
         "an agent's versions and gate decisions; promote or roll back by hand",

@@ -44,8 +44,12 @@ class PgServer:
     """One cluster; :meth:`stop` and :meth:`start` take it away and bring it
     back (the same data and port) for the fault tests."""
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, durable: bool = False) -> None:
+        """``durable``: PostgreSQL's own settings, every commit synced to
+        disk (benchmarks); otherwise ``fsync=off`` (tests: faster, and a
+        server killed still loses nothing committed, only a machine would)."""
         self.bin = bin_dir
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="rl-studio-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -75,7 +79,7 @@ class PgServer:
         """Start the server and wait until it accepts connections (``-w``)."""
         options = (
             f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
-            " -c fsync=off -c max_connections=200"
+            " -c max_connections=200" + ("" if self.durable else " -c fsync=off")
         )
         self._as_owner(
             [

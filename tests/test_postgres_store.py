@@ -6,6 +6,7 @@ half and is used again once it is back."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from engine.llm.rollouts import iter_traces
 from engine.store import database
 from engine.store.decisions import DecisionLog, replay
 from engine.store.labels import LabelStore, StepRef, Suggestion, fingerprint
+from engine.store.project import Project
 from engine.store.trajectories import TrajectoryStore
 
 VOLATILE = ("id", "trajectory_id", "created", "ended", "time", "at")
@@ -184,3 +186,53 @@ def test_configured_database_and_bad_urls(
         database.configured(tmp_path, "mysql://db/rl")
     with pytest.raises(database.DatabaseUnavailable, match="cannot be reached"):
         TrajectoryStore(tmp_path, database="postgresql://u@127.0.0.1:1/rl")
+
+
+def test_store_copy_there_and_back_and_use(tmp_path: Path, pg_url: str) -> None:
+    """``rl-studio-engine store copy`` from a project's SQLite files to
+    PostgreSQL and on into another project: every row arrives once; copying
+    again adds nothing. ``store use`` makes the project's stores use it."""
+    import subprocess
+    import sys
+
+    def engine(*argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "engine.cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    first = tmp_path / "first"
+    _session(first, None)
+    there = json.loads(engine("store", "copy", "--from", str(first), "--to", pg_url))
+    assert there == {
+        "trajectories": 3,
+        "trajectory_steps": 9,
+        "decisions": 4,
+        "promotions": 2,
+        "labels": 3,
+        "suggestions": 2,
+        "agreement": 1,
+        "label_log": 6,
+    }
+    again = json.loads(engine("store", "copy", "--from", str(first), "--to", pg_url))
+    assert set(again.values()) == {0}
+    second = tmp_path / "second"
+    Project.open(second, create=True).close()
+    back = json.loads(engine("store", "copy", "--from", pg_url, "--to", str(second)))
+    assert back == there
+    log = DecisionLog(second)  # the ids go on from the copied ones
+    log.record(
+        "bot", key="new", chosen=2, role="current", served=2, reason="", latency_ms=1.0
+    )
+    assert [r["request_key"] for r in log.recent("bot", 2)] == ["new", "r9"]
+    log.close()
+
+    engine("store", "use", "--project", str(second), pg_url)
+    assert engine("store", "show", "--project", str(second)).strip() == pg_url
+    assert database.configured(second) == pg_url
+    engine("store", "use", "--project", str(second), "sqlite")
+    assert database.configured(second) == ""

@@ -1,6 +1,8 @@
 """A sweep's Optuna RDB storage: opened with heartbeats, its SQLite file
 made by one command at a time, written ahead, refused in one sentence when
-damaged or in memory (:func:`open_storage`, :func:`storage_failures`)."""
+damaged or in memory (:func:`open_storage`, :func:`storage_failures`).
+``postgresql://`` goes through psycopg 3 (the driver the project installs),
+its tables made under a PostgreSQL advisory lock."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ def open_storage(
     import optuna
 
     quiet_optuna()
+    plain, url = url, sqlalchemy_url(url)
     database = _sqlite_database(url)
     if database is not None and _in_memory(url, database):
         raise EngineError(
@@ -66,7 +69,11 @@ def open_storage(
     kwargs = {"connect_args": {"timeout": 60}} if database is not None else {}
 
     def make() -> optuna.storages.RDBStorage:
-        with warnings.catch_warnings(), _creating(database, skip=checked):
+        with (
+            warnings.catch_warnings(),
+            _creating(database, skip=checked),
+            _creating_on_server(plain, skip=checked),
+        ):
             # Heartbeats are marked experimental since Optuna 2.9.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             storage = optuna.storages.RDBStorage(
@@ -103,7 +110,7 @@ def open_storage(
         text = _first_line(exc)
         why = f" ({quoted(text)})" if text else ""
         raise EngineError(
-            f"The storage {quoted(url)} cannot be opened{why}; give an RDB URL "
+            f"The storage {quoted(plain)} cannot be opened{why}; give an RDB URL "
             "such as sqlite:///path/sweeps.db or postgresql://host/db."
         ) from None
 
@@ -173,6 +180,45 @@ def storage_failures(url: str) -> Iterator[None]:
         raise EngineError(
             f"The storage {quoted(url)} failed ({quoted(why)})."
         ) from None
+
+
+def sqlalchemy_url(url: str) -> str:
+    """SQLAlchemy's URL for a storage URL: a plain ``postgresql://`` (as
+    libpq and ``serve-http --database`` take it) names psycopg 3, which the
+    project installs, where SQLAlchemy would pick psycopg2."""
+    from engine.store.database import URL_SCHEMES
+
+    for scheme in URL_SCHEMES:
+        if url.startswith(f"{scheme}://"):
+            return "postgresql+psycopg://" + url.removeprefix(f"{scheme}://")
+    return url
+
+
+@contextlib.contextmanager
+def _creating_on_server(url: str, *, skip: bool) -> Iterator[None]:
+    """Hold a PostgreSQL advisory lock while a storage's tables are made,
+    as :func:`_creating` holds a lock file for SQLite: two commands starting
+    at once on a new database race on ``alembic_version``. Nothing for other
+    URLs (or when the server cannot be reached: the storage says why)."""
+    from engine.store import database
+
+    if skip or not database.is_url(url):
+        yield
+        return
+    import psycopg
+
+    try:
+        conn = psycopg.connect(
+            url, autocommit=True, connect_timeout=database.CONNECT_TIMEOUT_S
+        )
+    except psycopg.Error:
+        yield
+        return
+    with conn:
+        conn.execute(
+            "SELECT pg_advisory_lock(%s)", (database.lock_id("optuna schema"),)
+        )
+        yield  # the lock ends with the session
 
 
 def _lost_creation_race(exc: Exception) -> bool:

@@ -57,6 +57,7 @@ from engine.service.agents import ActFailed, UnknownAgent
 from engine.service.promotion import configure_serving, serving_settings
 from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
 from engine.settings import as_dict
+from engine.store.database import DatabaseUnavailable
 from engine.store.trajectories import MAX_BATCH_STEPS, UnknownTrajectoryError
 
 API_VERSION = "1"
@@ -540,6 +541,14 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def on_engine_error(request: Request, exc: EngineError) -> JSONResponse:
         return error_response(_status_of(exc), str(exc), getattr(exc, "field", ""))
 
+    @app.exception_handler(DatabaseUnavailable)
+    async def on_database_gone(
+        request: Request, exc: DatabaseUnavailable
+    ) -> JSONResponse:
+        # The server rolled the transaction back: the client may send the
+        # same request again once the database is back.
+        return error_response(503, str(exc))
+
     @app.exception_handler(RequestValidationError)
     async def on_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         status, message, field = validation_sentence(exc)
@@ -580,6 +589,7 @@ def _add_health_route(app: FastAPI, service: Service) -> None:
             "api_version": API_VERSION,
             "pid": os.getpid(),
             "active_runs": service.supervisor.active_runs(),
+            "database": service.database,
             # Heavy libraries belong in job processes; listed so that a test
             # can see none crept into the service.
             "heavy_modules": sorted(m for m in HEAVY_MODULES if m in sys.modules),

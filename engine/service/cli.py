@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.store import database
 
 DEFAULT_PORT = 8765
 GRACEFUL_SHUTDOWN_S = 3.0
@@ -60,6 +61,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="also tell this webhook when a run fails or completes, a retraining "
         "starts, a version is promoted or rolled back or act falls back "
         "(repeatable; as RL_STUDIO_WEBHOOKS; the project's are under PUT /alerts)",
+    )
+    parser.add_argument(
+        "--database",
+        default=None,
+        metavar="URL",
+        help="keep trajectories, decisions, promotions and labels in this "
+        "PostgreSQL database (postgresql://user@host:5432/dbname), which several "
+        "service processes may share; default: the project's setting "
+        "(rl-studio-engine store use), else its SQLite files under data/",
     )
     parser.add_argument(
         "--log-level",
@@ -148,11 +158,18 @@ def run(args: argparse.Namespace) -> int:
         before = os.environ.get(alerts.WEBHOOKS_ENV, "")
         os.environ[alerts.WEBHOOKS_ENV] = " ".join([before, *urls]).strip()
     every = None if args.retrain_every is None else parse_every(args.retrain_every)
+    if args.database is not None:
+        # In the environment: every store this process opens, and the job
+        # processes it starts (a dataset built from labels), use it.
+        os.environ[database.ENV] = database.checked_url(args.database, "--database")
     sock = bind(args.host, args.port)
     try:
         service = Service(
             args.project, examples=resource_path("examples"), retrain_every_s=every
         )
+    except database.DatabaseError as exc:
+        sock.close()
+        raise EngineError(str(exc)) from None
     except BaseException:
         sock.close()
         raise
@@ -168,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         shown = f"[{host}]" if ":" in host else host
         print(
             f"rl-studio-engine serve-http: http://{shown}:{port} "
-            f"(project {service.project.path})",
+            f"(project {service.project.path}, database {service.database})",
             flush=True,
         )
         server.run(sockets=[sock])

@@ -27,6 +27,7 @@ from engine.errors import ConfigError, EngineError, quoted
 from engine.jobs.supervisor import Supervisor
 from engine.service.agents import Agents
 from engine.service.retrain import Retraining
+from engine.store import database
 from engine.store.paths import checked_name
 from engine.store.project import Project, RunRecord
 from engine.store.trajectories import TrajectoryStore
@@ -139,6 +140,10 @@ class Service:
         self.project: Project = self.supervisor.open_project(
             str(project_dir), create=True, with_examples=examples is not None
         )
+        url = database.configured(self.project.path)
+        self.database = database.shown(url) if url else "sqlite"
+        """Where the stores are: a PostgreSQL URL (no password), or
+        ``sqlite`` (the project's files)."""
         self.trajectories = TrajectoryStore(self.project.path)
         self.agents = Agents(self.project)
         self.retraining = Retraining(self, retrain_every_s)

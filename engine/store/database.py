@@ -32,6 +32,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,30 @@ def _project_setting(project_dir: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+@dataclass(frozen=True)
+class Schema:
+    """A store's tables: its SQLite file under the project and its DDL
+    (SQLite's dialect), from which the rest is read."""
+
+    sqlite_file: str
+    ddl: str
+    migrate: Callable[[Database], None] | None = None
+    """Adds what a database made by an older version lacks."""
+    tables: tuple[str, ...] = field(init=False)
+    counted: tuple[str, ...] = field(init=False)
+    """Tables whose ``id`` is an autoincrement."""
+
+    def __post_init__(self) -> None:
+        tables = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", self.ddl)
+        counted = re.findall(
+            r"CREATE TABLE IF NOT EXISTS (\w+) \(\s*id INTEGER PRIMARY KEY"
+            r" AUTOINCREMENT",
+            self.ddl,
+        )
+        object.__setattr__(self, "tables", tuple(tables))
+        object.__setattr__(self, "counted", tuple(counted))
+
+
 def lock_id(name: str) -> int:
     """A PostgreSQL advisory lock's 64-bit key for ``name``, the same in
     every process (``hash()`` is salted per process)."""
@@ -158,17 +183,11 @@ class Database:
     placeholders); reads run outside transactions, writes inside
     :meth:`transaction`."""
 
-    def __init__(
-        self,
-        target: str | os.PathLike[str],
-        *,
-        schema: str,
-        migrate: Callable[[Database], None] | None = None,
-    ) -> None:
-        """``target``: a SQLite file or a PostgreSQL URL. ``schema``: SQLite
-        DDL (``CREATE ... IF NOT EXISTS``), created when missing, then
-        ``migrate`` (adding what older databases lack), both under one
-        advisory lock on PostgreSQL."""
+    def __init__(self, target: str | os.PathLike[str], schema: Schema) -> None:
+        """``target``: a SQLite file or a PostgreSQL URL. The ``schema`` is
+        created where missing, then migrated, under one advisory lock on
+        PostgreSQL."""
+        migrate = schema.migrate
         self.dialect = POSTGRESQL if is_url(target) else SQLITE
         self.target = str(target)
         self._conn: Any = None
@@ -180,14 +199,14 @@ class Database:
             self._conn = db
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(schema)
+            db.executescript(schema.ddl)
             if migrate is not None:
                 migrate(self)
             return
         self._psycopg = _psycopg()
         self._connect()
         with self.transaction(lock="rl-studio schema"):
-            for statement in _postgres_ddl(schema):
+            for statement in _postgres_ddl(schema.ddl):
                 self.execute(statement)
             if migrate is not None:
                 migrate(self)
@@ -374,18 +393,52 @@ def _psycopg() -> Any:
 
 
 def open_database(
-    project_dir: str | os.PathLike[str],
-    sqlite_file: str,
-    *,
-    schema: str,
-    migrate: Callable[[Database], None] | None = None,
-    database: str | None = None,
+    project_dir: str | os.PathLike[str], schema: Schema, database: str | None = None
 ) -> Database:
     """A store's database: the PostgreSQL one :func:`configured` names, or
-    the project's SQLite file ``sqlite_file`` (its folder made)."""
+    the project's SQLite file (its folder made)."""
     url = configured(project_dir, database)
-    if url:
-        return Database(url, schema=schema, migrate=migrate)
-    path = Path(project_dir) / sqlite_file
+    return Database(url or sqlite_path(project_dir, schema), schema)
+
+
+def sqlite_path(project_dir: str | os.PathLike[str], schema: Schema) -> Path:
+    """The store's SQLite file in the project (its folder made)."""
+    path = Path(project_dir) / schema.sqlite_file
     path.parent.mkdir(parents=True, exist_ok=True)
-    return Database(path, schema=schema, migrate=migrate)
+    return path
+
+
+COPY_BATCH_ROWS = 1000
+
+
+def copy_store(source: Database, target: Database, schema: Schema) -> dict[str, int]:
+    """Copy the rows of ``schema``'s tables from ``source`` to ``target``
+    (each table in one transaction), skipping rows whose key the target
+    holds already, so that copying again adds only what is missing; a table
+    without a key is copied only into an empty one. Rows copied per table."""
+    copied: dict[str, int] = {}
+    for table in schema.tables:
+        have = set(target.columns(table))
+        columns = [c for c in source.columns(table) if c in have]
+        names = [f'"{c}"' for c in columns]
+        keyed = _has_key(schema.ddl, table)
+        if not keyed and target.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone():
+            copied[table] = 0
+            continue
+        insert = target.insert_ignore_sql(table, names)
+        before = target.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        rows = source.execute(f"SELECT {', '.join(names)} FROM {table}").fetchall()
+        with target.transaction():
+            for start in range(0, len(rows), COPY_BATCH_ROWS):
+                target.executemany(insert, rows[start : start + COPY_BATCH_ROWS])
+        if table in schema.counted:
+            target.reset_ids(table)
+        after = target.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+        copied[table] = int(after) - int(before)
+    return copied
+
+
+def _has_key(ddl: str, table: str) -> bool:
+    """Whether ``table`` has a primary key in ``ddl``."""
+    found = re.search(rf"CREATE TABLE IF NOT EXISTS {table} \((.*?)\n\)", ddl, re.S)
+    return bool(found and "PRIMARY KEY" in found.group(1))

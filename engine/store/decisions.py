@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.store.database import Database, open_database
+from engine.store.database import Database, Schema, open_database
 
 DB_FILE = "data/agents.sqlite"
 
@@ -120,6 +120,9 @@ def _migrate(db: Database) -> None:
         )
 
 
+SCHEMA = Schema(DB_FILE, _SCHEMA, _migrate)
+
+
 class DecisionLog:
     """Thread-safe: one connection behind a lock."""
 
@@ -127,9 +130,7 @@ class DecisionLog:
         """``database``: a PostgreSQL URL (default:
         :func:`engine.store.database.configured`, else the project's SQLite
         file)."""
-        self._db = open_database(
-            project_dir, DB_FILE, schema=_SCHEMA, migrate=_migrate, database=database
-        )
+        self._db = open_database(project_dir, SCHEMA, database)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.store.database import configured, open_database
+from engine.store.database import Schema, configured, open_database
 
 DB_FILE = "data/labels.sqlite"
 KINDS = ("kto", "dpo", "sft")
@@ -95,6 +95,7 @@ CREATE TABLE IF NOT EXISTS label_log (
     label TEXT NOT NULL
 );
 """
+SCHEMA = Schema(DB_FILE, _SCHEMA)
 _LOG_SQL = "INSERT INTO label_log (at, who, action, label) VALUES (?, ?, ?, ?)"
 _SUGGESTION_FIELDS = (
     *("trace", "episode", "step", "key", "value"),
@@ -301,9 +302,7 @@ class LabelStore:
         :func:`engine.store.database.configured`, else the project's
         ``data/labels.sqlite``)."""
         self.who = who or default_who()
-        self._db = open_database(
-            project_dir, DB_FILE, schema=_SCHEMA, database=database
-        )
+        self._db = open_database(project_dir, SCHEMA, database)
         self._upsert_label = self._db.upsert_sql(
             "labels", _FIELDS, ("kind", "trace", "episode", "step")
         )

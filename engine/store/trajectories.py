@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError, quoted
-from engine.store.database import Database, open_database
+from engine.store.database import Database, Schema, open_database
 from engine.store.paths import checked_name, child
 
 DB_FILE = "data/trajectories.sqlite"
@@ -83,6 +83,8 @@ CREATE TABLE IF NOT EXISTS trajectory_steps (
     PRIMARY KEY (trajectory, t)
 ) WITHOUT ROWID;
 """
+
+SCHEMA = Schema(DB_FILE, _SCHEMA)
 
 _COLUMNS = (
     "id",
@@ -256,9 +258,7 @@ class TrajectoryStore:
         self.project_dir = Path(project_dir)
         self._lock = threading.Lock()
         try:
-            self._db: Database = open_database(
-                self.project_dir, DB_FILE, schema=_SCHEMA, database=database
-            )
+            self._db: Database = open_database(self.project_dir, SCHEMA, database)
         except sqlite3.DatabaseError as exc:
             raise EngineError(
                 f"The trajectory database {self.project_dir / DB_FILE} is damaged "
