@@ -24,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.errors import EngineError, quoted
+from engine.errors import EngineError
+from engine.settings_cli import add_set_option, parse_sets
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -85,49 +86,6 @@ def add_import_options(parser: argparse.ArgumentParser) -> None:
         help="read FIELD (messages, prompt, completion, chosen, ...) from COLUMN "
         "(repeatable)",
     )
-
-
-def add_set_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="settings",
-        help="any other setting of the job (repeatable)",
-    )
-
-
-def parse_sets(
-    items: list[str], cls: type, own_options: dict[str, str]
-) -> dict[str, Any]:
-    """``key=value`` items as settings of the config dataclass ``cls``: a
-    value is text for a text setting, else JSON when it parses (``1e-3``,
-    ``true``, ``[64,64]``), else text. ``own_options`` maps the settings
-    that have their own option to it."""
-    from engine.settings import fields_of
-
-    fields = fields_of(cls)
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise EngineError(f"--set takes key=value, not {quoted(item)}.")
-        if key in own_options:
-            raise EngineError(f"Give {key} with {own_options[key]}, not with --set.")
-        info = fields.get(key)
-        if info is None or not info.form:
-            known = ", ".join(n for n, f in fields.items() if f.form)
-            raise EngineError(f"--set {key}: no such setting; the settings: {known}.")
-        value: Any = raw
-        if info.kind != "str" or info.numeric_text:
-            try:
-                value = json.loads(raw)
-            except (ValueError, RecursionError):
-                value = raw
-        out[key] = value
-    return out
 
 
 def run_job(project_dir: Path, kind: str, cfg: Any, name: str = "") -> dict[str, Any]:

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import EngineError
-from engine.llm.data_cli import add_import_options, add_set_option, parse_sets, run_job
+from engine.llm.data_cli import add_import_options, run_job
+from engine.settings_cli import add_set_option, parse_sets
 
 KIND = "llm.train"
 

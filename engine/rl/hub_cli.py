@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.llm import hub_cli as model_download
-from engine.rl.hub import EVAL_EPISODES, VIDEO_FRAMES
+from engine.rl import hub
+from engine.settings_cli import add_setting_options, setting_values
+
+PUSH_OPTIONS = ("repo_id", "env", "algo", "eval_episodes", "video_frames", "private")
+"""The settings of ``rl.hub_push`` the command offers as options of their own."""
+PUSH_FLAGS = {"repo_id": "--repo", "eval_episodes": "--episodes"}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,15 +62,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="MODEL",
         help="a policy .zip, or a model id or name of --project",
     )
-    push.add_argument("--repo", required=True, metavar="ORG/NAME", help="Hub repo")
     push.add_argument("--project", type=Path, default=None, help="record it in DIR")
-    push.add_argument("--env", default=None, help="env id (default: state.json's)")
-    push.add_argument("--algo", default=None, help="algorithm (default: state.json's)")
-    push.add_argument("--episodes", type=int, default=EVAL_EPISODES)
-    push.add_argument(
-        "--video-frames", type=int, default=VIDEO_FRAMES, help="0: no replay.mp4"
+    add_setting_options(
+        push, hub.HubPushConfig, PUSH_OPTIONS, flags=PUSH_FLAGS, required=("repo_id",)
     )
-    push.add_argument("--private", action="store_true", help="create it private")
     push.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -76,7 +76,6 @@ def run(args: argparse.Namespace) -> int:
         return model_download.run(args)
     from engine.errors import EngineError
     from engine.progress import ProgressBar
-    from engine.rl import hub
 
     if args.project is None:
         raise EngineError(
@@ -96,16 +95,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _push(args: argparse.Namespace) -> int:
     from engine.progress import ProgressBar
-    from engine.rl import hub
 
     given: dict[str, Any] = {
         "model": args.model,
-        "repo_id": args.repo,
-        "env": args.env,
-        "algo": args.algo,
-        "eval_episodes": args.episodes,
-        "video_frames": args.video_frames,
-        "private": args.private,
+        **setting_values(args, PUSH_OPTIONS),
     }
     bar = ProgressBar("push", quiet=args.quiet)
     if args.project is not None:

@@ -10,21 +10,16 @@ import sys
 from pathlib import Path
 
 from engine.rl.record import RecordConfig
+from engine.settings_cli import add_setting_options, setting_values
+
+OPTIONS = ("env", "episodes", "fps", "deterministic", "seed", "max_frames")
+"""The settings of ``rl.record`` the command offers as options of their own."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("policy", type=Path, help="stable-baselines3 model .zip")
     parser.add_argument("--out", type=Path, required=True, help="output .mp4 or .gif")
-    parser.add_argument(
-        "--env", help="env id (default: the one in state.json beside the policy)"
-    )
-    parser.add_argument("--episodes", type=int, default=RecordConfig.episodes)
-    parser.add_argument("--fps", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=RecordConfig.seed)
-    parser.add_argument("--max-frames", type=int, default=RecordConfig.max_frames)
-    parser.add_argument(
-        "--sample", action="store_true", help="sample actions instead of the likeliest"
-    )
+    add_setting_options(parser, RecordConfig, OPTIONS)
     parser.add_argument(
         "--project", type=Path, default=None, help="project whose designed envs to use"
     )
@@ -39,13 +34,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = validate(
         {
             "model": str(args.policy),
-            "env": args.env,
-            "episodes": args.episodes,
             "out": str(args.out),
-            "fps": args.fps,
-            "deterministic": not args.sample,
-            "seed": args.seed,
-            "max_frames": args.max_frames,
+            **setting_values(args, OPTIONS),
         }
     )
     register_designed_envs(args.project)
