@@ -113,6 +113,10 @@ def test_bad_settings_are_one_sentence(policy: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="out"):
         _run(tmp_path / "project", {"model": str(policy), "out": "../outside.mp4"})
     assert not (tmp_path / "outside.mp4").exists()
+    (tmp_path / "project" / "notes.txt").write_text("kept")
+    with pytest.raises(ConfigError, match=r"lies under .*notes\.txt', which is a file"):
+        _run(tmp_path / "project", {"model": str(policy), "out": "notes.txt/v.mp4"})
+    assert (tmp_path / "project" / "notes.txt").read_text() == "kept"
 
 
 class _Blind(gym.Env[Any, Any]):

@@ -44,9 +44,19 @@ def chosen_path(
     """The file or folder a job's ``out`` setting names: an absolute path as
     it is (the user chose it in a file dialog); a relative one is taken from
     the project folder and must stay inside it (else a ConfigError naming
-    ``field``)."""
+    ``field``), and not under a file."""
     path = Path(out).expanduser()
-    return path if path.is_absolute() else inside(project_dir, path, field)
+    path = path if path.is_absolute() else inside(project_dir, path, field)
+    for folder in path.parents:  # the nearest that exists must be a folder
+        if folder.exists():
+            if not folder.is_dir():
+                raise ConfigError(
+                    field,
+                    f"The {field} {quoted(str(out))} lies under {quoted(str(folder))}, "
+                    "which is a file, not a folder.",
+                )
+            break
+    return path
 
 
 def inside(
