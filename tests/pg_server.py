@@ -44,12 +44,16 @@ class PgServer:
     """One cluster; :meth:`stop` and :meth:`start` take it away and bring it
     back (the same data and port) for the fault tests."""
 
-    def __init__(self, bin_dir: Path, durable: bool = False) -> None:
+    def __init__(
+        self, bin_dir: Path, durable: bool = False, settings: tuple[str, ...] = ()
+    ) -> None:
         """``durable``: PostgreSQL's own settings, every commit synced to
         disk (benchmarks); otherwise ``fsync=off`` (tests: faster, and a
-        server killed still loses nothing committed, only a machine would)."""
+        server killed still loses nothing committed, only a machine would).
+        ``settings``: more server settings (``name=value``)."""
         self.bin = bin_dir
         self.durable = durable
+        self.settings = settings
         self.root = Path(tempfile.mkdtemp(prefix="rl-studio-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -80,7 +84,7 @@ class PgServer:
         options = (
             f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1"
             " -c max_connections=200" + ("" if self.durable else " -c fsync=off")
-        )
+        ) + "".join(f" -c {setting}" for setting in self.settings)
         self._as_owner(
             [
                 *(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options),

@@ -30,6 +30,7 @@ import importlib
 import os
 import re
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -183,10 +184,12 @@ class Database:
     placeholders); reads run outside transactions, writes inside
     :meth:`transaction`."""
 
-    def __init__(self, target: str | os.PathLike[str], schema: Schema) -> None:
+    def __init__(
+        self, target: str | os.PathLike[str], schema: Schema, create: bool = True
+    ) -> None:
         """``target``: a SQLite file or a PostgreSQL URL. The ``schema`` is
         created where missing, then migrated, under one advisory lock on
-        PostgreSQL."""
+        PostgreSQL (unless ``create`` is False: another connection did)."""
         migrate = schema.migrate
         self.dialect = POSTGRESQL if is_url(target) else SQLITE
         self.target = str(target)
@@ -205,6 +208,8 @@ class Database:
             return
         self._psycopg = _psycopg()
         self._connect()
+        if not create:
+            return
         with self.transaction(lock="rl-studio schema"):
             for statement in _postgres_ddl(schema.ddl):
                 self.execute(statement)
@@ -381,6 +386,56 @@ class Database:
             self._conn.execute("ROLLBACK")
 
 
+class Pool:
+    """Connections to one database, each used by one thread at a time: a
+    single one for SQLite (its one writer at a time serialises them anyway,
+    as the lock around one connection did), up to ``size`` for PostgreSQL,
+    where concurrent requests then run side by side and their commits are
+    synced to disk together."""
+
+    def __init__(
+        self, target: str | os.PathLike[str], schema: Schema, size: int
+    ) -> None:
+        first = Database(target, schema)
+        self.dialect = first.dialect
+        self._target, self._schema = target, schema
+        self._size = size if first.dialect == POSTGRESQL else 1
+        self._idle = [first]
+        self._open = 1
+        self._free = threading.Condition()
+
+    @contextmanager
+    def connection(self) -> Iterator[Database]:
+        """A connection for this thread alone until the block ends."""
+        with self._free:
+            while not self._idle and self._open >= self._size:
+                self._free.wait()
+            db = self._idle.pop() if self._idle else None
+            if db is None:
+                self._open += 1
+        if db is None:
+            try:
+                db = Database(self._target, self._schema, create=False)
+            except BaseException:
+                with self._free:
+                    self._open -= 1
+                    self._free.notify()
+                raise
+        try:
+            yield db
+        finally:
+            with self._free:
+                self._idle.append(db)
+                self._free.notify()
+
+    def close(self) -> None:
+        """Close the idle connections (all, once the users are done)."""
+        with self._free:
+            while self._idle:
+                self._idle.pop().close()
+                self._open -= 1
+
+
 def _psycopg() -> Any:
     """psycopg, loaded only for PostgreSQL (by name: this module stays
     importable, and cheap, where only SQLite is used: the GUI)."""
@@ -399,6 +454,17 @@ def open_database(
     the project's SQLite file (its folder made)."""
     url = configured(project_dir, database)
     return Database(url or sqlite_path(project_dir, schema), schema)
+
+
+def open_pool(
+    project_dir: str | os.PathLike[str],
+    schema: Schema,
+    size: int,
+    database: str | None = None,
+) -> Pool:
+    """:func:`open_database` as a :class:`Pool` of up to ``size``."""
+    url = configured(project_dir, database)
+    return Pool(url or sqlite_path(project_dir, schema), schema, size)
 
 
 def sqlite_path(project_dir: str | os.PathLike[str], schema: Schema) -> Path:

@@ -35,14 +35,13 @@ import math
 import os
 import secrets
 import sqlite3
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigError, EngineError, quoted
-from engine.store.database import Database, Schema, open_database
+from engine.store.database import Database, Schema, open_pool
 from engine.store.paths import checked_name, child
 
 DB_FILE = "data/trajectories.sqlite"
@@ -54,6 +53,9 @@ END_STATUSES = ("completed", "failed", "error", "timeout", "abandoned")
 truncation."""
 MAX_TEXT_CHARS = 200
 """The longest ``scenario``, ``window`` or ``env``."""
+POOL_SIZE = 8
+"""Connections a store opens to a PostgreSQL database at most: so many
+requests run at once, their commits synced together (SQLite: one)."""
 MAX_BATCH_STEPS = 1000
 """The most steps one :meth:`TrajectoryStore.add_steps` call takes."""
 
@@ -240,8 +242,8 @@ def _step(
 
 
 class TrajectoryStore:
-    """The project's recorded trajectories. Thread-safe: one connection
-    behind a lock."""
+    """The project's recorded trajectories. Thread-safe: each call takes a
+    connection of its own from the pool (SQLite's one, in turn)."""
 
     def __init__(
         self,
@@ -256,9 +258,8 @@ class TrajectoryStore:
         (default: :func:`engine.store.database.configured`, else the
         project's SQLite file)."""
         self.project_dir = Path(project_dir)
-        self._lock = threading.Lock()
         try:
-            self._db: Database = open_database(self.project_dir, SCHEMA, database)
+            self._pool = open_pool(self.project_dir, SCHEMA, POOL_SIZE, database)
         except sqlite3.DatabaseError as exc:
             raise EngineError(
                 f"The trajectory database {self.project_dir / DB_FILE} is damaged "
@@ -269,8 +270,7 @@ class TrajectoryStore:
         opened (their writer died before it could)."""
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._pool.close()
 
     # ---------------------------------------------------------- recording
     def start(
@@ -294,8 +294,8 @@ class TrajectoryStore:
             time.time(),
             str(self._trace_path(agent).relative_to(self.project_dir)),
         )
-        with self._lock, self._db.transaction():
-            self._db.execute(
+        with self._pool.connection() as db, db.transaction():
+            db.execute(
                 "INSERT INTO trajectories"
                 ' (id, agent, scenario, "window", env, meta, created, trace_file)'
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -347,8 +347,8 @@ class TrajectoryStore:
         return self._append(trajectory_id, records)
 
     def _append(self, trajectory_id: str, steps: list[dict[str, Any]]) -> int:
-        with self._lock, self._db.transaction():
-            status, first = self._status(trajectory_id, lock=True)
+        with self._pool.connection() as db, db.transaction():
+            status, first = self._status(db, trajectory_id, lock=True)
             if status != "open":
                 raise TrajectoryEndedError(
                     f"The trajectory {trajectory_id} has ended ({status}); "
@@ -358,8 +358,8 @@ class TrajectoryStore:
             for t, step in enumerate(steps, start=first):
                 step["t"] = t
                 rows.append((trajectory_id, t, _json("step", step)))
-            self._db.executemany("INSERT INTO trajectory_steps VALUES (?, ?, ?)", rows)
-            self._db.execute(
+            db.executemany("INSERT INTO trajectory_steps VALUES (?, ?, ?)", rows)
+            db.execute(
                 "UPDATE trajectories SET steps = ?, reward_sum = reward_sum + ?"
                 " WHERE id = ?",
                 (first + len(steps), sum(s["reward"] for s in steps), trajectory_id),
@@ -382,17 +382,17 @@ class TrajectoryStore:
             )
         if total_reward is not None:
             total_reward = _reward("total_reward", total_reward)
-        with self._lock, self._db.hold(f"trajectory:{trajectory_id}"):
+        with self._pool.connection() as db, db.hold(f"trajectory:{trajectory_id}"):
             # Held until the line is written: a process that starts now
             # leaves this line to this one (see _export_pending).
-            trace_file = self._get(trajectory_id)["trace_file"]
-            with self._db.transaction(lock=f"trace:{trace_file}"):
-                current, _ = self._status(trajectory_id, lock=True)
+            trace_file = self._get(db, trajectory_id)["trace_file"]
+            with db.transaction(lock=f"trace:{trace_file}"):
+                current, _ = self._status(db, trajectory_id, lock=True)
                 if current != "open":
                     raise TrajectoryEndedError(
                         f"The trajectory {trajectory_id} has ended already ({current})."
                     )
-                self._db.execute(
+                db.execute(
                     "UPDATE trajectories SET status = ?, ended = ?,"
                     " total_reward = COALESCE(?, reward_sum),"
                     " episode = (SELECT COALESCE(MAX(episode) + 1, 0)"
@@ -401,19 +401,19 @@ class TrajectoryStore:
                     " WHERE id = ?",
                     (status, time.time(), total_reward, trajectory_id, trajectory_id),
                 )
-            self._export(trajectory_id, check_file=False)
+            self._export(db, trajectory_id, check_file=False)
         return self.get(trajectory_id)
 
     # ------------------------------------------------------------ reading
     def get(self, trajectory_id: str, with_steps: bool = False) -> dict[str, Any]:
-        with self._lock:
-            out = self._get(trajectory_id)
+        with self._pool.connection() as db:
+            out = self._get(db, trajectory_id)
             if with_steps:
-                out["steps_data"] = list(self._steps(trajectory_id))
+                out["steps_data"] = list(self._steps(db, trajectory_id))
         return out
 
-    def _get(self, trajectory_id: str) -> dict[str, Any]:
-        row = self._db.execute(
+    def _get(self, db: Database, trajectory_id: str) -> dict[str, Any]:
+        row = db.execute(
             f"SELECT {_SELECT} FROM trajectories WHERE id = ?",
             (trajectory_id,),
         ).fetchone()
@@ -438,9 +438,9 @@ class TrajectoryStore:
         sql = f"SELECT {_SELECT} FROM trajectories"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY created DESC, {self._db.insertion_order} DESC LIMIT ?"
-        with self._lock:
-            rows = self._db.execute(sql, (*args, limit)).fetchall()
+        with self._pool.connection() as db:
+            sql += f" ORDER BY created DESC, {db.insertion_order} DESC LIMIT ?"
+            rows = db.execute(sql, (*args, limit)).fetchall()
         return [self._row(r) for r in reversed(rows)]
 
     def counts(self, agent: str = "", since: float = 0.0) -> dict[str, int]:
@@ -449,8 +449,8 @@ class TrajectoryStore:
         ones; and what ended in the last hour and day (``last_hour``,
         ``last_day``, ``steps_last_hour``)."""
         now = time.time()
-        with self._lock:
-            row = self._db.execute(
+        with self._pool.connection() as db:
+            row = db.execute(
                 "SELECT SUM(CASE WHEN status != 'open' THEN 1 END),"
                 " SUM(CASE WHEN status != 'open' AND ended > ? THEN 1 END),"
                 " COUNT(DISTINCT CASE WHEN status != 'open' AND ended > ?"
@@ -480,12 +480,14 @@ class TrajectoryStore:
         out["exported"] = bool(out["exported"])
         return out
 
-    def _status(self, trajectory_id: str, lock: bool = False) -> tuple[str, int]:
+    def _status(
+        self, db: Database, trajectory_id: str, lock: bool = False
+    ) -> tuple[str, int]:
         """Status and steps; ``lock``: the row is locked until the
         transaction ends (another process adds no step meanwhile)."""
-        row = self._db.execute(
+        row = db.execute(
             "SELECT status, steps FROM trajectories WHERE id = ?"
-            + (self._db.for_update if lock else ""),
+            + (db.for_update if lock else ""),
             (trajectory_id,),
         ).fetchone()
         if row is None:
@@ -494,8 +496,8 @@ class TrajectoryStore:
             )
         return str(row[0]), int(row[1])
 
-    def _steps(self, trajectory_id: str) -> Iterator[dict[str, Any]]:
-        for (data,) in self._db.execute(
+    def _steps(self, db: Database, trajectory_id: str) -> Iterator[dict[str, Any]]:
+        for (data,) in db.execute(
             "SELECT data FROM trajectory_steps WHERE trajectory = ? ORDER BY t",
             (trajectory_id,),
         ):
@@ -510,12 +512,12 @@ class TrajectoryStore:
 
     def episode(self, trajectory_id: str) -> dict[str, Any]:
         """The trajectory as a trace episode (the line its file gets)."""
-        with self._lock:
-            return self._episode(trajectory_id)
+        with self._pool.connection() as db:
+            return self._episode(db, trajectory_id)
 
-    def _episode(self, trajectory_id: str) -> dict[str, Any]:
-        row = self._get(trajectory_id)
-        steps = list(self._steps(trajectory_id))
+    def _episode(self, db: Database, trajectory_id: str) -> dict[str, Any]:
+        row = self._get(db, trajectory_id)
+        steps = list(self._steps(db, trajectory_id))
         status = row["status"]
         return {
             "episode": row["episode"],
@@ -538,11 +540,11 @@ class TrajectoryStore:
             "ended": row["ended"],
         }
 
-    def _export(self, trajectory_id: str, check_file: bool) -> None:
+    def _export(self, db: Database, trajectory_id: str, check_file: bool) -> None:
         """Append the episode line (unless ``check_file`` finds it in the
         file already), then mark it exported. Called with the lock held."""
-        episode = self._episode(trajectory_id)
-        path = self.project_dir / self._get(trajectory_id)["trace_file"]
+        episode = self._episode(db, trajectory_id)
+        path = self.project_dir / self._get(db, trajectory_id)["trace_file"]
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if not (check_file and _has_trajectory(path, trajectory_id)):
@@ -553,17 +555,17 @@ class TrajectoryStore:
                 f"not be written to {path} ({exc.strerror or exc}); it is written "
                 "when the service starts again."
             ) from None
-        with self._db.transaction():
-            self._db.execute(
+        with db.transaction():
+            db.execute(
                 "UPDATE trajectories SET exported = 1 WHERE id = ?", (trajectory_id,)
             )
 
     def _export_pending(self) -> list[str]:
         done = []
-        with self._lock:
+        with self._pool.connection() as db:
             pending = [
                 r[0]
-                for r in self._db.execute(
+                for r in db.execute(
                     "SELECT id FROM trajectories WHERE status != 'open'"
                     " AND exported = 0 ORDER BY ended"
                 ).fetchall()
@@ -571,9 +573,9 @@ class TrajectoryStore:
             for trajectory_id in pending:
                 # Not one whose writer (another process on the same
                 # PostgreSQL database) is alive and about to write it.
-                with self._db.hold(f"trajectory:{trajectory_id}", wait=False) as free:
-                    if free and not self._get(trajectory_id)["exported"]:
-                        self._export(trajectory_id, check_file=True)
+                with db.hold(f"trajectory:{trajectory_id}", wait=False) as free:
+                    if free and not self._get(db, trajectory_id)["exported"]:
+                        self._export(db, trajectory_id, check_file=True)
                         done.append(trajectory_id)
         return done
 
