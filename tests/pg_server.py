@@ -92,11 +92,12 @@ class PgServer:
             ]
         )
 
-    def stop(self) -> None:
+    def stop(self, mode: str = "fast") -> None:
         """Stop it the way an operator's restart does (``fast``: open
-        sessions are ended, their transactions rolled back)."""
+        sessions are ended, their transactions rolled back; ``immediate``:
+        no checkpoint either, for a cluster about to be removed)."""
         pg_ctl = str(self.bin / "pg_ctl")
-        self._as_owner([pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop"])
+        self._as_owner([pg_ctl, "-D", str(self.data), "-m", mode, "-w", "stop"])
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
@@ -112,7 +113,7 @@ class PgServer:
 
     def close(self) -> None:
         try:
-            self.stop()
+            self.stop("immediate")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
