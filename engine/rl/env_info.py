@@ -32,7 +32,11 @@ class EnvInfo:
 
 def register_designed_envs(project_dir: str | os.PathLike[str] | None) -> None:
     """Register the project's designed envs (``rlstudio/<name>-v0``) with
-    Gymnasium when the ``engine.envs`` package provides them."""
+    Gymnasium when the ``engine.envs`` package provides them, and the env
+    families' (ale-py's Atari games), as every job process must."""
+    from engine.envs.families import load_families
+
+    load_families()
     if project_dir is None:
         return
     try:
