@@ -36,12 +36,22 @@ def _format_rate(rate: float) -> str:
 
 
 def format_progress(
-    done: int, total: int | None, rate: float | None = None, eta_s: float | None = None
+    done: int,
+    total: int | None,
+    rate: float | None = None,
+    eta_s: float | None = None,
+    unit: str = "steps",
+    detail: str = "",
 ) -> str:
-    """``12,345 / 100,000 steps · 850 steps/s · ETA 1:42``; unknown parts left out."""
-    parts = [f"{done:,} / {total:,} steps" if total else f"{done:,} steps"]
-    if rate is not None and math.isfinite(rate) and rate > 0:
-        parts.append(f"{_format_rate(rate)} steps/s")
+    """``12,345 / 100,000 steps · 850 steps/s · ETA 1:42``; unknown parts left
+    out. ``detail`` (what the current part is doing, e.g. a flow's running
+    node and its own counts) goes before the ETA; the speed is left out
+    then, as it counts ``unit`` and the detail may count something else."""
+    parts = [f"{done:,} / {total:,} {unit}" if total else f"{done:,} {unit}"]
+    if detail:
+        parts.append(detail)
+    elif rate is not None and math.isfinite(rate) and rate > 0:
+        parts.append(f"{_format_rate(rate)} {unit}/s")
     if eta_s is not None and math.isfinite(eta_s) and eta_s >= 0:
         parts.append(f"ETA {format_eta(eta_s)}")
     return " · ".join(parts)
@@ -62,9 +72,12 @@ class RunProgressBar(QtWidgets.QWidget):
         super().__init__(parent)
         self._state = "queued"
         self._done = 0
+        self._exact_done = 0.0
         self._total: int | None = None
         self._rate: float | None = None
         self._eta: float | None = None
+        self._unit = "steps"
+        self._detail = ""
         self._badge = QtWidgets.QLabel()
         self._badge.setObjectName("runStateBadge")
         self._badge.setMinimumWidth(90)
@@ -82,15 +95,23 @@ class RunProgressBar(QtWidgets.QWidget):
 
     def set_progress(
         self,
-        done: int,
+        done: float,
         total: int | None,
         rate: float | None = None,
         eta_s: float | None = None,
+        unit: str = "steps",
+        detail: str = "",
     ) -> None:
-        """Steps done of ``total`` (None or 0: unknown), rate in steps/s, ETA in s."""
+        """``done`` of ``total`` ``unit`` (None or 0: unknown), rate in
+        ``unit`` per second, ETA in s; ``detail`` says what is going on now
+        (see :func:`format_progress`)."""
         if done < 0:
             raise ValueError("done must be >= 0.")
         self._done, self._total, self._rate, self._eta = int(done), total, rate, eta_s
+        # The bar fills by the exact fraction (a flow's nodes count in
+        # fractions of the running one); the text counts whole units.
+        self._exact_done = float(done)
+        self._unit, self._detail = unit, detail
         self._apply_progress()
 
     def set_state(self, state: str) -> None:
@@ -124,9 +145,11 @@ class RunProgressBar(QtWidgets.QWidget):
         # An ETA means nothing once a run has ended; its average speed still does.
         ended = self._state in ("completed", "stopped", "failed", "interrupted")
         eta = None if ended else self._eta
-        text = format_progress(self._done, self._total, self._rate, eta)
+        text = format_progress(
+            self._done, self._total, self._rate, eta, self._unit, self._detail
+        )
         if self._total:
-            frac = min(1.0, self._done / self._total)
+            frac = min(1.0, self._exact_done / self._total)
             self._bar.setValue(round(frac * self._SCALE))
         else:
             self._bar.setValue(0)

@@ -38,6 +38,7 @@ from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.llm.rollouts import iter_traces
 from engine.llm.train import METHODS, SEED_MAX
+from engine.progress import Progress
 from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
 from engine.store.labels import (
@@ -552,14 +553,24 @@ def build_dataset(
     seed: int = 0,
     kto_max_ratio: float = 1.0,
     project_dir: Path | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Build and save a dataset; with ``project_dir`` (whose
-    ``data/labels.sqlite`` exists) manual labels come first."""
+    ``data/labels.sqlite`` exists) manual labels come first. ``progress``
+    counts stages: each trace file read, the rows built, the files saved."""
+    stages = len(trace_files) + 2
+
+    def report(done: int, message: str) -> None:
+        if progress is not None:
+            progress(done, stages, message)
+
     traces: dict[str, list[dict[str, Any]]] = {}
-    for f in trace_files:
+    for i, f in enumerate(trace_files):
         if not f.is_file():
             raise ConfigError("traces", f"Trace file {f} does not exist.")
+        report(i, f"reading {f.name}")
         traces.setdefault(f.stem, []).extend(iter_traces(f))
+    report(len(trace_files), "building rows")
     manual: list[dict[str, Any]] = []
     orphans = 0
     used: set[tuple[str, int, int]] = set()
@@ -585,12 +596,14 @@ def build_dataset(
             "traces", f"The traces give no {method.upper()} rows: {hint}."
         )
     train, val = split(rows, validation_fraction, seed)
+    report(stages - 1, "saving")
     stats = save_dataset(out_folder, method, train, val)
     stats["episodes"] = sum(len(eps) for eps in traces.values())
     stats["manual_rows"] = len(manual)
     stats["env_rows"] = len(env_rows)
     stats["orphan_labels"] = orphans
     atomic_write_json(out_folder / "stats.json", stats)
+    report(stages, "saved")
     return stats
 
 
@@ -602,7 +615,7 @@ def build_dataset(
     group="data",
     description="Builds an SFT, KTO, DPO or GRPO dataset (JSONL + parquet) "
     "from traces.",
-    progress_unit="items",
+    progress_unit="stages",
 )
 def run_dataset(ctx: JobContext, cfg: DatasetConfig) -> dict[str, Any]:
     assert cfg.seed is not None  # validate_dataset() draws one
@@ -617,6 +630,7 @@ def run_dataset(ctx: JobContext, cfg: DatasetConfig) -> dict[str, Any]:
         seed=cfg.seed,
         kto_max_ratio=cfg.kto_max_ratio,
         project_dir=Path(ctx.project_dir) if cfg.manual_labels else None,
+        progress=ctx.progress,
     )
     ctx.log(
         f"{cfg.method} dataset: {stats['train']} train, "

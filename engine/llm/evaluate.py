@@ -75,9 +75,11 @@ def evaluate_policy(
     trace_path: Path | None = None,
     should_stop: Any = None,
     env_kwargs: dict[str, Any] | None = None,
+    on_episode: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """Run ``policy`` for ``episodes`` episodes: the report's numbers, and
-    each episode's summary (``task_id``, ``success``, ``return``, ...)."""
+    each episode's summary (``task_id``, ``success``, ``return``, ...);
+    ``on_episode`` is called with each summary as its episode ends."""
     from engine.llm.rollouts import (
         TraceRecorder,
         collect_rollouts,
@@ -95,6 +97,7 @@ def evaluate_policy(
         seed=seed,
         tasks=tasks,
         should_stop=should_stop,
+        on_episode=on_episode,
         env_kwargs=env_kwargs,
     )
     stats: dict[str, float] = dict(rollout_stats(eps))
@@ -228,7 +231,7 @@ def chart_png(results: dict[str, dict[str, float]], title: str) -> bytes:
     group="evaluation",
     description="Runs language-model policies in an env: success rate, return, "
     "invalid actions, before/after report.",
-    progress_unit="models",
+    progress_unit="episodes",
 )
 def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
     from engine.llm.policy import ExpertPolicy, RulePolicy, has_expert
@@ -261,10 +264,21 @@ def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
         ctx.log(f"{env_ref} plans no expert path: the random policy is the reference")
     results: dict[str, dict[str, float]] = {}
     scenarios: dict[str, dict[str, dict[str, Any]]] = {}
+    # Progress counts the episodes of every policy: a model's evaluation
+    # takes minutes, and a count per model left the bar still for all of it.
+    total = len(policies) * cfg.episodes
+    done = 0
+
+    def on_episode(_ep: dict[str, Any], label: str) -> None:
+        nonlocal done
+        done += 1
+        ctx.progress(done, total, f"evaluating {label}")
+
     for i, (label, make) in enumerate(policies):
         if ctx.should_stop:
             break
-        ctx.progress(i, len(policies), f"evaluating {label}")
+        done = i * cfg.episodes  # where this policy's share of the count starts
+        ctx.progress(done, total, f"loading {label}")
         results[label], eps = evaluate_policy(
             make(),
             env_ref,
@@ -275,10 +289,11 @@ def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
             trace_path=ctx.run_dir / f"eval_{label}.jsonl",
             should_stop=lambda: ctx.should_stop,
             env_kwargs=env_kwargs(cfg),
+            on_episode=partial(on_episode, label=label),
         )
         scenarios[label] = by_scenario(eps)
         ctx.metrics(i, {f"eval/{k}": v for k, v in results[label].items()})
-    ctx.progress(len(policies), len(policies))
+    ctx.progress(total, total)
     report: dict[str, Any] = {
         "env": env_ref,
         "episodes": cfg.episodes,

@@ -14,6 +14,7 @@ from typing import Any
 from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
+from engine.progress import Progress
 from engine.settings import build, setting
 from engine.store.atomic import temp_path
 from engine.store.paths import checked_name
@@ -64,11 +65,20 @@ def validate(config: Mapping[str, Any]) -> MergeConfig:
     return replace(cfg, adapter=info.path, base=base, seed=seed)
 
 
+MERGE_STAGES = ("loading the base model", "applying the adapter", "saving")
+"""What a merge does, in order; its progress counts them."""
+
+
 def merge_adapter(
-    adapter: str, base: str, out_dir: Path, dtype: str = "float32"
+    adapter: str,
+    base: str,
+    out_dir: Path,
+    dtype: str = "float32",
+    progress: Progress | None = None,
 ) -> Path:
     """Load ``base``, apply ``adapter``, fold the LoRA weights in and save the
-    model (safetensors) and the tokenizer to ``out_dir``.
+    model (safetensors) and the tokenizer to ``out_dir``; ``progress`` hears
+    each of :data:`MERGE_STAGES` as it starts, and the end.
 
     The folder is written under a temporary name beside ``out_dir`` and
     renamed into place once complete (replacing an older merge of the same
@@ -79,10 +89,18 @@ def merge_adapter(
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    def stage(i: int) -> None:
+        if progress is not None:
+            n = len(MERGE_STAGES)
+            progress(i, n, MERGE_STAGES[i] if i < n else "merged")
+
     torch_dtype = getattr(torch, dtype)
+    stage(0)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    stage(1)
     merged = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     merged = merged.to(torch_dtype)
+    stage(2)
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_path(out_dir)
@@ -97,6 +115,7 @@ def merge_adapter(
         if out_dir.exists():
             os.replace(out_dir, old)
         os.replace(tmp, out_dir)
+        stage(len(MERGE_STAGES))
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
             size = sum(p.numel() * p.element_size() for p in merged.parameters())
@@ -120,7 +139,7 @@ def merge_adapter(
     label="Merge",
     group="export",
     description="Merges a LoRA adapter into its base model as a new HF folder.",
-    progress_unit="items",
+    progress_unit="stages",
 )
 def run(ctx: JobContext, cfg: MergeConfig) -> dict[str, Any]:
     from engine.store.atomic import atomic_write_json
@@ -129,8 +148,7 @@ def run(ctx: JobContext, cfg: MergeConfig) -> dict[str, Any]:
     assert cfg.adapter is not None and cfg.base is not None
     name = cfg.name or f"{Path(cfg.adapter).name}-merged"
     out_dir = new_model_folder(ctx.project_dir, name)
-    ctx.progress(0, 1, "merging")
-    merge_adapter(cfg.adapter, cfg.base, out_dir, cfg.dtype)
+    merge_adapter(cfg.adapter, cfg.base, out_dir, cfg.dtype, ctx.progress)
     atomic_write_json(
         out_dir / "rlstudio.json",
         {
@@ -141,7 +159,6 @@ def run(ctx: JobContext, cfg: MergeConfig) -> dict[str, Any]:
             "run_id": ctx.run_id,
         },
     )
-    ctx.progress(1, 1, "merged")
     return {
         "models": [
             {

@@ -46,7 +46,18 @@ class NodeResult:
     are not cached and downstream nodes do not run."""
 
 
-ProgressSink = Callable[[float, float, str], None]
+ProgressSink = Callable[[float, float, str, str], None]
+"""``sink(done, total, message, unit)``: a node's progress as it reports it."""
+
+
+def progress_text(done: float, total: float, message: str, unit: str) -> str:
+    """What a running node says: its message and, when it counts something
+    (``total`` above 1 or a ``unit`` named), the counts, e.g. ``evaluating
+    before · 12 / 40 episodes``."""
+    if total <= 0 or (total <= 1 and not unit):
+        return message
+    counts = f"{done:,.0f} / {total:,.0f}" + (f" {unit}" if unit else "")
+    return f"{message} · {counts}" if message else counts
 
 
 class NodeRun:
@@ -88,8 +99,12 @@ class NodeRun:
     def wait_for_stop(self, timeout: float) -> bool:
         return self.parent.wait_for_stop(timeout)
 
-    def progress(self, done: float, total: float, message: str = "") -> None:
-        self._on_progress(float(done), float(total), message)
+    def progress(
+        self, done: float, total: float, message: str = "", unit: str = ""
+    ) -> None:
+        """``done`` of ``total`` ``unit`` (episodes, bytes; empty: a fraction
+        of the node's work), ``message`` saying what it is doing."""
+        self._on_progress(float(done), float(total), message, unit)
 
     def log(self, text: str) -> None:
         self.parent.log(f"[{self.node_id}] {text}")
@@ -130,6 +145,10 @@ class NodeJobContext(JobContext):
         super().__init__(run_id, node.work_dir, kind, config, events=None)
         self.project_dir = node.project_dir
         self._node = node
+        from engine.jobs.registry import get_kind
+
+        self._unit = get_kind(kind).progress_unit
+        """What the job's progress counts (its kind declares it)."""
 
     @property
     def should_stop(self) -> bool:
@@ -151,7 +170,7 @@ class NodeJobContext(JobContext):
 
     def progress(self, done: float, total: float, message: str = "") -> None:
         super().progress(done, total, message)
-        self._node.progress(done, total, message)
+        self._node.progress(done, total, message, self._unit)
 
     def metrics(self, step: int, values: Mapping[str, Any]) -> None:
         super().metrics(step, values)

@@ -53,7 +53,7 @@ from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.lifecycle import RunFailed
 from engine.jobs.registry import job_kind
-from engine.nodes.base import NodeResult, NodeRun
+from engine.nodes.base import NodeResult, NodeRun, ProgressSink, progress_text
 from engine.nodes.registry import node_types, specs
 from engine.settings import build, setting
 from engine.store.atomic import atomic_write_json
@@ -397,13 +397,14 @@ class FlowExecution:
                 {"flow": self.flow_name, "nodes": self.states},
             )
 
-    def _node_progress(
-        self, node_id: str, label: str
-    ) -> Callable[[float, float, str], None]:
+    def _node_progress(self, node_id: str, label: str) -> ProgressSink:
         total_nodes = max(len(self.states), 1)
 
-        def report(done: float, total: float, message: str) -> None:
+        def report(done: float, total: float, message: str, unit: str) -> None:
             frac = min(max(done / total, 0.0), 1.0) if total > 0 else 0.0
+            # The node's own counts travel in its message: the flow's bar
+            # counts nodes, and says what the running one has done of what.
+            message = progress_text(done, total, message, unit)
             self.ctx.progress(
                 self._done_count + frac,
                 total_nodes,

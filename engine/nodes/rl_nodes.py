@@ -288,10 +288,10 @@ def evaluate(node: NodeRun) -> NodeResult:
 
     def on_episode(index: int, reward: float, _length: int) -> None:
         node.metrics(index + 1, {"eval/episode_reward": reward})
-        node.progress(index + 1, episodes, f"episode {index + 1}")
+        node.progress(index + 1, episodes, "playing", "episodes")
 
     venv.seed(p.seed)
-    node.progress(0, episodes, "playing")
+    node.progress(0, episodes, "playing", "episodes")
     try:
         result = play(
             model,

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QWidget
 from studio.lifetime import subscribe
 from studio.model_manager.controller import ModelsController
 from studio.session import Session
+from studio.state.job_kinds import JOB_KINDS
 from widgets.run_progress import RunProgressBar
 
 PURPOSE_TITLES = {
@@ -68,10 +69,12 @@ class ActionProgress(QWidget):
             run = self._state.run(self.run_id) or {}
             total = int(run.get("progress_total") or 0) or None
             self.bar.set_progress(
-                int(run.get("progress_done") or 0),
+                float(run.get("progress_done") or 0),
                 total,
                 run.get("rate") or None,
                 run.get("eta_s"),
+                JOB_KINDS.unit(str(run.get("kind") or "")),
+                str(run.get("progress_message") or ""),
             )
 
     def _on_action_started(self, run_id: str, purpose: str) -> None:

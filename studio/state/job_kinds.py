@@ -40,6 +40,10 @@ class JobKindCatalog:
     def is_training(self, kind: str) -> bool:
         return self._kinds.get(kind, {}).get("group") == TRAINING_GROUP
 
+    def unit(self, kind: str) -> str:
+        """What a run's progress counts (``steps`` when the kind is unknown)."""
+        return str(self._kinds.get(kind, {}).get("progress_unit") or "steps")
+
     def counts_steps(self, kind: str) -> bool:
         """Whether a run's progress counts training steps (a download's
         counts bytes, a flow's nodes)."""

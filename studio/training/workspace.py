@@ -47,6 +47,7 @@ from studio.common import (
 )
 from studio.lifetime import subscribe
 from studio.session import Session
+from studio.state.job_kinds import JOB_KINDS
 from studio.state.project_state import (
     ProjectState,
     activity_label,
@@ -588,10 +589,18 @@ class TrainingWorkspace(QWidget):
             "interrupted",
         ):
             self.progress.set_state(str(status))
-        done = int(run.get("progress_done") or 0)
+        done = float(run.get("progress_done") or 0)
         total = int(run.get("progress_total") or 0) or None
+        unit = JOB_KINDS.unit(str(run.get("kind") or ""))
         self.progress.set_progress(
-            done, total, run.get("rate") or None, run.get("eta_s")
+            done,
+            total,
+            run.get("rate") or None,
+            run.get("eta_s"),
+            unit,
+            # A flow's bar counts nodes; what the running node has done of
+            # its own work (episodes, bytes) is its message.
+            "" if unit == "steps" or status != "running" else _outcome(run),
         )
         reason = run.get("reason") or ""
         self.reason_label.setText(

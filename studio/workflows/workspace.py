@@ -311,7 +311,9 @@ class WorkflowsWorkspace(QWidget):
         self.editor.canvas.set_node_state(node_id, state, progress, message)
         if self.details.node_id == node_id:
             self.show_node_details(node_id)
-        elif self.details.node_id is None and state != "running":
+        elif self.details.node_id is None:
+            # Running states too: the list said "queued" for a node drawing
+            # progress (the engine sends them at most 4 times a second).
             self._render_overview()
 
     def _on_watcher_results_changed(self) -> None:
