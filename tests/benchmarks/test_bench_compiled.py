@@ -246,6 +246,24 @@ def pipeline_to_target(project: Path, backend: str, seed: int) -> tuple[float, i
     return wall, int(summary["total_steps"])
 
 
+def pipeline_process_to_target(
+    project: Path, backend: str, seed: int, env: dict[str, str]
+) -> tuple[float, int]:
+    """(wall seconds, steps) of one ``rl-studio-engine train`` process of the
+    preset until its evaluation reaches 0.8, imports included: what a user
+    who starts a run waits for (jax with its program in the persistent
+    cache)."""
+    wall, summary = engine_process(
+        ["train", "--env", PIPELINE, "--algo", "MaskablePPO", "--steps", "30000",
+         "--seed", str(seed), "--quiet", "--project", str(project),
+         "--set", f"backend={backend}", "--set", "checkpoint_every_steps=0",
+         "--set", f"target_eval_reward={PIPELINE_TARGET}"],
+        env,
+    )  # fmt: skip
+    assert summary["stopped_by"] == "target", summary
+    return wall, int(summary["total_steps"])
+
+
 @pytest.mark.timeout(1800)
 def test_compiled_maskable_ppo_on_the_release_pipeline(tmp_path: Path) -> None:
     project = bundled_project(tmp_path / "project")
@@ -265,17 +283,31 @@ def test_compiled_maskable_ppo_on_the_release_pipeline(tmp_path: Path) -> None:
     jax_cold = pipeline_process(project, "jax", env)
     jax_warm = pipeline_process(project, "jax", env)
     sb3_whole = pipeline_process(project, "sb3", env)
+    # Run by run, each a new process; jax's programs are in the cache now.
+    processes: dict[str, list[tuple[float, int]]] = {"jax": [], "sb3": []}
+    for i, seed in enumerate(PIPELINE_SEEDS):
+        order = ("jax", "sb3") if i % 2 == 0 else ("sb3", "jax")
+        for backend in order:
+            processes[backend].append(
+                pipeline_process_to_target(project, backend, seed, env)
+            )
     print()
-    for backend, rows in times.items():
-        shown = ", ".join(f"{w:.1f} s at {n:,} steps" for w, n in rows)
-        print(f"{backend} time to eval {PIPELINE_TARGET:g}: {shown}")
-    median = {b: statistics.median(w for w, _ in rows) for b, rows in times.items()}
-    to_target = median["jax"] / median["sb3"]
+    for label, measured in (("in-process", times), ("new process", processes)):
+        for backend, rows in measured.items():
+            shown = ", ".join(f"{w:.1f} s at {n:,} steps" for w, n in rows)
+            print(f"{backend} time to eval {PIPELINE_TARGET:g} ({label}): {shown}")
+
+    def ratio(measured: dict[str, list[tuple[float, int]]]) -> float:
+        median = {b: statistics.median(w for w, _ in r) for b, r in measured.items()}
+        return median["jax"] / median["sb3"]
+
+    to_target, per_process = ratio(times), ratio(processes)
     print(
         f"time to eval {PIPELINE_TARGET:g} (median of seeds "
-        f"{', '.join(map(str, PIPELINE_SEEDS))}, program kept in the process), "
-        "jax / sb3 = "
-        f"{to_target:.2f} (target <= {TARGET_PIPELINE_TO_TARGET:g})"
+        f"{', '.join(map(str, PIPELINE_SEEDS))}), jax / sb3 = "
+        f"{to_target:.2f} with the program kept in the process, "
+        f"{per_process:.2f} run by run in new processes with a warm cache "
+        f"(target <= {TARGET_PIPELINE_TO_TARGET:g})"
     )
     print(
         f"{PIPELINE_STEPS:,} steps, whole process: jax {jax_cold:.1f} s with a "
@@ -288,6 +320,7 @@ def test_compiled_maskable_ppo_on_the_release_pipeline(tmp_path: Path) -> None:
     )
     assert whole <= TARGET_PIPELINE_WHOLE
     assert to_target <= TARGET_PIPELINE_TO_TARGET
+    assert per_process <= TARGET_PIPELINE_TO_TARGET
 
 
 # ------------------------------------------------------------ sweeps
