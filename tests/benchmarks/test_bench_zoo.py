@@ -1,0 +1,234 @@
+"""Benchmark: RL Zoo's environments in the studio (issue 31).
+
+Throughput: ``rl-studio-engine train`` against a bare stable-baselines3
+script doing what RL Zoo does, with the same settings (the studio's
+validated ones: for LunarLander-v3 its bundled RL Zoo PPO preset, for Pong
+RL Zoo's ``atari`` entry read from rl_zoo3's files: CnnPolicy, 8 envs), the
+same seed, torch threads and device, each run a whole process timed from
+start to exit (imports, env start-up, the final save included). The bare
+script builds the Atari envs as RL Zoo does (``make_atari_env``, whose
+``AtariWrapper`` is the studio's, then ``VecFrameStack(4)``); the studio
+stacks the frames inside each env (engine.envs.families). Rounds alternate
+which runs first; the figure is the median of the rounds' studio/bare
+throughput ratios.
+
+Learning: LunarLander-v3 with the RL Zoo PPO preset, 300,000 steps at most,
+evaluated on the studio's default schedule (every 10,000 steps, 10
+episodes): the best evaluation's mean reward on each of 3 seeds; the target
+is >= 100 on 2 of them. It is long (three runs of up to 300,000 steps):
+``-k learning`` runs it alone.
+
+Run: .venv/bin/pytest tests/benchmarks/test_bench_zoo.py -s -o addopts=""
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine.envs.families import ATARI, family
+from engine.rl.config import TrainConfig, validate
+from engine.rl.train import ON_POLICY_ARGS, resolve_device
+from engine.settings import load
+
+ROOT = Path(__file__).resolve().parents[2]
+ROUNDS = int(os.environ.get("BENCH_ZOO_ROUNDS", "3"))
+TARGET_RATIO = 0.98  # studio throughput at least 98 % of bare SB3 (median)
+CASES = {
+    # Eight of the preset's rollouts (16 envs x 1,024 steps): a whole studio
+    # process starts about 1.8 s slower than a bare script here (the job's
+    # validation, records and final checkpoint), which 49,152 steps (about
+    # 40 s) could not hide: 0.925 in one round.
+    "LunarLander-v3": 8 * 16 * 1024,
+    # Sixteen of RL Zoo's Atari rollouts (8 envs x 128 steps).
+    "PongNoFrameskip-v4": 16 * 8 * 128,
+}
+FIXED = {"eval_every_steps": 0, "checkpoint_every_steps": 0}
+"""The bare script neither evaluates nor checkpoints on the way."""
+
+LEARNING_ENV = "LunarLander-v3"
+LEARNING_STEPS = 300_000
+LEARNING_SEEDS = (0, 1, 2)
+LEARNING_TARGET = 100.0
+
+BARE = """
+import json, sys
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+from stable_baselines3.common.vec_env import VecFrameStack
+
+cfg = json.loads(sys.argv[1])
+torch.set_num_threads(cfg["torch_threads"])
+if cfg["atari"]:  # as RL Zoo builds them: AtariWrapper, then a stack of 4
+    import ale_py, gymnasium as gym
+    gym.register_envs(ale_py)
+    env = make_atari_env(cfg["env"], n_envs=cfg["n_envs"], seed=cfg["seed"])
+    env = VecFrameStack(env, 4)
+else:
+    env = make_vec_env(cfg["env"], n_envs=cfg["n_envs"], seed=cfg["seed"])
+kw = cfg["kwargs"]
+for key in ("learning_rate", "clip_range"):
+    if isinstance(kw[key], dict):  # RL Zoo's lin_<value>
+        kw[key] = lambda progress, v=kw[key]["linear"]: progress * v
+kw["policy_kwargs"]["activation_fn"] = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[
+    kw["policy_kwargs"].pop("activation")
+]
+model = PPO(cfg["policy"], env, seed=cfg["seed"], device=cfg["device"], verbose=0, **kw)
+model.learn(cfg["steps"])
+model.save(cfg["out"])
+print(model.num_timesteps)
+"""
+
+
+def studio_settings(env_id: str, steps: int) -> dict[str, Any]:
+    return validate(
+        {"env": env_id, "algo": "PPO", "seed": 0, "total_steps": steps, **FIXED}
+    )
+
+
+def bare_config(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
+    """The studio's settings as the bare script takes them (JSON)."""
+    hp = cfg["hyperparameters"]
+
+    def scheduled(key: str) -> Any:
+        value = hp[key]
+        return {"linear": value} if hp[f"{key}_schedule"] == "linear" else value
+
+    kwargs = {name: hp[name] for name in ON_POLICY_ARGS.split()}
+    kwargs.update(
+        learning_rate=scheduled("learning_rate"),
+        clip_range=scheduled("clip_range"),
+        batch_size=hp["batch_size"],
+        n_epochs=hp["n_epochs"],
+        gamma=hp["gamma"],
+        target_kl=hp["target_kl"],
+        use_sde=hp["use_sde"],
+        sde_sample_freq=hp["sde_sample_freq"],
+        policy_kwargs={
+            "net_arch": hp["net_arch"],
+            "activation": hp["activation"],
+            "ortho_init": hp["ortho_init"],
+        },
+    )
+    return {
+        "env": cfg["env"],
+        "atari": family(cfg["env"]) == ATARI,
+        "n_envs": cfg["n_envs"],
+        "seed": cfg["seed"],
+        "torch_threads": cfg["torch_threads"],
+        "device": resolve_device(load(TrainConfig, cfg)),
+        "policy": cfg["policy"],
+        "steps": cfg["total_steps"],
+        "kwargs": kwargs,
+        "out": str(out),
+    }
+
+
+def timed(argv: list[str]) -> tuple[float, str]:
+    """One whole process: (wall seconds, its standard output)."""
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    wall = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr[-3000:]
+    return wall, done.stdout
+
+
+def studio_process(cfg: dict[str, Any], project: Path) -> float:
+    """``rl-studio-engine train`` with the validated settings; steps/s."""
+    sets = [
+        arg
+        for key in ("n_envs", "torch_threads", *FIXED)
+        for arg in ("--set", f"{key}={cfg[key]}")
+    ]
+    wall, out = timed(
+        [sys.executable, "-m", "engine", "train", "--env", cfg["env"],
+         "--algo", "PPO", "--steps", str(cfg["total_steps"]), "--seed", "0",
+         "--quiet", "--project", str(project), *sets]
+    )  # fmt: skip
+    assert json.loads(out)["total_steps"] >= cfg["total_steps"]
+    return cfg["total_steps"] / wall
+
+
+def bare_process(cfg: dict[str, Any], folder: Path) -> float:
+    """The bare script with the same settings; steps/s."""
+    out = folder / f"bare-{time.monotonic_ns()}.zip"
+    wall, printed = timed(
+        [sys.executable, "-c", BARE, json.dumps(bare_config(cfg, out))]
+    )
+    assert int(printed.split()[-1]) >= cfg["total_steps"]
+    return cfg["total_steps"] / wall
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("env_id", list(CASES))
+def test_bench_zoo_throughput(env_id: str, tmp_path: Path) -> None:
+    cfg = studio_settings(env_id, CASES[env_id])
+    studio: list[float] = []
+    bare: list[float] = []
+    for round_ in range(ROUNDS):
+        runs = [
+            lambda r=round_: studio.append(studio_process(cfg, tmp_path / f"p{r}")),
+            lambda: bare.append(bare_process(cfg, tmp_path)),
+        ]
+        for go in runs if round_ % 2 == 0 else reversed(runs):
+            go()
+    ratios = [s / b for s, b in zip(studio, bare, strict=True)]
+    ratio = statistics.median(ratios)
+    print(
+        f"\nBENCH zoo throughput PPO {env_id} ({cfg['policy']}, {cfg['n_envs']} "
+        f"envs, {cfg['total_steps']:,} steps, whole processes): studio / bare "
+        f"SB3 = {ratio:.3f}, median of {ROUNDS} alternating rounds; studio "
+        + ", ".join(f"{s:,.0f}" for s in studio)
+        + " steps/s; bare "
+        + ", ".join(f"{b:,.0f}" for b in bare)
+        + " steps/s; ratios "
+        + ", ".join(f"{r:.3f}" for r in ratios)
+    )
+    assert ratio >= TARGET_RATIO
+
+
+@pytest.mark.timeout(7200)
+def test_bench_zoo_learning_lunar_lander(tmp_path: Path) -> None:
+    from engine.store.metrics import read_metrics
+
+    best: dict[int, float] = {}
+    reached: dict[int, int | None] = {}
+    for seed in LEARNING_SEEDS:
+        project = tmp_path / f"seed{seed}"
+        timed(
+            [sys.executable, "-m", "engine", "train", "--env", LEARNING_ENV,
+             "--algo", "PPO", "--steps", str(LEARNING_STEPS), "--seed", str(seed),
+             "--quiet", "--project", str(project),
+             "--set", f"target_eval_reward={LEARNING_TARGET}"]
+        )  # fmt: skip
+        (run_dir,) = (project / "runs").iterdir()
+        evals = [
+            (int(r["step"]), float(r["eval/mean_reward"]))
+            for r in read_metrics(run_dir / "metrics.jsonl")
+            if "eval/mean_reward" in r
+        ]
+        best[seed] = max(reward for _, reward in evals)
+        reached[seed] = next(
+            (step for step, reward in evals if reward >= LEARNING_TARGET), None
+        )
+    hits = sum(reward >= LEARNING_TARGET for reward in best.values())
+    print(
+        f"\nBENCH zoo learning PPO {LEARNING_ENV} (RL Zoo preset, at most "
+        f"{LEARNING_STEPS:,} steps): best eval mean reward by seed "
+        + ", ".join(
+            f"{s}: {best[s]:.1f}"
+            + (f" (>= {LEARNING_TARGET:g} at {reached[s]:,})" if reached[s] else "")
+            for s in LEARNING_SEEDS
+        )
+        + f"; {hits} of {len(LEARNING_SEEDS)} seeds reach {LEARNING_TARGET:g}"
+    )
+    assert hits >= 2
