@@ -297,16 +297,25 @@ class Database:
             self._pg(lambda c: c.cursor().executemany(_pyformat(sql), rows), False)
 
     @contextmanager
-    def transaction(self, lock: str | None = None) -> Iterator[None]:
+    def transaction(
+        self, lock: str | None = None, *, synced: bool = True
+    ) -> Iterator[None]:
         """One write transaction: committed at the end, rolled back on an
         exception. SQLite takes the write lock at once (``BEGIN
         IMMEDIATE``); on PostgreSQL ``lock`` names an advisory lock held
-        until the end, serialising the processes that take it."""
+        until the end, serialising the processes that take it, and
+        ``synced=False`` does not wait for the commit to reach the disk
+        (``synchronous_commit``: a crash of the machine may lose the last
+        fraction of a second, as SQLite's ``synchronous=NORMAL`` may; a
+        crash of the process loses nothing), for records that are not
+        acknowledged to anyone."""
         if self._in_transaction:
             raise RuntimeError("transactions do not nest")
         self.execute("BEGIN IMMEDIATE" if self.dialect == SQLITE else "BEGIN")
         self._in_transaction = True
         try:
+            if not synced and self.dialect == POSTGRESQL:
+                self.execute("SET LOCAL synchronous_commit = off")
             if lock is not None and self.dialect == POSTGRESQL:
                 self.execute("SELECT pg_advisory_xact_lock(?)", (lock_id(lock),))
             yield

@@ -156,7 +156,9 @@ class DecisionLog:
         ``reason`` each fallback's cause."""
         assert answered_by in (*ANSWERED_BY, ""), answered_by
         fallback = answered_by != "version" or served != chosen
-        with self._lock, self._db.transaction():
+        # Not synced on PostgreSQL: a request's statistics, answered
+        # already; waiting for the disk would slow every act by a sync.
+        with self._lock, self._db.transaction(synced=False):
             self._db.execute(
                 "INSERT INTO decisions (agent, time, request_key, chosen, role,"
                 " served, fallback, reason, latency_ms, answered_by)"
