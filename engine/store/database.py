@@ -99,10 +99,16 @@ def configured(project_dir: str | os.PathLike[str], given: str | None = None) ->
     return checked_url(url, "The project's database setting") if url else ""
 
 
+def setting_row(key: str) -> str:
+    """The key of the ``meta`` row of ``studio.sqlite`` holding the project
+    setting ``key`` (``Project.setting``)."""
+    return f"setting:{key}"
+
+
 def _project_setting(project_dir: Path) -> dict[str, Any]:
-    """The setting as ``Project.setting(SETTING_KEY)`` reads it (a ``meta``
-    row of ``studio.sqlite``), read here without opening the project: the
-    labels store is opened by the GUI with a folder alone."""
+    """The setting as ``Project.setting(SETTING_KEY)`` reads it, read here
+    without opening the project: the labels store is opened by the GUI with
+    a folder alone."""
     import json
 
     path = project_dir / "studio.sqlite"
@@ -111,7 +117,7 @@ def _project_setting(project_dir: Path) -> dict[str, Any]:
     db = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=10.0)
     try:
         row = db.execute(
-            "SELECT value FROM meta WHERE key = ?", (f"setting:{SETTING_KEY}",)
+            "SELECT value FROM meta WHERE key = ?", (setting_row(SETTING_KEY),)
         ).fetchone()
     except sqlite3.OperationalError:  # no meta table yet
         row = None

@@ -41,6 +41,7 @@ from engine.store.atomic import (
     remove_stale_temp_files,
     temp_path,
 )
+from engine.store.database import setting_row
 from engine.store.paths import checked_name, child, link_out
 
 SCHEMA_VERSION = 3
@@ -661,7 +662,7 @@ class Project:
         empty when never set)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT value FROM meta WHERE key = ?", (f"setting:{key}",)
+                "SELECT value FROM meta WHERE key = ?", (setting_row(key),)
             ).fetchone()
         value = json.loads(row[0]) if row else {}
         return value if isinstance(value, dict) else {}
@@ -670,7 +671,7 @@ class Project:
         with self._lock, self._db:
             self._db.execute(
                 "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                (f"setting:{key}", json.dumps(value)),
+                (setting_row(key), json.dumps(value)),
             )
 
     # ------------------------------------------------------------- agents
