@@ -240,6 +240,44 @@ def test_malformed_file_on_open_says_one_sentence_and_loses_nothing(
     assert ws.path == open_path and ws.model.spec == spec and ws.is_modified
 
 
+def test_a_file_of_the_wrong_shape_is_refused_before_any_view_is_built(
+    qtbot, workspace: EnvironmentsWorkspace
+) -> None:
+    """Issue 29: a workflow whose ``statuses`` is a string drew one status per
+    character while the JSON tab and the tools still showed the env before."""
+    ws = workspace
+    canvas = ws.editors["workflow"].canvas
+    open_path, spec = ws.path, json.loads(json.dumps(ws.model.spec))
+    statuses = canvas.status_names()
+    bad = json.loads(json.dumps(spec))
+    bad["name"] = "stringly"
+    bad["workflow"]["statuses"] = "To Do"
+    path = open_path.parent / "stringly.env.json"
+    path.write_text(json.dumps(bad))
+    assert not ws.open_env(path)
+    assert ws.banner.text() == (
+        "stringly.env.json cannot be opened: workflow.statuses must be a list, "
+        "not a string; fix it in a text editor, the file was left as it is."
+    )
+    # Every view still shows the env that was open, and the same one.
+    assert ws.path == open_path and ws.model.spec == spec
+    assert canvas.status_names() == statuses and "T" not in statuses
+    assert json.loads(ws.json_page.view.toPlainText()) == spec
+    assert ws.env_list.table.selected_keys() == [str(open_path)]
+    shots = os.environ.get("RLSTUDIO_SCREENSHOTS")  # docs/screenshots/, by hand
+    if shots:
+        ws.grab().save(str(Path(shots) / "env-wrong-shape-after.png"))
+    # The JSON tab refuses the same shape as it is typed.
+    before = ws.undo_stack.count()
+    ws.json_page.view.setPlainText(json.dumps(bad))
+    qtbot.waitUntil(
+        lambda: "workflow.statuses must be a list" in ws.json_page.status.text(),
+        timeout=3000,
+    )
+    assert ws.undo_stack.count() == before and ws.model.spec == spec
+    assert canvas.status_names() == statuses
+
+
 def test_grid_stroke_is_one_undo_step(qtbot, workspace: EnvironmentsWorkspace) -> None:
     ws = workspace
     assert ws.open_env(ws.path.parent / "maze.env.json")

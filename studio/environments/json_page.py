@@ -11,7 +11,7 @@ from PySide6.QtCore import QSignalBlocker, QTimer, Signal
 from PySide6.QtWidgets import QLabel, QPlainTextEdit, QVBoxLayout, QWidget
 
 from studio.environments.fields import monospace
-from studio.state.env_design import KINDS, spec_text
+from studio.state.env_design import KINDS, shape_problem, spec_text
 
 JSON_DEBOUNCE_MS = 400
 
@@ -78,6 +78,10 @@ class JsonPage(QWidget):
             return
         if data.get("kind") not in KINDS:
             self._set_status(f"kind must be one of {', '.join(KINDS)}.")
+            return
+        problem = shape_problem(data)
+        if problem is not None:
+            self._set_status(problem)
             return
         self._set_status("")
         self.spec_edited.emit(data)

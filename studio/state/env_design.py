@@ -56,6 +56,54 @@ class DesignError(ValueError):
     """An edit that cannot be made; the message is one sentence."""
 
 
+CONTAINERS: dict[str, dict[str, type]] = {
+    "workflow": {
+        "statuses": list,
+        "tools": list,
+        "transitions": list,
+        "terminal": list,
+        "success": list,
+        "rewards": dict,
+        "tasks": dict,
+    },
+    "grid": {
+        "size": list,
+        "walls": list,
+        "start": list,
+        "goals": list,
+        "traps": list,
+        "cell_rewards": list,
+        "rewards": dict,
+    },
+    "gymnasium": {"kwargs": dict},
+    "python": {"kwargs": dict},
+}
+"""The lists and objects of each kind's body that the editors walk. The
+engine's check says everything else wrong with a spec; a string where a
+list belongs would be walked a character at a time (one status per
+letter), so a document of the wrong shape is refused before any view is
+built from it."""
+
+
+def shape_problem(spec: dict[str, Any]) -> str | None:
+    """One sentence naming the first field of ``spec`` whose JSON type is
+    not the list or object the editors expect (None: the shape is fine)."""
+    kind = spec.get("kind", spec.get("type"))
+    if kind not in CONTAINERS:
+        return None
+    body = spec.get(kind)
+    if body is None:
+        return None
+    if not isinstance(body, dict):
+        return f"{kind} must be a JSON object, not a {_kind(body)}."
+    for key, expected in CONTAINERS[kind].items():
+        value = body.get(key)
+        if value is not None and not isinstance(value, expected):
+            want = "a list" if expected is list else "an object"
+            return f"{kind}.{key} must be {want}, not a {_kind(value)}."
+    return None
+
+
 # ---------------------------------------------------------------- templates
 
 
@@ -152,13 +200,24 @@ def read_spec_file(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"{p.name} is not an environment spec: its kind is {kind!r}, "
             f"not one of {', '.join(KINDS)}."
         )
+    problem = shape_problem(data)
+    if problem is not None:
+        raise DesignError(
+            f"{p.name} cannot be opened: {problem.rstrip('.')}; fix it in a text "
+            "editor, the file was left as it is."
+        )
     return data
 
 
 def _kind(value: Any) -> str:
-    return {list: "list", str: "string", int: "number", float: "number"}.get(
-        type(value), type(value).__name__
-    )
+    return {
+        list: "list",
+        dict: "object",
+        str: "string",
+        int: "number",
+        float: "number",
+        bool: "boolean",
+    }.get(type(value), type(value).__name__)
 
 
 def autosave_path(spec_path: str | os.PathLike[str]) -> Path:
