@@ -348,22 +348,26 @@ class TrajectoryStore:
 
     def _append(self, trajectory_id: str, steps: list[dict[str, Any]]) -> int:
         with self._pool.connection() as db, db.transaction():
-            status, first = self._status(db, trajectory_id, lock=True)
-            if status != "open":
+            # Counting the steps first claims their indices and locks the
+            # row (another process's steps wait) in one statement.
+            claimed = db.execute(
+                "UPDATE trajectories SET steps = steps + ?,"
+                " reward_sum = reward_sum + ? WHERE id = ? AND status = 'open'"
+                " RETURNING steps",
+                (len(steps), sum(s["reward"] for s in steps), trajectory_id),
+            ).fetchone()
+            if claimed is None:
+                status, _ = self._status(db, trajectory_id)
                 raise TrajectoryEndedError(
                     f"The trajectory {trajectory_id} has ended ({status}); "
                     "it takes no more steps."
                 )
+            first = int(claimed[0]) - len(steps)
             rows = []
             for t, step in enumerate(steps, start=first):
                 step["t"] = t
                 rows.append((trajectory_id, t, _json("step", step)))
             db.executemany("INSERT INTO trajectory_steps VALUES (?, ?, ?)", rows)
-            db.execute(
-                "UPDATE trajectories SET steps = ?, reward_sum = reward_sum + ?"
-                " WHERE id = ?",
-                (first + len(steps), sum(s["reward"] for s in steps), trajectory_id),
-            )
         return first
 
     def end(
