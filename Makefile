@@ -1,7 +1,8 @@
 # RL Studio — set up, start, test.
 #   make studio   create .venv, install, start the desktop app
 #   make test     create .venv, install, lint, type-check, check the import
-#                 contracts, run the test suite (offscreen)
+#                 contracts, run the test suite (offscreen) but the slow tests
+#   make test-slow  the slow end-to-end tests (CI runs both)
 #   make bench    run the benchmarks in tests/benchmarks and print the figures
 # Override the torch wheel with e.g. `make studio TORCH_SPEC="torch==2.5.1"`.
 
@@ -11,7 +12,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.rl-studio-installed
 
-.PHONY: studio test bench bench-purejaxrl lint setup clean xvfb-deps pg-deps
+.PHONY: studio test test-slow bench bench-purejaxrl lint setup clean xvfb-deps pg-deps
 
 setup: $(STAMP)
 
@@ -35,7 +36,12 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests --durations=30
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests -m "not slow" --durations=30
+
+# The end-to-end tests marked slow (several processes, real training, sweeps,
+# scale-out, fuzzing): CI runs them after `make test`.
+test-slow: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest tests -m slow --durations=30
 
 # Benchmarks run for minutes by design: no faulthandler thread dumps after
 # faulthandler_timeout (pyproject.toml, for `make test`); each benchmark's

@@ -189,6 +189,7 @@ every 2 s, see the run mid-way even on a fast machine; 3,000 steps once ended
 between two refreshes."""
 
 
+@pytest.mark.slow
 def test_a_headless_run_shows_live_in_an_open_studio(qtbot, window: MainWindow) -> None:
     """``rl-studio-engine train --project P`` while the studio has P open: the
     run appears in the Training list, its progress and curves follow the
@@ -378,6 +379,7 @@ def test_a_headless_runs_speed_and_eta_come_from_snapshots(
     assert (state.run("r")["progress_done"], state.run("r")["rate"]) == (10_500, 900)
 
 
+@pytest.mark.slow
 def test_stop_button_stops_a_headless_run(qtbot, window: MainWindow) -> None:
     """Stop on a run training in a terminal stops it as Ctrl-C does: it saves
     a checkpoint, registers its model so far and ends as stopped."""

@@ -360,6 +360,7 @@ def test_a_python_env_that_fails_to_import_fails_its_preview_run(
     assert any(p["path"] == "python.file" for p in ws.problems)
 
 
+@pytest.mark.slow
 def test_preview_with_a_policy_trained_on_the_env(
     qtbot, workspace: EnvironmentsWorkspace
 ) -> None:

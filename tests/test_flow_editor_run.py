@@ -156,6 +156,7 @@ def test_a_flow_built_in_the_editor_runs_on_the_engine(
         client.stop()
 
 
+@pytest.mark.slow
 def test_cancel_stops_the_run_and_skips_what_follows(qtbot, live) -> None:
     ws, _ = live
     build_cartpole(qtbot, ws, total_steps="5000000")

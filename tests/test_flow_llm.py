@@ -356,6 +356,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Any:
         yield Chain(tmp_path_factory.mktemp("llm-flow"), ollama)
 
 
+@pytest.mark.slow
 def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
     import gguf
 
@@ -467,6 +468,7 @@ def test_the_whole_llm_chain_runs_headless(chain: Chain) -> None:
         project.close()
 
 
+@pytest.mark.slow
 def test_the_flows_report_is_listed_in_models_and_models_are_stored_once(
     chain: Chain,
 ) -> None:
@@ -494,6 +496,7 @@ def test_the_flows_report_is_listed_in_models_and_models_are_stored_once(
     assert folders == sorted(m["id"] for m in snapshot["models"])
 
 
+@pytest.mark.slow
 def test_a_rerun_reuses_every_cached_node_and_deploys_again(chain: Chain) -> None:
     assert chain.first.returncode == 0, chain.first.stderr[-4000:]
     first = json.loads(chain.first.stdout)
@@ -530,6 +533,7 @@ def test_a_rerun_reuses_every_cached_node_and_deploys_again(chain: Chain) -> Non
         project.close()
 
 
+@pytest.mark.slow
 def test_without_a_server_deploy_leaves_a_bundle_and_says_so(
     chain: Chain, tmp_path: Path
 ) -> None:
@@ -546,6 +550,7 @@ def test_without_a_server_deploy_leaves_a_bundle_and_says_so(
     assert "No Ollama server answers" in proc.stderr  # the node logged it
 
 
+@pytest.mark.slow
 def test_an_adapter_exports_as_lora_gguf_and_deploys_over_the_base(
     chain: Chain, tmp_path: Path
 ) -> None:

@@ -266,6 +266,7 @@ def test_an_onnx_node_exports_the_trained_policy_and_registers_it(
     assert action.shape == (1,)
 
 
+@pytest.mark.slow
 def test_a_flow_failing_at_its_last_node_registers_the_earlier_models(
     tmp_path: Path,
 ) -> None:

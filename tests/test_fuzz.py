@@ -83,6 +83,7 @@ def server(tmp_path: Path) -> Any:
     srv.supervisor.shutdown(1.0)
 
 
+@pytest.mark.slow
 def test_protocol_fuzz_in_process(
     server: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -116,6 +117,7 @@ def test_protocol_fuzz_in_process(
     assert not tally.crashes and not tally.raw, tally.examples
 
 
+@pytest.mark.slow
 def test_protocol_fuzz_through_a_real_engine(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

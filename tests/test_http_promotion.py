@@ -144,6 +144,7 @@ def trained(server: Served) -> StudioClient:
     return client
 
 
+@pytest.mark.slow
 def test_the_gate_refuses_the_broken_version(trained: StudioClient) -> None:
     agent = trained.agent(AGENT)
     v1, v2 = agent["versions"]
@@ -160,6 +161,7 @@ def test_the_gate_refuses_the_broken_version(trained: StudioClient) -> None:
     assert trained.act(AGENT, observation=OBS)["version"] == "v1"
 
 
+@pytest.mark.slow
 def test_promote_and_rollback_by_hand(trained: StudioClient, server: Served) -> None:
     client = trained
     agent = client.promote(AGENT, "v2", why="canary looked fine", by="alice")
@@ -194,6 +196,7 @@ def test_promote_and_rollback_by_hand(trained: StudioClient, server: Served) -> 
     assert "has no version promoted before its current one" in refused.stderr
 
 
+@pytest.mark.slow
 def test_switch_and_fallback_chain(trained: StudioClient) -> None:
     client = trained
     models = {m["version"]: m for m in client.models() if m.get("agent") == AGENT}
@@ -273,6 +276,7 @@ def test_the_rule_policy_answers_for_a_model_that_cannot_load(
         client.configure_serving(rl_enabled=True)
 
 
+@pytest.mark.slow
 def test_bad_input(trained: StudioClient) -> None:
     client = trained
     why = {"why": "x"}

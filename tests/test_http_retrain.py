@@ -101,6 +101,7 @@ def refused(call: Any, status: int, words: str) -> str:
     return str(err.value)
 
 
+@pytest.mark.slow
 def test_readiness_flips_and_the_trigger_trains(client: StudioClient) -> None:
     status = client.request("GET", "/training/status")
     assert not status["readiness"]["ready"]

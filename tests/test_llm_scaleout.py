@@ -181,6 +181,7 @@ def processes_naming(path: Path) -> list[int]:
 
 
 # ---------------------------------------------------------------- complete runs
+@pytest.mark.slow
 def test_grpo_with_two_processes(project: Project) -> None:
     ctx = project.context(project.config("grpo", max_steps=1))
     summary = train(ctx)
@@ -198,6 +199,7 @@ def test_grpo_with_two_processes(project: Project) -> None:
     assert any(e["type"] == "run.progress" and e["done"] == 1 for e in events)
 
 
+@pytest.mark.slow
 def test_stop_then_resume_with_one_process(project: Project) -> None:
     cfg = project.config("sft", max_steps=400)
     ctx = project.context(cfg, run_id="sft-stop")
@@ -227,6 +229,7 @@ def test_stop_then_resume_with_one_process(project: Project) -> None:
     assert f"resuming from checkpoint-{stopped_at}" in resumed.lines
 
 
+@pytest.mark.slow
 def test_a_killed_rank_fails_the_run_and_leaves_no_process(project: Project) -> None:
     ctx = project.context(project.config("sft", max_steps=400))
     job = Background(ctx)
@@ -261,6 +264,7 @@ def start_machine_0(project: Project) -> tuple[LoggedContext, Background]:
     return ctx, job
 
 
+@pytest.mark.slow
 def test_two_machines_on_localhost(project: Project) -> None:
     ctx, job = start_machine_0(project)
     worker = subprocess.run(
@@ -306,6 +310,7 @@ def test_two_machines_on_localhost(project: Project) -> None:
     assert not any(alive(p) for p in pids_of(ctx.run_dir))
 
 
+@pytest.mark.slow
 def test_a_machine_that_fails_ends_the_run_on_machine_0(project: Project) -> None:
     """Machine 0's ranks would wait for the failed machine's in a collective
     with no deadline; the failure sentence it leaves ends the run at once."""

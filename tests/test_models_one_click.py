@@ -90,6 +90,7 @@ def expected_reply(folder: Path, messages: list[dict[str, str]]) -> str:
     ).strip()
 
 
+@pytest.mark.slow
 def test_one_click_adapter_to_ollama_then_chat(qtbot, setup) -> None:
     win, ws, adapter_id = setup
     ws.select(adapter_id)

@@ -160,6 +160,7 @@ def test_a_studio_quitting_with_keep_runs_leaves_its_runs_training(
     assert record["summary"]["stopped_by"] == "user"
 
 
+@pytest.mark.slow
 def test_sigint_to_a_ppo_job_stops_it_with_a_checkpoint_and_it_resumes(
     engine: EngineProcess, project_dir: Path
 ) -> None:

@@ -51,6 +51,7 @@ def test_text_items_are_one_a_line() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_sweep_runs_its_trials_as_runs_and_draws_its_history(
     qtbot, window: MainWindow
 ) -> None:
@@ -121,6 +122,7 @@ def test_a_sweep_runs_its_trials_as_runs_and_draws_its_history(
     assert panel.save_preset_button.isEnabled()
 
 
+@pytest.mark.slow
 def test_a_time_to_target_sweep_plots_cpu_seconds_to_its_target(
     qtbot, window: MainWindow
 ) -> None:
@@ -172,6 +174,7 @@ def test_a_bad_search_item_is_refused_with_the_engines_sentence(
     assert not window.session.state.runs
 
 
+@pytest.mark.slow
 def test_stop_stops_the_sweep_and_its_trials_with_checkpoints(
     qtbot, window: MainWindow
 ) -> None:

@@ -44,6 +44,7 @@ def _study(url: str, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=tune_storage.open_storage(url))
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_study_every_trial_a_run_and_best_is_a_preset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -391,6 +391,7 @@ def test_time_to_target_is_minimized_and_recorded_in_the_preset(
     assert preset["provenance"]["value"] == summary["best_value"]
 
 
+@pytest.mark.slow
 def test_a_time_to_target_trial_slower_than_the_best_stops_at_its_next_eval(
     tmp_path: Path,
 ) -> None:
@@ -541,6 +542,7 @@ def _two_workers_on(
     return study, project, workers
 
 
+@pytest.mark.slow
 def test_stopping_forked_workers_stops_each_trial_with_a_checkpoint(
     tmp_path: Path,
 ) -> None:
