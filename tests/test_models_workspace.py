@@ -456,6 +456,10 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
         and ws.action_bar.buttons["one_click"].isEnabled()
     )
     with FakeOllama() as fake:
+        # The server is listed before the export (without the model to come).
+        ws.server.host_edit.setText(fake.host)
+        ws.server.refresh_button.click()
+        qtbot.waitUntil(lambda: ws.controller.ollama_listed_host is not None)
         dialog = ws.action_bar.export_to_ollama()
         assert dialog is not None
         fill_run_form(qtbot, dialog)
@@ -481,6 +485,14 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
         assert create["model"] == "tiny-agent" and "<|im_start|>" in create["template"]
         # The default type asks the server for Q4_K_M from the F16 file.
         assert create["quantize"] == "q4_K_M"
+
+        # The deployment's row says "on server" with no Refresh (it said
+        # "not on server", in red, from the listing before the export).
+        def deployed_status() -> str | None:
+            rows = [r for r in ws.records() if r.get("source_run") == export.run_id]
+            return rows[0].get("server_status") if rows else None
+
+        qtbot.waitUntil(lambda: deployed_status() == "on server", timeout=15_000)
     # One export.ollama run, deploy only, is in the Training list too.
     run = win.session.state.run(export.run_id)
     assert run is not None and run["kind"] == "export.ollama"

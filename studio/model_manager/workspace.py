@@ -55,7 +55,7 @@ class ModelsWorkspace(QWidget):
         self.table = ModelTable()
         self.table.selection_changed.connect(self._on_table_selection_changed)
         self.action_bar = ModelActions(session, self.controller, self.table.selected)
-        self.action_bar.models_changed.connect(self._rebuild)
+        self.action_bar.models_changed.connect(self._on_action_bar_models_changed)
         self.progress = ActionProgress(session, self.controller)
         self.details = ModelDetailsPane(self._state, self.controller)
         self.details.selection_requested.connect(self.select)
@@ -133,6 +133,13 @@ class ModelsWorkspace(QWidget):
 
     def _on_ollama_models_changed(self, models: list[dict[str, Any]]) -> None:
         self._rebuild()
+
+    def _on_action_bar_models_changed(self) -> None:
+        # An export to Ollama ended: the server lists a new model, and a
+        # listing from before it would call the deployment "not on server"
+        # until Refresh.
+        self._rebuild()
+        self.server.refresh()
 
     def _on_table_selection_changed(self, keys: list[str]) -> None:
         self._show_selection()
