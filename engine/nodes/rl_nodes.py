@@ -262,6 +262,7 @@ def evaluate(node: NodeRun) -> NodeResult:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
+    from engine.envs.families import wrap
     from engine.rl.env_info import register_designed_envs
     from engine.rl.policy import evaluate as play
     from engine.rl.policy import load_policy
@@ -278,7 +279,9 @@ def evaluate(node: NodeRun) -> NodeResult:
         env = gym.make(env_id, **kwargs)
         if max_steps:
             env = gym.wrappers.TimeLimit(env, max_episode_steps=max_steps)
-        return Monitor(env)
+        # Monitor counts the game's own episodes and rewards; above it, the
+        # observations the policy was trained on (an Atari game's frames).
+        return wrap(Monitor(env), training=False)
 
     model = load_policy(policy["file"], project_dir=node.project_dir)
     if model.notice:
