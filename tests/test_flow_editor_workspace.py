@@ -381,6 +381,50 @@ def test_validate_marks_nodes_and_form_fields(qtbot, ws) -> None:
     assert os.listdir(ws.project_flows_dir()) == [".autosave"]  # nothing saved
 
 
+def test_a_type_error_goes_with_the_node_it_came_from(qtbot, ws, project) -> None:
+    """Issue 29: a type-error line (the engine's word on a link) stayed on
+    the status line after the node at its other end was deleted."""
+    path = project / "flows" / "typed.flow.json"
+    env = {"id": "env", "type": "env.environment", "params": {"env": "CartPole-v1"}}
+    path.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "kind": "flow",
+                "name": "typed",
+                "nodes": [env, {"id": "evaluate", "type": "rl.evaluate"}],
+                "links": [
+                    {
+                        "from": {"node": "env", "port": "env"},
+                        "to": {"node": "evaluate", "port": "policy"},
+                    }
+                ],
+            }
+        )
+    )
+    assert ws.open_file(path)
+    type_error = (
+        "Input 'policy' takes policy, but it is linked to the env output 'env' "
+        "of 'Environment'."
+    )
+    assert ws.editor.canvas.node_errors("evaluate") == [type_error]
+    # The engine's check says the same (and the studio has no engine here:
+    # the reply is handed over as the controller would).
+    asked: list[dict] = []
+    ws.editor.validation_requested.connect(asked.append)
+    ws.editor.add_engine_errors({"evaluate": [type_error, "Engine-only problem."]})
+    assert "2 problems in 1 node" in ws.editor.status_label.text()
+    ws.editor.canvas.select_nodes(["env"])
+    ws.editor.delete_selected()
+    assert ws.model.doc.node_ids() == ["evaluate"]
+    assert ws.editor.canvas.node_errors("evaluate") == [
+        "The required input 'policy' (policy) is not linked."
+    ]
+    assert "1 problem in 1 node" in ws.editor.status_label.text()
+    qtbot.waitUntil(lambda: bool(asked))  # the engine is asked again, once
+    assert len(asked) == 1 and [n["id"] for n in asked[0]["nodes"]] == ["evaluate"]
+
+
 def test_flow_name_and_description_are_undoable_and_saved(qtbot, ws, project) -> None:
     build_cartpole(qtbot, ws)
     ws.editor.canvas.select_nodes([])

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QMimeData, QPointF, Qt, Signal
+from PySide6.QtCore import QMimeData, QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QUndoStack
 from PySide6.QtWidgets import (
     QApplication,
@@ -61,6 +61,10 @@ from widgets.record_table import Column, RecordTable
 FLOW_FRAGMENT_MIME = "application/x-rlstudio-flow-fragment"
 ENV_NODE_TYPE = "env.environment"
 UNTITLED = "untitled"
+STALES_ENGINE_CHECK = frozenset(
+    ("node_added", "node_removed", "link_added", "link_removed", "params")
+)
+"""Document edits after which the engine's last check no longer holds."""
 
 PORT_COLORS = {
     "env": "#59b36b",
@@ -161,6 +165,10 @@ class FlowEditor(QWidget):
             "params": self._on_model_params,
             "title": self._on_model_title,
         }
+        # One edit (deleting a node and its links) notifies several times:
+        # the engine is asked again once, about the flow after all of them.
+        self._recheck = QTimer(self, singleShot=True, interval=0)
+        self._recheck.timeout.connect(self._on_recheck_timeout)
         model.subscribe(self._on_model_changed)
         self.inspector.show_node(None)
 
@@ -319,11 +327,21 @@ class FlowEditor(QWidget):
         handler = self._model_handlers.get(what)
         if handler is not None:
             handler(key)
+        if what in STALES_ENGINE_CHECK and self._engine_errors:
+            # The engine's word was about the flow before this edit: a type
+            # error of a link to a node since deleted stayed on the status
+            # line. Ask it again about the flow as it is now.
+            self._engine_errors = {}
+            self._recheck.start()
         if what not in ("reset", "path", "info") and self._errors_shown:
             self.refresh_errors()
 
+    def _on_recheck_timeout(self) -> None:
+        self.validation_requested.emit(self.model.doc.to_dict())
+
     def _on_model_reset(self, _key: str) -> None:
         # Another flow: the problems found in the last one go with it.
+        self._recheck.stop()
         self._errors_shown = False
         self.errors = {}
         self._engine_errors = {}
