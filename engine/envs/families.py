@@ -76,30 +76,36 @@ class EnvFamilyError(EngineError):
 
 @functools.cache
 def load_families() -> None:
-    """Register the Atari games with Gymnasium and prepare MuJoCo's headless
+    """Register the Atari games with Gymnasium and point MuJoCo at headless
     rendering (once per process; a family whose package is missing is left
     out, and :func:`check_loads` names it when one of its envs is asked for)."""
     if not os.environ.get("DISPLAY"):
         # Read by mujoco when it is imported; a value the user set wins.
         os.environ.setdefault("MUJOCO_GL", MUJOCO_GL)
         os.environ.setdefault("PYOPENGL_PLATFORM", MUJOCO_GL)
-    if importlib.util.find_spec("mujoco") is not None:
-        try:
-            # Untyped (no stubs): imported by name.
-            mujoco = importlib.import_module("mujoco")
-        except Exception:  # check_loads names it for the env asked for
-            pass
-        else:
-            # MuJoCo writes its warnings (Gymnasium's Ant model uses a
-            # deprecated attribute) to MUJOCO_LOG.TXT in the current folder,
-            # a project's or the user's: they go to the log instead.
-            mujoco.set_mju_user_warning(lambda text: log.debug("mujoco: %s", text))
     try:
         import ale_py
         import gymnasium as gym
     except ImportError:
         return
     gym.register_envs(ale_py)
+
+
+@functools.cache
+def quiet_mujoco() -> None:
+    """Send MuJoCo's warnings to the log: it writes them (Gymnasium's Ant
+    model uses a deprecated attribute) to a MUJOCO_LOG.TXT in the current
+    folder, a project's or the user's. Done when a MuJoCo env is first
+    asked for (:func:`family`), so other runs do not import mujoco."""
+    load_families()
+    if importlib.util.find_spec("mujoco") is None:
+        return
+    try:
+        # Untyped (no stubs): imported by name.
+        mujoco = importlib.import_module("mujoco")
+    except Exception:  # check_loads names it for the env asked for
+        return
+    mujoco.set_mju_user_warning(lambda text: log.debug("mujoco: %s", text))
 
 
 def family(env_id: str) -> str | None:
@@ -112,7 +118,10 @@ def family(env_id: str) -> str | None:
     except gym.error.Error:
         return None
     name = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
-    return next((f for p, f in _ENTRY_PREFIXES.items() if name.startswith(p)), None)
+    kind = next((f for p, f in _ENTRY_PREFIXES.items() if name.startswith(p)), None)
+    if kind == MUJOCO:
+        quiet_mujoco()
+    return kind
 
 
 def check_loads(env_id: str) -> None:
