@@ -44,7 +44,7 @@ from engine.rl.compiled.support import ALGOS, AUTO_JAX_MIN_STEPS, BACKENDS
 from engine.rl.env_info import EnvInfo, inspect_env, register_designed_envs
 from engine.rl.hardware_profiles import DEFAULT_PROFILE
 from engine.rl.presets import builtin_presets
-from engine.rl.zoo_presets import zoo_preset
+from engine.rl.zoo_presets import zoo_preset, zoo_version
 from engine.settings import (
     STEPS_MAX,
     Search,
@@ -806,7 +806,13 @@ def builtin_presets_text() -> str:
                 others[source] = others.get(source, 0) + 1
     rest = ", ".join(f"{n} {source}" for source, n in others.items())
     head = "tuned here: " + "; ".join(tuned) if tuned else "none tuned here"
-    return f"Built-in presets: {head}; the others: {rest}."
+    text = f"Built-in presets: {head}; the others: {rest}."
+    if zoo_version() is not None:
+        text += (
+            f" Elsewhere RL Zoo's settings, read from rl_zoo3 {zoo_version()}'s "
+            "hyperparameter files (every env and algorithm it covers)."
+        )
+    return text
 
 
 def provenance_text(where: Any) -> str:
