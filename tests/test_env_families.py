@@ -67,7 +67,15 @@ def test_the_catalog_names_each_family_and_an_atari_trace_names_its_image(
     assert by_id[ATARI]["family"] == families.ATARI
     assert by_id["Ant-v5"]["family"] == families.MUJOCO
     assert by_id["BipedalWalker-v3"]["family"] == families.BOX2D
-    assert "error" not in describe_env("HalfCheetah-v5")
+    # Each env's parameters for the designer's form, read from its class.
+    for env_id, parameter in [
+        ("HalfCheetah-v5", "forward_reward_weight"),
+        ("LunarLander-v3", "gravity"),
+        (ATARI, "repeat_action_probability"),
+    ]:
+        described = describe_env(env_id)
+        assert "error" not in described, described
+        assert parameter in {p["name"] for p in described["parameters"]}
     frames = tmp_path / "frames.npz"
     result = preview(
         ATARI,
