@@ -5,7 +5,6 @@ flow opens (else the flow's first run fails at once)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from pathlib import Path
 
@@ -20,6 +19,9 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from engine import flow as flow_file
+from engine.flow import FlowError
 
 BASE_MODEL_NODE = "llm.base_model"
 
@@ -99,14 +101,12 @@ def missing_base_models(flow: Path, cached: Collection[str]) -> list[str]:
     folder here nor among ``cached`` (the Hugging Face cache's models); a
     flow that cannot be read names none (opening it says why)."""
     try:
-        doc = json.loads(flow.read_text(encoding="utf-8"))
-        nodes = [n for n in doc.get("nodes", []) if isinstance(n, dict)]
-    except (OSError, ValueError, AttributeError):
+        nodes = flow_file.load(flow).nodes
+    except (OSError, FlowError):
         return []
     missing: list[str] = []
     for node in nodes:
-        params = node.get("params") if node.get("type") == BASE_MODEL_NODE else None
-        model = params.get("model") if isinstance(params, dict) else None
+        model = node.params.get("model") if node.type == BASE_MODEL_NODE else None
         if (
             isinstance(model, str)
             and model
