@@ -50,14 +50,25 @@ def fmt_bytes(n: int | None) -> str:
 
 
 def run_duration(run: dict[str, Any]) -> float | None:
-    """Seconds the run has run, attempts before a resume (seen by this
-    studio) included."""
+    """Seconds the run has run, attempts before a resume included.
+
+    An ended run's is read from what the project keeps, so it is the same
+    after the studio restarts: its last attempt, or the time its metrics
+    say it trained when that is longer (a resumed run's clock goes on from
+    its earlier attempts). A running one's goes on from the attempts this
+    studio saw end (``prior_duration_s``)."""
     started = run.get("started")
     if not started:
         return None
-    end = run.get("ended") or (time.time() if run.get("status") == "running" else None)
-    prior = float(run.get("prior_duration_s") or 0.0)
-    return None if end is None else end - started + prior
+    if run.get("status") == "running" and not run.get("ended"):
+        prior = float(run.get("prior_duration_s") or 0.0)
+        return time.time() - float(started) + prior
+    ended = run.get("ended")
+    if ended is None:
+        return None
+    trained = run.get("trained_s")
+    attempt = float(ended) - float(started)
+    return max(attempt, float(trained)) if trained is not None else attempt
 
 
 def open_folder(path: str | Path) -> None:

@@ -79,23 +79,46 @@ def test_steps_and_best_are_live_while_a_resumed_run_trains() -> None:
     assert run_steps(flow_run) == 0
 
 
-def test_a_resumed_run_s_duration_goes_on() -> None:
+def test_a_resumed_run_s_duration_goes_on_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_text('{"step": 10, "time": 55.0, "x": 1}\n')
+
+    def row(started: float, ended: float) -> dict:
+        return {"id": "r", "kind": "rl.train", "name": "r", "status": "stopped",
+                "started": started, "ended": ended, "config": {},
+                "run_dir": str(run_dir)}  # fmt: skip
+
+    def snapshot(state: ProjectState, started: float, ended: float) -> None:
+        state.load_snapshot(
+            {"path": "/p", "name": "p", "runs": [row(started, ended)]}  # type: ignore[typeddict-item,list-item]
+        )
+
     state = ProjectState()
-    state.load_snapshot({"path": "/p", "name": "p", "runs": [  # type: ignore[typeddict-item]
-        {"id": "r", "kind": "rl.train", "name": "r", "status": "stopped",
-         "started": 1000.0, "ended": 1060.0, "config": {}},
-    ]})  # fmt: skip
-    assert run_duration(state.runs["r"]) == 60.0
-    state.on_run_started("r", "rl.train", "r", "/p/runs/r")
+    snapshot(state, 1000.0, 1060.0)
+    assert run_duration(state.runs["r"]) == 60.0  # its metrics say 55 s
+    state.on_run_started("r", "rl.train", "r", str(run_dir))
     run = state.runs["r"]
     assert run["prior_duration_s"] == 60.0
     assert 60.0 <= (run_duration(run) or 0) < 60.0 + 60
-    # A snapshot from the database (the resumed attempt's times) keeps it.
-    state.load_snapshot({"path": "/p", "name": "p", "runs": [  # type: ignore[typeddict-item]
-        {"id": "r", "kind": "rl.train", "name": "r", "status": "stopped",
-         "started": 2000.0, "ended": 2030.0, "config": {}},
-    ]})  # fmt: skip
-    assert run_duration(state.runs["r"]) == 90.0
+    # The resumed attempt trains 30 s more; the engine's clock goes on from
+    # the last row of the first attempt (a torn last line is skipped).
+    with metrics.open("a") as fh:
+        fh.write('{"step": 20, "time": 84.5}\n{"step": 2')
+    snapshot(state, 2000.0, 2030.0)
+    assert run_duration(state.runs["r"]) == 84.5
+    # The studio restarts: the same Duration, from what the project keeps.
+    again = ProjectState()
+    snapshot(again, 2000.0, 2030.0)
+    assert run_duration(again.runs["r"]) == 84.5
+    # A run with no metrics: its last attempt.
+    metrics.unlink()
+    fresh = ProjectState()
+    snapshot(fresh, 2000.0, 2030.0)
+    assert run_duration(fresh.runs["r"]) == 30.0
 
 
 def make_workspace(qtbot, tmp_path: Path, runs: list[dict]) -> TrainingWorkspace:  # type: ignore[no-untyped-def]

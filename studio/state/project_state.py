@@ -8,7 +8,9 @@ rate, ETA) merged in from events.
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 from engine import contract
@@ -108,6 +110,35 @@ def run_tags(run: dict[str, Any]) -> list[str]:
     return [t for t in tags if isinstance(t, str)] if isinstance(tags, list) else []
 
 
+TAIL_BYTES = 1 << 14
+"""How much of the end of a metrics file is read for its last row."""
+
+
+def trained_seconds(run_dir: str) -> float | None:
+    """The ``time`` of the last row of a run's metrics: the wall time it
+    trained, attempts before a resume included (the engine continues a
+    resumed run's clock from its last row). None without such a row."""
+    if not run_dir:
+        return None
+    try:
+        with open(Path(run_dir) / contract.METRICS_FILE, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - TAIL_BYTES))
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue  # the first, cut line of the tail, or a torn last one
+        value = row.get("time") if isinstance(row, dict) else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
 class ProjectState(Observable):
     """Notifications: ``reset`` (everything), ``run`` (key = run id),
     ``models``, ``documents``."""
@@ -124,6 +155,8 @@ class ProjectState(Observable):
         # snapshots: (monotonic time, steps done) when it last changed.
         self._event_fed: set[str] = set()
         self._snapshot_progress: dict[str, tuple[float, float]] = {}
+        self._trained: dict[tuple[str, Any], float | None] = {}
+        """``trained_s`` of ended runs, by run id and end time (read once)."""
 
     @property
     def is_open(self) -> bool:
@@ -159,6 +192,8 @@ class ProjectState(Observable):
                             merged[key] = before[key]
                 else:
                     self._rate_from_snapshots(merged, before)
+            else:
+                merged["trained_s"] = self._trained_of(merged)
             self.runs[run["id"]] = merged
         self.notify("reset")
 
@@ -188,6 +223,12 @@ class ProjectState(Observable):
             run["rate"] = rate
             run["eta_s"] = max(total - done, 0.0) / rate if total else None
 
+    def _trained_of(self, run: dict[str, Any]) -> float | None:
+        key = (str(run["id"]), run.get("ended"))
+        if key not in self._trained:
+            self._trained[key] = trained_seconds(str(run.get("run_dir") or ""))
+        return self._trained[key]
+
     def clear(self) -> None:
         self.path = self.name = ""
         self.envs, self.flows, self.models, self.runs = [], [], [], {}
@@ -212,10 +253,10 @@ class ProjectState(Observable):
             },
         )
         if run.get("started") and run.get("ended"):
-            # A resumed run: its Duration goes on from the attempts before.
-            run["prior_duration_s"] = float(run.get("prior_duration_s") or 0.0) + max(
-                float(run["ended"]) - float(run["started"]), 0.0
-            )
+            # A resumed run: its Duration goes on from the attempts before
+            # (the last one's, or all of them as its metrics' clock says).
+            attempt = max(float(run["ended"]) - float(run["started"]), 0.0)
+            run["prior_duration_s"] = max(attempt, float(run.get("trained_s") or 0.0))
         run.update(
             status="running",
             run_dir=run_dir,
@@ -279,6 +320,7 @@ class ProjectState(Observable):
         run.update(
             status=status, reason=reason, ended=time.time(), rate=0.0, eta_s=None
         )
+        run["trained_s"] = self._trained_of(run)
         if summary is not None:
             run["summary"] = summary
         self.notify("run", run_id)
