@@ -22,9 +22,9 @@ import pytest
 from engine import alerts, protocol
 from engine.errors import ConfigError
 from engine.jobs.supervisor import Supervisor
-from engine.service.promotion import Promotion
 from engine.store.decisions import DecisionLog
 from engine.store.project import Project
+from engine.store.promotion import Promotion
 
 DEADLINE_S = 60.0
 

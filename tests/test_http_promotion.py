@@ -25,15 +25,15 @@ from test_http_service import QUICK, REPO, Served, assert_refusals, one_sentence
 
 from engine.client_http import ApiError, StudioClient
 from engine.errors import EngineError
-from engine.service.promotion import (
+from engine.store.decisions import replay
+from engine.store.project import ModelRecord, Project
+from engine.store.promotion import (
     AgentSettings,
     ServingSettings,
     configure_serving,
     gate,
     serving_settings,
 )
-from engine.store.decisions import replay
-from engine.store.project import ModelRecord, Project
 
 AGENT = "pole"
 OBS = [0.01, -0.02, 0.03, 0.04]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from engine.errors import ConfigError
 from engine.service.agents import version_number
-from engine.service.promotion import Promotion
 from engine.store.decisions import DecisionLog
 from engine.store.project import Project
+from engine.store.promotion import Promotion
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

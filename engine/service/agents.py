@@ -3,7 +3,7 @@ here; ``engine.service.app`` puts routes on it).
 
 Every model a run or flow for a named agent registers is the agent's next
 version (:meth:`engine.store.project.Project.add_version`), and becomes
-current only through the promotion gate (:mod:`engine.service.promotion`).
+current only through the promotion gate (:mod:`engine.store.promotion`).
 The agent's config (the project's ``agents`` table) pins a version or follows
 the promoted one, and may name a candidate version that gets ``rollout``
 percent of requests. Routing is by a hash of the request's ``key`` when it
@@ -37,20 +37,23 @@ from engine import alerts
 from engine.errors import ConfigError, EngineError, quoted
 from engine.llm.chat_worker import ChatWorker
 from engine.rl.act_worker import ActWorker
-from engine.service.promotion import (
-    AgentSettings,
-    Promotion,
-    UnknownAgent,
-    agent_settings,
-    agent_versions,
-    configure_agent,
-    serving_settings,
-)
 from engine.service.rule_policy import RulePolicies
 from engine.settings import as_dict
 from engine.store.decisions import DecisionLog, GateState
 from engine.store.paths import checked_name
 from engine.store.project import ModelRecord, Project
+from engine.store.promotion import (
+    AgentSettings,
+    NoFallback,
+    Promotion,
+    UnknownAgent,
+    agent_settings,
+    agent_versions,
+    configure_agent,
+    named_rule_env,
+    serving_settings,
+    switch_check,
+)
 
 __all__ = ["ActFailed", "Agents", "NoFallback", "UnknownAgent"]
 
@@ -72,10 +75,6 @@ DEFAULT_MAX_NEW_TOKENS = 128
 
 class ActFailed(EngineError):
     """No version could answer (HTTP 503)."""
-
-
-class NoFallback(EngineError):
-    """The switch is off and nothing else can answer (HTTP 409)."""
 
 
 @dataclass(frozen=True)
@@ -141,27 +140,8 @@ class Agents:
     def routing(
         self, name: str, records: list[ModelRecord] | None = None
     ) -> dict[str, Any]:
-        """The config and the versions it resolves to: ``current`` (the pin,
-        or the version the gate or a person promoted last), ``previous``
-        (the one promoted before it) and ``candidate``; ``gate``, the
-        promotion state. ``records``: the agent's versions, when read."""
-        records = self.versions(name) if records is None else records
-        versions = [m.version for m in records]
-        gate = self.promotion.state(name, records)
-        config = self.project.agent_config(name)
-        pinned = config["pin"]
-        current = pinned if pinned is not None else gate.current
-        previous = gate.previous if pinned is None else None
-        if previous is None and current is not None:
-            older = [v for v in versions if v < current]
-            previous = max(older) if older else None
-        return {
-            **config,
-            "current": current,
-            "previous": previous,
-            "latest": max(versions, default=None),
-            "gate": gate,
-        }
+        """:meth:`engine.store.promotion.Promotion.routing`."""
+        return self.promotion.routing(name, records)
 
     def serving(self, name: str, records: list[ModelRecord]) -> Serving:
         """How ``name`` is served now (read once per request)."""
@@ -262,13 +242,11 @@ class Agents:
         """Make ``version`` current by hand (a pin is cleared: it would
         hide the promotion)."""
         self.promotion.promote(name, version_number("version", version), by, why)
-        self._unpin(name)
         return self.describe(name)
 
     def rollback(self, name: str, by: str, why: str) -> dict[str, Any]:
         """Back to the version promoted before the current one."""
         self.promotion.rollback(name, by, why)
-        self._unpin(name)
         return self.describe(name)
 
     def configure_settings(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -277,26 +255,9 @@ class Agents:
         agent off that has neither a base model nor a rule policy is
         refused: nothing could answer."""
         records = self.versions(name)
-
-        def check(new: AgentSettings) -> None:
-            if new.rl_enabled:
-                return
-            base = new.base_model or serving_settings(self.project).base_model
-            if not base and not self._rule_env(new, records):
-                raise NoFallback(
-                    f"Agent {name!r} cannot be switched off: it has no base "
-                    "model and no rule policy to answer instead."
-                )
-
+        check = switch_check(self.project, name, lambda s: self._rule_env(s, records))
         configure_agent(self.project, name, changes, check)
         return self.describe(name)
-
-    def _unpin(self, name: str) -> None:
-        config = self.project.agent_config(name)
-        if config["pin"] is not None:
-            self.project.set_agent_config(
-                name, pin=None, candidate=config["candidate"], rollout=config["rollout"]
-            )
 
     # ------------------------------------------------------------ writing
     def configure(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -511,10 +472,7 @@ class Agents:
     def _rule_env(self, settings: AgentSettings, records: list[ModelRecord]) -> str:
         """The env of the agent's rule policy ('' = none): its setting, or
         the env of its latest version that names one."""
-        chosen = settings.rule_env
-        if not chosen:
-            envs = [m.env for m in records if m.env]
-            chosen = envs[-1] if envs else ""
+        chosen = named_rule_env(settings, records)
         if not chosen:
             return ""
         try:

@@ -54,10 +54,10 @@ from engine.errors import (
     quoted,
 )
 from engine.service.agents import ActFailed, UnknownAgent
-from engine.service.promotion import configure_serving, serving_settings
 from engine.service.state import MAX_METRIC_ROWS, MetricsTail, NotFound, Service
 from engine.settings import as_dict
 from engine.store.database import DatabaseUnavailable
+from engine.store.promotion import configure_serving, serving_settings
 from engine.store.trajectories import MAX_BATCH_STEPS, UnknownTrajectoryError
 
 API_VERSION = "1"

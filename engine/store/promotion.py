@@ -1,6 +1,10 @@
-"""Promotion with a gate, and the settings that say how an agent is served
-(no web framework here; :mod:`engine.service.agents` and the command line
-``rl-studio-engine agent`` use it).
+"""Promotion with a gate, and the settings that say how an agent is served:
+the one code the service's routes (:mod:`engine.service.agents`), the
+command line ``rl-studio-engine agent`` and the studio's Agents view (the
+``agent.*`` requests of ``rl-studio-engine serve``) read and decide with.
+It lives in the store, below both the service and the studio's engine
+(``engine.server``, which may not import ``engine.service``), because it is
+the reading and writing of the project's promotion log and settings.
 
 A version an agent gains (a run or flow trained it, or it was added) is a
 *candidate* until the gate looks at it: it is promoted to current when its
@@ -53,6 +57,8 @@ ALERTED = {
     "rollback": "version.rolled_back",
 }
 """The promotion log's actions that alert the webhooks, and their events."""
+OVERVIEW_LOG_ENTRIES = 20
+"""How many of an agent's last promotion log entries its overview shows."""
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
 
@@ -63,6 +69,10 @@ class UnknownAgent(EngineError):
 
 class NoPrevious(EngineError):
     """A rollback with no version promoted before the current one (HTTP 409)."""
+
+
+class NoFallback(EngineError):
+    """The switch is off and nothing else can answer (HTTP 409)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +178,38 @@ def configure_agent(
     return stored
 
 
+RuleEnv = Callable[[AgentSettings, list[ModelRecord]], str]
+"""The env of an agent's rule policy given its settings and versions ('' =
+none)."""
+
+
+def named_rule_env(settings: AgentSettings, records: list[ModelRecord]) -> str:
+    """The env an agent's rule policy would use: its setting, or the env
+    of its latest version that names one (whether that env has an expert
+    action is the service's to find out: it builds the env)."""
+    envs = [m.env for m in records if m.env]
+    return settings.rule_env or (envs[-1] if envs else "")
+
+
+def switch_check(
+    project: Project, agent: str, rule_env: Callable[[AgentSettings], str]
+) -> Callable[[AgentSettings], None]:
+    """The check of :func:`configure_agent` that refuses switching ``agent``
+    off when it has no base model and no rule policy to answer instead."""
+
+    def check(new: AgentSettings) -> None:
+        if new.rl_enabled:
+            return
+        base = new.base_model or serving_settings(project).base_model
+        if not base and not rule_env(new):
+            raise NoFallback(
+                f"Agent {agent!r} cannot be switched off: it has no base "
+                "model and no rule policy to answer instead."
+            )
+
+    return check
+
+
 def _shown(value: float) -> str:
     return f"{value:.4g}"
 
@@ -270,6 +312,7 @@ class Promotion:
         sentence = f"v{version} promoted by {by}: {why.strip().rstrip('.')}."
         entry = (version, "promote", by, sentence)
         log = self.log.append_promotions(agent, lambda _log: [entry])
+        self._unpin(agent)
         self._tell(agent, [entry])
         return replay(log)
 
@@ -295,8 +338,123 @@ class Promotion:
             return decided
 
         state = replay(self.log.append_promotions(agent, decide))
+        self._unpin(agent)
         self._tell(agent, decided)
         return state
+
+    def _unpin(self, agent: str) -> None:
+        """Clear the agent's pin after a promotion or rollback by hand: it
+        would hide the change."""
+        config = self.project.agent_config(agent)
+        if config["pin"] is not None:
+            self.project.set_agent_config(
+                agent,
+                pin=None,
+                candidate=config["candidate"],
+                rollout=config["rollout"],
+            )
+
+    def routing(
+        self, agent: str, records: list[ModelRecord] | None = None
+    ) -> dict[str, Any]:
+        """The agent's config (``pin``, ``candidate``, ``rollout``,
+        ``updated``) and the versions it resolves to: ``current`` (the pin,
+        or the version the gate or a person promoted last), ``previous``
+        (the one promoted before it, else the newest older version),
+        ``latest``, and ``gate``, the promotion state. ``records``: the
+        agent's versions, when the caller read them."""
+        records = agent_versions(self.project, agent) if records is None else records
+        versions = [m.version for m in records]
+        gate = self.state(agent, records)
+        config = self.project.agent_config(agent)
+        pinned = config["pin"]
+        current = pinned if pinned is not None else gate.current
+        previous = gate.previous if pinned is None else None
+        if previous is None and current is not None:
+            older = [v for v in versions if v < current]
+            previous = max(older) if older else None
+        return {
+            **config,
+            "current": current,
+            "previous": previous,
+            "latest": max(versions, default=None),
+            "gate": gate,
+        }
+
+    def switch(self, agent: str, on: bool, rule_env: RuleEnv) -> bool:
+        """Turn ``agent``'s RL switch (``''``: the project's) on or off;
+        whether it is on after. Switching an agent off that has neither a
+        base model nor a rule policy (``rule_env`` names the env of its
+        rule policy, '' for none) is refused: nothing could answer."""
+        if not agent:
+            return bool(
+                configure_serving(self.project, {"rl_enabled": on})["rl_enabled"]
+            )
+        records = agent_versions(self.project, agent)
+        check = switch_check(self.project, agent, lambda s: rule_env(s, records))
+        return bool(
+            configure_agent(self.project, agent, {"rl_enabled": on}, check)[
+                "rl_enabled"
+            ]
+        )
+
+    def overview(self, agent: str) -> dict[str, Any]:
+        """What the studio's Agents view shows of ``agent``: its versions
+        (oldest first) with their role, the gate's status and reason, the
+        evaluation the gate compares and their runs' warnings; the routing;
+        its switch and gate settings; its last promotion log entries."""
+        records = agent_versions(self.project, agent)
+        routing = self.routing(agent, records)
+        gate: GateState = routing["gate"]
+        settings = agent_settings(self.project, agent)
+        metric = settings.gate_metric
+
+        def role(v: int) -> str:
+            if v == routing["current"]:
+                return "current"
+            if v == routing["candidate"] or gate.status.get(v) == "candidate":
+                return "candidate"
+            return "previous" if v == routing["previous"] else ""
+
+        def shown(v: int | None) -> str | None:
+            return None if v is None else f"v{v}"
+
+        return {
+            "name": agent,
+            "current": shown(routing["current"]),
+            "previous": shown(routing["previous"]),
+            "candidate": shown(routing["candidate"]),
+            "pin": shown(routing["pin"]),
+            "rl_enabled": settings.rl_enabled,
+            "gate_metric": metric,
+            "tolerance": settings.tolerance,
+            "higher_is_better": settings.higher_is_better,
+            "versions": [
+                {
+                    "version": f"v{m.version}",
+                    "role": role(m.version),
+                    "status": gate.status.get(m.version, "candidate"),
+                    "reason": gate.reason.get(m.version, ""),
+                    "evaluation": m.metrics.get(metric) if metric else None,
+                    "warnings": run_warnings(self.project, m),
+                    "model_id": m.id,
+                    "name": m.name,
+                    "kind": m.kind,
+                    "env": m.env,
+                    "algo": m.algo,
+                    "created": m.created,
+                }
+                for m in records
+            ],
+            "log": self.log.promotions(agent)[-OVERVIEW_LOG_ENTRIES:],
+        }
+
+    def overviews(self) -> dict[str, Any]:
+        """Every agent's :meth:`overview`, and the project's switch."""
+        return {
+            "rl_enabled": serving_settings(self.project).rl_enabled,
+            "agents": [self.overview(a) for a in self.project.agent_names()],
+        }
 
     def _tell(self, agent: str, entries: list[tuple[int, str, str, str]]) -> None:
         """Alert the webhooks of the promotions and rollbacks in ``entries``
