@@ -682,6 +682,55 @@ class Chat(Request):
     max_new_tokens: int = field(default=128, metadata=limits(min=1, max=4096))
 
 
+@message("agent.list")
+@dataclass(frozen=True)
+class GetAgents(Request):
+    """The open project's agents as the promotion gate sees them (it decides
+    the versions it has not yet seen first, as the service does).
+
+    Reply result: ``{"rl_enabled": the project's switch, "agents": [...]}``,
+    each agent as ``engine.store.promotion.Promotion.overview`` gives it:
+    ``name``, ``current``, ``previous``, ``candidate``, ``pin``,
+    ``rl_enabled``, ``gate_metric``, ``tolerance``, ``versions`` (each
+    ``version``, ``role``, ``status``, ``reason``, ``evaluation``,
+    ``warnings``, ...) and ``log`` (its last promotion log entries). The
+    requests below answer the same after their change.
+    """
+
+
+@message("agent.promote")
+@dataclass(frozen=True)
+class PromoteAgent(Request):
+    """Make ``version`` of ``agent`` current by hand, kept in the promotion
+    log with ``by`` ('' = the engine's user) and ``why``."""
+
+    agent: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    version: int = field(default=1, metadata=limits(min=1, max=2**31 - 1))
+    why: str = field(default="", metadata=limits(max_len=MAX_NOTE_CHARS))
+    by: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+
+
+@message("agent.rollback")
+@dataclass(frozen=True)
+class RollbackAgent(Request):
+    """Roll ``agent``'s current version back to the one promoted before it,
+    kept in the promotion log with ``by`` and ``why``."""
+
+    agent: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    why: str = field(default="", metadata=limits(max_len=MAX_NOTE_CHARS))
+    by: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+
+
+@message("agent.switch")
+@dataclass(frozen=True)
+class SwitchAgent(Request):
+    """Turn ``agent``'s RL switch (``rl_enabled``; '' = the project's) on or
+    off: off, ``act`` answers from the base model or the rule policy."""
+
+    agent: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+    rl_enabled: bool = True
+
+
 # --------------------------------------------------------------------------
 # Encoding
 # --------------------------------------------------------------------------

@@ -11,6 +11,7 @@ fd 1 point at stderr, which the studio shows in its log panel.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import os
@@ -23,12 +24,14 @@ from pathlib import Path
 from typing import IO, Any, TextIO
 
 from engine import contract, protocol
-from engine.errors import EngineError, bounded
+from engine.errors import ConfigError, EngineError, bounded
 from engine.jobs.context import private_event_stream
 from engine.jobs.registry import kinds, run_schema
 from engine.jobs.supervisor import Supervisor
 from engine.llm.chat_worker import ChatWorker
 from engine.retrain_status import training_status
+from engine.store.decisions import DecisionLog
+from engine.store.promotion import Promotion, named_rule_env
 from engine.store.trajectories import TrajectoryStore
 from resources import resource_path
 
@@ -98,6 +101,10 @@ class Server:
             protocol.DeleteOllamaModel: self._on_ollama_delete,
             protocol.Chat: self._on_chat,
             protocol.GetTrainingStatus: self._on_training_status,
+            protocol.GetAgents: self._on_agents,
+            protocol.PromoteAgent: self._on_promote_agent,
+            protocol.RollbackAgent: self._on_rollback_agent,
+            protocol.SwitchAgent: self._on_switch_agent,
         }
         # Answered on the reading thread: cheap, and latency matters.
         self._inline = {protocol.Ping, protocol.Hello}
@@ -477,6 +484,39 @@ class Server:
         self.send(protocol.ProjectChanged(what="models"))
         return {"model_id": msg.model_id}
 
+    # ------------------------------------------------------------ agents
+    def _agents(self, change: Callable[[Promotion], object]) -> dict[str, Any]:
+        """Apply ``change`` with the promotion gate the service and
+        ``rl-studio-engine agent`` use, then every agent's overview."""
+        log = DecisionLog(self.supervisor.require_project().path)
+        try:
+            gate = Promotion(self.supervisor.require_project(), log)
+            change(gate)
+            return gate.overviews()
+        finally:
+            log.close()
+
+    def _on_agents(self, msg: protocol.GetAgents) -> dict[str, Any]:
+        return self._agents(lambda gate: None)
+
+    def _on_promote_agent(self, msg: protocol.PromoteAgent) -> dict[str, Any]:
+        why = _why(msg.why, "promote")
+        by = msg.by or getpass.getuser()
+        return self._agents(lambda gate: gate.promote(msg.agent, msg.version, by, why))
+
+    def _on_rollback_agent(self, msg: protocol.RollbackAgent) -> dict[str, Any]:
+        why = _why(msg.why, "roll back")
+        by = msg.by or getpass.getuser()
+        return self._agents(lambda gate: gate.rollback(msg.agent, by, why))
+
+    def _on_switch_agent(self, msg: protocol.SwitchAgent) -> dict[str, Any]:
+        # The env a rule policy would use is named here; whether it has an
+        # expert action the service finds out by building it (it imports
+        # Gymnasium, this process answers without).
+        return self._agents(
+            lambda gate: gate.switch(msg.agent, msg.rl_enabled, named_rule_env)
+        )
+
     def _on_data_preview(self, msg: protocol.PreviewData) -> dict[str, Any]:
         from engine.llm import data_import
 
@@ -546,6 +586,13 @@ class Server:
 
 
 # ---------------------------------------------------------------- CLI
+def _why(text: str, action: str) -> str:
+    """A hand promotion's or rollback's reason, which the log keeps."""
+    if not text.strip():
+        raise ConfigError("why", f"Say why you {action} (kept in the promotion log).")
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stop-timeout",

@@ -147,6 +147,11 @@ class ModelsController(QObject):
     """run id, purpose, final status, reason."""
     failed = Signal(str)
     """A request failed; one sentence to show."""
+    agents_changed = Signal(dict)
+    """The project's agents as an ``agent.list`` reply says (after a read,
+    a promotion, a rollback or a switch)."""
+    agents_failed = Signal(str)
+    """Reading or changing the agents failed; one sentence."""
 
     def __init__(self, session: Session, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -210,6 +215,30 @@ class ModelsController(QObject):
         self.refresh_ollama()
         if on_done:
             on_done()
+
+    # ------------------------------------------------------------ agents
+    def request_agents(self) -> None:
+        """Ask for the agents (the gate decides the versions it has not
+        seen first)."""
+        self._agents(protocol.GetAgents())
+
+    def promote_agent(self, agent: str, version: int, why: str) -> None:
+        self._agents(protocol.PromoteAgent(agent=agent, version=version, why=why))
+
+    def rollback_agent(self, agent: str, why: str) -> None:
+        self._agents(protocol.RollbackAgent(agent=agent, why=why))
+
+    def switch_agent(self, agent: str, on: bool) -> None:
+        """Turn ``agent``'s RL switch ('' = the project's) on or off."""
+        self._agents(protocol.SwitchAgent(agent=agent, rl_enabled=on))
+
+    def _agents(self, msg: protocol.Request) -> None:
+        self.client.request(
+            msg,
+            on_reply=lambda r: self.agents_changed.emit(r),
+            on_error=lambda e: self.agents_failed.emit(e.message),
+            owner=self,
+        )
 
     # ------------------------------------------------------------ Ollama
     def refresh_ollama(self, host: str | None = None) -> None:

@@ -11,7 +11,9 @@ The workspace composes its parts: the Ollama server bar
 (``ollama_bar``), the table (``model_table``), the actions and their dialogs
 (``actions``), the run line (``action_progress``), and the tabs: Details
 (``details_pane``), Evaluate / Play (``run_results``), Traces
-(``trace_viewer``) and the evaluation report (``eval_report``).
+(``trace_viewer``), the evaluation report (``eval_report``) and Agents
+(``agents_view``: the agents' versions, the gate's decisions and the
+switches).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QLabel,
     QSplitter,
     QTabWidget,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
 from studio.lifetime import subscribe
 from studio.model_manager.action_progress import ActionProgress, purpose_title
 from studio.model_manager.actions import ModelActions
+from studio.model_manager.agents_view import AgentsView
 from studio.model_manager.controller import ModelsController
 from studio.model_manager.details_pane import ModelDetailsPane
 from studio.model_manager.eval_report import EvaluationReports
@@ -40,6 +42,7 @@ from studio.model_manager.run_results import RunResultsPane
 from studio.model_manager.trace_viewer import TraceViewer
 from studio.session import Session
 from studio.state.model_catalog import evaluation_reports, key_metric, ollama_record
+from widgets.flow_layout import FlowLayout
 
 __all__ = ["ModelsWorkspace", "key_metric"]
 
@@ -63,23 +66,29 @@ class ModelsWorkspace(QWidget):
         self.trace_viewer = TraceViewer()
         self.trace_viewer.retrain_requested.connect(self._on_retrain_requested)
         self.reports = EvaluationReports()
+        self.agents = AgentsView(self.controller)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.details, "Details")
         self.tabs.addTab(self.results, "Evaluate / Play")
         self.tabs.addTab(self.trace_viewer, "Traces")
         self.tabs.addTab(self.reports, "Evaluation report")
+        self.tabs.addTab(self.agents, "Agents")
         self.tabs.currentChanged.connect(self._on_tabs_current_changed)
         self._lay_out()
         self.controller.ollama_models_changed.connect(self._on_ollama_models_changed)
         self.controller.action_started.connect(self._on_action_started)
         self.controller.action_ended.connect(self._on_action_ended)
+        session.run_ended.connect(self._on_session_run_ended)
         subscribe(self._state, self, self._on_state_changed)
         self._on_state_changed("reset", "")
 
     def _lay_out(self) -> None:
-        header = QHBoxLayout()
+        # The header wraps where the window is narrow: its server bar and
+        # three buttons made the window 1053 px wide at least, more than a
+        # 1024-px screen.
+        header_row = QWidget()
+        header = FlowLayout(header_row)
         header.addWidget(QLabel("<h2 style='margin:0'>Models</h2>"))
-        header.addStretch(1)
         header.addWidget(self.server)
         header.addWidget(self.action_bar.hub_button)
         header.addWidget(self.action_bar.agent_button)
@@ -87,11 +96,11 @@ class ModelsWorkspace(QWidget):
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
         split.addWidget(self.tabs)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 1)
         split.setSizes([600, 680])
         layout = QVBoxLayout(self)
-        layout.addLayout(header)
+        layout.addWidget(header_row)
         layout.addWidget(self.server.status)
         layout.addWidget(self.action_bar)
         layout.addWidget(split, 1)
@@ -124,6 +133,12 @@ class ModelsWorkspace(QWidget):
                 self.select(self._state.models[-1]["id"])  # the newest
             self.trace_viewer.set_project(self._state.path)
             self._refresh_reports()
+        if what == "reset" and self.tabs.currentWidget() is self.agents:
+            self.agents.refresh()
+
+    def _on_session_run_ended(self, run_id: str, status: str, reason: str) -> None:
+        if self.tabs.currentWidget() is self.agents:
+            self.agents.refresh()  # the run may have given an agent a version
 
     def showEvent(self, event) -> None:  # type: ignore[no-untyped-def]
         super().showEvent(event)
@@ -186,6 +201,8 @@ class ModelsWorkspace(QWidget):
             self.trace_viewer.refresh()
         elif self.tabs.widget(index) is self.reports:
             self._refresh_reports()
+        elif self.tabs.widget(index) is self.agents:
+            self.agents.refresh()
 
     def evaluation_reports(self) -> list[tuple[str, str]]:
         """(title, report path) of every evaluation report of the project's
