@@ -77,6 +77,13 @@ IDLE_BUILD_MS = 200
 """After the window is shown, a workspace not built yet is built this often."""
 DEFAULT_SIZE = QSize(1280, 800)
 """The first window's size where the screen has room for it (its frame too)."""
+MINIMUM_HEIGHT = 720
+"""The lowest the window goes (px): at its narrowest (970 px) the Models
+header, its actions and the trace filters wrap a line taller each, and the
+Traces tab's three panes (episodes, steps, prompt) need 188 px under them;
+at the 595 px Qt worked out (as if nothing wrapped) the Models tabs, the env
+Preview's lists and the runs list were cut. With its frame it still fits a
+768-px screen."""
 
 
 def app_icon() -> QIcon:
@@ -252,6 +259,7 @@ class MainWindow(QMainWindow):
         self._on_client_state_changed(client.state)
         last = settings.last_workspace
         self.set_workspace(last if last in WORKSPACES else "environments")
+        self.setMinimumHeight(MINIMUM_HEIGHT)
         fit_window(self, DEFAULT_SIZE)
         self._restore_layout()
 

@@ -89,7 +89,7 @@ def test_geometry_splitters_and_workspace_come_back(qtbot, tmp_path: Path) -> No
         if k.startswith("training") and s.isVisible()
     )
     total = sum(splitter.sizes())
-    splitter.setSizes([total - 300, 300])
+    splitter.setSizes([total - 200, 200])
     sizes = splitter.sizes()
     win.close()
 

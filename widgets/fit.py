@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QScrollArea,
     QSizePolicy,
     QSplitter,
+    QTabWidget,
     QWidget,
 )
 
@@ -191,13 +192,63 @@ def make_room(splitter: QSplitter, index: int, size: int) -> None:
         if other == index:
             continue
         pane = splitter.widget(other)
-        hint = pane.minimumSizeHint() if pane is not None else QSize()
-        floor = max(0, hint.height() if vertical else hint.width())
+        floor = minimum_length(pane, vertical) if pane is not None else 0
         taken = max(0, min(missing, sizes[other] - floor))
         sizes[other] -= taken
         sizes[index] += taken
         missing -= taken
     splitter.setSizes(sizes)
+
+
+def minimum_height(widget: QWidget, width: int | None = None) -> int:
+    """The least height ``widget`` needs at ``width`` (default: its own):
+    its minimum size hint, or more where its layout wraps (a flow layout,
+    a word-wrapped label) and that width holds fewer items a line. Qt's
+    minimum size hints assume nothing wraps."""
+    height = widget.minimumSizeHint().height()
+    if isinstance(widget, QSplitter):
+        # a splitter's hint is its panes' hints, wrapping left out
+        panes = [widget.widget(i) for i in range(widget.count())]
+        needs = [minimum_height(p) for p in panes if p is not None and not p.isHidden()]
+        if widget.orientation() == Qt.Orientation.Horizontal:
+            height = max([height, *needs])
+        else:
+            height = max(height, sum(needs) + widget.handleWidth() * (len(needs) - 1))
+    elif isinstance(widget, QTabWidget) and widget.currentWidget() is not None:
+        page = widget.currentWidget()
+        height = max(height, widget.height() - page.height() + minimum_height(page))
+    layout = widget.layout()
+    if layout is not None and layout.hasHeightForWidth():
+        w = widget.width() if width is None else width
+        height = max(height, layout.totalMinimumHeightForWidth(w))
+    return max(0, height)
+
+
+def wrapped_minimum(widget: QWidget, hint: QSize) -> QSize:
+    """``hint`` (a widget's own minimum size hint) made as tall as the
+    widget's wrapping layout needs at its present width: for a widget's
+    ``minimumSizeHint`` override, so the layouts and splitters above it
+    give it that much (with :func:`tell_width_changed` in its
+    ``resizeEvent``)."""
+    layout = widget.layout()
+    if layout is None or not layout.hasHeightForWidth():
+        return hint
+    need = layout.totalMinimumHeightForWidth(widget.width())
+    return QSize(hint.width(), max(hint.height(), need))
+
+
+def tell_width_changed(widget: QWidget, event: QResizeEvent) -> None:
+    """A new width may wrap ``widget``'s rows onto more lines: its minimum
+    height (:func:`wrapped_minimum`) changed, so its layout asks again."""
+    if event.size().width() != event.oldSize().width():
+        widget.updateGeometry()
+
+
+def minimum_length(widget: QWidget, vertical: bool) -> int:
+    """The least height (``vertical``) or width ``widget`` needs."""
+    if vertical:
+        return minimum_height(widget)
+    return max(0, widget.minimumSizeHint().width())
 
 
 def room_for_form(area: QScrollArea) -> int:

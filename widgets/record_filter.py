@@ -15,9 +15,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QSize, QTimer, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QLineEdit, QVBoxLayout, QWidget
 
+from widgets.fit import tell_width_changed, wrapped_minimum
 from widgets.flow_layout import FlowLayout
 
 SETTLE_MS = 150
@@ -74,6 +76,15 @@ class RecordFilter(QWidget):
         layout.addWidget(self.search)
         layout.addLayout(row)
         self._applied = self._wanted()
+
+    def minimumSizeHint(self) -> QSize:
+        # The combo boxes wrap onto more lines in a narrow list: as tall as
+        # that, or the list under them is cut.
+        return wrapped_minimum(self, super().minimumSizeHint())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        tell_width_changed(self, event)
 
     # ------------------------------------------------------------ choices
     def set_records(self, records: Iterable[Record]) -> None:

@@ -10,7 +10,8 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -31,7 +32,7 @@ from studio.state.traces import (
     prompt_text,
     step_row,
 )
-from widgets.fit import labelled
+from widgets.fit import labelled, tell_width_changed, wrapped_minimum
 from widgets.flow_layout import FlowLayout
 from widgets.record_table import Column, RecordTable
 
@@ -139,6 +140,9 @@ class TraceBrowser(QWidget):
             # is sorted only when it is not in order already (_sorted_set)
             records._proxy.setDynamicSortFilter(False)
         self.prompt = QPlainTextEdit(readOnly=True)
+        # Two lines at least, not Qt's 70 px: under wrapped filters the three
+        # panes must fit a low window.
+        self.prompt.setMinimumHeight(2 * self.prompt.fontMetrics().lineSpacing() + 12)
         self.prompt.setPlaceholderText("The prompt and completion of the chosen step.")
         self._lay_out()
 
@@ -162,6 +166,14 @@ class TraceBrowser(QWidget):
         layout.addWidget(self.info)
         layout.addLayout(filters)  # wraps: a 1024 px screen gives it 212 px
         layout.addWidget(middle, 1)
+
+    def minimumSizeHint(self) -> QSize:
+        # The filters wrap in a narrow pane: the tables get what is left.
+        return wrapped_minimum(self, super().minimumSizeHint())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        tell_width_changed(self, event)
 
     # ------------------------------------------------------------ the file
     def show_nothing(self, text: str) -> None:
