@@ -1,14 +1,18 @@
-"""``rl-studio-engine env check FILE`` — validate a designed env.
+"""``rl-studio-engine env check FILE`` — validate a designed env;
+``rl-studio-engine env import-jira FILE [--name NAME] --project DIR`` — make a
+workflow env of RL Hub Jira mock data (:func:`engine.envs.jira.import_jira`).
 
 Exit status: 0 when the spec has no errors (warnings are printed), 1 when it
 has errors (or warnings with ``--strict``), 2 with one sentence for a missing
-or malformed file (raised as EngineError, printed by engine.cli).
+or malformed file (raised as EngineError, printed by engine.cli). An import
+prints what it wrote as JSON, or exits 2 with one sentence, nothing written.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,13 +35,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     check.add_argument(
         "--static", action="store_true", help="skip the checks that make an env"
     )
+    jira = subs.add_parser(
+        "import-jira",
+        help="make a workflow env of RL Hub Jira mock data",
+        description="Make a workflow env of an RL Hub Jira mock data file: "
+        "envs/NAME.env.json and its data in data/jira/NAME.json.",
+    )
+    jira.add_argument("file", metavar="FILE", help="the mock data (JSON)")
+    jira.add_argument(
+        "--name",
+        default="",
+        help="the env's name (refused if taken; default: the file's name, "
+        "suffixed _2, _3, ... if taken)",
+    )
+    jira.add_argument("--project", type=Path, required=True, help="project folder")
 
 
 def run(args: argparse.Namespace) -> int:
     from engine.envs.check import check_spec
 
-    if args.env_command != "check":  # argparse only lets 'check' through today
-        return 2
+    if args.env_command == "import-jira":
+        return _import_jira(args)
     report = check_spec(args.file, steps=args.steps, env_checks=not args.static)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
@@ -45,4 +63,20 @@ def run(args: argparse.Namespace) -> int:
         print(report.format_text())
     if not report.ok or (args.strict and report.warnings):
         return 1
+    return 0
+
+
+def _import_jira(args: argparse.Namespace) -> int:
+    from engine.envs.jira import import_jira, read_mock_data_file
+
+    file = Path(args.file)
+    data = read_mock_data_file(file)
+    if not args.project.is_dir():
+        from engine.errors import ConfigError
+
+        raise ConfigError("project", f"There is no project folder {args.project}.")
+    made = import_jira(
+        args.project, data, name=args.name, default_name=file.stem, source=file.name
+    )
+    print(json.dumps(made.to_dict(), indent=2))
     return 0

@@ -46,6 +46,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import alerts, contract, untrusted
+from engine.envs.jira import (
+    NoMockData,
+    check_mock_data,
+    import_jira,
+    project_mock_data,
+)
 from engine.errors import (
     ConfigError,
     EngineError,
@@ -415,7 +421,8 @@ def _jsonable(value: Any) -> bool:
 
 def _status_of(exc: EngineError) -> int:
     if isinstance(
-        exc, NotFound | UnknownRunError | UnknownTrajectoryError | UnknownAgent
+        exc,
+        NotFound | UnknownRunError | UnknownTrajectoryError | UnknownAgent | NoMockData,
     ):
         return 404
     if isinstance(exc, ActFailed):
@@ -529,6 +536,7 @@ def create_app(service: Service, token: str | None = None) -> FastAPI:
     _add_training_routes(app, service)
     _add_run_routes(app, service)
     _add_catalog_routes(app, service)
+    _add_jira_routes(app, service)
     _add_trajectory_routes(app, service)
     _add_agent_routes(app, service)
     return app
@@ -718,6 +726,33 @@ def _add_catalog_routes(app: FastAPI, service: Service) -> None:
     @app.get("/envs")
     def envs() -> dict[str, list[dict[str, Any]]]:
         return {"envs": service.envs()}
+
+
+def _add_jira_routes(app: FastAPI, service: Service) -> None:
+    """The RL Hub's mock-data console: the mock data the project holds, and
+    a workflow env made of posted mock data (:mod:`engine.envs.jira`)."""
+
+    @app.get("/jira-mock-data")
+    def jira_mock_data(env: Annotated[str, Query(max_length=64)] = "") -> Any:
+        """The RL Hub's file (``data/jira_mock_data.json``), or the mock
+        data the workflow env ``env`` reads."""
+        return project_mock_data(service.project.path, env)
+
+    @app.post("/jira-mock-data/import", status_code=201)
+    def import_jira_mock_data(
+        body: Annotated[Any, Body()],
+        name: Annotated[str, Query(max_length=64)] = "",
+    ) -> dict[str, Any]:
+        """Make a workflow env of the posted mock data: ``envs/NAME.env.json``
+        and ``data/jira/NAME.json``; ``name`` refused when taken, or
+        ``jira`` suffixed until free."""
+        made = import_jira(
+            service.project.path,
+            check_mock_data(body),
+            name=name,
+            source="posted to /jira-mock-data/import",
+        )
+        return made.to_dict()
 
 
 def _add_trajectory_routes(app: FastAPI, service: Service) -> None:
