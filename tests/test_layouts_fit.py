@@ -6,6 +6,7 @@ switched, not rebuilt."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -356,3 +357,23 @@ def test_nothing_is_clipped_at_the_window_s_minimum_size(window: MainWindow) -> 
                 assert window.rect().contains(bar.geometry()), where
                 problems += [f"{where}: {c}" for c in clipped(central)]
     assert problems == [], "\n".join(problems)
+
+
+def test_the_agreement_chart_follows_the_theme(window: MainWindow) -> None:
+    """The auto-labeler's agreement chart drew on pyqtgraph's black in the
+    light theme."""
+    models = window.workspaces["models"]
+    window.set_workspace("models")
+    models.tabs.setCurrentWidget(models.trace_viewer)  # type: ignore[attr-defined]
+    plot = models.trace_viewer.auto.agreement_plot  # type: ignore[attr-defined]
+    for theme, light in (("light", True), ("dark", False), ("light", True)):
+        apply_theme(theme)
+        QApplication.processEvents()
+        view = plot.getPlotItem().getViewBox()
+        middle = plot.mapFromScene(view.sceneBoundingRect().center())
+        color = plot.grab().toImage().pixelColor(middle)
+        assert plot.isVisible() and plot.rect().contains(middle)
+        assert (color.lightnessF() > 0.8) == light, (theme, color.name())
+    shots = os.environ.get("RLSTUDIO_SCREENSHOTS")  # docs/screenshots/, by hand
+    if shots:
+        plot.grab().save(str(Path(shots) / "agreement-chart-light.png"))

@@ -885,3 +885,62 @@ def test_tick_labels_are_measured_as_the_painter_measures_them(qtbot) -> None:
         )
     finally:
         painter.end()
+
+
+def _click_legend_entry(qtbot, panel: LivePlotPanel, title: str, series: str) -> None:
+    """Click the legend entry of ``series`` under the plot ``title``, where
+    a user sees it (found by laying the legend's text out as the label does)."""
+    import urllib.parse
+
+    panel.legend_text(title)  # written now, not at the next redraw tick
+    legend = next(
+        label
+        for label in panel.findChildren(QtWidgets.QLabel, "livePlotLegend")
+        if label.parentWidget().title == title  # type: ignore[attr-defined]
+    )
+    doc = QtGui.QTextDocument()
+    doc.setDefaultFont(legend.font())
+    doc.setDocumentMargin(0)
+    doc.setHtml(legend.text())
+    doc.setTextWidth(legend.width())
+    top = (legend.height() - doc.size().height()) / 2  # centred vertically
+    href = urllib.parse.quote(series, safe="")
+    layout = doc.documentLayout()
+    for y in range(0, int(doc.size().height()), 2):
+        for x in range(0, legend.width(), 2):
+            if layout.anchorAt(QtCore.QPointF(x, y)) == href:
+                pos = QtCore.QPoint(x + 2, int(top + y))
+                qtbot.mouseClick(legend, QtCore.Qt.MouseButton.LeftButton, pos=pos)
+                return
+    raise AssertionError(f"no legend entry {series!r} in {legend.text()!r}")
+
+
+def test_clicking_a_legend_entry_hides_its_series_and_again_shows_it(
+    qtbot, panel: LivePlotPanel, store: MetricStore
+) -> None:
+    keys = ["rollout/ep_rew_mean", "eval/mean_reward"]
+    fill(store, "run-a", keys, 40, seed=1)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    group = next(
+        g
+        for g in panel.findChildren(QtWidgets.QFrame, "livePlotGroup")
+        if g.title == "Rewards"  # type: ignore[attr-defined]
+    )
+    items = {c.key: c.item for c in group.curves}  # type: ignore[attr-defined]
+    with qtbot.waitSignal(group.series_toggled) as toggled:
+        _click_legend_entry(qtbot, panel, "Rewards", "key:eval/mean_reward")
+    assert toggled.args == ["key:eval/mean_reward", False]
+    assert not items["eval/mean_reward"].isVisible()
+    assert items["rollout/ep_rew_mean"].isVisible()
+    qtbot.waitUntil(lambda: "<s " in group.legend.text())  # struck through
+    shots = os.environ.get("RLSTUDIO_SCREENSHOTS")  # docs/screenshots/, by hand
+    if shots:
+        group.grab().save(str(Path(shots) / "legend-click-hides-series.png"))
+    # The run shown again (selection going back and forth) keeps it hidden.
+    panel.remove_run("run-a")
+    panel.add_run("run-a", "again")
+    panel.add_keys("run-a", keys)
+    qtbot.waitUntil(lambda: panel.pending_redraws() == 0, timeout=2000)
+    assert not items["eval/mean_reward"].isVisible()
+    _click_legend_entry(qtbot, panel, "Rewards", "key:eval/mean_reward")
+    assert items["eval/mean_reward"].isVisible()

@@ -635,6 +635,7 @@ class LivePlotPanel(QtWidgets.QWidget):
             curve, list(self._runs), lambda k: key_rank(patterns, k)
         )
         self._curves[(run_id, key)] = curve
+        group.show_if_wanted(curve)  # a series clicked off in the legend stays so
         for other in group.curves if restyle else [curve]:
             self._style(other)
         self._queue_legend(group)
@@ -650,7 +651,14 @@ class LivePlotPanel(QtWidgets.QWidget):
             group.hovered.connect(lambda x, g=group: self._set_hover(g, x))
             group.view_changed.connect(lambda g=group: self._on_view_changed(g))
             group.reset_requested.connect(lambda g=group: self.reset_view(g.title))
+            group.series_toggled.connect(
+                lambda _series, _shown, g=group: self._on_group_series_toggled(g)
+            )
         return group
+
+    def _on_group_series_toggled(self, group: PlotGroup) -> None:
+        self._queue_legend(group)  # the entry struck through, or not
+        self._on_view_changed(group)  # y follows the curves still shown
 
     def _on_view_changed(self, group: PlotGroup) -> None:
         if not shiboken6.isValid(self._timer):

@@ -5,6 +5,7 @@ view that follows the data. Used by ``widgets.live_plot``."""
 from __future__ import annotations
 
 import math
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -236,6 +237,9 @@ class PlotGroup(QtWidgets.QFrame):
     """The view's x range or size changed: its curves need drawing again."""
     reset_requested = QtCore.Signal()
     """A double click: fit the view to the data and follow it again."""
+    series_toggled = QtCore.Signal(str, bool)
+    """A legend entry was clicked: its series (``run:<id>``, ``key:<key>`` or
+    ``curve:<id> <key>``) is now shown (True) or hidden (False)."""
 
     def __init__(
         self, title: str, theme: dict[str, str], integer_y: bool = False
@@ -282,6 +286,13 @@ class PlotGroup(QtWidgets.QFrame):
         self.legend.setObjectName("livePlotLegend")
         self.legend.setWordWrap(True)
         self.legend.setTextFormat(QtCore.Qt.TextFormat.RichText)
+        # Each entry is a link: a click hides its series, another shows it.
+        self.legend.setTextInteractionFlags(
+            QtCore.Qt.TextInteractionFlag.LinksAccessibleByMouse
+        )
+        self.legend.linkActivated.connect(self._on_legend_link_activated)
+        self.hidden: set[str] = set()
+        """The legend entries clicked off (see :attr:`series_toggled`)."""
         lay = QtWidgets.QVBoxLayout(self)
         lay.setContentsMargins(8, 6, 8, 6)
         lay.setSpacing(2)
@@ -334,6 +345,40 @@ class PlotGroup(QtWidgets.QFrame):
     def _on_scene_mouse_clicked(self, event: object) -> None:
         if getattr(event, "double", lambda: False)():
             self.reset_requested.emit()
+
+    def _on_legend_link_activated(self, link: str) -> None:
+        series = urllib.parse.unquote(link)
+        shown = series in self.hidden
+        if shown:
+            self.hidden.discard(series)
+        else:
+            self.hidden.add(series)
+        for curve in self.curves:
+            self.show_if_wanted(curve)
+        self.series_toggled.emit(series, shown)
+
+    def is_hidden(self, curve: Curve[PlotGroup]) -> bool:
+        """Whether a legend click hid the curve (its run, key or itself)."""
+        return bool(
+            self.hidden
+            & {
+                f"run:{curve.run_id}",
+                f"key:{curve.key}",
+                f"curve:{curve.run_id} {curve.key}",
+            }
+        )
+
+    def show_if_wanted(self, curve: Curve[PlotGroup]) -> None:
+        """Show the curve unless a legend click hid it."""
+        curve.item.setVisible(not self.is_hidden(curve))
+
+    def _entry(self, series: str, html: str) -> str:
+        """A legend entry that toggles ``series`` when clicked; a hidden one
+        is struck through and dimmed."""
+        if series in self.hidden:
+            html = f"<s style='color:{self.theme['dim']}'>{html}</s>"
+        href = urllib.parse.quote(series, safe="")
+        return f"<a href='{href}' style='text-decoration:none'>{html}</a>"
 
     def _on_view_range_changed_manually(self, *_: object) -> None:
         self.follow_x = self.follow_y = False
@@ -481,24 +526,31 @@ class PlotGroup(QtWidgets.QFrame):
             for run_id in run_ids:
                 info = runs[run_id]
                 parts.append(
-                    f"<span style='color:{info['color']}'>■</span>"
-                    f"&nbsp;<span style='color:{fg}'>{_html(info['label'])}</span>"
+                    self._entry(
+                        f"run:{run_id}",
+                        f"<span style='color:{info['color']}'>■</span>&nbsp;"
+                        f"<span style='color:{fg}'>{_html(info['label'])}</span>",
+                    )
                 )
             for key in keys:
                 parts.append(
-                    f"<span style='color:{dim}'>{self.swatch(key)}&nbsp;"
-                    f"{_html(key)}</span>"
+                    self._entry(
+                        f"key:{key}",
+                        f"<span style='color:{dim}'>{self.swatch(key)}&nbsp;"
+                        f"{_html(key)}</span>",
+                    )
                 )
         else:
             for curve in shown:
                 info = runs[curve.run_id]
                 color = self.pen_of(curve.key, info["color"])[0]
                 if len(keys) == 1:
-                    name = info["label"]
+                    name, series = info["label"], f"run:{curve.run_id}"
                 elif len(run_ids) == 1:
-                    name = curve.key
+                    name, series = curve.key, f"key:{curve.key}"
                 else:
                     name = f"{info['label']} · {curve.key}"
+                    series = f"curve:{curve.run_id} {curve.key}"
                 swatch = "━━" if self.one_run() else self.swatch(curve.key)
                 text = (
                     f"<span style='color:{color}'>{swatch}"
@@ -511,7 +563,7 @@ class PlotGroup(QtWidgets.QFrame):
                         f"<span style='color:{dim}'>&nbsp;@&nbsp;"
                         f"{format_x(x_axis, near[0])}</span>"
                     )
-                parts.append(text)
+                parts.append(self._entry(series, text))
         text = "&nbsp;&nbsp;&nbsp; ".join(parts)
         if text == self.legend.text():
             return False

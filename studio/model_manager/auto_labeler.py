@@ -26,6 +26,7 @@ from engine.store.labels import LabelStore, Suggestion
 from studio.model_manager.trace_browser import LABEL_COLORS
 from studio.state.traces import TraceFile, step_row
 from widgets.record_table import Column, RecordTable
+from widgets.theme import follow_palette, style_plot
 
 SUGGESTION_COLUMNS = [
     Column("Step", lambda r: r["where"]),
@@ -91,6 +92,12 @@ class AutoLabelerPanel(QGroupBox):
         self.agreement_plot.setYRange(0, 1)
         self.agreement_plot.setLabel("left", "agreement")
         self.agreement_plot.setLabel("bottom", "review")
+        # pyqtgraph draws on black unless told: the theme's plot colours,
+        # and again when the theme changes.
+        follow_palette(
+            self.agreement_plot,
+            lambda dark: style_plot(self.agreement_plot, dark),
+        )
         self._held_curve = self.agreement_plot.plot(
             [], [], pen=None, symbol="o", symbolSize=6, name="held out"
         )
