@@ -24,9 +24,10 @@ os.environ["SB3_LOGDIR"] = str(_HOME / "sb3-logs")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import pytest  # noqa: E402
-from PySide6.QtCore import QStandardPaths  # noqa: E402
+
 # A private PostgreSQL server (session-wide) and a fresh database on it.
 from pg_server import pg_url, postgres  # noqa: E402, F401
+from PySide6.QtCore import QStandardPaths  # noqa: E402
 
 QStandardPaths.setTestModeEnabled(True)
 
