@@ -565,6 +565,22 @@ class CheckEnv(Request):
     env_checks: bool = True
 
 
+@message("env.import_jira")
+@dataclass(frozen=True)
+class ImportJira(Request):
+    """Make a workflow env of the RL Hub Jira mock data file at ``path`` in
+    the open project (``engine.envs.jira.import_jira``): ``name``, refused
+    when taken, or (when '') the file's name, suffixed until free.
+
+    Reply result: ``{"name", "env_id", "spec_file", "data_file", "issues",
+    "statuses"}``; a ``project.changed`` event follows. Bad mock data is an
+    ``error`` reply of one sentence, and nothing is written.
+    """
+
+    path: str = field(default="", metadata=limits(max_len=MAX_PATH_CHARS))
+    name: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
+
+
 @message("env.catalog")
 @dataclass(frozen=True)
 class GetEnvCatalog(Request):

@@ -90,6 +90,7 @@ class Server:
             protocol.DetectHardware: self._on_detect_hardware,
             protocol.GetHardwareUsage: self._on_hardware_usage,
             protocol.CheckEnv: self._on_check_env,
+            protocol.ImportJira: self._on_import_jira,
             protocol.GetEnvCatalog: self._on_env_catalog,
             protocol.GetFlowCatalog: self._on_flow_catalog,
             protocol.ValidateFlow: self._on_validate_flow,
@@ -429,6 +430,21 @@ class Server:
             raise EngineError("env.check needs a spec or a path.")
         report = check_spec(target, steps=msg.steps, env_checks=msg.env_checks)
         return report.to_dict()
+
+    def _on_import_jira(self, msg: protocol.ImportJira) -> dict[str, Any]:
+        from engine.envs.jira import import_jira, read_mock_data_file
+
+        project = self.supervisor.require_project()
+        file = Path(msg.path)
+        made = import_jira(
+            project.path,
+            read_mock_data_file(file),
+            name=msg.name,
+            default_name=file.stem,
+            source=file.name,
+        )
+        self.send(protocol.ProjectChanged(what="envs"))
+        return made.to_dict()
 
     def _on_env_catalog(self, msg: protocol.GetEnvCatalog) -> dict[str, Any]:
         from engine.envs import catalog

@@ -40,6 +40,11 @@ class EnvController(QObject):
     preview_failed = Signal(str)
     """The preview was refused or its run failed or was stopped; one
     sentence."""
+    jira_imported = Signal(dict)
+    """An ``env.import_jira`` reply: the env made (``name``, ``spec_file``,
+    ``issues``, ...)."""
+    jira_import_failed = Signal(str)
+    """The mock data was refused; one sentence, nothing written."""
 
     def __init__(self, session: Session, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -87,6 +92,17 @@ class EnvController(QObject):
             protocol.GetEnvCatalog(id=req_id, ids=[env_id], with_spaces=True),
             on_reply=lambda r: self._on_describe_reply(req_id, r),
             on_error=lambda e: None,
+        )
+
+    def import_jira(self, path: str, name: str = "") -> None:
+        """Make a workflow env of the mock data file at ``path``."""
+        from engine import protocol
+
+        self._session.client.request(
+            protocol.ImportJira(path=path, name=name),
+            on_reply=lambda r: self.jira_imported.emit(r),
+            on_error=lambda e: self.jira_import_failed.emit(e.message),
+            owner=self,
         )
 
     def preview(

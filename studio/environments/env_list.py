@@ -1,6 +1,6 @@
 """The designer's list of the project's environment specs, with New…,
-Open… and Delete. It asks (signals); the designer opens, creates and
-deletes."""
+Open…, Import Jira mock data… and Delete. It asks (signals); the designer
+opens, creates, imports and deletes."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ class EnvList(QWidget):
     """Create a spec of this kind under this name."""
     delete_requested = Signal(str)
     """Delete the spec at this path."""
+    import_jira_requested = Signal(str)
+    """Make a workflow env of the RL Hub Jira mock data file at this path."""
 
     def __init__(
         self, envs_dir: Callable[[], Path], parent: QWidget | None = None
@@ -57,6 +59,12 @@ class EnvList(QWidget):
         self.new_button = QPushButton("New…")
         self.open_button = QPushButton("Open…")
         self.delete_button = QPushButton("Delete")
+        self.import_jira_button = QPushButton("Import Jira mock data…")
+        self.import_jira_button.setToolTip(
+            "Make a workflow env of an RL Hub Jira mock data file "
+            "(envs/NAME.env.json, its data in data/jira/)."
+        )
+        self.import_jira_button.clicked.connect(self._on_import_jira_clicked)
         self.new_button.clicked.connect(self._on_new_clicked)
         self.open_button.clicked.connect(self._on_open_clicked)
         self.delete_button.clicked.connect(self._on_delete_clicked)
@@ -68,6 +76,7 @@ class EnvList(QWidget):
         layout.addWidget(QLabel("<h2>Environments</h2>"))
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
+        layout.addWidget(self.import_jira_button)
 
     def show_envs(self, envs: list[dict[str, Any]], empty_text: str) -> None:
         self.table.set_empty_text(empty_text)
@@ -101,6 +110,16 @@ class EnvList(QWidget):
         )
         if path:
             self.open_requested.emit(path)
+
+    def _on_import_jira_clicked(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self,
+            "Import Jira mock data",
+            str(self._envs_dir().parent / "data"),
+            "RL Hub Jira mock data (*.json)",
+        )
+        if path:
+            self.import_jira_requested.emit(path)
 
     def _on_delete_clicked(self) -> None:
         keys = self.table.selected_keys()

@@ -150,6 +150,10 @@ class EnvironmentsWorkspace(QWidget):
         self.controller.preview_progress.connect(self.preview_panel.set_progress)
         self.controller.preview_finished.connect(self._on_preview_finished)
         self.controller.preview_failed.connect(self._on_preview_failed)
+        self.controller.jira_imported.connect(self._on_controller_jira_imported)
+        self.controller.jira_import_failed.connect(
+            self._on_controller_jira_import_failed
+        )
         subscribe(self._state, self, self._on_state_changed)
         self._show_document()
         self._on_state_changed("reset", "")
@@ -160,6 +164,7 @@ class EnvironmentsWorkspace(QWidget):
         self.env_list.open_requested.connect(self.open_env)
         self.env_list.new_requested.connect(self.new_env)
         self.env_list.delete_requested.connect(self.delete_env)
+        self.env_list.import_jira_requested.connect(self.controller.import_jira)
         self.header = DocumentHeader(self.undo_stack)
         self.addActions(list(self.header.shortcut_actions()))
         self.header.save_requested.connect(self.save)
@@ -538,6 +543,18 @@ class EnvironmentsWorkspace(QWidget):
             )
             if first is not None:
                 self.open_env(first["path"])
+
+    def _on_controller_jira_imported(self, made: dict[str, Any]) -> None:
+        # The engine's project.changed refreshes the list; the new env opens.
+        if self.open_env(str(made["spec_file"])):
+            self.banner.show_message(
+                f"Imported {made['issues']} issues and {made['statuses']} statuses "
+                f"as {made['name']}.",
+                "info",
+            )
+
+    def _on_controller_jira_import_failed(self, message: str) -> None:
+        self.banner.show_message(message, "error")
 
     def _select_current_row(self) -> None:
         self.env_list.select(self.path)
