@@ -298,7 +298,12 @@ def test_bad_input(trained: StudioClient) -> None:
 
 
 # ------------------------------------------------------ the recorder's names
-def test_the_recorders_fields_and_the_admin_routes(server: Served) -> None:
+@pytest.mark.slow
+def test_the_recorders_fields_and_the_admin_routes(
+    server: Served, trained: StudioClient
+) -> None:
+    """The recorder's camelCase fields, and the training routes under the
+    agent-training service's prefix (a job of ``trained``'s to look up)."""
     client = server.client()
     started = client.request(
         "POST",
