@@ -29,6 +29,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 studio: $(STAMP)
+	# Qt's X11 libraries: installed as root with apt, else the command is named
+	$(BIN)/python -m studio.platform_check --install
 	$(BIN)/rl-studio
 
 test: $(STAMP)

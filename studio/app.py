@@ -85,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.screenshot or args.exit_when_shown:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from studio.platform_check import missing_packages, sentence, uses_xcb
+
+    # Qt aborts on a missing xcb library, naming the wrong package.
+    if uses_xcb() and (missing := missing_packages()):
+        print(sentence(missing), file=sys.stderr)
+        return 1
 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
