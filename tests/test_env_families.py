@@ -136,7 +136,7 @@ def test_vec_env_auto_takes_subprocesses_for_slow_simulators_with_the_cores(
     assert families.vec_env_class("dummy", "HalfCheetah-v5", 8)[0] == "dummy"
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     kind, why = families.vec_env_class("auto", "HalfCheetah-v5", 8)
-    assert (kind, why) == ("dummy", "2 CPUs (subprocesses from 4)")
+    assert (kind, why) == ("dummy", "2 CPUs, subprocesses from 4")
 
 
 @pytest.mark.slow

@@ -174,7 +174,7 @@ def vec_env_class(choice: str, env_id: str, n_envs: int) -> tuple[str, str]:
     if kind not in SLOW_FAMILIES:
         return "dummy", "a fast simulator"
     if cpus < SUBPROC_MIN_CPUS:
-        return "dummy", f"{cpus} CPUs (subprocesses from {SUBPROC_MIN_CPUS})"
+        return "dummy", f"{cpus} CPUs, subprocesses from {SUBPROC_MIN_CPUS}"
     return "subproc", f"a {kind} simulator and {cpus} CPUs"
 
 
