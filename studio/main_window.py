@@ -47,7 +47,7 @@ from studio.state.project_state import is_training
 from studio.theme import apply_theme
 from studio.welcome import WelcomeDialog, ask_base_model_download, missing_base_models
 from widgets.banner import Banner
-from widgets.fit import fit_window
+from widgets.fit import fit_window, screen_capped
 from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
 
@@ -82,8 +82,9 @@ MINIMUM_HEIGHT = 720
 header, its actions and the trace filters wrap a line taller each, and the
 Traces tab's three panes (episodes, steps, prompt) need 188 px under them;
 at the 595 px Qt worked out (as if nothing wrapped) the Models tabs, the env
-Preview's lists and the runs list were cut. With its frame it still fits a
-768-px screen."""
+Preview's lists and the runs list were cut. With its frame it fits a 768-px
+screen; on a screen with less room (a panel) the minimum is that room
+(``widgets.fit.screen_capped``), so the window still fits."""
 
 
 def app_icon() -> QIcon:
@@ -259,7 +260,12 @@ class MainWindow(QMainWindow):
         self._on_client_state_changed(client.state)
         last = settings.last_workspace
         self.set_workspace(last if last in WORKSPACES else "environments")
-        self.setMinimumHeight(MINIMUM_HEIGHT)
+        screen = self.screen()
+        self.setMinimumHeight(
+            MINIMUM_HEIGHT
+            if screen is None
+            else screen_capped(MINIMUM_HEIGHT, screen.availableGeometry())
+        )
         fit_window(self, DEFAULT_SIZE)
         self._restore_layout()
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QPoint, QRect
+from PySide6.QtCore import QPoint, QRect, QSize
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.main_window import DEFAULT_SIZE, WORKSPACES, MainWindow
+from studio.main_window import DEFAULT_SIZE, MINIMUM_HEIGHT, WORKSPACES, MainWindow
 from studio.theme import apply_theme
 from tests.studio_harness import build_main_window
 from widgets.chain_view import ChainItem, ChainView
@@ -36,6 +36,7 @@ from widgets.fit import (
     fit_window,
     fitted_geometry,
     minimum_height,
+    screen_capped,
 )
 
 SCREENS = ((1024, 768), (1366, 768))
@@ -377,3 +378,15 @@ def test_the_agreement_chart_follows_the_theme(window: MainWindow) -> None:
     shots = os.environ.get("RLSTUDIO_SCREENSHOTS")  # docs/screenshots/, by hand
     if shots:
         plot.grab().save(str(Path(shots) / "agreement-chart-light.png"))
+
+
+def test_the_minimum_height_gives_way_to_a_screen_with_a_panel() -> None:
+    """A 768 px screen less a 32 px panel has no room for the 720 px minimum
+    and its frame: the minimum is the room, so the frame and the status bar
+    stay on the screen; a taller screen keeps the whole minimum."""
+    panel = QRect(0, 32, 1024, 768 - 32)
+    capped = screen_capped(MINIMUM_HEIGHT, panel)
+    assert capped < MINIMUM_HEIGHT
+    placed = fitted_geometry(DEFAULT_SIZE, panel, QSize(970, capped))
+    assert panel.contains(placed.marginsAdded(FRAME_ALLOWANCE))
+    assert screen_capped(MINIMUM_HEIGHT, QRect(0, 0, 1366, 900)) == MINIMUM_HEIGHT

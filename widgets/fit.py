@@ -35,6 +35,13 @@ Xfce's title bars are 30 to 37 px at 100 % scale). Without it a window as
 tall as the available screen puts its status bar under the screen's edge."""
 
 
+def screen_capped(height: int, available: QRect) -> int:
+    """``height`` for a window's minimum, or less where ``available`` (the
+    screen less its panels, a frame allowed for) has less room: a minimum
+    taller than the screen would put the status bar under its edge again."""
+    return min(height, available.marginsRemoved(FRAME_ALLOWANCE).height())
+
+
 def fitted_geometry(
     wanted: QSize, available: QRect, minimum: QSize, frame: QMargins = FRAME_ALLOWANCE
 ) -> QRect:
