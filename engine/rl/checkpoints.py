@@ -95,9 +95,13 @@ def summary_of(
                 "env": env,
                 "algo": algo,
                 "metrics": metrics,
+                # The model a run started from (start_from) is its parent.
+                "parents": [cfg.start_from] if cfg.start_from else [],
             }
         ],
     )
+    if cfg.start_from:
+        out["started_from"] = cfg.start_from
     if state.get("resumed_from"):
         out["resumed_from"] = state["resumed_from"]
     curriculum = state.get("curriculum")

@@ -678,6 +678,14 @@ class TrainConfig:
     """A project preset (``presets/<name>.preset.json``, saved by
     ``rl-studio-engine tune --save-preset``) used instead of the built-in one
     for the environment and algorithm ('' = the built-in one)."""
+    start_from: str = setting("", group="Run", label="Start from")
+    """A policy to continue training: an SB3 model file (``.zip``) or the id
+    or name of one of the project's SB3 policies, a run's or one downloaded
+    from the Hub ('' = a new policy). The run builds its network from that
+    policy's weights (and normalization statistics), takes its env,
+    algorithm and normalization where it gives none, trains ``total_steps``
+    more as a new run counted from step 0, and its model's lineage names the
+    one it started from."""
     name: str = setting("", group="Run", label="Model name")
     """Display name of the model this run registers ('' = generated)."""
     agent: str = setting("", form=False)
@@ -1148,39 +1156,47 @@ def _check_hyper(
             f"n_top ({hp['n_top']}) cannot be more than n_delta ({hp['n_delta']}).",
         )
     if "target_entropy" in hp:  # a learned entropy weight: SAC, TQC, CrossQ
-        ent = hp["ent_coef"]
-        if not ent.startswith("auto"):
-            try:
-                number = float(ent)
-            except ValueError:
-                number = -1.0
-            if not number >= 0:
-                raise ConfigError(
-                    f("ent_coef"),
-                    "ent_coef must be 'auto', 'auto_<start>' or a number >= 0, "
-                    f"not {quoted(ent)}.",
-                )
-        elif ent != "auto":
-            try:
-                start = float(ent.partition("_")[2])
-            except ValueError:
-                start = -1.0
-            if not start > 0:
-                raise ConfigError(
-                    f("ent_coef"),
-                    "ent_coef 'auto_<start>' needs a positive start, "
-                    f"not {quoted(ent)}.",
-                )
-        if hp["target_entropy"] != "auto":
-            try:
-                float(hp["target_entropy"])
-            except ValueError:
-                raise ConfigError(
-                    f("target_entropy"),
-                    "target_entropy must be 'auto' or a number, "
-                    f"not {quoted(hp['target_entropy'])}.",
-                ) from None
+        _check_entropy(hp)
     return hp
+
+
+def _check_entropy(hp: dict[str, Any]) -> None:
+    """SAC's, TQC's and CrossQ's ``ent_coef`` and ``target_entropy``."""
+
+    def f(name: str) -> str:
+        return f"hyperparameters.{name}"
+
+    ent = hp["ent_coef"]
+    if not ent.startswith("auto"):
+        try:
+            number = float(ent)
+        except ValueError:
+            number = -1.0
+        if not number >= 0:
+            raise ConfigError(
+                f("ent_coef"),
+                "ent_coef must be 'auto', 'auto_<start>' or a number >= 0, "
+                f"not {quoted(ent)}.",
+            )
+    elif ent != "auto":
+        try:
+            start = float(ent.partition("_")[2])
+        except ValueError:
+            start = -1.0
+        if not start > 0:
+            raise ConfigError(
+                f("ent_coef"),
+                f"ent_coef 'auto_<start>' needs a positive start, not {quoted(ent)}.",
+            )
+    if hp["target_entropy"] != "auto":
+        try:
+            float(hp["target_entropy"])
+        except ValueError:
+            raise ConfigError(
+                f("target_entropy"),
+                "target_entropy must be 'auto' or a number, "
+                f"not {quoted(hp['target_entropy'])}.",
+            ) from None
 
 
 MIN_UPDATES = 4
@@ -1352,6 +1368,8 @@ def jax_problem(cfg: TrainConfig) -> tuple[str, str] | None:
         "hyperparameters.target_kl": (hp.target_kl is not None, hp.target_kl),
         "vec_normalize": (cfg.vec_normalize, cfg.vec_normalize),
         "learned_reward": (bool(cfg.learned_reward), cfg.learned_reward),
+        # The compiled learner starts from its own initial parameters.
+        "start_from": (bool(cfg.start_from), cfg.start_from),
         "policy": (cfg.policy != "MlpPolicy", cfg.policy),
     }
     for name, (used, value) in refused.items():
@@ -1518,6 +1536,11 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
     algorithm fits its action space.
     """
     _known_settings(config)
+    from engine.rl.start_from import resolve as resolve_start
+
+    start = resolve_start(config.get("start_from"), config.get("project_dir"))
+    if start is not None:  # the model's env, algorithm, ... where none is given
+        config = start.fill(config)
     # The raw values, defaults filled in, until each is checked.
     values: dict[str, Any] = {
         **defaults_of(TrainConfig),
@@ -1576,6 +1599,8 @@ def check(config: Mapping[str, Any]) -> TrainConfig:
         cfg = replace(cfg, policy=_default_policy(info))
     assert cfg.policy is not None  # chosen above
     _check_policy_fits(algo, cfg.policy, info, asked)
+    if start is not None:
+        start.check(algo, env_id, env_kwargs, bool(cfg.vec_normalize))
     assert cfg.total_steps is not None and cfg.n_envs is not None  # filled above
 
     hp = {**algo_defaults(algo), **preset_hp, **hp_in}

@@ -94,6 +94,10 @@ class LoadedPolicy:
     _memory: Any = field(default=None, repr=False)
     """A recurrent policy's LSTM state after the last :meth:`act` (None: an
     episode starts)."""
+    policy_kwargs: dict[str, Any] = field(default_factory=dict)
+    """The keyword arguments the policy was built with, as an algorithm
+    takes them (``policy_kwargs``): what a run that starts from it builds its
+    network with, so that the weights fit."""
 
     @property
     def observation_space(self) -> Any:
@@ -209,6 +213,14 @@ def _read_data(path: Path) -> dict[str, Any]:
     return data
 
 
+def _pickled(path: Path, key: str, item: dict[str, Any]) -> bytes:
+    """The pickle bytes of the serialized ``data`` entry ``key``."""
+    try:
+        return base64.b64decode(str(item[":serialized:"]).encode())
+    except ValueError:
+        raise EngineError(f"The {key} entry of {path} is damaged.") from None
+
+
 def _custom_objects(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     """A replacement for every pickled ``data`` entry, so SB3 unpickles none."""
     out: dict[str, Any] = {}
@@ -216,14 +228,96 @@ def _custom_objects(path: Path, data: dict[str, Any]) -> dict[str, Any]:
         if not (isinstance(item, dict) and ":serialized:" in item):
             continue
         if key in _POLICY_ENTRIES:
-            try:
-                raw = base64.b64decode(str(item[":serialized:"]).encode())
-            except ValueError:
-                raise EngineError(f"The {key} entry of {path} is damaged.") from None
+            raw = _pickled(path, key, item)
             out[key] = loads(raw, f"The {key} entry of {path}")
         else:
             out[key] = None
     return out
+
+
+@dataclass(frozen=True)
+class SavedPolicy:
+    """What a saved policy is, read without importing torch and without
+    running code from the file: what a run that starts from it is checked
+    against before its process starts."""
+
+    path: Path
+    policy_class: str
+    """The policy class as ``module.Name``, read from the name the pickle
+    holds (the class is not imported)."""
+    observation_space: Any
+    action_space: Any
+    num_timesteps: int
+    """Steps the policy was trained for (0 when the zip does not say)."""
+    normalizes: bool
+    """A ``vecnormalize.pkl`` beside it normalizes observations."""
+
+
+def _class_name(path: Path, item: Any) -> str:
+    """``module.Name`` of the pickled class ``item``, from the pickle's
+    opcodes alone (nothing is imported or called)."""
+    import pickletools
+
+    if not (isinstance(item, dict) and ":serialized:" in item):
+        raise EngineError(f"{path} names no stable-baselines3 policy class.")
+    texts: list[str] = []
+    try:
+        for op, arg, _ in pickletools.genops(_pickled(path, "policy_class", item)):
+            if op.name == "GLOBAL":
+                return str(arg).replace(" ", ".", 1)
+            if op.name == "STACK_GLOBAL" and len(texts) >= 2:
+                return f"{texts[-2]}.{texts[-1]}"
+            if isinstance(arg, str):
+                texts.append(arg)
+    except ValueError:
+        pass
+    raise EngineError(f"{path} names no stable-baselines3 policy class.")
+
+
+def describe_policy(path: str | os.PathLike[str]) -> SavedPolicy:
+    """:class:`SavedPolicy` of the SB3 ``.zip`` at ``path``; EngineError in
+    one sentence when it is none."""
+    from gymnasium import spaces
+
+    path = Path(path)
+    if not path.is_file():
+        raise EngineError(f"The policy file {path} does not exist.")
+    data = _read_data(path)
+    found: dict[str, Any] = {}
+    for key in ("observation_space", "action_space"):
+        item = data.get(key)
+        if isinstance(item, dict) and ":serialized:" in item:
+            found[key] = loads(_pickled(path, key, item), f"The {key} entry of {path}")
+        if not isinstance(found.get(key), spaces.Space):
+            raise EngineError(f"{path} has no {key.replace('_', ' ')}.")
+    steps = data.get("num_timesteps")
+    return SavedPolicy(
+        path=path,
+        policy_class=_class_name(path, data.get("policy_class")),
+        observation_space=found["observation_space"],
+        action_space=found["action_space"],
+        num_timesteps=steps if isinstance(steps, int) and steps > 0 else 0,
+        normalizes=_normalization(path) is not None,
+    )
+
+
+def observations_fit(policy_space: Any, env_space: Any) -> bool:
+    """Whether a policy taking ``policy_space`` plays an env giving
+    ``env_space``: the same space, or an image the env gives channels last
+    that SB3 transposes channels first (``VecTransposeImage``)."""
+    if policy_space == env_space:
+        return True
+    from gymnasium import spaces
+
+    if not (isinstance(policy_space, spaces.Box) and isinstance(env_space, spaces.Box)):
+        return False
+    shape = env_space.shape
+    return (
+        len(shape) == 3
+        and env_space.dtype == np.uint8
+        and policy_space.dtype == env_space.dtype
+        and policy_space.shape == (shape[2], shape[0], shape[1])
+    )
 
 
 def _normalization(path: Path) -> ObsNormalization | None:
@@ -255,6 +349,41 @@ def _normalization(path: Path) -> ObsNormalization | None:
         )
     except (AttributeError, KeyError, TypeError, ValueError):
         raise EngineError(f"{stats} holds no observation statistics.") from None
+
+
+def restore_normalization(venv: Any, path: Path) -> None:
+    """Give the fresh training ``VecNormalize`` ``venv`` the running
+    statistics saved beside the policy ``path`` (read as
+    :func:`_normalization` reads them: no code from the file runs), so that
+    the policy sees observations as it saw them in training."""
+    stats = path.with_name(VECNORMALIZE_FILE)
+    record = loads(stats.read_bytes(), f"The normalization file {stats}")
+    fields: dict[str, Any] = vars(record) if isinstance(record, Record) else {}
+
+    def copy(target: Any, saved: Any) -> None:
+        mean = np.asarray(saved.mean, dtype=np.float64)
+        if mean.shape != target.mean.shape:
+            raise ValueError(f"statistics of shape {mean.shape}")
+        target.mean = mean.copy()
+        target.var = np.asarray(saved.var, dtype=np.float64).copy()
+        target.count = float(saved.count)
+
+    try:
+        saved_obs = fields["obs_rms"]
+        if isinstance(venv.obs_rms, dict):
+            for key, target in venv.obs_rms.items():
+                copy(target, saved_obs[key])
+        else:
+            copy(venv.obs_rms, saved_obs)
+        if fields.get("ret_rms") is not None:
+            copy(venv.ret_rms, fields["ret_rms"])
+        venv.clip_obs = float(fields["clip_obs"])
+        venv.epsilon = float(fields["epsilon"])
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise EngineError(
+            f"{stats} holds no observation statistics this env's observations "
+            f"fit ({exc})."
+        ) from None
 
 
 def _is_inside(path: Path, folder: Path) -> bool:
@@ -302,6 +431,7 @@ def load_policy(
     if not data or not params or "policy" not in params:
         raise EngineError(f"{path} holds no stable-baselines3 policy.")
     policy_class, kwargs = _policy_parts(path, data)
+    saved_kwargs = dict(kwargs)
     if data.get("use_sde"):
         kwargs["use_sde"] = True
     # ARS's policies take no learning rate (nothing trains them by gradient).
@@ -331,6 +461,7 @@ def load_policy(
         and not _is_inside(path, Path(project_dir)),
         recurrent=recurrent is not None
         and isinstance(policy, recurrent.RecurrentActorCriticPolicy),
+        policy_kwargs=saved_kwargs,
     )
 
 

@@ -555,14 +555,32 @@ class Trainer:
             if cfg.vec_normalize:
                 venv = VecNormalize(venv, gamma=_gamma(hp))
             assert cfg.policy is not None  # filled by validation
-            model = cls(
-                policy_name(self.algo, cfg.policy),
-                venv,
-                seed=seed,
-                device=device,
-                verbose=0,
-                **model_kwargs(hp, venv.action_space),
-            )
+            kwargs = model_kwargs(hp, venv.action_space)
+            policy = policy_name(self.algo, cfg.policy)
+
+            def make(policy_kwargs: dict[str, Any]) -> Any:
+                return cls(
+                    policy,
+                    venv,
+                    seed=seed,
+                    device=device,
+                    verbose=0,
+                    **{**kwargs, "policy_kwargs": policy_kwargs},
+                )
+
+            if cfg.start_from:
+                from engine.rl.start_from import build_model
+
+                model = build_model(
+                    make,
+                    cfg.start_from,
+                    venv=venv,
+                    env_id=cfg.env,
+                    project_dir=cfg.project_dir,
+                    log=self.ctx.log,
+                )
+            else:
+                model = make(kwargs["policy_kwargs"])
         self.venv = venv
         self.model = model
         if cfg.eval_every_steps > 0:
