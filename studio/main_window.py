@@ -298,6 +298,10 @@ class MainWindow(QMainWindow):
             widget.train_requested.connect(  # type: ignore[attr-defined]
                 self._on_environments_train_requested
             )
+        elif name == "models":
+            widget.train_requested.connect(  # type: ignore[attr-defined]
+                self._on_models_train_requested
+            )
         self._restore_splitters(name)
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -332,6 +336,14 @@ class MainWindow(QMainWindow):
         self.set_workspace("training")
         self.training.open_run_dialog(
             dict(values), title=f"Train {values.get('env', 'this environment')}"
+        )
+
+    def _on_models_train_requested(self, values: dict[str, Any]) -> None:
+        """Models' "Continue training…": the Training workspace, its New run
+        dialog filled in to start from the policy."""
+        self.set_workspace("training")
+        self.training.open_run_dialog(
+            dict(values), title=f"Continue training {values.get('start_from', '')}"
         )
 
     # ------------------------------------------------------------- menus

@@ -48,6 +48,7 @@ def enabled_actions(m: dict[str, Any] | None) -> dict[str, bool]:
         "evaluate": policy,
         "play": policy,
         "record": policy,
+        "continue": policy,
         "push": policy and bool((m or {}).get("algo")),
         "chat": kind in ("ollama", *HF_KINDS)
         and server_status(m or {}) != NOT_ON_SERVER,
@@ -71,6 +72,9 @@ class ModelActions(QWidget):
 
     models_changed = Signal()
     """A one-click export ended: the server's models may have changed."""
+    train_requested = Signal(dict)
+    """Continue training…: the host opens its New run dialog with these
+    ``rl.train`` values (env, algorithm, ``start_from``)."""
 
     def __init__(
         self,
@@ -125,6 +129,12 @@ class ModelActions(QWidget):
                 "Record video…",
                 "Play the policy and save its frames as an MP4 or GIF",
                 self.record_video,
+            ),
+            (
+                "continue",
+                "Continue training…",
+                "A new training run that starts from this policy's weights",
+                self.continue_training,
             ),
             (
                 "push",
@@ -213,6 +223,12 @@ class ModelActions(QWidget):
         dialog = record_dialog(self._session, model, parent=self)
         self._adopt(dialog, "record", model)
         return dialog
+
+    def continue_training(self) -> None:
+        """Ask the host for a New run dialog that starts from the policy."""
+        model = self._selected()
+        if model:
+            self.train_requested.emit(ModelsController.continue_source(model))
 
     def push_to_hub(self) -> RunFormDialog | None:
         model = self._selected()

@@ -405,6 +405,16 @@ class ModelsController(QObject):
         }
 
     @staticmethod
+    def continue_source(model: dict[str, Any]) -> dict[str, Any]:
+        """``rl.train`` continuing the policy: its env and algorithm, and the
+        model to start from (by id: the engine finds its file)."""
+        return {
+            "env": str(model.get("env", "")),
+            "algo": str(model.get("algo", "")) or "auto",
+            "start_from": str(model["id"]),
+        }
+
+    @staticmethod
     def deploy_source(model: dict[str, Any]) -> dict[str, Any]:
         """``deploy.ollama``: the GGUF file, and its lineage."""
         return {"gguf": str(model["path"]), "parents": [str(model["id"])]}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QLabel,
     QSplitter,
@@ -48,6 +48,10 @@ __all__ = ["ModelsWorkspace", "key_metric"]
 
 
 class ModelsWorkspace(QWidget):
+    train_requested = Signal(dict)
+    """Continue training…: the main window opens the New run dialog with
+    these ``rl.train`` values."""
+
     def __init__(self, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._session = session
@@ -59,6 +63,7 @@ class ModelsWorkspace(QWidget):
         self.table.selection_changed.connect(self._on_table_selection_changed)
         self.action_bar = ModelActions(session, self.controller, self.table.selected)
         self.action_bar.models_changed.connect(self._on_action_bar_models_changed)
+        self.action_bar.train_requested.connect(self.train_requested)
         self.progress = ActionProgress(session, self.controller)
         self.details = ModelDetailsPane(self._state, self.controller)
         self.details.selection_requested.connect(self.select)
