@@ -260,6 +260,11 @@ class MainWindow(QMainWindow):
         self._on_client_state_changed(client.state)
         last = settings.last_workspace
         self.set_workspace(last if last in WORKSPACES else "environments")
+        self._fit_to_screen()
+        self._restore_layout()
+
+    def _fit_to_screen(self) -> None:
+        """The first size and place, and a minimum the screen has room for."""
         screen = self.screen()
         self.setMinimumHeight(
             MINIMUM_HEIGHT
@@ -267,7 +272,6 @@ class MainWindow(QMainWindow):
             else screen_capped(MINIMUM_HEIGHT, screen.availableGeometry())
         )
         fit_window(self, DEFAULT_SIZE)
-        self._restore_layout()
 
     # --------------------------------------------------------------- API
     def set_workspace(self, name: str) -> None:

@@ -127,6 +127,16 @@ def group_for_key(
 
 
 # ------------------------------------------------------------------ the panel
+
+
+def plain_text(html: str) -> str:
+    """A legend's rich text as plain text (word joiners and no-break spaces
+    as the reader would see them)."""
+    doc = QtGui.QTextDocument()
+    doc.setHtml(html)
+    return doc.toPlainText().replace("\u2060", "").replace("\xa0", " ")
+
+
 class LivePlotPanel(QtWidgets.QWidget):
     """Grouped live plots of metric series for several runs at once.
 
@@ -435,9 +445,7 @@ class LivePlotPanel(QtWidgets.QWidget):
     def legend_text(self, title: str) -> str:
         """The legend / hover readout under a plot, as plain text."""
         self._flush_legends()
-        doc = QtGui.QTextDocument()
-        doc.setHtml(self._groups[title].legend.text())
-        return doc.toPlainText().replace("\u2060", "").replace("\xa0", " ")
+        return plain_text(self._groups[title].legend.text())
 
     def curve_keys(self, title: str) -> list[tuple[str, str]]:
         """``(run_id, key)`` of the curves in a group."""
@@ -562,12 +570,9 @@ class LivePlotPanel(QtWidgets.QWidget):
         )
 
     def export_csv(self, path: str | Path, *, visible_range_only: bool = False) -> int:
-        """Write the curves of visible groups as CSV; return the number of rows.
-
-        Columns: ``run, key, step, time, value`` and ``smoothed`` when
-        smoothing is on. With ``visible_range_only`` only points inside each
-        plot's current x range are written.
-        """
+        """Write the curves of visible groups as CSV (``run, key, step, time,
+        value``, and ``smoothed`` when smoothing is on; with
+        ``visible_range_only`` the points in each plot's x range); the rows."""
         self.redraw_all()
         return write_csv(
             path,
@@ -580,8 +585,7 @@ class LivePlotPanel(QtWidgets.QWidget):
 
     def choose_and_export(self, kind: str) -> Path | None:
         """Ask for a file name with a dialog and export (``"png"`` or ``"csv"``)."""
-        name = ask_export_path(self, kind)
-        if not name:
+        if not (name := ask_export_path(self, kind)):
             return None
         if kind == "png":
             return self.export_png(name)
