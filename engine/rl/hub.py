@@ -108,17 +108,6 @@ class HubPushConfig:
     """The message of the commit that uploads the files."""
 
 
-def _state_beside(model: Path) -> dict[str, Any]:
-    """The ``state.json`` training writes beside a checkpoint's model."""
-    from engine.rl.record import STATE_FILE
-
-    try:
-        data = json.loads((model.parent / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def validate_push(config: Mapping[str, Any]) -> HubPushConfig:
     from engine.llm.hub import repo_id_problem
 
@@ -134,7 +123,9 @@ def validate_push(config: Mapping[str, Any]) -> HubPushConfig:
         raise ConfigError(
             "repo_id", problem or f"repo_id must be org/name, not {quoted(repo)}."
         )
-    state = _state_beside(model)
+    from engine.rl.checkpoints import state_beside
+
+    state = state_beside(model)
     env = cfg.env or state.get("env")
     algo = cfg.algo or state.get("algo")
     for field, value in (("env", env), ("algo", algo)):
@@ -638,9 +629,9 @@ def _card_metadata(repo_id: str, readme: Path) -> dict[str, Any]:
 def run_download(ctx: JobContext, cfg: HubAgentConfig) -> dict[str, Any]:
     """The ``rl.hub_download`` job: check the layout, download, verify, build."""
     from engine.llm import hub as transfer
+    from engine.rl.checkpoints import STATE_FILE
     from engine.rl.env_info import register_designed_envs
     from engine.rl.policy import VECNORMALIZE_FILE, load_policy
-    from engine.rl.record import STATE_FILE
 
     register_designed_envs(ctx.project_dir)
     ctx.log(

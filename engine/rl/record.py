@@ -11,7 +11,6 @@ half-written video.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -32,8 +31,6 @@ GIF_PALETTE = "split[a][b];[a]palettegen=stats_mode=single[p];[b][p]paletteuse=n
 """ffmpeg's filters for a GIF: each frame with a palette of its own colours
 (a fixed 3-3-2 palette turned CartPole's black track yellow), frame by frame,
 so nothing waits for the whole video."""
-STATE_FILE = "state.json"
-"""Written beside every checkpoint's ``model.zip``; names the env it trained on."""
 
 
 @dataclass(frozen=True)
@@ -86,11 +83,9 @@ class Recording:
 
 def trained_env(model: Path) -> str | None:
     """The env id the ``state.json`` beside a checkpoint's ``model.zip`` names."""
-    try:
-        state = json.loads((model.parent / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    env = state.get("env") if isinstance(state, dict) else None
+    from engine.rl.checkpoints import state_beside
+
+    env = state_beside(model).get("env")
     return env if isinstance(env, str) and env else None
 
 
@@ -115,6 +110,8 @@ def validate(config: Any) -> RecordConfig:
         video_suffix(cfg.out)
     env = cfg.env or trained_env(model)
     if env is None:
+        from engine.rl.checkpoints import STATE_FILE
+
         raise ConfigError(
             "env",
             f"env is required: {model.name} has no {STATE_FILE} beside it naming "

@@ -244,24 +244,12 @@ def resolve(value: Any, project_dir: str | None) -> StartModel | None:
     except EngineError as exc:
         raise ConfigError(FIELD, str(exc)) from None
     if not (env and algo):
-        state = _state_beside(Path(file))
+        from engine.rl.checkpoints import state_beside
+
+        state = state_beside(Path(file))
         env = env or str(state.get("env") or "")
         algo = algo or str(state.get("algo") or "")
     return StartModel(path=str(Path(file).resolve()), algo=algo, env=env, saved=saved)
-
-
-def _state_beside(model: Path) -> dict[str, Any]:
-    """The ``state.json`` training (and a Hub download) writes beside a
-    model, naming its env and algorithm; {} when there is none."""
-    import json
-
-    from engine.rl.checkpoints import STATE_FILE
-
-    try:
-        data = json.loads((model.parent / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def build_model(
