@@ -285,14 +285,14 @@ def _describe_cached(env_id: str, fingerprint: str) -> tuple[tuple[str, Any], ..
 
     import gymnasium as gym
 
-    from engine.envs.families import check_loads
+    from engine.envs.families import EnvFamilyError, check_loads
 
     try:
         check_loads(env_id)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             env = gym.make(env_id)
-    except EngineError as exc:  # a simulator that failed to load, a ROM missing
+    except EnvFamilyError as exc:  # a simulator that failed to load, a ROM missing
         return (("error", str(exc)),)
     except Exception as exc:
         return (("error", f"{type(exc).__name__}: {exc}".splitlines()[0]),)
