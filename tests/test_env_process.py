@@ -566,6 +566,8 @@ def test_ppo_trains_on_a_python_env_through_the_proxy(tmp_path: Path) -> None:
         run_dir / "config.json", {"run_id": "r1", "kind": "rl.train", "config": cfg}
     )
     me = psutil.Process()
+    # what earlier tests of the session left running is not this run's
+    before = {c.pid for c in me.children(recursive=True)}
     ctx = JobContext("r1", run_dir, "rl.train", cfg, resume=False, events=None)
     try:
         summary = rltrain.run(ctx)
@@ -574,7 +576,8 @@ def test_ppo_trains_on_a_python_env_through_the_proxy(tmp_path: Path) -> None:
     assert summary["total_steps"] >= 384
     assert not any(m.startswith("rlstudio_user_env_") for m in sys.modules)
     remote.drop_spare()
-    assert not [c for c in me.children(recursive=True) if c.status() != "zombie"]
+    left = [c for c in me.children(recursive=True) if c.pid not in before]
+    assert not [c for c in left if c.status() != "zombie"]
     model = PPO.load(next(run_dir.glob("checkpoints/*/model.zip")))
     assert model.observation_space == spaces.Box(-np.inf, np.inf, (4,), np.float32)
 
