@@ -24,29 +24,14 @@ from typing import TYPE_CHECKING, Any
 from engine.errors import EngineError
 from engine.jobs.context import CHECKPOINTS_FOLDER
 from engine.jobs.lifecycle import read_checkpoint_state
-from engine.rl.policy import VECNORMALIZE_FILE
+from engine.rl.policy import STATE_FILE, VECNORMALIZE_FILE
 
 if TYPE_CHECKING:
     from engine.rl.config import TrainConfig
 
 CHECKPOINT_PREFIX = "step-"
 BEST_FOLDER = "best"
-STATE_FILE = "state.json"
-"""Written beside every checkpoint's ``model.zip`` (and a Hub download's):
-its step, env and algorithm."""
 MODEL_FILE = "model.zip"
-
-
-def state_beside(model: Path) -> dict[str, Any]:
-    """The :data:`STATE_FILE` beside ``model`` (naming its env and
-    algorithm), or {} when there is none or it cannot be read."""
-    import json
-
-    try:
-        data = json.loads((model.parent / STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def checkpoints(ckpt_dir: Path) -> list[Path]:

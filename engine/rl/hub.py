@@ -123,7 +123,7 @@ def validate_push(config: Mapping[str, Any]) -> HubPushConfig:
         raise ConfigError(
             "repo_id", problem or f"repo_id must be org/name, not {quoted(repo)}."
         )
-    from engine.rl.checkpoints import state_beside
+    from engine.rl.policy import state_beside
 
     state = state_beside(model)
     env = cfg.env or state.get("env")
@@ -629,9 +629,8 @@ def _card_metadata(repo_id: str, readme: Path) -> dict[str, Any]:
 def run_download(ctx: JobContext, cfg: HubAgentConfig) -> dict[str, Any]:
     """The ``rl.hub_download`` job: check the layout, download, verify, build."""
     from engine.llm import hub as transfer
-    from engine.rl.checkpoints import STATE_FILE
     from engine.rl.env_info import register_designed_envs
-    from engine.rl.policy import VECNORMALIZE_FILE, load_policy
+    from engine.rl.policy import STATE_FILE, VECNORMALIZE_FILE, load_policy
 
     register_designed_envs(ctx.project_dir)
     ctx.log(

@@ -41,6 +41,9 @@ from engine.rl.safe_pickle import Record, loads
 
 VECNORMALIZE_FILE = "vecnormalize.pkl"
 """The normalization statistics training saves beside each ``model.zip``."""
+STATE_FILE = "state.json"
+"""Written beside every checkpoint's ``model.zip`` (and a Hub download's):
+its step, env and algorithm."""
 
 _POLICY_ENTRIES = ("policy_class", "policy_kwargs", "observation_space", "action_space")
 """The pickled ``data`` entries a policy is built from; the other pickled
@@ -196,6 +199,16 @@ def _is_image(space: Any) -> bool:
     from stable_baselines3.common.preprocessing import is_image_space
 
     return bool(is_image_space(space, check_channels=False))
+
+
+def state_beside(model: Path) -> dict[str, Any]:
+    """The :data:`STATE_FILE` beside ``model`` (naming its env and
+    algorithm), or {} when there is none or it cannot be read."""
+    try:
+        data = json.loads((model.parent / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _read_data(path: Path) -> dict[str, Any]:

@@ -83,7 +83,7 @@ class Recording:
 
 def trained_env(model: Path) -> str | None:
     """The env id the ``state.json`` beside a checkpoint's ``model.zip`` names."""
-    from engine.rl.checkpoints import state_beside
+    from engine.rl.policy import state_beside
 
     env = state_beside(model).get("env")
     return env if isinstance(env, str) and env else None
@@ -110,7 +110,7 @@ def validate(config: Any) -> RecordConfig:
         video_suffix(cfg.out)
     env = cfg.env or trained_env(model)
     if env is None:
-        from engine.rl.checkpoints import STATE_FILE
+        from engine.rl.policy import STATE_FILE
 
         raise ConfigError(
             "env",

@@ -244,7 +244,7 @@ def resolve(value: Any, project_dir: str | None) -> StartModel | None:
     except EngineError as exc:
         raise ConfigError(FIELD, str(exc)) from None
     if not (env and algo):
-        from engine.rl.checkpoints import state_beside
+        from engine.rl.policy import state_beside
 
         state = state_beside(Path(file))
         env = env or str(state.get("env") or "")
