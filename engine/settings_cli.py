@@ -71,15 +71,17 @@ def setting_values(args: argparse.Namespace, names: Iterable[str]) -> dict[str, 
     return {name: getattr(args, name) for name in names}
 
 
-def add_set_option(parser: argparse.ArgumentParser) -> None:
-    """``--set KEY=VALUE`` (repeatable): any other setting of the job."""
+def add_set_option(
+    parser: argparse.ArgumentParser, what: str = "any other setting of the job"
+) -> None:
+    """``--set KEY=VALUE`` (repeatable, into ``settings``): ``what`` it sets."""
     parser.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
         dest="settings",
-        help="any other setting of the job (repeatable)",
+        help=f"{what} (repeatable)",
     )
 
 

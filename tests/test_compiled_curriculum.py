@@ -17,9 +17,8 @@ import pytest
 pytest.importorskip("jax")
 
 import jax
-import jax.numpy as jnp
 from scipy import stats
-from test_compiled_training import LoggedContext, _grid_physics, _run
+from test_compiled_training import LoggedContext, _run, grid_steps_alike
 from test_compiled_workflows import _draws_alike, _step_alike
 
 from engine.envs.curriculum import STAGE_METRIC
@@ -82,23 +81,7 @@ def test_a_grid_stage_compiles_to_a_twin_that_steps_as_it_does() -> None:
     obs, _ = env.reset(seed=0)
     physics, _ = twin.reset(jax.random.PRNGKey(0))
     assert int(physics[0]) == int(obs)  # the start moved inside the area
-    step = jax.jit(twin.step)
-    rng = np.random.default_rng(0)
-    t, ends = 0, 0
-    for _ in range(300):
-        action = int(rng.integers(4))
-        (_, t_next), j_obs, j_reward, j_term, j_trunc = step(
-            (_grid_physics(env), jnp.int32(t)), jnp.int32(action), jax.random.PRNGKey(t)
-        )
-        obs, reward, terminated, truncated, _ = env.step(action)
-        assert int(np.argmax(np.asarray(j_obs))) == int(obs)
-        assert np.isclose(float(j_reward), reward, atol=1e-5)
-        assert (bool(j_term), bool(j_trunc)) == (terminated, truncated)
-        t = int(t_next)
-        if terminated or truncated:
-            ends += 1
-            obs, _ = env.reset()
-            t = 0
+    ends = grid_steps_alike(twin, env, np.random.default_rng(0))
     assert ends > 10  # episodes ended, at the goal and at the limit
 
 

@@ -38,6 +38,7 @@ from engine.errors import EngineError
 from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.registry import get_kind, named_run
 from engine.settings import as_dict
+from engine.settings_cli import add_set_option
 from engine.store.atomic import atomic_write_json
 
 if TYPE_CHECKING:
@@ -83,14 +84,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "The run's log says where its preset comes from. "
         + builtin_presets_text().replace("%", "%%"),
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="settings",
-        help="a setting or hyperparameter, e.g. n_envs=4 or learning_rate=3e-4 "
-        "(repeatable)",
+    add_set_option(
+        parser, "a setting or hyperparameter, e.g. n_envs=4 or learning_rate=3e-4"
     )
     parser.add_argument(
         "--project",

@@ -98,6 +98,7 @@ from engine.rl.tune_study import (
 )
 from engine.rl.tune_trials import KIND
 from engine.settings import STEPS_MAX, setting
+from engine.settings_cli import add_set_option
 
 if TYPE_CHECKING:
     import optuna
@@ -128,14 +129,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "range (default: every setting that declares one); a list setting "
         "takes lists, e.g. net_arch=[64,64],[256,256]",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        dest="settings",
-        help="a fixed setting or hyperparameter for every trial (repeatable)",
-    )
+    add_set_option(parser, "a fixed setting or hyperparameter for every trial")
     parser.add_argument(
         "--seed",
         type=int,
