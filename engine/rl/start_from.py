@@ -215,6 +215,15 @@ def _registered(project_dir: Path, ref: str) -> tuple[str, str, str] | None:
     return str(project_dir / rel), str(env or ""), str(algo or "")
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the system refuses (too long,
+    a NUL character) instead of its OSError."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve(value: Any, project_dir: str | None) -> StartModel | None:
     """The model ``start_from`` names (None for ''): an existing file, or
     the id or name of one of the project's SB3 policies; ConfigError in one
@@ -228,7 +237,7 @@ def resolve(value: Any, project_dir: str | None) -> StartModel | None:
     found = _registered(Path(project_dir), ref) if project_dir else None
     if found is not None:
         file, env, algo = found
-    elif path.is_file():
+    elif _is_file(path):
         file, env, algo = str(path.resolve()), "", ""
     elif path.suffix == ".zip" or "/" in ref or "\\" in ref:
         raise ConfigError(FIELD, f"The model file {path} does not exist.")
