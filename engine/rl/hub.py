@@ -112,11 +112,9 @@ def validate_push(config: Mapping[str, Any]) -> HubPushConfig:
     from engine.llm.hub import repo_id_problem
 
     cfg = build(HubPushConfig, config, "the hub push job")
-    if not cfg.model:
-        raise ConfigError("model", "model is required: the policy file to push.")
-    model = Path(cfg.model).expanduser()
-    if not model.is_file():
-        raise ConfigError("model", f"The policy file {model} does not exist.")
+    from engine.rl.policy import policy_file
+
+    model = policy_file(cfg.model, "to push")
     repo = cfg.repo_id.strip()
     problem = repo_id_problem(repo)
     if problem or "/" not in repo:

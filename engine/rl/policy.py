@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.errors import EngineError
+from engine.errors import ConfigError, EngineError
 from engine.rl.safe_pickle import Record, loads
 
 VECNORMALIZE_FILE = "vecnormalize.pkl"
@@ -199,6 +199,18 @@ def _is_image(space: Any) -> bool:
     from stable_baselines3.common.preprocessing import is_image_space
 
     return bool(is_image_space(space, check_channels=False))
+
+
+def policy_file(model: str | None, purpose: str) -> Path:
+    """The policy file a job's ``model`` setting names (``purpose``: what the
+    job does with it, "to record"); ConfigError naming ``model`` when it is
+    not given or not a file."""
+    if not model:
+        raise ConfigError("model", f"model is required: the policy file {purpose}.")
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise ConfigError("model", f"The policy file {path} does not exist.")
+    return path
 
 
 def state_beside(model: Path) -> dict[str, Any]:

@@ -101,11 +101,9 @@ def video_suffix(out: str | Path, field: str = "out") -> str:
 
 def validate(config: Any) -> RecordConfig:
     cfg = build(RecordConfig, config, "the record job")
-    if not cfg.model:
-        raise ConfigError("model", "model is required: the policy file to record.")
-    model = Path(cfg.model).expanduser()
-    if not model.is_file():
-        raise ConfigError("model", f"The policy file {model} does not exist.")
+    from engine.rl.policy import policy_file
+
+    model = policy_file(cfg.model, "to record")
     if cfg.out is not None:
         video_suffix(cfg.out)
     env = cfg.env or trained_env(model)
