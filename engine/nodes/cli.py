@@ -208,9 +208,9 @@ def _nodes_done(outcome: Outcome) -> tuple[float, float] | None:
 def run(args: argparse.Namespace) -> int:
     from engine.jobs.lifecycle import run_in_process
     from engine.nodes.executor import (
+        FlowExecution,
         FlowFailed,
         apply_overrides,
-        run_document,
         validate_document,
     )
     from engine.nodes.executor import validate as validate_config
@@ -271,14 +271,14 @@ def run(args: argparse.Namespace) -> int:
         ctx.report = report
 
         def entry(ctx: JobContext) -> dict[str, Any]:
-            return run_document(
+            return FlowExecution(
                 ctx,
                 doc,
                 flow_name=name,
                 only_stale=cfg.only_stale,
                 targets=cfg.targets,
                 on_state=report.on_state,
-            )
+            ).run_as_job()
 
         # Libraries print to stdout (transformers' PrinterCallback prints
         # every training log row); stdout carries the summary alone.

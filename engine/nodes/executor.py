@@ -46,7 +46,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from engine import contract, flow, protocol
 from engine.errors import ConfigError, EngineError
@@ -230,14 +230,8 @@ def cache_record(
     return record
 
 
-def cache_key(
-    node_type: str,
-    version: int,
-    params: dict[str, Any],
-    inputs: Any,
-    sources: dict[str, dict[str, Any]] | None = None,
-) -> str:
-    record = cache_record(node_type, version, params, inputs, sources)
+def cache_key(record: dict[str, Any]) -> str:
+    """The hash a :func:`cache_record` is filed under."""
     text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -433,6 +427,15 @@ class FlowExecution:
             wanted |= flow.upstream(self.doc, t)
         return [n for n in order if n in wanted]
 
+    def run_as_job(self) -> dict[str, Any]:
+        """:meth:`run` as a job function: a failed node raises
+        :class:`FlowFailed` carrying the summary (the run's lifecycle still
+        registers the models of the nodes that finished)."""
+        summary = self.run()
+        if summary["status"] == "failed":
+            raise FlowFailed(summary["reason"], summary)
+        return summary
+
     def run(self) -> dict[str, Any]:
         errors = validate_document(self.doc)
         if errors:
@@ -540,7 +543,7 @@ class FlowExecution:
             else None
         )
         record = cache_record(node.type, t.spec.version, params, inputs, sources)
-        key = cache_key(node.type, t.spec.version, params, inputs, sources)
+        key = cache_key(record)
         reason = None
         if t.cacheable and self.only_stale:
             entry = read_cache(self.cache, node.id, key)
@@ -647,51 +650,26 @@ class FlowExecution:
         return out
 
 
+class RunOptions(TypedDict, total=False):
+    """:func:`run_flow`'s choices beside the flow's name (their defaults are
+    :class:`FlowExecution`'s)."""
+
+    only_stale: bool
+    targets: list[str] | None
+    on_state: StateSink | None
+
+
 def run_flow(
     ctx: JobContext,
     doc: flow.FlowDocument,
     *,
     flow_name: str,
-    only_stale: bool = True,
-    targets: list[str] | None = None,
-    on_state: StateSink | None = None,
+    **options: Unpack[RunOptions],
 ) -> dict[str, Any]:
     """Execute ``doc`` in ``ctx``; the summary (``status`` is ``completed``,
     ``stopped`` or ``failed``, with ``reason`` naming the failed node).
     Raises :class:`FlowInvalid` when the graph does not validate."""
-    return FlowExecution(
-        ctx,
-        doc,
-        flow_name=flow_name,
-        only_stale=only_stale,
-        targets=targets,
-        on_state=on_state,
-    ).run()
-
-
-def run_document(
-    ctx: JobContext,
-    doc: flow.FlowDocument,
-    *,
-    flow_name: str,
-    only_stale: bool = True,
-    targets: list[str] | None = None,
-    on_state: StateSink | None = None,
-) -> dict[str, Any]:
-    """:func:`run_flow` as a job function: a failed node raises
-    :class:`FlowFailed` carrying the summary (the run's lifecycle still
-    registers the models of the nodes that finished)."""
-    summary = run_flow(
-        ctx,
-        doc,
-        flow_name=flow_name,
-        only_stale=only_stale,
-        targets=targets,
-        on_state=on_state,
-    )
-    if summary["status"] == "failed":
-        raise FlowFailed(summary["reason"], summary)
-    return summary
+    return FlowExecution(ctx, doc, flow_name=flow_name, **options).run()
 
 
 @job_kind(
@@ -707,10 +685,10 @@ def run_document(
 def run(ctx: JobContext, cfg: FlowRunConfig) -> dict[str, Any]:
     """The ``flow.run`` job: the validated graph, run."""
     assert cfg.document is not None  # the validator stores the graph there
-    return run_document(
+    return FlowExecution(
         ctx,
         flow.FlowDocument.from_dict(cfg.document),
         flow_name=cfg.flow_name,
         only_stale=cfg.only_stale,
         targets=cfg.targets,
-    )
+    ).run_as_job()
