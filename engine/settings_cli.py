@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -85,31 +85,45 @@ def add_set_option(
     )
 
 
-def parse_sets(
-    items: list[str], cls: type, own_options: dict[str, str]
-) -> dict[str, Any]:
-    """``key=value`` items as settings of the config dataclass ``cls``: a
-    value is text for a text setting, else JSON when it parses (``1e-3``,
-    ``true``, ``[64,64]``), else text. ``own_options`` maps the settings
-    that have their own option to it."""
-    fields = fields_of(cls)
-    out: dict[str, Any] = {}
+def set_items(items: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """Each ``--set KEY=VALUE`` item as ``(key, value text)``; an item
+    without a key and ``=`` is one sentence."""
     for item in items:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
             raise EngineError(f"--set takes key=value, not {quoted(item)}.")
+        yield key, raw
+
+
+def set_value(raw: str, info: FieldInfo | None) -> Any:
+    """A ``--set`` value read as its setting ``info`` is declared: as it is
+    for a text setting (``name=007``), else as JSON when it parses
+    (``1e-3``, ``true``, ``[64,64]``), as text otherwise."""
+    if info is not None and info.kind == "str" and not info.numeric_text:
+        return raw
+    try:
+        return json.loads(raw)
+    # Not JSON, or JSON Python cannot hold (an int of over 4,300 digits,
+    # lists nested past the recursion limit): text.
+    except (ValueError, RecursionError):
+        return raw
+
+
+def parse_sets(
+    items: list[str], cls: type, own_options: dict[str, str]
+) -> dict[str, Any]:
+    """``key=value`` items as settings of the config dataclass ``cls``, each
+    value read by :func:`set_value`. ``own_options`` maps the settings that
+    have their own option to it."""
+    fields = fields_of(cls)
+    out: dict[str, Any] = {}
+    for key, raw in set_items(items):
         if key in own_options:
             raise EngineError(f"Give {key} with {own_options[key]}, not with --set.")
         info = fields.get(key)
         if info is None or not info.form:
             known = ", ".join(n for n, f in fields.items() if f.form)
             raise EngineError(f"--set {key}: no such setting; the settings: {known}.")
-        value: Any = raw
-        if info.kind != "str" or info.numeric_text:
-            try:
-                value = json.loads(raw)
-            except (ValueError, RecursionError):
-                value = raw
-        out[key] = value
+        out[key] = set_value(raw, info)
     return out

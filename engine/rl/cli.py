@@ -38,7 +38,7 @@ from engine.errors import EngineError
 from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.registry import get_kind, named_run
 from engine.settings import as_dict
-from engine.settings_cli import add_set_option
+from engine.settings_cli import add_set_option, set_items, set_value
 from engine.store.atomic import atomic_write_json
 
 if TYPE_CHECKING:
@@ -98,13 +98,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split ``key=value`` items into (top-level settings, hyperparameters).
-
-    A value is read as its setting is declared (``engine.rl.config``): as it
-    is for a text setting (``name=007``), else as JSON when it parses
-    (``1e-3``, ``true``, ``[64,64]``), as text otherwise.
-    """
-    from engine.errors import quoted
+    """Split ``key=value`` items into (top-level settings, hyperparameters),
+    each value read as its setting is declared (``engine.rl.config``; see
+    :func:`engine.settings_cli.set_value`)."""
     from engine.rl.config import ALGO_CONFIGS, TrainConfig
     from engine.settings import fields_of
 
@@ -116,22 +112,10 @@ def parse_settings(items: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     }
     top: dict[str, Any] = {}
     hyper: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise EngineError(f"--set takes key=value, not {quoted(item)}.")
+    for key, raw in set_items(items):
         if key in ("env", "algo", "total_steps", "seed", "preset", "hyperparameters"):
             raise EngineError(f"Give {key} with its own option, not with --set.")
-        info = top_fields.get(key) or hyper_fields.get(key)
-        value: Any = raw
-        if info is None or info.kind != "str" or info.numeric_text:
-            try:
-                value = json.loads(raw)
-            # Not JSON, or JSON Python cannot hold (an int of over 4,300
-            # digits, lists nested past the recursion limit): text.
-            except (ValueError, RecursionError):
-                value = raw
+        value = set_value(raw, top_fields.get(key) or hyper_fields.get(key))
         if key in top_fields:
             top[key] = value
         else:
