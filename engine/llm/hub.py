@@ -106,17 +106,24 @@ class _Cut(Exception):
 
 def validate(config: Mapping[str, Any]) -> HubDownloadConfig:
     cfg = build(HubDownloadConfig, config, "the hub download job")
-    repo = cfg.repo_id.strip()
+    repo, revision = checked_source(cfg.repo_id, cfg.revision)
+    return replace(cfg, repo_id=repo, revision=revision)
+
+
+def checked_source(repo_id: str, revision: str) -> tuple[str, str]:
+    """A Hub job's ``repo_id`` and ``revision``, stripped, as a download may
+    use them (:func:`repo_id_problem`, :func:`revision_problem`); else the
+    :class:`ConfigError` naming the field at fault."""
+    repo, revision = repo_id.strip(), revision.strip()
     problem = repo_id_problem(repo)
     if problem:
         raise ConfigError("repo_id", problem)
-    revision = cfg.revision.strip()
     if not revision:
         raise ConfigError("revision", "revision must name a branch, tag or commit.")
     problem = revision_problem(revision)
     if problem:
         raise ConfigError("revision", problem)
-    return replace(cfg, repo_id=repo, revision=revision)
+    return repo, revision
 
 
 def repo_id_problem(repo: str) -> str:

@@ -516,17 +516,10 @@ class HubAgentConfig:
 
 
 def validate_download(config: Mapping[str, Any]) -> HubAgentConfig:
-    from engine.llm.hub import repo_id_problem, revision_problem
+    from engine.llm.hub import checked_source
 
     cfg = build(HubAgentConfig, config, "the hub agent download job")
-    repo = cfg.repo_id.strip()
-    problem = repo_id_problem(repo)
-    if problem:
-        raise ConfigError("repo_id", problem)
-    revision = cfg.revision.strip() or "main"
-    problem = revision_problem(revision)
-    if problem:
-        raise ConfigError("revision", problem)
+    repo, revision = checked_source(cfg.repo_id, cfg.revision.strip() or "main")
     return replace(cfg, repo_id=repo, revision=revision, name=cfg.name.strip())
 
 
