@@ -29,7 +29,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from engine import alerts, contract
 from engine.errors import EngineError
@@ -38,7 +38,7 @@ from engine.store.atomic import atomic_write_json
 from engine.store.metrics import iter_metrics
 
 if TYPE_CHECKING:
-    from engine.store.project import Project
+    from engine.store.project import Project, RunRecord
 
 FORCED_REASON = "Stopped by force: the run did not stop in time."
 """The reason of a run whose stop the supervisor forced."""
@@ -409,6 +409,20 @@ class HeadlessContext(JobContext):
         self._saved_at = 0.0
         self._log_file = open(  # noqa: SIM115 - closed in close()
             self.run_dir / contract.LOG_FILE, "a", encoding="utf-8"
+        )
+
+    @classmethod
+    def of_run(cls, project: Project, record: RunRecord, **kwargs: Any) -> Self:
+        """The context of ``project``'s run ``record``: its id, folder, kind
+        and recorded config, no event stream (``kwargs``: the rest)."""
+        return cls(
+            record.id,
+            Path(record.run_dir),
+            record.kind,
+            record.config,
+            events=None,
+            project=project,
+            **kwargs,
         )
 
     def say(self, text: str) -> None:

@@ -105,14 +105,7 @@ def run_job(project_dir: Path, kind: str, cfg: Any, name: str = "") -> dict[str,
         )
         record = project.create_run(kind, recorded, name=chosen)
         print(f"run folder: {record.run_dir}", file=sys.stderr, flush=True)
-        ctx = HeadlessContext(
-            record.id,
-            Path(record.run_dir),
-            kind,
-            recorded,
-            events=None,
-            project=project,
-        )
+        ctx = HeadlessContext.of_run(project, record)
         outcome = run_in_process(
             project, record.id, ctx, get_kind(kind).entry, trace=ctx.log_to_file
         )

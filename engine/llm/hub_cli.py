@@ -125,14 +125,7 @@ def in_project(
     try:
         recorded = as_dict(config)
         record = project.create_run(kind, recorded, name=name)
-        ctx = BarContext(
-            record.id,
-            Path(record.run_dir),
-            kind,
-            recorded,
-            events=None,
-            project=project,
-        )
+        ctx = BarContext.of_run(project, record)
         outcome = run_in_process(project, record.id, ctx, get_kind(kind).entry)
         if outcome.error is not None:
             raise outcome.error

@@ -265,9 +265,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"run folder: {run_dir}", file=sys.stderr, flush=True)
         labels = {n.id: flow.display_name(n, catalog) for n in doc.nodes}
         report = ConsoleReport(sys.stderr, labels, bars=not args.quiet)
-        ctx = ConsoleFlowContext(
-            record.id, run_dir, KIND, config, events=None, project=project
-        )
+        ctx = ConsoleFlowContext.of_run(project, record)
         ctx.report = report
 
         def entry(ctx: JobContext) -> dict[str, Any]:

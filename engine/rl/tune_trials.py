@@ -141,9 +141,7 @@ def _run_taken(
 
     from engine.jobs.lifecycle import run_in_process
 
-    ctx = TrialContext(
-        record.id, Path(record.run_dir), KIND, config, events=None, project=project
-    )
+    ctx = TrialContext.of_run(project, record)
     total = float(trained.total_steps or settings.steps)
     outcome = run_in_process(
         project,
