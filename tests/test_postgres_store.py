@@ -19,7 +19,7 @@ from engine.store import database
 from engine.store.decisions import DecisionLog, replay
 from engine.store.labels import LabelStore, StepRef, Suggestion, fingerprint
 from engine.store.project import Project
-from engine.store.trajectories import TrajectoryStore
+from engine.store.trajectories import TrajectoryEndedError, TrajectoryStore
 
 VOLATILE = ("id", "trajectory_id", "created", "ended", "time", "at")
 
@@ -171,6 +171,44 @@ def test_a_server_gone_fails_one_sentence_and_comes_back(
     assert store.add_steps(tid, [{"reward": 4.0}] * 2) == 3
     row = store.get(tid, with_steps=True)
     assert [s["reward"] for s in row["steps_data"]] == [1.0] * 3 + [4.0] * 2
+    store.close()
+
+
+def test_a_batch_of_steps_is_one_statement(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL a request's steps cost one round trip: their indices
+    claimed and the steps inserted by one statement, committed by itself;
+    one for an ended trajectory inserts nothing."""
+    store = TrajectoryStore(tmp_path, database=pg_url)
+    tid = store.start("bot")
+    sent: list[str] = []
+    execute, executemany = database.Database.execute, database.Database.executemany
+
+    def counted(self: database.Database, sql: str, *args: Any) -> Any:
+        sent.append(sql)
+        return execute(self, sql, *args)
+
+    def counted_many(self: database.Database, sql: str, *args: Any) -> Any:
+        sent.append(sql)
+        return executemany(self, sql, *args)
+
+    monkeypatch.setattr(database.Database, "execute", counted)
+    monkeypatch.setattr(database.Database, "executemany", counted_many)
+    assert store.add_steps(tid, [{"action": n, "reward": 1.0} for n in range(10)]) == 0
+    assert store.add_step(tid, action=10, reward=0.5) == 10
+    assert len(sent) == 2, sent
+    monkeypatch.undo()
+    row = store.get(tid, with_steps=True)
+    assert [(s["t"], s["action"]) for s in row["steps_data"]] == [
+        (n, n) for n in range(11)
+    ]
+    assert row["steps"] == 11
+    store.end(tid, status="completed")
+    with pytest.raises(TrajectoryEndedError, match="has ended"):
+        store.add_steps(tid, [{"reward": 1.0}] * 3)
+    assert len(store.get(tid, with_steps=True)["steps_data"]) == 11
+    assert store.get(tid)["steps"] == 11
     store.close()
 
 

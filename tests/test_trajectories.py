@@ -73,6 +73,11 @@ def test_refusals_leave_the_trajectory_as_it_was(tmp_path: Path) -> None:
         ({"state": {"x": float("inf")}}, "state"),
         ({"prompt": [{"role": "user"}]}, "prompt"),
         ({"completion": 5}, "completion"),
+        # Checked whole, a step refused still names the first field at
+        # fault, in the order the fields were always checked.
+        ({"info": {"x": float("nan")}, "completion": 5}, "info"),
+        ({"action": "\ud800"}, "action"),
+        ({"prompt": [{"role": "user", "content": float("inf")}]}, "prompt"),
     ):
         with pytest.raises(ConfigError) as err:
             store.add_step(tid, **{"action": 1, "reward": 0.0, **kwargs})
@@ -89,3 +94,24 @@ def test_refusals_leave_the_trajectory_as_it_was(tmp_path: Path) -> None:
         store.end("t-nope", status="completed")
     line = (tmp_path / "data" / "traces" / "agent-bot.jsonl").read_text()
     assert json.loads(line)["trajectory_id"] == tid
+
+
+def test_steps_read_back_with_their_index_old_rows_too(tmp_path: Path) -> None:
+    """A step's row holds its index as the key alone; rows written when the
+    JSON held it too read back the same."""
+    store = TrajectoryStore(tmp_path)
+    tid = store.start("bot")
+    assert store.add_steps(tid, [{"action": a, "reward": 1.0} for a in "ab"]) == 0
+    with sqlite3.connect(tmp_path / DB_FILE) as db:
+        stored = db.execute("SELECT t, data FROM trajectory_steps").fetchall()
+        assert [(t, "t" in json.loads(data)) for t, data in stored] == [
+            (0, False),
+            (1, False),
+        ]
+        old = {**json.loads(stored[1][1]), "action": "c", "t": 2}
+        db.execute(
+            "INSERT INTO trajectory_steps VALUES (?, 2, ?)", (tid, json.dumps(old))
+        )
+    steps = store.get(tid, with_steps=True)["steps_data"]
+    assert [(s["t"], s["action"]) for s in steps] == [(0, "a"), (1, "b"), (2, "c")]
+    assert all(list(s)[-1] == "t" for s in steps)  # last, as it always was

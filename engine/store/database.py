@@ -8,7 +8,10 @@ placeholders (the stores write ``?``; psycopg wants ``%s``), ``INSERT OR
 IGNORE`` / ``OR REPLACE`` against ``ON CONFLICT``, autoincrement ids and
 ``REAL`` (single precision in PostgreSQL), row locks and advisory locks,
 and schema creation under ``pg_advisory_lock`` so that processes starting
-together on a new database do not race on ``CREATE TABLE``.
+together on a new database do not race on ``CREATE TABLE``. One statement
+elsewhere is PostgreSQL's alone, and says why: the trajectory store's
+append, a data-modifying ``WITH`` (one round trip a request; SQLite has
+none).
 
 The trajectories, the decision log (with the promotion log) and the labels
 move to PostgreSQL; the project's catalog (``studio.sqlite``: runs, models,
