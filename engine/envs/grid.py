@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from engine.envs.spec import EnvSpec, SpecError, coerce_spec, parse_spec
+from engine.envs.spec import EnvSpec, coerce_spec
 from engine.errors import ConfigError
 
 MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))
@@ -45,13 +45,7 @@ class GridEnv(gym.Env[np.int64, np.int64]):
         render_mode: str | None = None,
         difficulty: dict[str, Any] | None = None,
     ) -> None:
-        if isinstance(spec, dict) and source is not None:
-            built, problems = parse_spec(spec, source=source)
-            errors = [p for p in problems if p.severity == "error"]
-            if errors or built is None:
-                raise SpecError(errors[0].path, errors[0].message)
-            spec = built
-        self.spec_doc = coerce_spec(spec)
+        self.spec_doc = coerce_spec(spec, source)
         self._configure(difficulty)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(

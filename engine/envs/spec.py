@@ -228,12 +228,16 @@ def load_spec(path: str | Path) -> EnvSpec:
     return spec
 
 
-def coerce_spec(spec: EnvSpec | dict[str, Any] | str | Path) -> EnvSpec:
-    """An EnvSpec from a spec, a raw document or a file path."""
+def coerce_spec(
+    spec: EnvSpec | dict[str, Any] | str | Path, source: str | Path | None = None
+) -> EnvSpec:
+    """An EnvSpec from a spec, a raw document (its relative paths resolved
+    from ``source``, the file it was read from, as :func:`parse_spec` does)
+    or a file path."""
     if isinstance(spec, EnvSpec):
         return spec
     if isinstance(spec, dict):
-        built, problems = parse_spec(spec)
+        built, problems = parse_spec(spec, source=source)
         for p in problems:
             if p.severity == "error":
                 raise SpecError(p.path, p.message)

@@ -24,20 +24,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from engine.envs.spec import EnvSpec, coerce_spec, parse_spec
+from engine.envs.spec import EnvSpec, coerce_spec
 from engine.envs.workflow_model import REWARD_RULES, Task, WorkflowBatch, WorkflowModel
-
-
-def _as_spec(spec: EnvSpec | dict[str, Any] | str, source: str | None) -> EnvSpec:
-    if isinstance(spec, dict) and source is not None:
-        built, problems = parse_spec(spec, source=source)
-        errors = [p for p in problems if p.severity == "error"]
-        if errors or built is None:
-            from engine.envs.spec import SpecError
-
-            raise SpecError(errors[0].path, errors[0].message)
-        return built
-    return coerce_spec(spec)
 
 
 class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
@@ -54,7 +42,7 @@ class WorkflowEnv(gym.Env[np.ndarray, np.int64]):
         max_steps: int | None = None,
         difficulty: dict[str, Any] | None = None,
     ) -> None:
-        self.spec_doc = _as_spec(spec, source)
+        self.spec_doc = coerce_spec(spec, source)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be 'ansi', 'rgb_array' or None, not {render_mode!r}"
@@ -424,7 +412,7 @@ class WorkflowVectorEnv(VectorEnv):
         source: str | None = None,
         seed: int | None = None,
     ) -> None:
-        self.spec_doc = _as_spec(spec, source)
+        self.spec_doc = coerce_spec(spec, source)
         self.batch = WorkflowBatch(WorkflowModel(self.spec_doc), num_envs, seed)
         m = self.batch.model
         self.num_envs = num_envs
