@@ -453,16 +453,30 @@ def _q4_k_like(
 
 
 def quantize_q4_k_blocks(x: np.ndarray) -> np.ndarray:
-    n = x.shape[0]
-    levels, scales, d, dmin = _q4_k_like(x, 15, -1.0, 20)
+    return q4_k_blocks(*_q4_k_like(x, 15, -1.0, 20))
+
+
+def quantize_q5_k_blocks(x: np.ndarray) -> np.ndarray:
+    return q5_k_blocks(*_q4_k_like(x, 31, -0.5, 15))
+
+
+def q4_k_blocks(
+    levels: np.ndarray, scales: np.ndarray, d: np.ndarray, dmin: np.ndarray
+) -> np.ndarray:
+    """Q4_K blocks from their levels in [0, 15], packed sub-block scales and
+    the super-block scales ``d`` and ``dmin``."""
+    n = levels.shape[0]
     pairs = levels.reshape(n, 4, 2, 32)
     qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
     return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), scales, qs], axis=1)
 
 
-def quantize_q5_k_blocks(x: np.ndarray) -> np.ndarray:
-    n = x.shape[0]
-    levels, scales, d, dmin = _q4_k_like(x, 31, -0.5, 15)
+def q5_k_blocks(
+    levels: np.ndarray, scales: np.ndarray, d: np.ndarray, dmin: np.ndarray
+) -> np.ndarray:
+    """Q5_K blocks as :func:`q4_k_blocks`, levels in [0, 31]: their fifth
+    bits go in a plane of their own."""
+    n = levels.shape[0]
     pairs = levels.reshape(n, 4, 2, 32)
     qs = ((pairs[:, :, 0] & 0xF) | ((pairs[:, :, 1] & 0xF) << 4)).reshape(n, 128)
     high = ((levels >> 4) & 1).reshape(n, 8, 32) << np.arange(8, dtype=np.uint8)[
@@ -615,6 +629,21 @@ def _pass_blocks(n_blocks: int, threads: int | None = None) -> int:
     return max(min(_MIN_BLOCKS_PER_PASS, _BLOCKS_PER_PASS), -(-n_blocks // passes))
 
 
+def run_passes(
+    one_pass: Callable[[int], None], n_blocks: int, step: int, threads: int
+) -> None:
+    """``one_pass(b0)`` for each pass of ``step`` of ``n_blocks`` blocks, on
+    up to ``threads`` threads where there is more than one pass."""
+    starts = range(0, n_blocks, step)
+    if threads > 1 and len(starts) > 1:
+        # Each pass writes its own rows of the output; list() re-raises errors.
+        with ThreadPoolExecutor(min(threads, len(starts))) as pool:
+            list(pool.map(one_pass, starts))
+    else:
+        for b0 in starts:
+            one_pass(b0)
+
+
 def quantize(
     values: np.ndarray, type_name: str, threads: int | None = None
 ) -> np.ndarray:
@@ -634,14 +663,7 @@ def quantize(
     def one_pass(b0: int) -> None:
         out[b0 : b0 + per_pass] = fn(blocks[b0 : b0 + per_pass])
 
-    starts = range(0, blocks.shape[0], per_pass)
-    if threads > 1 and len(starts) > 1:
-        # Each pass writes its own rows of ``out``; list() re-raises errors.
-        with ThreadPoolExecutor(min(threads, len(starts))) as pool:
-            list(pool.map(one_pass, starts))
-    else:
-        for b0 in starts:
-            one_pass(b0)
+    run_passes(one_pass, blocks.shape[0], per_pass, threads)
     return out.reshape(*values.shape[:-1], values.shape[-1] // QK_K * size)
 
 

@@ -28,7 +28,6 @@ llama.cpp's own functions where a build of ``ggml-quants.c`` is at hand.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -48,7 +47,10 @@ from engine.export.kquants import (
     _sub_blocks,
     make_qkx2_quants,
     q3_k_blocks,
+    q4_k_blocks,
+    q5_k_blocks,
     q6_k_blocks,
+    run_passes,
 )
 
 _F32 = np.float32
@@ -232,23 +234,11 @@ def _q4_k_like(
 
 
 def quantize_q4_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
-    n = x.shape[0]
-    levels, scales, d, dmin = _q4_k_like(x, qw, 15, False)
-    pairs = levels.reshape(n, 4, 2, 32)
-    qs = (pairs[:, :, 0] | (pairs[:, :, 1] << 4)).reshape(n, 128)
-    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), scales, qs], axis=1)
+    return q4_k_blocks(*_q4_k_like(x, qw, 15, False))
 
 
 def quantize_q5_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
-    n = x.shape[0]
-    levels, scales, d, dmin = _q4_k_like(x, qw, 31, True)
-    pairs = levels.reshape(n, 4, 2, 32)
-    qs = ((pairs[:, :, 0] & 0xF) | ((pairs[:, :, 1] & 0xF) << 4)).reshape(n, 128)
-    high = ((levels >> 4) & 1).reshape(n, 8, 32) << np.arange(8, dtype=np.uint8)[
-        None, :, None
-    ]
-    qh = np.bitwise_or.reduce(high, axis=1)
-    return np.concatenate([_fp16_bytes(d), _fp16_bytes(dmin), scales, qh, qs], axis=1)
+    return q5_k_blocks(*_q4_k_like(x, qw, 31, True))
 
 
 def quantize_q2_k_blocks_weighted(x: np.ndarray, qw: np.ndarray) -> np.ndarray:
@@ -335,13 +325,7 @@ def quantize_weighted(
         qw = np.tile(qw_row, (chunk.shape[0] // per_row, 1))
         out[b0 : b0 + step] = fn(chunk, qw)
 
-    starts = range(0, blocks.shape[0], step)
-    if threads > 1 and len(starts) > 1:
-        with ThreadPoolExecutor(min(threads, len(starts))) as pool:
-            list(pool.map(one_pass, starts))
-    else:
-        for b0 in starts:
-            one_pass(b0)
+    run_passes(one_pass, blocks.shape[0], step, threads)
     return out.reshape(*values.shape[:-1], ncols // QK_K * size)
 
 
