@@ -98,14 +98,7 @@ def export_gguf(node: NodeRun) -> NodeResult:
     """Convert a language model or LoRA adapter to one GGUF file for
     llama.cpp and Ollama, in pure Python, and verify it by reading it back."""
     p = node.params
-    model, adapter = node.inputs.get("model"), node.inputs.get("adapter")
-    if model is None and adapter is None:
-        raise NodeError("Link a model or an adapter to export.")
-    if model is not None and adapter is not None:
-        raise NodeError("Link a model or an adapter to export, not both.")
-    source = model if model is not None else adapter
-    assert source is not None
-    is_adapter = adapter is not None
+    source, is_adapter = node.model_or_adapter("export")
     problem = adapter_type_problem(p["type"]) if is_adapter else None
     calibration = (p.get("calibration_text") or "").strip() or None
     linked = node.inputs.get("calibration")

@@ -1037,14 +1037,7 @@ def evaluate(node: NodeRun) -> NodeResult:
     import json
 
     p = node.params
-    model, adapter = node.inputs.get("model"), node.inputs.get("adapter")
-    if model is None and adapter is None:
-        raise NodeError("Link a model or an adapter to evaluate.")
-    if model is not None and adapter is not None:
-        raise NodeError("Link a model or an adapter to evaluate, not both.")
-    linked = model if model is not None else adapter
-    assert linked is not None  # one of the two, checked above
-    target = linked["path"]
+    target = node.model_or_adapter("evaluate")[0]["path"]
     baseline = node.inputs.get("baseline")
     env_ref, cap = env_for_llm(node.input("env"), p["max_steps"])
     summary = run_job(

@@ -133,6 +133,20 @@ class NodeRun:
             raise NodeError(f"The input {port!r} is not linked.")
         return self.inputs[port]
 
+    def model_or_adapter(self, to: str) -> tuple[dict[str, Any], bool]:
+        """The value linked to the ``model`` or the ``adapter`` input (one of
+        the two, a NodeError saying what it is needed ``to`` do otherwise)
+        and whether it is the adapter."""
+        model, adapter = self.inputs.get("model"), self.inputs.get("adapter")
+        if model is None and adapter is None:
+            raise NodeError(f"Link a model or an adapter to {to}.")
+        if model is not None and adapter is not None:
+            raise NodeError(f"Link a model or an adapter to {to}, not both.")
+        if adapter is not None:
+            return adapter, True
+        assert model is not None  # one of the two, checked above
+        return model, False
+
 
 class NodeJobContext(JobContext):
     """A job's context inside a node: own folder and metrics file, while
