@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from engine.errors import ConfigError
 from engine.jobs.context import JobContext
 from engine.rl import train as rltrain
-from engine.rl.compiled import TWIN_IDS, ppo
+from engine.rl.compiled import TWIN_IDS, ppo, sb3_file
 from engine.rl.compiled.envs import compiled_env
 from engine.rl.compiled.sb3 import copy_from_sb3
 from engine.rl.config import validate
@@ -329,6 +329,8 @@ def test_the_first_row_needs_no_sb3_model(
 
     monkeypatch.setattr(rltrain.Trainer, "_on_logged", logged)
     monkeypatch.setattr(rltrain.Trainer, "_build", built)
+    # no template of these settings (as for their first run), so SB3 builds
+    monkeypatch.setattr(sb3_file, "templates_dir", lambda: tmp_path / "templates")
     config = {**SMALL, "total_steps": 1536, "eval_every_steps": 0}
     run_dir, summary = _run(tmp_path, "first", config)
     assert events == ["row", "build", "row", "row"]

@@ -680,7 +680,7 @@ class Trainer:
             steps = self.num_timesteps
             if (
                 self.stopped_by not in (*STOP_REASONS, "pruned")
-                and self.eval_env is not None
+                and self.evaluates
                 # SB3 may overshoot total_steps by part of a rollout; an eval
                 # at total_steps already describes the final policy.
                 and self.last_eval_step < min(steps, self.total_steps)
@@ -717,6 +717,14 @@ class Trainer:
             log_interval=1,
             reset_num_timesteps=self.resumed_from is None,
             progress_bar=False,
+        )
+
+    @property
+    def evaluates(self) -> bool:
+        """Whether the run evaluates: on ``eval_env`` in SB3, or (``jax``)
+        in the env's compiled twin, which needs no SB3 env."""
+        return self.cfg.eval_every_steps > 0 and (
+            self.eval_env is not None or self.play_evaluation is not None
         )
 
     @property
@@ -757,12 +765,13 @@ class Trainer:
         """Evaluate on the eval env, log ``eval/*``, keep the best model and
         apply the reward and convergence stop conditions; False to stop."""
         import numpy as np
-        from stable_baselines3.common.vec_env import sync_envs_normalization
 
         cfg, model = self.cfg, self.model
-        if self.eval_env is None:
+        if not self.evaluates:
             return True
         if cfg.vec_normalize:
+            from stable_baselines3.common.vec_env import sync_envs_normalization
+
             sync_envs_normalization(self.venv, self.eval_env)
         result = (
             self.play_evaluation()

@@ -13,8 +13,8 @@ run.
 
 from __future__ import annotations
 
+import io
 import math
-import os
 import threading
 import time
 from collections import deque
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.errors import EngineError
+from engine.rl.compiled.support import cache_root
 from engine.settings import same_named
 
 if TYPE_CHECKING:
@@ -44,8 +45,7 @@ EPISODE_WINDOW = 100
 
 def compilation_cache_dir() -> Path:
     """JAX's persistent compilation cache: the user's cache folder."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rl-studio" / "jax"
+    return cache_root() / "jax"
 
 
 def _enable_cache() -> Path:
@@ -370,23 +370,73 @@ def _log_update(
 
 
 def _hold(trainer: Any, state: Any, steps: int, n_updates: int) -> None:
-    """The compiled state's policy and Adam moments into the trainer's SB3
-    model (built now if it is not yet), so a checkpoint, an evaluation or the
-    end saves SB3's own ``model.zip``."""
+    """The compiled state's policy and Adam moments into the trainer's
+    model (made now if it is not yet), so a checkpoint, an evaluation or the
+    end saves SB3's own ``model.zip``: an SB3 model, or where the settings
+    have a template, a :class:`~engine.rl.compiled.sb3_file.FileModel` that
+    writes the file without torch."""
     import jax
 
+    from engine.rl.compiled import sb3_file
     from engine.rl.compiled.sb3 import copy_to_sb3
 
-    trainer.ensure_built()
-    model = trainer.model
+    params = jax.device_get(state.params)
     adam = (
         jax.device_get(state.adam_m),
         jax.device_get(state.adam_v),
         int(state.adam_t),
     )
-    copy_to_sb3(model, jax.device_get(state.params), adam)
+    fresh = trainer.model is None
+    if fresh:
+        trainer.model = _file_model(trainer, params, adam)
+    trainer.ensure_built()
+    model = trainer.model
+    if isinstance(model, sb3_file.FileModel):
+        model.hold(params, adam)
+    else:
+        copy_to_sb3(model, params, adam)
+        if fresh and trainer.resumed_from is None and not trainer.cfg.start_from:
+            sb3_file.keep_template(trainer.cfg, model)
     model.num_timesteps = steps
     model._n_updates = n_updates
+
+
+def _file_model(trainer: Any, params: Any, adam: Any) -> Any:
+    """A :class:`~engine.rl.compiled.sb3_file.FileModel` where the run's
+    settings have a template and the run needs nothing else of SB3 (no
+    normalization statistics, curriculum envs or videos, not continued from
+    a saved model); None to build the SB3 model."""
+    from engine.rl.compiled import sb3_file
+
+    cfg = trainer.cfg
+    needs_sb3 = (
+        cfg.vec_normalize
+        or cfg.curriculum is not None
+        or cfg.eval_video_episodes > 0
+        or cfg.start_from
+        or trainer.resumed_from is not None
+    )
+    template = None if needs_sb3 else sb3_file.template_path(cfg)
+    if template is None or not template.exists():
+        return None
+    model = sb3_file.FileModel(template, trainer.seed)
+    try:  # a file written now rather than at the first checkpoint
+        model.hold(params, adam)
+        model.save(io.BytesIO())
+    except sb3_file.TEMPLATE_ERRORS as exc:
+        # Damaged or not of these settings after all: SB3 builds the model,
+        # and this run's keeps a good template in its place.
+        template.unlink(missing_ok=True)
+        trainer.ctx.log(
+            f"the SB3 model template {template.name} could not be used ({exc}); "
+            "building the SB3 model"
+        )
+        return None
+    trainer.ctx.log(
+        "the SB3 model file is written from the template these settings' first "
+        f"jax run saved ({template}), without importing torch"
+    )
+    return model
 
 
 def _train_chunks(

@@ -28,19 +28,31 @@ def _linears(model: Any) -> dict[str, list[Any]]:
     }
 
 
+def torch_layout(tree: Params) -> list[np.ndarray]:
+    """``tree``'s arrays as SB3's policy holds them (weights transposed), in
+    the order of :func:`_linears`' layers, weight then bias, and
+    ``log_std`` last."""
+    out: list[np.ndarray] = []
+    for name in ("pi", "vf", "action", "value"):
+        for p in tree[name] if name in ("pi", "vf") else [tree[name]]:
+            out += [np.asarray(p["w"]).T, np.asarray(p["b"])]
+    if "log_std" in tree:
+        out.append(np.asarray(tree["log_std"]))
+    return out
+
+
 def _pairs(model: Any, tree: Params) -> list[tuple[Any, np.ndarray]]:
     """(torch parameter, array in torch layout) for every parameter."""
-    out: list[tuple[Any, np.ndarray]] = []
+    params: list[Any] = []
     for name, layers in _linears(model).items():
-        mine = tree[name] if name in ("pi", "vf") else [tree[name]]
-        if len(mine) != len(layers):
-            raise ValueError(f"{name}: {len(mine)} layers here, {len(layers)} in SB3")
-        for layer, p in zip(layers, mine, strict=True):
-            out.append((layer.weight, np.asarray(p["w"]).T))
-            out.append((layer.bias, np.asarray(p["b"])))
+        mine = len(tree[name]) if name in ("pi", "vf") else 1
+        if mine != len(layers):
+            raise ValueError(f"{name}: {mine} layers here, {len(layers)} in SB3")
+        for layer in layers:
+            params += [layer.weight, layer.bias]
     if "log_std" in tree:
-        out.append((model.policy.log_std, np.asarray(tree["log_std"])))
-    return out
+        params.append(model.policy.log_std)
+    return list(zip(params, torch_layout(tree), strict=True))
 
 
 def copy_to_sb3(
