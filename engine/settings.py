@@ -29,6 +29,7 @@ import dataclasses
 import inspect
 import itertools
 import math
+import random
 import textwrap
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -458,6 +459,12 @@ def build(cls: type[C], config: Mapping[str, Any], job: str) -> C:
     kind's validation returns when its settings need no check across
     fields."""
     return load(cls, checked_config(cls, config, job))
+
+
+def drawn_seed(seed: int | None) -> int:
+    """``seed``, or a random one when it is None: a validated config holds
+    the seed its run uses, so that the recorded config repeats the run."""
+    return random.randrange(2**31) if seed is None else seed
 
 
 def as_dict(cfg: object) -> dict[str, Any]:

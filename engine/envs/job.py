@@ -12,7 +12,6 @@ unsaved, and the run's config.json keeps exactly what was played.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from engine import contract
 from engine.errors import ConfigError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
-from engine.settings import build, setting
+from engine.settings import build, drawn_seed, setting
 from engine.store.atomic import atomic_write_json
 
 
@@ -77,9 +76,7 @@ def validate_preview(config: Mapping[str, Any]) -> EnvPreviewConfig:
         _check_document(cfg.spec, cfg.source)
     else:
         _named_spec(cfg.spec)
-    if cfg.seed is None:
-        cfg = replace(cfg, seed=random.randrange(2**31))
-    return cfg
+    return replace(cfg, seed=drawn_seed(cfg.seed))
 
 
 def _check_document(spec: dict[str, Any], source: str | None) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from engine.jobs.context import CHECKPOINTS_FOLDER, JobContext
 from engine.jobs.lifecycle import read_checkpoint_state
 from engine.jobs.registry import job_kind
-from engine.settings import build, setting
+from engine.settings import build, drawn_seed, setting
 from engine.store.atomic import atomic_write_json
 
 
@@ -42,9 +42,7 @@ STATE_FILE = "state.json"
 
 def validate(config: Mapping[str, Any]) -> SelfTestConfig:
     cfg = build(SelfTestConfig, config, "the self-test job")
-    if cfg.seed is None:
-        cfg = replace(cfg, seed=random.randrange(2**31))
-    return cfg
+    return replace(cfg, seed=drawn_seed(cfg.seed))
 
 
 def summary_on_disk(run_dir: Path, cfg: SelfTestConfig) -> dict[str, Any] | None:

@@ -39,7 +39,7 @@ from engine.jobs.registry import job_kind
 from engine.llm.rollouts import iter_traces
 from engine.llm.train import METHODS, SEED_MAX
 from engine.progress import Progress
-from engine.settings import build, setting
+from engine.settings import build, drawn_seed, setting
 from engine.store.atomic import atomic_write_json, atomic_write_text, temp_path
 from engine.store.labels import (
     LabelStore,
@@ -539,9 +539,7 @@ def validate_dataset(config: Mapping[str, Any]) -> DatasetConfig:
         checked_name("name", cfg.name)
     if not cfg.traces:
         raise ConfigError("traces", "traces must name one or more trace files.")
-    if cfg.seed is None:
-        cfg = replace(cfg, seed=random.randrange(2**31))
-    return cfg
+    return replace(cfg, seed=drawn_seed(cfg.seed))
 
 
 def build_dataset(

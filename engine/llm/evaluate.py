@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import random
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
@@ -32,7 +31,7 @@ from engine.errors import ConfigError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.llm.rollouts import EvaluateConfig
-from engine.settings import build
+from engine.settings import build, drawn_seed
 
 REPORT_KEYS = (
     "success_rate",
@@ -59,9 +58,7 @@ def validate(config: Mapping[str, Any]) -> EvaluateConfig:
         cfg = replace(cfg, baseline=str(resolve_chat_model(cfg.baseline, "baseline")))
     if not cfg.env:
         raise ConfigError("env", "env must name an environment (id or spec file).")
-    if cfg.seed is None:
-        cfg = replace(cfg, seed=random.randrange(2**31))
-    return cfg
+    return replace(cfg, seed=drawn_seed(cfg.seed))
 
 
 def evaluate_policy(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import random
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -15,7 +14,7 @@ from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.progress import Progress
-from engine.settings import build, setting
+from engine.settings import build, drawn_seed, setting
 from engine.store.atomic import temp_path
 from engine.store.paths import checked_name
 from engine.store.project import new_model_folder
@@ -61,7 +60,7 @@ def validate(config: Mapping[str, Any]) -> MergeConfig:
         raise ConfigError("base", "The adapter does not name its base model; set base.")
     else:
         base = info.base
-    seed = random.randrange(2**31) if cfg.seed is None else cfg.seed
+    seed = drawn_seed(cfg.seed)
     return replace(cfg, adapter=info.path, base=base, seed=seed)
 
 

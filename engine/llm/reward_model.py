@@ -36,7 +36,7 @@ from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.llm.rollouts import iter_traces
 from engine.llm.train import SEED_MAX
-from engine.settings import build, setting
+from engine.settings import build, drawn_seed, setting
 from engine.store.atomic import atomic_write_json
 from engine.store.labels import (
     LabelStore,
@@ -98,9 +98,7 @@ def validate(config: Mapping[str, Any]) -> RewardModelConfig:
         raise ConfigError(
             "base_model", "A text reward model needs base_model (the language model)."
         )
-    if cfg.seed is None:
-        cfg = replace(cfg, seed=random.randrange(2**31))
-    return cfg
+    return replace(cfg, seed=drawn_seed(cfg.seed))
 
 
 # ------------------------------------------------------------------ examples

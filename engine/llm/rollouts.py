@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -30,7 +29,7 @@ from engine.errors import ConfigError, EngineError
 from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.llm.train import SEED_MAX
-from engine.settings import build, setting
+from engine.settings import build, drawn_seed, setting
 from engine.store.paths import checked_name, child
 
 if TYPE_CHECKING:
@@ -489,8 +488,7 @@ def validate_collect(config: Mapping[str, Any]) -> CollectConfig:
         if not cfg.model:
             raise ConfigError("model", "model is required when policy is 'llm'.")
         cfg = replace(cfg, model=str(resolve_chat_model(cfg.model)))
-    if cfg.seed is None:
-        cfg = replace(cfg, seed=random.randrange(2**31))
+    cfg = replace(cfg, seed=drawn_seed(cfg.seed))
     if cfg.curriculum is not None:
         cfg = replace(cfg, curriculum=check_env_curriculum(cfg.curriculum, env))
     return cfg

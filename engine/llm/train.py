@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -41,7 +40,7 @@ from engine.jobs.context import JobContext
 from engine.jobs.registry import job_kind
 from engine.llm.distributed import STRATEGIES, offer_strategy, offer_vllm
 from engine.llm.health import EarlyStop, HealthMonitor, health_callback
-from engine.settings import as_dict, build, setting
+from engine.settings import as_dict, build, drawn_seed, setting
 from engine.store.paths import checked_name
 from engine.store.project import new_model_folder
 
@@ -359,7 +358,7 @@ def validate(
             from engine.llm.rewards import DEFAULT_REWARDS
 
             cfg = replace(cfg, rewards=[dict(r) for r in DEFAULT_REWARDS])
-    seed = random.randrange(2**31) if cfg.seed is None else cfg.seed
+    seed = drawn_seed(cfg.seed)
     return replace(cfg, dataset_rows=n_rows, notes=notes, seed=seed)
 
 
