@@ -22,7 +22,7 @@ import pytest
 from models_workspace_support import FakeOllama
 from tiny_models import build_tiny_model
 
-from engine import flow
+from engine import flow, protocol
 from engine.jobs.context import JobContext
 from engine.nodes import catalog, executor, node_types, validate_flow
 from engine.store.project import Project
@@ -660,9 +660,9 @@ def test_stop_during_fine_tuning_stops_the_node_and_skips_the_rest(
     ctx = JobContext("r1", run_dir, "flow.run", {}, events=io.StringIO())
     seen: list[tuple[str, str]] = []
 
-    def on_state(node_id: str, state: str, progress: float, *_: Any) -> None:
-        seen.append((node_id, state))
-        if node_id == "train" and state == "running" and progress > 0:
+    def on_state(event: protocol.FlowNodeState) -> None:
+        seen.append((event.node_id, event.state))
+        if event.node_id == "train" and event.state == "running" and event.progress > 0:
             ctx.request_stop()  # what the Stop button does, once a step is done
 
     try:

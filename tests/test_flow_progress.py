@@ -15,7 +15,7 @@ import pytest
 from test_flow_editor_run import build_cartpole, live  # noqa: F401 (fixture)
 from tiny_models import build_tiny_model
 
-from engine import flow
+from engine import flow, protocol
 from engine.jobs.context import JobContext
 from engine.nodes import executor
 from engine.store.project import Project
@@ -96,9 +96,9 @@ def test_a_before_after_evaluation_counts_its_episodes(
     ctx = RecordingContext(run_dir)
     states: list[tuple[str, float, str]] = []
 
-    def on_state(node_id: str, state: str, progress: float, message: str, *_: Any):
-        if node_id == "evaluate":
-            states.append((state, progress, message))
+    def on_state(event: protocol.FlowNodeState) -> None:
+        if event.node_id == "evaluate":
+            states.append((event.state, event.progress, event.message))
 
     try:
         summary = executor.run_flow(ctx, doc, flow_name="t", on_state=on_state)

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from engine import flow
+from engine import flow, protocol
 from engine.errors import EngineError
 from engine.jobs.context import JobContext, private_event_stream
 from engine.jobs.lifecycle import HeadlessContext, Outcome
@@ -139,20 +139,18 @@ class ConsoleReport:
         self.stream.write(text + "\n")
         self.stream.flush()
 
-    def on_state(
-        self,
-        node_id: str,
-        state: str,
-        progress: float,
-        message: str,
-        outputs: dict[str, Any],
-    ) -> None:
-        label = self.labels.get(node_id, node_id)
-        head = f"{node_id:<{self._width}}  {label}"
-        if state == "running" and progress > 0:
+    def on_state(self, event: protocol.FlowNodeState) -> None:
+        """A node's state as a line, its progress as a bar (a line now and
+        then where the stream is no terminal)."""
+        label = self.labels.get(event.node_id, event.node_id)
+        head = f"{event.node_id:<{self._width}}  {label}"
+        if event.state == "running" and event.progress > 0:
             if not self.bars:
                 return
-            text = f"{head}  {_bar(progress)} {progress * 100:5.1f}%  {message}"
+            text = (
+                f"{head}  {_bar(event.progress)} {event.progress * 100:5.1f}%  "
+                f"{event.message}"
+            )
             if self.tty:
                 self.stream.write("\r" + text[:160].ljust(100))
                 self.stream.flush()
@@ -160,15 +158,17 @@ class ConsoleReport:
                 return
             now = time.monotonic()
             if (
-                now - self._last_line.get(node_id, 0.0) >= LINE_INTERVAL_S
-                or progress >= 1
+                now - self._last_line.get(event.node_id, 0.0) >= LINE_INTERVAL_S
+                or event.progress >= 1
             ):
-                self._last_line[node_id] = now
+                self._last_line[event.node_id] = now
                 self.line(text)
             return
-        if state == "queued":
+        if event.state == "queued":
             return
-        self.line(f"{head}  {state}{': ' + message if message else ''}")
+        self.line(
+            f"{head}  {event.state}{': ' + event.message if event.message else ''}"
+        )
 
     def final(self, summary: dict[str, Any]) -> None:
         self._close_bar()

@@ -64,8 +64,9 @@ STATE_FILE = contract.FLOW_STATE_FILE
 PROGRESS_INTERVAL_S = 0.25
 """Running-state events per node are at most this often."""
 
-StateSink = Callable[[str, str, float, str, dict[str, Any]], None]
-"""``on_state(node_id, state, progress, message, outputs)``."""
+StateSink = Callable[[protocol.FlowNodeState], None]
+"""``on_state(event)``: where a node's state goes (by default the job's
+events, as ``flow.node_state``)."""
 
 
 @dataclass(frozen=True)
@@ -330,7 +331,7 @@ class FlowExecution:
         self.flow_name = flow_name
         self.only_stale = only_stale
         self.targets = list(targets or [])
-        self.on_state = on_state or self._emit_event
+        self.on_state: StateSink = on_state or ctx.emit
         self.cache = cache_dir(ctx.project_dir, flow_name)
         self.types = node_types()
         self.catalog = specs()
@@ -343,7 +344,7 @@ class FlowExecution:
         """Nodes whose cache entry holds models not yet registered."""
 
     # ----------------------------------------------------------- reports
-    def _emit_event(
+    def _report(
         self,
         node_id: str,
         state: str,
@@ -351,7 +352,7 @@ class FlowExecution:
         message: str,
         outputs: dict[str, Any],
     ) -> None:
-        self.ctx.emit(
+        self.on_state(
             protocol.FlowNodeState(
                 run_id=self.ctx.run_id,
                 node_id=node_id,
@@ -381,7 +382,7 @@ class FlowExecution:
             record["outputs"] = outputs
         if summary is not None:
             record["summary"] = summary
-        self.on_state(node_id, state, progress, message, outputs or {})
+        self._report(node_id, state, progress, message, outputs or {})
         self._write_state_file()
 
     def _write_state_file(self) -> None:
@@ -413,7 +414,7 @@ class FlowExecution:
             self._last_emit[node_id] = now
             record = self.states[node_id]
             record.update(progress=frac, message=message)
-            self.on_state(node_id, "running", frac, message, {})
+            self._report(node_id, "running", frac, message, {})
 
         return report
 
@@ -444,7 +445,7 @@ class FlowExecution:
         for node_id in order:
             self.states[node_id] = {"state": "queued", "progress": 0.0, "message": ""}
         for node_id in order:
-            self.on_state(node_id, "queued", 0.0, "", {})
+            self._report(node_id, "queued", 0.0, "", {})
         self._write_state_file()
         self.ctx.progress(0, len(order), "starting")
         culprit: dict[str, str] = {}
