@@ -20,16 +20,19 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from engine import contract, protocol
+from engine import contract
 from studio.engine_client import READY
 from studio.lifetime import is_alive, subscribe
 from studio.session import Session
 from widgets.param_form import ParamForm
 from widgets.picker import PickerEntry, SearchPicker
+
+if TYPE_CHECKING:  # imported when first asked: its 46 message classes cost launch
+    from engine import protocol
 
 ENV, BASE_MODEL = "env", "base_model"
 PROJECT_SECTION = "This project"
@@ -162,6 +165,8 @@ class PickerSources(QObject):
         self.entries_changed.emit(BASE_MODEL)
 
     def request_catalog(self) -> None:
+        from engine import protocol
+
         self._session.client.request(
             protocol.GetEnvCatalog(),
             on_reply=self._on_catalog_reply,
@@ -171,6 +176,8 @@ class PickerSources(QObject):
     def search_hub(self, query: str) -> None:
         """Search the Hub for ``query``; answers replace the Hub entries, a
         failure is one sentence in ``status``."""
+        from engine import protocol
+
         self._search_token += 1
         token = self._search_token
         self._session.client.request(

@@ -20,9 +20,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine import flow as flow_file
-from engine.flow import FlowError
-
 BASE_MODEL_NODE = "llm.base_model"
 
 STARTS = (
@@ -100,6 +97,9 @@ def missing_base_models(flow: Path, cached: Collection[str]) -> list[str]:
     """The Hub ids the flow's base-model nodes start from that are neither a
     folder here nor among ``cached`` (the Hugging Face cache's models); a
     flow that cannot be read names none (opening it says why)."""
+    from engine import flow as flow_file  # when asked, not at launch
+    from engine.flow import FlowError
+
     try:
         nodes = flow_file.load(flow).nodes
     except (OSError, FlowError):
