@@ -139,6 +139,22 @@ def tracking_uri() -> str:
     return os.environ.get(contract.TRACKING_URI_ENV, "").strip()
 
 
+def end_queue(
+    ops: queue.SimpleQueue[Any],
+    sender: threading.Thread,
+    log: Callable[[str], None],
+    who: str,
+    lost: str,
+) -> None:
+    """End a tracker's queue ``ops`` and wait up to :data:`FINISH_TIMEOUT_S`
+    for its ``sender`` thread; one logged sentence when it is still busy
+    then: ``who`` is, and what is ``lost``."""
+    ops.put(None)
+    sender.join(FINISH_TIMEOUT_S)
+    if sender.is_alive():
+        log(f"{who} is still busy after {FINISH_TIMEOUT_S:g} s; {lost}.")
+
+
 class RunTracker(Protocol):
     """Where a run's flushed metric rows go, and its end."""
 
@@ -304,13 +320,13 @@ class Tracker:
                 "register": register,
             }
         )
-        self._queue.put(None)
-        self._thread.join(FINISH_TIMEOUT_S)
-        if self._thread.is_alive():
-            self._log(
-                f"MLflow at {self.uri} is still busy after {FINISH_TIMEOUT_S:g} s; "
-                "the rest is not sent."
-            )
+        end_queue(
+            self._queue,
+            self._thread,
+            self._log,
+            f"MLflow at {self.uri}",
+            "the rest is not sent",
+        )
 
     def _put(self, op: dict[str, Any]) -> None:
         self._queue.put(op)

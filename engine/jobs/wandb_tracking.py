@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from engine import contract
+from engine.jobs.tracking import end_queue, flatten
 
 PROJECT_ENV = "WANDB_PROJECT"
 """W&B's variable naming its project: set, runs are logged to W&B."""
-FINISH_TIMEOUT_S = 60.0
-"""How long the end of a run waits for the tracker to hand over its queue."""
 MISSING = (
     f"{PROJECT_ENV} is set but wandb is not installed; install "
     "rl-studio[wandb] to log runs to Weights & Biases."
@@ -54,8 +53,6 @@ class WandbTracker:
     """One studio run's W&B run, fed from a queue by its own thread."""
 
     def __init__(self, ctx: Any, project: str) -> None:
-        from engine.jobs.tracking import flatten
-
         self.project = project
         self.run_dir = Path(ctx.run_dir)
         self.studio_run_id: str = ctx.run_id
@@ -72,15 +69,16 @@ class WandbTracker:
             self._queue.put(("metrics", rows))
 
     def finish(self, status: str, summary: Mapping[str, Any] | None) -> None:
-        """Queue the run's end and wait up to :data:`FINISH_TIMEOUT_S`."""
+        """Queue the run's end and wait for it (:func:`~engine.jobs.tracking.
+        end_queue`)."""
         self._queue.put(("finish", status))
-        self._queue.put(None)
-        self._thread.join(FINISH_TIMEOUT_S)
-        if self._thread.is_alive():
-            self._log(
-                f"Weights & Biases is still busy after {FINISH_TIMEOUT_S:g} s; "
-                "the rest of this run is not logged there."
-            )
+        end_queue(
+            self._queue,
+            self._thread,
+            self._log,
+            "Weights & Biases",
+            "the rest of this run is not logged there",
+        )
 
     def _loop(self) -> None:
         run: Any = None
