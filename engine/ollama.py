@@ -32,6 +32,29 @@ K_QUANTS = ("q4_K_M", "q4_K_S", "q8_0")
 """What /api/create's ``quantize`` accepts (from an F16/BF16/F32 GGUF)."""
 
 
+_TRANSPORT_FAILURES: tuple[tuple[type[BaseException], str], ...] = (
+    (
+        TimeoutError,
+        "Ollama at {host} went silent during {step} (nothing for {timeout:g} s "
+        "or more).",
+    ),
+    (
+        http.client.RemoteDisconnected,
+        "The server at {host} closed the connection during {step} without answering.",
+    ),
+    (
+        http.client.IncompleteRead,
+        "The reply of Ollama at {host} to {step} broke off after {got} bytes.",
+    ),
+    (
+        http.client.HTTPException,
+        "The server at {host} did not answer {step} in HTTP; is it an Ollama server?",
+    ),
+)
+"""A failure below HTTP's status codes, by its exception (the first that
+matches: a dropped connection is also an HTTP exception), as one sentence."""
+
+
 class OllamaUnreachable(EngineError):
     """No Ollama server answers at the address."""
 
@@ -162,26 +185,16 @@ class OllamaClient:
             return exc
         if isinstance(exc, TimeoutError) and self._end - time.monotonic() <= 0.01:
             return self._past_deadline(step)
-        if isinstance(exc, TimeoutError):
-            return EngineError(
-                f"Ollama at {self.host} went silent during {step} (nothing for "
-                f"{self.timeout:g} s or more)."
-            )
-        if isinstance(exc, http.client.RemoteDisconnected):
-            return EngineError(
-                f"The server at {self.host} closed the connection during {step} "
-                "without answering."
-            )
-        if isinstance(exc, http.client.IncompleteRead):
-            return EngineError(
-                f"The reply of Ollama at {self.host} to {step} broke off after "
-                f"{len(exc.partial)} bytes."
-            )
-        if isinstance(exc, http.client.HTTPException):
-            return EngineError(
-                f"The server at {self.host} did not answer {step} in HTTP; is it an "
-                "Ollama server?"
-            )
+        for kind, sentence in _TRANSPORT_FAILURES:
+            if isinstance(exc, kind):
+                return EngineError(
+                    sentence.format(
+                        host=self.host,
+                        step=step,
+                        timeout=self.timeout,
+                        got=len(getattr(exc, "partial", b"")),
+                    )
+                )
         return EngineError(
             f"The connection to Ollama at {self.host} broke off during {step} "
             f"({_reason(exc)})."
@@ -487,18 +500,20 @@ class OllamaClient:
             body["name"] = name
             body["modelfile"] = modelfile
         else:
-            if files:
-                body["files"] = dict(files)
-            if from_model:
-                body["from"] = from_model
-            if adapters:
-                body["adapters"] = dict(adapters)
-            if template:
-                body["template"] = template
-            if system:
-                body["system"] = system
-            if parameters:
-                body["parameters"] = dict(parameters)
+            given = {
+                "files": files,
+                "from": from_model,
+                "adapters": adapters,
+                "template": template,
+                "system": system,
+                "parameters": parameters,
+            }
+            # The fields given, as plain JSON (a mapping copied to a dict).
+            body |= {
+                key: dict(value) if isinstance(value, Mapping) else value
+                for key, value in given.items()
+                if value
+            }
         if quantize:
             body["quantize"] = quantize
         statuses: list[str] = []
