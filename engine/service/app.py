@@ -772,14 +772,21 @@ def _add_trajectory_routes(app: FastAPI, service: Service) -> None:
         )
         return {"trajectory_id": trajectory_id}
 
-    @app.post("/trajectories/{trajectory_id}/steps", status_code=201)
+    @app.post(
+        "/trajectories/{trajectory_id}/steps",
+        status_code=201,
+        response_model=dict[str, Any],
+    )
     def add_step(
         trajectory_id: PathText, raw: Annotated[dict[str, Any], Body()]
-    ) -> dict[str, Any]:
+    ) -> Response:
         """Record one step (a :class:`TrajectoryStep`, or the recorder's
         names), or several (``{"steps": [...]}``, at most 1,000, all or
         none); answered once committed with the index ``t`` of the (first)
         step."""
+        # The answer as a response already: FastAPI's check and encoding of
+        # a returned dict against the response model was a seventh of the
+        # service's time per request at the ingest rate.
         if "steps" in raw:
             given = raw["steps"]
             if isinstance(given, list):
@@ -788,14 +795,13 @@ def _add_trajectory_routes(app: FastAPI, service: Service) -> None:
             first = service.trajectories.add_steps(
                 trajectory_id, [s.fields() for s in batch.steps]
             )
-            return {
-                "trajectory_id": trajectory_id,
-                "t": first,
-                "count": len(batch.steps),
-            }
+            return JSONResponse(
+                {"trajectory_id": trajectory_id, "t": first, "count": len(batch.steps)},
+                201,
+            )
         body = _parse(TrajectoryStep, recorder_names(raw))
         t = service.trajectories.add_step(trajectory_id, **body.fields())
-        return {"trajectory_id": trajectory_id, "t": t}
+        return JSONResponse({"trajectory_id": trajectory_id, "t": t}, 201)
 
     @app.post("/trajectories/{trajectory_id}/end")
     def end_trajectory(

@@ -190,7 +190,9 @@ class Database:
     """One connection to a store's database, SQLite or PostgreSQL, with the
     few operations that differ between them. Not thread-safe: a store holds
     its own lock around it. Statements are written for SQLite (``?``
-    placeholders); reads run outside transactions, writes inside
+    placeholders). The connection commits each statement by itself (a
+    write of one statement needs no more: on PostgreSQL, no ``BEGIN`` and
+    ``COMMIT`` round trips); a write of several runs inside
     :meth:`transaction`."""
 
     def __init__(

@@ -312,7 +312,7 @@ class TrajectoryStore:
             time.time(),
             str(self._trace_path(agent).relative_to(self.project_dir)),
         )
-        with self._pool.connection() as db, db.transaction():
+        with self._pool.connection() as db:
             db.execute(
                 "INSERT INTO trajectories"
                 ' (id, agent, scenario, "window", env, meta, created, trace_file)'
@@ -625,10 +625,9 @@ class TrajectoryStore:
                 f"not be written to {path} ({exc.strerror or exc}); it is written "
                 "when the service starts again."
             ) from None
-        with db.transaction():
-            db.execute(
-                "UPDATE trajectories SET exported = 1 WHERE id = ?", (trajectory_id,)
-            )
+        db.execute(
+            "UPDATE trajectories SET exported = 1 WHERE id = ?", (trajectory_id,)
+        )
 
     def _export_pending(self) -> list[str]:
         done = []
