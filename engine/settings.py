@@ -5,11 +5,12 @@ setting. Its annotation gives the type (``int | None`` makes it optional),
 its default the default, its attribute docstring the help, and
 :func:`setting` puts the rest in the field's metadata: unit, bounds
 (``exclusive_min`` / ``exclusive_max`` make them strict), choices, form group
-and label, and the default range a sweep searches (:class:`Search`).
+and label, the default range a sweep searches (:class:`Search`) and any
+further rule of its values (``check``: a name that becomes a folder's).
 Everything else is derived from that:
 
 - validation: :func:`check_value` / :func:`check_fields`, one generic checker
-  (type, bounds, choices, optional) raising :class:`~engine.errors.ConfigError`
+  (type, bounds, choices, optional, the declared rule) raising :class:`~engine.errors.ConfigError`
   with one sentence naming the field;
 - the run dialog's form fields: :func:`form_field`;
 - flow node parameters: :func:`param_spec` (an :class:`engine.flow.ParamSpec`).
@@ -101,6 +102,7 @@ def setting(
     picker: str = "",
     offer: Callable[[], Offer] | None = None,
     structure: type | None = None,
+    check: Callable[[str, Any], Any] | None = None,
 ) -> Any:
     """A dataclass field carrying a setting's metadata.
 
@@ -114,7 +116,10 @@ def setting(
     dataclass whose settings an object-valued setting holds; a form that
     knows where it applies edits it as one nested field
     (:func:`structure_form_field`), flat forms and node parameters leave it
-    out.
+    out. ``check`` is a further rule of a value that passed the others:
+    called with the setting's path and the value (never None), it returns
+    the value or raises ConfigError (``engine.store.paths.checked_name``: a
+    name that becomes one part of a path).
     """
     assert not picker or picker in PICKER_KINDS, picker
     metadata = {
@@ -132,6 +137,7 @@ def setting(
         "picker": picker,
         "offer": offer,
         "structure": structure,
+        "check": check,
     }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -177,6 +183,7 @@ class FieldInfo:
     picker: str = ""
     offer: Callable[[], Offer] | None = None
     structure: type | None = None
+    check: Callable[[str, Any], Any] | None = None
 
     def offered(self) -> Offer:
         """What this machine allows of the setting now (everything when it
@@ -298,6 +305,7 @@ def _fields_of(cls: type) -> tuple[FieldInfo, ...]:
                 picker=meta.get("picker", ""),
                 offer=meta.get("offer"),
                 structure=meta.get("structure"),
+                check=meta.get("check"),
             )
         )
     return tuple(out)
@@ -426,7 +434,9 @@ def check_value(info: FieldInfo, value: Any, path: str = "") -> Any:
         problem = _bounds(info, value, name)
         if problem:
             raise ConfigError(path, problem)
-    return float(value) if kind == "float" else value
+    if kind == "float":
+        value = float(value)
+    return value if info.check is None else info.check(path, value)
 
 
 def check_fields(

@@ -11,6 +11,7 @@ import pytest
 from engine import flow
 from engine.errors import ConfigError
 from engine.llm import flow_nodes as llm_nodes
+from engine.llm.datasets import DatasetConfig
 from engine.llm.train import TrainConfig as LLMTrainConfig
 from engine.nodes import rl_nodes
 from engine.nodes.registry import specs
@@ -164,6 +165,18 @@ def test_checker_coerces_harmless_differences() -> None:
     assert check_value(ppo["learning_rate"], 1) == 1.0
     assert check_value(ppo["target_kl"], None) is None
     assert check_value(fields_of(ALGO_CONFIGS["SAC"])["ent_coef"], 0.1) == "0.1"
+
+
+def test_a_declared_rule_checks_a_given_value_where_it_is_found() -> None:
+    # llm.dataset's name declares store.paths.checked_name: a value that
+    # would escape its folder is refused by the config's one checker, under
+    # the path it was found at; no name (None) is not checked.
+    info = fields_of(DatasetConfig)["name"]
+    assert check_value(info, None) is None
+    assert check_value(info, "traces-1") == "traces-1"
+    with pytest.raises(ConfigError, match="cannot be used in a file name") as err:
+        check_value(info, "../outside", "stages.name")
+    assert err.value.field == "stages.name"
 
 
 def test_a_saved_train_node_with_json_hyperparameters_still_loads(

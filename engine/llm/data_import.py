@@ -129,7 +129,7 @@ class ImportConfig:
     grpo takes the prompts of the first three)."""
     split_name: str = setting("train", label="Hub split")
     """The split of a Hub dataset or dataset folder to read."""
-    name: str | None = setting(None)
+    name: str | None = setting(None, check=checked_name)
     """Folder name under ``data/datasets/`` (None: the source's name)."""
     validation_fraction: float = same_setting(DatasetConfig, "validation_fraction")
     seed: int = setting(0, min=0, max=2**31 - 1)
@@ -170,8 +170,6 @@ def validate_import(config: Mapping[str, Any]) -> ImportConfig:
             "source", "source must name a data file, a folder or a Hub dataset id."
         )
     parse_columns(cfg.columns)
-    if cfg.name is not None:
-        checked_name("name", cfg.name)
     path = Path(cfg.source).expanduser()
     if not is_hub_id(cfg.source):
         if not path.exists():

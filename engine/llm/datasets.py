@@ -513,7 +513,7 @@ class DatasetConfig:
     manual_labels: bool = setting(True, label="Use manual labels")
     """Rows from the labels set in the traces view first (good/bad, better
     of two, ideal answers), the env reward for the rest."""
-    name: str | None = None
+    name: str | None = setting(None, check=checked_name)
     """Folder name under ``data/datasets/`` (None: method and run id)."""
     seed: int | None = setting(None, min=0, max=SEED_MAX)
     """Seed of the shuffle and the split (None: drawn and recorded)."""
@@ -535,8 +535,6 @@ def _trace_files(value: Any, project_dir: Path | None) -> list[Path]:
 
 def validate_dataset(config: Mapping[str, Any]) -> DatasetConfig:
     cfg = build(DatasetConfig, config, "llm.dataset")
-    if cfg.name is not None:
-        checked_name("name", cfg.name)
     if not cfg.traces:
         raise ConfigError("traces", "traces must name one or more trace files.")
     return replace(cfg, seed=drawn_seed(cfg.seed))

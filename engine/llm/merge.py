@@ -33,7 +33,7 @@ class MergeConfig:
     dtype: str = setting("float32", choices=DTYPES, label="Precision")
     """Precision of the saved weights: float32 keeps every bit of the adapter;
     bfloat16 / float16 halve the size."""
-    name: str | None = None
+    name: str | None = setting(None, check=checked_name)
     """Name of the merged model, its folder in ``models/<id>/`` (None: the
     adapter's name with ``-merged``)."""
     seed: int | None = None
@@ -44,8 +44,6 @@ def validate(config: Mapping[str, Any]) -> MergeConfig:
     from engine.llm.base import inspect_model
 
     cfg = build(MergeConfig, config, "llm.merge")
-    if cfg.name is not None:
-        checked_name("name", cfg.name)
     if not cfg.adapter:
         raise ConfigError("adapter", "adapter must name a LoRA adapter folder.")
     info = inspect_model(cfg.adapter, "adapter")

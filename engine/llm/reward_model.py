@@ -84,7 +84,7 @@ class RewardModelConfig:
     """Fewer labelled steps than this (with both good and bad) refuse to train."""
     suggest: bool = setting(True, label="Suggest labels")
     """Score the unlabelled steps afterwards (auto-labeler suggestions)."""
-    name: str | None = None
+    name: str | None = setting(None, check=checked_name)
     """Folder under data/reward_models/ (None: the run id)."""
     seed: int | None = setting(None, min=0, max=SEED_MAX)
     """Seed of the split and the training (None: drawn and recorded)."""
@@ -92,8 +92,6 @@ class RewardModelConfig:
 
 def validate(config: Mapping[str, Any]) -> RewardModelConfig:
     cfg = build(RewardModelConfig, config, "reward.train")
-    if cfg.name is not None:
-        checked_name("name", cfg.name)
     if cfg.agent == "text" and not cfg.base_model.strip():
         raise ConfigError(
             "base_model", "A text reward model needs base_model (the language model)."

@@ -455,7 +455,7 @@ class CollectConfig(PlayConfig):
     expert's."""
     temperature: float = setting(1.0, min=0, max=5, exclusive_min=True)
     """Sampling temperature (ignored when greedy)."""
-    name: str | None = None
+    name: str | None = setting(None, check=checked_name)
     """File name of the traces under ``data/traces/`` (None: the run id)."""
     curriculum: Any = None
     """Stages of difficulty of a designed env, easiest first
@@ -479,8 +479,6 @@ def validate_collect(config: Mapping[str, Any]) -> CollectConfig:
     from engine.llm.base import resolve_chat_model
 
     cfg = build(CollectConfig, config, "llm.collect")
-    if cfg.name is not None:
-        checked_name("name", cfg.name)
     env = cfg.env
     if not env:
         raise ConfigError("env", "env must name an environment (id or spec file).")

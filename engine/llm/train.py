@@ -65,7 +65,7 @@ class TrainConfig:
     dataset: str = setting("")
     """Dataset folder (``train.jsonl`` or ``train.parquet`` inside, as
     llm.dataset writes) or one such file, with this method's columns."""
-    name: str | None = setting(None)
+    name: str | None = setting(None, check=checked_name)
     """Name of the adapter, its folder in ``<project>/models/<id>/`` (run id
     if None)."""
     max_steps: int = setting(
@@ -292,8 +292,6 @@ def validate(
     from engine.llm.datasets import check_columns, dataset_files
 
     cfg = build(TrainConfig, config, "llm.train")
-    if cfg.name is not None:
-        checked_name("name", cfg.name)
     if not cfg.model:
         raise ConfigError("model", "model must name a base model folder or hub id.")
     info = inspect_model(cfg.model)
