@@ -152,14 +152,21 @@ def check_loads(env_id: str) -> None:
             )
 
 
+WORKER_MODULES = {
+    ATARI: "engine.envs.family_envs",
+    MUJOCO: "engine.envs.mujoco_envs",
+}
+"""What a process must import before it makes an env of a family: the
+Atari games are registered by ale-py, MuJoCo is made headless and quiet.
+Box2D's envs are Gymnasium's own and need nothing."""
+
+
 def vec_env_id(env_id: str) -> str:
-    """The id that makes ``env_id`` in any process: a family's prefixed
-    with :mod:`engine.envs.family_envs`, which Gymnasium imports first, so a
-    subprocess worker loads the families (registers the Atari games) before
-    making one."""
-    if family(env_id) is None:
-        return env_id
-    return f"engine.envs.family_envs:{env_id}"
+    """The id that makes ``env_id`` in any process: prefixed with its
+    family's :data:`WORKER_MODULES` entry, which Gymnasium imports first, so
+    a subprocess worker loads the family before making one."""
+    module = WORKER_MODULES.get(family(env_id) or "")
+    return env_id if module is None else f"{module}:{env_id}"
 
 
 def vec_env_class(choice: str, env_id: str, n_envs: int) -> tuple[str, str]:

@@ -236,6 +236,11 @@ def named_run(
 
 
 def get_kind(name: str) -> JobKind[Any]:
+    """The kind ``name``: one its module already declared, else from all
+    of them (a command running one kind need not import the others')."""
+    declared = _KINDS.get(name)
+    if declared is not None:
+        return declared
     known = kinds()
     try:
         return known[name]

@@ -37,6 +37,7 @@ from engine import contract
 from engine.errors import EngineError
 from engine.jobs.lifecycle import HeadlessContext
 from engine.jobs.registry import get_kind, named_run
+from engine.rl.job import KIND  # declares the kind, so no other kind is imported
 from engine.settings import as_dict
 from engine.settings_cli import add_set_option, set_items, set_value
 from engine.store.atomic import atomic_write_json
@@ -44,8 +45,6 @@ from engine.store.atomic import atomic_write_json
 if TYPE_CHECKING:
     from engine.rl.config import TrainConfig
     from engine.store.project import Project
-
-KIND = "rl.train"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

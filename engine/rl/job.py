@@ -16,6 +16,9 @@ from engine.jobs.registry import job_kind
 from engine.rl.config import TrainConfig, check
 from engine.rl.schema import schema
 
+KIND = "rl.train"
+"""The kind's name (importing this module declares the kind)."""
+
 
 def summary_on_disk(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     """:func:`engine.rl.checkpoints.summary_on_disk` (numpy imported on first
@@ -26,7 +29,7 @@ def summary_on_disk(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
 
 
 @job_kind(
-    "rl.train",
+    KIND,
     config=TrainConfig,
     check=check,
     label="RL training",
