@@ -8,7 +8,6 @@ absolute times on these machines are noisy.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -49,10 +48,8 @@ for line in sys.stdin:
 
 def _launch(cmd: list[str]) -> tuple[float, float]:
     """Seconds from start to the first line the process prints, and the CPU
-    seconds it says it had used by then. Python may cache bytecode, as it
-    does on a user's machine (this sandbox sets PYTHONDONTWRITEBYTECODE,
-    which would compile the studio's sources at every launch)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    seconds it says it had used by then (bytecode cached, as on a user's
+    machine: ``conftest.py``)."""
     start = time.perf_counter()
     proc = subprocess.Popen(
         cmd,
@@ -60,7 +57,6 @@ def _launch(cmd: list[str]) -> tuple[float, float]:
         stderr=subprocess.DEVNULL,
         cwd=ROOT,
         text=True,
-        env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
