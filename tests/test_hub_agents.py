@@ -240,3 +240,49 @@ def test_a_refused_upload_is_one_sentence_and_commits_nothing(
         assert "\n" not in message and "Traceback" not in message
     assert "org/new" not in hub.repos
     assert hub.repos["org/kept"] == {"README.md": b"old"} and hub.pushes == []
+
+
+@pytest.mark.slow
+def test_an_atari_agent_is_evaluated_and_downloaded_as_it_plays(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """Pong's agent sees RL Zoo's 84x84 stack of four grey frames: the card's
+    evaluation plays it so (a bare ``gym.make`` of the game gave the policy
+    210x160 colour frames, which it refuses), and the downloaded agent's
+    env check accepts it."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from engine.envs import families
+
+    game = "PongNoFrameskip-v4"
+    folder = tmp_path / "best"
+    folder.mkdir()
+    venv = make_vec_env(
+        families.vec_env_id(game), n_envs=1, seed=0, wrapper_class=families.wrap
+    )
+    model = PPO("CnnPolicy", venv, n_steps=16, batch_size=16, n_epochs=1, seed=0)
+    model.learn(16)
+    venv.close()
+    model.save(folder / "model.zip")
+    (folder / "state.json").write_text(json.dumps({"env": game, "algo": "PPO"}))
+    home = tmp_path / "hf"
+    pushed = hub_cli(
+        hub, home, "push", str(folder / "model.zip"), "--repo", "org/pong",
+        "--project", str(tmp_path / "p1"), "--episodes", "1", "--video-frames", "0",
+    )  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr
+    results = json.loads(hub.repos["org/pong"]["results.json"])
+    # an unplayed agent loses 21 points to at most 20 (the game's own reward)
+    assert results["n_eval_episodes"] == 1 and -21 <= results["mean_reward"] <= 20
+    down = hub_cli(
+        hub, home, "download", "org/pong", "--agent", "--project", str(tmp_path / "p2")
+    )
+    assert down.returncode == 0, down.stderr
+    assert "cannot be made here" not in down.stderr
+    project = Project.open(tmp_path / "p2")
+    try:
+        (registered,) = project.list_models()
+        assert (registered.kind, registered.env) == ("sb3-policy", game)
+    finally:
+        project.close()

@@ -268,6 +268,7 @@ def _evaluate(
     """The returns of ``cfg.eval_episodes`` deterministic episodes."""
     from stable_baselines3.common.env_util import make_vec_env
 
+    from engine.envs import families
     from engine.rl.policy import (
         EVAL_SEED_OFFSET,
         eval_env_count,
@@ -278,10 +279,14 @@ def _evaluate(
     assert cfg.env is not None
     policy = load_policy(cfg.model, project_dir=project_dir)
     try:
+        # As the agent plays: an Atari game's frames preprocessed as in
+        # training, its rewards the game's own (families.wrap).
         venv = make_vec_env(
-            cfg.env,
+            families.vec_env_id(cfg.env),
             n_envs=eval_env_count(cfg.eval_episodes),
             seed=cfg.seed + EVAL_SEED_OFFSET,
+            wrapper_class=families.wrap,
+            wrapper_kwargs={"training": False},
         )
     except Exception as exc:
         raise EngineError(
@@ -725,10 +730,12 @@ def _listing(repo_id: str, revision: str) -> list[str]:
 def _check_env(env: str, policy: Any, log: Callable[[str], None]) -> None:
     """Refuse an env whose spaces are not the policy's; an env this install
     cannot make is said in the log (the model is still registered)."""
-    import gymnasium as gym
+    from engine.envs.registry import make
 
     try:
-        made = gym.make(env)  # designed envs are registered by the caller
+        # designed envs are registered by the caller; an Atari game is
+        # preprocessed as its agent sees it
+        made = make(env)
     except Exception as exc:
         log(
             f"warning: {env} cannot be made here ({type(exc).__name__}: {exc}); "
