@@ -83,7 +83,9 @@ class Paced:
     offered: float
     """Steps/s the clients' schedules add up to."""
     achieved: float
-    """Steps acknowledged / (last answer - start of the schedules)."""
+    """Steps acknowledged over the time from the first request's due time to
+    the last answer: a service that keeps up shows the offered rate (within
+    a fraction of a percent either way: n requests span n - 1 intervals)."""
     p50_ms: float
     p99_ms: float
     acked: dict[str, list[int]]
