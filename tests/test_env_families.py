@@ -76,6 +76,8 @@ def test_the_catalog_names_each_family_and_an_atari_trace_names_its_image(
         described = describe_env(env_id)
         assert "error" not in described, described
         assert parameter in {p["name"] for p in described["parameters"]}
+    # The spaces a policy for it has: an Atari game's agent sees frames stacked.
+    assert describe_env(ATARI)["observation_space"] == "Box(0, 255, (84, 84, 4), uint8)"
     frames = tmp_path / "frames.npz"
     result = preview(
         ATARI,

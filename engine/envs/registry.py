@@ -283,15 +283,13 @@ def _jsonable(v: Any) -> bool:
 def _describe_cached(env_id: str, fingerprint: str) -> tuple[tuple[str, Any], ...]:
     import warnings
 
-    import gymnasium as gym
-
-    from engine.envs.families import EnvFamilyError, check_loads
+    from engine.envs.families import EnvFamilyError
 
     try:
-        check_loads(env_id)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            env = gym.make(env_id)
+            # as an agent sees it: an Atari game's 84x84 stack of frames
+            env = make(env_id)
     except EnvFamilyError as exc:  # a simulator that failed to load, a ROM missing
         return (("error", str(exc)),)
     except Exception as exc:
