@@ -10,8 +10,8 @@ further rule of its values (``check``: a name that becomes a folder's).
 Everything else is derived from that:
 
 - validation: :func:`check_value` / :func:`check_fields`, one generic checker
-  (type, bounds, choices, optional, the declared rule) raising :class:`~engine.errors.ConfigError`
-  with one sentence naming the field;
+  (type, bounds, choices, optional, the declared rule) raising
+  :class:`~engine.errors.ConfigError` with one sentence naming the field;
 - the run dialog's form fields: :func:`form_field`;
 - flow node parameters: :func:`param_spec` (an :class:`engine.flow.ParamSpec`).
 
