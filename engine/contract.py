@@ -117,6 +117,22 @@ to save); frames past it are not drawn."""
 VIDEOS_FOLDER = "videos"
 """A training run's videos of its policy, one per evaluation
 (``eval-<step>.mp4``) when the run asks for them (``eval_video_episodes``)."""
+_EVAL_VIDEO = re.compile(r"^eval-(\d+)\.mp4$")
+
+
+def eval_video_name(step: int) -> str:
+    """``eval-<step>.mp4``, the video of the evaluation at ``step`` (zero
+    padded, so the names sort in step order)."""
+    return f"eval-{step:010d}.mp4"
+
+
+def eval_video_step(name: str) -> int | None:
+    """The step of an evaluation video's file name (None: not one; a video
+    still being written has another name until it is whole)."""
+    match = _EVAL_VIDEO.match(name)
+    return int(match.group(1)) if match else None
+
+
 FLOW_STATE_FILE = "flow_state.json"
 """A flow run's per-node states and outputs."""
 STOP_REQUEST_FILE = "stop.request"

@@ -38,8 +38,9 @@ GIF_FPS = 15
 
 
 def video_name(step: int) -> str:
-    """``eval-<step>.mp4``, sorting in step order."""
-    return f"eval-{step:010d}.mp4"
+    """``eval-<step>.mp4``, sorting in step order (named by the contract,
+    which the studio's run page reads them by)."""
+    return contract.eval_video_name(step)
 
 
 class EvalVideos:
