@@ -1,5 +1,6 @@
 """Shows a sequence of RGB frames (uint8, shape (n, h, w, 3)) with a slider
-and a play button."""
+and a play button; frames may also arrive in parts (:meth:`append_frames`)
+while the viewer already plays the first ones."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ class FrameViewer(QWidget):
 
     def __init__(self, parent: QWidget | None = None, fps: float = 15.0) -> None:
         super().__init__(parent)
-        self._frames = np.zeros((0, 1, 1, 3), dtype=np.uint8)
+        self._frames: list[np.ndarray] = []
+        """One (h, w, 3) array a frame: appending a part copies nothing."""
         self.image = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
         self.image.setMinimumSize(160, 120)
         self.image.setWordWrap(True)  # an empty_text sentence in a narrow pane
@@ -59,27 +61,55 @@ class FrameViewer(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.image, 1)
         layout.addLayout(row)
-        self.set_frames(self._frames)
+        self.set_frames(np.zeros((0, 1, 1, 3), dtype=np.uint8))
 
     def set_frames(self, frames: np.ndarray, empty_text: str = "No frames") -> None:
-        frames = np.asarray(frames)
-        if frames.ndim != 4 or frames.shape[-1] not in (3, 4):
-            frames = np.zeros((0, 1, 1, 3), dtype=np.uint8)
-        self._frames = np.ascontiguousarray(frames[..., :3].astype(np.uint8))
+        """Show ``frames`` from the first, paused (none: ``empty_text`` where
+        the picture would be)."""
         self.play_button.setChecked(False)
+        self._frames = []
+        self.slider.blockSignals(True)
+        self.slider.setValue(0)
+        self.slider.blockSignals(False)
+        self.image.setPixmap(QPixmap())
+        self.image.setText(empty_text)
+        self.counter.setText("")
+        self.append_frames(frames)
+
+    def append_frames(self, frames: np.ndarray) -> None:
+        """Add ``frames`` after those shown; playing goes on through them.
+        Frames of another shape than (n, h, w, 3 or 4) are ignored."""
+        frames = np.asarray(frames)
+        if frames.ndim != 4 or frames.shape[-1] not in (3, 4) or not len(frames):
+            self._update_range()
+            return
+        first = not self._frames
+        self._frames.extend(np.ascontiguousarray(frames[..., :3].astype(np.uint8)))
+        self._update_range()
+        if first:
+            self.show_frame(0)
+        else:
+            self._show_counter(self.slider.value())
+
+    def _update_range(self) -> None:
         n = len(self._frames)
         self.slider.blockSignals(True)
         self.slider.setRange(0, max(0, n - 1))
-        self.slider.setValue(0)
         self.slider.blockSignals(False)
         self.slider.setEnabled(n > 1)
         self.play_button.setEnabled(n > 1)
-        if n:
-            self.show_frame(0)
-        else:
-            self.image.setPixmap(QPixmap())
-            self.image.setText(empty_text)
-            self.counter.setText("")
+
+    def set_fps(self, fps: float) -> None:
+        """Play at ``fps`` frames a second (a video's own rate)."""
+        self._timer.setInterval(max(1, round(1000 / max(fps, 0.1))))
+
+    def is_playing(self) -> bool:
+        return self.play_button.isChecked()
+
+    def set_playing(self, playing: bool) -> None:
+        """Play or pause, as the play button does (no effect on fewer than
+        two frames)."""
+        self.play_button.setChecked(playing and len(self._frames) > 1)
 
     def frame_count(self) -> int:
         return len(self._frames)
@@ -103,10 +133,13 @@ class FrameViewer(QWidget):
                 Qt.TransformationMode.FastTransformation,
             )
         )
-        self.counter.setText(f"{index + 1} / {len(self._frames)}")
+        self._show_counter(index)
         if self.slider.value() != index:
             self.slider.setValue(index)
         self.frame_changed.emit(index)
+
+    def _show_counter(self, index: int) -> None:
+        self.counter.setText(f"{index + 1} / {len(self._frames)}")
 
     def _on_slider_value_changed(self, value: int) -> None:
         self.show_frame(value)
