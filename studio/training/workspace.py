@@ -9,7 +9,8 @@ selected runs are overlaid for comparison); progress, ETA and the controls
 above, with the retraining readiness strip (recorded trajectories against
 the rules ``serve-http`` retrains by, its schedule, the agent's versions);
 the run's log, its details (its tags and note, edited there, and its full
-record), the Compare tab (the selected runs'
+record), its evaluation videos (listed with their step and mean reward,
+played in place, the list following a live run), the Compare tab (the selected runs'
 differing settings and outcomes side by side, their curves overlaid above)
 and the Sweep panel (an Optuna study over a run's settings, its trials live)
 below. Plots read from the session's ``MetricStore`` and redraw on the
@@ -46,7 +47,7 @@ from studio.common import (
     run_duration,
 )
 from studio.lifetime import subscribe
-from studio.session import Session
+from studio.session import EVAL_REWARD, Session
 from studio.state.job_kinds import JOB_KINDS
 from studio.state.project_state import (
     ProjectState,
@@ -62,6 +63,7 @@ from studio.training.metric_vocabulary import TRAINING_METRICS
 from studio.training.readiness import ReadinessStrip
 from studio.training.run_dialog import RunDialog
 from studio.training.run_notes import RunNotesEditor
+from studio.training.run_videos import RunVideosView
 from studio.training.sweep import SweepPanel
 from widgets.fit import make_room, room_for_form, scroll_area
 from widgets.live_plot import LivePlotPanel
@@ -72,6 +74,8 @@ from widgets.run_progress import RunProgressBar
 from widgets.theme import follow_palette, theme_name
 
 RESUMABLE = ("stopped", "failed", "interrupted")
+VIDEOS_ROOM = 360
+"""Height in pixels the Videos tab takes from the charts while chosen."""
 
 
 def _log_size(run: dict[str, Any]) -> int:
@@ -370,7 +374,7 @@ class TrainingWorkspace(QWidget):
         return right
 
     def _build_tabs(self, session: Session) -> None:
-        """Run log, Details (with tags and note), Compare and Sweep."""
+        """Run log, Details (with tags and note), Videos, Compare and Sweep."""
         self.details = JsonPreview()
         self.notes = RunNotesEditor(session)
         details = QSplitter(Qt.Orientation.Horizontal)
@@ -382,6 +386,8 @@ class TrainingWorkspace(QWidget):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.run_log, "Run log")
         self.tabs.addTab(details, "Details")
+        self.videos = RunVideosView(self._store)
+        self.tabs.addTab(self.videos, "Videos")
         self.compare = CompareView(self.plots.run_color)
         self.tabs.addTab(self.compare, "Compare")
         self.sweep = SweepPanel(session)
@@ -393,14 +399,21 @@ class TrainingWorkspace(QWidget):
 
     def _on_tabs_current_changed(self, _index: int) -> None:
         """The Sweep tab borrows the room its form needs from the charts
-        and the runs list, and gives it back when another tab is chosen."""
-        if self.tabs.currentWidget() is self.sweep_tab:
-            self._lent = self._split.sizes()
-            frame = self.tabs.height() - self.sweep_tab.height()
-            make_room(self._split, 1, frame + room_for_form(self.sweep_tab))
-        elif self._lent:
-            self._split.setSizes(self._lent)
-            self._lent = []
+        and the runs list, the Videos tab room for its player; either gives
+        it back when a tab that needs none is chosen."""
+        current = self.tabs.currentWidget()
+        if current is self.sweep_tab:
+            room = room_for_form(self.sweep_tab)
+        elif current is self.videos:
+            room = VIDEOS_ROOM
+        else:
+            if self._lent:
+                self._split.setSizes(self._lent)
+                self._lent = []
+            return
+        self._lent = self._lent or self._split.sizes()
+        frame = self.tabs.height() - current.height()
+        make_room(self._split, 1, frame + room)
 
     # ------------------------------------------------------------ queries
     def current_table(self) -> RecordTable:
@@ -472,6 +485,7 @@ class TrainingWorkspace(QWidget):
     def _show_run_change(self, key: str) -> None:
         run = self._state.run(key)
         if run is not None:
+            new_status = self._shown_status.get(key) != run.get("status")
             self._shown_status[key] = run.get("status")
             table = self.table_of(run)
             self._filters[table].add_record(run)
@@ -483,12 +497,17 @@ class TrainingWorkspace(QWidget):
                 # Its record as it is now (its tags and note just saved).
                 self.details.show_value(run)
                 self.notes.show_run(run)
+                if new_status:  # a run's last video comes before its end
+                    self._show_videos(run)
             if key in self.compare.run_ids():
                 self._show_comparison(self.compare.run_ids())
 
     def _on_store_appended(self, run_id: str, keys: list[str]) -> None:
         if run_id in self.plots.runs():
             self.plots.mark_dirty(run_id, keys)
+        current = self.selected_run()
+        if EVAL_REWARD in keys and current is not None and current["id"] == run_id:
+            self._show_videos(current)  # an evaluation: its video follows
 
     # --------------------------------------------------------- selection
     def _on_table_selection_changed(self, keys: list[str]) -> None:
@@ -523,6 +542,7 @@ class TrainingWorkspace(QWidget):
             self._show_comparison([r["id"] for r in runs])
         current = self.selected_run()
         self.notes.show_run(current)
+        self._show_videos(current)
         if current is None:
             self._log_shown = None
             self.run_log.clear()
@@ -662,7 +682,22 @@ class TrainingWorkspace(QWidget):
             # The supervisor wrote these to log.txt too: shown already.
             self._log_shown = (run_id, _log_size(run))
 
+    def _show_videos(self, run: dict[str, Any] | None) -> None:
+        """The run's evaluation videos as its folder holds them now, their
+        count in the tab's title."""
+        self.videos.show_run(run)
+        count = len(self.videos.rows())
+        self.tabs.setTabText(
+            self.tabs.indexOf(self.videos), f"Videos ({count})" if count else "Videos"
+        )
+
     def _on_tick_timeout(self) -> None:
         for run in self._state.runs.values():
             if run.get("status") == "running":
                 self.table_of(run).update_record(run)
+        current = self.selected_run()
+        if current is not None and current.get("status") == "running":
+            # A video is written after its evaluation's reward arrives (and
+            # a headless run's rewards come with a snapshot): the list
+            # follows the folder.
+            self._show_videos(current)
