@@ -522,10 +522,9 @@ def test_one_click_export_to_ollama_ends_with_the_run_line(
 
 def test_record_video_plays_the_gif_and_opens_it(qtbot, setup, tmp_path) -> None:
     """Record video…: the engine's rl.record form for the selected policy,
-    run as an action; the GIF plays in the results pane and its link opens
-    the file (issue 31, item 4)."""
+    run as an action; the GIF plays in the results pane's video player, which
+    opens the file in the desktop's player (issue 31, item 4)."""
     from PySide6.QtCore import QUrl
-    from PySide6.QtGui import QMovie
 
     _win, ws, ids = setup
     ws.select(ids["policy"])
@@ -544,17 +543,21 @@ def test_record_video_plays_the_gif_and_opens_it(qtbot, setup, tmp_path) -> None
     _run_id, _purpose, status, reason = ended.args
     assert status == "completed", reason
     text = ws.results.result_label.text()
-    assert "cart.gif" in text and "20 frames" in text and "Open video" in text
-    movie = ws.results.video.movie()
-    assert movie is not None and movie.state() == QMovie.MovieState.Running
-    assert movie.frameCount() == 20 and ws.results.video.isVisible()
+    assert "cart.gif" in text and "20 frames" in text and "Show in folder" in text
+    player = ws.results.video
+    assert player.isVisible() and player.video() == out
+    qtbot.waitUntil(
+        lambda: not player.is_decoding() and player.viewer.frame_count() == 20,
+        timeout=10_000,
+    )
+    assert player.viewer.is_playing()
     shots = os.environ.get("RLSTUDIO_SCREENSHOTS")  # docs/screenshots/, by hand
     if shots:
         ws.window().grab().save(str(Path(shots) / "record-video-gif.png"))
     opened: list[QUrl] = []
     ws.results.open_url = opened.append
-    ws.results.result_label.linkActivated.emit(QUrl.fromLocalFile(str(out)).toString())
+    player.open_button.click()
     assert [u.toLocalFile() for u in opened] == [str(out)]
     # Play afterwards puts the trace and frames back in the GIF's place.
     ws.results.show_play(None)
-    assert not ws.results.video.isVisible() and ws.results.video.movie() is None
+    assert not player.isVisible() and player.video() is None

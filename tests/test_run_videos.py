@@ -128,7 +128,9 @@ def test_a_run_without_videos_says_how_to_get_them(qtbot, tmp_path) -> None:
 
 def test_a_truncated_video_is_one_sentence_on_the_page(qtbot, tmp_path) -> None:
     run = make_run(tmp_path / "runs" / "r1", [1000], "completed")
-    video = Path(run["run_dir"]) / contract.VIDEOS_FOLDER / contract.eval_video_name(1000)
+    video = (
+        Path(run["run_dir"]) / contract.VIDEOS_FOLDER / contract.eval_video_name(1000)
+    )
     video.write_bytes(video.read_bytes()[:500])
     ws = make_workspace(qtbot, tmp_path, [run])
     ws.show_run("r1")
@@ -140,3 +142,29 @@ def test_a_truncated_video_is_one_sentence_on_the_page(qtbot, tmp_path) -> None:
     assert player.status_text() == (
         f"{video.name} cannot be played: it is incomplete or not a video."
     )
+
+
+def test_models_results_play_a_recorded_mp4_in_the_same_player(qtbot, tmp_path) -> None:
+    """Record video…'s MP4 plays in Models' results pane, as on the run
+    page (it only offered the desktop's player before)."""
+    from studio.model_manager.run_results import RunResultsPane
+
+    video = write_video(tmp_path / "cart.mp4", [COLOURS[2000]] * 6)
+    pane = RunResultsPane()
+    qtbot.addWidget(pane)
+    pane.resize(800, 600)
+    pane.show()
+    summary = {"file": str(video), "frames": 6, "seconds": 0.6, "fps": 10}
+    with qtbot.waitSignal(
+        pane.video.decoding_changed, check_params_cb=lambda d: not d, timeout=10_000
+    ):
+        pane.show_video({**summary, "width": 64, "height": 48, "returns": [6.0]})
+    assert pane.video.isVisible() and pane.video.viewer.frame_count() == 6
+    assert near(centre(pane.video), COLOURS[2000]) and pane.video.viewer.is_playing()
+    assert "cart.mp4" in pane.result_label.text()
+    opened: list[QUrl] = []
+    pane.open_url = opened.append
+    pane.video.open_button.click()
+    assert [u.toLocalFile() for u in opened] == [str(video)]
+    pane.show_play(None)  # an episode played afterwards takes its place
+    assert not pane.video.isVisible() and pane.video.video() is None

@@ -1,7 +1,9 @@
 """The Models workspace's Evaluate / Play tab: what an evaluation found (its
 returns, lengths and success rate), the episode played (its step trace
-beside its frames), and a recorded video (a GIF plays here; an MP4 opens in
-the system's player, which Qt's widgets cannot embed without QtMultimedia)."""
+beside its frames), and a recorded video, played here by the studio's one
+video player (:class:`~widgets.video_player.VideoPlayer`, an MP4 and a GIF
+alike: QMovie played only GIFs, without a slider or pause) and opened in the
+desktop's player on request."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import Qt, QUrl
-from PySide6.QtGui import QDesktopServices, QMovie
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLabel, QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from engine import contract
 from widgets.frame_viewer import FrameViewer
 from widgets.record_table import Column, RecordTable
+from widgets.video_player import VideoPlayer
 
 TRACE_COLUMNS = [
     Column("Step", lambda r: r["step"]),
@@ -91,8 +94,9 @@ class RunResultsPane(QWidget):
         self.result_label.linkActivated.connect(self._on_result_label_link_activated)
         self.open_url = QDesktopServices.openUrl
         """Opens a video or folder the result names; tests replace it."""
-        self.video = QLabel(alignment=Qt.AlignmentFlag.AlignCenter)
-        """A recorded GIF, playing (hidden otherwise)."""
+        self.video = VideoPlayer()
+        """A recorded video, playing (hidden otherwise)."""
+        self.video.open_requested.connect(self._on_video_open_requested)
         self.video.hide()
         self.card = QTextBrowser()
         """A pushed agent's model card, rendered from its Markdown."""
@@ -122,29 +126,24 @@ class RunResultsPane(QWidget):
         )
 
     def show_video(self, summary: dict[str, Any]) -> None:
-        """A recording's summary (``rl.record``): what it holds, a link that
-        opens it, and a GIF playing in place."""
+        """A recording's summary (``rl.record``): what it holds, a link to
+        its folder, and the video playing in place."""
         self._stop_video()
         path = Path(str(summary.get("file") or ""))
         if not path.is_file():
             self.result_label.setText("The recording wrote no video.")
             return
         returns = ", ".join(f"{r:.4g}" for r in summary.get("returns") or [])
-        url = QUrl.fromLocalFile(str(path)).toString()
         folder = QUrl.fromLocalFile(str(path.parent)).toString()
         self.result_label.setText(
             f"<b>Video</b> {html.escape(path.name)}: {summary.get('frames', 0)} "
             f"frames, {summary.get('seconds', 0):.1f} s at {summary.get('fps', 0)} "
             f"frames/s, {summary.get('width', 0)} x {summary.get('height', 0)}; "
-            f"returns {html.escape(returns)}<br><a href='{url}'>Open video</a>"
-            f" · <a href='{folder}'>Show in folder</a>"
+            f"returns {html.escape(returns)}<br><a href='{folder}'>Show in folder</a>"
         )
-        if path.suffix.lower() == ".gif":
-            movie = QMovie(str(path), parent=self.video)
-            self.video.setMovie(movie)
-            self._play_split.hide()
-            self.video.show()
-            movie.start()
+        self._play_split.hide()
+        self.video.show()
+        self.video.set_video(path)
 
     def show_card(self, summary: dict[str, Any]) -> None:
         """A push's summary (``rl.hub_push``): where it went and the model
@@ -173,17 +172,16 @@ class RunResultsPane(QWidget):
         self.card.show()
 
     def _stop_video(self) -> None:
-        movie = self.video.movie()
-        if movie is not None:
-            movie.stop()
-            self.video.setMovie(None)  # type: ignore[arg-type]
-            movie.deleteLater()
+        self.video.clear()
         self.video.hide()
         self.card.hide()
         self._play_split.show()
 
     def _on_result_label_link_activated(self, link: str) -> None:
         self.open_url(QUrl(link))
+
+    def _on_video_open_requested(self, path: str) -> None:
+        self.open_url(QUrl.fromLocalFile(path))
 
     def show_evaluation(self, data: dict[str, Any] | None) -> None:
         """What an evaluation's ``preview.json`` says (None: it wrote none)."""
