@@ -3,13 +3,11 @@ evaluation videos listed newest first with their step and the evaluation's
 mean reward from the run's metrics, the one selected playing in the studio,
 the list following a live run as it writes new ones. The videos are real
 MP4s (a flat colour each) written by imageio-ffmpeg, as the engine's
-recorder writes them. With ``RLSTUDIO_SCREENSHOTS=DIR`` the workspace is
-saved as ``DIR/run-videos-test.png``."""
+recorder writes them."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -107,9 +105,6 @@ def test_the_run_page_lists_and_plays_its_evaluation_videos(qtbot, tmp_path) -> 
     assert ws.tabs.tabText(ws.tabs.indexOf(ws.videos)) == "Videos (3)"
     assert player.video() == videos / contract.eval_video_name(1000)
     assert table.selected_keys() == [contract.eval_video_name(1000)]
-    shots = os.environ.get("RLSTUDIO_SCREENSHOTS")  # docs/screenshots/, by hand
-    if shots:
-        ws.grab().save(str(Path(shots) / "run-videos-test.png"))
 
 
 def test_a_run_without_videos_says_how_to_get_them(qtbot, tmp_path) -> None:

@@ -136,3 +136,15 @@ def test_decoded_width_fits_the_budget_and_the_player() -> None:
     assert decoded_width((64, 48), 5, budget, 480) == 64
     width = decoded_width((600, 400), 1000, budget, 480)
     assert 1000 * width * (width * 2 // 3) * 3 <= budget
+
+
+def test_a_wide_video_is_decoded_at_the_players_width(qtbot, tmp_path) -> None:
+    video = write_video(tmp_path / "wide.mp4")
+    player = VideoPlayer(widest=32)
+    qtbot.addWidget(player)
+    player.resize(320, 280)
+    player.show()
+    decode(qtbot, player, video, autoplay=False)
+    assert player.viewer.frame_count() == len(COLOURS)
+    assert player.viewer.frame(0).shape == (24, 32, 3)
+    assert near(centre(player), COLOURS[0])

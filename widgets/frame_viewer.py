@@ -117,6 +117,10 @@ class FrameViewer(QWidget):
     def current(self) -> int:
         return self.slider.value()
 
+    def frame(self, index: int) -> np.ndarray:
+        """Frame ``index`` as held, (h, w, 3)."""
+        return self._frames[index]
+
     def show_frame(self, index: int) -> None:
         if not len(self._frames):
             return

@@ -13,6 +13,7 @@ missing, incomplete or not a video is one sentence there, never a traceback.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -47,6 +48,12 @@ PART_SECONDS = 0.1
 """...or fewer, when decoding them took longer than this."""
 QUIT_WAIT_MS = 2000
 """How long the application's quit waits for a decoder told to stop."""
+
+
+def _not_our_scaling(record: logging.LogRecord) -> bool:
+    """imageio-ffmpeg warns of every frame size it reads that is not the
+    file's: here the player asked for it."""
+    return not str(record.msg).startswith("The frame size for reading")
 
 
 class _Reaper(QObject):
@@ -126,6 +133,9 @@ class _Decoder(QThread):
         except ImportError:
             self.failed.emit("Videos cannot be played here: imageio-ffmpeg is missing.")
             return
+        ffmpeg_log = logging.getLogger("imageio_ffmpeg")
+        if _not_our_scaling not in ffmpeg_log.filters:
+            ffmpeg_log.addFilter(_not_our_scaling)
         if not self.path.is_file():
             self.failed.emit(f"{name} cannot be played: the file does not exist.")
             return
