@@ -148,3 +148,16 @@ def test_a_wide_video_is_decoded_at_the_players_width(qtbot, tmp_path) -> None:
     assert player.viewer.frame_count() == len(COLOURS)
     assert player.viewer.frame(0).shape == (24, 32, 3)
     assert near(centre(player), COLOURS[0])
+
+
+def test_a_hidden_player_pauses_until_shown(qtbot, player, tmp_path) -> None:
+    decode(qtbot, player, write_video(tmp_path / "a.mp4"))
+    assert player.viewer.is_playing()
+    player.hide()
+    assert not player.viewer.is_playing()
+    player.show()
+    assert player.viewer.is_playing()
+    player.set_playing(False)  # a pause chosen stays through hiding
+    player.hide()
+    player.show()
+    assert not player.viewer.is_playing()

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -233,6 +234,9 @@ class VideoPlayer(QWidget):
         self._path: Path | None = None
         self._autoplay = True
         self._fps = 0.0
+        self._resume = False
+        """Playing when hidden: plays again when shown (a hidden player's
+        timer drew 50 frames a second for no one)."""
         self._problem = ""
         """Why the video shown is not all there (a failure, frames left out)."""
         self.viewer = FrameViewer()
@@ -271,7 +275,7 @@ class VideoPlayer(QWidget):
         was_decoding = self._drop_decoder()
         self._path = Path(path)
         self._autoplay = autoplay
-        self._fps, self._problem = 0.0, ""
+        self._fps, self._problem, self._resume = 0.0, "", False
         self.viewer.set_frames(np.zeros((0, 1, 1, 3), np.uint8), "Decoding…")
         self.open_button.setEnabled(True)
         self._set_status(f"{self._path.name}: decoding…")
@@ -291,7 +295,7 @@ class VideoPlayer(QWidget):
         """Show no video: ``text`` (the empty text by default) in its place."""
         if self._drop_decoder():
             self.decoding_changed.emit(False)
-        self._path = None
+        self._path, self._resume = None, False
         self.viewer.set_frames(
             np.zeros((0, 1, 1, 3), np.uint8), text or self._empty_text
         )
@@ -326,7 +330,10 @@ class VideoPlayer(QWidget):
             # Once, when there is something to play: a pause the user
             # chose while the rest decodes stays.
             self._autoplay = False
-            self.viewer.set_playing(True)
+            if self.isVisible():
+                self.viewer.set_playing(True)
+            else:
+                self._resume = True
 
     def _on_decoder_failed(self, sentence: str) -> None:
         if self._ours():
@@ -349,6 +356,17 @@ class VideoPlayer(QWidget):
                 f"{self._fps:.3g} frames/s"
             )
         self.decoding_changed.emit(False)
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        self._resume = self._resume or self.viewer.is_playing()
+        self.viewer.set_playing(False)
+        super().hideEvent(event)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        if self._resume:
+            self._resume = False
+            self.viewer.set_playing(True)
 
     def _set_status(self, text: str) -> None:
         if text != self.status.text():
