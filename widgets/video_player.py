@@ -142,7 +142,7 @@ class _Decoder(QThread):
             return
         try:
             self._decode(imageio_ffmpeg)
-        except (OSError, RuntimeError, ValueError, KeyError):
+        except (OSError, RuntimeError, ValueError, KeyError, StopIteration):
             # ffmpeg's own words are a screenful of its log: said shortly.
             if self.decoded:
                 self.partly.emit(
