@@ -624,6 +624,9 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="engine %(levelname)s: %(message)s",
     )
+    # PyOpenGL (MuJoCo's renderer) says at INFO that an optional speed-up
+    # is absent; the studio's log is for what a user acts on.
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)
     out = private_event_stream()
     server = Server(out, stop_timeout_s=args.stop_timeout)
     code = server.serve(sys.stdin.buffer)
