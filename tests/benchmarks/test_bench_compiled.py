@@ -252,7 +252,8 @@ def pipeline_process_to_target(
     """(wall seconds, steps) of one ``rl-studio-engine train`` process of the
     preset until its evaluation reaches 0.8, imports included: what a user
     who starts a run waits for (jax with its program in the persistent
-    cache)."""
+    cache, and its SB3 model template beside it: the run writes its
+    ``model.zip`` without importing torch)."""
     wall, summary = engine_process(
         ["train", "--env", PIPELINE, "--algo", "MaskablePPO", "--steps", "30000",
          "--seed", str(seed), "--quiet", "--project", str(project),
