@@ -85,9 +85,26 @@ def test_the_catalog_names_each_family_and_an_atari_trace_names_its_image(
         frames_path=frames,
     )
     # Play's frames are the game's own colour screen, not the agent's input.
-    assert np.load(frames)["frames"].shape == (4, 210, 160, 3)
+    saved = np.load(frames)
+    assert saved["frames"].shape == (4, 210, 160, 3)
     assert result["observation_space"] == "Box(0, 255, (84, 84, 4), uint8)"
     assert [r["observation"] for r in result["trace"]] == ["uint8 84x84x4"] * 5
+    # The agent's input is saved beside it, one observation a frame, as the
+    # wrapper stacks them.
+    assert result["observation_frames"] == {
+        "key": "observations",
+        "stack": families.FRAME_STACK,
+        "channels": 1,
+        "text": "stack of 4 grey frames, oldest first",
+    }
+    seen = saved["observations"]
+    assert seen.shape == (4, 84, 84, 4) and seen.dtype == np.uint8
+    assert f"{seen.dtype} {'x'.join(map(str, seen.shape[1:]))}" == "uint8 84x84x4"
+    # The reset's stack is one frame after zeros; each step shifts the stack
+    # by a frame, the oldest out and the new one last.
+    assert not seen[0, ..., :-1].any() and seen[0, ..., -1].any()
+    for k in range(3):
+        assert np.array_equal(seen[k + 1, ..., :-1], seen[k, ..., 1:])
 
 
 @pytest.mark.slow

@@ -99,6 +99,9 @@ def test_envs_that_render_give_frames(
         env_id, PreviewConfig(episodes=1, frames=30), frames_path=tmp_path / "f.npz"
     )
     assert result["frames_note"] is None
+    # Their observations are no images: the file holds the screen alone.
+    assert result["observation_frames"] is None
+    assert list(np.load(result["frames"])) == ["frames"]
     frames = np.load(result["frames"])["frames"]
     n = min(30, result["episodes"][0]["length"] + 1)  # the reset frame, then steps
     assert len(frames) == n and frames.dtype == np.uint8 and frames.ndim == 4

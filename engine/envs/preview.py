@@ -7,6 +7,11 @@ computes all of it as JSON data; frames go to a ``.npz`` file (uint8 array
 ``frames`` of shape (n, height, width, 3)) because big things travel as
 paths. An env that cannot draw is played without frames and
 ``frames_note`` says why in one sentence (:mod:`engine.envs.render`).
+
+The screen is what a person sees; an env whose observation is an image (an
+Atari game's stack of 84x84 grey frames) also saves, in the same file, the
+observation of each step whose frame is kept: what the agent is given
+(:func:`observation_frames` says under which key and what its channels are).
 """
 
 from __future__ import annotations
@@ -83,8 +88,10 @@ def preview(
     "action_space", "trace": [{"episode", "step",
     "observation", "action", "action_name", "reward", "reward_breakdown",
     "status", "terminated", "truncated", "text"}], "frames": path|None,
-    "frames_note": sentence|None}`` (``frames_note``: why frames were asked
-    for and none could be drawn).
+    "frames_note": sentence|None, "observation_frames": {...}|None}``
+    (``frames_note``: why frames were asked for and none could be drawn;
+    ``observation_frames``: where the frames file holds the observations of
+    an image env, :func:`observation_frames`).
     """
     from engine.envs.registry import make, registered_id
     from engine.envs.render import make_for_frames
@@ -115,6 +122,7 @@ def preview(
         if on_episode is not None:
             on_episode(ep, episodes[-1])
     env.close()
+    frames = recorder.save(frames_path)
     return {
         "env_id": env.spec.id if env.spec else None,
         "seed": cfg.seed,
@@ -125,8 +133,48 @@ def preview(
         "observation_space": str(env.observation_space),
         "action_space": str(env.action_space),
         "trace": trace,
-        "frames": recorder.save(frames_path),
+        "frames": frames,
         "frames_note": recorder.note,
+        "observation_frames": recorder.described if frames else None,
+    }
+
+
+OBSERVATIONS_KEY = "observations"
+"""The frames file's array of the agent's observations, (n, h, w, c) uint8."""
+
+
+def observation_frames(env: Any) -> dict[str, Any] | None:
+    """How ``env``'s observations are saved beside its frames, or None when
+    they are not images (a uint8 ``Box`` of shape (h, w, c) or (h, w)).
+
+    ``{"key": "observations", "stack": frames on the channel axis, "channels":
+    channels a frame (1 grey, 3 RGB), "text": "stack of 4 grey frames, oldest
+    first"}``; the stack is read from the env's :class:`FrameStack`, so any
+    stacked image env reads right, not only the Atari games.
+    """
+    from engine.envs.frame_stack import FrameStack
+
+    space = env.observation_space
+    shape: tuple[int, ...] = tuple(getattr(space, "shape", None) or ())
+    if getattr(space, "dtype", None) != np.uint8 or len(shape) not in (2, 3):
+        return None
+    channels = int(shape[2]) if len(shape) == 3 else 1
+    stack, per_frame = 1, channels
+    layer = env
+    while layer is not None:
+        if isinstance(layer, FrameStack):
+            per_frame = layer.channels
+            stack = channels // per_frame
+            break
+        layer = getattr(layer, "env", None)
+    kind = {1: "grey", 3: "RGB"}.get(per_frame, f"{per_frame}-channel")
+    return {
+        "key": OBSERVATIONS_KEY,
+        "stack": stack,
+        "channels": per_frame,
+        "text": f"stack of {stack} {kind} frames, oldest first"
+        if stack > 1
+        else f"one {kind} frame",
     }
 
 
@@ -142,9 +190,14 @@ class _FrameRecorder:
         self.note = note
         self.drawing = limit > 0 and note is None
         self.frames: list[np.ndarray] = []
+        self.described = observation_frames(env)
+        """How the observations are saved; None: they are not images."""
+        self.observations: list[np.ndarray] = []
+        """The agent's observation at each frame kept (image envs only)."""
         self.frame_bytes = 0
 
-    def draw(self) -> None:
+    def draw(self, obs: Any) -> None:
+        """Draw the screen as it is now, ``obs`` being what the agent sees."""
         from engine.envs.render import cannot_draw, frame_problem, render_failure
 
         if not self.drawing or len(self.frames) >= self.limit:
@@ -156,11 +209,16 @@ class _FrameRecorder:
         else:
             why = frame_problem(frame)
         if why is None:
-            self.frame_bytes += frame.nbytes
+            seen = np.array(obs, np.uint8) if self.described else None
+            if seen is not None and seen.ndim == 2:
+                seen = seen[..., None]  # one channel, as (h, w, c) says
+            self.frame_bytes += frame.nbytes + (0 if seen is None else seen.nbytes)
             if self.frame_bytes > FRAME_BUDGET_BYTES and self.frames:
                 self.drawing = False
             else:
                 self.frames.append(frame)
+                if seen is not None:
+                    self.observations.append(seen)
             return
         self.drawing = False
         self.note = cannot_draw(self.env_id, why)
@@ -172,7 +230,10 @@ class _FrameRecorder:
             return None
         out = str(path)
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(out, frames=np.stack(self.frames))
+        arrays: dict[str, Any] = {"frames": np.stack(self.frames)}
+        if self.observations:
+            arrays[OBSERVATIONS_KEY] = np.stack(self.observations)
+        np.savez_compressed(out, **arrays)
         return out
 
 
@@ -206,7 +267,7 @@ def _play_episode(
     if start_episode is not None:
         start_episode()
     if recorder is not None:
-        recorder.draw()
+        recorder.draw(obs)
     total, length, done, success = 0.0, 0, False, False
     while not done:
         action = act(obs, env)
@@ -233,7 +294,7 @@ def _play_episode(
                 }
             )
         if recorder is not None:
-            recorder.draw()
+            recorder.draw(next_obs)
         obs = next_obs
     return {"return": total, "length": length, "success": success}
 
