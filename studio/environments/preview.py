@@ -4,7 +4,9 @@ and show what happened.
 The controls choose the policy (random, or one of the project's SB3
 policies trained on this env) and the number of episodes; the results are
 the return distribution, mean episode length and success rate, the frames
-of the first episode for envs that render, and a step-by-step trace (action,
+of the first episode for envs that render (beside them, for an env whose
+observations are images, the agent's view: the frames stacked in the
+observation at that step, oldest first), and a step-by-step trace (action,
 reward broken down by rule, status, observation) of the first episode. The
 panel only shows: the workspace turns ``preview_requested`` into an engine
 run and hands the results back.
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,11 +32,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.state.env_preview import summary, trace_rows
+from studio.state.env_preview import AGENT_VIEW_TIP, load_frames, summary, trace_rows
 from widgets.fit import labelled
 from widgets.flow_layout import FlowLayout
 from widgets.frame_viewer import FrameViewer
 from widgets.histogram import Histogram
+from widgets.image_stack import ImageStackView
 from widgets.record_table import Column, RecordTable
 
 TRACE_COLUMNS = [
@@ -125,10 +127,16 @@ class EnvPreviewPanel(QWidget):
         self.frames = FrameViewer()
         self.frames.setToolTip("The first episode, frame by frame.")
         self.frames.hide()  # until an env that renders is previewed
+        self.agent_view = ImageStackView("Agent's view")
+        """The observation at the frame shown (image envs only)."""
+        self.agent_view.setToolTip(AGENT_VIEW_TIP)
+        self.agent_view.hide()
+        self.frames.frame_changed.connect(self.agent_view.show_stack)
         self.charts = top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(self.histogram)
         top.addWidget(self.frames)
-        top.setSizes([420, 380])
+        top.addWidget(self.agent_view)
+        top.setSizes([360, 260, 420])
 
         self.trace_table = RecordTable(
             TRACE_COLUMNS,
@@ -192,7 +200,7 @@ class EnvPreviewPanel(QWidget):
         self.histogram.hide()  # empty axes look broken; back with results
         self.trace_table.set_records([])
         self.step_detail.clear()
-        self._set_frames(None)
+        self._set_frames({})
         self._update_charts()
 
     def set_running(self, running: bool) -> None:
@@ -239,7 +247,7 @@ class EnvPreviewPanel(QWidget):
             self.trace_table.select_keys([rows[0]["id"]])
         else:
             self.step_detail.clear()
-        self._set_frames(data.get("frames"), str(data.get("frames_note") or ""))
+        self._set_frames(data, str(data.get("frames_note") or ""))
         self._update_charts()
 
     def mark_stale(self) -> None:
@@ -273,12 +281,19 @@ class EnvPreviewPanel(QWidget):
             )
         self.status_label.setText(text)
 
-    def _set_frames(self, path: str | None, note: str = "") -> None:
-        """The frames at ``path``; else ``note`` (why the env drew none) in
-        their place, or no viewer at all."""
-        if path and Path(path).is_file():
-            with np.load(path) as npz:
-                self.frames.set_frames(npz["frames"])
+    def _set_frames(self, data: dict[str, Any], note: str = "") -> None:
+        """The frames ``data`` names, and the agent's view of them for an
+        image env; else ``note`` (why the env drew none) in their place, or
+        no viewer at all."""
+        loaded = load_frames(data)
+        seen = loaded.observations if loaded is not None else None
+        if loaded is not None and seen is not None:
+            self.agent_view.set_stacks(seen, loaded.channels, loaded.text)
+        else:
+            self.agent_view.set_stacks(None)
+        self.agent_view.setVisible(seen is not None)
+        if loaded is not None:
+            self.frames.set_frames(loaded.frames)
             self.frames.show()
         else:
             self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8), note)
@@ -287,7 +302,11 @@ class EnvPreviewPanel(QWidget):
     def _update_charts(self) -> None:
         """The chart row only takes room when it has something to show."""
         self.charts.setVisible(
-            not (self.histogram.isHidden() and self.frames.isHidden())
+            not (
+                self.histogram.isHidden()
+                and self.frames.isHidden()
+                and self.agent_view.isHidden()
+            )
         )
 
     def _on_run_clicked(self) -> None:
@@ -301,6 +320,10 @@ class EnvPreviewPanel(QWidget):
         if row is None:
             self.step_detail.clear()
             return
+        if row["episode"] == 1:
+            # The frames are the first episode's: the reset's, then one a
+            # step; a row shows the observation before its step's action.
+            self.frames.show_frame(row["step"] - 1)
         parts = [
             f"Episode {row['episode']}, step {row['step']}: {row['action']} → "
             f"reward {row['reward']:+.4g}"

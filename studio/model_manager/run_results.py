@@ -1,6 +1,7 @@
 """The Models workspace's Evaluate / Play tab: what an evaluation found (its
 returns, lengths and success rate), the episode played (its step trace
-beside its frames), and a recorded video, played here by the studio's one
+beside its frames and, for an env whose observations are images, the
+agent's view of each frame), and a recorded video, played here by the studio's one
 video player (:class:`~widgets.video_player.VideoPlayer`, an MP4 and a GIF
 alike: QMovie played only GIFs, without a slider or pause) and opened in the
 desktop's player on request."""
@@ -17,7 +18,9 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLabel, QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from engine import contract
+from studio.state.env_preview import AGENT_VIEW_TIP, load_frames
 from widgets.frame_viewer import FrameViewer
+from widgets.image_stack import ImageStackView
 from widgets.record_table import Column, RecordTable
 from widgets.video_player import VideoPlayer
 
@@ -89,7 +92,13 @@ class RunResultsPane(QWidget):
         play_split = QSplitter(Qt.Orientation.Horizontal)
         play_split.addWidget(self.trace_table)
         play_split.addWidget(self.frames)
-        play_split.setSizes([520, 300])
+        self.agent_view = ImageStackView("Agent's view")
+        """The observation at the frame shown (image envs only)."""
+        self.agent_view.setToolTip(AGENT_VIEW_TIP)
+        self.agent_view.hide()
+        self.frames.frame_changed.connect(self.agent_view.show_stack)
+        play_split.addWidget(self.agent_view)
+        play_split.setSizes([520, 300, 300])
         self.frames.hide()  # until an episode with frames is played
         self.result_label.linkActivated.connect(self._on_result_label_link_activated)
         self.open_url = QDesktopServices.openUrl
@@ -232,10 +241,15 @@ class RunResultsPane(QWidget):
                 else ""
             )
         )
-        frames_path = data.get("frames")
-        if frames_path and Path(frames_path).is_file():
-            with np.load(frames_path) as npz:
-                self.frames.set_frames(npz["frames"])
+        loaded = load_frames(data)
+        seen = loaded.observations if loaded is not None else None
+        if loaded is not None and seen is not None:
+            self.agent_view.set_stacks(seen, loaded.channels, loaded.text)
+        else:
+            self.agent_view.set_stacks(None)
+        self.agent_view.setVisible(seen is not None)
+        if loaded is not None:
+            self.frames.set_frames(loaded.frames)
         else:
             # The viewer stays, with the sentence where the picture would be.
             self.frames.set_frames(

@@ -1,7 +1,7 @@
 """What the designer's Preview panel and its "Train this environment" button
 need to know, without Qt: which of the project's policies can play a spec,
-which algorithm suits it, and how a ``preview.json`` reads as table rows and
-a one-line summary.
+which algorithm suits it, and how a ``preview.json`` reads as table rows, a
+one-line summary, and frames (the screen, and what the agent sees of it).
 
 A designed env registers as ``rlstudio/<name>-v0``; a model records the env
 it was trained on as that id, as the spec's file, or (for a ``gymnasium``
@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+import numpy as np
 
 from engine.contract import (
     ENVS_FOLDER,
@@ -225,3 +228,48 @@ def summary(data: dict[str, Any]) -> dict[str, Any]:
         "returns": returns,
         "lengths": [int(e["length"]) for e in eps],
     }
+
+
+AGENT_VIEW_TIP = (
+    "What the policy is given at the frame shown, drawn pixel for pixel: "
+    "the frames stacked in its observation, oldest first."
+)
+"""The tooltip of an agent's view (the designer's Preview, Models' Play)."""
+
+
+@dataclass(frozen=True)
+class PreviewFrames:
+    """A preview's frames file as read: the screen and, for an env whose
+    observations are images, the observation at each frame."""
+
+    frames: np.ndarray
+    """The screen, (n, h, w, 3) uint8."""
+    observations: np.ndarray | None
+    """What the agent is given at each frame, (n, h, w, c) uint8; None when
+    the observations are not images."""
+    channels: int
+    """Channels a frame of the stack has (1 grey, 3 RGB)."""
+    text: str
+    """What the channel axis holds (``stack of 4 grey frames, oldest first``)."""
+
+
+def load_frames(data: Mapping[str, Any]) -> PreviewFrames | None:
+    """The frames a ``preview.json`` names, read; None without a file. The
+    observations are read under the key the engine names
+    (``observation_frames``), so the studio spells it nowhere."""
+    path = data.get("frames")
+    if not path or not Path(path).is_file():
+        return None
+    described = data.get("observation_frames")
+    key = described.get("key") if isinstance(described, dict) else None
+    with np.load(path) as npz:
+        frames = npz["frames"]
+        observations = npz[key] if key and key in npz.files else None
+    if observations is None or not isinstance(described, dict):
+        return PreviewFrames(frames, None, 1, "")
+    return PreviewFrames(
+        frames,
+        observations,
+        int(described.get("channels") or 1),
+        str(described.get("text") or ""),
+    )
