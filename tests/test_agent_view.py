@@ -152,6 +152,11 @@ def test_play_shows_the_agents_view_beside_the_screen(
     k = pane.frames.current()
     assert pane.agent_view.current() == k
     assert np.array_equal(pane.agent_view.images()[3], observations[k, ..., 3])
+    # A step chosen in the trace shows the frame and stack before its action.
+    row = next(r for r in pane.trace_table.model.records if r["step"] == 5)
+    pane.trace_table.select_keys([row["id"]])
+    assert pane.frames.current() == pane.agent_view.current() == 4
+    assert np.array_equal(pane.agent_view.images()[0], observations[4, ..., 0])
 
 
 def test_cartpoles_numbers_show_no_agents_view(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -89,6 +89,7 @@ class RunResultsPane(QWidget):
         self.trace_table = RecordTable(TRACE_COLUMNS, empty_text=PLAY_HINT)
         # The episode from its first step (a view sorts descending at first).
         self.trace_table.view.sortByColumn(0, Qt.SortOrder.AscendingOrder)
+        self.trace_table.selection_changed.connect(self._on_trace_selection_changed)
         play_split = QSplitter(Qt.Orientation.Horizontal)
         play_split.addWidget(self.trace_table)
         play_split.addWidget(self.frames)
@@ -256,3 +257,12 @@ class RunResultsPane(QWidget):
                 np.zeros((0, 1, 1, 3), np.uint8), note or "This episode has no frames."
             )
         self.frames.show()
+
+    def _on_trace_selection_changed(self, keys: list[str]) -> None:
+        """A step chosen shows the frame before its action (the frames are
+        the reset's, then one a step), on the screen and in the agent's
+        view."""
+        rows = {r["id"]: r for r in self.trace_table.model.records}
+        row = rows.get(keys[0]) if keys else None
+        if row is not None and self.frames.frame_count():
+            self.frames.show_frame(int(row["step"]) - 1)
