@@ -161,23 +161,3 @@ def test_a_hidden_player_pauses_until_shown(qtbot, player, tmp_path) -> None:
     player.hide()
     player.show()
     assert not player.viewer.is_playing()
-
-
-def test_the_frame_counter_is_never_cut_in_a_narrow_pane(qtbot) -> None:
-    """A narrow pane cut "120 / 120" to "120 / 1" (seen in Preview)."""
-    import numpy as np
-
-    from widgets.frame_viewer import FrameViewer
-
-    viewer = FrameViewer()
-    qtbot.addWidget(viewer)
-    viewer.resize(160, 120)
-    viewer.show()
-    qtbot.waitExposed(viewer)
-    viewer.set_frames(np.zeros((120, 8, 8, 3), np.uint8))
-    viewer.show_frame(119)
-    counter = viewer.counter
-    qtbot.waitUntil(lambda: counter.text() == "120 / 120")
-    qtbot.waitUntil(
-        lambda: counter.width() >= counter.fontMetrics().horizontalAdvance("120 / 120")
-    )

@@ -143,12 +143,7 @@ class FrameViewer(QWidget):
         self.frame_changed.emit(index)
 
     def _show_counter(self, index: int) -> None:
-        total = len(self._frames)
-        self.counter.setText(f"{index + 1} / {total}")
-        # As wide as the widest count: a narrow pane cut "120 / 120" to
-        # "120 / 1", and the slider would shift as the digits change.
-        widest = self.counter.fontMetrics().horizontalAdvance(f"{total} / {total}")
-        self.counter.setMinimumWidth(widest + 2)
+        self.counter.setText(f"{index + 1} / {len(self._frames)}")
 
     def _on_slider_value_changed(self, value: int) -> None:
         self.show_frame(value)
