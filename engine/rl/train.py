@@ -445,7 +445,10 @@ class Trainer:
         self.model: Any = None
         """The SB3 model. The ``jax`` backend builds it after its first
         update (:meth:`ensure_built`), so that a run's first metrics row does
-        not wait for torch and SB3 to import."""
+        not wait for torch and SB3 to import; where its settings' SB3 file
+        template is cached, it holds a
+        :class:`~engine.rl.compiled.sb3_file.FileModel` instead, which writes
+        ``model.zip`` without torch."""
         self.logger: Any = None
         """Where the run's rows go: the model's SB3 ``Logger``, or for the
         ``jax`` backend a :class:`RowLogger`, which needs no SB3."""
