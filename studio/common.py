@@ -1,5 +1,5 @@
-"""Formatting helpers, a JSON file preview and a dialog's button box, shared
-by the workspaces."""
+"""Formatting helpers, a JSON file preview, a dialog's button box and the
+agent's view of a preview's frames, shared by the workspaces."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from typing import Any
 from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QPlainTextEdit, QWidget
+
+from studio.state.env_preview import AGENT_VIEW_TIP, PreviewFrames
+from widgets.frame_viewer import FrameViewer
+from widgets.image_stack import ImageStackView
 
 STATUS_COLORS = {
     "running": "#1f77b4",
@@ -127,3 +131,23 @@ def ok_cancel_buttons(
     buttons.accepted.connect(on_ok or dialog.accept)
     buttons.rejected.connect(dialog.reject)
     return buttons
+
+
+def agent_view(frames: FrameViewer) -> ImageStackView:
+    """The observation at the frame ``frames`` shows, for an env whose
+    observations are images (hidden until :func:`show_agent_view` has some)."""
+    view = ImageStackView("Agent's view")
+    view.setToolTip(AGENT_VIEW_TIP)
+    view.hide()
+    frames.frame_changed.connect(view.show_stack)
+    return view
+
+
+def show_agent_view(view: ImageStackView, loaded: PreviewFrames | None) -> None:
+    """``loaded``'s observations in ``view``; hidden when they are not images."""
+    seen = None if loaded is None else loaded.observations
+    if loaded is not None and seen is not None:
+        view.set_stacks(seen, loaded.channels, loaded.text)
+    else:
+        view.set_stacks(None)
+    view.setVisible(seen is not None)

@@ -32,12 +32,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from studio.state.env_preview import AGENT_VIEW_TIP, load_frames, summary, trace_rows
+from studio.common import agent_view, show_agent_view
+from studio.state.env_preview import load_frames, summary, trace_rows
 from widgets.fit import labelled
 from widgets.flow_layout import FlowLayout
 from widgets.frame_viewer import FrameViewer
 from widgets.histogram import Histogram
-from widgets.image_stack import ImageStackView
 from widgets.record_table import Column, RecordTable
 
 TRACE_COLUMNS = [
@@ -127,11 +127,8 @@ class EnvPreviewPanel(QWidget):
         self.frames = FrameViewer()
         self.frames.setToolTip("The first episode, frame by frame.")
         self.frames.hide()  # until an env that renders is previewed
-        self.agent_view = ImageStackView("Agent's view")
+        self.agent_view = agent_view(self.frames)
         """The observation at the frame shown (image envs only)."""
-        self.agent_view.setToolTip(AGENT_VIEW_TIP)
-        self.agent_view.hide()
-        self.frames.frame_changed.connect(self.agent_view.show_stack)
         self.charts = top = QSplitter(Qt.Orientation.Horizontal)
         top.addWidget(self.histogram)
         top.addWidget(self.frames)
@@ -286,12 +283,7 @@ class EnvPreviewPanel(QWidget):
         image env; else ``note`` (why the env drew none) in their place, or
         no viewer at all."""
         loaded = load_frames(data)
-        seen = loaded.observations if loaded is not None else None
-        if loaded is not None and seen is not None:
-            self.agent_view.set_stacks(seen, loaded.channels, loaded.text)
-        else:
-            self.agent_view.set_stacks(None)
-        self.agent_view.setVisible(seen is not None)
+        show_agent_view(self.agent_view, loaded)
         if loaded is not None:
             self.frames.set_frames(loaded.frames)
             self.frames.show()

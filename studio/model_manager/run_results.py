@@ -18,9 +18,9 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLabel, QSplitter, QTextBrowser, QVBoxLayout, QWidget
 
 from engine import contract
-from studio.state.env_preview import AGENT_VIEW_TIP, load_frames
+from studio.common import agent_view, show_agent_view
+from studio.state.env_preview import load_frames
 from widgets.frame_viewer import FrameViewer
-from widgets.image_stack import ImageStackView
 from widgets.record_table import Column, RecordTable
 from widgets.video_player import VideoPlayer
 
@@ -93,11 +93,8 @@ class RunResultsPane(QWidget):
         play_split = QSplitter(Qt.Orientation.Horizontal)
         play_split.addWidget(self.trace_table)
         play_split.addWidget(self.frames)
-        self.agent_view = ImageStackView("Agent's view")
+        self.agent_view = agent_view(self.frames)
         """The observation at the frame shown (image envs only)."""
-        self.agent_view.setToolTip(AGENT_VIEW_TIP)
-        self.agent_view.hide()
-        self.frames.frame_changed.connect(self.agent_view.show_stack)
         play_split.addWidget(self.agent_view)
         play_split.setSizes([520, 300, 300])
         self.frames.hide()  # until an episode with frames is played
@@ -243,12 +240,7 @@ class RunResultsPane(QWidget):
             )
         )
         loaded = load_frames(data)
-        seen = loaded.observations if loaded is not None else None
-        if loaded is not None and seen is not None:
-            self.agent_view.set_stacks(seen, loaded.channels, loaded.text)
-        else:
-            self.agent_view.set_stacks(None)
-        self.agent_view.setVisible(seen is not None)
+        show_agent_view(self.agent_view, loaded)
         if loaded is not None:
             self.frames.set_frames(loaded.frames)
         else:
