@@ -419,8 +419,8 @@ def _file_model(trainer: Any, params: Any, adam: Any) -> Any:
     template = None if needs_sb3 else sb3_file.template_path(cfg)
     if template is None or not template.exists():
         return None
-    model = sb3_file.FileModel(template, trainer.seed)
-    try:  # a file written now rather than at the first checkpoint
+    try:  # read, and a file written now rather than at the first checkpoint
+        model = sb3_file.FileModel(template, trainer.seed)
         model.hold(params, adam)
         model.save(io.BytesIO())
     except sb3_file.TEMPLATE_ERRORS as exc:

@@ -120,7 +120,8 @@ class FileModel:
     """What a ``jax`` run's trainer needs of an SB3 model (the step counts
     and ``save``) when a template spares it building one: it holds the
     compiled state's weights and Adam moments and writes them into a copy
-    of the template."""
+    of the template, read once (a damaged template raises one of
+    :data:`TEMPLATE_ERRORS` here)."""
 
     def __init__(self, template: Path, seed: int) -> None:
         self.template = template
@@ -129,6 +130,7 @@ class FileModel:
         self._n_updates = 0
         self.params: Params | None = None
         self.adam: tuple[Params, Params, int] | None = None
+        self._read = _Template.read(template)
 
     def hold(self, params: Params, adam: tuple[Params, Params, int]) -> None:
         self.params, self.adam = params, adam
@@ -136,19 +138,14 @@ class FileModel:
     def save(self, path: str | os.PathLike[str] | IO[bytes]) -> None:
         if self.params is None or self.adam is None:
             raise ValueError("no weights to save yet")
-        with zipfile.ZipFile(self.template) as template:
-            entries = [(info, template.read(info)) for info in template.infolist()]
-        named = _named(entries)
-        policy, names = _policy(named["policy.pth"], self.params)
+        t = self._read
         changed = {
-            "data": self._data(named["data"]),
-            "policy.pth": policy,
-            "policy.optimizer.pth": _optimizer(
-                named["policy.optimizer.pth"], names, self.adam
-            ),
+            "data": self._data(_named(t.entries)["data"]),
+            "policy.pth": t.policy_file(self.params),
+            "policy.optimizer.pth": t.optimizer_file(self.adam),
         }
         with zipfile.ZipFile(path, "w") as out:
-            for info, body in entries:
+            for info, body in t.entries:
                 out.writestr(info, changed.get(info.filename, body))
 
     def _data(self, body: bytes) -> bytes:
@@ -207,34 +204,40 @@ class _Reader(pickle.Unpickler):
         return _Storage(str(key), str(kind), int(numel))
 
 
-def _archive(body: bytes) -> tuple[str, list[tuple[zipfile.ZipInfo, bytes]], Any]:
-    """A torch file's folder name, entries, and its pickle read."""
-    with zipfile.ZipFile(io.BytesIO(body)) as z:
-        entries = [(info, z.read(info)) for info in z.infolist()]
-    folder = entries[0][0].filename.split("/", 1)[0]
-    pickled = _named(entries)[f"{folder}/data.pkl"]
-    return folder, entries, _Reader(io.BytesIO(pickled)).load()
+class _TorchFile(NamedTuple):
+    """A torch file read: its folder name, its entries, and its pickle
+    (tensors as :class:`_Tensor` records)."""
 
+    folder: str
+    entries: list[tuple[zipfile.ZipInfo, bytes]]
+    tree: Any
 
-def _with_tensors(body: bytes, values: list[tuple[_Tensor, np.ndarray]]) -> bytes:
-    """``body`` (a torch file) with each tensor's bytes from ``values``,
-    which must cover every tensor in it, shapes as they are."""
-    folder, entries, _ = _archive(body)
-    raw: dict[str, bytes] = {}
-    for tensor, value in values:
-        raw[f"{folder}/data/{tensor.storage.key}"] = _laid_out(tensor, value)
-    stored = {info.filename for info, _ in entries if "/data/" in info.filename}
-    if stored != set(raw):
-        raise ValueError("the template's tensors and the values given differ")
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
-        for info, old in entries:
-            content = raw.get(info.filename, old)
-            fresh = zipfile.ZipInfo(info.filename, date_time=info.date_time)
-            if info.filename in raw:
-                fresh.extra = _padding(out.tell(), info.filename)
-            z.writestr(fresh, content)
-    return out.getvalue()
+    @classmethod
+    def read(cls, body: bytes) -> _TorchFile:
+        with zipfile.ZipFile(io.BytesIO(body)) as z:
+            entries = [(info, z.read(info)) for info in z.infolist()]
+        folder = entries[0][0].filename.split("/", 1)[0]
+        pickled = _named(entries)[f"{folder}/data.pkl"]
+        return cls(folder, entries, _Reader(io.BytesIO(pickled)).load())
+
+    def with_tensors(self, values: list[tuple[_Tensor, np.ndarray]]) -> bytes:
+        """The file with each tensor's bytes from ``values``, which must
+        cover every tensor in it, shapes as they are."""
+        raw: dict[str, bytes] = {}
+        for tensor, value in values:
+            raw[f"{self.folder}/data/{tensor.storage.key}"] = _laid_out(tensor, value)
+        stored = {i.filename for i, _ in self.entries if "/data/" in i.filename}
+        if stored != set(raw):
+            raise ValueError("the template's tensors and the values given differ")
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+            for info, old in self.entries:
+                content = raw.get(info.filename, old)
+                fresh = zipfile.ZipInfo(info.filename, date_time=info.date_time)
+                if info.filename in raw:
+                    fresh.extra = _padding(out.tell(), info.filename)
+                z.writestr(fresh, content)
+        return out.getvalue()
 
 
 def _laid_out(tensor: _Tensor, value: np.ndarray) -> bytes:
@@ -265,36 +268,55 @@ def _padding(offset: int, name: str) -> bytes:
     return b"FB" + struct.pack("<H", pad) + b"Z" * pad
 
 
-def _policy(body: bytes, params: Params) -> tuple[bytes, list[str]]:
-    """``policy.pth`` with ``params``; and the parameter names in the
-    state dict's order (the optimizer's indices follow it)."""
-    _, _, state = _archive(body)
-    names = list(state)
-    ordered = [n for group in POLICY_GROUPS for n in names if n.startswith(group)]
-    if sorted(ordered) != sorted(names):
-        raise ValueError(f"the template's policy has parameters {names}")
-    by_name = dict(zip(ordered, torch_layout(params), strict=True))
-    return _with_tensors(body, [(state[n], by_name[n]) for n in names]), names
+class _Template(NamedTuple):
+    """A template read once: its entries, its two torch files, and the
+    policy's parameter names in the state dict's order (``names``, which
+    the optimizer's indices follow) and in
+    :func:`~engine.rl.compiled.sb3.torch_layout`'s order (``layout``)."""
 
+    entries: list[tuple[zipfile.ZipInfo, bytes]]
+    policy: _TorchFile
+    optimizer: _TorchFile
+    names: list[str]
+    layout: list[str]
 
-def _optimizer(
-    body: bytes, names: list[str], adam: tuple[Params, Params, int]
-) -> bytes:
-    """``policy.optimizer.pth`` with the Adam moments and step count."""
-    _, _, state = _archive(body)
-    m, v, t = adam
-    ordered = [n for group in POLICY_GROUPS for n in names if n.startswith(group)]
-    first = dict(zip(ordered, torch_layout(m), strict=True))
-    second = dict(zip(ordered, torch_layout(v), strict=True))
-    per_param = state["state"]
-    if sorted(per_param) != list(range(len(names))):
-        raise ValueError("the template's optimizer state does not cover its parameters")
-    values: list[tuple[_Tensor, np.ndarray]] = []
-    for index, name in enumerate(names):
-        moments = per_param[index]
-        values += [
-            (moments["step"], np.array(float(t), dtype=np.float32)),
-            (moments["exp_avg"], first[name]),
-            (moments["exp_avg_sq"], second[name]),
-        ]
-    return _with_tensors(body, values)
+    @classmethod
+    def read(cls, path: Path) -> _Template:
+        with zipfile.ZipFile(path) as template:
+            entries = [(info, template.read(info)) for info in template.infolist()]
+        named = _named(entries)
+        policy = _TorchFile.read(named["policy.pth"])
+        optimizer = _TorchFile.read(named["policy.optimizer.pth"])
+        names = list(policy.tree)
+        layout = [n for group in POLICY_GROUPS for n in names if n.startswith(group)]
+        if sorted(layout) != sorted(names):
+            raise ValueError(f"the template's policy has parameters {names}")
+        if sorted(optimizer.tree["state"]) != list(range(len(names))):
+            raise ValueError(
+                "the template's optimizer state does not cover its parameters"
+            )
+        return cls(entries, policy, optimizer, names, layout)
+
+    def _by_name(self, tree: Params) -> dict[str, np.ndarray]:
+        return dict(zip(self.layout, torch_layout(tree), strict=True))
+
+    def policy_file(self, params: Params) -> bytes:
+        """``policy.pth`` with ``params``."""
+        values = self._by_name(params)
+        tensors = self.policy.tree
+        return self.policy.with_tensors([(tensors[n], values[n]) for n in self.names])
+
+    def optimizer_file(self, adam: tuple[Params, Params, int]) -> bytes:
+        """``policy.optimizer.pth`` with the Adam moments and step count."""
+        m, v, t = adam
+        first, second = self._by_name(m), self._by_name(v)
+        per_param = self.optimizer.tree["state"]
+        values: list[tuple[_Tensor, np.ndarray]] = []
+        for index, name in enumerate(self.names):
+            moments = per_param[index]
+            values += [
+                (moments["step"], np.array(float(t), dtype=np.float32)),
+                (moments["exp_avg"], first[name]),
+                (moments["exp_avg_sq"], second[name]),
+            ]
+        return self.optimizer.with_tensors(values)
