@@ -61,20 +61,25 @@ class FrameViewer(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.image, 1)
         layout.addLayout(row)
-        self.set_frames(np.zeros((0, 1, 1, 3), dtype=np.uint8))
+        self.clear()
 
     def set_frames(self, frames: np.ndarray, empty_text: str = "No frames") -> None:
         """Show ``frames`` from the first, paused (none: ``empty_text`` where
         the picture would be)."""
+        self.clear(empty_text)
+        self.append_frames(frames)
+
+    def clear(self, text: str = "No frames") -> None:
+        """Hold no frames, paused: ``text`` where the picture would be."""
         self.play_button.setChecked(False)
         self._frames = []
         self.slider.blockSignals(True)
         self.slider.setValue(0)
         self.slider.blockSignals(False)
         self.image.setPixmap(QPixmap())
-        self.image.setText(empty_text)
+        self.image.setText(text)
         self.counter.setText("")
-        self.append_frames(frames)
+        self._update_range()
 
     def append_frames(self, frames: np.ndarray) -> None:
         """Add ``frames`` after those shown; playing goes on through them.

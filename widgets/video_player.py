@@ -276,7 +276,7 @@ class VideoPlayer(QWidget):
         self._path = Path(path)
         self._autoplay = autoplay
         self._fps, self._problem, self._resume = 0.0, "", False
-        self.viewer.set_frames(np.zeros((0, 1, 1, 3), np.uint8), "Decoding…")
+        self.viewer.clear("Decoding…")
         self.open_button.setEnabled(True)
         self._set_status(f"{self._path.name}: decoding…")
         decoder = _Decoder(self._path, self._budget, self._widest)
@@ -296,9 +296,7 @@ class VideoPlayer(QWidget):
         if self._drop_decoder():
             self.decoding_changed.emit(False)
         self._path, self._resume = None, False
-        self.viewer.set_frames(
-            np.zeros((0, 1, 1, 3), np.uint8), text or self._empty_text
-        )
+        self.viewer.clear(text or self._empty_text)
         self.open_button.setEnabled(False)
         self._set_status("")
 
@@ -338,7 +336,7 @@ class VideoPlayer(QWidget):
     def _on_decoder_failed(self, sentence: str) -> None:
         if self._ours():
             self._problem = sentence
-            self.viewer.set_frames(np.zeros((0, 1, 1, 3), np.uint8), sentence)
+            self.viewer.clear(sentence)
             self._set_status(sentence)
 
     def _on_decoder_partly(self, sentence: str) -> None:

@@ -18,7 +18,6 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
@@ -288,7 +287,7 @@ class EnvPreviewPanel(QWidget):
             self.frames.set_frames(loaded.frames)
             self.frames.show()
         else:
-            self.frames.set_frames(np.zeros((0, 1, 1, 3), np.uint8), note)
+            self.frames.clear(note)
             self.frames.setVisible(bool(note))
 
     def _update_charts(self) -> None:

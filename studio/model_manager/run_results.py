@@ -245,9 +245,7 @@ class RunResultsPane(QWidget):
             self.frames.set_frames(loaded.frames)
         else:
             # The viewer stays, with the sentence where the picture would be.
-            self.frames.set_frames(
-                np.zeros((0, 1, 1, 3), np.uint8), note or "This episode has no frames."
-            )
+            self.frames.clear(note or "This episode has no frames.")
         self.frames.show()
 
     def _on_trace_selection_changed(self, keys: list[str]) -> None:
