@@ -505,8 +505,10 @@ class TrainingWorkspace(QWidget):
     def _on_store_appended(self, run_id: str, keys: list[str]) -> None:
         if run_id in self.plots.runs():
             self.plots.mark_dirty(run_id, keys)
+        if EVAL_REWARD not in keys:  # most appends: no evaluation, no lookup
+            return
         current = self.selected_run()
-        if EVAL_REWARD in keys and current is not None and current["id"] == run_id:
+        if current is not None and current["id"] == run_id:
             self._show_videos(current)  # an evaluation: its video follows
 
     # --------------------------------------------------------- selection
