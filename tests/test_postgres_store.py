@@ -16,9 +16,11 @@ from pg_server import PgServer
 
 from engine.llm.rollouts import iter_traces
 from engine.store import database
+from engine.store.agent_catalog import AgentCatalog
 from engine.store.decisions import DecisionLog, replay
 from engine.store.labels import LabelStore, StepRef, Suggestion, fingerprint
 from engine.store.project import Project
+from engine.store.promotion import configure_serving, serving_settings
 from engine.store.trajectories import TrajectoryEndedError, TrajectoryStore
 
 VOLATILE = ("id", "trajectory_id", "created", "ended", "time", "at")
@@ -130,6 +132,7 @@ def _open_all(url: str, project: str, barrier: Any) -> None:
         TrajectoryStore(project, database=url),
         LabelStore(project, database=url),
         DecisionLog(Path(project), database=url),
+        AgentCatalog(Path(project), database=url),
     ):
         store.close()
 
@@ -228,8 +231,9 @@ def test_configured_database_and_bad_urls(
 
 def test_store_copy_there_and_back_and_use(tmp_path: Path, pg_url: str) -> None:
     """``rl-studio-engine store copy`` from a project's SQLite files to
-    PostgreSQL and on into another project: every row arrives once; copying
-    again adds nothing. ``store use`` makes the project's stores use it."""
+    PostgreSQL and on into another project: every row arrives once (its
+    agents, versions and serving settings too); copying again adds nothing.
+    ``store use`` makes the project's stores use it."""
     import subprocess
     import sys
 
@@ -245,12 +249,23 @@ def test_store_copy_there_and_back_and_use(tmp_path: Path, pg_url: str) -> None:
 
     first = tmp_path / "first"
     _session(first, None)
+    made = Project.open(first, create=True)
+    weights = tmp_path / "model.zip"
+    weights.write_bytes(b"weights")
+    model = made.register_model(name="m", kind="sb3-policy", files=[weights])
+    made.add_version("bot", model.id)
+    made.set_agent_config("bot", pin=1, candidate=None, rollout=0)
+    configure_serving(made, {"rl_enabled": False})
+    made.close()
     there = json.loads(engine("store", "copy", "--from", str(first), "--to", pg_url))
     assert there == {
         "trajectories": 3,
         "trajectory_steps": 9,
         "decisions": 4,
         "promotions": 2,
+        "agents": 1,
+        "versions": 1,
+        "serving_settings": 1,
         "labels": 3,
         "suggestions": 2,
         "agreement": 1,
@@ -272,5 +287,10 @@ def test_store_copy_there_and_back_and_use(tmp_path: Path, pg_url: str) -> None:
     engine("store", "use", "--project", str(second), pg_url)
     assert engine("store", "show", "--project", str(second)).strip() == pg_url
     assert database.configured(second) == pg_url
+    shared = Project.open(second)  # its agents are the database's
+    assert [m.id for m in shared.versions("bot")] == [model.id]
+    assert shared.agent_config("bot")["pin"] == 1
+    assert not serving_settings(shared).rl_enabled
+    shared.close()
     engine("store", "use", "--project", str(second), "sqlite")
     assert database.configured(second) == ""

@@ -4,10 +4,14 @@ here; ``engine.service.app`` puts routes on it).
 Every model a run or flow for a named agent registers is the agent's next
 version (:meth:`engine.store.project.Project.add_version`), and becomes
 current only through the promotion gate (:mod:`engine.store.promotion`).
-The agent's config (the project's ``agents`` table) pins a version or follows
-the promoted one, and may name a candidate version that gets ``rollout``
-percent of requests. Routing is by a hash of the request's ``key`` when it
-gives one (the same key always goes to the same version), else random.
+Versions and config live in the agents store
+(:mod:`engine.store.agent_catalog`), which services on one PostgreSQL
+database share; a version another project registered answers here only
+when it needs no files (an Ollama model), else the chain goes on. The
+agent's config pins a version or follows the promoted one, and may name a
+candidate version that gets ``rollout`` percent of requests. Routing is by
+a hash of the request's ``key`` when it gives one (the same key always goes
+to the same version), else random.
 
 Answers come down a chain, each step's failure recorded with its reason: the
 version routing chose, then the previous version (a candidate's: the
@@ -512,6 +516,14 @@ class Agents:
             record = records.get(version)
             if record is None:
                 raise EngineError(f"v{version} is no longer in the project.")
+            if record.kind != OLLAMA_KIND and not self.project.model_here(record.id):
+                # Registered by another project sharing the agents store
+                # (another machine's service): its files are there.
+                raise EngineError(
+                    f"v{version} is the model {record.id} of another project "
+                    f"folder, not of {self.project.path}, so it cannot be "
+                    "loaded here."
+                )
         return self._answer(
             name, record, observation, messages, deterministic, max_new_tokens
         )

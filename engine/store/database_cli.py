@@ -1,5 +1,6 @@
 """``rl-studio-engine store``: where a project keeps its trajectories,
-decisions, promotions and labels (:mod:`engine.store.database`).
+decisions, promotions, agents (their versions, routing and serving
+settings) and labels (:mod:`engine.store.database`).
 
 ``store copy --from A --to B`` copies them between a project's SQLite files
 (A or B a project folder) and a PostgreSQL database (a URL), either way;
@@ -22,17 +23,17 @@ SQLITE_WORD = "sqlite"
 
 
 def _schemas() -> tuple[Schema, ...]:
-    from engine.store import decisions, labels, trajectories
+    from engine.store import agent_catalog, decisions, labels, trajectories
 
-    return (trajectories.SCHEMA, decisions.SCHEMA, labels.SCHEMA)
+    return (trajectories.SCHEMA, decisions.SCHEMA, agent_catalog.SCHEMA, labels.SCHEMA)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     subs = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     copy = subs.add_parser(
         "copy",
-        help="copy trajectories, decisions, promotions and labels between a "
-        "project's SQLite files and a PostgreSQL database",
+        help="copy trajectories, decisions, promotions, agents and labels "
+        "between a project's SQLite files and a PostgreSQL database",
     )
     copy.add_argument(
         "--from",
@@ -75,6 +76,7 @@ def copy(source: str, target: str) -> dict[str, int]:
     """Rows copied per table."""
     if source == target:
         raise EngineError("--from and --to name the same database.")
+    _adopt_agents(source)
     copied: dict[str, int] = {}
     for schema in _schemas():
         src = _open(source, schema, "--from")
@@ -87,6 +89,24 @@ def copy(source: str, target: str) -> dict[str, int]:
         finally:
             src.close()
     return copied
+
+
+def _adopt_agents(where: str) -> None:
+    """A project folder made by an older version keeps its agents in
+    ``studio.sqlite`` until it is opened: open it, so that they are in its
+    agents store to copy."""
+    if (
+        database.is_url(where)
+        or not (Path(where).expanduser() / "studio.sqlite").is_file()
+    ):
+        return
+    from engine.store.project import Project
+
+    project = Project.open(where)
+    try:
+        project.agent_catalog  # noqa: B018 (opening it takes them in)
+    finally:
+        project.close()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,10 @@ supervisor of each engine on the project (a studio's, ``serve-http``'s), a
 headless ``rl-studio-engine train`` or ``run``, sweep workers, and a job that
 went on headless after its studio died. Job processes otherwise write their
 own run folder. Labels and trajectories have databases of their own under
-``data/``. The database is the index; the run folders are the truth: a run
+``data/``; so do the agents, their versions and the settings that say how
+they are served (:mod:`engine.store.agent_catalog`, which a PostgreSQL
+database may hold for several projects), which a model's row here does not
+repeat. The database is the index; the run folders are the truth: a run
 whose row says ``running`` but whose process is gone is reconciled from its
 ``result.json`` or marked ``interrupted`` (``engine.jobs.reconcile``).
 """
@@ -23,30 +26,44 @@ whose row says ``running`` but whose process is gone is reconciled from its
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from engine import contract, protocol
 from engine.errors import ConfigError, ProjectError, UnknownRunError
+from engine.store.agent_catalog import (
+    AGENT_KEY_PREFIX,
+    SERVING_KEY,
+    VERSION_FACTS,
+    AgentCatalog,
+)
 from engine.store.atomic import (
     atomic_write_json,
     remove_stale_temp_files,
     temp_path,
 )
-from engine.store.database import setting_row
+from engine.store.database import DatabaseError, setting_row
 from engine.store.paths import checked_name, child, link_out
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """2: models carry ``agent`` and ``version``; the ``agents`` table.
-3: runs carry ``tags`` and a ``note``."""
+3: runs carry ``tags`` and a ``note``.
+4: agents, versions and their serving settings move to the agents store
+(:mod:`engine.store.agent_catalog`); 2's columns and table, and the
+settings' ``meta`` rows, are read once (:data:`ADOPTED_KEY`) and kept."""
+ADOPTED_KEY = "agents_adopted"
+"""The ``meta`` row saying this project's agents of ``studio.sqlite`` were
+taken into the agents store (taking them again would add nothing: it only
+saves looking)."""
 VERSIONED_KINDS = ("sb3-policy", "hf-merged", "lora-adapter", "hf", "ollama")
 """Model kinds an agent can act with: the last one a run for a named agent
 registers becomes that agent's next version."""
@@ -74,6 +91,7 @@ WRITTEN_FOLDERS = ("runs", "models", "data/flow-cache")
 _JSON_FIELDS = ("config", "summary", "tags")
 """Run fields stored as JSON text."""
 ACTIVE_STATUSES = contract.ACTIVE_STATUSES
+log = logging.getLogger(__name__)
 FINAL_STATUSES = contract.FINAL_STATUSES
 
 _SCHEMA = """
@@ -108,9 +126,7 @@ CREATE TABLE IF NOT EXISTS models (
     algo TEXT NOT NULL DEFAULT '',
     base TEXT NOT NULL DEFAULT '',
     metrics TEXT NOT NULL DEFAULT '{}',
-    size_bytes INTEGER NOT NULL DEFAULT 0,
-    agent TEXT NOT NULL DEFAULT '',
-    version INTEGER NOT NULL DEFAULT 0
+    size_bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS lineage (
     parent TEXT NOT NULL,
@@ -118,23 +134,12 @@ CREATE TABLE IF NOT EXISTS lineage (
     relation TEXT NOT NULL,
     PRIMARY KEY (parent, child, relation)
 );
-CREATE TABLE IF NOT EXISTS agents (
-    name TEXT PRIMARY KEY,
-    pin INTEGER,
-    candidate INTEGER,
-    rollout INTEGER NOT NULL DEFAULT 0,
-    updated REAL NOT NULL
-);
 """
 _MIGRATIONS = {
     # table -> columns added since version 1, with their declarations
     "runs": (
         ("tags", "TEXT NOT NULL DEFAULT '[]'"),
         ("note", "TEXT NOT NULL DEFAULT ''"),
-    ),
-    "models": (
-        ("agent", "TEXT NOT NULL DEFAULT ''"),
-        ("version", "INTEGER NOT NULL DEFAULT 0"),
     ),
 }
 
@@ -180,12 +185,18 @@ class ModelRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     size_bytes: int = 0
     agent: str = ""
-    """The named agent this model is a version of ('' = none)."""
+    """The named agent this model is a version of ('' = none; the agents
+    store's)."""
     version: int = 0
     """Its version for that agent (1, 2, ...; 0 = none)."""
 
     def to_dict(self) -> contract.ModelRow:
         return cast(contract.ModelRow, asdict(self))
+
+
+_MODEL_COLUMNS = ("id", *VERSION_FACTS)
+"""The columns of ``models``: :class:`ModelRecord`'s fields but its agent
+and version, the agents store's."""
 
 
 def _migrate(db: sqlite3.Connection) -> None:
@@ -243,6 +254,7 @@ class Project:
         self._db = db
         self._lock = threading.RLock()
         self._data_version: int | None = None
+        self._catalog: AgentCatalog | None = None
 
     # ----------------------------------------------------------- opening
     @classmethod
@@ -310,6 +322,8 @@ class Project:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._catalog is not None:
+                self._catalog.close()
 
     def changed_elsewhere(self) -> bool:
         """True when another connection (a headless ``rl-studio-engine train``
@@ -545,6 +559,9 @@ class Project:
             self._db.executemany(
                 "INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", links
             )
+        if replace is not None:  # a version's facts follow its model's
+            facts = {**asdict(record), "path": row[2]}
+            self.agent_catalog.refresh(model_id, facts)
         return record
 
     def _registered_folder(self, path: Path) -> tuple[str, bool] | None:
@@ -675,80 +692,138 @@ class Project:
             )
 
     # ------------------------------------------------------------- agents
+    @property
+    def agent_catalog(self) -> AgentCatalog:
+        """The agents store (opened on first use; the first open of a
+        project made by an older version takes its agents in)."""
+        with self._lock:
+            if self._catalog is None:
+                catalog = AgentCatalog(self.path)
+                try:
+                    self._adopt_agents(catalog)
+                except BaseException:
+                    catalog.close()
+                    raise
+                self._catalog = catalog
+            return self._catalog
+
+    def _adopt_agents(self, catalog: AgentCatalog) -> None:
+        """Take the agents, versions and serving settings ``studio.sqlite``
+        held before the agents store into it, once (the store skips what
+        it has: processes doing this together add nothing twice)."""
+        with self._lock:
+            if self._db.execute(
+                "SELECT 1 FROM meta WHERE key = ?", (ADOPTED_KEY,)
+            ).fetchone():
+                return
+            versions: list[tuple[str, int, str, Mapping[str, Any]]] = []
+            if "version" in self._columns("models"):
+                cur = self._db.execute(
+                    f"SELECT agent, version, {', '.join(_MODEL_COLUMNS)} FROM models"
+                    " WHERE agent != '' AND version > 0 ORDER BY agent, version"
+                )
+                for agent, number, model_id, *facts in cur.fetchall():
+                    row = dict(zip(VERSION_FACTS, facts, strict=True))
+                    row["metrics"] = json.loads(row["metrics"] or "{}")
+                    versions.append((agent, number, model_id, row))
+            configs = (
+                self._db.execute(
+                    "SELECT name, pin, candidate, rollout, updated FROM agents"
+                ).fetchall()
+                if self._columns("agents")
+                else []
+            )
+            prefix = setting_row("")
+            settings = {
+                str(key).removeprefix(prefix): str(value)
+                for key, value in self._db.execute(
+                    "SELECT key, value FROM meta WHERE key = ? OR key LIKE ?",
+                    (setting_row(SERVING_KEY), setting_row(AGENT_KEY_PREFIX) + "%"),
+                ).fetchall()
+            }
+        added = catalog.adopt(versions, configs, settings)
+        if added:
+            log.info(
+                "took %d agent versions of %s into %s",
+                added,
+                self.path,
+                catalog.database,
+            )
+        with self._lock, self._db:
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta VALUES (?, '1')", (ADOPTED_KEY,)
+            )
+
     def add_version(self, agent: str, model_id: str) -> ModelRecord:
         """Make the registered model ``model_id`` the next version of
         ``agent`` (``v1``, ``v2``, ...); a model already a version of an
         agent keeps it."""
         checked_name("agent", agent)
-        with self._lock, self._db:
+        with self._lock:
             row = self._db.execute(
-                "SELECT agent, version FROM models WHERE id = ?", (model_id,)
+                f"SELECT {', '.join(VERSION_FACTS)} FROM models WHERE id = ?",
+                (model_id,),
             ).fetchone()
-            if row is None:
-                raise ProjectError(f"There is no model {model_id!r} in this project.")
-            if row[1]:
-                if row[0] != agent:
-                    raise ProjectError(
-                        f"The model {model_id} is already v{row[1]} of agent "
-                        f"{row[0]!r}."
-                    )
-            else:
-                (last,) = self._db.execute(
-                    "SELECT COALESCE(MAX(version), 0) FROM models WHERE agent = ?",
-                    (agent,),
-                ).fetchone()
-                self._db.execute(
-                    "UPDATE models SET agent = ?, version = ? WHERE id = ?",
-                    (agent, last + 1, model_id),
-                )
-        return next(m for m in self.list_models() if m.id == model_id)
+        if row is None:
+            raise ProjectError(f"There is no model {model_id!r} in this project.")
+        facts = dict(zip(VERSION_FACTS, row, strict=True))
+        facts["metrics"] = json.loads(facts["metrics"] or "{}")
+        version = self.agent_catalog.add_version(agent, model_id, facts)
+        return next(m for m in self.versions(agent) if m.version == version)
 
     def versions(self, agent: str) -> list[ModelRecord]:
-        """The agent's versions, oldest first."""
-        found = [m for m in self.list_models() if m.agent == agent and m.version]
-        return sorted(found, key=lambda m: m.version)
+        """The agent's versions, oldest first, whichever project registered
+        them (a model of another project's folder has its path there
+        under this one: :meth:`model_here` tells)."""
+        rows = self.agent_catalog.versions(agent)
+        for row in rows:
+            row["id"] = row.pop("model_id")
+            row["path"] = str(self.path / row["path"])
+        return [ModelRecord(**row) for row in rows]
+
+    def model_here(self, model_id: str) -> bool:
+        """Whether ``model_id`` is registered in this project (a version may
+        be another project's)."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT 1 FROM models WHERE id = ?", (model_id,)
+            ).fetchone()
+        return found is not None
 
     def agent_names(self) -> list[str]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT DISTINCT agent FROM models WHERE agent != ''"
-                " UNION SELECT name FROM agents ORDER BY 1"
-            ).fetchall()
-        return [r[0] for r in rows]
+        return self.agent_catalog.names()
 
     def agent_config(self, agent: str) -> dict[str, Any]:
         """``pin`` (a version, or None: follow the latest), ``candidate``
         (a version or None) and ``rollout`` (percent of requests the
         candidate gets)."""
-        with self._lock:
-            row = self._db.execute(
-                "SELECT pin, candidate, rollout, updated FROM agents WHERE name = ?",
-                (agent,),
-            ).fetchone()
-        if row is None:
-            return {"pin": None, "candidate": None, "rollout": 0, "updated": None}
-        return dict(zip(("pin", "candidate", "rollout", "updated"), row, strict=True))
+        return self.agent_catalog.config(agent)
 
     def set_agent_config(
         self, agent: str, *, pin: int | None, candidate: int | None, rollout: int
     ) -> None:
         checked_name("agent", agent)
-        with self._lock, self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO agents VALUES (?, ?, ?, ?, ?)",
-                (agent, pin, candidate, rollout, time.time()),
-            )
+        self.agent_catalog.set_config(
+            agent, pin=pin, candidate=candidate, rollout=rollout
+        )
 
     def list_models(self) -> list[ModelRecord]:
+        return self._models(self.agent_catalog.numbers())
+
+    def _models(self, numbers: Mapping[str, tuple[str, int]]) -> list[ModelRecord]:
+        """The models, with their agent and version as ``numbers`` (by model
+        id) says."""
         with self._lock:
-            rows = self._db.execute("SELECT * FROM models ORDER BY created").fetchall()
-            cols = self._columns("models")
+            rows = self._db.execute(
+                f"SELECT {', '.join(_MODEL_COLUMNS)} FROM models ORDER BY created"
+            ).fetchall()
         out = []
         for r in rows:
-            row = dict(zip(cols, r, strict=True))
+            row = dict(zip(_MODEL_COLUMNS, r, strict=True))
             row["metrics"] = json.loads(row["metrics"] or "{}")
             row["path"] = str(self.path / row["path"])
-            out.append(ModelRecord(**row))
+            agent, version = numbers.get(row["id"], ("", 0))
+            out.append(ModelRecord(**row, agent=agent, version=version))
         return out
 
     def lineage(self, node_id: str) -> list[tuple[str, str, str]]:
@@ -787,6 +862,7 @@ class Project:
         with self._lock, self._db:
             self._db.execute("DELETE FROM models WHERE id = ?", (model_id,))
             self._db.execute("DELETE FROM lineage WHERE child = ?", (model_id,))
+        self.agent_catalog.remove(model_id)
         shutil.rmtree(doomed, ignore_errors=True)
         return record
 
@@ -812,13 +888,20 @@ class Project:
         return docs
 
     def snapshot(self) -> contract.ProjectSnapshot:
+        try:
+            models = self.list_models()
+        except DatabaseError as exc:
+            # The project opens without its agents' versions while their
+            # shared database cannot be reached.
+            log.warning("%s", exc)
+            models = self._models({})
         return {
             "path": str(self.path),
             "name": self.name,
             "envs": self.list_documents("envs", ".env.json"),
             "flows": self.list_documents("flows", ".flow.json"),
             "runs": [r.to_dict() for r in self.list_runs()],
-            "models": [m.to_dict() for m in self.list_models()],
+            "models": [m.to_dict() for m in models],
         }
 
 

@@ -23,7 +23,10 @@ that log replayed (:func:`replay`), so it is stored once.
 The switch: :class:`ServingSettings` (the project's, over the environment's
 ``USE_RL_MODEL``, ``RL_FALLBACK_TO_BASE`` and ``BASE_MODEL``) and each
 agent's own ``rl_enabled``; with either off, ``act`` answers from the base
-model or the rule policy.
+model or the rule policy. Both are kept in the agents store
+(:mod:`engine.store.agent_catalog`, under :data:`SERVING_KEY` and
+:data:`AGENT_KEY_PREFIX`), with the versions and routing, so that services
+sharing one database serve alike.
 """
 
 from __future__ import annotations
@@ -36,14 +39,11 @@ from typing import Any
 from engine import alerts
 from engine.errors import EngineError
 from engine.settings import as_dict, build, load, setting
+from engine.store.agent_catalog import AGENT_KEY_PREFIX, SERVING_KEY
 from engine.store.decisions import DecisionLog, GateState, replay
 from engine.store.paths import checked_name
 from engine.store.project import ModelRecord, Project
 
-SERVING_KEY = "serving"
-"""The project setting (``meta`` table) holding :class:`ServingSettings`."""
-AGENT_KEY_PREFIX = "agent-settings:"
-"""An agent's :class:`AgentSettings` live under this prefix and its name."""
 ENV_DEFAULTS = {
     "rl_enabled": "USE_RL_MODEL",
     "fallback_to_base": "RL_FALLBACK_TO_BASE",
@@ -137,11 +137,11 @@ def serving_settings(project: Project) -> ServingSettings:
         )
         if (value := _env_default(name, kind)) is not None
     }
-    return load(ServingSettings, {**env, **project.setting(SERVING_KEY)})
+    return load(ServingSettings, {**env, **project.agent_catalog.setting(SERVING_KEY)})
 
 
 def agent_settings(project: Project, agent: str) -> AgentSettings:
-    return load(AgentSettings, project.setting(AGENT_KEY_PREFIX + agent))
+    return load(AgentSettings, project.agent_catalog.setting(AGENT_KEY_PREFIX + agent))
 
 
 def configure_serving(project: Project, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -155,8 +155,9 @@ def configure_serving(project: Project, changes: Mapping[str, Any]) -> dict[str,
             "serving",
         )
     )
-    kept = {**project.setting(SERVING_KEY), **changes}
-    project.set_setting(SERVING_KEY, {k: config[k] for k in config if k in kept})
+    catalog = project.agent_catalog
+    kept = {**catalog.setting(SERVING_KEY), **changes}
+    catalog.set_setting(SERVING_KEY, {k: config[k] for k in config if k in kept})
     return config
 
 
@@ -174,7 +175,7 @@ def configure_agent(
     if check is not None:
         check(config)
     stored = as_dict(config)
-    project.set_setting(AGENT_KEY_PREFIX + agent, stored)
+    project.agent_catalog.set_setting(AGENT_KEY_PREFIX + agent, stored)
     return stored
 
 
