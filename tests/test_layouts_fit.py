@@ -6,6 +6,7 @@ switched, not rebuilt."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,9 @@ from PySide6.QtWidgets import (
 )
 
 from studio.main_window import DEFAULT_SIZE, MINIMUM_HEIGHT, WORKSPACES, MainWindow
+from studio.model_manager.trace_viewer import BROWSER_WIDTH, TraceViewer
 from studio.theme import apply_theme
+from tests.models_workspace_support import write_trace_file
 from tests.studio_harness import build_main_window
 from widgets.chain_view import ChainItem, ChainView
 from widgets.fit import (
@@ -390,3 +393,97 @@ def test_the_minimum_height_gives_way_to_a_screen_with_a_panel() -> None:
     placed = fitted_geometry(DEFAULT_SIZE, panel, QSize(970, capped))
     assert panel.contains(placed.marginsAdded(FRAME_ALLOWANCE))
     assert screen_capped(MINIMUM_HEIGHT, QRect(0, 0, 1366, 900)) == MINIMUM_HEIGHT
+
+
+PANEL_ROOMS = (QRect(0, 32, 1024, 736), QRect(0, 32, 1366, 736))
+"""A 768 px screen less a 32 px panel: the window's minimum is capped to
+the room (``screen_capped``), lower than ``MINIMUM_HEIGHT``."""
+
+
+def _write_long_trace(project: Path) -> None:
+    """Twelve episodes of eight steps: more rows than any pane shows."""
+    path = write_trace_file(project / "data" / "traces" / "collect.jsonl")
+    two = [json.loads(line) for line in path.read_text().splitlines()[:2]]
+    episodes = []
+    for e in range(12):
+        steps = [dict(s, t=t) for t, s in enumerate(two[e % 2]["steps"] * 4)]
+        episodes.append(dict(two[e % 2], episode=e, steps=steps, length=len(steps)))
+    path.write_text("".join(json.dumps(ep) + "\n" for ep in episodes))
+
+
+def _traces_short(viewer: TraceViewer) -> list[str]:
+    """The Traces panes that do not show their header and ``ROWS`` rows
+    (the prompt: ``ROWS`` lines, or its whole text)."""
+    found = []
+    browser = viewer.browser
+    for name, records in (("episodes", browser.episodes), ("steps", browser.steps)):
+        view = records.view
+        rows = view.viewport().height() / view.rowHeight(0)
+        if not view.horizontalHeader().isVisible() or rows < ROWS:
+            found.append(f"{name} shows {rows:.1f} rows")
+    prompt = browser.prompt
+    lines = prompt.viewport().height() / prompt.fontMetrics().lineSpacing()
+    whole = prompt.verticalScrollBar().maximum() == 0
+    if lines < ROWS and not whole:
+        found.append(f"prompt shows {lines:.1f} lines")
+    return found
+
+
+def test_the_traces_tab_and_every_workspace_fit_the_capped_minimum(
+    window: MainWindow, tmp_path: Path
+) -> None:
+    """At the lowest a window goes on a screen with a panel, the Traces
+    tab's episodes, steps and prompt each show five rows (they showed two,
+    stacked under filters wrapped on four lines), and no workspace's
+    widget is under its minimum."""
+    models = window.workspaces["models"]
+    viewer: TraceViewer = models.trace_viewer  # type: ignore[attr-defined]
+    project = tmp_path / "project"
+    _write_long_trace(project)
+    viewer.set_project(str(project))
+    viewer.files.setCurrentRow(0)
+    viewer.browser.episodes.view.selectRow(0)
+    viewer.browser.steps.view.selectRow(0)
+    problems: list[str] = []
+    for room in PANEL_ROOMS:
+        window.setMinimumHeight(screen_capped(MINIMUM_HEIGHT, room))
+        fit_window(window, DEFAULT_SIZE, room)
+        window.resize(window.width(), window.minimumHeight())
+        settle(window)
+        size = f"{window.width()}x{window.height()}"
+        assert window.height() < MINIMUM_HEIGHT, size
+        window.set_workspace("models")
+        models.tabs.setCurrentWidget(viewer)  # type: ignore[attr-defined]
+        settle(window)
+        problems += [f"{size} Traces: {p}" for p in _traces_short(viewer)]
+        for name in WORKSPACES:
+            window.set_workspace(name)
+            central = window.centralWidget()
+            for tab in _every_tab(central):
+                settle(window)
+                where = f"{size} {name} / {tab}"
+                assert window.rect().contains(window.statusBar().geometry()), where
+                problems += [f"{where}: {c}" for c in clipped(central)]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_traces_tab_borrows_width_from_the_models_table_and_gives_it_back(
+    window: MainWindow,
+) -> None:
+    fit_window(window, DEFAULT_SIZE, PANEL_ROOMS[0])
+    window.set_workspace("models")
+    models = window.workspaces["models"]
+    settle(window)
+    split = models._split  # type: ignore[attr-defined]
+    before = split.sizes()
+    viewer: TraceViewer = models.trace_viewer  # type: ignore[attr-defined]
+    table: QWidget = models.table  # type: ignore[attr-defined]
+    models.tabs.setCurrentWidget(viewer)  # type: ignore[attr-defined]
+    settle(window)
+    # the width it wants, or all the table can give on a 1024 px screen
+    assert split.sizes()[1] > before[1]
+    assert viewer.browser.width() >= BROWSER_WIDTH - CLIP_TOLERANCE_PX or (
+        table.width() <= table.minimumSizeHint().width() + CLIP_TOLERANCE_PX
+    )
+    models.tabs.setCurrentIndex(0)  # type: ignore[attr-defined]
+    assert split.sizes() == before

@@ -32,12 +32,14 @@ from studio.state.traces import (
     prompt_text,
     step_row,
 )
-from widgets.fit import labelled, tell_width_changed, wrapped_minimum
+from widgets.fit import tell_width_changed, wrapped_minimum
 from widgets.flow_layout import FlowLayout
 from widgets.record_table import Column, RecordTable
 
 OUTCOME_COLORS = {"success": "#2ca02c", "failed": "#d62728", "truncated": "#b8860b"}
 LABEL_COLORS = {"good": "#2ca02c", "bad": "#d62728"}
+ROW_AIR = 8
+"""Room (px) above and below a table row's line of text."""
 
 EPISODE_COLUMNS = [
     Column("#", lambda r: r["episode"]),
@@ -112,11 +114,31 @@ class TraceBrowser(QWidget):
         self.outcome_filter.addItems(["", "success", "failed", "truncated"])
         self.labelled_filter = QComboBox()
         self.labelled_filter.addItems(list(LABEL_FILTERS))
-        self.min_return = QDoubleSpinBox(minimum=-1e9, maximum=1e9, decimals=3)
-        self.min_return.setSpecialValueText("any")
+        # a range a return has, not ±1e9: the box is as wide as its range
+        self.min_return = QDoubleSpinBox(minimum=-1e5, maximum=1e5, decimals=2)
+        self.min_return.setPrefix("return ≥ ")
+        self.min_return.setSpecialValueText("any return")
         self.min_return.setValue(self.min_return.minimum())
-        for combo in (self.outcome_filter, self.labelled_filter):
-            combo.setItemText(0, "any")
+        # Each filter says what it filters in its first item ("any env"),
+        # not in a label beside it: the five fit one line of a 1024 px
+        # screen's pane, where with labels they took two to four.
+        for combo, what in (
+            (self.env_filter, "env"),
+            (self.policy_filter, "model"),
+            (self.outcome_filter, "outcome"),
+            (self.labelled_filter, "labels"),
+        ):
+            if combo.count() == 0:
+                combo.addItem("", "")
+            combo.setItemText(0, f"any {what}")
+            combo.setToolTip(f"Show the episodes of one {what} only.")
+        for combo in (self.env_filter, self.policy_filter):
+            # as wide as its "any" item; a long env path shows whole in
+            # the list that drops down
+            combo.setSizeAdjustPolicy(
+                QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            combo.setMinimumContentsLength(len(combo.itemText(0)))
         for combo in (
             self.env_filter,
             self.policy_filter,
@@ -139,6 +161,10 @@ class TraceBrowser(QWidget):
             # rows stay where they are when a label changes, and a new list
             # is sorted only when it is not in order already (_sorted_set)
             records._proxy.setDynamicSortFilter(False)
+            # a line of text and a little air, not the style's 30 px: five
+            # rows and the header fit a window at its lowest
+            rows = records.view.verticalHeader()
+            rows.setDefaultSectionSize(records.view.fontMetrics().height() + ROW_AIR)
         self.prompt = QPlainTextEdit(readOnly=True)
         # Two lines at least, not Qt's 70 px: under wrapped filters the three
         # panes must fit a low window.
@@ -148,23 +174,30 @@ class TraceBrowser(QWidget):
 
     def _lay_out(self) -> None:
         filters = FlowLayout()
-        for title, widget in (
-            ("Env", self.env_filter),
-            ("Model", self.policy_filter),
-            ("Outcome", self.outcome_filter),
-            ("Return ≥", self.min_return),
-            ("Labels", self.labelled_filter),
+        for widget in (
+            self.env_filter,
+            self.policy_filter,
+            self.outcome_filter,
+            self.min_return,
+            self.labelled_filter,
         ):
-            filters.addWidget(labelled(title, widget))
+            filters.addWidget(widget)
+        # The episodes beside the chosen episode's steps, the chosen step's
+        # prompt under both, across the width its lines want: stacked three
+        # high, at the window's lowest (a 768 px screen with a panel) each
+        # pane showed two rows.
+        lists = QSplitter(Qt.Orientation.Horizontal)
+        lists.addWidget(self.episodes)
+        lists.addWidget(self.steps)
+        lists.setSizes([300, 300])
         middle = QSplitter(Qt.Orientation.Vertical)
-        middle.addWidget(self.episodes)
-        middle.addWidget(self.steps)
+        middle.addWidget(lists)
         middle.addWidget(self.prompt)
-        middle.setSizes([160, 200, 160])
+        middle.setSizes([300, 200])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.info)
-        layout.addLayout(filters)  # wraps: a 1024 px screen gives it 212 px
+        layout.addLayout(filters)  # wraps where the pane is narrow
         layout.addWidget(middle, 1)
 
     def minimumSizeHint(self) -> QSize:
@@ -220,14 +253,17 @@ class TraceBrowser(QWidget):
 
     def _fill_filter(self, combo: QComboBox, values: list[str]) -> None:
         keep = combo.currentText()
+        anything = combo.itemText(0)
         combo.blockSignals(True)
         combo.clear()
-        combo.addItem("any", "")
+        combo.addItem(anything, "")
         for v in values:
             combo.addItem(v, v)
         i = combo.findText(keep)
         combo.setCurrentIndex(max(i, 0))
         combo.blockSignals(False)
+        view = combo.view()
+        view.setMinimumWidth(view.sizeHintForColumn(0) + view.frameWidth() * 2)
 
     # ------------------------------------------------------------ filters
     def episode_filter(self) -> EpisodeFilter:

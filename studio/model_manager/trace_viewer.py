@@ -5,7 +5,7 @@ Files in ``<project>/data/traces/`` on the left (rollouts of ``llm.collect``
 and ``agent-*`` trajectories recorded over HTTP), their episodes (filtered by
 env, model, outcome, return and label), and the steps of the chosen episode
 (completion, parsed action, valid, reward and its breakdown) with the full
-prompt of the chosen step below (``trace_browser``).
+prompt of the chosen step beside them (``trace_browser``).
 
 Keys, on the episode or step table: ``G`` good, ``B`` bad (KTO; the step,
 or the whole episode on the episode table), ``X`` clears it, ``E`` edits
@@ -53,7 +53,15 @@ from studio.model_manager.trace_labels import Position, TraceLabels
 from studio.state.traces import list_trace_files, load_trace_file
 from widgets.fit import scroll_area
 
-LABEL_HELP = (
+BROWSER_WIDTH = 560
+"""The width (px) the episodes, steps and prompt are given where the
+workspace has it: the filters on two lines, the steps and the prompt side
+by side. At 300 px (a 1024 px screen) the filters took four lines and the
+summary three, and the three panes two rows each."""
+LABEL_HELP = "Keys: G good · B bad · X clear · E answer · P pin · 1 / 2 better · Ctrl+Z"
+"""One line under the panes; ``LABEL_HELP_LONG`` in its tooltip, and each
+key in Help → Keyboard shortcuts."""
+LABEL_HELP_LONG = (
     "Label with the keyboard: G good · B bad · X clear · E ideal answer · "
     "P pin, then 1 pinned better / 2 this better · Ctrl+Z undo."
 )
@@ -176,6 +184,7 @@ class TraceViewer(QWidget):
         self.export_button.clicked.connect(self._on_export_clicked)
         self.browser = TraceBrowser(self.labels)
         self.label_status = QLabel(LABEL_HELP, wordWrap=True)
+        self.label_status.setToolTip(LABEL_HELP_LONG)
         self.auto = AutoLabelerPanel()
         self.auto.review_requested.connect(self._on_auto_review_requested)
         self.auto.retrain_requested.connect(self._on_auto_retrain_requested)
@@ -216,6 +225,10 @@ class TraceViewer(QWidget):
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(split)
+
+    def wanted_width(self) -> int:
+        """The width at which the browser gets ``BROWSER_WIDTH``."""
+        return self.width() - self.browser.width() + BROWSER_WIDTH
 
     # ------------------------------------------------------------ project
     def set_project(self, project_dir: str) -> None:

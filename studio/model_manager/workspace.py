@@ -42,6 +42,7 @@ from studio.model_manager.run_results import RunResultsPane
 from studio.model_manager.trace_viewer import TraceViewer
 from studio.session import Session
 from studio.state.model_catalog import evaluation_reports, key_metric, ollama_record
+from widgets.fit import make_room
 from widgets.flow_layout import FlowLayout
 
 __all__ = ["ModelsWorkspace", "key_metric"]
@@ -57,6 +58,9 @@ class ModelsWorkspace(QWidget):
         self._session = session
         self._state = session.state
         self._shown_once = False
+        self._lent: list[int] = []
+        """The table's and the tabs' widths before the Traces tab borrowed
+        some; empty when nothing is lent."""
         self.controller = ModelsController(session, self)
         self.server = OllamaServerBar(self.controller)
         self.table = ModelTable()
@@ -98,7 +102,7 @@ class ModelsWorkspace(QWidget):
         header.addWidget(self.action_bar.hub_button)
         header.addWidget(self.action_bar.agent_button)
         header.addWidget(self.action_bar.import_button)
-        split = QSplitter(Qt.Orientation.Horizontal)
+        split = self._split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.table)
         split.addWidget(self.tabs)
         split.setStretchFactor(0, 1)
@@ -202,12 +206,26 @@ class ModelsWorkspace(QWidget):
 
     # ------------------------------------------------------------ reports
     def _on_tabs_current_changed(self, index: int) -> None:
+        self._lend_width(self.tabs.widget(index) is self.trace_viewer)
         if self.tabs.widget(index) is self.trace_viewer:
             self.trace_viewer.refresh()
         elif self.tabs.widget(index) is self.reports:
             self._refresh_reports()
         elif self.tabs.widget(index) is self.agents:
             self.agents.refresh()
+
+    def _lend_width(self, traces: bool) -> None:
+        """The Traces tab borrows width from the models table (labelling
+        needs no model); another tab gives it back, as the Training
+        workspace's Sweep tab does with height."""
+        if not traces:
+            if self._lent:
+                self._split.setSizes(self._lent)
+                self._lent = []
+            return
+        self._lent = self._lent or self._split.sizes()
+        frame = self.tabs.width() - self.trace_viewer.width()
+        make_room(self._split, 1, frame + self.trace_viewer.wanted_width())
 
     def evaluation_reports(self) -> list[tuple[str, str]]:
         """(title, report path) of every evaluation report of the project's
