@@ -80,8 +80,8 @@ DEFAULT_SIZE = QSize(1280, 800)
 MINIMUM_HEIGHT = 720
 """The lowest the window goes (px): at its narrowest (970 px) the Models
 header, its actions and the trace filters wrap a line taller each, and the
-Traces tab's three panes (episodes, steps, prompt) need 188 px under them;
-at the 595 px Qt worked out (as if nothing wrapped) the Models tabs, the env
+Traces tab's panes (episodes beside steps, the prompt under them) need room
+under them; at the 595 px Qt worked out (as if nothing wrapped) the Models tabs, the env
 Preview's lists and the runs list were cut. With its frame it fits a 768-px
 screen; on a screen with less room (a panel) the minimum is that room
 (``widgets.fit.screen_capped``), so the window still fits."""
