@@ -75,7 +75,7 @@ def retrain_runs(project: Project) -> list[dict[str, Any]]:
 def deployed_version(project: Project, agent: str) -> int | None:
     """The version ``agent`` serves: its pin, or the version promoted last
     (the promotion gate's log, :mod:`engine.store.promotion`)."""
-    pin = project.agent_config(agent)["pin"]
+    pin = project.agent_catalog.config(agent)["pin"]
     return int(pin) if pin is not None else promoted_version(project.path, agent)
 
 

@@ -254,7 +254,7 @@ def test_store_copy_there_and_back_and_use(tmp_path: Path, pg_url: str) -> None:
     weights.write_bytes(b"weights")
     model = made.register_model(name="m", kind="sb3-policy", files=[weights])
     made.add_version("bot", model.id)
-    made.set_agent_config("bot", pin=1, candidate=None, rollout=0)
+    made.agent_catalog.set_config("bot", pin=1, candidate=None, rollout=0)
     configure_serving(made, {"rl_enabled": False})
     made.close()
     there = json.loads(engine("store", "copy", "--from", str(first), "--to", pg_url))
@@ -289,7 +289,7 @@ def test_store_copy_there_and_back_and_use(tmp_path: Path, pg_url: str) -> None:
     assert database.configured(second) == pg_url
     shared = Project.open(second)  # its agents are the database's
     assert [m.id for m in shared.versions("bot")] == [model.id]
-    assert shared.agent_config("bot")["pin"] == 1
+    assert shared.agent_catalog.config("bot")["pin"] == 1
     assert not serving_settings(shared).rl_enabled
     shared.close()
     engine("store", "use", "--project", str(second), "sqlite")

@@ -50,12 +50,12 @@ def _model(project: Project, name: str, reward: float) -> str:
 def _seen(project: Project) -> dict[str, Any]:
     """What a project reads of the agent and the serving settings."""
     return {
-        "names": project.agent_names(),
+        "names": project.agent_catalog.names(),
         "versions": [
             (m.version, m.id, m.kind, m.env, m.metrics, Path(m.path).name)
             for m in project.versions(AGENT)
         ],
-        "config": project.agent_config(AGENT),
+        "config": project.agent_catalog.config(AGENT),
         "agent": agent_settings(project, AGENT),
         "serving": serving_settings(project),
     }
@@ -85,7 +85,7 @@ def test_two_projects_on_one_database_see_the_same_agents(
     v1 = first.add_version(AGENT, _model(first, "good", 150.0))
     v2 = second.add_version(AGENT, _model(second, "better", 160.0))
     assert (v1.version, v2.version) == (1, 2)
-    first.set_agent_config(AGENT, pin=1, candidate=2, rollout=25)
+    first.agent_catalog.set_config(AGENT, pin=1, candidate=2, rollout=25)
     configure_agent(second, AGENT, {"rl_enabled": False, "tolerance": 5.0})
     configure_serving(first, {"base_model": "gpt-base", "fallback_to_base": False})
     seen = _seen(first)
@@ -165,7 +165,7 @@ def test_versions_added_at_once_get_distinct_numbers(
         assert sorted(got["c0"] + got["c1"]) == list(range(1, 51))
         rows = catalogs[0].versions(AGENT)
         assert [r["version"] for r in rows] == list(range(1, 51))
-        assert len({r["model_id"] for r in rows}) == 50
+        assert len({r["id"] for r in rows}) == 50
     finally:
         for catalog in catalogs:
             catalog.close()
@@ -214,13 +214,13 @@ def test_an_old_project_takes_its_agents_in_once(tmp_path: Path) -> None:
     ids = _old_layout(root)["ids"]
     project = Project.open(root)
     try:
-        assert project.agent_names() == ["bot", "idle", "other"]
+        assert project.agent_catalog.names() == ["bot", "idle", "other"]
         assert [(m.id, m.version) for m in project.versions("bot")] == [
             (ids[0], 1),
             (ids[1], 2),
         ]
         assert [m.id for m in project.versions("other")] == [ids[2]]
-        config = project.agent_config("bot")
+        config = project.agent_catalog.config("bot")
         assert (config["pin"], config["candidate"], config["rollout"]) == (1, 2, 30)
         assert not serving_settings(project).rl_enabled
         settings = agent_settings(project, "bot")
@@ -232,7 +232,7 @@ def test_an_old_project_takes_its_agents_in_once(tmp_path: Path) -> None:
         ]
         # The next version numbers on from the old ones.
         assert project.add_version("bot", _model(project, "m4", 40.0)).version == 3
-        project.set_agent_config("bot", pin=None, candidate=3, rollout=50)
+        project.agent_catalog.set_config("bot", pin=None, candidate=3, rollout=50)
     finally:
         project.close()
     # Told again (the mark lost: a migration cut short): nothing twice, and
@@ -244,7 +244,7 @@ def test_an_old_project_takes_its_agents_in_once(tmp_path: Path) -> None:
     again = Project.open(root)
     try:
         assert _count_versions(again.agent_catalog) == 4
-        assert again.agent_config("bot")["rollout"] == 50
+        assert again.agent_catalog.config("bot")["rollout"] == 50
         assert again.agent_catalog.setting(SERVING_KEY) == {"rl_enabled": False}
     finally:
         again.close()

@@ -269,7 +269,7 @@ class Agents:
         latest), ``candidate`` (a version or None), ``rollout`` (0-100);
         fields left out keep their value."""
         known = {m.version for m in self.versions(name)}
-        config = self.project.agent_config(name)
+        config = self.project.agent_catalog.config(name)
         for field in ("pin", "candidate"):
             if field in changes:
                 value = changes[field]
@@ -293,7 +293,7 @@ class Agents:
                     f"not {quoted(rollout)}.",
                 )
             config["rollout"] = rollout
-        self.project.set_agent_config(
+        self.project.agent_catalog.set_config(
             name,
             pin=config["pin"],
             candidate=config["candidate"],

@@ -834,7 +834,7 @@ def _add_agent_routes(app: FastAPI, service: Service) -> None:
 
     @app.get("/agents")
     def agents() -> dict[str, list[str]]:
-        return {"agents": service.project.agent_names()}
+        return {"agents": service.project.agent_catalog.names()}
 
     @app.get("/agents/{name}")
     def agent(name: PathText) -> dict[str, Any]:

@@ -41,6 +41,7 @@ from typing import Any
 from engine.errors import ProjectError
 from engine.store.database import Schema, open_database
 from engine.store.decisions import DB_FILE
+from engine.store.paths import checked_name
 
 log = logging.getLogger(__name__)
 
@@ -158,11 +159,11 @@ class AgentCatalog:
             self._db.execute("DELETE FROM versions WHERE model_id = ?", (model_id,))
 
     def versions(self, agent: str) -> list[dict[str, Any]]:
-        """The agent's versions, oldest first: ``agent``, ``version``,
-        ``model_id`` and the :data:`VERSION_FACTS`."""
+        """The agent's versions, oldest first: ``agent``, ``version``, the
+        model's ``id`` and the :data:`VERSION_FACTS`."""
         with self._lock:
             cur = self._db.execute(
-                f"SELECT agent, version, model_id, {', '.join(VERSION_FACTS)}"
+                f"SELECT agent, version, model_id AS id, {', '.join(VERSION_FACTS)}"
                 " FROM versions WHERE agent = ? ORDER BY version",
                 (agent,),
             )
@@ -203,6 +204,7 @@ class AgentCatalog:
     def set_config(
         self, agent: str, *, pin: int | None, candidate: int | None, rollout: int
     ) -> None:
+        checked_name("agent", agent)
         sql = self._db.upsert_sql("agents", ("name", *CONFIG_FIELDS), ("name",))
         with self._lock:
             self._db.execute(sql, (agent, pin, candidate, rollout, time.time()))
@@ -268,6 +270,8 @@ class AgentCatalog:
             self._db.executemany(
                 insert, [(k, v, now) for k, v in sorted(settings.items())]
             )
+        if added:
+            log.info("took %d agent versions into %s", added, self.database)
         return added
 
     # ------------------------------------------------------------- private

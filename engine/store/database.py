@@ -13,9 +13,11 @@ elsewhere is PostgreSQL's alone, and says why: the trajectory store's
 append, a data-modifying ``WITH`` (one round trip a request; SQLite has
 none).
 
-The trajectories, the decision log (with the promotion log) and the labels
-move to PostgreSQL; the project's catalog (``studio.sqlite``: runs, models,
-versions) stays in the project folder with the files it indexes.
+The trajectories, the decision log (with the promotion log), the agents
+(their versions, routing and serving settings:
+:mod:`engine.store.agent_catalog`) and the labels move to PostgreSQL; the
+project's catalog (``studio.sqlite``: runs, models, lineage) stays in the
+project folder with the files it indexes.
 
 A PostgreSQL server that goes away makes the operation under way fail with
 :class:`DatabaseUnavailable` (one sentence; HTTP 503): its transaction was

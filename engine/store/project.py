@@ -208,6 +208,50 @@ def _migrate(db: sqlite3.Connection) -> None:
                 db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
 
+OldAgents = tuple[
+    list[tuple[str, int, str, dict[str, Any]]],
+    list[tuple[str, int | None, int | None, int, float]],
+    dict[str, str],
+]
+"""What :meth:`engine.store.agent_catalog.AgentCatalog.adopt` takes in."""
+
+
+def _old_agents(db: sqlite3.Connection) -> OldAgents | None:
+    """What a project made before the agents store kept of its agents in
+    ``studio.sqlite``: versions (``models``' ``agent`` and ``version``
+    columns, schema 2), routing (its ``agents`` table) and the serving
+    settings' ``meta`` rows; None once they were taken in."""
+    if db.execute("SELECT 1 FROM meta WHERE key = ?", (ADOPTED_KEY,)).fetchone():
+        return None
+
+    def columns(table: str) -> list[str]:
+        return [r[1] for r in db.execute(f"PRAGMA table_info({table})")]
+
+    versions = []
+    if "version" in columns("models"):
+        cur = db.execute(
+            f"SELECT agent, version, {', '.join(_MODEL_COLUMNS)} FROM models"
+            " WHERE agent != '' AND version > 0 ORDER BY agent, version"
+        )
+        for agent, number, model_id, *facts in cur.fetchall():
+            row = dict(zip(VERSION_FACTS, facts, strict=True))
+            row["metrics"] = json.loads(row["metrics"] or "{}")
+            versions.append((agent, number, model_id, row))
+    configs = (
+        db.execute(
+            "SELECT name, pin, candidate, rollout, updated FROM agents"
+        ).fetchall()
+        if columns("agents")
+        else []
+    )
+    rows = db.execute(
+        "SELECT key, value FROM meta WHERE key = ? OR key LIKE ?",
+        (setting_row(SERVING_KEY), setting_row(AGENT_KEY_PREFIX) + "%"),
+    ).fetchall()
+    settings = {str(k).removeprefix(setting_row("")): str(v) for k, v in rows}
+    return versions, configs, settings
+
+
 def new_id(prefix: str = "") -> str:
     """Sortable, readable and unique: ``20261123-091502-3fa2``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
@@ -559,9 +603,6 @@ class Project:
             self._db.executemany(
                 "INSERT OR IGNORE INTO lineage VALUES (?, ?, ?)", links
             )
-        if replace is not None:  # a version's facts follow its model's
-            facts = {**asdict(record), "path": row[2]}
-            self.agent_catalog.refresh(model_id, facts)
         return record
 
     def _registered_folder(self, path: Path) -> tuple[str, bool] | None:
@@ -640,8 +681,9 @@ class Project:
             try:
                 files = [Path(entry["file"]), *map(Path, entry.get("extra_files", []))]
                 key = (str(entry.get("name", run_id)), str(entry.get("kind", "model")))
+                replaced = earlier.pop(key, None)
                 record = self.register_model(
-                    replace=earlier.pop(key, None),
+                    replace=replaced,
                     name=str(entry.get("name", run_id)),
                     kind=str(entry.get("kind", "model")),
                     files=files,
@@ -652,6 +694,10 @@ class Project:
                     metrics=dict(entry.get("metrics", {})),
                     parents=[parent_id(str(x)) for x in entry.get("parents", [])],
                 )
+                if replaced is not None:  # a version's facts follow its model's
+                    rel = Path(record.path).relative_to(self.path)
+                    facts = {**asdict(record), "path": str(rel)}
+                    self.agent_catalog.refresh(record.id, facts)
                 ids.append(record.id)
                 by_file[_path_key(str(entry["file"]))] = record.id
             except (KeyError, TypeError, OSError, ProjectError) as exc:
@@ -694,65 +740,27 @@ class Project:
     # ------------------------------------------------------------- agents
     @property
     def agent_catalog(self) -> AgentCatalog:
-        """The agents store (opened on first use; the first open of a
-        project made by an older version takes its agents in)."""
+        """The agents store, opened on first use. Its first open for a
+        project made by an older version takes in the agents
+        ``studio.sqlite`` held (the store skips what it has: processes
+        doing so together add nothing twice)."""
         with self._lock:
             if self._catalog is None:
                 catalog = AgentCatalog(self.path)
                 try:
-                    self._adopt_agents(catalog)
+                    old = _old_agents(self._db)
+                    if old is not None:
+                        catalog.adopt(*old)
+                        with self._db:
+                            self._db.execute(
+                                "INSERT OR IGNORE INTO meta VALUES (?, '1')",
+                                (ADOPTED_KEY,),
+                            )
                 except BaseException:
                     catalog.close()
                     raise
                 self._catalog = catalog
             return self._catalog
-
-    def _adopt_agents(self, catalog: AgentCatalog) -> None:
-        """Take the agents, versions and serving settings ``studio.sqlite``
-        held before the agents store into it, once (the store skips what
-        it has: processes doing this together add nothing twice)."""
-        with self._lock:
-            if self._db.execute(
-                "SELECT 1 FROM meta WHERE key = ?", (ADOPTED_KEY,)
-            ).fetchone():
-                return
-            versions: list[tuple[str, int, str, Mapping[str, Any]]] = []
-            if "version" in self._columns("models"):
-                cur = self._db.execute(
-                    f"SELECT agent, version, {', '.join(_MODEL_COLUMNS)} FROM models"
-                    " WHERE agent != '' AND version > 0 ORDER BY agent, version"
-                )
-                for agent, number, model_id, *facts in cur.fetchall():
-                    row = dict(zip(VERSION_FACTS, facts, strict=True))
-                    row["metrics"] = json.loads(row["metrics"] or "{}")
-                    versions.append((agent, number, model_id, row))
-            configs = (
-                self._db.execute(
-                    "SELECT name, pin, candidate, rollout, updated FROM agents"
-                ).fetchall()
-                if self._columns("agents")
-                else []
-            )
-            prefix = setting_row("")
-            settings = {
-                str(key).removeprefix(prefix): str(value)
-                for key, value in self._db.execute(
-                    "SELECT key, value FROM meta WHERE key = ? OR key LIKE ?",
-                    (setting_row(SERVING_KEY), setting_row(AGENT_KEY_PREFIX) + "%"),
-                ).fetchall()
-            }
-        added = catalog.adopt(versions, configs, settings)
-        if added:
-            log.info(
-                "took %d agent versions of %s into %s",
-                added,
-                self.path,
-                catalog.database,
-            )
-        with self._lock, self._db:
-            self._db.execute(
-                "INSERT OR REPLACE INTO meta VALUES (?, '1')", (ADOPTED_KEY,)
-            )
 
     def add_version(self, agent: str, model_id: str) -> ModelRecord:
         """Make the registered model ``model_id`` the next version of
@@ -776,36 +784,14 @@ class Project:
         them (a model of another project's folder has its path there
         under this one: :meth:`model_here` tells)."""
         rows = self.agent_catalog.versions(agent)
-        for row in rows:
-            row["id"] = row.pop("model_id")
-            row["path"] = str(self.path / row["path"])
-        return [ModelRecord(**row) for row in rows]
+        return [ModelRecord(**{**r, "path": str(self.path / r["path"])}) for r in rows]
 
     def model_here(self, model_id: str) -> bool:
         """Whether ``model_id`` is registered in this project (a version may
         be another project's)."""
         with self._lock:
-            found = self._db.execute(
-                "SELECT 1 FROM models WHERE id = ?", (model_id,)
-            ).fetchone()
-        return found is not None
-
-    def agent_names(self) -> list[str]:
-        return self.agent_catalog.names()
-
-    def agent_config(self, agent: str) -> dict[str, Any]:
-        """``pin`` (a version, or None: follow the latest), ``candidate``
-        (a version or None) and ``rollout`` (percent of requests the
-        candidate gets)."""
-        return self.agent_catalog.config(agent)
-
-    def set_agent_config(
-        self, agent: str, *, pin: int | None, candidate: int | None, rollout: int
-    ) -> None:
-        checked_name("agent", agent)
-        self.agent_catalog.set_config(
-            agent, pin=pin, candidate=candidate, rollout=rollout
-        )
+            found = self._db.execute("SELECT 1 FROM models WHERE id = ?", (model_id,))
+            return found.fetchone() is not None
 
     def list_models(self) -> list[ModelRecord]:
         return self._models(self.agent_catalog.numbers())

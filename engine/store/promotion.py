@@ -346,9 +346,9 @@ class Promotion:
     def _unpin(self, agent: str) -> None:
         """Clear the agent's pin after a promotion or rollback by hand: it
         would hide the change."""
-        config = self.project.agent_config(agent)
+        config = self.project.agent_catalog.config(agent)
         if config["pin"] is not None:
-            self.project.set_agent_config(
+            self.project.agent_catalog.set_config(
                 agent,
                 pin=None,
                 candidate=config["candidate"],
@@ -367,7 +367,7 @@ class Promotion:
         records = agent_versions(self.project, agent) if records is None else records
         versions = [m.version for m in records]
         gate = self.state(agent, records)
-        config = self.project.agent_config(agent)
+        config = self.project.agent_catalog.config(agent)
         pinned = config["pin"]
         current = pinned if pinned is not None else gate.current
         previous = gate.previous if pinned is None else None
@@ -454,7 +454,7 @@ class Promotion:
         """Every agent's :meth:`overview`, and the project's switch."""
         return {
             "rl_enabled": serving_settings(self.project).rl_enabled,
-            "agents": [self.overview(a) for a in self.project.agent_names()],
+            "agents": [self.overview(a) for a in self.project.agent_catalog.names()],
         }
 
     def _tell(self, agent: str, entries: list[tuple[int, str, str, str]]) -> None:
@@ -479,8 +479,8 @@ def agent_versions(project: Project, agent: str) -> list[ModelRecord]:
     project does not have."""
     checked_name("agent", agent)
     found = project.versions(agent)
-    if not found and agent not in project.agent_names():
-        known = ", ".join(project.agent_names()) or "none"
+    if not found and agent not in project.agent_catalog.names():
+        known = ", ".join(project.agent_catalog.names()) or "none"
         raise UnknownAgent(
             f"There is no agent {agent!r} in this project (agents: {known})."
         )
