@@ -1,10 +1,12 @@
 """``serve-http --database postgresql://...``: two real service processes on
 one PostgreSQL database (``pg_server``'s), each with its own project folder
 as on two machines. Steps of one trajectory go through both and all arrive
-once; a service killed with SIGKILL loses no acknowledged step; the
-database going away answers 503 in one sentence, writes nothing half and
-the service recovers when it is back. The 4 x 2,000-step version with its
-figures is tests/benchmarks/test_bench_http_postgres.py."""
+once; an agent's version registered through one is the other's, and so are
+its routing and the serving settings; a service killed with SIGKILL loses
+no acknowledged step; the database going away answers 503 in one sentence,
+writes nothing half and the service recovers when it is back. The 4 x
+2,000-step version with its figures is
+tests/benchmarks/test_bench_http_postgres.py."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import pytest
 from pg_server import PgServer
 from test_http_service import Served, serve, wait_until
 
-from engine.client_http import ApiError
+from engine.client_http import ApiError, StudioClient
 
 pytestmark = pytest.mark.slow
+CLOSED_PORT_HOST = "http://127.0.0.1:9"
+"""An Ollama address nothing listens on: acting fails at once."""
 
 
 def _two(tmp_path: Path, url: str) -> list[Served]:
@@ -66,9 +70,37 @@ def test_two_services_share_one_database(tmp_path: Path, pg_url: str) -> None:
         text = "".join(p.read_text() for p in lines if p.exists())
         assert sorted(t for t in acked if t in text) == sorted(acked)
         assert all(text.count(t) == 1 for t in acked)
+        _agents_are_shared(clients)
     finally:
         for served in services:
             served.stop_cleanly()
+
+
+def _agents_are_shared(clients: list[StudioClient]) -> None:
+    """An agent's version registered through one service is listed by the
+    other, whose routing and serving settings the first then serves with;
+    the other acts with it (an Ollama model needs no files: its server,
+    closed here, is what fails, 503)."""
+    first, second = clients
+    added = first.request(
+        "POST",
+        "/agents/shared/versions",
+        {"ollama_model": "shared-llm", "host": CLOSED_PORT_HOST},
+    )
+    assert added["version"] == "v1"
+    assert second.request("GET", "/agents")["agents"] == ["shared"]
+    seen = second.agent("shared")
+    assert [(v["version"], v["model_id"]) for v in seen["versions"]] == [
+        ("v1", added["model_id"])
+    ]
+    second.configure_agent("shared", candidate="v1", rollout=40)
+    second.configure_serving(base_model="nothing-here")
+    there = first.agent("shared")
+    assert (there["candidate"], there["rollout"]) == ("v1", 40)
+    assert there["base_model"] == "nothing-here"
+    with pytest.raises(ApiError) as failed:
+        second.act("shared", messages=[{"role": "user", "content": "hi"}])
+    assert failed.value.status == 503 and "v1 failed" in failed.value.message
 
 
 def test_a_service_killed_mid_ingest_loses_no_acknowledged_step(
