@@ -38,12 +38,15 @@ from engine.jobs.registry import get_kind
 
 PROGRESS_SAVE_S = 2.0
 """How often a detached job saves its progress in the project."""
-JOB_NICENESS = 5
-"""Jobs yield the CPU to the studio window and its engine: on a two-core
-machine training three runs, the window's stalls halved. A job alone on the
-machine loses nothing; it gives way only while the CPU is contested. Its
-session gets the same value (:func:`engine.jobs.priority.lower_priority`),
-and the sweep's workers, in sessions of their own, take the job's."""
+JOB_NICENESS = 19
+"""Jobs yield the CPU to the studio window and its engine, as far as Linux
+lets them: on a two-core machine training three runs while the user works
+(``tests/benchmarks/test_bench_gui_stall.py``), the window's longest stall
+was 166-198 ms with jobs 5 or 10 nicer and 63-91 ms with them at 19. A job
+alone on the machine loses nothing; it gives way only while the CPU is
+contested. Its session gets the same value
+(:func:`engine.jobs.priority.lower_priority`), and the sweep's workers, in
+sessions of their own, take the job's."""
 
 
 def _watch_stdin(ctx: JobContext) -> None:
