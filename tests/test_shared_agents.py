@@ -297,3 +297,24 @@ def test_processes_opening_an_old_project_together_take_it_in_once(
         assert catalog.names() == ["bot", "idle", "other"]
     finally:
         catalog.close()
+
+
+def test_a_resumed_runs_model_refreshes_its_version(tmp_path: Path) -> None:
+    """A resumed run registers its model again (replaced, the same id): the
+    version keeps its number and shows the new evaluation."""
+    project = Project.open(tmp_path / "p", create=True)
+    try:
+        run = project.create_run("rl.train", {"agent": AGENT}, "run")
+        weights = tmp_path / "model.zip"
+        weights.write_bytes(b"weights")
+        entry = {"name": "m", "kind": "sb3-policy", "file": str(weights)}
+        for reward in (1.0, 2.0):
+            metrics = {"eval/mean_reward": reward}
+            project.register_run_models(
+                run.id, {"models": [{**entry, "metrics": metrics}]}
+            )
+        (version,) = project.versions(AGENT)
+        assert version.version == 1 and version.metrics == {"eval/mean_reward": 2.0}
+        assert [m.id for m in project.list_models()] == [version.id]
+    finally:
+        project.close()

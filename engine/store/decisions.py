@@ -5,7 +5,9 @@ fell back and why, and how long it took, one row per request in
 
 The same file keeps the promotion log (:data:`PROMOTION_ACTIONS`): every
 gate decision, manual promotion and rollback, with who and why. The log is
-the promotion state: :mod:`engine.store.promotion` replays it.
+the promotion state: :mod:`engine.store.promotion` replays it. The agents
+themselves, their versions and serving settings are there too
+(:mod:`engine.store.agent_catalog`).
 
 Its own file, as ``data/trajectories.sqlite`` is: a busy act route must
 neither wait on the project's lock nor make an open studio reload its runs.
