@@ -4,14 +4,17 @@ mean marked, drawn with pyqtgraph."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from widgets.theme import follow_palette, style_plot
+
+if TYPE_CHECKING:
+    import pyqtgraph as pg
 
 BAR_COLOR = "#4272c4"
 MEAN_COLOR = "#d62728"
@@ -57,6 +60,8 @@ class Histogram(QWidget):
         return self._plot if self._plot is not None else self._build_plot()
 
     def _build_plot(self) -> pg.PlotWidget:
+        import pyqtgraph as pg  # here: a hidden histogram needs none at launch
+
         plot = self._plot = pg.PlotWidget(background="w")
         plot.setMenuEnabled(False)
         plot.setMouseEnabled(x=False, y=False)

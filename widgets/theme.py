@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QObject
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QStyleFactory, QWidget
+
+if TYPE_CHECKING:
+    import pyqtgraph as pg
 
 CANVAS = {
     # background, fine grid, coarse grid
@@ -101,6 +104,8 @@ def follow_palette(
 
 def style_plot(plot: pg.PlotWidget, dark: bool, title: str = "") -> None:
     """A pyqtgraph plot's background, axes and title in the theme's colours."""
+    import pyqtgraph as pg  # here: the theme is applied at launch, plots come later
+
     background, foreground, title_color = PLOT["dark" if dark else "light"]
     plot.setBackground(background)
     for name in ("left", "bottom"):
