@@ -318,3 +318,24 @@ def test_a_resumed_runs_model_refreshes_its_version(tmp_path: Path) -> None:
         assert [m.id for m in project.list_models()] == [version.id]
     finally:
         project.close()
+
+
+def test_a_version_added_through_another_folder_shows_as_a_change(
+    two: tuple[Project, Project],
+) -> None:
+    """The studio's engine refreshes when its project changed elsewhere
+    (``Project.changed_elsewhere``, asked every second): a version, a
+    routing or a switch changed by a service of another folder on the
+    shared database counts, though it never touches this ``studio.sqlite``."""
+    first, second = two
+    first.agent_catalog.names()  # the store is open, as a served project's is
+    assert not first.changed_elsewhere()  # the first look sees no change
+    assert not first.changed_elsewhere()
+    second.add_version(AGENT, _model(second, "m1", 10.0))
+    assert first.changed_elsewhere()
+    assert not first.changed_elsewhere()
+    second.agent_catalog.set_config(AGENT, pin=1, candidate=None, rollout=0)
+    assert first.changed_elsewhere()
+    configure_serving(second, {"rl_enabled": False})
+    assert first.changed_elsewhere()
+    assert not first.changed_elsewhere()

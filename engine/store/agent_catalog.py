@@ -180,6 +180,20 @@ class AgentCatalog:
             ).fetchall()
         return {str(m): (str(a), int(v)) for m, a, v in rows}
 
+    def fingerprint(self) -> tuple[Any, ...]:
+        """What moves whenever any process adds, removes or renumbers a
+        version or changes a routing or a setting (PostgreSQL has no
+        ``data_version`` to watch): :meth:`Project.changed_elsewhere`
+        compares it."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT (SELECT COUNT(*) FROM versions),"
+                " (SELECT COALESCE(SUM(version), 0) FROM versions),"
+                " (SELECT MAX(updated) FROM agents),"
+                " (SELECT MAX(updated) FROM serving_settings)"
+            ).fetchone()
+        return tuple(row)
+
     def names(self) -> list[str]:
         """The agents: those with versions or routing, sorted."""
         with self._lock:

@@ -297,7 +297,7 @@ class Project:
         self.path = path
         self._db = db
         self._lock = threading.RLock()
-        self._data_version: int | None = None
+        self._data_version: object = None
         self._catalog: AgentCatalog | None = None
 
     # ----------------------------------------------------------- opening
@@ -371,13 +371,13 @@ class Project:
 
     def changed_elsewhere(self) -> bool:
         """True when another connection (a headless ``rl-studio-engine train``
-        or ``run`` on the same project) committed since the last call.
-
-        SQLite's ``data_version`` moves only for other connections' commits,
-        so this project's own writes never count.
-        """
+        or ``run``) committed since the last call (SQLite's ``data_version``
+        counts only others' commits), or the open agents store changed (a
+        service of another folder may share it)."""
         with self._lock:
-            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+            version: object = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if self._catalog is not None:
+                version = (version, self._catalog.fingerprint())
         seen, self._data_version = self._data_version, version
         return seen is not None and version != seen
 
