@@ -91,8 +91,8 @@ WRITTEN_FOLDERS = ("runs", "models", "data/flow-cache")
 _JSON_FIELDS = ("config", "summary", "tags")
 """Run fields stored as JSON text."""
 ACTIVE_STATUSES = contract.ACTIVE_STATUSES
-log = logging.getLogger(__name__)
 FINAL_STATUSES = contract.FINAL_STATUSES
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
