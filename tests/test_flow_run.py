@@ -260,6 +260,7 @@ def test_an_onnx_node_exports_the_trained_policy_and_registers_it(
         project.close()
     onnx = models["onnx"]
     assert onnx.name == "PPO CartPole (ONNX)"
+    assert (onnx.env, onnx.algo) == ("CartPole-v1", "PPO")  # its policy's
     assert Path(onnx.path).name == "PPO-CartPole.onnx"  # the project's copy
     session = ort.InferenceSession(onnx.path)
     (action,) = session.run(None, {"observation": np.zeros((1, 4), np.float32)})
@@ -325,7 +326,11 @@ def test_a_studio_flow_run_failing_at_its_last_node_registers_the_earlier_models
         )
     finally:
         engine.close()
+    # The node's sentence, as the flow recorded it: not the job's traceback
+    # line ("The run failed: engine.nodes.executor.FlowFailed: ...").
     assert "The policy expects observations" in failed.reason
+    assert "FlowFailed" not in failed.reason
+    assert not failed.reason.startswith("The run failed")
     project = Project.open(project_dir)
     try:
         run = project.get_run(run_id)
@@ -334,6 +339,7 @@ def test_a_studio_flow_run_failing_at_its_last_node_registers_the_earlier_models
     finally:
         project.close()
     assert run.status == "failed" and run.summary["failed"] == ["check"]
+    assert run.reason == failed.reason == run.summary["reason"]
     assert run.summary["registered_models"] == [model.id]
     assert model.name == "PPO CartPole" and model.source_run == run_id
     assert (run_id, model.id, "trained") in lineage

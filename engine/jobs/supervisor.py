@@ -66,6 +66,17 @@ class _Job:
     readers: list[threading.Thread] = field(default_factory=list)
 
 
+NO_PROGRESS_BARS = {
+    "TQDM_DISABLE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+}
+"""A job's output is its log, read line by line into the studio's: a
+library's progress bar (tqdm: Hugging Face downloads, datasets' maps),
+redrawn with carriage returns, showed there as raw bars. Jobs report their
+progress as events."""
+
+
 def _engine_pythonpath() -> str:
     # The job must import the same engine as the supervisor, installed or not.
     root = str(Path(__file__).resolve().parents[2])
@@ -240,6 +251,7 @@ class Supervisor:
             **os.environ,
             "PYTHONUNBUFFERED": "1",
             "PYTHONPATH": _engine_pythonpath(),
+            **NO_PROGRESS_BARS,
         }
         cmd = [sys.executable, "-m", "engine.jobs.runner", str(run_dir)]
         if resume:
@@ -420,13 +432,17 @@ class Supervisor:
             )
         exit_code = code if code >= 0 else None
         sig = -code if code < 0 else None
-        reason = _failure_reason(code, list(job.tail))
         # A job that failed after making models (a flow whose last node
-        # failed) recorded them in its result.json; they are registered.
-        # One that recorded no summary (a crash, a kill) leaves the row's: a
-        # resumed run keeps its previous attempt's, registered_models too.
+        # failed) recorded them in its result.json with the sentence saying
+        # why; they are registered. One that recorded no summary (a crash, a
+        # kill) leaves the row's: a resumed run keeps its previous attempt's,
+        # registered_models too, and the reason is read from its log's end.
         recorded = lifecycle.read_outcome(job.run_dir)
         summary = recorded.summary if recorded is not None else None
+        if recorded is not None and summary is not None and recorded.reason:
+            reason = recorded.reason  # not its traceback's "FlowFailed: ..."
+        else:
+            reason = _failure_reason(code, list(job.tail))
         outcome = lifecycle.Outcome("failed", summary, reason)
         self._finish(
             project, job.run_id, outcome, progress=progress, code=exit_code, sig=sig
