@@ -238,11 +238,12 @@ def test_a_chat_worker_that_dies_costs_one_turn(tmp_path: Path) -> None:
 
 
 def test_jobs_run_nicer_than_the_engine(tmp_path: Path) -> None:
-    """A training job yields the CPU to the studio window and its engine."""
+    """A training job yields the CPU to the studio window and its engine,
+    and its libraries draw no progress bars into its log."""
     import psutil
 
     from engine.jobs.runner import JOB_NICENESS
-    from engine.jobs.supervisor import Supervisor
+    from engine.jobs.supervisor import NO_PROGRESS_BARS, Supervisor
 
     seen: list[protocol.Message] = []
     supervisor = Supervisor(seen.append)
@@ -270,6 +271,8 @@ def test_jobs_run_nicer_than_the_engine(tmp_path: Path) -> None:
         assert stat_niceness(pid) == psutil.Process(pid).nice() == wanted
         if grouped:
             assert session_niceness(pid) == wanted
+        environ = psutil.Process(pid).environ()
+        assert {k: environ.get(k) for k in NO_PROGRESS_BARS} == NO_PROGRESS_BARS
     finally:
         supervisor.shutdown(5)
 
