@@ -345,6 +345,9 @@ def test_export_onnx_registers_an_onnx_model(qtbot, setup) -> None:
     )
     onnx = next(r for r in ws.records() if r["kind"] == "onnx")
     assert Path(onnx["path"]).suffix == ".onnx" and Path(onnx["path"]).stat().st_size
+    # its row names the env its policy was registered with (the fixture's
+    # policy has no algorithm registered: the Models view reads its zip's)
+    assert onnx["env"] == "CartPole-v1"
     assert onnx["metrics"]["verified"] is True
     # It runs in the Training list too, and its lineage leads back to the policy.
     assert any(r.get("kind") == "export.onnx" for r in win.session.state.runs.values())

@@ -197,6 +197,35 @@ def read_outcome(run_dir: Path) -> Outcome | None:
     )
 
 
+DERIVED_FACTS = ("env", "algo", "base")
+"""What a model made from another (an ONNX export of a policy, a GGUF of a
+merged model) is of, as its parent is, when its job does not say."""
+
+
+def _derived_facts(project: Project, entries: object) -> Any:
+    """``entries`` (a summary's ``models``) with each one's missing
+    :data:`DERIVED_FACTS` taken from its first parent the project has (by
+    id or file), so that an export's row names its env and algorithm."""
+    if not isinstance(entries, list) or not any(
+        isinstance(e, dict) and e.get("parents") for e in entries
+    ):
+        return entries
+    known: dict[str, Any] = {}
+    for model in project.list_models():
+        known[model.id] = known[str(Path(model.path).resolve())] = model
+    filled = []
+    for entry in entries:
+        if isinstance(entry, dict) and isinstance(entry.get("parents"), list):
+            parents = [str(p) for p in entry["parents"]]
+            found = [known.get(p) or known.get(str(Path(p).resolve())) for p in parents]
+            parent = next((m for m in found if m is not None), None)
+            if parent is not None:
+                missing = [f for f in DERIVED_FACTS if not entry.get(f)]
+                entry = {**entry, **{f: getattr(parent, f) for f in missing}}
+        filled.append(entry)
+    return filled
+
+
 def finish(
     project: Project,
     run_id: str,
@@ -217,6 +246,7 @@ def finish(
     summary = None if outcome.summary is None else dict(outcome.summary)
     problems: list[str] = []
     if summary is not None and register:
+        summary["models"] = _derived_facts(project, summary.get("models"))
         registered, problems = project.register_run_models(run_id, summary)
         if registered:
             earlier = summary.get("registered_models") or []
