@@ -97,13 +97,13 @@ class JsonPreview(QPlainTextEdit):
             self.setPlainText(f"Cannot read {path}: {exc.strerror}")
             return
         try:
-            text = json.dumps(json.loads(text), indent=2)
+            text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
         except ValueError as exc:
             text = f"# This file is not valid JSON: {exc}\n\n{text}"
         self.setPlainText(text)
 
     def show_value(self, value: Any) -> None:
-        text = json.dumps(value, indent=2, default=str)
+        text = json.dumps(value, indent=2, default=str, ensure_ascii=False)
         # The same value shown again (a selection that kept its first run)
         # keeps the document: laying the text out again is not free.
         if text != self.toPlainText():

@@ -13,7 +13,7 @@ import pytest
 from PySide6.QtCore import QSettings, Qt
 
 from engine import contract
-from studio.common import run_duration
+from studio.common import JsonPreview, run_duration
 from studio.engine_client import EngineClient
 from studio.session import Session
 from studio.settings import Settings
@@ -318,3 +318,17 @@ def test_a_burst_of_progress_updates_a_listed_row_once(qtbot, tmp_path: Path) ->
     state.runs["ppo"]["status"] = "stopped"
     state.notify("run", "ppo")
     assert updates == ["ppo", "ppo"]  # a new status at once
+
+
+def test_details_show_a_run_s_name_as_written(qtbot, tmp_path: Path) -> None:
+    """A run's name carries a middle dot ("PPO CartPole-v1 · calm-heron"):
+    the Details JSON shows it, not its escape."""
+    view = JsonPreview()
+    qtbot.addWidget(view)
+    name = "PPO CartPole-v1 · calm-heron"
+    view.show_value({"name": name})
+    assert f'"name": "{name}"' in view.toPlainText()
+    saved = tmp_path / "config.json"
+    saved.write_text('{"name": "PPO CartPole-v1 \\u00b7 calm-heron"}', "utf-8")
+    view.show_file(saved)
+    assert f'"name": "{name}"' in view.toPlainText()
