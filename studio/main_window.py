@@ -52,6 +52,7 @@ from widgets.hardware_meter import HardwareMeter, Usage
 from widgets.log_console import LogConsole
 
 if TYPE_CHECKING:
+    from studio.docs_viewer import DocsDialog
     from studio.environments.workspace import EnvironmentsWorkspace
     from studio.training.workspace import TrainingWorkspace
 
@@ -63,7 +64,6 @@ ENGINE_STATE_TEXT = {
     FAILED: ("#d62728", "Engine stopped"),
     "stopped": ("#7f7f7f", "Engine stopped"),
 }
-DOCS_DIR = Path(__file__).resolve().parents[1] / "docs"
 STANDARD_KEY_FALLBACK = {
     QKeySequence.StandardKey.New: "Ctrl+N",
     QKeySequence.StandardKey.Open: "Ctrl+O",
@@ -179,14 +179,14 @@ class MainWindow(QMainWindow):
         self.keep_runs_on_quit = False
         """The user chose to let the runs train on after the studio quits."""
         self.ask_quit: Callable[[int], str] = lambda n: ask_quit(self, n)
+        """Asks what quitting does to ``n`` training runs: ``keep`` (they
+        train on headless), ``stop`` or ``cancel``; tests replace it."""
         self.ask_download: Callable[[str], bool] = functools.partial(
             ask_base_model_download, self
         )
-        """Asks what quitting does to ``n`` training runs: ``keep`` (they
-        train on headless), ``stop`` or ``cancel``; tests replace it."""
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
-        """Opens documentation in the desktop's viewer; tests replace it."""
-
+        """Opens a link in the desktop's browser; tests replace it."""
+        self.docs_dialog: DocsDialog | None = None  # Help → Documentation
         self.workspaces = LazyWorkspaces(
             lambda name: build_workspace(name, session), self._on_workspace_built
         )
@@ -533,15 +533,17 @@ class MainWindow(QMainWindow):
         self.shortcuts_dialog().exec()
 
     def open_documentation(self) -> None:
-        if not DOCS_DIR.is_dir():
-            self._show_banner(
-                f"The documentation folder {DOCS_DIR} is not installed with "
-                "this copy of RL Studio.",
-                "warning",
-                auto_hide_ms=10_000,
-            )
-            return
-        self.open_url(QUrl.fromLocalFile(str(DOCS_DIR)))
+        """The README and the documents of ``docs/``, read in the app."""
+        from studio.docs_viewer import DocsDialog, documents, not_installed
+
+        if self.docs_dialog is None:
+            if not (paths := documents()):
+                self._show_banner(not_installed(), "warning", auto_hide_ms=10_000)
+                return
+            self.docs_dialog = DocsDialog(paths, self, open_external=self.open_url)
+        self.docs_dialog.show()
+        self.docs_dialog.raise_()
+        self.docs_dialog.activateWindow()
 
     def _on_about(self) -> None:
         from platform import python_version  # 30 ms at launch otherwise

@@ -10,7 +10,8 @@ from PySide6.QtCore import QSettings, QUrl
 from PySide6.QtGui import QUndoCommand
 from PySide6.QtWidgets import QWidget
 
-from studio.main_window import DOCS_DIR, WORKSPACES
+from studio.docs_viewer import DOCS_DIR, README, DocsDialog
+from studio.main_window import WORKSPACES
 from studio.shortcuts import APPLICATION
 from tests.studio_harness import build_main_window
 from widgets.banner import OVERLAY_MARGIN
@@ -140,13 +141,43 @@ def _tree_rows(dialog):  # type: ignore[no-untyped-def]
             yield section.text(0), item.text(0), item.text(1)
 
 
-def test_documentation_opens_the_docs_folder(qtbot, tmp_path: Path) -> None:
+def test_documentation_opens_in_the_app(qtbot, tmp_path: Path) -> None:
+    """Help → Documentation reads the README and docs/*.md in a window of
+    the studio's own (handing the folder to the desktop did nothing where no
+    file manager is set up): rendered, not their source; a link to another
+    document opens it there, one to the web goes to the browser."""
     win = build_main_window(qtbot, tmp_path)
     opened: list[QUrl] = []
     win.open_url = opened.append
     win.open_documentation()
-    assert [u.toLocalFile() for u in opened] == [str(DOCS_DIR)]
-    assert (DOCS_DIR / "design.md").is_file()
+    dialog = win.docs_dialog
+    assert isinstance(dialog, DocsDialog) and dialog.isVisible()
+    assert dialog.paths[0] == README.resolve()
+    assert DOCS_DIR.resolve() / "design.md" in dialog.paths
+    assert dialog.shown == README.resolve()
+    shown = dialog.browser.toPlainText()
+    assert "make studio" in shown and "```" not in shown  # rendered Markdown
+    dialog.browser.anchorClicked.emit(QUrl("docs/design.md"))
+    assert dialog.shown == DOCS_DIR.resolve() / "design.md"
+    assert opened == []
+    dialog.browser.anchorClicked.emit(QUrl("https://stable-baselines3.readthedocs.io"))
+    assert [u.toString() for u in opened] == [
+        "https://stable-baselines3.readthedocs.io"
+    ]
+    win.open_documentation()  # again: the same window, brought forward
+    assert win.docs_dialog is dialog
+
+
+def test_a_document_that_cannot_be_read_is_one_sentence(qtbot, tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text("# Hello\n\nSee [the guide](guide.md).\n", "utf-8")
+    (tmp_path / "guide.md").mkdir()  # a folder where a file was expected
+    dialog = DocsDialog([readme, tmp_path / "guide.md"])
+    qtbot.addWidget(dialog)
+    assert dialog.browser.toPlainText().startswith("Hello")
+    dialog.browser.anchorClicked.emit(QUrl("guide.md"))
+    assert dialog.shown == (tmp_path / "guide.md").resolve()
+    assert "cannot be read" in dialog.browser.toPlainText()
 
 
 def test_banners_overlay_instead_of_pushing(qtbot, tmp_path: Path) -> None:
