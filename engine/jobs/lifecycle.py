@@ -246,7 +246,8 @@ def finish(
     summary = None if outcome.summary is None else dict(outcome.summary)
     problems: list[str] = []
     if summary is not None and register:
-        summary["models"] = _derived_facts(project, summary.get("models"))
+        if "models" in summary:
+            summary["models"] = _derived_facts(project, summary["models"])
         registered, problems = project.register_run_models(run_id, summary)
         if registered:
             earlier = summary.get("registered_models") or []
