@@ -581,12 +581,17 @@ class ImportJira(Request):
     name: str = field(default="", metadata=limits(max_len=MAX_NAME_CHARS))
 
 
+MAX_DESCRIBED_ENVS = 32  # envs one env.catalog may make to describe their spaces
+
+
 @message("env.catalog")
 @dataclass(frozen=True)
 class GetEnvCatalog(Request):
     """Installed gymnasium envs. ``ids`` limits the list to those ids;
-    ``with_spaces`` adds observation/action spaces and render modes (this
-    makes one instance of each listed env, so ask for a few ids).
+    ``with_spaces`` adds observation/action spaces and render modes. That
+    makes one instance of each listed env (an Atari game loads its ROM; all
+    415 installed envs take about a minute), so it needs ``ids``, at most
+    :data:`MAX_DESCRIBED_ENVS` of them.
 
     Reply result: ``{"envs": [{"id", "namespace", "entry_point", "kwargs",
     "max_episode_steps", "designed", ["observation_space", "action_space",

@@ -450,6 +450,11 @@ class Server:
         from engine.envs import catalog
         from engine.envs.registry import describe_env
 
+        if msg.with_spaces and not 0 < len(msg.ids) <= protocol.MAX_DESCRIBED_ENVS:
+            raise EngineError(
+                "Name the envs whose spaces you want in ids, at most "
+                f"{protocol.MAX_DESCRIBED_ENVS}: describing one means making it."
+            )
         envs = catalog(with_spaces=False)
         if msg.ids:
             wanted = set(msg.ids)

@@ -390,3 +390,23 @@ def test_shutdown_is_prompt_while_a_request_waits_on_a_stalled_server(
     assert isinstance(answers["bye"], protocol.Reply)
     assert isinstance(answers["c"], protocol.Error)
     assert answers["c"].message == "The engine shut down before answering this request."
+
+
+@pytest.mark.parametrize("ids", [[], [f"ALE/Game{i}-v5" for i in range(33)]])
+def test_describing_env_spaces_needs_a_few_named_ids(
+    server: Any, ids: list[str]
+) -> None:
+    """Describing makes each env (an Atari game loads its ROM): all 415
+    installed took 47 s, past a client's patience, so a request names at most
+    32; the cheap listing still covers every env."""
+    start = time.monotonic()
+    asked = protocol.GetEnvCatalog(id="c", ids=ids, with_spaces=True)
+    answer = ask(server, protocol.encode(asked))
+    assert time.monotonic() - start < 5
+    assert isinstance(answer, protocol.Error) and answer.error_type == "EngineError"
+    assert answer.message == (
+        "Name the envs whose spaces you want in ids, at most 32: describing one "
+        "means making it."
+    )
+    listed = ask(server, protocol.encode(protocol.GetEnvCatalog(id="l")))
+    assert isinstance(listed, protocol.Reply) and len(listed.result["envs"]) > 300
