@@ -302,6 +302,50 @@ def make_qx_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     return scale_out.astype(_F32), levels
 
 
+def refine_levels(
+    x: np.ndarray,
+    w: np.ndarray,
+    levels: np.ndarray,
+    sums: tuple[np.ndarray, np.ndarray],
+    nearest: Callable[[np.ndarray], np.ndarray],
+    *,
+    positive_before: bool,
+    stored: Callable[[np.ndarray], np.ndarray] = lambda v: v,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The coordinate descent of ``make_q3_quants`` and ``make_qp_quants``:
+    five passes over the values of each group (a column of ``x``), each
+    moving one level to ``nearest`` of the value that fits the others best,
+    kept where that raises ``sumlx² / suml2``. ``levels`` change in place
+    (as ``stored`` of the new level: C's ``uint8_t`` wraps); ``sums`` are
+    ``(sum of w*x*l, sum of w*l*l)`` at the start; returns them at the end.
+
+    The two C functions differ in one test, kept apart here: ``make_qp_quants``
+    asks the sum without the value to be positive (``positive_before``),
+    ``make_q3_quants`` the sum with the new level."""
+    wx = w * x
+    sumlx, suml2 = sums
+    # Five passes, each value in turn; a pass that changes nothing leaves
+    # the state as it was, so the C code's early exit changes no result.
+    for _ in range(5):
+        for i in range(x.shape[0]):
+            li = levels[i]
+            slx = sumlx - wx[i] * li
+            sl2 = suml2 - w[i] * li * li
+            new = nearest(x[i] * sl2 / slx)
+            slx_new = slx + wx[i] * new
+            sl2_new = sl2 + w[i] * new * new
+            take = (
+                (slx > 0)
+                & ((sl2 if positive_before else sl2_new) > 0)
+                & (new != li)
+                & (slx_new * slx_new * suml2 > sumlx * sumlx * sl2_new)
+            )
+            levels[i] = np.where(take, stored(new), li)
+            sumlx = np.where(take, slx_new, sumlx)
+            suml2 = np.where(take, sl2_new, suml2)
+    return sumlx, suml2
+
+
 def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric search of Q3_K with the coordinate-descent refinement
     (``do_rmse``): (scale, L with L in [0, 2*nmax))."""
@@ -312,27 +356,14 @@ def make_q3_quants(x: np.ndarray, nmax: int) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         iscale = -_f(nmax) / mx
         q = _round(iscale * x, -nmax, nmax - 1)
-        sumlx = _seq_sum(wx * q)
-        suml2 = _seq_sum(w * q * q)
-        # Five passes, each value in turn; a pass that changes nothing leaves
-        # the state as it was, so the C code's early exit changes no result.
-        for _ in range(5):
-            for i in range(x.shape[0]):
-                qi = q[i]
-                slx = sumlx - wx[i] * qi
-                sl2 = suml2 - w[i] * qi * qi
-                new = _round(x[i] * sl2 / slx, -nmax, nmax - 1)
-                slx_new = slx + wx[i] * new
-                sl2_new = sl2 + w[i] * new * new
-                take = (
-                    (slx > 0)
-                    & (new != qi)
-                    & (sl2_new > 0)
-                    & (slx_new * slx_new * suml2 > sumlx * sumlx * sl2_new)
-                )
-                q[i] = np.where(take, new, qi)
-                sumlx = np.where(take, slx_new, sumlx)
-                suml2 = np.where(take, sl2_new, suml2)
+        sumlx, suml2 = refine_levels(
+            x,
+            w,
+            q,
+            (_seq_sum(wx * q), _seq_sum(w * q * q)),
+            lambda v: _round(v, -nmax, nmax - 1),
+            positive_before=False,
+        )
         scale = np.where(suml2 > 0, sumlx / suml2, _f(0))
     levels = q + _f(nmax)
     levels[:, zero] = 0

@@ -45,11 +45,13 @@ from engine.export.kquants import (
     _pack_k4_scales,
     _seq_sum,
     _sub_blocks,
+    _to_u8,
     make_qkx2_quants,
     q3_k_blocks,
     q4_k_blocks,
     q5_k_blocks,
     q6_k_blocks,
+    refine_levels,
     run_passes,
 )
 
@@ -135,31 +137,16 @@ def make_qp_quants(
             best_mse = np.where(take, mse, best_mse)
             iscale = np.where(take, iscale_is, iscale)
         lv = np.minimum(np.rint(iscale * x), f_nmax)
-        stored = (lv.astype(np.int64) & 0xFF).astype(_F32)
-        wx = qw * x
-        sumlx = _seq_sum(wx * lv)
-        suml2 = _seq_sum(qw * lv * lv)
-        # Five passes, each value in turn; a pass that changes nothing leaves
-        # the state as it was, so the C code's early exit changes no result.
-        for _ in range(5):
-            for i in range(x.shape[0]):
-                li = stored[i]
-                slx = sumlx - wx[i] * li
-                sl2 = suml2 - qw[i] * li * li
-                new = np.minimum(np.rint(x[i] * sl2 / slx), f_nmax)
-                slx_new = slx + wx[i] * new
-                sl2_new = sl2 + qw[i] * new * new
-                take = (
-                    (slx > 0)
-                    & (sl2 > 0)
-                    & (new != li)
-                    & (slx_new * slx_new * suml2 > sumlx * sumlx * sl2_new)
-                )
-                stored[i] = np.where(
-                    take, (new.astype(np.int64) & 0xFF).astype(_F32), li
-                )
-                sumlx = np.where(take, slx_new, sumlx)
-                suml2 = np.where(take, sl2_new, suml2)
+        stored = _to_u8(lv).astype(_F32)
+        sumlx, suml2 = refine_levels(
+            x,
+            qw,
+            stored,
+            (_seq_sum(qw * x * lv), _seq_sum(qw * lv * lv)),
+            lambda v: np.minimum(np.rint(v), f_nmax),
+            positive_before=True,
+            stored=lambda v: _to_u8(v).astype(_F32),
+        )
         scale = np.where(suml2 > 0, sumlx / suml2, _f(0))
     stored[:, zero] = 0
     scale = np.where(zero, _f(0), scale)
