@@ -53,23 +53,29 @@ AGENT_KEY_PREFIX = "agent-settings:"
 LOCK = "agent catalog"
 """The PostgreSQL advisory lock of the catalog's writes of several
 statements."""
-VERSION_FACTS = (
-    "name",
-    "kind",
-    "path",
-    "created",
-    "source_run",
-    "env",
-    "algo",
-    "base",
-    "metrics",
-    "size_bytes",
-)
+MODEL_FACT_COLUMNS = {
+    "name": "TEXT NOT NULL",
+    "kind": "TEXT NOT NULL",
+    "path": "TEXT NOT NULL",
+    "created": "REAL NOT NULL",
+    "source_run": "TEXT",
+    "env": "TEXT NOT NULL DEFAULT ''",
+    "algo": "TEXT NOT NULL DEFAULT ''",
+    "base": "TEXT NOT NULL DEFAULT ''",
+    "metrics": "TEXT NOT NULL DEFAULT '{}'",
+    "size_bytes": "INTEGER NOT NULL DEFAULT 0",
+}
+"""A model's facts and their columns' declarations: the catalog's
+``versions`` and the project's ``models`` (``engine.store.project``) hold
+the same facts of a model."""
+VERSION_FACTS = tuple(MODEL_FACT_COLUMNS)
 """A version's model facts, named as ``ModelRecord``'s fields; ``path`` is
 relative to the project folder, ``metrics`` a dict."""
+MODEL_FACTS_DDL = ",\n".join(f"    {n} {d}" for n, d in MODEL_FACT_COLUMNS.items())
+"""The facts' column definitions, one a line, for a ``CREATE TABLE``."""
 CONFIG_FIELDS = ("pin", "candidate", "rollout", "updated")
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS agents (
     name TEXT PRIMARY KEY,
     pin INTEGER,
@@ -81,16 +87,7 @@ CREATE TABLE IF NOT EXISTS versions (
     agent TEXT NOT NULL,
     version INTEGER NOT NULL,
     model_id TEXT NOT NULL UNIQUE,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    path TEXT NOT NULL,
-    created REAL NOT NULL,
-    source_run TEXT,
-    env TEXT NOT NULL DEFAULT '',
-    algo TEXT NOT NULL DEFAULT '',
-    base TEXT NOT NULL DEFAULT '',
-    metrics TEXT NOT NULL DEFAULT '{}',
-    size_bytes INTEGER NOT NULL DEFAULT 0,
+{MODEL_FACTS_DDL},
     PRIMARY KEY (agent, version)
 );
 CREATE TABLE IF NOT EXISTS serving_settings (

@@ -42,6 +42,7 @@ from engine import contract, protocol
 from engine.errors import ConfigError, ProjectError, UnknownRunError
 from engine.store.agent_catalog import (
     AGENT_KEY_PREFIX,
+    MODEL_FACTS_DDL,
     SERVING_KEY,
     VERSION_FACTS,
     AgentCatalog,
@@ -94,7 +95,9 @@ ACTIVE_STATUSES = contract.ACTIVE_STATUSES
 FINAL_STATUSES = contract.FINAL_STATUSES
 log = logging.getLogger(__name__)
 
-_SCHEMA = """
+# Joined, not an f-string: the runs table's defaults hold braces.
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,
@@ -117,16 +120,9 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE TABLE IF NOT EXISTS models (
     id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    path TEXT NOT NULL,
-    created REAL NOT NULL,
-    source_run TEXT,
-    env TEXT NOT NULL DEFAULT '',
-    algo TEXT NOT NULL DEFAULT '',
-    base TEXT NOT NULL DEFAULT '',
-    metrics TEXT NOT NULL DEFAULT '{}',
-    size_bytes INTEGER NOT NULL DEFAULT 0
+"""
+    + MODEL_FACTS_DDL
+    + """
 );
 CREATE TABLE IF NOT EXISTS lineage (
     parent TEXT NOT NULL,
@@ -135,6 +131,7 @@ CREATE TABLE IF NOT EXISTS lineage (
     PRIMARY KEY (parent, child, relation)
 );
 """
+)
 _MIGRATIONS = {
     # table -> columns added since version 1, with their declarations
     "runs": (
