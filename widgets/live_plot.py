@@ -461,8 +461,8 @@ class LivePlotPanel(QtWidgets.QWidget):
         return curve.x(self._x_axis), curve.display_y()
 
     def pending_redraws(self) -> int:
-        """Curves waiting to be built or drawn."""
-        return len(self._dirty) + len(self._pending)
+        """Curves waiting to be built or drawn, and legends to be rewritten."""
+        return len(self._dirty) + len(self._pending) + len(self._stale_legends)
 
     # ------------------------------------------------------------ redraw
     def redraw_dirty(self) -> int:
@@ -509,8 +509,10 @@ class LivePlotPanel(QtWidgets.QWidget):
             if shown_curves(group) != group.legend_curves:
                 self._queue_legend(group)
         self._update_visibility()
-        self._flush_legends()
-        if not self._dirty and not self._pending:
+        # In the tick's budget too: rewriting every legend of a new selection
+        # of runs took 8 to 14 ms after the curves had taken theirs.
+        self._flush_legends(t0 + self.redraw_budget_s)
+        if not self._dirty and not self._pending and not self._stale_legends:
             self._timer.stop()
         self.last_redraw_s = time.perf_counter() - t0
         return drawn
@@ -521,7 +523,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         self.redraw_budget_s = math.inf
         self._redraw_undrawn()
         try:
-            while self._dirty or self._pending:
+            while self._dirty or self._pending or self._stale_legends:
                 self.redraw_dirty()
         finally:
             self.redraw_budget_s = budget
@@ -687,9 +689,13 @@ class LivePlotPanel(QtWidgets.QWidget):
         self._stale_legends[group] = None
         self._wake()
 
-    def _flush_legends(self) -> None:
+    def _flush_legends(self, deadline: float = math.inf) -> None:
+        """Rewrite the stale legends, at least one, until ``deadline`` (a
+        ``time.perf_counter()``); the rest wait for the next redraw tick."""
         while self._stale_legends:
             self._update_legend(next(iter(self._stale_legends)))
+            if time.perf_counter() > deadline:
+                break
         self._settle_grid()
 
     def _settle_grid(self) -> None:
