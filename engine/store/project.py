@@ -33,7 +33,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -192,6 +192,16 @@ class ModelRecord:
 
 
 _MODEL_COLUMNS = ("id", *VERSION_FACTS)
+
+
+def _version_facts(columns: Sequence[Any]) -> dict[str, Any]:
+    """A ``models`` row's :data:`VERSION_FACTS` columns as a version's facts
+    (its metrics decoded)."""
+    facts = dict(zip(VERSION_FACTS, columns, strict=True))
+    facts["metrics"] = json.loads(facts["metrics"] or "{}")
+    return facts
+
+
 """The columns of ``models``: :class:`ModelRecord`'s fields but its agent
 and version, the agents store's."""
 
@@ -231,9 +241,7 @@ def _old_agents(db: sqlite3.Connection) -> OldAgents | None:
             " WHERE agent != '' AND version > 0 ORDER BY agent, version"
         )
         for agent, number, model_id, *facts in cur.fetchall():
-            row = dict(zip(VERSION_FACTS, facts, strict=True))
-            row["metrics"] = json.loads(row["metrics"] or "{}")
-            versions.append((agent, number, model_id, row))
+            versions.append((agent, number, model_id, _version_facts(facts)))
     configs = (
         db.execute(
             "SELECT name, pin, candidate, rollout, updated FROM agents"
@@ -771,9 +779,7 @@ class Project:
             ).fetchone()
         if row is None:
             raise ProjectError(f"There is no model {model_id!r} in this project.")
-        facts = dict(zip(VERSION_FACTS, row, strict=True))
-        facts["metrics"] = json.loads(facts["metrics"] or "{}")
-        version = self.agent_catalog.add_version(agent, model_id, facts)
+        version = self.agent_catalog.add_version(agent, model_id, _version_facts(row))
         return next(m for m in self.versions(agent) if m.version == version)
 
     def versions(self, agent: str) -> list[ModelRecord]:
