@@ -20,6 +20,21 @@ from typing import Any, TypedDict
 from engine import untrusted
 
 # --------------------------------------------------------------------------
+# Where projects live
+# --------------------------------------------------------------------------
+
+
+def default_projects_root() -> Path:
+    """The folder new projects go in unless the settings name another."""
+    return Path.home() / "RLStudio"
+
+
+def default_project() -> Path:
+    """The project the command line opens without ``--project``."""
+    return default_projects_root() / "default"
+
+
+# --------------------------------------------------------------------------
 # Designed environments
 # --------------------------------------------------------------------------
 

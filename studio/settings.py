@@ -20,7 +20,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.contract import ALLOW_UNCONFINED_ENV, TRACKING_URI_ENV
+from engine.contract import (
+    ALLOW_UNCONFINED_ENV,
+    TRACKING_URI_ENV,
+    default_projects_root,
+)
 from studio.common import ok_cancel_buttons
 
 MAX_RECENT = 8
@@ -54,7 +58,7 @@ class Settings:
 
     @property
     def projects_root(self) -> Path:
-        return Path(str(self._get("projects_root", str(Path.home() / "RLStudio"), str)))
+        return Path(str(self._get("projects_root", str(default_projects_root()), str)))
 
     @projects_root.setter
     def projects_root(self, value: Path) -> None:

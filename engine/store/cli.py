@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from engine.contract import default_project
 from engine.store.project import Project
 
 
@@ -14,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--project",
         type=Path,
-        default=Path.home() / "RLStudio" / "default",
+        default=default_project(),
         help="project folder (default ~/RLStudio/default)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")

@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from engine.contract import default_project
 from engine.errors import ConfigError
 from engine.run_compare import compare_runs
 from engine.store.project import Project
@@ -18,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--project",
         type=Path,
-        default=Path.home() / "RLStudio" / "default",
+        default=default_project(),
         help="project folder (default ~/RLStudio/default)",
     )
 
