@@ -12,6 +12,22 @@ _T0 = time.perf_counter()
 
 WORKSPACE_CHOICES = ("environments", "workflows", "training", "models")
 
+QT_ENVIRONMENT = {
+    # Qt's raster engine hands a large fill (an image drawn with opacity, a
+    # gradient, 96 spans or more) to a pool of threads and waits for them.
+    # With both cores training, each hand-off waited for a core: the GUI
+    # thread stalled up to 191 ms for 50 ms of its own work (three PPO runs,
+    # tests/benchmarks/test_bench_gui_stall.py); filling on the GUI thread
+    # itself, 53-55 ms.
+    "QT_NO_GUI_THREADPOOL": "1",
+}
+"""Qt's environment variables the studio runs under, set before Qt starts."""
+
+
+def prepare_qt_environment() -> None:
+    """Set :data:`QT_ENVIRONMENT` (before the QApplication is made)."""
+    os.environ.update(QT_ENVIRONMENT)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -83,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(install_desktop_entry())
         return 0
+    prepare_qt_environment()
     if args.screenshot or args.exit_when_shown:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from studio.platform_check import missing_packages, sentence, uses_xcb

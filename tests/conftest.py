@@ -23,6 +23,10 @@ os.environ["SB3_LOGDIR"] = str(_HOME / "sb3-logs")
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from studio.app import prepare_qt_environment  # noqa: E402
+
+prepare_qt_environment()  # as the studio runs: tests and benchmarks alike
+
 import pytest  # noqa: E402
 
 # A private PostgreSQL server (session-wide) and a fresh database on it.
