@@ -193,6 +193,18 @@ def test_the_gate_s_decisions_the_switches_promote_and_roll_back(
     )
     assert agent(view)["current"] == "v1" and log_of(root)[-1]["action"] == "rollback"
 
+    # A refresh that another change starts keeps the sentence (the
+    # supervisor's look at the agents store each second wiped it); the next
+    # action the user takes clears it.
+    refreshed: list[dict[str, Any]] = []
+    view.controller.agents_changed.connect(refreshed.append)
+    view.refresh()
+    qtbot.waitUntil(lambda: bool(refreshed), timeout=10_000)
+    assert view.message.text().startswith("Agent 'pole' has no version promoted")
+    qtbot.mouseClick(view.agent_switch, Qt.MouseButton.LeftButton)
+    assert view.message.text() == ""
+    qtbot.waitUntil(lambda: not agent(view)["rl_enabled"], timeout=10_000)
+
 
 def test_an_agent_with_nothing_to_answer_instead_stays_switched_on(
     tmp_path: Path,

@@ -164,7 +164,9 @@ class AgentsView(QWidget):
         self.controller.request_agents()
 
     def _on_controller_agents_changed(self, overview: dict[str, Any]) -> None:
-        self.message.clear()
+        # The message stays until the user acts again: a refresh that another
+        # change started (the supervisor's look at the agents store each
+        # second) arrived after a refusal and wiped its sentence.
         self.overview = overview
         self._show()
 
@@ -261,14 +263,17 @@ class AgentsView(QWidget):
         self._show_agent()
 
     def _on_project_switch_clicked(self, checked: bool) -> None:
+        self.message.clear()
         self.controller.switch_agent("", checked)
 
     def _on_agent_switch_clicked(self, checked: bool) -> None:
+        self.message.clear()
         agent = self.agent()
         if agent is not None:
             self.controller.switch_agent(str(agent["name"]), checked)
 
     def _on_promote_button_clicked(self) -> None:
+        self.message.clear()
         agent, version = self.agent(), self.selected_version()
         if agent is None or version is None:
             return
@@ -277,6 +282,7 @@ class AgentsView(QWidget):
         self.why.clear()
 
     def _on_rollback_button_clicked(self) -> None:
+        self.message.clear()
         agent = self.agent()
         if agent is not None:
             self.controller.rollback_agent(str(agent["name"]), self.why.text())
