@@ -510,7 +510,7 @@ class LivePlotPanel(QtWidgets.QWidget):
                 self._queue_legend(group)
         self._update_visibility()
         self._flush_legends(t0 + self.redraw_budget_s)
-        if not self._dirty and not self._pending and not self._stale_legends:
+        if not self.pending_redraws():
             self._timer.stop()
         self.last_redraw_s = time.perf_counter() - t0
         return drawn
@@ -521,7 +521,7 @@ class LivePlotPanel(QtWidgets.QWidget):
         self.redraw_budget_s = math.inf
         self._redraw_undrawn()
         try:
-            while self._dirty or self._pending or self._stale_legends:
+            while self.pending_redraws():
                 self.redraw_dirty()
         finally:
             self.redraw_budget_s = budget

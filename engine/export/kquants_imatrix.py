@@ -137,7 +137,11 @@ def make_qp_quants(
             best_mse = np.where(take, mse, best_mse)
             iscale = np.where(take, iscale_is, iscale)
         lv = np.minimum(np.rint(iscale * x), f_nmax)
-        stored = _to_u8(lv).astype(_F32)
+
+        def as_uint8(v: np.ndarray) -> np.ndarray:  # C's uint8_t L[i]
+            return _to_u8(v).astype(_F32)
+
+        stored = as_uint8(lv)
         sumlx, suml2 = refine_levels(
             x,
             qw,
@@ -145,7 +149,7 @@ def make_qp_quants(
             (_seq_sum(qw * x * lv), _seq_sum(qw * lv * lv)),
             lambda v: np.minimum(np.rint(v), f_nmax),
             positive_before=True,
-            stored=lambda v: _to_u8(v).astype(_F32),
+            stored=as_uint8,
         )
         scale = np.where(suml2 > 0, sumlx / suml2, _f(0))
     stored[:, zero] = 0

@@ -192,6 +192,8 @@ class ModelRecord:
 
 
 _MODEL_COLUMNS = ("id", *VERSION_FACTS)
+"""The columns of ``models``: :class:`ModelRecord`'s fields but its agent
+and version, the agents store's."""
 
 
 def _version_facts(columns: Sequence[Any]) -> dict[str, Any]:
@@ -200,10 +202,6 @@ def _version_facts(columns: Sequence[Any]) -> dict[str, Any]:
     facts = dict(zip(VERSION_FACTS, columns, strict=True))
     facts["metrics"] = json.loads(facts["metrics"] or "{}")
     return facts
-
-
-"""The columns of ``models``: :class:`ModelRecord`'s fields but its agent
-and version, the agents store's."""
 
 
 def _migrate(db: sqlite3.Connection) -> None:
