@@ -15,6 +15,10 @@ and in ``serve-http``) runs in such a worker: the chat worker
   ``{"...": result}`` or ``{"error": sentence[, "field": name]}`` per line
   out.
 
+:func:`engine_pythonpath` is the ``PYTHONPATH`` under which any child
+``python -m engine...`` (a job, an env worker, a training rank) imports this
+same engine.
+
 This module imports nothing heavy.
 """
 
@@ -22,13 +26,24 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from engine.errors import ConfigError, EngineError
+
+
+def engine_pythonpath() -> str:
+    """``PYTHONPATH`` for a child process that must import the same engine as
+    this one, installed or not: the folder holding ``engine`` first, then
+    this process's ``PYTHONPATH``."""
+    root = str(Path(__file__).resolve().parents[1])
+    existing = os.environ.get("PYTHONPATH", "")
+    return root + (os.pathsep + existing if existing else "")
 
 
 class LineWorker:

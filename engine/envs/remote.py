@@ -44,6 +44,7 @@ from engine import confine, untrusted
 from engine.envs import env_wire
 from engine.envs.spec_types import SpecError
 from engine.errors import EngineError
+from engine.line_worker import engine_pythonpath
 
 LOAD_TIMEOUT_S = 120.0
 """Longest the env process may take to start and import the file."""
@@ -122,7 +123,8 @@ def start_env_process(file: Path) -> tuple[confine.Confined, Path]:
     and unconfined runs are not allowed."""
     scratch = Path(tempfile.mkdtemp(prefix="rlstudio-env-"))
     env = {
-        "PYTHONPATH": _engine_pythonpath(),
+        # The worker imports the same engine as its caller.
+        "PYTHONPATH": engine_pythonpath(),
         # One thread each: an env process per env, and the process limit.
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
@@ -143,13 +145,6 @@ def start_env_process(file: Path) -> tuple[confine.Confined, Path]:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return confined, scratch
-
-
-def _engine_pythonpath() -> str:
-    # The worker must import the same engine as its caller, installed or not.
-    root = str(Path(__file__).resolve().parents[2])
-    existing = os.environ.get("PYTHONPATH", "")
-    return root + (os.pathsep + existing if existing else "")
 
 
 def _stop(confined: confine.Confined, scratch: Path, owner: int) -> None:

@@ -30,6 +30,7 @@ from engine.errors import EngineError, ProjectError, UnknownRunError
 from engine.jobs import lifecycle, registry
 from engine.jobs.context import STOP_REQUEST_FILE
 from engine.jobs.reconcile import reconcile_runs
+from engine.line_worker import engine_pythonpath
 from engine.store.project import Project, process_owns_run
 
 log = logging.getLogger("engine.supervisor")
@@ -75,13 +76,6 @@ NO_PROGRESS_BARS = {
 library's progress bar (tqdm: Hugging Face downloads, datasets' maps),
 redrawn with carriage returns, showed there as raw bars. Jobs report their
 progress as events."""
-
-
-def _engine_pythonpath() -> str:
-    # The job must import the same engine as the supervisor, installed or not.
-    root = str(Path(__file__).resolve().parents[2])
-    existing = os.environ.get("PYTHONPATH", "")
-    return root + (os.pathsep + existing if existing else "")
 
 
 def terminate_tree(pid: int, grace_s: float = KILL_GRACE_S) -> None:
@@ -250,7 +244,8 @@ class Supervisor:
         env = {
             **os.environ,
             "PYTHONUNBUFFERED": "1",
-            "PYTHONPATH": _engine_pythonpath(),
+            # The job imports the same engine as the supervisor.
+            "PYTHONPATH": engine_pythonpath(),
             **NO_PROGRESS_BARS,
         }
         cmd = [sys.executable, "-m", "engine.jobs.runner", str(run_dir)]

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.confine import process_alive
 from engine.errors import ConfigError, EngineError
+from engine.line_worker import engine_pythonpath
 from engine.settings import Offer, as_dict
 
 if TYPE_CHECKING:
@@ -354,12 +355,13 @@ class Launch:
         for r in local_ranks:
             rank_log(run_dir, r).unlink(missing_ok=True)
             rank_pid(run_dir, r).unlink(missing_ok=True)
-        env = {**os.environ, WORKER_ENV: "1", "PYTHONUNBUFFERED": "1"}
-        # The engine package must import in the ranks as it does here.
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (root, os.environ.get("PYTHONPATH", "")) if p
-        )
+        env = {
+            **os.environ,
+            WORKER_ENV: "1",
+            "PYTHONUNBUFFERED": "1",
+            # The engine package must import in the ranks as it does here.
+            "PYTHONPATH": engine_pythonpath(),
+        }
         self.proc = subprocess.Popen(
             cmd,
             env=env,
