@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 from engine.errors import ConfigError
-from engine.jobs.registry import GROUPS, get_kind, kinds, validate_config
+from engine.jobs.registry import (
+    GROUPS,
+    config_class,
+    first_paragraph,
+    get_kind,
+    kinds,
+    validate_config,
+)
 from engine.settings import as_dict
 from studio.state.job_kinds import JobKindCatalog
 
@@ -27,6 +34,38 @@ def test_every_kind_declares_a_config_dataclass_and_a_group() -> None:
         assert dataclasses.is_dataclass(kind.config), f"{name} has no config class"
         assert kind.config.__dataclass_params__.frozen, f"{name}'s config is mutable"  # type: ignore[attr-defined]
         assert kind.group in GROUPS and kind.label and kind.description, name
+
+
+def test_the_config_class_and_description_are_read_from_the_job_function() -> None:
+    """The decorator names neither: the cfg annotation and the docstring's
+    first paragraph are the one place each is said, and the paragraph users
+    read carries no reStructuredText."""
+    for name, kind in kinds().items():
+        assert config_class(kind.run) is kind.config, name
+        assert kind.description == first_paragraph(kind.run.__doc__), name
+        assert "``" not in kind.description and ":func:" not in kind.description, name
+    assert get_kind("llm.merge").description == (
+        "Merges a LoRA adapter into its base model as a new HF folder."
+    )
+
+
+def test_a_job_function_without_a_config_annotation_is_refused() -> None:
+    def untyped(ctx, cfg):  # type: ignore[no-untyped-def]
+        return {}
+
+    def elsewhere(ctx: object, cfg: NotDeclaredHere) -> dict[str, object]:  # type: ignore[name-defined]  # noqa: F821
+        return {}
+
+    for run in (untyped, elsewhere):
+        with pytest.raises(AssertionError, match="run\\(ctx, cfg: ConfigClass\\)"):
+            config_class(run)
+
+
+def test_a_docstring_s_first_paragraph_is_one_line() -> None:
+    assert first_paragraph("Does a thing\n    across lines.\n\n    Details.") == (
+        "Does a thing across lines."
+    )
+    assert first_paragraph(None) == ""
 
 
 def test_a_recorded_config_loads_back_as_the_same_instance() -> None:

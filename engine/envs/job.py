@@ -110,14 +110,13 @@ def _resolve(spec: str | dict[str, Any], project_dir: Path, source: Any = None) 
 
 @job_kind(
     "env_check",
-    config=EnvCheckConfig,
     check=validate_check,
     label="Env check",
     group="environments",
-    description="Checks a designed environment and writes report.json.",
     progress_unit="checks",
 )
 def run_check(ctx: JobContext, cfg: EnvCheckConfig) -> dict[str, Any]:
+    """Checks a designed environment and writes report.json."""
     from engine.envs.check import check_spec
 
     assert cfg.spec is not None  # validate_check requires it
@@ -138,14 +137,13 @@ def run_check(ctx: JobContext, cfg: EnvCheckConfig) -> dict[str, Any]:
 
 @job_kind(
     "env_preview",
-    config=EnvPreviewConfig,
     check=validate_preview,
     label="Preview",
     group="environments",
-    description="Plays a few episodes of a designed environment (preview.json).",
     progress_unit="episodes",
 )
 def run_preview(ctx: JobContext, cfg: EnvPreviewConfig) -> dict[str, Any]:
+    """Plays a few episodes of a designed environment (preview.json)."""
     from engine.envs.preview import Policy, PreviewConfig, preview
     from engine.envs.registry import register_project_envs
 

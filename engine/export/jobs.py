@@ -255,16 +255,14 @@ def logit_error_without_imatrix(
 
 @job_kind(
     "export.gguf",
-    config=GGUFExportConfig,
     check=validate_gguf,
     form=gguf_form,
     label="GGUF export",
     group="export",
-    description="Converts a Hugging Face model or LoRA adapter to GGUF and "
-    "verifies the file.",
     progress_unit="bytes",  # of the source tensors written
 )
 def run_gguf(ctx: JobContext, cfg: GGUFExportConfig) -> dict[str, Any]:
+    """Converts a Hugging Face model or LoRA adapter to GGUF and verifies the file."""
     from engine.export.gguf import export_gguf, export_lora_gguf
 
     assert cfg.model_dir is not None  # validate_gguf requires it
@@ -374,14 +372,13 @@ def validate_ollama(config: Mapping[str, Any]) -> OllamaDeployConfig:
 
 @job_kind(
     "deploy.ollama",
-    config=OllamaDeployConfig,
     check=validate_ollama,
     label="Ollama deploy",
     group="export",
-    description="Creates an Ollama model from a GGUF, or writes an import bundle.",
     progress_unit="bytes",
 )
 def run_ollama(ctx: JobContext, cfg: OllamaDeployConfig) -> dict[str, Any]:
+    """Creates an Ollama model from a GGUF, or writes an import bundle."""
     from engine.export.ollama import deploy_gguf, deployed_model_entry
 
     assert cfg.gguf is not None and cfg.name is not None  # validate_ollama
@@ -433,14 +430,13 @@ def validate_onnx(config: Mapping[str, Any]) -> ONNXExportConfig:
 
 @job_kind(
     "export.onnx",
-    config=ONNXExportConfig,
     check=validate_onnx,
     label="ONNX export",
     group="export",
-    description="Exports a stable-baselines3 policy to ONNX, checked with onnxruntime.",
     progress_unit="stages",
 )
 def run_onnx(ctx: JobContext, cfg: ONNXExportConfig) -> dict[str, Any]:
+    """Exports a stable-baselines3 policy to ONNX, checked with onnxruntime."""
     from engine.export.onnx_export import export_onnx
 
     assert cfg.policy is not None  # validate_onnx requires it

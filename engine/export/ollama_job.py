@@ -361,17 +361,17 @@ def export_to_ollama(
 
 @job_kind(
     "export.ollama",
-    config=OllamaExportConfig,
     check=validate,
     form=export_form,
     label="Export to Ollama",
     group="export",
-    description="One-click export to Ollama: merges a LoRA adapter, exports "
-    "a GGUF and creates the Ollama model (or writes an import bundle).",
     progress_unit="stages",
 )
 def run(ctx: JobContext, cfg: OllamaExportConfig) -> dict[str, Any]:
-    """The ``export.ollama`` job: the stages in the run folder's ``output``."""
+    """One-click export to Ollama: merges a LoRA adapter, exports a GGUF and creates
+    the Ollama model (or writes an import bundle).
+
+    Each stage writes into the run folder's ``output``."""
     out = ctx.run_dir / "output"
     out.mkdir(parents=True, exist_ok=True)
     result = export_to_ollama(

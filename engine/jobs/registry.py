@@ -20,6 +20,7 @@ checks that importing them all loads none.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,10 +139,8 @@ _KINDS: dict[str, JobKind[Any]] = {}
 def job_kind(
     name: str,
     *,
-    config: type[C],
     label: str,
     group: str,
-    description: str = "",
     progress_unit: str = "steps",
     resumable: bool = False,
     stop_grace_s: float = 0.0,
@@ -152,19 +151,23 @@ def job_kind(
     form: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None,
     summary_on_disk: SummaryReader[C] | None = None,
 ) -> Callable[[JobFunction[C]], JobFunction[C]]:
-    """Declare the decorated function the job of kind ``name``, run on an
-    instance of ``config`` (see :class:`JobKind` for the rest)."""
+    """Declare the decorated function the job of kind ``name`` (see
+    :class:`JobKind` for the settings).
+
+    Two facts the function already states are read from it rather than
+    said again: the config class is its ``cfg`` parameter's annotation, and
+    the description users see is its docstring's first paragraph."""
     assert group in GROUPS, group
 
     def declare(run: JobFunction[C]) -> JobFunction[C]:
         _register(
             JobKind(
                 name=name,
-                config=config,
+                config=config_class(run),
                 run=run,
                 label=label,
                 group=group,
-                description=description or (run.__doc__ or "").strip(),
+                description=first_paragraph(run.__doc__),
                 progress_unit=progress_unit,
                 resumable=resumable,
                 stop_grace_s=stop_grace_s,
@@ -179,6 +182,26 @@ def job_kind(
         return run
 
     return declare
+
+
+def config_class(run: Callable[..., Any]) -> type[Any]:
+    """The class a job function's config parameter (its second) is
+    annotated with, looked up in the function's module: under ``from
+    __future__ import annotations`` the annotation is the class's name."""
+    parameters = list(inspect.signature(run).parameters.values())
+    annotation = parameters[1].annotation if len(parameters) == 2 else None
+    if isinstance(annotation, str):
+        annotation = getattr(run, "__globals__", {}).get(annotation)
+    assert isinstance(annotation, type) and annotation is not inspect.Parameter.empty, (
+        f"{run.__qualname__}: a job function is run(ctx, cfg: ConfigClass), with "
+        "ConfigClass a name of its module"
+    )
+    return annotation
+
+
+def first_paragraph(docstring: str | None) -> str:
+    """A docstring's first paragraph as one line."""
+    return " ".join(inspect.cleandoc(docstring or "").split("\n\n", 1)[0].split())
 
 
 def _register(kind: JobKind[Any]) -> None:

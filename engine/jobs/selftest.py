@@ -56,15 +56,14 @@ def summary_on_disk(run_dir: Path, cfg: SelfTestConfig) -> dict[str, Any] | None
 
 @job_kind(
     "selftest",
-    config=SelfTestConfig,
     check=validate,
     label="Self-test",
     group="engine",
-    description="Checks the engine end to end: progress, metrics, logs, stop.",
     resumable=True,
     summary_on_disk=summary_on_disk,
 )
 def run(ctx: JobContext, cfg: SelfTestConfig) -> dict[str, Any]:
+    """Checks the engine end to end: progress, metrics, logs, stop."""
     rng = random.Random(cfg.seed)
     ckpt = ctx.checkpoint_dir / STATE_FILE
     done = 0

@@ -897,15 +897,14 @@ def import_dataset(
 
 @job_kind(
     KIND,
-    config=ImportConfig,
     check=validate_import,
     label="Dataset import",
     group="data",
-    description="Imports a JSONL, JSON, CSV, Parquet or Hub dataset (chat, "
-    "alpaca, prompt/completion, preference or KTO rows) as a training dataset.",
     progress_unit="items",
 )
 def run_import(ctx: JobContext, cfg: ImportConfig) -> dict[str, Any]:
+    """Imports a JSONL, JSON, CSV, Parquet or Hub dataset (chat, alpaca,
+    prompt/completion, preference or KTO rows) as a training dataset."""
     summary = import_dataset(cfg, Path(ctx.project_dir), log=ctx.log)
     stats = summary["stats"]
     ctx.progress(stats["rows"], stats["rows"])

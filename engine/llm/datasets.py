@@ -605,15 +605,13 @@ def build_dataset(
 
 @job_kind(
     "llm.dataset",
-    config=DatasetConfig,
     check=validate_dataset,
     label="Dataset",
     group="data",
-    description="Builds an SFT, KTO, DPO or GRPO dataset (JSONL + parquet) "
-    "from traces.",
     progress_unit="stages",
 )
 def run_dataset(ctx: JobContext, cfg: DatasetConfig) -> dict[str, Any]:
+    """Builds an SFT, KTO, DPO or GRPO dataset (JSONL + parquet) from traces."""
     assert cfg.seed is not None  # validate_dataset() draws one
     files = _trace_files(cfg.traces, Path(ctx.project_dir))
     name = cfg.name or f"{cfg.method}-{ctx.run_id}"

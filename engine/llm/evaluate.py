@@ -222,15 +222,14 @@ def chart_png(results: dict[str, dict[str, float]], title: str) -> bytes:
 # ------------------------------------------------------------------ the job
 @job_kind(
     "llm.evaluate",
-    config=EvaluateConfig,
     check=validate,
     label="Evaluation",
     group="evaluation",
-    description="Runs language-model policies in an env: success rate, return, "
-    "invalid actions, before/after report.",
     progress_unit="episodes",
 )
 def run(ctx: JobContext, cfg: EvaluateConfig) -> dict[str, Any]:
+    """Runs language-model policies in an env: success rate, return, invalid
+    actions, before/after report."""
     from engine.llm.policy import ExpertPolicy, RulePolicy, has_expert
     from engine.llm.rollouts import env_kwargs, llm_policy, make_env, resolve_env
     from engine.store.atomic import (

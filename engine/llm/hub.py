@@ -763,17 +763,13 @@ def _os_sentence(exc: OSError, path: Path) -> str:
 
 
 @job_kind(
-    KIND,
-    config=HubDownloadConfig,
-    check=validate,
-    label="Hub download",
-    group="data",
-    description="Downloads a model from the Hugging Face Hub into the HF cache "
-    "(progress in bytes; a stopped download resumes).",
-    progress_unit="bytes",
+    KIND, check=validate, label="Hub download", group="data", progress_unit="bytes"
 )
 def run(ctx: JobContext, cfg: HubDownloadConfig) -> dict[str, Any]:
-    """The ``hub.download`` job: progress in bytes, stop between chunks."""
+    """Downloads a model from the Hugging Face Hub into the HF cache (progress in
+    bytes; a stopped download resumes).
+
+    A stop is honoured between chunks."""
     ctx.log(f"Downloading {cfg.repo_id} ({cfg.revision}) from {endpoint()}.")
     last = {"file": ""}
 

@@ -130,15 +130,10 @@ def merge_adapter(
 
 
 @job_kind(
-    "llm.merge",
-    config=MergeConfig,
-    check=validate,
-    label="Merge",
-    group="export",
-    description="Merges a LoRA adapter into its base model as a new HF folder.",
-    progress_unit="stages",
+    "llm.merge", check=validate, label="Merge", group="export", progress_unit="stages"
 )
 def run(ctx: JobContext, cfg: MergeConfig) -> dict[str, Any]:
+    """Merges a LoRA adapter into its base model as a new HF folder."""
     from engine.store.atomic import atomic_write_json
 
     # validate() filled both folders in.

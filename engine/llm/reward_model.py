@@ -705,17 +705,16 @@ def train_reward_model(
 
 @job_kind(
     "reward.train",
-    config=RewardModelConfig,
     check=validate,
     label="Reward model",
     group="training",
-    description="Trains a reward model from the traces' manual labels (a LoRA "
-    "reward head on a language model, or an MLP on observations), reports its "
-    "held-out accuracy and suggests labels for unlabelled steps.",
     # the MLP's epochs or the LoRA head's optimizer steps: not env steps
     progress_unit="updates",
 )
 def run(ctx: JobContext, cfg: RewardModelConfig) -> dict[str, Any]:
+    """Trains a reward model from the traces' manual labels (a LoRA reward head on a
+    language model, or an MLP on observations), reports its held-out accuracy and
+    suggests labels for unlabelled steps."""
     project_dir = Path(ctx.project_dir)
     name = cfg.name or f"reward-{ctx.run_id}"
     folder = child(project_dir, FOLDER, name, "name")

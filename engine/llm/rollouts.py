@@ -533,16 +533,15 @@ def llm_policy(cfg: PlayConfig, model: str, **generation: Any) -> LLMPolicy:
 
 @job_kind(
     "llm.collect",
-    config=CollectConfig,
     check=validate_collect,
     label="Collect rollouts",
     group="data",
-    description="Records episodes of a language-model (or rule-based) policy "
-    "in an env as JSONL traces in the project's data/traces/.",
     resumable=True,
     progress_unit="episodes",
 )
 def run_collect(ctx: JobContext, cfg: CollectConfig) -> dict[str, Any]:
+    """Records episodes of a language-model (or rule-based) policy in an env as
+    JSONL traces in the project's data/traces/."""
     from engine.llm.policy import (
         ExpertPolicy,
         LLMPolicy,

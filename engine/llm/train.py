@@ -894,16 +894,16 @@ def _train_with(
 
 @job_kind(
     "llm.train",
-    config=TrainConfig,
     check=validate,
     label="LLM fine-tuning",
     group="training",
-    description="Fine-tunes a language model with a LoRA adapter through TRL "
-    "(GRPO, KTO, DPO or SFT).",
     resumable=True,
 )
 def run(ctx: JobContext, cfg: TrainConfig) -> dict[str, Any]:
-    """Job entry of ``llm.train``: in this process, or over the processes
+    """Fine-tunes a language model with a LoRA adapter through TRL (GRPO, KTO, DPO
+    or SFT).
+
+    Job entry of ``llm.train``: in this process, or over the processes
     and machines of the scale-out settings (:mod:`engine.llm.distributed`)."""
     from engine.llm.distributed import WORKER_ENV, is_distributed, run_distributed
 

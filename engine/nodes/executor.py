@@ -674,17 +674,11 @@ def run_flow(
 
 
 @job_kind(
-    KIND,
-    config=FlowRunConfig,
-    check=validate,
-    label="Workflow",
-    group="training",
-    description="Runs a workflow graph (.flow.json): its nodes in order, "
-    "reusing the outputs of unchanged nodes.",
-    progress_unit="nodes",
+    KIND, check=validate, label="Workflow", group="training", progress_unit="nodes"
 )
 def run(ctx: JobContext, cfg: FlowRunConfig) -> dict[str, Any]:
-    """The ``flow.run`` job: the validated graph, run."""
+    """Runs a workflow graph (.flow.json): its nodes in order, reusing the outputs
+    of unchanged nodes."""
     assert cfg.document is not None  # the validator stores the graph there
     return FlowExecution(
         ctx,

@@ -138,17 +138,15 @@ def validate_push(config: Mapping[str, Any]) -> HubPushConfig:
 
 @job_kind(
     PUSH_KIND,
-    config=HubPushConfig,
     check=validate_push,
     label="Push to the Hub",
     group="export",
-    description="Evaluates an SB3 policy, records a video and uploads them with "
-    "a model card to the Hugging Face Hub (the huggingface_sb3 layout).",
     progress_unit="items",
     default_name="Push {repo_id}",
 )
 def run_push(ctx: JobContext, cfg: HubPushConfig) -> dict[str, Any]:
-    """The ``rl.hub_push`` job: evaluate, record, write the layout, upload."""
+    """Evaluates an SB3 policy, records a video and uploads them with a model card
+    to the Hugging Face Hub (the huggingface_sb3 layout)."""
     from engine.rl.env_info import register_designed_envs
 
     register_designed_envs(ctx.project_dir)
@@ -613,17 +611,17 @@ def _card_metadata(repo_id: str, readme: Path) -> dict[str, Any]:
 
 @job_kind(
     DOWNLOAD_KIND,
-    config=HubAgentConfig,
     check=validate_download,
     label="Download agent",
     group="data",
-    description="Downloads a stable-baselines3 agent in the huggingface_sb3 layout "
-    "from the Hugging Face Hub and registers it as a model of the project.",
     progress_unit="bytes",
     default_name="Download {repo_id}",
 )
 def run_download(ctx: JobContext, cfg: HubAgentConfig) -> dict[str, Any]:
-    """The ``rl.hub_download`` job: check the layout, download, verify, build."""
+    """Downloads a stable-baselines3 agent in the huggingface_sb3 layout from the
+    Hugging Face Hub and registers it as a model of the project.
+
+    In order: check the layout, download, verify, build the model."""
     from engine.llm import hub as transfer
     from engine.rl.env_info import register_designed_envs
     from engine.rl.policy import STATE_FILE, VECNORMALIZE_FILE, load_policy

@@ -30,13 +30,9 @@ def summary_on_disk(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
 
 @job_kind(
     KIND,
-    config=TrainConfig,
     check=check,
     label="RL training",
     group="training",
-    description="Trains a stable-baselines3 agent (PPO, A2C, DQN, SAC, TD3, "
-    "MaskablePPO) on a Gymnasium or designed environment.",
-    progress_unit="steps",
     resumable=True,
     default_name="{algo} {env}",
     project_field="project_dir",
@@ -45,7 +41,10 @@ def summary_on_disk(run_dir: Path, cfg: TrainConfig) -> dict[str, Any] | None:
     summary_on_disk=summary_on_disk,
 )
 def run(ctx: JobContext, cfg: TrainConfig) -> dict[str, Any]:
-    """Train ``cfg`` (:func:`engine.rl.train.train`)."""
+    """Trains a stable-baselines3 or sb3-contrib agent on a Gymnasium or designed
+    environment.
+
+    The training itself is :func:`engine.rl.train.train`."""
     from engine.rl.train import train
 
     return train(ctx, cfg)

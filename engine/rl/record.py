@@ -120,14 +120,13 @@ def validate(config: Any) -> RecordConfig:
 
 @job_kind(
     "rl.record",
-    config=RecordConfig,
     check=validate,
     label="Record video",
     group="evaluation",
-    description="Plays a saved policy and records its frames as an MP4 or GIF.",
     progress_unit="frames",
 )
 def run(ctx: JobContext, cfg: RecordConfig) -> dict[str, Any]:
+    """Plays a saved policy and records its frames as an MP4 or GIF."""
     from engine.rl.env_info import register_designed_envs
     from engine.store.paths import chosen_path
 

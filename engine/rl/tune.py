@@ -466,13 +466,10 @@ def validate_job(config: Mapping[str, Any]) -> TuneConfig:
 
 @job_kind(
     "rl.tune",
-    config=TuneConfig,
     check=validate_job,
     form=schema,
     label="Sweep",
     group="training",
-    description="An Optuna sweep over an rl.train run's settings: its "
-    "trials are rl.train runs of the project, trained by worker processes.",
     progress_unit="trials",
     project_field="project_dir",
     default_name="sweep {study}",
@@ -480,7 +477,10 @@ def validate_job(config: Mapping[str, Any]) -> TuneConfig:
     stop_grace_s=90.0,
 )
 def job(ctx: JobContext, cfg: TuneConfig) -> dict[str, Any]:
-    """The ``rl.tune`` job: the sweep's workers started and watched; each
+    """An Optuna sweep over an rl.train run's settings: its trials are rl.train runs
+    of the project, trained by worker processes.
+
+    The ``rl.tune`` job: the sweep's workers started and watched; each
     finished trial is a metrics row at its number (``sweep/value`` when it
     completed, ``sweep/best``), progress counts finished trials, Stop stops
     the workers' trials."""
@@ -596,17 +596,17 @@ def _checked_preset(
 
 @job_kind(
     "rl.tune.preset",
-    config=SweepPresetConfig,
     check=validate_preset_job,
     label="Sweep preset",
     group="export",
-    description="Saves a sweep's best trial's settings as a project preset.",
     progress_unit="items",
     project_field="project_dir",
     default_name="preset {name}",
 )
 def preset_job(ctx: JobContext, cfg: SweepPresetConfig) -> dict[str, Any]:
-    """The ``rl.tune.preset`` job: the sweep's summary (:func:`conclude`),
+    """Saves a sweep's best trial's settings as a project preset.
+
+    The ``rl.tune.preset`` job: the sweep's summary (:func:`conclude`),
     with the saved preset's file in ``preset``. Checked again here: a
     preset of that name may have been saved since the validator ran."""
     project_dir, study, settings, url = _checked_preset(cfg)
