@@ -898,13 +898,10 @@ def train(node: NodeRun) -> NodeResult:
         },
         models=[
             {
+                **entry,  # its kind, file, base and parents, as the job says
                 "name": name,
-                "kind": "lora-adapter",
-                "file": entry["file"],
-                "base": entry["base"],
                 "env": data.get("env_id", ""),
                 "algo": method.upper(),
-                "parents": list(entry.get("parents", [])),
                 "metrics": metrics,
             }
         ],
@@ -966,14 +963,10 @@ def merge(node: NodeRun) -> NodeResult:
         summary={"model": name, "dtype": p["dtype"]},
         models=[
             {
+                **entry,  # its kind, file, base, parents and metrics
                 "name": name,
-                "kind": "hf-merged",
-                "file": entry["file"],
-                "base": entry["base"],
                 "env": value["env_id"],
                 "algo": adapter.get("method", "").upper(),
-                "parents": list(entry.get("parents", [])),
-                "metrics": dict(entry.get("metrics", {})),
             }
         ],
         files=[entry["file"]],
