@@ -80,6 +80,42 @@ REWARD_KINDS: tuple[str, ...] = (
 """The names of ``engine.llm.rewards.REWARDS`` (that module imports numpy,
 so the catalog keeps its own copy; a test checks they agree)."""
 
+COLLECT_PARAMS = (
+    "policy",
+    "episodes",
+    "num_envs",
+    "max_steps",
+    "max_new_tokens",
+    "temperature",
+    "greedy",
+    "fallback",
+    "noise",
+    "system_prompt",
+    "seed",
+)
+"""The llm.collect settings the Collect node has a parameter for, passed on
+to the job (``system_prompt`` empty: none; ``max_steps`` unset: the env
+node's)."""
+DATASET_PARAMS = (
+    "method",
+    "validation_fraction",
+    "kto_max_ratio",
+    "manual_labels",
+    "seed",
+)
+"""The llm.dataset settings the Build dataset node has a parameter for."""
+EVALUATE_PARAMS = (
+    "episodes",
+    "num_envs",
+    "max_steps",
+    "max_new_tokens",
+    "greedy",
+    "fallback",
+    "system_prompt",
+    "seed",
+)
+"""The llm.evaluate settings the Evaluate node has a parameter for, passed on
+as for :data:`COLLECT_PARAMS`."""
 
 TRAIN_PARAMS = (
     "max_steps",
@@ -290,24 +326,7 @@ def base_model(node: NodeRun) -> NodeResult:
             help="The recorded episodes (JSON Lines, one episode a line).",
         ),
     ),
-    params=(
-        *param_specs(
-            CollectConfig,
-            (
-                "policy",
-                "episodes",
-                "num_envs",
-                "max_steps",
-                "max_new_tokens",
-                "temperature",
-                "greedy",
-                "fallback",
-                "noise",
-                "system_prompt",
-                "seed",
-            ),
-        ),
-    ),
+    params=param_specs(CollectConfig, COLLECT_PARAMS),
 )
 def collect(node: NodeRun) -> NodeResult:
     """Play episodes with the language model (or the env's expert) and
@@ -320,20 +339,12 @@ def collect(node: NodeRun) -> NodeResult:
             "Link a language model to the model input, or choose policy expert or rule."
         )
     config: dict[str, Any] = {
+        **{k: p[k] for k in COLLECT_PARAMS},
         "env": env_ref,
-        "policy": p["policy"],
         "model": model["path"] if model and p["policy"] == "llm" else None,
-        "episodes": p["episodes"],
-        "num_envs": p["num_envs"],
-        "noise": p["noise"],
-        "max_new_tokens": p["max_new_tokens"],
-        "greedy": p["greedy"],
-        "temperature": p["temperature"],
-        "fallback": p["fallback"],
         "system_prompt": optional_text(p["system_prompt"]),
         "max_steps": cap,
         "name": job_name(node),
-        "seed": p["seed"],
     }
     summary = run_job(node, "llm.collect", config)
     stats = finite(dict(summary.get("stats", {})))
@@ -430,12 +441,7 @@ def dataset_files(
             help="A training set (train and validation JSON Lines + parquet).",
         ),
     ),
-    params=(
-        *param_specs(
-            DatasetConfig,
-            ("method", "validation_fraction", "kto_max_ratio", "manual_labels", "seed"),
-        ),
-    ),
+    params=param_specs(DatasetConfig, DATASET_PARAMS),
     sources=labelled_traces,
 )
 def dataset(node: NodeRun) -> NodeResult:
@@ -448,13 +454,9 @@ def dataset(node: NodeRun) -> NodeResult:
         node,
         "llm.dataset",
         {
+            **{k: p[k] for k in DATASET_PARAMS},
             "traces": [t["file"] for t in trajectories],
-            "method": p["method"],
-            "validation_fraction": p["validation_fraction"],
-            "kto_max_ratio": p["kto_max_ratio"],
-            "manual_labels": p["manual_labels"],
             "name": f"{p['method']}-{job_name(node)}",
-            "seed": p["seed"],
         },
     )
     stats = finite(dict(summary["stats"]))
@@ -1007,21 +1009,7 @@ def merge(node: NodeRun) -> NodeResult:
             "expert agreement, tokens/s.",
         ),
     ),
-    params=(
-        *param_specs(
-            EvaluateConfig,
-            (
-                "episodes",
-                "num_envs",
-                "max_steps",
-                "max_new_tokens",
-                "greedy",
-                "fallback",
-                "system_prompt",
-                "seed",
-            ),
-        ),
-    ),
+    params=param_specs(EvaluateConfig, EVALUATE_PARAMS),
 )
 def evaluate(node: NodeRun) -> NodeResult:
     """Play the language model (or adapter) in the environment and report
@@ -1037,17 +1025,12 @@ def evaluate(node: NodeRun) -> NodeResult:
         node,
         "llm.evaluate",
         {
+            **{k: p[k] for k in EVALUATE_PARAMS},
             "model": target,
             "baseline": baseline["path"] if baseline else None,
             "env": env_ref,
-            "episodes": p["episodes"],
-            "num_envs": p["num_envs"],
-            "max_new_tokens": p["max_new_tokens"],
-            "greedy": p["greedy"],
-            "fallback": p["fallback"],
             "system_prompt": optional_text(p["system_prompt"]),
             "max_steps": cap,
-            "seed": p["seed"],
         },
     )
     if node.should_stop:
