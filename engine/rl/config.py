@@ -159,30 +159,19 @@ class A2CConfig:
     gamma: float = same_setting(PPOBase, "gamma")
     gae_lambda: float = setting(1.0, min=0, max=1, search=Search(0.8, 1.0))
     """Generalized Advantage Estimation lambda, in [0, 1] (1 = plain returns)."""
-    ent_coef: float = setting(0.0, min=0, search=Search(1e-8, 0.1, log=True))
-    """Weight of the entropy bonus in the loss (>= 0)."""
-    vf_coef: float = setting(0.5, min=0)
-    """Weight of the value loss in the loss (>= 0)."""
-    max_grad_norm: float = setting(0.5, min=0, exclusive_min=True)
-    """Gradient norm clip (> 0)."""
+    ent_coef: float = same_setting(PPOBase, "ent_coef")
+    vf_coef: float = same_setting(PPOBase, "vf_coef")
+    max_grad_norm: float = same_setting(PPOBase, "max_grad_norm")
     normalize_advantage: bool = setting(False)
     """Normalize advantages per update."""
     use_rms_prop: bool = setting(True)
     """RMSprop (as in the A2C paper) instead of Adam."""
-    use_sde: bool = setting(False)
-    """State-dependent exploration (continuous actions only)."""
-    sde_sample_freq: int = setting(-1, min=-1, max=STEPS_MAX, unit="steps")
-    """Resample the SDE noise every this many steps (-1: once per rollout)."""
-    net_arch: list[int] = setting(
-        factory=lambda: [64, 64], min=1, max=LAYER_MAX, unit="units"
-    )
-    """Hidden layer widths of the policy and value networks (units)."""
-    activation: str = setting("tanh", choices=ACTIVATIONS)
-    """Hidden activation: ``tanh``, ``relu``, ``elu`` or ``leaky_relu``."""
-    ortho_init: bool = setting(True)
-    """Orthogonal weight initialisation."""
-    log_std_init: float = setting(0.0)
-    """Initial log standard deviation of Gaussian actions (continuous only)."""
+    use_sde: bool = same_setting(PPOConfig, "use_sde")
+    sde_sample_freq: int = same_setting(PPOConfig, "sde_sample_freq")
+    net_arch: list[int] = same_setting(PPOBase, "net_arch")  # noqa: RUF009 a field
+    activation: str = same_setting(PPOBase, "activation")
+    ortho_init: bool = same_setting(PPOBase, "ortho_init")
+    log_std_init: float = same_setting(PPOConfig, "log_std_init")
 
 
 @dataclass(frozen=True)
