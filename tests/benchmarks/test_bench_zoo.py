@@ -33,11 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from engine.envs.families import ATARI, family
-from engine.rl.config import TrainConfig, validate
-from engine.rl.train import ON_POLICY_ARGS, resolve_device
-from engine.settings import load
+from zoo_bare import BARE, FIXED, bare_config, studio_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = int(os.environ.get("BENCH_ZOO_ROUNDS", "3"))
@@ -51,86 +47,11 @@ CASES = {
     # Sixteen of RL Zoo's Atari rollouts (8 envs x 128 steps).
     "PongNoFrameskip-v4": 16 * 8 * 128,
 }
-FIXED = {"eval_every_steps": 0, "checkpoint_every_steps": 0}
-"""The bare script neither evaluates nor checkpoints on the way."""
 
 LEARNING_ENV = "LunarLander-v3"
 LEARNING_STEPS = 300_000
 LEARNING_SEEDS = (0, 1, 2)
 LEARNING_TARGET = 100.0
-
-BARE = """
-import json, sys
-import torch
-from stable_baselines3 import PPO
-from stable_baselines3.common.env_util import make_atari_env, make_vec_env
-from stable_baselines3.common.vec_env import VecFrameStack
-
-cfg = json.loads(sys.argv[1])
-torch.set_num_threads(cfg["torch_threads"])
-if cfg["atari"]:  # as RL Zoo builds them: AtariWrapper, then a stack of 4
-    import ale_py, gymnasium as gym
-    gym.register_envs(ale_py)
-    env = make_atari_env(cfg["env"], n_envs=cfg["n_envs"], seed=cfg["seed"])
-    env = VecFrameStack(env, 4)
-else:
-    env = make_vec_env(cfg["env"], n_envs=cfg["n_envs"], seed=cfg["seed"])
-kw = cfg["kwargs"]
-for key in ("learning_rate", "clip_range"):
-    if isinstance(kw[key], dict):  # RL Zoo's lin_<value>
-        kw[key] = lambda progress, v=kw[key]["linear"]: progress * v
-kw["policy_kwargs"]["activation_fn"] = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[
-    kw["policy_kwargs"].pop("activation")
-]
-model = PPO(cfg["policy"], env, seed=cfg["seed"], device=cfg["device"], verbose=0, **kw)
-model.learn(cfg["steps"])
-model.save(cfg["out"])
-print(model.num_timesteps)
-"""
-
-
-def studio_settings(env_id: str, steps: int) -> dict[str, Any]:
-    return validate(
-        {"env": env_id, "algo": "PPO", "seed": 0, "total_steps": steps, **FIXED}
-    )
-
-
-def bare_config(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
-    """The studio's settings as the bare script takes them (JSON)."""
-    hp = cfg["hyperparameters"]
-
-    def scheduled(key: str) -> Any:
-        value = hp[key]
-        return {"linear": value} if hp[f"{key}_schedule"] == "linear" else value
-
-    kwargs = {name: hp[name] for name in ON_POLICY_ARGS.split()}
-    kwargs.update(
-        learning_rate=scheduled("learning_rate"),
-        clip_range=scheduled("clip_range"),
-        batch_size=hp["batch_size"],
-        n_epochs=hp["n_epochs"],
-        gamma=hp["gamma"],
-        target_kl=hp["target_kl"],
-        use_sde=hp["use_sde"],
-        sde_sample_freq=hp["sde_sample_freq"],
-        policy_kwargs={
-            "net_arch": hp["net_arch"],
-            "activation": hp["activation"],
-            "ortho_init": hp["ortho_init"],
-        },
-    )
-    return {
-        "env": cfg["env"],
-        "atari": family(cfg["env"]) == ATARI,
-        "n_envs": cfg["n_envs"],
-        "seed": cfg["seed"],
-        "torch_threads": cfg["torch_threads"],
-        "device": resolve_device(load(TrainConfig, cfg)),
-        "policy": cfg["policy"],
-        "steps": cfg["total_steps"],
-        "kwargs": kwargs,
-        "out": str(out),
-    }
 
 
 def timed(argv: list[str]) -> tuple[float, str]:
