@@ -144,13 +144,17 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def same_setting(cls: type, name: str) -> Any:
+def same_setting(cls: type, name: str, *, default: Any = dataclasses.MISSING) -> Any:
     """A field standing for the setting ``name`` that ``cls`` declares, in
     another config: a job's that passes it on to another job's work, or
     another algorithm's with the very same setting (``gamma``). The same
-    default, metadata and help, declared once in ``cls``."""
+    default, metadata and help, declared once in ``cls``; ``default`` gives
+    another default where only that differs (an algorithm's own step size
+    in stable-baselines3)."""
     declared = {f.name: f for f in dataclasses.fields(cls)}[name]
     metadata = {**declared.metadata, "same_as": (cls, name)}
+    if default is not dataclasses.MISSING:
+        return dataclasses.field(default=default, metadata=metadata)
     if declared.default_factory is not dataclasses.MISSING:
         return dataclasses.field(
             default_factory=declared.default_factory, metadata=metadata

@@ -178,10 +178,7 @@ class A2CConfig:
 class DQNConfig:
     """Deep Q-Network (stable-baselines3 ``DQN``); discrete actions only."""
 
-    learning_rate: float = setting(
-        1e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
-    )
-    """Adam step size at the start of training (per gradient step)."""
+    learning_rate: float = same_setting(PPOBase, "learning_rate", default=1e-4)
     learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
     buffer_size: int = setting(1_000_000, min=1, max=BUFFER_MAX, unit="transitions")
     """Replay buffer capacity (transitions)."""
@@ -222,10 +219,7 @@ class DQNConfig:
 class ActorCriticOffPolicyBase:
     """Fields SAC and TD3 share (their replay, target and update schedule)."""
 
-    learning_rate: float = setting(
-        3e-4, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
-    )
-    """Adam step size at the start of training (per gradient step)."""
+    learning_rate: float = same_setting(PPOBase, "learning_rate", default=3e-4)
     learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
     buffer_size: int = same_setting(DQNConfig, "buffer_size")
     learning_starts: int = setting(100, min=0, max=STEPS_MAX, unit="steps")
@@ -270,10 +264,7 @@ class SACConfig(ActorCriticOffPolicyBase):
 class TD3Config(ActorCriticOffPolicyBase):
     """Twin Delayed DDPG (stable-baselines3 ``TD3``); continuous actions only."""
 
-    learning_rate: float = setting(
-        1e-3, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
-    )
-    """Adam step size at the start of training (per gradient step)."""
+    learning_rate: float = same_setting(PPOBase, "learning_rate", default=1e-3)
     policy_delay: int = setting(2, min=1, max=10_000)
     """Actor and target updates once per this many critic updates."""
     target_policy_noise: float = setting(0.2, min=0)
@@ -300,9 +291,7 @@ class RecurrentPPOConfig(PPOBase):
     ``RecurrentPPO``): it acts on what it remembers of the episode, for
     partially observed envs."""
 
-    n_steps: int = setting(128, min=1, max=ROLLOUT_MAX, unit="steps")
-    """Steps collected per environment copy before each update; a rollout is
-    ``n_steps * n_envs`` steps."""
+    n_steps: int = same_setting(PPOBase, "n_steps", default=128)
     batch_size: int = setting(128, min=1, max=ROLLOUT_MAX, unit="transitions")
     """Transitions per minibatch (at most ``n_steps * n_envs``); minibatches
     are whole sequences of an env copy's steps."""
@@ -372,10 +361,7 @@ class QRDQNConfig:
     """Quantile Regression DQN (sb3-contrib ``QRDQN``): DQN learning the
     distribution of returns as quantiles; discrete actions only."""
 
-    learning_rate: float = setting(
-        5e-5, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
-    )
-    """Adam step size at the start of training (per gradient step)."""
+    learning_rate: float = same_setting(PPOBase, "learning_rate", default=5e-5)
     learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
     buffer_size: int = same_setting(DQNConfig, "buffer_size")
     learning_starts: int = same_setting(DQNConfig, "learning_starts")
@@ -385,11 +371,13 @@ class QRDQNConfig:
     train_freq: int = same_setting(DQNConfig, "train_freq")
     gradient_steps: int = same_setting(DQNConfig, "gradient_steps")
     target_update_interval: int = same_setting(DQNConfig, "target_update_interval")
-    exploration_fraction: float = setting(0.005, min=0, max=1, search=Search(0, 0.5))
-    """Fraction of ``total_steps`` over which epsilon decays, in [0, 1]."""
+    exploration_fraction: float = same_setting(
+        DQNConfig, "exploration_fraction", default=0.005
+    )
     exploration_initial_eps: float = same_setting(DQNConfig, "exploration_initial_eps")
-    exploration_final_eps: float = setting(0.01, min=0, max=1, search=Search(0, 0.2))
-    """Epsilon after the decay, in [0, 1]."""
+    exploration_final_eps: float = same_setting(
+        DQNConfig, "exploration_final_eps", default=0.01
+    )
     max_grad_norm: float | None = setting(None, min=0, exclusive_min=True)
     """Gradient norm clip (None: no clipping)."""
     n_quantiles: int = setting(200, min=1, max=10_000)
@@ -418,10 +406,7 @@ class CrossQConfig:
     """CrossQ (sb3-contrib ``CrossQ``): SAC without target networks, batch
     renormalization in the critics instead; continuous actions only."""
 
-    learning_rate: float = setting(
-        1e-3, min=0, exclusive_min=True, search=Search(1e-5, 1e-2, log=True)
-    )
-    """Adam step size at the start of training (per gradient step)."""
+    learning_rate: float = same_setting(PPOBase, "learning_rate", default=1e-3)
     learning_rate_schedule: str = same_setting(PPOBase, "learning_rate_schedule")
     buffer_size: int = same_setting(DQNConfig, "buffer_size")
     learning_starts: int = same_setting(ActorCriticOffPolicyBase, "learning_starts")
