@@ -97,6 +97,29 @@ def test_stop_leaves_no_video(policy: Path, tmp_path: Path) -> None:
     assert list(tmp_path.glob("*.mp4*")) == [] and list(tmp_path.glob(".*part")) == []
 
 
+def test_an_encoder_that_fails_is_one_sentence_and_keeps_the_old_video(
+    policy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ffmpeg ending mid-video (here: an encoder it does not have) is said in
+    one sentence with ffmpeg's own words; the video already at ``out`` stays
+    as it was and no part file is left."""
+    out = tmp_path / "agent.mp4"
+    out.write_bytes(b"the video recorded before")
+    broken = {
+        **record.OUTPUT_OPTIONS,
+        ".mp4": ("-vcodec", "no_such_encoder", "-f", "mp4"),
+    }
+    monkeypatch.setattr(record, "OUTPUT_OPTIONS", broken)
+    cfg = record.validate({"model": str(policy), "episodes": 3, "max_frames": 300})
+    with pytest.raises(EngineError) as caught:
+        record.record_video(cfg, out)
+    message = str(caught.value)
+    assert message.startswith(("ffmpeg stopped encoding", "ffmpeg could not encode"))
+    assert message.endswith("Unknown encoder 'no_such_encoder'."), message
+    assert out.read_bytes() == b"the video recorded before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["agent.mp4"]
+
+
 def test_bad_settings_are_one_sentence(policy: Path, tmp_path: Path) -> None:
     kind = get_kind("rl.record")
     with pytest.raises(ConfigError, match=r"out must name a \.mp4 or \.gif file"):

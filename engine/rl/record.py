@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
+import re
+import subprocess
+import tempfile
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -220,14 +225,40 @@ def record_video(
     return Recording(out, encoder.frames, rate, returns, encoder.size)
 
 
+OUTPUT_OPTIONS = {
+    ".mp4": ("-vcodec", "libx264", "-pix_fmt", "yuv420p", "-preset", "ultrafast",
+             "-crf", "23", "-threads", "1", "-f", "mp4"),
+    ".gif": ("-vcodec", "gif", "-pix_fmt", "pal8", "-vf", GIF_PALETTE, "-f", "gif"),
+}  # fmt: skip
+"""ffmpeg's output options by the video's suffix (the part file's name says
+no format). For an MP4, x264's ultrafast preset on one thread keeps the
+encoder ahead of the play on one core and leaves the other to the play."""
+
+PIPE_BYTES = 1 << 20
+"""ffmpeg's input pipe is made this large where the system lets it (Linux's
+limit for users: 1 MiB): a whole 600x400 frame fits, so writing one rarely
+waits for ffmpeg to read the one before."""
+
+
 class _Encoder:
-    """Frames to ffmpeg as they come (it encodes in its own process)."""
+    """Frames to ffmpeg as they come. A thread of its own writes them into
+    ffmpeg's pipe, so the play goes on while ffmpeg (its own process) reads
+    and encodes: written from the playing thread, each frame (600x400 RGB,
+    720 KB, through a 64 KB pipe) held the play until ffmpeg had read it,
+    and recording took twice the time of playing."""
+
+    QUEUED_FRAMES = 16
+    """Frames waiting for the pipe at most (CartPole's: 11 MB)."""
 
     def __init__(self, path: Path, suffix: str, fps: int) -> None:
         self.path, self.suffix, self.fps = path, suffix, fps
         self.frames = 0
         self.size = (0, 0)
-        self._writer: Any = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._errors: Any = None
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.QUEUED_FRAMES)
+        self._feeder: threading.Thread | None = None
+        self._failure: Exception | None = None
 
     def add(self, frame: Any) -> None:
         import numpy as np
@@ -241,7 +272,7 @@ class _Encoder:
         h, w = frame.shape[:2]
         if h % 2 or w % 2:
             frame = np.pad(frame, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge")
-        if self._writer is None:
+        if self._process is None:
             self._start(frame.shape[1], frame.shape[0])
         elif (frame.shape[1], frame.shape[0]) != self.size:
             raise EngineError(
@@ -249,8 +280,41 @@ class _Encoder:
                 f"to {frame.shape[1]}x{frame.shape[0]} pixels, which a video "
                 "cannot hold."
             )
-        self._writer.send(np.ascontiguousarray(frame[..., :3], dtype=np.uint8))
+        self._raise_failure()
+        # A copy: the feeder writes it later, and an env may draw into one
+        # buffer again and again.
+        self._queue.put(np.array(frame[..., :3], dtype=np.uint8, order="C"))
         self.frames += 1
+
+    def _feed(self) -> None:
+        """The feeder thread: queued frames into the pipe until ``None``; after
+        a failure it only empties the queue, so ``add`` never waits on it."""
+        while (frame := self._queue.get()) is not None:
+            if self._failure is None:
+                try:
+                    self._process.stdin.write(frame)  # type: ignore[union-attr]
+                except (OSError, ValueError) as exc:  # ffmpeg ended: add says so
+                    self._failure = exc
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            self._stop_feeder(drop_queued=True)
+            assert self._process is not None
+            self._process.wait()
+            raise EngineError(
+                f"ffmpeg stopped encoding the video: {self._ffmpeg_said()}."
+            )
+
+    def _stop_feeder(self, *, drop_queued: bool) -> None:
+        if self._feeder is None:
+            return
+        if drop_queued:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self._queue.get_nowait()
+        self._queue.put(None)
+        self._feeder.join()
+        self._feeder = None
 
     def _start(self, width: int, height: int) -> None:
         try:
@@ -260,34 +324,78 @@ class _Encoder:
                 "Recording needs imageio-ffmpeg (pip install imageio-ffmpeg)."
             ) from None
         self.size = (width, height)
-        mp4 = self.suffix == ".mp4"
-        self._writer = imageio_ffmpeg.write_frames(
-            str(self.path),
-            self.size,
-            fps=self.fps,
-            codec="libx264" if mp4 else "gif",
-            pix_fmt_in="rgb24",
-            pix_fmt_out="yuv420p" if mp4 else "pal8",
-            quality=None,
-            macro_block_size=1,
-            ffmpeg_log_level="error",
-            # The part file's name says no format; ultrafast keeps the
-            # encoder ahead of the play on one core.
-            output_params=["-f", "mp4", "-preset", "ultrafast", "-crf", "23"]
-            if mp4
-            else ["-f", "gif", "-vf", GIF_PALETTE],
+        command = [
+            imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-v", "error",
+            "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}",
+            "-r", str(self.fps), "-i", "-", "-an",
+            *OUTPUT_OPTIONS[self.suffix], str(self.path),
+        ]  # fmt: skip
+        # Its complaints go to a file (closed by _close): a pipe nobody reads
+        # while frames are written could fill and stop it.
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._errors,
+            # A Ctrl-C in the terminal stops the play, which ends the video;
+            # it must not kill the encoder first.
+            start_new_session=True,
         )
-        self._writer.send(None)
+        _widen_pipe(self._process.stdin)
+        self._feeder = threading.Thread(
+            target=self._feed, name="video-encoder-feed", daemon=True
+        )
+        self._feeder.start()
+
+    def _ffmpeg_said(self) -> str:
+        """ffmpeg's first complaint (the cause; the lines after it say what
+        failed because of it), or its exit status."""
+        assert self._process is not None and self._errors is not None
+        self._errors.seek(0)
+        said = self._errors.read().decode(errors="replace").splitlines()
+        # "[vost#0:0 @ 0x55...] Unknown encoder 'x'": the part before is ffmpeg's
+        lines = [re.sub(r"^\[[^]]* @ 0x[0-9a-f]+\] ", "", line) for line in said]
+        first = next((line.strip() for line in lines if line.strip()), "")
+        return first.rstrip(".") or f"exit status {self._process.returncode}"
 
     def finish(self) -> None:
-        if self._writer is None:
+        if self._process is None:
             raise EngineError("The env gave no frame to record.")
-        writer, self._writer = self._writer, None
-        writer.close()
+        self._stop_feeder(drop_queued=False)
+        with contextlib.suppress(OSError):
+            self._process.stdin.close()  # type: ignore[union-attr]
+        self._process.wait()
+        if self._failure is not None or self._process.returncode != 0:
+            raise EngineError(
+                f"ffmpeg could not encode the video: {self._ffmpeg_said()}."
+            )
+        self._close()
 
     def abort(self) -> None:
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
-            # A stopped or broken encoder: its file is removed anyway.
-            with contextlib.suppress(Exception):
-                writer.close()
+        """End a stopped or broken recording: ffmpeg killed, its file is
+        removed by the caller."""
+        if self._process is not None:
+            # Killed first: a feeder held by a full pipe then fails and ends.
+            self._process.kill()
+            self._stop_feeder(drop_queued=True)
+            self._process.wait()
+            self._close()
+
+    def _close(self) -> None:
+        assert self._process is not None
+        with contextlib.suppress(OSError):
+            self._process.stdin.close()  # type: ignore[union-attr]
+        if self._errors is not None:
+            self._errors.close()
+        self._process = self._errors = None
+
+
+def _widen_pipe(pipe: Any) -> None:
+    """Make ``pipe`` :data:`PIPE_BYTES` large where the system can (Linux)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):
+        pass  # the default pipe: slower, as good
