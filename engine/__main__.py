@@ -1,5 +1,5 @@
 """``python -m engine`` — the engine's command line (see ``engine.cli``)."""
 
-from engine.cli import main
+from engine.cli import program
 
-raise SystemExit(main())
+raise SystemExit(program())

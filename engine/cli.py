@@ -171,5 +171,15 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def program() -> int:
+    """``rl-studio-engine`` and ``python -m engine``: :func:`main` in a process
+    of its own, whose malloc keeps what training frees
+    (:func:`engine.jobs.memory.keep_freed_memory`)."""
+    from engine.jobs.memory import keep_freed_memory
+
+    keep_freed_memory()
+    return main()
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(program())

@@ -33,6 +33,7 @@ from engine.jobs.context import (
     stop_on_signals,
 )
 from engine.jobs.lifecycle import Outcome, execute, finish_own, resume_time_offset
+from engine.jobs.memory import keep_freed_memory
 from engine.jobs.priority import lower_priority
 from engine.jobs.registry import get_kind
 
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true")
     args = parser.parse_args(argv)
     lower_priority(JOB_NICENESS)
+    keep_freed_memory()
     events = private_event_stream()
     run_dir: Path = args.run_dir
     record = read_run_config(run_dir)

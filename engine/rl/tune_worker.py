@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.jobs.memory import keep_freed_memory
 from engine.jobs.priority import match_session_priority
 from engine.rl.sweep_workers import run_forked
 from engine.rl.tune_storage import storage_failures
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     # Linux looks first (the session), so a sweep yields the CPU to the studio
     # as a training run does.
     match_session_priority()
+    keep_freed_memory()
     if argv[0] == "--await-study":
         try:
             return await_study(int(argv[1]))
