@@ -45,8 +45,9 @@ def test_a_freed_buffer_is_used_again_without_page_faults() -> None:
     _, untuned = _churn("plain")
     tuned, faults = _churn("tuned")
     assert tuned == "True"
-    # Without, each step touches its buffers' pages afresh; with, once.
-    assert untuned > 10_000 and faults < untuned / 10, (untuned, faults)
+    # Without, each step maps its buffer afresh; with, only the first does (a
+    # ratio, whatever page size the kernel gives numpy's large arrays).
+    assert untuned > 500 and faults < untuned / 10, (untuned, faults)
 
 
 def test_the_users_own_malloc_settings_stand() -> None:
