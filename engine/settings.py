@@ -204,6 +204,12 @@ def _kind(annotation: object) -> tuple[str, bool]:
     return "any", optional
 
 
+def first_paragraph(docstring: str | None) -> str:
+    """A docstring's first paragraph as one line: the description a job kind
+    or a node type shows, read from its function."""
+    return " ".join(inspect.cleandoc(docstring or "").split("\n\n", 1)[0].split())
+
+
 def field_docs(cls: type) -> dict[str, str]:
     """Attribute docstrings of a dataclass (including its bases), by field,
     on one line each."""

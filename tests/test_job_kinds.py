@@ -17,12 +17,11 @@ from engine.errors import ConfigError
 from engine.jobs.registry import (
     GROUPS,
     config_class,
-    first_paragraph,
     get_kind,
     kinds,
     validate_config,
 )
-from engine.settings import as_dict
+from engine.settings import as_dict, first_paragraph
 from studio.state.job_kinds import JobKindCatalog
 
 REPO = Path(__file__).resolve().parents[1]

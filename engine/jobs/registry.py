@@ -167,7 +167,7 @@ def job_kind(
                 run=run,
                 label=label,
                 group=group,
-                description=first_paragraph(run.__doc__),
+                description=settings.first_paragraph(run.__doc__),
                 progress_unit=progress_unit,
                 resumable=resumable,
                 stop_grace_s=stop_grace_s,
@@ -197,11 +197,6 @@ def config_class(run: Callable[..., Any]) -> type[Any]:
         "ConfigClass a name of its module"
     )
     return annotation
-
-
-def first_paragraph(docstring: str | None) -> str:
-    """A docstring's first paragraph as one line."""
-    return " ".join(inspect.cleandoc(docstring or "").split("\n\n", 1)[0].split())
 
 
 def _register(kind: JobKind[Any]) -> None:

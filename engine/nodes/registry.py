@@ -31,6 +31,7 @@ from engine.flow import (
     PortSpec,
     check_param,
 )
+from engine.settings import first_paragraph
 
 if TYPE_CHECKING:
     from engine.nodes.base import NodeResult, NodeRun
@@ -96,12 +97,11 @@ def node_type(
     """
 
     def wrap(fn: NodeFunction) -> NodeFunction:
-        doc = (fn.__doc__ or "").strip().split("\n\n")[0]
         spec = NodeTypeSpec(
             type=type_name,
             title=title,
             category=category,
-            description=description or " ".join(doc.split()),
+            description=description or first_paragraph(fn.__doc__),
             inputs=tuple(inputs),
             outputs=tuple(outputs),
             params=tuple(params),
