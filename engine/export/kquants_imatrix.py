@@ -108,6 +108,12 @@ def make_qx_quants_weighted(
     return scale.astype(_F32), levels
 
 
+def _as_stored_level(v: np.ndarray) -> np.ndarray:
+    """A level as ``make_qp_quants`` keeps it in C's ``uint8_t L[i]``
+    (modulo 256), as float32 for the sums that read it back."""
+    return _to_u8(v).astype(_F32)
+
+
 def make_qp_quants(
     x: np.ndarray, nmax: int, qw: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +127,7 @@ def make_qp_quants(
         iscale = f_nmax / mx
         first = np.rint(iscale * x)
         # L[i] = nearest_int(...) into a uint8_t, read back by the error sum.
-        wrapped = (first.astype(np.int64) & 0xFF).astype(_F32) if x.size else first
+        wrapped = _as_stored_level(first)
         scale = _f(1) / iscale
         diff = x - scale * wrapped
         best_mse = _seq_sum(qw * diff * diff)
@@ -137,11 +143,7 @@ def make_qp_quants(
             best_mse = np.where(take, mse, best_mse)
             iscale = np.where(take, iscale_is, iscale)
         lv = np.minimum(np.rint(iscale * x), f_nmax)
-
-        def as_uint8(v: np.ndarray) -> np.ndarray:  # C's uint8_t L[i]
-            return _to_u8(v).astype(_F32)
-
-        stored = as_uint8(lv)
+        stored = _as_stored_level(lv)
         sumlx, suml2 = refine_levels(
             x,
             qw,
@@ -149,7 +151,7 @@ def make_qp_quants(
             (_seq_sum(qw * x * lv), _seq_sum(qw * lv * lv)),
             lambda v: np.minimum(np.rint(v), f_nmax),
             positive_before=True,
-            stored=as_uint8,
+            stored=_as_stored_level,
         )
         scale = np.where(suml2 > 0, sumlx / suml2, _f(0))
     stored[:, zero] = 0
