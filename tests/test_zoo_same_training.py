@@ -10,10 +10,9 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-from zoo_bare import BARE, FIXED, bare_config, studio_settings
+from zoo_bare import BARE, bare_config, studio_command, studio_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,20 +41,8 @@ def test_the_studio_ends_with_the_bare_scripts_weights(
     cfg = studio_settings(env_id, steps, seed=3, **hyperparameters)
     bare_zip = tmp_path / "bare.zip"
     _run([sys.executable, "-c", BARE, json.dumps(bare_config(cfg, bare_zip))])
-    sets: list[Any] = [
-        item
-        for key, value in {
-            **hyperparameters,
-            **{key: cfg[key] for key in ("n_envs", "torch_threads", *FIXED)},
-        }.items()
-        for item in ("--set", f"{key}={value}")
-    ]
     project = tmp_path / "project"
-    _run(
-        [sys.executable, "-m", "engine", "train", "--env", env_id, "--algo", "PPO",
-         "--steps", str(steps), "--seed", "3", "--quiet", "--project", str(project),
-         *sets]
-    )  # fmt: skip
+    _run(studio_command(cfg, project, **hyperparameters))
     (run_dir,) = (project / "runs").iterdir()
     (studio_zip,) = run_dir.rglob("model.zip")
 

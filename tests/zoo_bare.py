@@ -7,6 +7,7 @@ studio's validated settings as JSON (:func:`bare_config`)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,23 @@ def studio_settings(
             **FIXED,
         }
     )
+
+
+def studio_command(
+    cfg: dict[str, Any], project: Path, **hyperparameters: Any
+) -> list[str]:
+    """``rl-studio-engine train`` with ``cfg``'s env, steps, seed, envs, torch
+    threads and :data:`FIXED`, and ``hyperparameters`` over the preset."""
+    sets = {
+        **hyperparameters,
+        **{key: cfg[key] for key in ("n_envs", "torch_threads", *FIXED)},
+    }
+    return [
+        sys.executable, "-m", "engine", "train", "--env", cfg["env"],
+        "--algo", "PPO", "--steps", str(cfg["total_steps"]),
+        "--seed", str(cfg["seed"]), "--quiet", "--project", str(project),
+        *(item for key, value in sets.items() for item in ("--set", f"{key}={value}")),
+    ]  # fmt: skip
 
 
 def bare_config(cfg: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from zoo_bare import BARE, FIXED, bare_config, studio_settings
+from zoo_bare import BARE, bare_config, studio_command, studio_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUNDS = int(os.environ.get("BENCH_ZOO_ROUNDS", "3"))
@@ -65,16 +65,7 @@ def timed(argv: list[str]) -> tuple[float, str]:
 
 def studio_process(cfg: dict[str, Any], project: Path) -> float:
     """``rl-studio-engine train`` with the validated settings; steps/s."""
-    sets = [
-        arg
-        for key in ("n_envs", "torch_threads", *FIXED)
-        for arg in ("--set", f"{key}={cfg[key]}")
-    ]
-    wall, out = timed(
-        [sys.executable, "-m", "engine", "train", "--env", cfg["env"],
-         "--algo", "PPO", "--steps", str(cfg["total_steps"]), "--seed", "0",
-         "--quiet", "--project", str(project), *sets]
-    )  # fmt: skip
+    wall, out = timed(studio_command(cfg, project))
     assert json.loads(out)["total_steps"] >= cfg["total_steps"]
     return cfg["total_steps"] / wall
 
